@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the whole test suite against the real Docker engine and a real
+# Postgres: checks Docker (starting dockerd if needed), builds the engine
+# images from Debian packages if they are missing, starts a throwaway state
+# Postgres, runs `cargo test`, and removes what it started.
+# Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ensure_docker
+ensure_engine_images
+
+state=sandboxd-test-state
+cleanup() {
+  docker rm -f "$state" >/dev/null 2>&1 || true
+  # Anything a crashed test left behind on the test network.
+  leftovers=$(docker ps -aq --filter label=io.sandboxd.managed-by=sandboxd --filter network=sandboxd-test)
+  if [ -n "$leftovers" ]; then docker rm -f $leftovers >/dev/null 2>&1 || true; fi
+}
+trap cleanup EXIT
+docker rm -f "$state" >/dev/null 2>&1 || true
+SANDBOXD_TEST_DATABASE_URL=$(start_state_db "$state" "$(random_password)")
+export SANDBOXD_TEST_DATABASE_URL
+docker network inspect sandboxd-test >/dev/null 2>&1 || docker network create sandboxd-test >/dev/null
+log "state database ready; running cargo test"
+cargo test --all-targets "$@"

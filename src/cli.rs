@@ -1,0 +1,413 @@
+//! The command line: `run`, `migrate`, `apply`, `get`, `list`, `delete`.
+//! Every flag can also be set from the environment (`DATABASE_URL`,
+//! `SANDBOXD_*`).
+
+use crate::client::{Client, SandboxRequest};
+use crate::clock::SystemClock;
+use crate::config::{parse_env_prefix, ControllerConfig, Images, ProbeVia};
+use crate::controller::Controller;
+use crate::id::{Deployment, SandboxId};
+use crate::metrics::Metrics;
+use crate::model::SandboxStatus;
+use crate::runtime::{self, Limits};
+use crate::{http, store};
+use clap::{Args, Parser, Subcommand};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// sandboxd: throwaway Postgres, Redis and Mongo sandboxes on Docker,
+/// reconciled from rows in Postgres.
+#[derive(Debug, Parser)]
+#[command(name = "sandboxd", version, about)]
+pub struct Cli {
+    /// State database (holds sandbox_desired and sandbox_status).
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Log format.
+    #[arg(
+        long,
+        env = "SANDBOXD_LOG_FORMAT",
+        global = true,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller (migrates first).
+    Run(RunArgs),
+    /// Apply database migrations and sync the engine allowlist, then exit.
+    Migrate,
+    /// Write a desired sandbox row (what an orchestrator does).
+    Apply(ApplyArgs),
+    /// Show a sandbox's status.
+    Get(GetArgs),
+    /// List every sandbox's status.
+    List,
+    /// Delete a desired sandbox row; sandboxd tears the containers down.
+    Delete {
+        /// Sandbox id.
+        id: SandboxId,
+    },
+}
+
+/// Flags of `sandboxd run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Deployment name: the label scope of this controller.
+    #[arg(long, env = "SANDBOXD_DEPLOYMENT", default_value = "default")]
+    pub deployment: Deployment,
+    /// Docker network sandbox containers join (created if missing).
+    #[arg(long, env = "SANDBOXD_NETWORK", default_value = "sandboxd")]
+    pub network: String,
+    /// Prefix of emitted environment variables (`<PREFIX>_DB_HOST`, ...).
+    #[arg(long, env = "SANDBOXD_ENV_PREFIX", default_value = "SANDBOX", value_parser = parse_env_prefix)]
+    pub env_prefix: String,
+    /// Image per engine without features, ENGINE=IMAGE (repeatable or comma-separated).
+    #[arg(long = "image", env = "SANDBOXD_IMAGES", value_delimiter = ',')]
+    pub images: Vec<String>,
+    /// Image per engine when features are requested, ENGINE=IMAGE.
+    #[arg(
+        long = "features-image",
+        env = "SANDBOXD_FEATURES_IMAGES",
+        value_delimiter = ','
+    )]
+    pub features_images: Vec<String>,
+    /// Containers younger than this are not reaped (e.g. 180s, 3m).
+    #[arg(long, env = "SANDBOXD_GRACE", default_value = "180s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// How often both sides are listed in full.
+    #[arg(long, env = "SANDBOXD_RELIST_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub relist_interval: Duration,
+    /// Most reconciles at once.
+    #[arg(long, env = "SANDBOXD_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: usize,
+    /// Bound on pulling an absent image.
+    #[arg(long, env = "SANDBOXD_PULL_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub pull_timeout: Duration,
+    /// SIGTERM-to-SIGKILL time when tearing a container down.
+    #[arg(long, env = "SANDBOXD_STOP_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub stop_timeout: Duration,
+    /// Memory cap per sandbox container, MiB.
+    #[arg(long, env = "SANDBOXD_MEMORY_MB", default_value_t = 512)]
+    pub memory_mb: i64,
+    /// CPU cap per sandbox container, in CPUs.
+    #[arg(long, env = "SANDBOXD_CPUS", default_value_t = 1.0)]
+    pub cpus: f64,
+    /// Process cap per sandbox container.
+    #[arg(long, env = "SANDBOXD_PIDS", default_value_t = 256)]
+    pub pids: i64,
+    /// Size of the tmpfs data directory, MiB.
+    #[arg(long, env = "SANDBOXD_TMPFS_MB", default_value_t = 512)]
+    pub tmpfs_mb: i64,
+    /// How readiness checks reach containers.
+    #[arg(long, env = "SANDBOXD_PROBE_VIA", default_value = "host")]
+    pub probe_via: ProbeVia,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "SANDBOXD_METRICS_ADDR", default_value = "127.0.0.1:9187")]
+    pub metrics_addr: SocketAddr,
+}
+
+impl RunArgs {
+    /// The controller configuration these flags describe.
+    pub fn to_config(&self) -> Result<ControllerConfig, crate::config::ConfigError> {
+        let mut c = ControllerConfig::new(self.deployment.clone());
+        c.network = self.network.clone();
+        c.env_prefix = self.env_prefix.clone();
+        c.images = Images::new(&self.images, &self.features_images)?;
+        c.limits = Limits {
+            memory_bytes: self.memory_mb * 1024 * 1024,
+            nano_cpus: (self.cpus * 1e9) as i64,
+            pids: self.pids,
+            tmpfs_bytes: self.tmpfs_mb * 1024 * 1024,
+        };
+        c.grace = self.grace;
+        c.relist_interval = self.relist_interval;
+        c.concurrency = self.concurrency;
+        c.pull_timeout = self.pull_timeout;
+        c.stop_timeout = self.stop_timeout;
+        c.probe_via = self.probe_via;
+        c.metrics_addr = self.metrics_addr;
+        Ok(c)
+    }
+}
+
+/// Flags of `sandboxd apply`.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// Sandbox id.
+    #[arg(long)]
+    pub id: SandboxId,
+    /// Engines, comma-separated: postgres, redis, mongo.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub services: Vec<String>,
+    /// Features as ENGINE=FEATURE, repeatable or comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub features: Vec<String>,
+    /// Who asks.
+    #[arg(long, default_value = "cli")]
+    pub owner: String,
+    /// Expire this long from now (e.g. 2h).
+    #[arg(long, value_parser = parse_duration)]
+    pub expires_in: Option<Duration>,
+    /// Wait this long for the sandbox to be ready (e.g. 60s); print its status.
+    #[arg(long, value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+}
+
+/// Flags of `sandboxd get`.
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// Sandbox id.
+    pub id: SandboxId,
+    /// Print `export NAME='value'` lines for every engine instead.
+    #[arg(long)]
+    pub env: bool,
+}
+
+/// Parses `250ms`, `30s`, `3m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: use e.g. 250ms, 30s, 3m, 1h"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Errors surfaced by the CLI.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// No database URL.
+    #[error("no state database: set DATABASE_URL or pass --database-url (scripts/run.sh starts one for you)")]
+    NoDatabase,
+    /// Bad flag values.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// Bad --features value.
+    #[error("invalid --features value {0:?}: use ENGINE=FEATURE, e.g. postgres=pg_trgm")]
+    Feature(String),
+    /// Store failures.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// Client failures.
+    #[error(transparent)]
+    Client(#[from] crate::client::ClientError),
+    /// Docker failures.
+    #[error(transparent)]
+    Runtime(#[from] runtime::RuntimeError),
+    /// Controller failures.
+    #[error(transparent)]
+    Controller(#[from] crate::controller::ControllerError),
+    /// HTTP server failures.
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
+    /// The sandbox does not exist.
+    #[error("no status for sandbox {0}: it was never applied, or sandboxd has not seen it yet")]
+    NotFound(SandboxId),
+}
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let url = cli.database_url.clone().ok_or(CliError::NoDatabase)?;
+    match cli.command {
+        Command::Run(args) => run_controller(&url, &args).await,
+        Command::Migrate => {
+            let pool = store::connect(&url, 2).await?;
+            store::migrate(&pool).await?;
+            println!("migrations applied; engine allowlist synced");
+            Ok(())
+        }
+        Command::Apply(args) => apply(&url, args).await,
+        Command::Get(args) => {
+            let client = Client::connect(&url).await?;
+            let status = client
+                .status(&args.id)
+                .await?
+                .ok_or_else(|| CliError::NotFound(args.id.clone()))?;
+            if args.env {
+                for svc in status.services.values() {
+                    for (k, v) in &svc.env {
+                        println!("export {k}='{}'", v.replace('\'', r"'\''"));
+                    }
+                }
+            } else {
+                print_status(&status);
+            }
+            Ok(())
+        }
+        Command::List => {
+            let client = Client::connect(&url).await?;
+            println!(
+                "{:<32} {:<13} {:>10}  SERVICES",
+                "ID", "PHASE", "GENERATION"
+            );
+            for s in client.list().await? {
+                let services: Vec<&str> = s.services.keys().map(String::as_str).collect();
+                println!(
+                    "{:<32} {:<13} {:>10}  {}",
+                    s.id.as_str(),
+                    s.phase.as_str(),
+                    s.observed_generation,
+                    services.join(",")
+                );
+            }
+            Ok(())
+        }
+        Command::Delete { id } => {
+            let client = Client::connect(&url).await?;
+            if client.release(&id).await? {
+                println!("deleted {id}; sandboxd tears its containers down");
+            } else {
+                println!("{id} was not desired; nothing to delete");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_status(s: &SandboxStatus) {
+    let services: BTreeMap<_, _> = s
+        .services
+        .iter()
+        .map(|(k, v)| (k, serde_json::to_value(v).expect("status is JSON")))
+        .collect();
+    let doc = serde_json::json!({
+        "id": s.id.as_str(),
+        "phase": s.phase,
+        "observed_generation": s.observed_generation,
+        "message": s.message,
+        "services": services,
+        "updated_at": s.updated_at,
+    });
+    println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+}
+
+async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
+    let mut features: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &args.features {
+        let (engine, feature) = f
+            .split_once('=')
+            .filter(|(e, f)| !e.is_empty() && !f.is_empty())
+            .ok_or_else(|| CliError::Feature(f.clone()))?;
+        features
+            .entry(engine.to_owned())
+            .or_default()
+            .insert(feature.to_owned());
+    }
+    let req = SandboxRequest {
+        owner: args.owner,
+        services: args.services,
+        features,
+        expires_at: args.expires_in.map(|d| {
+            chrono::Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+        }),
+    };
+    let client = Client::connect(url).await?;
+    let generation = client.apply(&args.id, &req).await?;
+    match args.wait {
+        Some(timeout) => print_status(&client.wait_ready(&args.id, generation, timeout).await?),
+        None => println!("applied {} at generation {generation}", args.id),
+    }
+    Ok(())
+}
+
+async fn run_controller(url: &str, args: &RunArgs) -> Result<(), CliError> {
+    let config = args.to_config()?;
+    let pool = store::connect(url, (config.concurrency as u32 * 2).clamp(4, 32)).await?;
+    store::migrate(&pool).await?;
+    let docker = runtime::connect().await?;
+    let metrics = Arc::new(Metrics::new());
+    let controller = Controller::new(
+        pool,
+        docker,
+        config.clone(),
+        Arc::new(SystemClock),
+        metrics.clone(),
+    );
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(signals(stop_tx));
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let (bound, server) = http::serve(
+        config.metrics_addr,
+        metrics,
+        controller.readiness(),
+        stopped(stop_rx.clone()),
+    )
+    .await?;
+    tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+    let server = tokio::spawn(server);
+    controller.run(stopped(stop_rx)).await?;
+    let _ = server.await;
+    tracing::info!("controller stopped");
+    Ok(())
+}
+
+/// First SIGTERM/SIGINT: graceful stop. Second: exit at once.
+async fn signals(stop: tokio::sync::watch::Sender<bool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tracing::info!(
+        "signal received; finishing in-flight reconciles (signal again to exit at once)"
+    );
+    let _ = stop.send(true);
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tracing::warn!("second signal; exiting now");
+    std::process::exit(130);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_accept_common_units() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("3m").unwrap(), Duration::from_secs(180));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert!(parse_duration("3 days").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

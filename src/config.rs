@@ -1,0 +1,188 @@
+//! Controller configuration, independent of how it was parsed (see `cli`).
+
+use crate::engine::{self, Engine};
+use crate::id::Deployment;
+use crate::runtime::Limits;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Invalid configuration values.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// An `ENGINE=IMAGE` pair was malformed or named an unknown engine.
+    #[error("invalid image override {0:?}: use ENGINE=IMAGE with ENGINE one of {engines}", engines = engine_names())]
+    ImageOverride(String),
+    /// The environment variable prefix is not a valid variable name part.
+    #[error("invalid env prefix {0:?}: use A-Z, 0-9 and '_', starting with a letter")]
+    EnvPrefix(String),
+}
+
+fn engine_names() -> String {
+    engine::REGISTRY
+        .iter()
+        .map(|e| e.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Which image each engine runs, without and with features.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Images {
+    plain: BTreeMap<String, String>,
+    with_features: BTreeMap<String, String>,
+}
+
+fn parse_overrides(pairs: &[String]) -> Result<BTreeMap<String, String>, ConfigError> {
+    pairs
+        .iter()
+        .flat_map(|p| p.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((e, img)) if engine::lookup(e).is_some() && !img.is_empty() => {
+                Ok((e.to_owned(), img.to_owned()))
+            }
+            _ => Err(ConfigError::ImageOverride(p.to_owned())),
+        })
+        .collect()
+}
+
+impl Images {
+    /// Upstream defaults overridden by `ENGINE=IMAGE` pairs (comma-separated
+    /// lists are accepted too). The features image defaults to the plain
+    /// override when only that is given.
+    pub fn new(plain: &[String], with_features: &[String]) -> Result<Self, ConfigError> {
+        let plain = parse_overrides(plain)?;
+        let with_features = parse_overrides(with_features)?;
+        Ok(Self {
+            plain,
+            with_features,
+        })
+    }
+
+    /// The image to run for `engine`.
+    pub fn image_for(&self, engine: &dyn Engine, has_features: bool) -> String {
+        let plain = self.plain.get(engine.name());
+        if has_features {
+            if let Some(img) = self.with_features.get(engine.name()) {
+                return img.clone();
+            }
+            if let Some(img) = plain {
+                if engine.default_features_image() == engine.default_image() {
+                    return img.clone();
+                }
+            }
+            return engine.default_features_image().to_owned();
+        }
+        plain
+            .cloned()
+            .unwrap_or_else(|| engine.default_image().to_owned())
+    }
+}
+
+/// How the controller reaches sandbox containers for readiness checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProbeVia {
+    /// 127.0.0.1 and the published port (sandboxd runs on the Docker host).
+    Host,
+    /// Container name and engine port (sandboxd runs on the sandbox network).
+    Network,
+}
+
+/// Everything the controller needs to know.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Label scope: containers of other deployments are invisible.
+    pub deployment: Deployment,
+    /// Docker network sandbox containers join.
+    pub network: String,
+    /// Prefix of emitted environment variables.
+    pub env_prefix: String,
+    /// Engine images.
+    pub images: Images,
+    /// Resource caps per container.
+    pub limits: Limits,
+    /// Containers younger than this are not reaped.
+    pub grace: Duration,
+    /// How often both sides are listed in full.
+    pub relist_interval: Duration,
+    /// Most reconciles running at once.
+    pub concurrency: usize,
+    /// Bound on pulling an absent image.
+    pub pull_timeout: Duration,
+    /// SIGTERM-to-SIGKILL time when tearing a container down.
+    pub stop_timeout: Duration,
+    /// How readiness checks reach containers.
+    pub probe_via: ProbeVia,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub metrics_addr: SocketAddr,
+}
+
+impl ControllerConfig {
+    /// Defaults for `deployment`.
+    pub fn new(deployment: Deployment) -> Self {
+        Self {
+            deployment,
+            network: "sandboxd".into(),
+            env_prefix: "SANDBOX".into(),
+            images: Images::default(),
+            limits: Limits::default(),
+            grace: Duration::from_secs(180),
+            relist_interval: Duration::from_secs(60),
+            concurrency: 8,
+            pull_timeout: Duration::from_secs(120),
+            stop_timeout: Duration::from_secs(2),
+            probe_via: ProbeVia::Host,
+            metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9187)),
+        }
+    }
+}
+
+/// Validates an environment variable prefix such as `SANDBOX` or `ROBOCO_TEST`.
+pub fn parse_env_prefix(s: &str) -> Result<String, ConfigError> {
+    let ok = s.starts_with(|c: char| c.is_ascii_uppercase())
+        && s.chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(ConfigError::EnvPrefix(s.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_default_to_upstream_and_follow_overrides() {
+        let pg = engine::lookup("postgres").unwrap();
+        let redis = engine::lookup("redis").unwrap();
+        let images = Images::default();
+        assert_eq!(images.image_for(pg, false), "postgres:16-alpine");
+        let images = Images::new(
+            &["postgres=sandboxd/postgres:15,redis=sandboxd/redis:7".into()],
+            &["postgres=sandboxd/postgres-ext:15".into()],
+        )
+        .unwrap();
+        assert_eq!(images.image_for(pg, false), "sandboxd/postgres:15");
+        assert_eq!(images.image_for(pg, true), "sandboxd/postgres-ext:15");
+        assert_eq!(images.image_for(redis, true), "redis:8");
+    }
+
+    #[test]
+    fn unknown_engines_in_image_overrides_are_refused() {
+        let err = Images::new(&["mysql=mysql:8".into()], &[]).unwrap_err();
+        assert!(err.to_string().contains("postgres, redis, mongo"));
+        assert!(Images::new(&["postgres".into()], &[]).is_err());
+    }
+
+    #[test]
+    fn env_prefixes_must_be_variable_names() {
+        assert_eq!(parse_env_prefix("ROBOCO_TEST").unwrap(), "ROBOCO_TEST");
+        assert!(parse_env_prefix("roboco").is_err());
+        assert!(parse_env_prefix("1X").is_err());
+        assert!(parse_env_prefix("A-B").is_err());
+    }
+}

@@ -1,0 +1,241 @@
+//! The engine registry: everything sandboxd knows about Postgres, Redis and
+//! Mongo lives in one type per engine, and [`REGISTRY`] lists them.
+//!
+//! Adding an engine is one type implementing [`Engine`] and one line in
+//! [`REGISTRY`]; the provisioner, the status writer, the allowlist in the
+//! database and the metrics all iterate the registry.
+
+mod mongo;
+mod postgres;
+mod redis;
+
+use crate::secret::Secret;
+use async_trait::async_trait;
+use bollard::Docker;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+pub use self::mongo::Mongo;
+pub use self::postgres::Postgres;
+pub use self::redis::Redis;
+
+/// Every engine sandboxd can run. One line per engine.
+pub static REGISTRY: &[&dyn Engine] = &[&Postgres, &Redis, &Mongo];
+
+/// Finds an engine by its name in `sandbox_desired.services`.
+pub fn lookup(name: &str) -> Option<&'static dyn Engine> {
+    REGISTRY.iter().copied().find(|e| e.name() == name)
+}
+
+/// Failures while probing an engine or enabling its features.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The engine does not answer yet (expected while it starts).
+    #[error("{engine} is not answering yet: {reason}")]
+    NotReady {
+        /// Engine name.
+        engine: &'static str,
+        /// What the client saw (no credentials).
+        reason: String,
+    },
+    /// The image lacks a requested extension or module.
+    #[error("{engine} feature {feature:?} could not be enabled: {reason}; use an image that ships it (--features-image {engine}=IMAGE) or drop the feature from the row")]
+    FeatureUnavailable {
+        /// Engine name.
+        engine: &'static str,
+        /// The feature that failed.
+        feature: String,
+        /// What the engine said.
+        reason: String,
+    },
+    /// A feature was enabled but is not visible afterwards.
+    #[error("{engine} features {missing:?} are not present after enabling them; check the image's extension/module files")]
+    FeatureMissing {
+        /// Engine name.
+        engine: &'static str,
+        /// Features that verification did not find.
+        missing: Vec<String>,
+    },
+    /// Talking to the engine failed after it was ready.
+    #[error("{engine} client error: {reason}")]
+    Client {
+        /// Engine name.
+        engine: &'static str,
+        /// What the client saw (no credentials).
+        reason: String,
+    },
+}
+
+/// Login for one engine container.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// User name.
+    pub user: String,
+    /// Random password.
+    pub password: Secret,
+    /// Database (or logical db number for Redis).
+    pub database: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &self.password)
+            .field("database", &self.database)
+            .finish()
+    }
+}
+
+/// Where and how the provisioner reaches a running engine container.
+pub struct Target<'a> {
+    /// Host the controller connects to (127.0.0.1 with the published port).
+    pub host: &'a str,
+    /// Port the controller connects to.
+    pub port: u16,
+    /// Container id, for checks that must run inside the container.
+    pub container_id: &'a str,
+    /// Docker handle, for `exec`-based checks.
+    pub docker: &'a Docker,
+    /// Login.
+    pub credentials: &'a Credentials,
+}
+
+/// One database engine sandboxd can provision.
+///
+/// Implementations are stateless unit structs; configuration that varies
+/// by deployment (images) lives in [`crate::config`].
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// Name used in `services`, labels, container names and metrics.
+    fn name(&self) -> &'static str;
+    /// Middle part of the emitted environment variables (`<PREFIX>_<GROUP>_HOST`).
+    fn env_group(&self) -> &'static str;
+    /// Features (extensions, modules) a row may request for this engine.
+    fn allowed_features(&self) -> &'static [&'static str];
+    /// Upstream image used when no features are requested.
+    fn default_image(&self) -> &'static str;
+    /// Upstream image used when features are requested.
+    fn default_features_image(&self) -> &'static str;
+    /// Port the engine listens on inside the container.
+    fn port(&self) -> u16;
+    /// Data directory, mounted as tmpfs.
+    fn data_path(&self) -> &'static str;
+    /// Capabilities added back after dropping all: what the image's
+    /// entrypoint needs to prepare the data directory and drop to its user.
+    fn capabilities(&self) -> &'static [&'static str] {
+        &["CHOWN", "SETUID", "SETGID", "FOWNER", "DAC_OVERRIDE"]
+    }
+    /// How long the engine may take to become ready before provisioning fails.
+    fn readiness_deadline(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+    /// The login for a container with this password.
+    fn credentials(&self, password: Secret) -> Credentials;
+    /// Environment of the container (the image's environment contract).
+    fn container_env(&self, credentials: &Credentials) -> Vec<String>;
+    /// Arguments to the image's entrypoint; empty keeps the image default.
+    fn container_args(&self, credentials: &Credentials) -> Vec<String>;
+    /// Connection URL for a client.
+    fn url(&self, host: &str, port: u16, credentials: &Credentials) -> String;
+    /// Environment variables an agent's test suite reads, without the prefix
+    /// and group (`HOST`, `PORT`, ...). See [`env_vars`].
+    fn env_suffixes(
+        &self,
+        host: &str,
+        port: u16,
+        credentials: &Credentials,
+    ) -> Vec<(&'static str, String)>;
+    /// Succeeds once the real server accepts an authenticated client.
+    async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError>;
+    /// Enables `features`; fails loudly if the image lacks one.
+    async fn enable_features(
+        &self,
+        target: &Target<'_>,
+        features: &BTreeSet<String>,
+    ) -> Result<(), EngineError>;
+    /// Returns the features that are present, failing if any of `features` is not.
+    async fn verify_features(
+        &self,
+        target: &Target<'_>,
+        features: &BTreeSet<String>,
+    ) -> Result<Vec<String>, EngineError>;
+}
+
+impl fmt::Debug for dyn Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The environment variables for one engine: `<prefix>_<group>_<suffix>`.
+pub fn env_vars(
+    engine: &dyn Engine,
+    prefix: &str,
+    host: &str,
+    port: u16,
+    credentials: &Credentials,
+) -> BTreeMap<String, String> {
+    engine
+        .env_suffixes(host, port, credentials)
+        .into_iter()
+        .map(|(suffix, value)| (format!("{prefix}_{}_{suffix}", engine.env_group()), value))
+        .collect()
+}
+
+/// Fails with [`EngineError::FeatureMissing`] unless every wanted feature is present.
+fn require_all(
+    engine: &'static str,
+    wanted: &BTreeSet<String>,
+    present: &BTreeSet<String>,
+) -> Result<(), EngineError> {
+    let missing: Vec<String> = wanted.difference(present).cloned().collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(EngineError::FeatureMissing { engine, missing })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_engine_has_a_unique_name_and_env_group() {
+        let names: BTreeSet<_> = REGISTRY.iter().map(|e| e.name()).collect();
+        let groups: BTreeSet<_> = REGISTRY.iter().map(|e| e.env_group()).collect();
+        assert_eq!(names.len(), REGISTRY.len());
+        assert_eq!(groups.len(), REGISTRY.len());
+    }
+
+    #[test]
+    fn allowlists_match_the_contract() {
+        assert_eq!(
+            lookup("postgres").unwrap().allowed_features(),
+            &["vector", "postgis", "pg_trgm", "citext", "uuid-ossp"]
+        );
+        assert_eq!(
+            lookup("redis").unwrap().allowed_features(),
+            &["search", "json", "bloom"]
+        );
+        assert!(lookup("mongo").unwrap().allowed_features().is_empty());
+        assert!(lookup("mysql").is_none());
+    }
+
+    #[test]
+    fn env_vars_use_the_configured_prefix() {
+        let pg = lookup("postgres").unwrap();
+        let creds = pg.credentials(Secret::new("pw"));
+        let vars = env_vars(pg, "ROBOCO_TEST", "db-host", 5432, &creds);
+        assert_eq!(vars["ROBOCO_TEST_DB_HOST"], "db-host");
+        assert_eq!(vars["ROBOCO_TEST_DB_PORT"], "5432");
+        assert_eq!(vars["ROBOCO_TEST_DB_PASSWORD"], "pw");
+        assert!(vars.keys().all(|k| k.starts_with("ROBOCO_TEST_DB_")));
+        let redis = lookup("redis").unwrap();
+        let creds = redis.credentials(Secret::new("pw"));
+        let vars = env_vars(redis, "SANDBOX", "r", 6379, &creds);
+        assert_eq!(vars["SANDBOX_REDIS_URL"], "redis://:pw@r:6379/0");
+    }
+}

@@ -1,0 +1,184 @@
+//! PostgreSQL: extensions are enabled with `CREATE EXTENSION`.
+
+use super::{require_all, Credentials, Engine, EngineError, Target};
+use crate::secret::Secret;
+use async_trait::async_trait;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgConnection};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The PostgreSQL engine.
+#[derive(Debug, Clone, Copy)]
+pub struct Postgres;
+
+const USER: &str = "sandbox";
+const DATABASE: &str = "sandbox";
+
+impl Postgres {
+    async fn connect(&self, target: &Target<'_>) -> Result<PgConnection, String> {
+        let c = target.credentials;
+        let options = PgConnectOptions::new()
+            .host(target.host)
+            .port(target.port)
+            .username(&c.user)
+            .password(c.password.expose())
+            .database(&c.database)
+            .disable_statement_logging();
+        match tokio::time::timeout(Duration::from_secs(3), options.connect()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("connection timed out".into()),
+        }
+    }
+}
+
+#[async_trait]
+impl Engine for Postgres {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+    fn env_group(&self) -> &'static str {
+        "DB"
+    }
+    fn allowed_features(&self) -> &'static [&'static str] {
+        &["vector", "postgis", "pg_trgm", "citext", "uuid-ossp"]
+    }
+    fn default_image(&self) -> &'static str {
+        "postgres:16-alpine"
+    }
+    fn default_features_image(&self) -> &'static str {
+        "postgis/postgis:16-3.4-alpine"
+    }
+    fn port(&self) -> u16 {
+        5432
+    }
+    fn data_path(&self) -> &'static str {
+        "/var/lib/postgresql/data"
+    }
+    fn credentials(&self, password: Secret) -> Credentials {
+        Credentials {
+            user: USER.into(),
+            password,
+            database: DATABASE.into(),
+        }
+    }
+    fn container_env(&self, c: &Credentials) -> Vec<String> {
+        vec![
+            format!("POSTGRES_USER={}", c.user),
+            format!("POSTGRES_PASSWORD={}", c.password.expose()),
+            format!("POSTGRES_DB={}", c.database),
+            format!("PGDATA={}", self.data_path()),
+        ]
+    }
+    fn container_args(&self, _c: &Credentials) -> Vec<String> {
+        // Throwaway data on tmpfs: durability buys nothing, speed does.
+        [
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+    fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
+        format!(
+            "postgres://{}:{}@{host}:{port}/{}",
+            c.user,
+            c.password.expose(),
+            c.database
+        )
+    }
+    fn env_suffixes(&self, host: &str, port: u16, c: &Credentials) -> Vec<(&'static str, String)> {
+        vec![
+            ("HOST", host.to_owned()),
+            ("PORT", port.to_string()),
+            ("USER", c.user.clone()),
+            ("PASSWORD", c.password.expose().to_owned()),
+            ("NAME", c.database.clone()),
+            ("URL", self.url(host, port, c)),
+        ]
+    }
+
+    async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError> {
+        // The image's temporary init server listens only on a Unix socket, so
+        // an authenticated TCP login can only reach the real server.
+        let not_ready = |reason: String| EngineError::NotReady {
+            engine: "postgres",
+            reason,
+        };
+        let mut conn = self.connect(target).await.map_err(not_ready)?;
+        sqlx::query("SELECT 1")
+            .execute(&mut conn)
+            .await
+            .map_err(|e| not_ready(e.to_string()))?;
+        let _ = conn.close().await;
+        Ok(())
+    }
+
+    async fn enable_features(
+        &self,
+        target: &Target<'_>,
+        features: &BTreeSet<String>,
+    ) -> Result<(), EngineError> {
+        let mut conn = self
+            .connect(target)
+            .await
+            .map_err(|reason| EngineError::Client {
+                engine: "postgres",
+                reason,
+            })?;
+        for feature in features {
+            // Only allowlisted names reach SQL; they contain no quotes.
+            if !self.allowed_features().contains(&feature.as_str()) {
+                return Err(EngineError::FeatureUnavailable {
+                    engine: "postgres",
+                    feature: feature.clone(),
+                    reason: "not in the allowlist".into(),
+                });
+            }
+            let sql = format!("CREATE EXTENSION IF NOT EXISTS \"{feature}\"");
+            sqlx::query(&sql).execute(&mut conn).await.map_err(|e| {
+                EngineError::FeatureUnavailable {
+                    engine: "postgres",
+                    feature: feature.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+        }
+        let _ = conn.close().await;
+        Ok(())
+    }
+
+    async fn verify_features(
+        &self,
+        target: &Target<'_>,
+        features: &BTreeSet<String>,
+    ) -> Result<Vec<String>, EngineError> {
+        let mut conn = self
+            .connect(target)
+            .await
+            .map_err(|reason| EngineError::Client {
+                engine: "postgres",
+                reason,
+            })?;
+        let installed: Vec<String> =
+            sqlx::query_scalar("SELECT extname::text FROM pg_extension ORDER BY extname")
+                .fetch_all(&mut conn)
+                .await
+                .map_err(|e| EngineError::Client {
+                    engine: "postgres",
+                    reason: e.to_string(),
+                })?;
+        let _ = conn.close().await;
+        let present: BTreeSet<String> = installed
+            .into_iter()
+            .filter(|e| self.allowed_features().contains(&e.as_str()))
+            .collect();
+        require_all("postgres", features, &present)?;
+        Ok(present.into_iter().collect())
+    }
+}

@@ -1,0 +1,135 @@
+//! Validated identifiers: the only values from rows that reach container
+//! names, labels or SQL.
+
+use std::fmt;
+
+/// Why an identifier was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IdError {
+    /// The text does not match the allowed shape.
+    #[error("invalid {kind} {value:?}: use 1 to 63 characters from a-z, 0-9, '-' and '_', starting with a letter or digit")]
+    Invalid {
+        /// What was being parsed ("sandbox id", "deployment").
+        kind: &'static str,
+        /// The offending value, cut to 80 characters.
+        value: String,
+    },
+}
+
+fn valid(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'_')
+}
+
+fn parse(kind: &'static str, s: &str) -> Result<String, IdError> {
+    if valid(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(IdError::Invalid {
+            kind,
+            value: s.chars().take(80).collect(),
+        })
+    }
+}
+
+/// The key of one sandbox, as the orchestrator named it in `sandbox_desired.id`.
+///
+/// Same rule as the database check: `^[a-z0-9][a-z0-9_-]{0,62}$`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SandboxId(String);
+
+impl SandboxId {
+    /// Validates `s` as a sandbox id.
+    pub fn parse(s: &str) -> Result<Self, IdError> {
+        parse("sandbox id", s).map(Self)
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::str::FromStr for SandboxId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// The name of one sandboxd deployment: the label that scopes which
+/// containers this controller may touch.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Deployment(String);
+
+impl Deployment {
+    /// Validates `s` as a deployment name.
+    pub fn parse(s: &str) -> Result<Self, IdError> {
+        parse("deployment", s).map(Self)
+    }
+
+    /// The deployment as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Deployment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for Deployment {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_with_digits_dashes_and_underscores_are_accepted() {
+        for ok in ["a", "agent-7", "0abc", "x_y-z", &"a".repeat(63)] {
+            assert!(SandboxId::parse(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn empty_oversized_uppercase_and_punctuated_ids_are_refused() {
+        for bad in [
+            "",
+            &"a".repeat(64),
+            "Agent",
+            "-lead",
+            "_lead",
+            "a b",
+            "a/b",
+            "a;drop",
+            "é",
+        ] {
+            let err = SandboxId::parse(bad).unwrap_err();
+            assert!(err.to_string().contains("use 1 to 63 characters"), "{bad}");
+        }
+    }
+}

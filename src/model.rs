@@ -1,0 +1,144 @@
+//! The rows of the orchestrator contract: what is desired and what was
+//! observed.
+
+use crate::id::SandboxId;
+use crate::secret::Secret;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// One row of `sandbox_desired`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredSandbox {
+    /// The sandbox key.
+    pub id: SandboxId,
+    /// Who asked.
+    pub owner: String,
+    /// Engines wanted, in row order.
+    pub services: Vec<String>,
+    /// Features per engine.
+    pub features: BTreeMap<String, BTreeSet<String>>,
+    /// Past it the sandbox is no longer desired.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Bumped by the database on every change.
+    pub generation: i64,
+}
+
+impl DesiredSandbox {
+    /// Features requested for `engine` (empty if none).
+    pub fn features_for(&self, engine: &str) -> BTreeSet<String> {
+        self.features.get(engine).cloned().unwrap_or_default()
+    }
+
+    /// Whether the row is past `expires_at` at `now`.
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_some_and(|t| t <= now)
+    }
+}
+
+/// Lifecycle phase in `sandbox_status.phase`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Seen, nothing done yet.
+    Pending,
+    /// Containers are being created or re-created.
+    Provisioning,
+    /// Every requested engine answers with the published credentials.
+    Ready,
+    /// The last attempt failed; `message` says why. Retried with backoff.
+    Failed,
+    /// No longer desired; containers are being torn down.
+    Terminating,
+}
+
+impl Phase {
+    /// Every phase, for metrics.
+    pub const ALL: [Phase; 5] = [
+        Phase::Pending,
+        Phase::Provisioning,
+        Phase::Ready,
+        Phase::Failed,
+        Phase::Terminating,
+    ];
+
+    /// The text stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "pending",
+            Phase::Provisioning => "provisioning",
+            Phase::Ready => "ready",
+            Phase::Failed => "failed",
+            Phase::Terminating => "terminating",
+        }
+    }
+
+    /// Parses the stored text.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One engine's entry in `sandbox_status.services`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    /// Host name for clients on the sandbox's Docker network.
+    pub host: String,
+    /// Port for clients on the sandbox's Docker network.
+    pub port: u16,
+    /// Port published on 127.0.0.1 for clients on the Docker host.
+    pub host_port: u16,
+    /// User name.
+    pub user: String,
+    /// Password.
+    pub password: Secret,
+    /// Database name (Redis: logical db number).
+    pub database: String,
+    /// Connection URL for clients on the Docker network.
+    pub url: String,
+    /// Environment variables for an agent's test suite.
+    pub env: BTreeMap<String, String>,
+    /// Extensions or modules present in the engine.
+    pub available_extensions: Vec<String>,
+    /// Token of the credential set, equal to the container's
+    /// `io.sandboxd.instance` label (not derived from the credentials).
+    #[serde(default)]
+    pub instance: String,
+}
+
+impl fmt::Debug for ServiceStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceStatus")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("host_port", &self.host_port)
+            .field("user", &self.user)
+            .field("database", &self.database)
+            .field("available_extensions", &self.available_extensions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One row of `sandbox_status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxStatus {
+    /// The sandbox key.
+    pub id: SandboxId,
+    /// Lifecycle phase.
+    pub phase: Phase,
+    /// The desired generation this status reflects.
+    pub observed_generation: i64,
+    /// Why the phase is what it is (empty when ready).
+    pub message: String,
+    /// Per-engine endpoints and credentials.
+    pub services: BTreeMap<String, ServiceStatus>,
+    /// Last write.
+    pub updated_at: Option<DateTime<Utc>>,
+}

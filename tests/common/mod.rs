@@ -1,0 +1,214 @@
+//! Shared fixtures for integration tests: a fresh database per test on the
+//! state Postgres that `scripts/test.sh` starts, a unique deployment label
+//! per test, and a controller running in the background.
+#![allow(dead_code)]
+
+use sandboxd::clock::SystemClock;
+use sandboxd::config::{ControllerConfig, Images};
+use sandboxd::controller::{Controller, Readiness};
+use sandboxd::id::{Deployment, SandboxId};
+use sandboxd::metrics::Metrics;
+use sandboxd::runtime;
+use sandboxd::store;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Docker network shared by the tests.
+pub const NETWORK: &str = "sandboxd-test";
+
+/// The state server URL, from `scripts/test.sh`.
+pub fn admin_url() -> String {
+    std::env::var("SANDBOXD_TEST_DATABASE_URL").expect(
+        "SANDBOXD_TEST_DATABASE_URL is not set: run the suite with scripts/test.sh, which builds the \
+         engine images and starts the state Postgres",
+    )
+}
+
+fn random_suffix() -> String {
+    use rand::distr::{Alphanumeric, SampleString};
+    Alphanumeric
+        .sample_string(&mut rand::rng(), 10)
+        .to_lowercase()
+}
+
+fn with_database(url: &str, db: &str) -> String {
+    let (base, _) = url.rsplit_once('/').expect("database URL has a path");
+    format!("{base}/{db}")
+}
+
+/// One test's world: its own database and deployment label.
+pub struct TestEnv {
+    pub pool: PgPool,
+    pub url: String,
+    pub deployment: Deployment,
+    pub docker: bollard::Docker,
+    database: String,
+}
+
+impl TestEnv {
+    /// A fresh, migrated database and a unique deployment.
+    pub async fn new() -> Self {
+        let admin = admin_url();
+        let database = format!("t_{}", random_suffix());
+        let admin_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&admin)
+            .await
+            .expect("connect to the test state server");
+        sqlx::query(&format!("CREATE DATABASE {database}"))
+            .execute(&admin_pool)
+            .await
+            .expect("create test database");
+        admin_pool.close().await;
+        let url = with_database(&admin, &database);
+        let pool = store::connect(&url, 8)
+            .await
+            .expect("connect test database");
+        store::migrate(&pool).await.expect("migrate test database");
+        let docker = runtime::connect().await.expect("docker");
+        runtime::ensure_network(&docker, NETWORK)
+            .await
+            .expect("network");
+        Self {
+            pool,
+            url,
+            deployment: Deployment::parse(&format!("t{}", random_suffix())).unwrap(),
+            docker,
+            database,
+        }
+    }
+
+    /// Controller configuration for tests: local images, grace 0.
+    pub fn config(&self) -> ControllerConfig {
+        let mut c = ControllerConfig::new(self.deployment.clone());
+        c.network = NETWORK.into();
+        c.images = Images::new(&[test_images()], &[test_features_images()]).expect("test images");
+        c.grace = Duration::ZERO;
+        c.relist_interval = Duration::from_secs(5);
+        c.stop_timeout = Duration::from_secs(1);
+        c.pull_timeout = Duration::from_secs(5);
+        c.limits.memory_bytes = 256 * 1024 * 1024;
+        c.limits.tmpfs_bytes = 256 * 1024 * 1024;
+        c
+    }
+
+    /// Starts a controller with `config` in the background.
+    pub fn start(&self, config: ControllerConfig) -> RunningController {
+        let controller = Controller::new(
+            self.pool.clone(),
+            self.docker.clone(),
+            config,
+            Arc::new(SystemClock),
+            Arc::new(Metrics::new()),
+        );
+        let readiness = controller.readiness();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            controller
+                .run(async {
+                    let _ = rx.await;
+                })
+                .await
+                .expect("controller runs");
+        });
+        RunningController {
+            stop: Some(tx),
+            handle,
+            readiness,
+        }
+    }
+
+    /// This deployment's containers, optionally for one sandbox.
+    pub async fn containers(&self, id: Option<&SandboxId>) -> Vec<runtime::ObservedContainer> {
+        runtime::list_managed(&self.docker, &self.deployment, id)
+            .await
+            .expect("list containers")
+    }
+}
+
+impl Drop for TestEnv {
+    /// Removes every container of this test's deployment, even when the
+    /// test panicked, and drops its database.
+    fn drop(&mut self) {
+        let label = format!("label=io.sandboxd.deployment={}", self.deployment);
+        let ids = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter", &label])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        if !ids.is_empty() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f", "-v"])
+                .args(&ids)
+                .output();
+        }
+        let _ = std::process::Command::new("psql")
+            .args([
+                &admin_url(),
+                "-qc",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.database),
+            ])
+            .output();
+    }
+}
+
+/// Image overrides for engines without features (local Debian-built images).
+pub fn test_images() -> String {
+    std::env::var("SANDBOXD_TEST_IMAGES")
+        .unwrap_or_else(|_| "postgres=sandboxd/postgres:15,redis=sandboxd/redis:7".into())
+}
+
+/// Image overrides for engines with features.
+pub fn test_features_images() -> String {
+    std::env::var("SANDBOXD_TEST_FEATURES_IMAGES")
+        .unwrap_or_else(|_| "postgres=sandboxd/postgres-ext:15,redis=sandboxd/redis-ext:7".into())
+}
+
+/// A controller running in the background of a test.
+pub struct RunningController {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: tokio::task::JoinHandle<()>,
+    pub readiness: Readiness,
+}
+
+impl RunningController {
+    /// Stops it gracefully and waits.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        (&mut self.handle).await.expect("controller task");
+    }
+}
+
+impl Drop for RunningController {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+/// Polls `f` every 100 ms until it returns `Some`, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A unique sandbox id for a test.
+pub fn sandbox_id(prefix: &str) -> SandboxId {
+    SandboxId::parse(&format!("{prefix}-{}", random_suffix())).unwrap()
+}

@@ -1,0 +1,333 @@
+//! Desired rows become working sandboxes on the real Docker engine.
+
+mod common;
+
+use bollard::query_parameters::InspectContainerOptions;
+use common::{eventually, sandbox_id, TestEnv};
+use sandboxd::client::{Client, SandboxRequest};
+use sandboxd::model::Phase;
+use sqlx::Connection;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn request(services: &[&str], features: &[(&str, &str)]) -> SandboxRequest {
+    let mut f: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (engine, feature) in features {
+        f.entry((*engine).into())
+            .or_default()
+            .insert((*feature).into());
+    }
+    SandboxRequest {
+        owner: "integration-test".into(),
+        services: services.iter().map(|s| s.to_string()).collect(),
+        features: f,
+        expires_at: None,
+    }
+}
+
+#[tokio::test]
+async fn a_postgres_and_redis_row_becomes_ready_with_credentials_real_clients_can_use() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("both");
+
+    let status = client
+        .provision(&id, &request(&["postgres", "redis"], &[]), READY_TIMEOUT)
+        .await
+        .expect("sandbox becomes ready");
+    assert_eq!(status.phase, Phase::Ready);
+    assert_eq!(status.observed_generation, 1);
+
+    let pg = &status.services["postgres"];
+    assert_eq!(pg.port, 5432);
+    assert!(
+        pg.password.expose().len() >= 22,
+        "at least 128 bits of password"
+    );
+    assert_eq!(
+        pg.host,
+        format!("sandboxd-{}-{id}-postgres", env.deployment)
+    );
+    assert!(pg.url.starts_with(&format!(
+        "postgres://sandbox:{}@{}:5432/",
+        pg.password.expose(),
+        pg.host
+    )));
+    assert_eq!(pg.env["SANDBOX_DB_HOST"], pg.host);
+    assert_eq!(pg.env["SANDBOX_DB_PASSWORD"], pg.password.expose());
+    let local = format!(
+        "postgres://{}:{}@127.0.0.1:{}/{}",
+        pg.user,
+        pg.password.expose(),
+        pg.host_port,
+        pg.database
+    );
+    let mut conn = sqlx::PgConnection::connect(&local)
+        .await
+        .expect("log in to the sandbox postgres");
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+    let wrong = local.replace(pg.password.expose(), "wrong-password");
+    assert!(
+        sqlx::PgConnection::connect(&wrong).await.is_err(),
+        "a wrong password is refused"
+    );
+
+    let rd = &status.services["redis"];
+    assert_ne!(
+        rd.password, pg.password,
+        "every engine gets its own password"
+    );
+    let redis_client = redis::Client::open(format!(
+        "redis://:{}@127.0.0.1:{}/0",
+        rd.password.expose(),
+        rd.host_port
+    ))
+    .unwrap();
+    let mut con = redis_client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("log in to the sandbox redis");
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let v: String = redis::cmd("GET")
+        .arg("k")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(v, "v");
+    let anonymous = redis::Client::open(format!("redis://127.0.0.1:{}/0", rd.host_port)).unwrap();
+    let mut anon = anonymous.get_multiplexed_async_connection().await.unwrap();
+    let denied: redis::RedisResult<String> =
+        redis::cmd("GET").arg("k").query_async(&mut anon).await;
+    assert!(denied.is_err(), "redis without the password is refused");
+
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn requested_extensions_are_created_and_listed_in_status_and_pg_extension() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("ext");
+    let status = client
+        .provision(
+            &id,
+            &request(
+                &["postgres"],
+                &[
+                    ("postgres", "pg_trgm"),
+                    ("postgres", "citext"),
+                    ("postgres", "postgis"),
+                ],
+            ),
+            READY_TIMEOUT,
+        )
+        .await
+        .expect("sandbox with extensions becomes ready");
+    let pg = &status.services["postgres"];
+    for ext in ["citext", "pg_trgm", "postgis"] {
+        assert!(
+            pg.available_extensions.iter().any(|e| e == ext),
+            "{ext} in {:?}",
+            pg.available_extensions
+        );
+    }
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{}/{}",
+        pg.user,
+        pg.password.expose(),
+        pg.host_port,
+        pg.database
+    );
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let installed: Vec<String> = sqlx::query_scalar("SELECT extname::text FROM pg_extension")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    for ext in ["citext", "pg_trgm", "postgis"] {
+        assert!(
+            installed.iter().any(|e| e == ext),
+            "{ext} in pg_extension {installed:?}"
+        );
+    }
+    let sim: f32 = sqlx::query_scalar("SELECT similarity('sandbox', 'sandboxd')")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(sim > 0.5, "pg_trgm works: {sim}");
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_requested_redis_module_is_loaded_and_listed_by_module_list() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("mod");
+    let status = client
+        .provision(
+            &id,
+            &request(&["redis"], &[("redis", "search")]),
+            READY_TIMEOUT,
+        )
+        .await
+        .expect("redis with a module becomes ready");
+    let rd = &status.services["redis"];
+    assert_eq!(rd.available_extensions, vec!["search".to_string()]);
+    let c = redis::Client::open(format!(
+        "redis://:{}@127.0.0.1:{}/0",
+        rd.password.expose(),
+        rd.host_port
+    ))
+    .unwrap();
+    let mut con = c.get_multiplexed_async_connection().await.unwrap();
+    let list: redis::Value = redis::cmd("MODULE")
+        .arg("LIST")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let text = format!("{list:?}");
+    assert!(
+        text.contains("ft") || text.contains("search"),
+        "MODULE LIST shows the search module: {text}"
+    );
+    // The module answers its own commands.
+    let _: redis::Value = redis::cmd("FT.CREATE")
+        .arg("idx")
+        .arg("SCHEMA")
+        .arg("title")
+        .arg("TEXT")
+        .query_async(&mut con)
+        .await
+        .expect("FT.CREATE works");
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn an_extension_the_image_lacks_fails_loudly_with_an_actionable_message() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("novec");
+    let err = client
+        .provision(
+            &id,
+            &request(&["postgres"], &[("postgres", "vector")]),
+            READY_TIMEOUT,
+        )
+        .await
+        .expect_err("Debian's PostgreSQL 15 image does not ship pgvector");
+    let message = err.to_string();
+    assert!(message.contains("vector"), "{message}");
+    assert!(message.contains("--features-image"), "{message}");
+    let status = client.status(&id).await.unwrap().unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    // The failed container is not leaked.
+    let left = env.containers(Some(&id)).await;
+    assert!(
+        left.is_empty(),
+        "failed provisioning leaves no container: {left:?}"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_row_removes_its_containers_and_its_status() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("del");
+    client
+        .provision(&id, &request(&["postgres", "redis"], &[]), READY_TIMEOUT)
+        .await
+        .expect("ready");
+    assert_eq!(env.containers(Some(&id)).await.len(), 2);
+    assert!(client.release(&id).await.unwrap());
+    eventually(
+        "containers and status gone",
+        Duration::from_secs(30),
+        || async {
+            let gone = env.containers(Some(&id)).await.is_empty()
+                && client.status(&id).await.unwrap().is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn sandbox_containers_carry_caps_labels_and_no_credentials_in_labels() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("caps");
+    let status = client
+        .provision(
+            &id,
+            &request(&["postgres", "redis"], &[("redis", "search")]),
+            READY_TIMEOUT,
+        )
+        .await
+        .expect("ready");
+    let config = env.config();
+    for c in env.containers(Some(&id)).await {
+        let info = env
+            .docker
+            .inspect_container(&c.id, None::<InspectContainerOptions>)
+            .await
+            .unwrap();
+        let hc = info.host_config.unwrap();
+        assert_eq!(hc.memory, Some(config.limits.memory_bytes));
+        assert_eq!(hc.nano_cpus, Some(config.limits.nano_cpus));
+        assert_eq!(hc.pids_limit, Some(config.limits.pids));
+        assert!(hc
+            .security_opt
+            .unwrap()
+            .iter()
+            .any(|o| o.starts_with("no-new-privileges")));
+        assert_eq!(hc.cap_drop.unwrap(), vec!["ALL".to_string()]);
+        let tmpfs = hc.tmpfs.unwrap();
+        assert_eq!(tmpfs.len(), 1, "one tmpfs data directory");
+        let bindings = hc.port_bindings.unwrap();
+        for b in bindings.values().flatten().flatten() {
+            assert_eq!(
+                b.host_ip.as_deref(),
+                Some("127.0.0.1"),
+                "published on loopback only"
+            );
+        }
+        assert_eq!(hc.network_mode.as_deref(), Some(common::NETWORK));
+
+        let labels = info.config.unwrap().labels.unwrap();
+        assert_eq!(labels["io.sandboxd.managed-by"], "sandboxd");
+        assert_eq!(labels["io.sandboxd.deployment"], env.deployment.as_str());
+        assert_eq!(labels["io.sandboxd.sandbox"], id.as_str());
+        assert_eq!(labels["io.sandboxd.owner"], "integration-test");
+        assert_eq!(labels["io.sandboxd.generation"], "1");
+        let engine = labels["io.sandboxd.engine"].clone();
+        let expected_features = if engine == "redis" { "search" } else { "" };
+        assert_eq!(labels["io.sandboxd.features"], expected_features);
+        for svc in status.services.values() {
+            for (k, v) in &labels {
+                assert!(
+                    !v.contains(svc.password.expose()),
+                    "label {k} holds a password"
+                );
+            }
+        }
+    }
+    controller.stop().await;
+}
