@@ -25,3 +25,10 @@ export SANDBOXD_TEST_DATABASE_URL
 docker network inspect sandboxd-test >/dev/null 2>&1 || docker network create sandboxd-test >/dev/null
 log "state database ready; running cargo test"
 cargo test --all-targets "$@"
+# Tests that need an image this machine may not have are #[ignore]d; run
+# them when the image is there, and say so when it is not.
+if docker image inspect mongo:8 >/dev/null 2>&1; then
+  cargo test --test provisioning -- --ignored mongo
+else
+  log "SKIPPED a_mongo_row_becomes_ready_when_a_mongo_image_is_present: no mongo:8 image (Debian ships no MongoDB server; docker load one to run it)"
+fi

@@ -115,7 +115,9 @@ build_base() {
 	local t=$SECONDS root="$WORK/rootfs"
 	if ! command -v debootstrap >/dev/null; then
 		log "installing debootstrap"
-		run apt-debootstrap apt-get update -q
+		# A broken third-party source must not stop us; the install below
+		# fails clearly if debootstrap really cannot be had.
+		run apt-update apt-get update -q || log "apt-get update reported errors, trying anyway"
 		run apt-debootstrap env DEBIAN_FRONTEND=noninteractive \
 			apt-get install -y -q --no-install-recommends debootstrap
 	fi
@@ -188,7 +190,7 @@ build_dockerfile() {
 	# Host networking for RUN steps: no dependence on the bridge, NAT or the
 	# daemon's DNS fallback; traffic only goes to the Debian mirror.
 	local nocache=()
-	((FORCE)) && nocache=(--no-cache)
+	if ((FORCE)); then nocache=(--no-cache); fi
 	run "$name" docker build --network host --force-rm "${nocache[@]}" \
 		-t "${IMAGE[$name]}" "$HERE/$name"
 	log "$name: ${IMAGE[$name]} built in $((SECONDS - t))s"

@@ -123,9 +123,12 @@ pub trait Engine: Send + Sync + 'static {
     /// Data directory, mounted as tmpfs.
     fn data_path(&self) -> &'static str;
     /// Capabilities added back after dropping all: what the image's
-    /// entrypoint needs to prepare the data directory and drop to its user.
+    /// entrypoint needs to hand the root-owned tmpfs data directory to the
+    /// engine's user (CHOWN, FOWNER for the chmod that follows) and drop to
+    /// that user (SETUID, SETGID). The Debian-built images need only the
+    /// first three; FOWNER covers upstream entrypoints.
     fn capabilities(&self) -> &'static [&'static str] {
-        &["CHOWN", "SETUID", "SETGID", "FOWNER", "DAC_OVERRIDE"]
+        &["CHOWN", "FOWNER", "SETUID", "SETGID"]
     }
     /// How long the engine may take to become ready before provisioning fails.
     fn readiness_deadline(&self) -> Duration {
