@@ -3,7 +3,7 @@
 # Postgres: checks Docker (starting dockerd if needed), builds the engine
 # images from Debian packages if they are missing, starts a throwaway state
 # Postgres, runs `cargo test`, and removes what it started.
-# Extra arguments go to `cargo test`.
+# Arguments go to `cargo test` (default: --all-targets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -24,7 +24,8 @@ SANDBOXD_TEST_DATABASE_URL=$(start_state_db "$state" "$(random_password)")
 export SANDBOXD_TEST_DATABASE_URL
 docker network inspect sandboxd-test >/dev/null 2>&1 || docker network create sandboxd-test >/dev/null
 log "state database ready; running cargo test"
-cargo test --all-targets "$@"
+if [ $# -eq 0 ]; then set -- --all-targets; fi
+cargo test "$@"
 # Tests that need an image this machine may not have are #[ignore]d; run
 # them when the image is there, and say so when it is not.
 if docker image inspect mongo:8 >/dev/null 2>&1; then

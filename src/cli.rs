@@ -119,6 +119,9 @@ pub struct RunArgs {
     /// How readiness checks reach containers.
     #[arg(long, env = "SANDBOXD_PROBE_VIA", default_value = "host")]
     pub probe_via: ProbeVia,
+    /// How long SIGTERM waits for in-flight reconciles before exiting.
+    #[arg(long, env = "SANDBOXD_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "SANDBOXD_METRICS_ADDR", default_value = "127.0.0.1:9187")]
     pub metrics_addr: SocketAddr,
@@ -144,6 +147,7 @@ impl RunArgs {
         c.stop_timeout = self.stop_timeout;
         c.probe_via = self.probe_via;
         c.metrics_addr = self.metrics_addr;
+        c.shutdown_grace = self.shutdown_grace;
         Ok(c)
     }
 }

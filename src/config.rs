@@ -117,6 +117,8 @@ pub struct ControllerConfig {
     pub probe_via: ProbeVia,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub metrics_addr: SocketAddr,
+    /// How long a graceful shutdown waits for in-flight reconciles.
+    pub shutdown_grace: Duration,
 }
 
 impl ControllerConfig {
@@ -135,6 +137,7 @@ impl ControllerConfig {
             stop_timeout: Duration::from_secs(2),
             probe_via: ProbeVia::Host,
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9187)),
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 }

@@ -4,21 +4,22 @@
 use crate::clock::Clock;
 use crate::config::ControllerConfig;
 use crate::id::SandboxId;
+use crate::labels;
 use crate::metrics::Metrics;
 use crate::model::Phase;
 use crate::queue::{Outcome, QueueConfig, WorkQueue};
 use crate::reconcile::{self, Context, Next};
 use crate::runtime::{self, RuntimeError};
 use crate::store::{self, StoreError};
-use backon::{ExponentialBuilder, Retryable};
+use crate::watch::{self, KnownContainers, Sink};
 use bollard::Docker;
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Failures that stop the controller from starting.
 #[derive(Debug, thiserror::Error)]
@@ -40,8 +41,8 @@ impl Readiness {
     pub fn is_ready(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
-    fn set(&self) {
-        self.0.store(true, Ordering::Release);
+    fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
     }
 }
 
@@ -50,6 +51,24 @@ pub struct Controller {
     ctx: Arc<Context>,
     queue: WorkQueue<SandboxId>,
     readiness: Readiness,
+    known: Arc<KnownContainers>,
+    relist_now: Arc<Notify>,
+    shutdown_grace: Duration,
+}
+
+/// Where watchers send their hints.
+struct QueueSink {
+    queue: WorkQueue<SandboxId>,
+    relist_now: Arc<Notify>,
+}
+
+impl Sink for QueueSink {
+    fn hint(&self, id: SandboxId) {
+        self.queue.add(id);
+    }
+    fn relist(&self) {
+        self.relist_now.notify_one();
+    }
 }
 
 impl Controller {
@@ -63,12 +82,14 @@ impl Controller {
     ) -> Self {
         let queue_config = QueueConfig {
             concurrency: config.concurrency.max(1),
+            shutdown_grace: config.shutdown_grace,
             ..QueueConfig::default()
         };
         metrics
             .max_concurrent
             .with_label_values(&[crate::metrics::CONTROLLER])
             .set(queue_config.concurrency as i64);
+        let shutdown_grace = queue_config.shutdown_grace;
         let queue = WorkQueue::new(queue_config, metrics.clone());
         Self {
             ctx: Arc::new(Context {
@@ -80,6 +101,9 @@ impl Controller {
             }),
             queue,
             readiness: Readiness::default(),
+            known: Arc::new(KnownContainers::default()),
+            relist_now: Arc::new(Notify::new()),
+            shutdown_grace,
         }
     }
 
@@ -88,31 +112,51 @@ impl Controller {
         self.readiness.clone()
     }
 
-    /// Runs until `shutdown` resolves; then finishes in-flight reconciles
-    /// (bounded) and returns.
+    /// Runs until `shutdown` resolves; then stops taking new work, lets
+    /// in-flight reconciles finish within the shutdown grace, and returns.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ControllerError> {
-        runtime::ensure_network(&self.ctx.docker, &self.ctx.config.network).await?;
-
-        // Subscribe before the initial list, so no change falls in between.
-        let listener = connect_listener(&self.ctx.pool).await?;
-        relist(&self.ctx, &self.queue).await?;
-        // Readiness gate: only now may anything be reaped or provisioned.
-        self.readiness.set();
-        tracing::info!(deployment = %self.ctx.config.deployment, "initial lists loaded; controller ready");
-
-        let watch = tokio::spawn(watch_desired(
-            listener,
-            self.ctx.clone(),
-            self.queue.clone(),
-        ));
-        let periodic = tokio::spawn(periodic_relist(self.ctx.clone(), self.queue.clone()));
-
         let ctx = self.ctx.clone();
+        runtime::ensure_network(&ctx.docker, &ctx.config.network).await?;
+
+        // Subscribe to both streams before the initial lists, so no change
+        // falls in between.
+        let sink: Arc<dyn Sink> = Arc::new(QueueSink {
+            queue: self.queue.clone(),
+            relist_now: self.relist_now.clone(),
+        });
+        let listener = watch::listen(&ctx.pool).await?;
+        let docker_watch = tokio::spawn(watch::watch_docker(
+            ctx.docker.clone(),
+            format!("{}={}", labels::DEPLOYMENT, ctx.config.deployment),
+            self.known.clone(),
+            ctx.metrics.clone(),
+            sink.clone(),
+        ));
+        let pg_watch = tokio::spawn(watch::watch_desired(
+            listener,
+            ctx.pool.clone(),
+            ctx.metrics.clone(),
+            sink,
+        ));
+
+        relist(&ctx, &self.queue, &self.known, false).await?;
+        // Readiness gate: only now may anything be reaped or provisioned.
+        self.readiness.set(true);
+        tracing::info!(deployment = %ctx.config.deployment, "initial lists loaded; controller ready");
+
+        let relister = tokio::spawn(relist_loop(
+            ctx.clone(),
+            self.queue.clone(),
+            self.known.clone(),
+            self.relist_now.clone(),
+        ));
+
+        let handler_ctx = ctx.clone();
         let handler = move |id: SandboxId| {
-            let ctx = ctx.clone();
+            let ctx = handler_ctx.clone();
             async move {
                 match reconcile::reconcile(&ctx, &id).await {
                     Ok(Next::Idle) => Outcome::Done {
@@ -129,11 +173,14 @@ impl Controller {
             }
         };
         let abandoned = self.queue.run(handler, shutdown).await;
-        watch.abort();
-        periodic.abort();
+        self.readiness.set(false);
+        docker_watch.abort();
+        pg_watch.abort();
+        relister.abort();
         if abandoned > 0 {
             tracing::warn!(
                 abandoned,
+                grace_ms = self.shutdown_grace.as_millis() as u64,
                 "shutdown grace elapsed with reconciles still running"
             );
         }
@@ -141,12 +188,27 @@ impl Controller {
     }
 }
 
-/// Lists both sides in full and enqueues every id found, and refreshes the
-/// per-phase gauge.
-async fn relist(ctx: &Context, queue: &WorkQueue<SandboxId>) -> Result<(), ControllerError> {
+/// Lists both sides in full and enqueues every sandbox found; counts the
+/// containers whose state the event stream had not reported (drift) and
+/// refreshes the per-phase gauge.
+async fn relist(
+    ctx: &Context,
+    queue: &WorkQueue<SandboxId>,
+    known: &KnownContainers,
+    count_drift: bool,
+) -> Result<(), ControllerError> {
     let mut ids: BTreeSet<String> = store::list_ids(&ctx.pool).await?.into_iter().collect();
     let containers = runtime::list_managed(&ctx.docker, &ctx.config.deployment, None).await?;
     ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
+    let listed: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();
+    let drift = known.reconcile_with(&listed);
+    if count_drift && drift > 0 {
+        ctx.metrics.relist_drift.inc_by(drift as u64);
+        tracing::info!(
+            drift,
+            "relist found container changes the event stream missed"
+        );
+    }
     for raw in &ids {
         match SandboxId::parse(raw) {
             Ok(id) => queue.add(id),
@@ -170,73 +232,23 @@ async fn relist(ctx: &Context, queue: &WorkQueue<SandboxId>) -> Result<(), Contr
     Ok(())
 }
 
-async fn periodic_relist(ctx: Arc<Context>, queue: WorkQueue<SandboxId>) {
+/// Relists every `relist_interval`, and at once when a watcher reconnects.
+async fn relist_loop(
+    ctx: Arc<Context>,
+    queue: WorkQueue<SandboxId>,
+    known: Arc<KnownContainers>,
+    relist_now: Arc<Notify>,
+) {
     let mut tick = tokio::time::interval(ctx.config.relist_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // the first tick is immediate; the initial relist already ran
+    tick.tick().await; // immediate; the initial relist already ran
     loop {
-        tick.tick().await;
-        if let Err(e) = relist(&ctx, &queue).await {
-            tracing::warn!(error = %e, "periodic relist failed; will try again next interval");
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = relist_now.notified() => tick.reset(),
         }
-    }
-}
-
-async fn connect_listener(pool: &PgPool) -> Result<PgListener, StoreError> {
-    let mut listener = PgListener::connect_with(pool)
-        .await
-        .map_err(StoreError::Connect)?;
-    listener
-        .listen(store::DESIRED_CHANNEL)
-        .await
-        .map_err(StoreError::Connect)?;
-    Ok(listener)
-}
-
-/// Turns NOTIFY into queue adds. NOTIFY is lost while disconnected, so
-/// every reconnect is followed by a relist.
-async fn watch_desired(mut listener: PgListener, ctx: Arc<Context>, queue: WorkQueue<SandboxId>) {
-    loop {
-        match listener.try_recv().await {
-            Ok(Some(n)) => {
-                ctx.metrics.notify_wakeups.inc();
-                match SandboxId::parse(n.payload()) {
-                    Ok(id) => queue.add(id),
-                    Err(e) => tracing::warn!(error = %e, "ignoring NOTIFY with an invalid id"),
-                }
-            }
-            // Ok(None): the connection dropped; the next call reconnects.
-            // Err: reconnecting failed. Either way notifications may be lost.
-            other => {
-                if let Err(e) = other {
-                    tracing::warn!(error = %e, "NOTIFY stream failed; reconnecting");
-                }
-                ctx.metrics
-                    .stream_restarts
-                    .with_label_values(&["postgres"])
-                    .inc();
-                let reconnect = || async {
-                    let l = connect_listener(&ctx.pool).await?;
-                    relist(&ctx, &queue).await?;
-                    Ok::<_, ControllerError>(l)
-                };
-                match reconnect
-                    .retry(
-                        ExponentialBuilder::default()
-                            .with_min_delay(Duration::from_millis(200))
-                            .with_max_delay(Duration::from_secs(30))
-                            .without_max_times(),
-                    )
-                    .notify(|e, d| tracing::warn!(error = %e, retry_in_ms = d.as_millis() as u64, "reconnecting NOTIFY stream"))
-                    .await
-                {
-                    Ok(l) => listener = l,
-                    Err(e) => {
-                        tracing::error!(error = %e, "NOTIFY stream gave up");
-                        return;
-                    }
-                }
-            }
+        if let Err(e) = relist(&ctx, &queue, &known, true).await {
+            tracing::warn!(error = %e, "relist failed; will try again next interval");
         }
     }
 }

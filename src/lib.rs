@@ -25,3 +25,4 @@ pub mod reconcile;
 pub mod runtime;
 pub mod secret;
 pub mod store;
+pub mod watch;

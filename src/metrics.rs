@@ -34,6 +34,10 @@ pub struct Metrics {
     pub teardown_failures: IntCounter,
     pub image_pulls: IntCounterVec,
     pub notify_wakeups: IntCounter,
+    pub docker_events: IntCounterVec,
+    pub relist_drift: IntCounter,
+    pub heals: IntCounterVec,
+    pub rotations: IntCounterVec,
     pub relists: IntCounter,
     pub stream_restarts: IntCounterVec,
     pub docker_call: Histogram,
@@ -177,6 +181,22 @@ impl Metrics {
                 "sandboxd_notify_wakeups_total",
                 "NOTIFY messages received from sandbox_desired"
             )),
+            docker_events: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_docker_events_total", "Docker container events received, by action"),
+                &["action"]
+            )),
+            relist_drift: reg!(IntCounter::new(
+                "sandboxd_relist_drift_total",
+                "Containers whose state a periodic relist found different from what the event stream said"
+            )),
+            heals: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_heals_total", "Engine containers replaced with the same credentials, by engine and cause (exited, oom, removed)"),
+                &["engine", "cause"]
+            )),
+            rotations: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_rotations_total", "Engine containers re-provisioned with fresh credentials because the requested features grew, by engine"),
+                &["engine"]
+            )),
             relists: reg!(IntCounter::new(
                 "sandboxd_relists_total",
                 "Full relists of both sides"
@@ -208,6 +228,9 @@ impl Metrics {
         m.queue_retries.with_label_values(&[CONTROLLER]);
         for phase in Phase::ALL {
             m.sandboxes.with_label_values(&[phase.as_str()]);
+        }
+        for result in ["success", "error"] {
+            m.image_pulls.with_label_values(&[result]);
         }
         for source in ["docker", "postgres"] {
             m.stream_restarts.with_label_values(&[source]);

@@ -4,6 +4,7 @@
 use crate::config::{ControllerConfig, ProbeVia};
 use crate::engine::{self, Credentials, Engine, EngineError, Target};
 use crate::labels::ContainerLabels;
+use crate::metrics::Metrics;
 use crate::model::{DesiredSandbox, ServiceStatus};
 use crate::runtime::{self, ContainerSpec, RuntimeError};
 use crate::secret::Secret;
@@ -76,11 +77,19 @@ pub struct Request<'a> {
 pub async fn provision(
     docker: &Docker,
     config: &ControllerConfig,
+    metrics: &Metrics,
     req: Request<'_>,
 ) -> Result<ServiceStatus, ProvisionError> {
     let engine = req.engine;
     let image = config.images.image_for(engine, !req.features.is_empty());
-    runtime::ensure_image(docker, &image, config.pull_timeout).await?;
+    match runtime::ensure_image(docker, &image, config.pull_timeout).await {
+        Ok(false) => {}
+        Ok(true) => metrics.image_pulls.with_label_values(&["success"]).inc(),
+        Err(e) => {
+            metrics.image_pulls.with_label_values(&["error"]).inc();
+            return Err(e.into());
+        }
+    }
 
     let (credentials, instance) = match req.reuse {
         Some(s) => (

@@ -7,7 +7,7 @@ use crate::engine;
 use crate::id::SandboxId;
 use crate::metrics::Metrics;
 use crate::model::{Phase, ServiceStatus};
-use crate::plan::{self, Action, Wanted};
+use crate::plan::{self, Action, ProvisionReason, Wanted};
 use crate::provision::{self, ProvisionError};
 use crate::runtime::{self, RuntimeError};
 use crate::store::{self, StoreError};
@@ -223,11 +223,21 @@ async fn run_provision(
         unreachable!("only provision actions are passed");
     };
     let engine = engine::lookup(name).expect("the database only accepts registered engines");
+    match reason {
+        ProvisionReason::Heal => {
+            let cause = heal_cause(ctx, replace).await;
+            ctx.metrics.heals.with_label_values(&[name, cause]).inc();
+            tracing::info!(sandbox = %desired.id, engine = name.as_str(), cause, "healing with the same credentials");
+        }
+        ProvisionReason::Rotate => ctx.metrics.rotations.with_label_values(&[name]).inc(),
+        ProvisionReason::Create | ProvisionReason::Replace => {}
+    }
     let started = std::time::Instant::now();
     tracing::info!(sandbox = %desired.id, engine = name.as_str(), reason = reason.as_str(), "provisioning");
     let result = provision::provision(
         &ctx.docker,
         &ctx.config,
+        &ctx.metrics,
         provision::Request {
             desired,
             engine,
@@ -256,6 +266,18 @@ async fn run_provision(
         }
     }
     (name.clone(), result)
+}
+
+/// Why a container needs healing: it is gone (`removed`), the kernel
+/// killed it for memory (`oom`), or it stopped otherwise (`exited`).
+async fn heal_cause(ctx: &Context, replaced: &[String]) -> &'static str {
+    let Some(dead) = replaced.first() else {
+        return "removed";
+    };
+    match runtime::was_oom_killed(&ctx.docker, dead).await {
+        Ok(true) => "oom",
+        _ => "exited",
+    }
 }
 
 /// Runs every due teardown; all are attempted even if one fails.

@@ -378,6 +378,19 @@ pub async fn is_running(docker: &Docker, id: &str) -> Result<Option<bool>, Runti
     }
 }
 
+/// Whether the kernel OOM-killed the container's last run (false if it
+/// no longer exists).
+pub async fn was_oom_killed(docker: &Docker, id: &str) -> Result<bool, RuntimeError> {
+    match docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+    {
+        Ok(info) => Ok(info.state.and_then(|s| s.oom_killed).unwrap_or(false)),
+        Err(e) if is_status(&e, &[404]) => Ok(false),
+        Err(e) => Err(api("inspect", id)(e)),
+    }
+}
+
 /// Stops the container (SIGTERM, then SIGKILL after `stop_timeout`) and
 /// removes it. Idempotent: a missing container is success.
 pub async fn remove(

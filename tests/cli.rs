@@ -3,28 +3,9 @@
 
 mod common;
 
-use common::{eventually, sandbox_id, TestEnv};
-use std::process::{Child, Command, Output, Stdio};
+use common::{eventually, free_port, sandbox_id, TestEnv, BIN};
+use std::process::{Command, Output};
 use std::time::Duration;
-
-const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn sandboxd(env: &TestEnv, args: &[&str]) -> Output {
     let out = Command::new(BIN)
@@ -59,21 +40,7 @@ async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 async fn the_binary_provisions_prints_env_lines_serves_metrics_and_stops_on_sigterm() {
     let env = TestEnv::new().await;
     let port = free_port();
-    let child = Command::new(BIN)
-        .arg("run")
-        .env("DATABASE_URL", &env.url)
-        .env("SANDBOXD_DEPLOYMENT", env.deployment.as_str())
-        .env("SANDBOXD_NETWORK", common::NETWORK)
-        .env("SANDBOXD_IMAGES", common::test_images())
-        .env("SANDBOXD_FEATURES_IMAGES", common::test_features_images())
-        .env("SANDBOXD_ENV_PREFIX", "ROBOCO_TEST")
-        .env("SANDBOXD_GRACE", "0s")
-        .env("SANDBOXD_METRICS_ADDR", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sandboxd run");
-    let mut child = KillOnDrop(child);
+    let mut child = env.spawn_binary(port, &[("SANDBOXD_ENV_PREFIX", "ROBOCO_TEST")]);
 
     eventually("/readyz answers 200", Duration::from_secs(30), || async {
         matches!(http_get(port, "/readyz").await, Some((200, _))).then_some(())

@@ -212,3 +212,58 @@ where
 pub fn sandbox_id(prefix: &str) -> SandboxId {
     SandboxId::parse(&format!("{prefix}-{}", random_suffix())).unwrap()
 }
+
+/// The `sandboxd` binary built for this test run.
+pub const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
+
+/// A `sandboxd run` process, killed when dropped.
+pub struct Process(pub std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Process {
+    /// Sends `signal` (e.g. "TERM", "KILL") to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &self.0.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestEnv {
+    /// Starts `sandboxd run` as a separate process for this test's database
+    /// and deployment, with `extra` environment on top of the test defaults.
+    pub fn spawn_binary(&self, metrics_port: u16, extra: &[(&str, &str)]) -> Process {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.arg("run")
+            .env("DATABASE_URL", &self.url)
+            .env("SANDBOXD_DEPLOYMENT", self.deployment.as_str())
+            .env("SANDBOXD_NETWORK", NETWORK)
+            .env("SANDBOXD_IMAGES", test_images())
+            .env("SANDBOXD_FEATURES_IMAGES", test_features_images())
+            .env("SANDBOXD_GRACE", "0s")
+            .env("SANDBOXD_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit());
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        Process(cmd.spawn().expect("start sandboxd run"))
+    }
+}
