@@ -122,7 +122,12 @@ pub fn wanted(desired: Option<&DesiredSandbox>, now: DateTime<Utc>) -> Wanted {
 }
 
 fn reap(c: &ObservedContainer, reason: ReapReason, now: DateTime<Utc>, grace: Duration) -> Action {
-    let until = c.created + chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::MAX);
+    // Saturate: a grace window past the calendar's end means "not yet"
+    // (`created + TimeDelta::MAX` would panic).
+    let until = chrono::Duration::from_std(grace)
+        .ok()
+        .and_then(|g| c.created.checked_add_signed(g))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
     if now >= until || reason == ReapReason::Duplicate {
         Action::Teardown {
             container: c.id.clone(),
@@ -187,6 +192,7 @@ pub fn plan(
 
     let mut services: Vec<&String> = desired.services.iter().collect();
     services.sort();
+    services.dedup();
     for engine in services {
         let wanted_features = desired.features_for(engine);
         let containers = by_engine.get(engine.as_str()).cloned().unwrap_or_default();
@@ -250,41 +256,47 @@ fn plan_engine(
             engine: engine.to_owned(),
             features: wanted.union(&old.labels.features).cloned().collect(),
             reuse: None,
-            host_port: old.host_port,
+            host_port: old.host_port.or(published.map(|p| p.host_port)),
             replace: all_ids(None),
             reason: ProvisionReason::Rotate,
         }];
     }
 
-    // Nothing running with published credentials. If credentials were
-    // published and cover the wanted features, heal with them.
-    if let Some(p) = published.filter(|p| {
+    // Nothing running with published credentials.
+    if let Some(p) = published {
         let had: BTreeSet<String> = p.available_extensions.iter().cloned().collect();
-        wanted.is_subset(&had)
-    }) {
-        let features = containers
-            .iter()
-            .find(|c| is_published(c))
-            .map(|c| c.labels.features.clone())
-            .unwrap_or_else(|| wanted.clone());
-        return vec![Action::Provision {
-            engine: engine.to_owned(),
-            features: features.union(wanted).cloned().collect(),
-            reuse: Some(p.clone()),
-            host_port: Some(p.host_port),
-            replace: all_ids(None),
-            reason: ProvisionReason::Heal,
-        }];
+        if wanted.is_subset(&had) {
+            // Heal: the same credentials, endpoint and the features the
+            // status promised.
+            return vec![Action::Provision {
+                engine: engine.to_owned(),
+                features: had,
+                reuse: Some(p.clone()),
+                host_port: Some(p.host_port),
+                replace: all_ids(None),
+                reason: ProvisionReason::Heal,
+            }];
+        }
+        if running.is_empty() {
+            // The features grew while the container was gone: rotate to
+            // the union, as for a running one.
+            return vec![Action::Provision {
+                engine: engine.to_owned(),
+                features: had.union(wanted).cloned().collect(),
+                reuse: None,
+                host_port: Some(p.host_port),
+                replace: all_ids(None),
+                reason: ProvisionReason::Rotate,
+            }];
+        }
     }
 
-    let reason = if !running.is_empty() {
-        ProvisionReason::Replace
-    } else if published.is_some() {
-        // Published credentials exist but the features grew while the
-        // container was gone: this is a rotation.
-        ProvisionReason::Rotate
-    } else {
+    // A running container whose credentials were never published (the
+    // controller stopped mid-provision), or nothing at all.
+    let reason = if running.is_empty() {
         ProvisionReason::Create
+    } else {
+        ProvisionReason::Replace
     };
     vec![Action::Provision {
         engine: engine.to_owned(),

@@ -56,6 +56,11 @@ pub fn container_name(config: &ControllerConfig, desired_id: &str, engine: &str)
     format!("sandboxd-{}-{desired_id}-{engine}", config.deployment)
 }
 
+/// A fresh credential-set token (see [`crate::labels::INSTANCE`]).
+fn new_instance() -> String {
+    Alphanumeric.sample_string(&mut rand::rng(), 16)
+}
+
 /// What to provision.
 pub struct Request<'a> {
     /// The desired row.
@@ -98,12 +103,15 @@ pub async fn provision(
                 password: s.password.clone(),
                 database: s.database.clone(),
             },
-            s.instance.clone(),
+            // A status without a token (written before tokens existed)
+            // gets one now, or it would never match its container again.
+            if s.instance.is_empty() {
+                new_instance()
+            } else {
+                s.instance.clone()
+            },
         ),
-        None => (
-            engine.credentials(Secret::generate()),
-            Alphanumeric.sample_string(&mut rand::rng(), 16),
-        ),
+        None => (engine.credentials(Secret::generate()), new_instance()),
     };
     for id in req.replace {
         runtime::remove(docker, id, config.stop_timeout).await?;

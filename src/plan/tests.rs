@@ -1,1 +1,1055 @@
+//! The decision table of `plan`, one row per situation, plus focused tests
+//! for the subtle cases and a convergence check that replays every row.
 
+use super::*;
+use crate::id::{Deployment, SandboxId};
+use crate::labels::ContainerLabels;
+use crate::model::Phase;
+use crate::secret::Secret;
+use chrono::TimeZone;
+
+// ---------------------------------------------------------------------------
+// Builders
+// ---------------------------------------------------------------------------
+
+const GRACE: Duration = Duration::from_secs(180);
+/// Older than the grace window.
+const OLD: i64 = 600;
+/// Younger than the grace window (60 s left).
+const YOUNG: i64 = 120;
+/// Host port every observed container is bound to (unless overridden).
+const CONTAINER_PORT: u16 = 49_001;
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// A live row wanting `services`, with `features` per engine.
+fn desired(services: &[&str], features: &[(&str, &[&str])]) -> DesiredSandbox {
+    DesiredSandbox {
+        id: SandboxId::parse("sb-1").unwrap(),
+        owner: "ci".into(),
+        services: services.iter().map(|s| (*s).to_owned()).collect(),
+        features: features
+            .iter()
+            .map(|(engine, f)| ((*engine).to_owned(), set(f)))
+            .collect(),
+        expires_at: None,
+        generation: 1,
+    }
+}
+
+fn expiring(mut d: DesiredSandbox, at: DateTime<Utc>) -> DesiredSandbox {
+    d.expires_at = Some(at);
+    d
+}
+
+/// A container of `engine` created `age` seconds before `now()`.
+fn container(
+    id: &str,
+    engine: &str,
+    state: ContainerState,
+    features: &[&str],
+    instance: &str,
+    age: i64,
+) -> ObservedContainer {
+    ObservedContainer {
+        id: id.into(),
+        name: format!("sandboxd-test-sb-1-{engine}"),
+        labels: ContainerLabels {
+            deployment: Deployment::parse("test").unwrap(),
+            sandbox: SandboxId::parse("sb-1").unwrap(),
+            owner: "ci".into(),
+            engine: engine.into(),
+            generation: 1,
+            features: set(features),
+            instance: instance.into(),
+        },
+        state,
+        created: now() - chrono::Duration::seconds(age),
+        host_port: Some(CONTAINER_PORT),
+    }
+}
+
+fn running(id: &str, engine: &str, features: &[&str], instance: &str) -> ObservedContainer {
+    container(id, engine, ContainerState::Running, features, instance, OLD)
+}
+
+fn exited(id: &str, engine: &str, features: &[&str], instance: &str) -> ObservedContainer {
+    container(id, engine, ContainerState::Exited, features, instance, OLD)
+}
+
+/// The port a published status carries for `engine` (distinct from
+/// [`CONTAINER_PORT`] so the summaries show which one was kept).
+fn published_port(engine: &str) -> u16 {
+    match engine {
+        "postgres" => 55_432,
+        "redis" => 56_379,
+        _ => 57_017,
+    }
+}
+
+/// What sandboxd published for `engine`: credential set `instance` with
+/// `features` present.
+fn published(engine: &str, instance: &str, features: &[&str]) -> ServiceStatus {
+    let host = format!("sandboxd-test-sb-1-{engine}");
+    ServiceStatus {
+        url: format!("{engine}://u:pw-{instance}@{host}/db"),
+        host,
+        port: 1,
+        host_port: published_port(engine),
+        user: "u".into(),
+        password: Secret::new(format!("pw-{instance}")),
+        database: "db".into(),
+        env: BTreeMap::new(),
+        available_extensions: features.iter().map(|s| (*s).to_owned()).collect(),
+        instance: instance.into(),
+    }
+}
+
+/// A status row publishing `(engine, instance, available_extensions)`.
+fn status(entries: &[(&str, &str, &[&str])]) -> SandboxStatus {
+    SandboxStatus {
+        id: SandboxId::parse("sb-1").unwrap(),
+        phase: Phase::Ready,
+        observed_generation: 1,
+        message: String::new(),
+        services: entries
+            .iter()
+            .map(|(engine, instance, f)| ((*engine).to_owned(), published(engine, instance, f)))
+            .collect(),
+        updated_at: Some(now()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Rendering actions as one-line summaries
+// ---------------------------------------------------------------------------
+
+fn list(items: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    let items: Vec<String> = items.into_iter().map(|s| s.as_ref().to_owned()).collect();
+    format!("[{}]", items.join(","))
+}
+
+/// `keep postgres instance=p1`,
+/// `provision postgres heal features=[pg_trgm] reuse=p1 port=55432 replace=[c1]`,
+/// `teardown c1 duplicate`, `wait c2 +60s` (relative to `now()`).
+fn summary(action: &Action) -> String {
+    match action {
+        Action::Keep { engine, status } => format!("keep {engine} instance={}", status.instance),
+        Action::Provision {
+            engine,
+            features,
+            reuse,
+            host_port,
+            replace,
+            reason,
+        } => format!(
+            "provision {engine} {} features={} reuse={} port={} replace={}",
+            reason.as_str(),
+            list(features),
+            reuse.as_ref().map_or("no", |s| s.instance.as_str()),
+            host_port.map_or("-".to_owned(), |p| p.to_string()),
+            list(replace),
+        ),
+        Action::Teardown {
+            container, reason, ..
+        } => format!("teardown {container} {}", reason.as_str()),
+        Action::Wait { container, until } => {
+            format!("wait {container} +{}s", (*until - now()).num_seconds())
+        }
+    }
+}
+
+fn summaries(actions: &[Action]) -> Vec<String> {
+    actions.iter().map(summary).collect()
+}
+
+fn plan_at(
+    desired: Option<&DesiredSandbox>,
+    observed: &[ObservedContainer],
+    status: Option<&SandboxStatus>,
+) -> Vec<String> {
+    summaries(&plan(desired, observed, status, now(), GRACE))
+}
+
+// ---------------------------------------------------------------------------
+// The decision table
+// ---------------------------------------------------------------------------
+
+type Row = (
+    &'static str,
+    Option<DesiredSandbox>,
+    Vec<ObservedContainer>,
+    Option<SandboxStatus>,
+    &'static [&'static str],
+);
+
+fn table() -> Vec<Row> {
+    use ContainerState::{Created, Exited, Removing, Running};
+    let pg = "postgres";
+    let rd = "redis";
+    vec![
+        // --- create --------------------------------------------------------
+        (
+            "a new row gets every engine with fresh credentials",
+            Some(desired(&[pg, rd], &[])),
+            vec![],
+            None,
+            &[
+                "provision postgres create features=[] reuse=no port=- replace=[]",
+                "provision redis create features=[] reuse=no port=- replace=[]",
+            ],
+        ),
+        (
+            "a new row with features creates the engine with exactly those",
+            Some(desired(&[pg], &[(pg, &["pg_trgm", "citext"])])),
+            vec![],
+            None,
+            &["provision postgres create features=[citext,pg_trgm] reuse=no port=- replace=[]"],
+        ),
+        (
+            "a status for another engine does not make a new engine a heal",
+            Some(desired(&[pg, rd], &[])),
+            vec![running("c1", pg, &[], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &[
+                "keep postgres instance=p1",
+                "provision redis create features=[] reuse=no port=- replace=[]",
+            ],
+        ),
+        (
+            "a dead container never published is replaced by a fresh create",
+            Some(desired(&[pg], &[])),
+            vec![exited("c1", pg, &[], "x1")],
+            None,
+            &["provision postgres create features=[] reuse=no port=- replace=[c1]"],
+        ),
+        // --- keep ----------------------------------------------------------
+        (
+            "a running published container with every wanted feature is kept",
+            Some(desired(&[pg], &[(pg, &["pg_trgm"])])),
+            vec![running("c1", pg, &["pg_trgm"], "p1")],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["keep postgres instance=p1"],
+        ),
+        (
+            "a feature subset of what runs is a no op",
+            Some(desired(&[pg], &[(pg, &["pg_trgm"])])),
+            vec![running("c1", pg, &["citext", "pg_trgm"], "p1")],
+            Some(status(&[(pg, "p1", &["citext", "pg_trgm"])])),
+            &["keep postgres instance=p1"],
+        ),
+        (
+            "dropping every feature keeps the running container",
+            Some(desired(&[pg], &[])),
+            vec![running("c1", pg, &["citext"], "p1")],
+            Some(status(&[(pg, "p1", &["citext"])])),
+            &["keep postgres instance=p1"],
+        ),
+        (
+            "keep judges features by the container labels not the status",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![running("c1", pg, &["citext"], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &["keep postgres instance=p1"],
+        ),
+        (
+            "a new service adds only that engine",
+            Some(desired(&[pg, rd], &[(rd, &["search"])])),
+            vec![running("c1", pg, &["pg_trgm"], "p1")],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &[
+                "keep postgres instance=p1",
+                "provision redis create features=[search] reuse=no port=- replace=[]",
+            ],
+        ),
+        // --- rotate --------------------------------------------------------
+        (
+            "a feature superset rotates with the union and the container's host port",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![running("c1", pg, &["pg_trgm"], "p1")],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=49001 replace=[c1]"],
+        ),
+        (
+            "a rotation also removes the engine's other containers",
+            Some(desired(&[pg], &[(pg, &["citext", "pg_trgm"])])),
+            vec![
+                exited("c0", pg, &["pg_trgm"], "old"),
+                running("c1", pg, &["pg_trgm"], "p1"),
+                running("c2", pg, &["citext", "pg_trgm"], "x2"),
+            ],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=49001 replace=[c0,c1,c2]"],
+        ),
+        (
+            "a vanished container whose features grew is a rotation with fresh credentials",
+            Some(desired(&[pg], &[(pg, &["citext", "pg_trgm"])])),
+            vec![],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=55432 replace=[]"],
+        ),
+        (
+            "a dead container whose features grew is a rotation to the union, like a running one",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![exited("c1", pg, &["pg_trgm"], "p1")],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=55432 replace=[c1]"],
+        ),
+        // --- heal ----------------------------------------------------------
+        (
+            "a dead published container is healed with the same credentials and port",
+            Some(desired(&[pg], &[(pg, &["pg_trgm"])])),
+            vec![exited("c1", pg, &["pg_trgm"], "p1")],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres heal features=[pg_trgm] reuse=p1 port=55432 replace=[c1]"],
+        ),
+        (
+            "a container removed out of band is healed with the same credentials",
+            Some(desired(&[pg, rd], &[(pg, &["pg_trgm"])])),
+            vec![running("c2", rd, &[], "r1")],
+            Some(status(&[(pg, "p1", &["pg_trgm"]), (rd, "r1", &[])])),
+            &[
+                "provision postgres heal features=[pg_trgm] reuse=p1 port=55432 replace=[]",
+                "keep redis instance=r1",
+            ],
+        ),
+        (
+            "a created but never started published container is healed like a dead one",
+            Some(desired(&[pg], &[])),
+            vec![container("c1", pg, Created, &[], "p1", OLD)],
+            Some(status(&[(pg, "p1", &[])])),
+            &["provision postgres heal features=[] reuse=p1 port=55432 replace=[c1]"],
+        ),
+        (
+            "a heal keeps the dead container's extra features",
+            Some(desired(&[pg], &[(pg, &["pg_trgm"])])),
+            vec![exited("c1", pg, &["citext", "pg_trgm"], "p1")],
+            Some(status(&[(pg, "p1", &["citext", "pg_trgm"])])),
+            &["provision postgres heal features=[citext,pg_trgm] reuse=p1 port=55432 replace=[c1]"],
+        ),
+        (
+            "a heal after a vanish restores every feature the status promised",
+            Some(desired(&[pg], &[(pg, &["pg_trgm"])])),
+            vec![],
+            Some(status(&[(pg, "p1", &["citext", "pg_trgm"])])),
+            &["provision postgres heal features=[citext,pg_trgm] reuse=p1 port=55432 replace=[]"],
+        ),
+        (
+            "a wanted subset of the published extensions is still a heal",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![exited("c1", pg, &["citext", "pg_trgm"], "p1")],
+            Some(status(&[(pg, "p1", &["citext", "pg_trgm"])])),
+            &["provision postgres heal features=[citext,pg_trgm] reuse=p1 port=55432 replace=[c1]"],
+        ),
+        (
+            "published credentials win over a running container they do not vouch for",
+            Some(desired(&[pg], &[(pg, &["pg_trgm"])])),
+            vec![
+                exited("c1", pg, &["pg_trgm"], "p1"),
+                running("c2", pg, &["pg_trgm"], "x2"),
+            ],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres heal features=[pg_trgm] reuse=p1 port=55432 replace=[c1,c2]"],
+        ),
+        // --- replace -------------------------------------------------------
+        (
+            "a running container whose credentials were never published is replaced",
+            Some(desired(&[pg], &[])),
+            vec![running("c1", pg, &[], "x1")],
+            None,
+            &["provision postgres replace features=[] reuse=no port=- replace=[c1]"],
+        ),
+        (
+            "a status without this engine does not vouch for its running container",
+            Some(desired(&[pg, rd], &[])),
+            vec![running("c1", pg, &[], "x1"), running("c2", rd, &[], "r1")],
+            Some(status(&[(rd, "r1", &[])])),
+            &[
+                "provision postgres replace features=[] reuse=no port=- replace=[c1]",
+                "keep redis instance=r1",
+            ],
+        ),
+        (
+            "a crash mid rotation is replaced with fresh credentials on the published port",
+            Some(desired(&[pg], &[(pg, &["citext", "pg_trgm"])])),
+            vec![running("c2", pg, &["citext", "pg_trgm"], "x2")],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres replace features=[citext,pg_trgm] reuse=no port=55432 replace=[c2]"],
+        ),
+        // --- duplicates ----------------------------------------------------
+        (
+            "a second running container of a kept engine is torn down at once",
+            Some(desired(&[pg], &[])),
+            vec![
+                container("c1", pg, Running, &[], "x1", 1),
+                running("c2", pg, &[], "p1"),
+            ],
+            Some(status(&[(pg, "p1", &[])])),
+            &["keep postgres instance=p1", "teardown c1 duplicate"],
+        ),
+        (
+            "dead leftovers of a kept engine are torn down as duplicates",
+            Some(desired(&[pg], &[])),
+            vec![
+                running("c1", pg, &[], "p1"),
+                exited("c2", pg, &[], "old"),
+                container("c3", pg, Created, &[], "p1", 1),
+            ],
+            Some(status(&[(pg, "p1", &[])])),
+            &[
+                "keep postgres instance=p1",
+                "teardown c2 duplicate",
+                "teardown c3 duplicate",
+            ],
+        ),
+        (
+            "of two running copies of the published instance the first is kept",
+            Some(desired(&[pg], &[])),
+            vec![running("c1", pg, &[], "p1"), running("c2", pg, &[], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &["keep postgres instance=p1", "teardown c2 duplicate"],
+        ),
+        (
+            "the published copy with every wanted feature is the one kept",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![
+                running("c1", pg, &[], "p1"),
+                running("c2", pg, &["citext"], "p1"),
+            ],
+            Some(status(&[(pg, "p1", &["citext"])])),
+            &["keep postgres instance=p1", "teardown c1 duplicate"],
+        ),
+        // --- service dropped -----------------------------------------------
+        (
+            "a dropped service older than the grace window is torn down",
+            Some(desired(&[pg], &[])),
+            vec![running("c1", pg, &[], "p1"), running("c2", rd, &[], "r1")],
+            Some(status(&[(pg, "p1", &[]), (rd, "r1", &[])])),
+            &["teardown c2 service_dropped", "keep postgres instance=p1"],
+        ),
+        (
+            "a dropped service inside the grace window waits",
+            Some(desired(&[pg], &[])),
+            vec![
+                running("c1", pg, &[], "p1"),
+                container("c2", rd, Running, &[], "r1", YOUNG),
+            ],
+            Some(status(&[(pg, "p1", &[]), (rd, "r1", &[])])),
+            &["wait c2 +60s", "keep postgres instance=p1"],
+        ),
+        (
+            "every container of a dropped service is reaped on its own clock",
+            Some(desired(&[rd], &[])),
+            vec![
+                running("c1", pg, &[], "p1"),
+                container("c2", pg, Exited, &[], "old", YOUNG),
+                running("c3", rd, &[], "r1"),
+            ],
+            Some(status(&[(pg, "p1", &[]), (rd, "r1", &[])])),
+            &[
+                "teardown c1 service_dropped",
+                "wait c2 +60s",
+                "keep redis instance=r1",
+            ],
+        ),
+        // --- deleted -------------------------------------------------------
+        (
+            "a deleted row with nothing left plans nothing",
+            None,
+            vec![],
+            Some(status(&[(pg, "p1", &[])])),
+            &[],
+        ),
+        (
+            "a deleted row reaps old containers and waits for young ones",
+            None,
+            vec![
+                running("c1", pg, &[], "p1"),
+                container("c2", rd, Running, &[], "r1", YOUNG),
+                container("c3", pg, Exited, &[], "old", OLD),
+            ],
+            Some(status(&[(pg, "p1", &[]), (rd, "r1", &[])])),
+            &["teardown c1 deleted", "wait c2 +60s", "teardown c3 deleted"],
+        ),
+        (
+            "a deleted row without a status is reaped the same way",
+            None,
+            vec![container("c1", pg, Created, &[], "x1", OLD)],
+            None,
+            &["teardown c1 deleted"],
+        ),
+        // --- expired -------------------------------------------------------
+        (
+            "an expired row reaps old containers and waits for young ones",
+            Some(expiring(
+                desired(&[pg, rd], &[]),
+                now() - chrono::Duration::seconds(1),
+            )),
+            vec![
+                running("c1", pg, &[], "p1"),
+                container("c2", rd, Running, &[], "r1", YOUNG),
+            ],
+            Some(status(&[(pg, "p1", &[]), (rd, "r1", &[])])),
+            &["teardown c1 expired", "wait c2 +60s"],
+        ),
+        (
+            "a row expiring exactly now is expired",
+            Some(expiring(desired(&[pg], &[]), now())),
+            vec![running("c1", pg, &[], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &["teardown c1 expired"],
+        ),
+        (
+            "an expired row provisions nothing",
+            Some(expiring(
+                desired(&[pg], &[]),
+                now() - chrono::Duration::days(1),
+            )),
+            vec![],
+            None,
+            &[],
+        ),
+        (
+            "a row expiring in the future is provisioned normally",
+            Some(expiring(
+                desired(&[pg, rd], &[]),
+                now() + chrono::Duration::seconds(1),
+            )),
+            vec![running("c1", pg, &[], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &[
+                "keep postgres instance=p1",
+                "provision redis create features=[] reuse=no port=- replace=[]",
+            ],
+        ),
+        // --- removing ------------------------------------------------------
+        (
+            "a container being removed counts as gone",
+            Some(desired(&[pg], &[])),
+            vec![container("c1", pg, Removing, &[], "p1", OLD)],
+            Some(status(&[(pg, "p1", &[])])),
+            &["provision postgres heal features=[] reuse=p1 port=55432 replace=[]"],
+        ),
+        (
+            "a container being removed is not kept nor listed as a duplicate",
+            Some(desired(&[pg], &[])),
+            vec![
+                container("c1", pg, Removing, &[], "p1", OLD),
+                running("c2", pg, &[], "p1"),
+            ],
+            Some(status(&[(pg, "p1", &[])])),
+            &["keep postgres instance=p1"],
+        ),
+        (
+            "a container being removed is not reaped again",
+            None,
+            vec![
+                container("c1", pg, Removing, &[], "p1", OLD),
+                container("c2", rd, Removing, &[], "r1", YOUNG),
+            ],
+            None,
+            &[],
+        ),
+        (
+            "a container of a dropped service being removed is left alone",
+            Some(desired(&[pg], &[])),
+            vec![
+                running("c1", pg, &[], "p1"),
+                container("c2", rd, Removing, &[], "r1", OLD),
+            ],
+            Some(status(&[(pg, "p1", &[])])),
+            &["keep postgres instance=p1"],
+        ),
+        // --- several engines at once ---------------------------------------
+        (
+            "each engine is decided on its own",
+            Some(desired(
+                &["redis", "mongo", "postgres"],
+                &[(pg, &["citext"]), (rd, &["search"])],
+            )),
+            vec![
+                running("c1", pg, &[], "p1"),
+                exited("c2", rd, &["search"], "r1"),
+                running("c3", "mongo", &[], "x3"),
+            ],
+            Some(status(&[(pg, "p1", &[]), (rd, "r1", &["search"])])),
+            &[
+                "provision mongo replace features=[] reuse=no port=- replace=[c3]",
+                "provision postgres rotate features=[citext] reuse=no port=49001 replace=[c1]",
+                "provision redis heal features=[search] reuse=r1 port=56379 replace=[c2]",
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn the_decision_table_holds() {
+    let mut failures = Vec::new();
+    for (name, desired, observed, status, expected) in table() {
+        let got = plan_at(desired.as_ref(), &observed, status.as_ref());
+        if got != expected {
+            failures.push(format!(
+                "{name}\n  expected: {expected:#?}\n  got:      {got:#?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+#[test]
+fn decision_table_names_are_unique() {
+    let names: BTreeSet<&str> = table().iter().map(|row| row.0).collect();
+    assert_eq!(names.len(), table().len());
+}
+
+// ---------------------------------------------------------------------------
+// Focused tests
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_kept_engine_publishes_the_status_it_already_had() {
+    let d = desired(&["postgres"], &[]);
+    let s = status(&[("postgres", "p1", &[])]);
+    let actions = plan(
+        Some(&d),
+        &[running("c1", "postgres", &[], "p1")],
+        Some(&s),
+        now(),
+        GRACE,
+    );
+    assert_eq!(
+        actions,
+        vec![Action::Keep {
+            engine: "postgres".into(),
+            status: s.services["postgres"].clone(),
+        }]
+    );
+}
+
+#[test]
+fn a_heal_reuses_the_published_credentials_verbatim() {
+    let d = desired(&["postgres"], &[]);
+    let s = status(&[("postgres", "p1", &[])]);
+    let actions = plan(
+        Some(&d),
+        &[exited("c1", "postgres", &[], "p1")],
+        Some(&s),
+        now(),
+        GRACE,
+    );
+    let [Action::Provision {
+        reuse: Some(reused),
+        host_port,
+        reason: ProvisionReason::Heal,
+        ..
+    }] = actions.as_slice()
+    else {
+        panic!("expected one heal, got {:?}", summaries(&actions));
+    };
+    assert_eq!(reused, &s.services["postgres"]);
+    assert_eq!(reused.password.expose(), "pw-p1");
+    assert_eq!(*host_port, Some(reused.host_port));
+}
+
+#[test]
+fn a_rotation_keeps_the_running_container_host_port_not_the_published_one() {
+    let d = desired(&["postgres"], &[("postgres", &["citext"])]);
+    let s = status(&[("postgres", "p1", &[])]);
+    let mut c = running("c1", "postgres", &[], "p1");
+    c.host_port = Some(41_000);
+    let actions = plan(Some(&d), &[c], Some(&s), now(), GRACE);
+    assert_eq!(
+        summaries(&actions),
+        ["provision postgres rotate features=[citext] reuse=no port=41000 replace=[c1]"]
+    );
+}
+
+#[test]
+fn a_rotation_of_a_container_without_a_host_port_keeps_the_published_one() {
+    let d = desired(&["postgres"], &[("postgres", &["citext"])]);
+    let s = status(&[("postgres", "p1", &[])]);
+    let mut c = running("c1", "postgres", &[], "p1");
+    c.host_port = None;
+    let actions = plan(Some(&d), &[c], Some(&s), now(), GRACE);
+    assert_eq!(
+        summaries(&actions),
+        ["provision postgres rotate features=[citext] reuse=no port=55432 replace=[c1]"]
+    );
+}
+
+#[test]
+fn a_status_without_an_instance_token_vouches_for_no_container() {
+    // Even a container whose label is also empty: an empty token links
+    // nothing, so the status can only be used to heal.
+    let d = desired(&["postgres"], &[]);
+    let s = status(&[("postgres", "", &[])]);
+    let actions = plan(
+        Some(&d),
+        &[running("c1", "postgres", &[], "")],
+        Some(&s),
+        now(),
+        GRACE,
+    );
+    assert_eq!(
+        summaries(&actions),
+        ["provision postgres heal features=[] reuse= port=55432 replace=[c1]"]
+    );
+}
+
+#[test]
+fn the_order_of_services_in_the_row_does_not_change_the_plan() {
+    let engines = ["postgres", "redis", "mongo"];
+    let observed = vec![
+        running("c1", "postgres", &["pg_trgm"], "p1"),
+        exited("c2", "redis", &[], "r1"),
+        running("c4", "redis", &[], "x4"),
+    ];
+    let s = status(&[("postgres", "p1", &["pg_trgm"]), ("redis", "r1", &[])]);
+    let orders = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ];
+    let plans: Vec<Vec<String>> = orders
+        .iter()
+        .map(|order| {
+            let services: Vec<&str> = order.iter().map(|&i| engines[i]).collect();
+            let d = desired(&services, &[("postgres", &["citext"])]);
+            plan_at(Some(&d), &observed, Some(&s))
+        })
+        .collect();
+    assert_eq!(
+        plans[0],
+        [
+            "provision mongo create features=[] reuse=no port=- replace=[]",
+            "provision postgres rotate features=[citext,pg_trgm] reuse=no port=49001 replace=[c1]",
+            "provision redis heal features=[] reuse=r1 port=56379 replace=[c2,c4]",
+        ]
+    );
+    for (order, p) in orders.iter().zip(&plans) {
+        assert_eq!(p, &plans[0], "services in order {order:?}");
+    }
+}
+
+#[test]
+fn the_order_of_observed_containers_only_picks_which_duplicate_survives() {
+    // Keep always wins over its duplicates whatever the listing order.
+    let d = desired(&["postgres"], &[]);
+    let s = status(&[("postgres", "p1", &[])]);
+    let a = running("c1", "postgres", &[], "x1");
+    let b = running("c2", "postgres", &[], "p1");
+    for observed in [vec![a.clone(), b.clone()], vec![b, a]] {
+        assert_eq!(
+            plan_at(Some(&d), &observed, Some(&s)),
+            ["keep postgres instance=p1", "teardown c1 duplicate"]
+        );
+    }
+}
+
+#[test]
+fn duplicates_are_torn_down_whatever_the_grace_window() {
+    let d = desired(&["postgres"], &[]);
+    let s = status(&[("postgres", "p1", &[])]);
+    let observed = [
+        running("c1", "postgres", &[], "p1"),
+        container("c2", "postgres", ContainerState::Running, &[], "x2", 0),
+    ];
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let actions = plan(Some(&d), &observed, Some(&s), now(), year);
+    assert_eq!(
+        summaries(&actions),
+        ["keep postgres instance=p1", "teardown c2 duplicate"]
+    );
+}
+
+#[test]
+fn a_grace_of_zero_reaps_a_container_created_this_instant() {
+    let c = container("c1", "postgres", ContainerState::Running, &[], "p1", 0);
+    let actions = plan(None, &[c], None, now(), Duration::ZERO);
+    assert_eq!(summaries(&actions), ["teardown c1 deleted"]);
+}
+
+#[test]
+fn a_container_exactly_as_old_as_the_grace_window_is_reaped() {
+    let at_boundary = container("c1", "redis", ContainerState::Running, &[], "r1", 180);
+    let just_younger = container("c2", "redis", ContainerState::Running, &[], "r2", 179);
+    let d = desired(&["postgres"], &[]);
+    let s = status(&[("postgres", "p1", &[])]);
+    let pg = running("c0", "postgres", &[], "p1");
+    assert_eq!(
+        plan_at(Some(&d), &[pg, at_boundary, just_younger], Some(&s)),
+        [
+            "teardown c1 service_dropped",
+            "wait c2 +1s",
+            "keep postgres instance=p1"
+        ]
+    );
+}
+
+#[test]
+fn the_grace_window_counts_from_container_creation_with_sub_second_precision() {
+    let mut c = container("c1", "postgres", ContainerState::Running, &[], "p1", 0);
+    c.created = now() - chrono::Duration::milliseconds(179_999);
+    let actions = plan(None, &[c], None, now(), GRACE);
+    assert_eq!(
+        actions,
+        vec![Action::Wait {
+            container: "c1".into(),
+            until: now() + chrono::Duration::milliseconds(1),
+        }]
+    );
+}
+
+#[test]
+fn a_grace_window_too_large_for_the_calendar_waits_forever_instead_of_panicking() {
+    let c = container("c1", "postgres", ContainerState::Running, &[], "p1", OLD);
+    for grace in [Duration::MAX, Duration::from_secs(u64::MAX / 1_000_000)] {
+        let actions = plan(None, std::slice::from_ref(&c), None, now(), grace);
+        assert_eq!(
+            actions,
+            vec![Action::Wait {
+                container: "c1".into(),
+                until: DateTime::<Utc>::MAX_UTC,
+            }],
+            "grace {grace:?}"
+        );
+    }
+}
+
+#[test]
+fn teardowns_carry_the_engine_of_the_container() {
+    let actions = plan(
+        None,
+        &[running("c1", "redis", &[], "r1")],
+        None,
+        now(),
+        GRACE,
+    );
+    assert_eq!(
+        actions,
+        vec![Action::Teardown {
+            container: "c1".into(),
+            engine: "redis".into(),
+            reason: ReapReason::Deleted,
+        }]
+    );
+}
+
+#[test]
+fn next_wake_is_the_earliest_wait() {
+    let observed = [
+        container("c1", "postgres", ContainerState::Running, &[], "p1", 30),
+        container("c2", "redis", ContainerState::Running, &[], "r1", 170),
+        container("c3", "mongo", ContainerState::Running, &[], "m1", 90),
+        container("c4", "mongo", ContainerState::Exited, &[], "m0", OLD),
+    ];
+    let actions = plan(None, &observed, None, now(), GRACE);
+    assert_eq!(
+        summaries(&actions),
+        [
+            "wait c1 +150s",
+            "wait c2 +10s",
+            "wait c3 +90s",
+            "teardown c4 deleted"
+        ]
+    );
+    assert_eq!(
+        next_wake(&actions),
+        Some(now() + chrono::Duration::seconds(10))
+    );
+}
+
+#[test]
+fn next_wake_is_none_without_waits() {
+    assert_eq!(next_wake(&[]), None);
+    let d = desired(&["postgres"], &[]);
+    let actions = plan(
+        Some(&d),
+        &[running("c1", "redis", &[], "r1")],
+        None,
+        now(),
+        GRACE,
+    );
+    assert_eq!(
+        summaries(&actions),
+        [
+            "teardown c1 service_dropped",
+            "provision postgres create features=[] reuse=no port=- replace=[]"
+        ]
+    );
+    assert_eq!(next_wake(&actions), None);
+}
+
+#[test]
+fn wanted_says_why_a_row_wants_nothing() {
+    let live = desired(&["postgres"], &[]);
+    let later = expiring(live.clone(), now() + chrono::Duration::seconds(1));
+    let at_now = expiring(live.clone(), now());
+    assert_eq!(wanted(None, now()), Wanted::Deleted);
+    assert_eq!(wanted(Some(&live), now()), Wanted::Yes);
+    assert_eq!(wanted(Some(&later), now()), Wanted::Yes);
+    assert_eq!(wanted(Some(&at_now), now()), Wanted::Expired);
+}
+
+#[test]
+fn reasons_have_stable_label_values() {
+    let provision: Vec<&str> = [
+        ProvisionReason::Create,
+        ProvisionReason::Heal,
+        ProvisionReason::Rotate,
+        ProvisionReason::Replace,
+    ]
+    .into_iter()
+    .map(ProvisionReason::as_str)
+    .collect();
+    assert_eq!(provision, ["create", "heal", "rotate", "replace"]);
+    let reap: Vec<&str> = [
+        ReapReason::Deleted,
+        ReapReason::ServiceDropped,
+        ReapReason::Expired,
+        ReapReason::Duplicate,
+    ]
+    .into_iter()
+    .map(ReapReason::as_str)
+    .collect();
+    assert_eq!(reap, ["deleted", "service_dropped", "expired", "duplicate"]);
+}
+
+// ---------------------------------------------------------------------------
+// Convergence: replaying every table row against a simulated Docker
+// ---------------------------------------------------------------------------
+
+/// Applies actions the way `reconcile` and `provision` do: teardowns and
+/// replaced containers disappear, a provision starts a container labelled
+/// with the reused instance (or a fresh one) and publishes it, a keep
+/// republishes, and a wait lets the clock run to its deadline.
+struct World {
+    now: DateTime<Utc>,
+    observed: Vec<ObservedContainer>,
+    status: Option<SandboxStatus>,
+    minted: u32,
+}
+
+impl World {
+    fn apply(&mut self, desired: Option<&DesiredSandbox>, actions: &[Action]) {
+        let mut services = BTreeMap::new();
+        let mut wake = None;
+        for action in actions {
+            match action {
+                Action::Teardown { container, .. } => {
+                    self.observed.retain(|c| &c.id != container);
+                }
+                Action::Wait { until, .. } => {
+                    wake = Some(wake.map_or(*until, |w: DateTime<Utc>| w.min(*until)));
+                }
+                Action::Keep { engine, status } => {
+                    services.insert(engine.clone(), status.clone());
+                }
+                Action::Provision {
+                    engine,
+                    features,
+                    reuse,
+                    host_port,
+                    replace,
+                    ..
+                } => {
+                    self.observed.retain(|c| !replace.contains(&c.id));
+                    self.minted += 1;
+                    let id = format!("n{}", self.minted);
+                    let instance = reuse
+                        .as_ref()
+                        .map_or_else(|| format!("fresh{}", self.minted), |s| s.instance.clone());
+                    let port = host_port.unwrap_or(60_000 + self.minted as u16);
+                    let mut c = container(&id, engine, ContainerState::Running, &[], &instance, 0);
+                    c.created = self.now;
+                    c.labels.features = features.clone();
+                    c.host_port = Some(port);
+                    self.observed.push(c);
+                    let f: Vec<&str> = features.iter().map(String::as_str).collect();
+                    let mut s = published(engine, &instance, &f);
+                    s.host_port = port;
+                    services.insert(engine.clone(), s);
+                }
+            }
+        }
+        self.status = match wanted(desired, self.now) {
+            Wanted::Yes => Some(SandboxStatus {
+                services,
+                ..status(&[])
+            }),
+            _ => None,
+        };
+        if let Some(t) = wake {
+            self.now = self.now.max(t);
+        }
+    }
+}
+
+#[test]
+fn every_table_row_converges_to_a_fixed_point_within_three_rounds() {
+    for (name, desired, observed, status, _) in table() {
+        let mut world = World {
+            now: now(),
+            observed,
+            status,
+            minted: 0,
+        };
+        let mut rounds = 0;
+        loop {
+            let actions = plan(
+                desired.as_ref(),
+                &world.observed,
+                world.status.as_ref(),
+                world.now,
+                GRACE,
+            );
+            let settled = actions.iter().all(|a| matches!(a, Action::Keep { .. }));
+            if settled {
+                break;
+            }
+            rounds += 1;
+            assert!(
+                rounds <= 3,
+                "{name}: still acting after 3 rounds: {:?}",
+                summaries(&actions)
+            );
+            world.apply(desired.as_ref(), &actions);
+        }
+
+        // The fixed point: one running, published container per wanted
+        // engine with every wanted feature, and nothing else.
+        let live: Vec<&ObservedContainer> = world
+            .observed
+            .iter()
+            .filter(|c| c.state != ContainerState::Removing)
+            .collect();
+        match desired.as_ref().filter(|d| !d.is_expired(world.now)) {
+            None => assert!(live.is_empty(), "{name}: left {live:?}"),
+            Some(d) => {
+                assert_eq!(live.len(), d.services.len(), "{name}: left {live:?}");
+                for engine in &d.services {
+                    let c = live
+                        .iter()
+                        .find(|c| &c.labels.engine == engine)
+                        .unwrap_or_else(|| panic!("{name}: no {engine} container"));
+                    let s = &world.status.as_ref().unwrap().services[engine];
+                    assert_eq!(c.state, ContainerState::Running, "{name}");
+                    assert_eq!(c.labels.instance, s.instance, "{name}: {engine}");
+                    assert!(
+                        d.features_for(engine).is_subset(&c.labels.features),
+                        "{name}: {engine} lacks wanted features"
+                    );
+                }
+            }
+        }
+    }
+}
