@@ -27,6 +27,17 @@ ensure_engine_images() {
   "$(dirname "${BASH_SOURCE[0]}")/../deploy/images/build.sh"
 }
 
+# Installs Prometheus (server and promtool) from Debian's packages if missing;
+# the observability tests run a real one on loopback.
+ensure_prometheus() {
+  if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then return 0; fi
+  log "installing Prometheus from Debian's packages"
+  apt-get update -qq >/dev/null 2>&1 || true
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # The package starts a system service where it can; the tests run their own.
+  (command -v service >/dev/null 2>&1 && service prometheus stop >/dev/null 2>&1) || true
+}
+
 random_password() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 # start_state_db NAME PASSWORD [VOLUME]

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 
 ensure_docker
 ensure_engine_images
+ensure_prometheus
 
 state=sandboxd-test-state
 cleanup() {

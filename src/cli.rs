@@ -363,7 +363,7 @@ async fn run_controller(url: &str, args: &RunArgs) -> Result<(), CliError> {
     let (bound, server) = http::serve(
         config.metrics_addr,
         metrics,
-        controller.readiness(),
+        controller.probes(),
         stopped(stop_rx.clone()),
     )
     .await?;

@@ -3,15 +3,18 @@
 
 use crate::clock::Clock;
 use crate::config::ControllerConfig;
+use crate::heal_loop::HealLoops;
+use crate::http::Probes;
 use crate::id::SandboxId;
 use crate::labels;
-use crate::metrics::Metrics;
-use crate::model::Phase;
+use crate::metrics::{Metrics, CONTROLLER};
+use crate::model::{Phase, SandboxStatus};
 use crate::queue::{Outcome, QueueConfig, WorkQueue};
 use crate::reconcile::{self, Context, Next};
-use crate::runtime::{self, RuntimeError};
+use crate::runtime::{self, ContainerState, ObservedContainer, RuntimeError};
 use crate::store::{self, StoreError};
 use crate::watch::{self, KnownContainers, Sink};
+use async_trait::async_trait;
 use bollard::Docker;
 use sqlx::PgPool;
 use std::collections::BTreeSet;
@@ -87,7 +90,7 @@ impl Controller {
         };
         metrics
             .max_concurrent
-            .with_label_values(&[crate::metrics::CONTROLLER])
+            .with_label_values(&[CONTROLLER])
             .set(queue_config.concurrency as i64);
         let shutdown_grace = queue_config.shutdown_grace;
         let queue = WorkQueue::new(queue_config, metrics.clone());
@@ -98,6 +101,7 @@ impl Controller {
                 config,
                 clock,
                 metrics,
+                heal_loops: HealLoops::default(),
             }),
             queue,
             readiness: Readiness::default(),
@@ -107,9 +111,18 @@ impl Controller {
         }
     }
 
-    /// The readiness flag, for the HTTP server.
+    /// The readiness flag.
     pub fn readiness(&self) -> Readiness {
         self.readiness.clone()
+    }
+
+    /// What `/metrics` and `/readyz` ask of this controller.
+    pub fn probes(&self) -> Arc<dyn Probes> {
+        Arc::new(ControllerProbes {
+            ctx: self.ctx.clone(),
+            queue: self.queue.clone(),
+            readiness: self.readiness.clone(),
+        })
     }
 
     /// Runs until `shutdown` resolves; then stops taking new work, lets
@@ -188,6 +201,90 @@ impl Controller {
     }
 }
 
+/// How long a probe may wait for Postgres or Docker.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+struct ControllerProbes {
+    ctx: Arc<Context>,
+    queue: WorkQueue<SandboxId>,
+    readiness: Readiness,
+}
+
+#[async_trait]
+impl Probes for ControllerProbes {
+    async fn before_scrape(&self) {
+        let m = &self.ctx.metrics;
+        let (longest, total) = self.queue.running_times();
+        m.longest_running
+            .with_label_values(&[CONTROLLER])
+            .set(longest.as_secs_f64());
+        m.unfinished_work
+            .with_label_values(&[CONTROLLER])
+            .set(total.as_secs_f64());
+        let looping = self.ctx.heal_loops.looping();
+        if !looping.is_empty() {
+            tracing::warn!(sandboxes = ?looping, "sandboxes in a heal loop");
+        }
+        m.heal_loops.set(looping.len() as i64);
+        // Fleet gauges; on a timeout or error the last values stay.
+        let fleet = async {
+            let statuses = store::list_status(&self.ctx.pool).await.ok()?;
+            let containers =
+                runtime::list_managed(&self.ctx.docker, &self.ctx.config.deployment, None)
+                    .await
+                    .ok()?;
+            Some((statuses, containers))
+        };
+        if let Ok(Some((statuses, containers))) = tokio::time::timeout(PROBE_TIMEOUT, fleet).await {
+            publish_fleet(m, &statuses, &containers);
+        }
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        if !self.readiness.is_ready() {
+            return Err("initial lists not loaded yet".into());
+        }
+        match tokio::time::timeout(
+            PROBE_TIMEOUT,
+            sqlx::query("SELECT 1").execute(&self.ctx.pool),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(format!("state database unreachable: {e}")),
+            Err(_) => return Err("state database did not answer within 2s".into()),
+        }
+        match tokio::time::timeout(PROBE_TIMEOUT, self.ctx.docker.ping()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("docker unreachable: {e}")),
+            Err(_) => Err("docker did not answer within 2s".into()),
+        }
+    }
+}
+
+/// Sets the per-phase and per-engine/state gauges from full listings.
+fn publish_fleet(metrics: &Metrics, statuses: &[SandboxStatus], containers: &[ObservedContainer]) {
+    for phase in Phase::ALL {
+        let n = statuses.iter().filter(|s| s.phase == phase).count();
+        metrics
+            .sandboxes
+            .with_label_values(&[phase.as_str()])
+            .set(n as i64);
+    }
+    for engine in crate::engine::REGISTRY {
+        for state in ContainerState::ALL {
+            let n = containers
+                .iter()
+                .filter(|c| c.labels.engine == engine.name() && c.state == state)
+                .count();
+            metrics
+                .containers
+                .with_label_values(&[engine.name(), state.as_str()])
+                .set(n as i64);
+        }
+    }
+}
+
 /// Lists both sides in full and enqueues every sandbox found; counts the
 /// containers whose state the event stream had not reported (drift) and
 /// refreshes the per-phase gauge.
@@ -216,13 +313,7 @@ async fn relist(
         }
     }
     let statuses = store::list_status(&ctx.pool).await?;
-    for phase in Phase::ALL {
-        let n = statuses.iter().filter(|s| s.phase == phase).count();
-        ctx.metrics
-            .sandboxes
-            .with_label_values(&[phase.as_str()])
-            .set(n as i64);
-    }
+    publish_fleet(&ctx.metrics, &statuses, &containers);
     ctx.metrics.relists.inc();
     tracing::debug!(
         sandboxes = ids.len(),

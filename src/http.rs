@@ -1,7 +1,7 @@
 //! `/metrics`, `/healthz` and `/readyz`.
 
-use crate::controller::Readiness;
 use crate::metrics::Metrics;
+use async_trait::async_trait;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -28,13 +28,24 @@ pub enum HttpError {
     Serve(#[source] std::io::Error),
 }
 
+/// What the endpoints ask of the controller.
+#[async_trait]
+pub trait Probes: Send + Sync + 'static {
+    /// Refreshes the gauges computed at scrape time.
+    async fn before_scrape(&self);
+    /// `Ok` once the initial lists are loaded and Postgres and Docker
+    /// answer; otherwise why not.
+    async fn ready(&self) -> Result<(), String>;
+}
+
 #[derive(Clone)]
 struct AppState {
     metrics: Arc<Metrics>,
-    readiness: Readiness,
+    probes: Arc<dyn Probes>,
 }
 
 async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {
+    s.probes.before_scrape().await;
     (
         [(
             header::CONTENT_TYPE,
@@ -49,13 +60,9 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    if s.readiness.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "initial lists not loaded yet\n",
-        )
+    match s.probes.ready().await {
+        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
 }
 
@@ -64,7 +71,7 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
-    readiness: Readiness,
+    probes: Arc<dyn Probes>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, impl Future<Output = Result<(), HttpError>>), HttpError> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -75,7 +82,7 @@ pub async fn serve(
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(AppState { metrics, readiness });
+        .with_state(AppState { metrics, probes });
     let fut = async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod engine;
+pub mod heal_loop;
 pub mod http;
 pub mod id;
 pub mod labels;

@@ -4,8 +4,8 @@
 use crate::model::Phase;
 use crate::queue::{FinishedAs, QueueObserver};
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::time::Duration;
 
@@ -29,7 +29,13 @@ pub struct Metrics {
     pub queue_retries: IntCounterVec,
     pub sandboxes: IntGaugeVec,
     pub provisions: IntCounterVec,
-    pub ready_seconds: HistogramVec,
+    pub provision_seconds: HistogramVec,
+    pub request_to_ready: HistogramVec,
+    pub generation_lag: Histogram,
+    pub containers: IntGaugeVec,
+    pub heal_loops: IntGauge,
+    pub unfinished_work: GaugeVec,
+    pub longest_running: GaugeVec,
     pub reaps: IntCounterVec,
     pub teardown_failures: IntCounter,
     pub image_pulls: IntCounterVec,
@@ -40,7 +46,10 @@ pub struct Metrics {
     pub rotations: IntCounterVec,
     pub relists: IntCounter,
     pub stream_restarts: IntCounterVec,
-    pub docker_call: Histogram,
+}
+
+fn ready_buckets() -> Vec<f64> {
+    exponential_buckets(0.1, 1.5, 16).expect("static buckets")
 }
 
 fn latency_buckets() -> Vec<f64> {
@@ -154,13 +163,35 @@ impl Metrics {
                 ),
                 &["engine", "reason", "result"]
             )),
-            ready_seconds: reg!(HistogramVec::new(
-                HistogramOpts::new(
-                    "sandboxd_provision_ready_seconds",
-                    "Seconds from container create to ready with features verified, by engine"
-                )
-                .buckets(exponential_buckets(0.1, 1.5, 16).expect("static buckets")),
+            provision_seconds: reg!(HistogramVec::new(
+                HistogramOpts::new("sandboxd_provision_seconds", "Seconds from container create to ready with features verified, by engine")
+                    .buckets(ready_buckets()),
                 &["engine"]
+            )),
+            request_to_ready: reg!(HistogramVec::new(
+                HistogramOpts::new("sandboxd_request_to_ready_seconds", "Seconds from a desired-row change to the engine it asked for being ready, by engine")
+                    .buckets(ready_buckets()),
+                &["engine"]
+            )),
+            generation_lag: reg!(Histogram::with_opts(
+                HistogramOpts::new("sandboxd_observed_generation_lag_seconds", "Seconds from a desired-row change to a status that observes its generation")
+                    .buckets(ready_buckets())
+            )),
+            containers: reg!(IntGaugeVec::new(
+                Opts::new("sandboxd_containers", "Managed containers of this deployment, by engine and state"),
+                &["engine", "state"]
+            )),
+            heal_loops: reg!(IntGauge::new(
+                "sandboxd_sandboxes_in_heal_loop",
+                "Sandboxes healed at least 3 times within the last 10 minutes"
+            )),
+            unfinished_work: reg!(GaugeVec::new(
+                Opts::new("workqueue_unfinished_work_seconds", "How many seconds of work has been done that is in progress and hasn't been observed by work_duration"),
+                &["name"]
+            )),
+            longest_running: reg!(GaugeVec::new(
+                Opts::new("workqueue_longest_running_processor_seconds", "How many seconds has the longest running processor for workqueue been running"),
+                &["name"]
             )),
             reaps: reg!(IntCounterVec::new(
                 Opts::new("sandboxd_reaps_total", "Containers torn down, by reason"),
@@ -208,13 +239,6 @@ impl Metrics {
                 ),
                 &["source"]
             )),
-            docker_call: reg!(Histogram::with_opts(
-                HistogramOpts::new(
-                    "sandboxd_docker_list_seconds",
-                    "Duration of listing managed containers"
-                )
-                .buckets(latency_buckets())
-            )),
             registry: registry.clone(),
         };
         for result in ["success", "error", "requeue", "requeue_after"] {
@@ -226,6 +250,11 @@ impl Metrics {
         m.queue_depth.with_label_values(&[CONTROLLER]);
         m.queue_adds.with_label_values(&[CONTROLLER]);
         m.queue_retries.with_label_values(&[CONTROLLER]);
+        m.unfinished_work.with_label_values(&[CONTROLLER]);
+        m.longest_running.with_label_values(&[CONTROLLER]);
+        registry
+            .register(Box::new(crate::runtime::DOCKER_API_SECONDS.clone()))
+            .expect("docker api metric registers once per registry");
         for phase in Phase::ALL {
             m.sandboxes.with_label_values(&[phase.as_str()]);
         }

@@ -23,6 +23,8 @@ pub struct DesiredSandbox {
     pub expires_at: Option<DateTime<Utc>>,
     /// Bumped by the database on every change.
     pub generation: i64,
+    /// When the row last changed (set by the database).
+    pub updated_at: DateTime<Utc>,
 }
 
 impl DesiredSandbox {

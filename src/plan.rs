@@ -36,8 +36,11 @@ impl ProvisionReason {
 /// Why a container is torn down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReapReason {
-    /// The desired row was deleted.
+    /// The desired row was deleted (its status row still exists).
     Deleted,
+    /// Neither a desired row nor a status row exists: a leftover, e.g. from
+    /// a controller that lost its database or a crash before any status.
+    Orphan,
     /// The row no longer lists the container's engine.
     ServiceDropped,
     /// The row is past `expires_at`.
@@ -51,6 +54,7 @@ impl ReapReason {
     pub fn as_str(self) -> &'static str {
         match self {
             ReapReason::Deleted => "deleted",
+            ReapReason::Orphan => "orphan",
             ReapReason::ServiceDropped => "service_dropped",
             ReapReason::Expired => "expired",
             ReapReason::Duplicate => "duplicate",
@@ -170,10 +174,10 @@ pub fn plan(
     let desired = match (why, desired) {
         (Wanted::Yes, Some(d)) => d,
         _ => {
-            let reason = if why == Wanted::Expired {
-                ReapReason::Expired
-            } else {
-                ReapReason::Deleted
+            let reason = match (why, status) {
+                (Wanted::Expired, _) => ReapReason::Expired,
+                (_, Some(_)) => ReapReason::Deleted,
+                (_, None) => ReapReason::Orphan,
             };
             return live.iter().map(|c| reap(c, reason, now, grace)).collect();
         }

@@ -4,6 +4,7 @@
 use crate::clock::Clock;
 use crate::config::ControllerConfig;
 use crate::engine;
+use crate::heal_loop::HealLoops;
 use crate::id::SandboxId;
 use crate::metrics::Metrics;
 use crate::model::{Phase, ServiceStatus};
@@ -44,6 +45,8 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Recent heals, for heal-loop detection.
+    pub heal_loops: HealLoops,
 }
 
 /// What a successful reconcile asks of the queue.
@@ -58,9 +61,7 @@ pub enum Next {
 /// Converges one sandbox.
 pub async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
     let desired = store::fetch_desired(&ctx.pool, id).await?;
-    let timer = ctx.metrics.docker_call.start_timer();
     let observed = runtime::list_managed(&ctx.docker, &ctx.config.deployment, Some(id)).await?;
-    timer.observe_duration();
     let status = store::fetch_status(&ctx.pool, id).await?;
     let now = ctx.clock.now();
     let actions = plan::plan(
@@ -152,10 +153,12 @@ pub async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileE
         .await?;
     }
 
+    let previous = status.as_ref().map(|s| s.observed_generation).unwrap_or(0);
+    let new_request = previous < desired.generation;
     let results = join_all(
         provisions
             .iter()
-            .map(|action| run_provision(ctx, &desired, action)),
+            .map(|action| run_provision(ctx, &desired, action, new_request)),
     )
     .await;
     let mut failures = Vec::new();
@@ -168,6 +171,11 @@ pub async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileE
         }
     }
 
+    if new_request {
+        ctx.metrics
+            .generation_lag
+            .observe(seconds_since(desired.updated_at));
+    }
     if failures.is_empty() {
         if let Err(e) = teardown_result {
             store::write_status(
@@ -206,10 +214,21 @@ pub async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileE
     }
 }
 
+/// Seconds of wall time since `t`, never negative.
+fn seconds_since(t: chrono::DateTime<chrono::Utc>) -> f64 {
+    (chrono::Utc::now() - t)
+        .to_std()
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+/// Provisions one engine and records what happened. `new_request` is true
+/// when the provision answers a desired-row change not yet observed.
 async fn run_provision(
     ctx: &Context,
     desired: &crate::model::DesiredSandbox,
     action: &Action,
+    new_request: bool,
 ) -> (String, Result<ServiceStatus, ProvisionError>) {
     let Action::Provision {
         engine: name,
@@ -226,6 +245,7 @@ async fn run_provision(
     match reason {
         ProvisionReason::Heal => {
             let cause = heal_cause(ctx, replace).await;
+            ctx.heal_loops.record(&desired.id);
             ctx.metrics.heals.with_label_values(&[name, cause]).inc();
             tracing::info!(sandbox = %desired.id, engine = name.as_str(), cause, "healing with the same credentials");
         }
@@ -256,9 +276,15 @@ async fn run_provision(
     match &result {
         Ok(_) => {
             ctx.metrics
-                .ready_seconds
+                .provision_seconds
                 .with_label_values(&[name])
                 .observe(started.elapsed().as_secs_f64());
+            if new_request && *reason != ProvisionReason::Heal {
+                ctx.metrics
+                    .request_to_ready
+                    .with_label_values(&[name])
+                    .observe(seconds_since(desired.updated_at));
+            }
             tracing::info!(sandbox = %desired.id, engine = name.as_str(), reason = reason.as_str(), elapsed_ms = started.elapsed().as_millis() as u64, "engine ready");
         }
         Err(e) => {

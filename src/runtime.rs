@@ -17,7 +17,9 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use chrono::{DateTime, TimeZone, Utc};
 use futures::StreamExt;
+use prometheus::{HistogramOpts, HistogramTimer, HistogramVec};
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 /// Failures talking to Docker.
@@ -55,6 +57,26 @@ fn api<'a>(op: &'static str, target: &'a str) -> impl FnOnce(DockerError) -> Run
     }
 }
 
+/// Duration of Docker operations, by operation; registered by
+/// [`crate::metrics::Metrics::new`].
+pub static DOCKER_API_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    HistogramVec::new(
+        HistogramOpts::new(
+            "sandboxd_docker_api_seconds",
+            "Duration of Docker API operations, by operation",
+        )
+        .buckets(prometheus::exponential_buckets(0.001, 2.0, 16).expect("static buckets")),
+        &["operation"],
+    )
+    .expect("metric definition is valid")
+});
+
+fn timer(operation: &str) -> HistogramTimer {
+    DOCKER_API_SECONDS
+        .with_label_values(&[operation])
+        .start_timer()
+}
+
 fn is_status(e: &DockerError, codes: &[u16]) -> bool {
     matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
 }
@@ -72,7 +94,7 @@ pub async fn connect() -> Result<Docker, RuntimeError> {
 }
 
 /// Coarse container state as sandboxd needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ContainerState {
     /// Created, not started yet.
     Created,
@@ -82,6 +104,26 @@ pub enum ContainerState {
     Exited,
     /// Being removed.
     Removing,
+}
+
+impl ContainerState {
+    /// Every state, for metrics.
+    pub const ALL: [ContainerState; 4] = [
+        ContainerState::Created,
+        ContainerState::Running,
+        ContainerState::Exited,
+        ContainerState::Removing,
+    ];
+
+    /// Label value for metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerState::Created => "created",
+            ContainerState::Running => "running",
+            ContainerState::Exited => "exited",
+            ContainerState::Removing => "removing",
+        }
+    }
 }
 
 /// One managed container as listed from Docker.
@@ -108,6 +150,7 @@ pub async fn list_managed(
     deployment: &Deployment,
     sandbox: Option<&SandboxId>,
 ) -> Result<Vec<ObservedContainer>, RuntimeError> {
+    let _timer = timer("list");
     let filters = HashMap::from([("label", labels::filters(deployment, sandbox))]);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
@@ -156,6 +199,7 @@ pub async fn list_managed(
 /// race: afterwards every creator keeps the network with the smallest id
 /// and removes the others, so all converge on the same one.
 pub async fn ensure_network(docker: &Docker, name: &str) -> Result<(), RuntimeError> {
+    let _timer = timer("network");
     let mut ids = networks_named(docker, name).await?;
     if ids.is_empty() {
         let request = NetworkCreateRequest {
@@ -208,7 +252,10 @@ pub async fn ensure_image(
     image: &str,
     timeout: Duration,
 ) -> Result<bool, RuntimeError> {
-    match docker.inspect_image(image).await {
+    let inspect = timer("inspect_image");
+    let found = docker.inspect_image(image).await;
+    drop(inspect);
+    match found {
         Ok(_) => return Ok(false),
         Err(e) if is_status(&e, &[404]) => {}
         Err(e) => return Err(api("inspect image", image)(e)),
@@ -218,6 +265,7 @@ pub async fn ensure_image(
         .from_image(name)
         .tag(tag)
         .build();
+    let _timer = timer("pull");
     let pull = async {
         let mut stream = docker.create_image(Some(options), None, None);
         while let Some(item) = stream.next().await {
@@ -304,6 +352,7 @@ pub async fn create_and_start(
     docker: &Docker,
     spec: &ContainerSpec,
 ) -> Result<String, RuntimeError> {
+    let _timer = timer("create");
     remove(docker, &spec.name, Duration::ZERO).await?;
     let port_key = format!("{}/tcp", spec.port);
     let binding = PortBinding {
@@ -352,6 +401,7 @@ pub async fn create_and_start(
 
 /// Host port Docker published for the container's first port binding.
 pub async fn published_port(docker: &Docker, id: &str) -> Result<Option<u16>, RuntimeError> {
+    let _timer = timer("inspect");
     let info = docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
@@ -368,6 +418,7 @@ pub async fn published_port(docker: &Docker, id: &str) -> Result<Option<u16>, Ru
 
 /// Whether the container is running; `None` if it no longer exists.
 pub async fn is_running(docker: &Docker, id: &str) -> Result<Option<bool>, RuntimeError> {
+    let _timer = timer("inspect");
     match docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
@@ -381,6 +432,7 @@ pub async fn is_running(docker: &Docker, id: &str) -> Result<Option<bool>, Runti
 /// Whether the kernel OOM-killed the container's last run (false if it
 /// no longer exists).
 pub async fn was_oom_killed(docker: &Docker, id: &str) -> Result<bool, RuntimeError> {
+    let _timer = timer("inspect");
     match docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
@@ -398,6 +450,7 @@ pub async fn remove(
     id_or_name: &str,
     stop_timeout: Duration,
 ) -> Result<(), RuntimeError> {
+    let _timer = timer("remove");
     if !stop_timeout.is_zero() {
         let t = i32::try_from(stop_timeout.as_secs()).unwrap_or(i32::MAX);
         let options = StopContainerOptionsBuilder::default().t(t).build();
@@ -424,6 +477,7 @@ pub async fn remove(
 
 /// The last `lines` lines of the container's output, for error messages.
 pub async fn logs_tail(docker: &Docker, id: &str, lines: usize) -> String {
+    let _timer = timer("logs");
     let options = LogsOptionsBuilder::default()
         .stdout(true)
         .stderr(true)
@@ -453,6 +507,7 @@ pub async fn exec(
     cmd: &[&str],
     env: Vec<String>,
 ) -> Result<ExecOutput, RuntimeError> {
+    let _timer = timer("exec");
     let created = docker
         .create_exec(
             id,

@@ -136,6 +136,7 @@ fn desired_from_row(row: &PgRow) -> Result<DesiredSandbox, StoreError> {
         features,
         expires_at: row.get("expires_at"),
         generation: row.get("generation"),
+        updated_at: row.get("updated_at"),
     })
 }
 
@@ -145,7 +146,8 @@ pub async fn fetch_desired(
     id: &SandboxId,
 ) -> Result<Option<DesiredSandbox>, StoreError> {
     let row = sqlx::query(
-        "SELECT id, owner, services, features, expires_at, generation FROM sandbox_desired WHERE id = $1",
+        "SELECT id, owner, services, features, expires_at, generation, updated_at
+         FROM sandbox_desired WHERE id = $1",
     )
     .bind(id.as_str())
     .fetch_optional(pool)

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{eventually, free_port, sandbox_id, TestEnv, BIN};
+use common::{eventually, free_port, http_get, sandbox_id, TestEnv, BIN};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -19,21 +19,6 @@ fn sandboxd(env: &TestEnv, args: &[&str]) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.ok()?;
-    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n")?.1.to_owned();
-    Some((code, body))
 }
 
 #[tokio::test]

@@ -40,6 +40,7 @@ fn desired(services: &[&str], features: &[(&str, &[&str])]) -> DesiredSandbox {
             .collect(),
         expires_at: None,
         generation: 1,
+        updated_at: now() - chrono::Duration::seconds(5),
     }
 }
 
@@ -478,11 +479,11 @@ fn table() -> Vec<Row> {
             &["teardown c1 deleted", "wait c2 +60s", "teardown c3 deleted"],
         ),
         (
-            "a deleted row without a status is reaped the same way",
+            "a container with neither a row nor a status is an orphan",
             None,
             vec![container("c1", pg, Created, &[], "x1", OLD)],
             None,
-            &["teardown c1 deleted"],
+            &["teardown c1 orphan"],
         ),
         // --- expired -------------------------------------------------------
         (
@@ -775,7 +776,7 @@ fn duplicates_are_torn_down_whatever_the_grace_window() {
 fn a_grace_of_zero_reaps_a_container_created_this_instant() {
     let c = container("c1", "postgres", ContainerState::Running, &[], "p1", 0);
     let actions = plan(None, &[c], None, now(), Duration::ZERO);
-    assert_eq!(summaries(&actions), ["teardown c1 deleted"]);
+    assert_eq!(summaries(&actions), ["teardown c1 orphan"]);
 }
 
 #[test]
@@ -839,7 +840,7 @@ fn teardowns_carry_the_engine_of_the_container() {
         vec![Action::Teardown {
             container: "c1".into(),
             engine: "redis".into(),
-            reason: ReapReason::Deleted,
+            reason: ReapReason::Orphan,
         }]
     );
 }
@@ -859,7 +860,7 @@ fn next_wake_is_the_earliest_wait() {
             "wait c1 +150s",
             "wait c2 +10s",
             "wait c3 +90s",
-            "teardown c4 deleted"
+            "teardown c4 orphan"
         ]
     );
     assert_eq!(
