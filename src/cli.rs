@@ -236,6 +236,19 @@ pub enum CliError {
     NotFound(SandboxId),
 }
 
+/// Prints a line to stdout; a closed pipe (`sandboxd list | head`) ends
+/// the process quietly instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     let url = cli.database_url.clone().ok_or(CliError::NoDatabase)?;
@@ -244,7 +257,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate => {
             let pool = store::connect(&url, 2).await?;
             store::migrate(&pool).await?;
-            println!("migrations applied; engine allowlist synced");
+            say!("migrations applied; engine allowlist synced");
             Ok(())
         }
         Command::Apply(args) => apply(&url, args).await,
@@ -257,7 +270,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             if args.env {
                 for svc in status.services.values() {
                     for (k, v) in &svc.env {
-                        println!("export {k}='{}'", v.replace('\'', r"'\''"));
+                        say!("export {k}='{}'", v.replace('\'', r"'\''"));
                     }
                 }
             } else {
@@ -267,13 +280,15 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::List => {
             let client = Client::connect(&url).await?;
-            println!(
+            say!(
                 "{:<32} {:<13} {:>10}  SERVICES",
-                "ID", "PHASE", "GENERATION"
+                "ID",
+                "PHASE",
+                "GENERATION"
             );
             for s in client.list().await? {
                 let services: Vec<&str> = s.services.keys().map(String::as_str).collect();
-                println!(
+                say!(
                     "{:<32} {:<13} {:>10}  {}",
                     s.id.as_str(),
                     s.phase.as_str(),
@@ -286,9 +301,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Delete { id } => {
             let client = Client::connect(&url).await?;
             if client.release(&id).await? {
-                println!("deleted {id}; sandboxd tears its containers down");
+                say!("deleted {id}; sandboxd tears its containers down");
             } else {
-                println!("{id} was not desired; nothing to delete");
+                say!("{id} was not desired; nothing to delete");
             }
             Ok(())
         }
@@ -309,7 +324,7 @@ fn print_status(s: &SandboxStatus) {
         "services": services,
         "updated_at": s.updated_at,
     });
-    println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    say!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
 }
 
 async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
@@ -336,7 +351,7 @@ async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
     let generation = client.apply(&args.id, &req).await?;
     match args.wait {
         Some(timeout) => print_status(&client.wait_ready(&args.id, generation, timeout).await?),
-        None => println!("applied {} at generation {generation}", args.id),
+        None => say!("applied {} at generation {generation}", args.id),
     }
     Ok(())
 }

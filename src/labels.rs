@@ -18,10 +18,11 @@ pub const ENGINE: &str = "io.sandboxd.engine";
 pub const GENERATION: &str = "io.sandboxd.generation";
 /// Comma-separated sorted features enabled in the container.
 pub const FEATURES: &str = "io.sandboxd.features";
-/// Random token naming the credential set the container was started with;
-/// `sandbox_status` carries the same token, so a restarted controller can
-/// tell a container whose credentials it published from one it never did.
-/// Not derived from the credentials.
+/// Random token naming this container; `sandbox_status` carries it once the
+/// container is fully provisioned (ready, features verified) and its
+/// credentials published, so a restarted controller can tell a finished,
+/// published container from one a crash left half-done. Not derived from
+/// the credentials.
 pub const INSTANCE: &str = "io.sandboxd.instance";
 /// Value of [`MANAGED_BY`].
 pub const MANAGER: &str = "sandboxd";

@@ -109,8 +109,8 @@ pub struct ServiceStatus {
     pub env: BTreeMap<String, String>,
     /// Extensions or modules present in the engine.
     pub available_extensions: Vec<String>,
-    /// Token of the credential set, equal to the container's
-    /// `io.sandboxd.instance` label (not derived from the credentials).
+    /// Token of the container these credentials were published for, equal
+    /// to its `io.sandboxd.instance` label (not derived from the credentials).
     #[serde(default)]
     pub instance: String,
 }

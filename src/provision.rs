@@ -96,23 +96,19 @@ pub async fn provision(
         }
     }
 
-    let (credentials, instance) = match req.reuse {
-        Some(s) => (
-            Credentials {
-                user: s.user.clone(),
-                password: s.password.clone(),
-                database: s.database.clone(),
-            },
-            // A status without a token (written before tokens existed)
-            // gets one now, or it would never match its container again.
-            if s.instance.is_empty() {
-                new_instance()
-            } else {
-                s.instance.clone()
-            },
-        ),
-        None => (engine.credentials(Secret::generate()), new_instance()),
+    let credentials = match req.reuse {
+        Some(s) => Credentials {
+            user: s.user.clone(),
+            password: s.password.clone(),
+            database: s.database.clone(),
+        },
+        None => engine.credentials(Secret::generate()),
     };
+    // Every container gets its own token, heals included: the status
+    // carries it only once this container is fully provisioned, so a
+    // container left half-done by a crash is never mistaken for a
+    // published one.
+    let instance = new_instance();
     for id in req.replace {
         runtime::remove(docker, id, config.stop_timeout).await?;
     }
