@@ -69,6 +69,15 @@ impl Sink for QueueSink {
     fn hint(&self, id: SandboxId) {
         self.queue.add(id);
     }
+    fn hint_later(&self, id: SandboxId, delay: Duration) {
+        // A separate timer, not `add_after`: a waiting key keeps its
+        // earliest time, which would swallow this second look.
+        let queue = self.queue.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            queue.add(id);
+        });
+    }
     fn relist(&self) {
         self.relist_now.notify_one();
     }

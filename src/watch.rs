@@ -34,8 +34,21 @@ pub const DOCKER_ACTIONS: &[&str] = &[
 pub trait Sink: Send + Sync + 'static {
     /// A sandbox may need reconciling.
     fn hint(&self, id: SandboxId);
+    /// Look at the sandbox again after `delay` (in addition to any hint).
+    fn hint_later(&self, id: SandboxId, delay: Duration);
     /// The stream reconnected: anything may have been missed.
     fn relist(&self);
+}
+
+/// Docker reports `die` (and `kill`, `stop`, `oom`) before its container
+/// list shows the container as exited, so a reconcile woken by the event
+/// alone may still see it running. These actions are looked at again once
+/// the list has settled.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// Actions whose effect the container list may show late.
+fn settles_late(action: &str) -> bool {
+    matches!(action, "die" | "kill" | "stop" | "oom" | "destroy")
 }
 
 /// Container states as the event stream reported them, so a relist can
@@ -144,6 +157,9 @@ pub async fn watch_docker(
                         .and_then(|s| SandboxId::parse(s).ok());
                     if let Some(sandbox) = sandbox {
                         tracing::debug!(sandbox = %sandbox, action = action.as_str(), "docker event");
+                        if settles_late(&action) {
+                            sink.hint_later(sandbox.clone(), SETTLE);
+                        }
                         sink.hint(sandbox);
                     }
                 }

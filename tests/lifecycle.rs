@@ -56,6 +56,14 @@ async fn engine_container(
         .find(|c| c.labels.engine == engine && c.state == ContainerState::Running)
 }
 
+/// A configuration whose periodic relist is too slow to matter, so a heal
+/// within the test's timeout proves the Docker event stream drove it.
+fn events_only(env: &TestEnv) -> sandboxd::config::ControllerConfig {
+    let mut config = env.config();
+    config.relist_interval = Duration::from_secs(3600);
+    config
+}
+
 /// Waits until `engine` runs in a container other than `old` and the
 /// status is ready again.
 async fn wait_replaced(
@@ -64,10 +72,11 @@ async fn wait_replaced(
     id: &SandboxId,
     engine: &str,
     old: &str,
+    within: Duration,
 ) -> SandboxStatus {
     eventually(
         "a replacement container and a ready status",
-        READY,
+        within,
         || async {
             let c = engine_container(env, id, engine).await?;
             let s = client.status(id).await.unwrap()?;
@@ -83,7 +92,7 @@ async fn wait_replaced(
 #[tokio::test]
 async fn a_killed_container_is_healed_with_the_same_credentials_and_endpoint() {
     let env = TestEnv::new().await;
-    let controller = env.start(env.config());
+    let controller = env.start(events_only(&env));
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("kill");
     let before = client
@@ -97,7 +106,15 @@ async fn a_killed_container_is_healed_with_the_same_credentials_and_endpoint() {
         .kill_container(&victim.id, None::<KillContainerOptions>)
         .await
         .unwrap();
-    let after = wait_replaced(&env, &client, &id, "postgres", &victim.id).await;
+    let after = wait_replaced(
+        &env,
+        &client,
+        &id,
+        "postgres",
+        &victim.id,
+        Duration::from_secs(20),
+    )
+    .await;
 
     assert_eq!(
         after.services["postgres"].password,
@@ -133,7 +150,7 @@ async fn a_killed_container_is_healed_with_the_same_credentials_and_endpoint() {
 #[tokio::test]
 async fn a_container_removed_out_of_band_is_healed_with_the_same_credentials() {
     let env = TestEnv::new().await;
-    let controller = env.start(env.config());
+    let controller = env.start(events_only(&env));
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("rm");
     let before = client
@@ -147,7 +164,15 @@ async fn a_container_removed_out_of_band_is_healed_with_the_same_credentials() {
         .remove_container(&victim.id, Some(force))
         .await
         .unwrap();
-    let after = wait_replaced(&env, &client, &id, "redis", &victim.id).await;
+    let after = wait_replaced(
+        &env,
+        &client,
+        &id,
+        "redis",
+        &victim.id,
+        Duration::from_secs(20),
+    )
+    .await;
 
     let (old, new) = (&before.services["redis"], &after.services["redis"]);
     assert_eq!(new.password, old.password);
