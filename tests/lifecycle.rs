@@ -8,41 +8,19 @@ use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, KillContainerOptions, RemoveContainerOptionsBuilder,
 };
-use common::{eventually, free_port, sandbox_id, TestEnv};
-use sandboxd::client::{Client, SandboxRequest};
+use common::{eventually, free_port, host_pg_url, request, sandbox_id, TestEnv};
+use sandboxd::client::Client;
 use sandboxd::id::SandboxId;
 use sandboxd::model::{Phase, SandboxStatus};
 use sandboxd::runtime::{ContainerState, ObservedContainer};
 use sqlx::Connection;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(90);
 
-fn request(services: &[&str], features: &[(&str, &str)]) -> SandboxRequest {
-    let mut f: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (engine, feature) in features {
-        f.entry((*engine).into())
-            .or_default()
-            .insert((*feature).into());
-    }
-    SandboxRequest {
-        owner: "lifecycle-test".into(),
-        services: services.iter().map(|s| s.to_string()).collect(),
-        features: f,
-        expires_at: None,
-    }
-}
-
 fn pg_url(s: &SandboxStatus) -> String {
-    let pg = &s.services["postgres"];
-    format!(
-        "postgres://{}:{}@127.0.0.1:{}/{}",
-        pg.user,
-        pg.password.expose(),
-        pg.host_port,
-        pg.database
-    )
+    host_pg_url(&s.services["postgres"])
 }
 
 async fn engine_container(

@@ -7,10 +7,10 @@
 mod common;
 
 use bollard::query_parameters::KillContainerOptions;
-use common::{eventually, free_port, http_get, sandbox_id, urlencode, TestEnv};
-use sandboxd::client::{Client, SandboxRequest};
+use common::{eventually, free_port, http_get, request, sandbox_id, urlencode, TestEnv};
+use sandboxd::client::Client;
 use sandboxd::runtime::ContainerState;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -183,17 +183,7 @@ async fn every_dashboard_and_alert_expression_returns_data_from_a_real_prometheu
     // The scenario: provision, kill (heal), rotate, delete.
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("obs");
-    let mut features: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    features
-        .entry("postgres".into())
-        .or_default()
-        .insert("pg_trgm".into());
-    let mut req = SandboxRequest {
-        owner: "sre".into(),
-        services: vec!["postgres".into(), "redis".into()],
-        features,
-        expires_at: None,
-    };
+    let mut req = request(&["postgres", "redis"], &[("postgres", "pg_trgm")]);
     client.provision(&id, &req, READY).await.expect("provision");
     let victim = env
         .containers(Some(&id))

@@ -3,29 +3,13 @@
 mod common;
 
 use bollard::query_parameters::InspectContainerOptions;
-use common::{eventually, sandbox_id, TestEnv};
-use sandboxd::client::{Client, SandboxRequest};
+use common::{eventually, host_pg_url, request, sandbox_id, TestEnv};
+use sandboxd::client::Client;
 use sandboxd::model::Phase;
 use sqlx::Connection;
-use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
-
-fn request(services: &[&str], features: &[(&str, &str)]) -> SandboxRequest {
-    let mut f: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (engine, feature) in features {
-        f.entry((*engine).into())
-            .or_default()
-            .insert((*feature).into());
-    }
-    SandboxRequest {
-        owner: "integration-test".into(),
-        services: services.iter().map(|s| s.to_string()).collect(),
-        features: f,
-        expires_at: None,
-    }
-}
 
 #[tokio::test]
 async fn a_postgres_and_redis_row_becomes_ready_with_credentials_real_clients_can_use() {
@@ -58,13 +42,7 @@ async fn a_postgres_and_redis_row_becomes_ready_with_credentials_real_clients_ca
     )));
     assert_eq!(pg.env["SANDBOX_DB_HOST"], pg.host);
     assert_eq!(pg.env["SANDBOX_DB_PASSWORD"], pg.password.expose());
-    let local = format!(
-        "postgres://{}:{}@127.0.0.1:{}/{}",
-        pg.user,
-        pg.password.expose(),
-        pg.host_port,
-        pg.database
-    );
+    let local = host_pg_url(pg);
     let mut conn = sqlx::PgConnection::connect(&local)
         .await
         .expect("log in to the sandbox postgres");
@@ -144,13 +122,7 @@ async fn requested_extensions_are_created_and_listed_in_status_and_pg_extension(
             pg.available_extensions
         );
     }
-    let url = format!(
-        "postgres://{}:{}@127.0.0.1:{}/{}",
-        pg.user,
-        pg.password.expose(),
-        pg.host_port,
-        pg.database
-    );
+    let url = host_pg_url(pg);
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
     let installed: Vec<String> = sqlx::query_scalar("SELECT extname::text FROM pg_extension")
         .fetch_all(&mut conn)

@@ -295,3 +295,32 @@ pub fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+/// A request for `services` with `(engine, feature)` pairs, owner
+/// `integration-test`.
+pub fn request(services: &[&str], features: &[(&str, &str)]) -> sandboxd::client::SandboxRequest {
+    let mut f: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for (engine, feature) in features {
+        f.entry((*engine).into())
+            .or_default()
+            .insert((*feature).into());
+    }
+    sandboxd::client::SandboxRequest {
+        owner: "integration-test".into(),
+        services: services.iter().map(|s| s.to_string()).collect(),
+        features: f,
+        expires_at: None,
+    }
+}
+
+/// The URL a client on the Docker host uses for a published Postgres.
+pub fn host_pg_url(pg: &sandboxd::model::ServiceStatus) -> String {
+    format!(
+        "postgres://{}:{}@127.0.0.1:{}/{}",
+        pg.user,
+        pg.password.expose(),
+        pg.host_port,
+        pg.database
+    )
+}
