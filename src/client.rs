@@ -6,7 +6,7 @@ use crate::id::SandboxId;
 use crate::model::{Phase, SandboxStatus};
 use crate::store::{self, StoreError};
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::PgPool;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -90,7 +90,14 @@ impl Client {
         generation: i64,
         timeout: Duration,
     ) -> Result<SandboxStatus, ClientError> {
-        let mut listener = PgListener::connect_with(&self.pool)
+        // The listener gets its own connection, outside the pool: waiters
+        // must not starve the pool they read their status with.
+        let own = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with((*self.pool.connect_options()).clone())
+            .await
+            .map_err(StoreError::Connect)?;
+        let mut listener = PgListener::connect_with(&own)
             .await
             .map_err(StoreError::Connect)?;
         listener
@@ -127,8 +134,17 @@ impl Client {
                     phase: last_phase,
                 });
             }
-            // Any status change (or a one-second tick) triggers a re-check.
-            let _ = tokio::time::timeout(wait, listener.try_recv()).await;
+            // A change of this sandbox's status (or a one-second tick, which
+            // also covers NOTIFYs lost to a reconnect) triggers a re-check.
+            let wake = async {
+                loop {
+                    match listener.try_recv().await {
+                        Ok(Some(n)) if n.payload() != id.as_str() => continue,
+                        _ => return,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(wait, wake).await;
         }
     }
 

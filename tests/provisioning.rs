@@ -350,3 +350,24 @@ async fn a_mongo_row_becomes_ready_when_a_mongo_image_is_present() {
     assert_eq!(m.env["SANDBOX_MONGO_HOST"], m.host);
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn more_concurrent_waiters_than_the_client_pool_has_connections_all_see_ready() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    // Client::connect keeps a pool of 4; each waiter listens on its own
+    // connection, so 8 at once do not starve the pool.
+    let client = Client::connect(&env.url).await.unwrap();
+    let ids: Vec<_> = (0..8).map(|_| sandbox_id("many")).collect();
+    let req = request(&["redis"], &[]);
+    let results = futures::future::join_all(
+        ids.iter()
+            .map(|id| client.provision(id, &req, READY_TIMEOUT)),
+    )
+    .await;
+    for (id, r) in ids.iter().zip(results) {
+        let status = r.unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(status.phase, Phase::Ready);
+    }
+    controller.stop().await;
+}

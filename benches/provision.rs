@@ -1,0 +1,744 @@
+//! Provisioning speed as ratios against a floor measured in the same run, so
+//! the figures hold on a small, noisy machine.
+//!
+//! - **floor**: what any tool has to pay. A bollard create+start of the
+//!   engine container with sandboxd's security profile (the same
+//!   [`ContainerSpec`] the provisioner builds), the published port, then the
+//!   engine's own readiness probe (an authenticated login) polled on
+//!   sandboxd's schedule: "bare docker run plus readiness".
+//! - **sandboxd**: [`Client::provision`] of a one-engine row, from the INSERT
+//!   to the ready status seen by the client, with the controller running
+//!   in-process (grace 0, production-sized pool).
+//!
+//! Floor and sandboxd runs alternate (and swap order every iteration) so
+//! they share the machine's noise; figures are medians, the ratio is
+//! sandboxd/floor. A second table splits sandboxd's time into phases, from
+//! the controller's own tracing events and a LISTEN on both channels.
+//!
+//! Run it with `scripts/bench.sh` (Docker, the local images and a throwaway
+//! state Postgres). `BENCH_ITERS` (default 7) and `BENCH_BATCH_ITERS`
+//! (default 3) set the iteration counts, `BENCH_BATCH` (default 8) the
+//! batch size. The tables go to stdout and to `target/bench/provision.md`.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use bollard::Docker;
+use common::{sandbox_id, TestEnv};
+use futures::future::join_all;
+use sandboxd::client::{Client, SandboxRequest};
+use sandboxd::config::ControllerConfig;
+use sandboxd::engine::{self, Engine, Target};
+use sandboxd::id::SandboxId;
+use sandboxd::runtime::{self, ContainerSpec};
+use sandboxd::secret::Secret;
+use sandboxd::store;
+use sqlx::postgres::PgListener;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tracing::field::{Field, Visit};
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
+
+/// Network for every container of the bench (floor and sandboxd alike), so
+/// the test suite's cleanup of `sandboxd-test` cannot hit a running bench.
+const BENCH_NETWORK: &str = "sandboxd-bench";
+/// Label on floor containers (value: this run's tag), for cleanup.
+const FLOOR_LABEL: &str = "io.sandboxd.bench";
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+const GONE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Idle time between runs, so one run's teardown does not bleed into the next.
+const SETTLE: Duration = Duration::from_millis(300);
+
+// ---------------------------------------------------------------------------
+// Timeline marks: controller tracing events and NOTIFYs seen by a listener.
+
+struct Mark {
+    at: Instant,
+    target: String,
+    message: String,
+    /// `sandbox` field, `container` field, or the NOTIFY payload.
+    key: String,
+    /// `elapsed_ms` field (the provisioner's time in its readiness loop).
+    elapsed_ms: Option<u64>,
+    /// `attempts` field (failed probes before the one that passed).
+    attempts: Option<u64>,
+}
+
+static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
+
+fn push_mark(target: &str, fields: EventFields) {
+    let mark = Mark {
+        at: Instant::now(),
+        target: target.to_owned(),
+        message: fields.message,
+        key: fields.key.unwrap_or_default(),
+        elapsed_ms: fields.elapsed_ms,
+        attempts: fields.attempts,
+    };
+    MARKS.lock().expect("marks lock").push(mark);
+}
+
+#[derive(Default)]
+struct EventFields {
+    message: String,
+    key: Option<String>,
+    elapsed_ms: Option<u64>,
+    attempts: Option<u64>,
+}
+
+impl Visit for EventFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "message" => self.message = value.to_owned(),
+            "sandbox" | "container" => self.key = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "sandbox" | "container" => self.key = Some(format!("{value:?}")),
+            _ => {}
+        }
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        match field.name() {
+            "elapsed_ms" => self.elapsed_ms = Some(value),
+            "attempts" => self.attempts = Some(value),
+            _ => {}
+        }
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.record_u64(field, value.max(0) as u64);
+    }
+}
+
+/// Records the time of every controller event that names a sandbox or container.
+struct Capture;
+
+impl<S: tracing::Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let mut fields = EventFields::default();
+        event.record(&mut fields);
+        if fields.key.is_some() {
+            push_mark(event.metadata().target(), fields);
+        }
+    }
+}
+
+fn init_tracing() {
+    let capture = Targets::new()
+        .with_target("sandboxd::reconcile", LevelFilter::DEBUG)
+        .with_target("sandboxd::provision", LevelFilter::DEBUG);
+    let stderr = Targets::new().with_target("sandboxd", LevelFilter::WARN);
+    tracing_subscriber::registry()
+        .with(Capture.with_filter(capture))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(stderr),
+        )
+        .init();
+}
+
+/// Listens on both channels on its own connection and marks every NOTIFY.
+async fn watch_notifies(url: String) {
+    let mut listener = PgListener::connect(&url).await.expect("bench listener");
+    listener
+        .listen_all([store::DESIRED_CHANNEL, store::STATUS_CHANNEL])
+        .await
+        .expect("LISTEN");
+    while let Ok(n) = listener.recv().await {
+        let fields = EventFields {
+            message: n.channel().to_owned(),
+            key: Some(n.payload().to_owned()),
+            ..EventFields::default()
+        };
+        push_mark("bench::notify", fields);
+    }
+}
+
+/// The first mark at or after `from` matching: when, and its `elapsed_ms`
+/// and `attempts` fields.
+fn mark_after(
+    from: Instant,
+    target: &str,
+    message: &str,
+    key: &str,
+) -> Option<(Instant, Option<u64>, Option<u64>)> {
+    let marks = MARKS.lock().expect("marks lock");
+    marks
+        .iter()
+        .filter(|m| m.at >= from && m.target == target && m.message == message)
+        .find(|m| {
+            m.key == key
+                || m.key.ends_with(&format!("-{key}-postgres"))
+                || m.key.ends_with(&format!("-{key}-redis"))
+        })
+        .map(|m| (m.at, m.elapsed_ms, m.attempts))
+}
+
+/// When the last mark before `until` matching was made.
+fn mark_before(until: Instant, target: &str, message: &str, key: &str) -> Option<Instant> {
+    let marks = MARKS.lock().expect("marks lock");
+    marks
+        .iter()
+        .filter(|m| m.at <= until && m.target == target && m.message == message && m.key == key)
+        .map(|m| m.at)
+        .next_back()
+}
+
+// ---------------------------------------------------------------------------
+// Phases.
+
+const SANDBOXD_PHASES: &[&str] = &[
+    "INSERT → desired NOTIFY seen (write + commit + NOTIFY)",
+    "→ reconcile planned (controller wake-up, queue, 2 reads + docker list)",
+    "→ provisioning started (\"provisioning\" status write)",
+    "→ readiness loop starts (image inspect, create+start, port)",
+    "→ probe OK (readiness polling)",
+    "→ provision returned (feature enable + verify logins)",
+    "→ ready NOTIFY seen (\"ready\" status write + NOTIFY)",
+    "→ client returns (client wake-up + status read)",
+];
+const FLOOR_PHASES: &[&str] = &["floor: create+start, port", "floor: readiness polling"];
+
+/// One sandboxd run split into [`SANDBOXD_PHASES`] (None where a mark is
+/// missing), and the failed probes before the one that passed.
+struct Phases {
+    phases: Vec<Option<Duration>>,
+    attempts: Option<u64>,
+}
+
+fn sandboxd_phases(t0: Instant, t_end: Instant, id: &SandboxId) -> Phases {
+    let id = id.as_str();
+    let notify = "bench::notify";
+    let at = |m: Option<(Instant, Option<u64>, Option<u64>)>| m.map(|m| m.0);
+    let probe_ok = mark_after(t0, "sandboxd::provision", "engine ready", id);
+    let loop_start = probe_ok.and_then(|(at, elapsed, _)| {
+        elapsed.and_then(|ms| at.checked_sub(Duration::from_millis(ms)))
+    });
+    let points = [
+        Some(t0),
+        at(mark_after(t0, notify, store::DESIRED_CHANNEL, id)),
+        at(mark_after(t0, "sandboxd::reconcile", "planned", id)),
+        at(mark_after(t0, "sandboxd::reconcile", "provisioning", id)),
+        loop_start,
+        at(probe_ok),
+        at(mark_after(t0, "sandboxd::reconcile", "engine ready", id)),
+        mark_before(t_end, notify, store::STATUS_CHANNEL, id),
+        Some(t_end),
+    ];
+    Phases {
+        phases: points
+            .windows(2)
+            // Two watchers may see one NOTIFY in either order: a phase
+            // that ends before it starts took no time.
+            .map(|w| match (w[0], w[1]) {
+                (Some(a), Some(b)) => Some(b.saturating_duration_since(a)),
+                _ => None,
+            })
+            .collect(),
+        attempts: probe_ok.and_then(|m| m.2),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The floor: bare create+start plus readiness.
+
+struct FloorRun {
+    container: String,
+    total: Duration,
+    /// create+start and the published port.
+    create_start: Duration,
+    /// The readiness loop.
+    readiness: Duration,
+    /// Failed probes before the one that passed.
+    attempts: u32,
+}
+
+/// Creates and starts `engine`'s container the way the provisioner does
+/// and polls its probe on the provisioner's schedule until it passes.
+async fn floor_once(
+    docker: &Docker,
+    config: &ControllerConfig,
+    engine: &'static dyn Engine,
+    name: String,
+    tag: &str,
+) -> FloorRun {
+    let credentials = engine.credentials(Secret::generate());
+    let spec = ContainerSpec {
+        name: name.clone(),
+        image: config.images.image_for(engine, false),
+        env: engine.container_env(&credentials),
+        cmd: engine.container_args(&credentials),
+        labels: HashMap::from([(FLOOR_LABEL.to_owned(), tag.to_owned())]),
+        port: engine.port(),
+        host_port: None,
+        network: config.network.clone(),
+        limits: config.limits,
+        tmpfs_path: engine.data_path().to_owned(),
+        cap_add: engine
+            .capabilities()
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+    };
+    let t0 = Instant::now();
+    let id = runtime::create_and_start(docker, &spec)
+        .await
+        .expect("floor create+start");
+    let port = runtime::published_port(docker, &id)
+        .await
+        .expect("floor inspect")
+        .expect("floor published port");
+    let create_start = t0.elapsed();
+    let target = Target {
+        host: "127.0.0.1",
+        port,
+        container_id: &id,
+        docker,
+        credentials: &credentials,
+    };
+    // provision::wait_ready's schedule: 50 ms doubling to 250 ms, and an
+    // is-it-running inspect every fifth failed attempt.
+    let deadline = t0 + engine.readiness_deadline();
+    let mut delay = Duration::from_millis(50);
+    let mut attempts = 0u32;
+    loop {
+        let error = match engine.probe(&target).await {
+            Ok(()) => break,
+            Err(e) => e,
+        };
+        attempts += 1;
+        if attempts % 5 == 0 {
+            let running = runtime::is_running(docker, &id).await.expect("inspect");
+            assert_eq!(running, Some(true), "floor {name} exited: {error}");
+        }
+        assert!(Instant::now() < deadline, "floor {name} not ready: {error}");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(250));
+    }
+    let total = t0.elapsed();
+    FloorRun {
+        container: id,
+        total,
+        create_start,
+        readiness: total - create_start,
+        attempts,
+    }
+}
+
+/// Removes the floor containers left by this run, even after a panic.
+struct FloorCleanup(String);
+
+impl Drop for FloorCleanup {
+    fn drop(&mut self) {
+        let label = format!("label={FLOOR_LABEL}={}", self.0);
+        let ids = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter", &label])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        if !ids.is_empty() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f", "-v"])
+                .args(&ids)
+                .output();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The bench.
+
+struct Bench {
+    env: TestEnv,
+    config: ControllerConfig,
+    client: Client,
+    tag: String,
+    seq: usize,
+}
+
+fn request(engine: &str) -> SandboxRequest {
+    SandboxRequest {
+        owner: "bench".into(),
+        services: vec![engine.to_owned()],
+        features: BTreeMap::new(),
+        expires_at: None,
+    }
+}
+
+impl Bench {
+    fn floor_name(&mut self, engine: &str) -> String {
+        self.seq += 1;
+        format!("sandboxd-bench-{}-{}-{engine}", self.tag, self.seq)
+    }
+
+    async fn remove_floor(&self, runs: &[FloorRun]) {
+        join_all(
+            runs.iter()
+                .map(|r| runtime::remove(&self.env.docker, &r.container, Duration::ZERO)),
+        )
+        .await
+        .into_iter()
+        .for_each(|r| r.expect("remove floor container"));
+    }
+
+    /// Starts `n` floor containers at once; returns the wall time until all
+    /// were ready, and each run. Removes them.
+    async fn floor(&mut self, engine: &'static dyn Engine, n: usize) -> (Duration, Vec<FloorRun>) {
+        let names: Vec<String> = (0..n).map(|_| self.floor_name(engine.name())).collect();
+        let t0 = Instant::now();
+        let runs = join_all(
+            names
+                .into_iter()
+                .map(|name| floor_once(&self.env.docker, &self.config, engine, name, &self.tag)),
+        )
+        .await;
+        let wall = t0.elapsed();
+        self.remove_floor(&runs).await;
+        (wall, runs)
+    }
+
+    /// Provisions `n` one-engine sandboxes at once; returns the wall time and,
+    /// for each, its id and when the client saw it ready. Releases them and
+    /// waits until their containers and status rows are gone.
+    async fn sandboxd(
+        &self,
+        engine: &str,
+        n: usize,
+    ) -> (Instant, Duration, Vec<(SandboxId, Instant)>) {
+        let ids: Vec<SandboxId> = (0..n).map(|_| sandbox_id("bench")).collect();
+        let req = request(engine);
+        let t0 = Instant::now();
+        let req = &req;
+        let done = join_all(ids.iter().map(|id| async move {
+            let status = self
+                .client
+                .provision(id, req, READY_TIMEOUT)
+                .await
+                .unwrap_or_else(|e| panic!("sandbox {id}: {e}"));
+            assert_eq!(status.phase, sandboxd::model::Phase::Ready);
+            (id.clone(), Instant::now())
+        }))
+        .await;
+        let wall = t0.elapsed();
+        for id in &ids {
+            self.client.release(id).await.expect("release");
+        }
+        for id in &ids {
+            common::eventually("teardown", GONE_TIMEOUT, || async {
+                let status = self.client.status(id).await.expect("status");
+                let containers = self.env.containers(Some(id)).await;
+                (status.is_none() && containers.is_empty()).then_some(())
+            })
+            .await;
+        }
+        (t0, wall, done)
+    }
+}
+
+fn median(values: &[Duration]) -> Duration {
+    let mut v = values.to_vec();
+    v.sort();
+    match v.len() {
+        0 => Duration::ZERO,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2,
+    }
+}
+
+fn median_of(values: &[Option<Duration>]) -> Option<Duration> {
+    let v: Vec<Duration> = values.iter().flatten().copied().collect();
+    (v.len() == values.len() && !v.is_empty()).then(|| median(&v))
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&v| v > 0)
+        .unwrap_or(default)
+}
+
+struct Row {
+    scenario: String,
+    floor: Vec<Duration>,
+    sandboxd: Vec<Duration>,
+}
+
+/// One scenario's measurements: wall times per iteration (the table), and
+/// per sandbox or floor container the phases (the breakdown).
+struct Scenario {
+    row: Row,
+    /// Column title in the breakdown.
+    column: String,
+    phases: Vec<Phases>,
+    /// Per sandbox: INSERT to ready seen by its client.
+    totals: Vec<Duration>,
+    floor_phases: Vec<[Duration; 2]>,
+    floor_totals: Vec<Duration>,
+    floor_attempts: Vec<u32>,
+}
+
+/// `iters` iterations of `n` floor containers at once and `n` sandboxes at
+/// once, alternating which goes first.
+async fn scenario(
+    bench: &mut Bench,
+    engine: &'static dyn Engine,
+    n: usize,
+    iters: usize,
+) -> Scenario {
+    let (scenario, column) = if n == 1 {
+        let s = format!("{}, 1 sandbox (n={iters})", engine.name());
+        (s.clone(), s)
+    } else {
+        (
+            format!("{} × {n} at once, wall time (n={iters})", engine.name()),
+            format!("{} × {n}, per sandbox", engine.name()),
+        )
+    };
+    let mut out = Scenario {
+        row: Row {
+            scenario,
+            floor: Vec::new(),
+            sandboxd: Vec::new(),
+        },
+        column,
+        phases: Vec::new(),
+        totals: Vec::new(),
+        floor_phases: Vec::new(),
+        floor_totals: Vec::new(),
+        floor_attempts: Vec::new(),
+    };
+    for i in 0..iters {
+        for floor_turn in [i % 2 == 0, i % 2 == 1] {
+            if floor_turn {
+                let (wall, runs) = bench.floor(engine, n).await;
+                out.row.floor.push(wall);
+                for run in runs {
+                    out.floor_phases.push([run.create_start, run.readiness]);
+                    out.floor_totals.push(run.total);
+                    out.floor_attempts.push(run.attempts);
+                }
+            } else {
+                let (t0, wall, done) = bench.sandboxd(engine.name(), n).await;
+                out.row.sandboxd.push(wall);
+                for (id, t_end) in &done {
+                    out.phases.push(sandboxd_phases(t0, *t_end, id));
+                    out.totals.push(*t_end - t0);
+                }
+            }
+            tokio::time::sleep(SETTLE).await;
+        }
+        eprintln!(
+            "bench: {} #{}: floor {:.3}s, sandboxd {:.3}s",
+            out.row.scenario,
+            i + 1,
+            out.row.floor[i].as_secs_f64(),
+            out.row.sandboxd[i].as_secs_f64()
+        );
+    }
+    out
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or_else(|| "n/a".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3))
+}
+
+/// Ratios of each iteration's adjacent sandboxd and floor runs.
+fn paired_ratios(row: &Row) -> Vec<f64> {
+    let mut r: Vec<f64> = row
+        .floor
+        .iter()
+        .zip(&row.sandboxd)
+        .map(|(f, s)| s.as_secs_f64() / f.as_secs_f64())
+        .collect();
+    r.sort_by(f64::total_cmp);
+    r
+}
+
+fn report(scenarios: &[&Scenario], batch_size: usize, concurrency: usize) -> String {
+    let rows: Vec<&Row> = scenarios.iter().map(|s| &s.row).collect();
+    let singles = scenarios;
+    let mut md = String::new();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let _ = writeln!(md, "## sandboxd provisioning vs floor ({cores} cores)\n");
+    let _ = writeln!(
+        md,
+        "floor = bollard create+start with sandboxd's security profile + the engine's \
+         authenticated readiness probe on sandboxd's polling schedule; sandboxd = \
+         `Client::provision` from INSERT to ready status seen by the client (controller \
+         in-process, grace 0). Runs interleaved; medians.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| scenario | floor median s | sandboxd median s | ratio |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|");
+    for row in &rows {
+        let f = median(&row.floor).as_secs_f64();
+        let s = median(&row.sandboxd).as_secs_f64();
+        let _ = writeln!(md, "| {} | {f:.3} | {s:.3} | {:.2} |", row.scenario, s / f);
+    }
+    let _ = writeln!(
+        md,
+        "\nPer-iteration ratios (each sandboxd run over the floor run next to it), sorted:\n"
+    );
+    for row in &rows {
+        let r: Vec<String> = paired_ratios(row)
+            .iter()
+            .map(|x| format!("{x:.2}"))
+            .collect();
+        let _ = writeln!(md, "- {}: {}", row.scenario, r.join(", "));
+    }
+    let _ = writeln!(
+        md,
+        "\nWhere the time goes (per sandbox or floor container, median ms per phase; \
+         medians do not add up exactly to the total; in a batch every sandbox's clock \
+         starts when the batch is inserted):\n"
+    );
+    let mut header = "| phase |".to_owned();
+    let mut rule = "|---|".to_owned();
+    for s in singles {
+        let _ = write!(header, " {} |", s.column);
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(md, "{header}\n{rule}");
+    for (p, name) in SANDBOXD_PHASES.iter().enumerate() {
+        let mut line = format!("| {name} |");
+        for s in singles {
+            let v: Vec<Option<Duration>> = s.phases.iter().map(|r| r.phases[p]).collect();
+            let _ = write!(line, " {} |", ms(median_of(&v)));
+        }
+        let _ = writeln!(md, "{line}");
+    }
+    let mut line = "| **sandboxd total** (INSERT → ready seen) |".to_owned();
+    for s in singles {
+        let _ = write!(line, " {} |", ms(Some(median(&s.totals))));
+    }
+    let _ = writeln!(md, "{line}");
+    for (p, name) in FLOOR_PHASES.iter().enumerate() {
+        let mut line = format!("| {name} |");
+        for s in singles {
+            let v: Vec<Duration> = s.floor_phases.iter().map(|r| r[p]).collect();
+            let _ = write!(line, " {} |", ms(Some(median(&v))));
+        }
+        let _ = writeln!(md, "{line}");
+    }
+    let mut line = "| **floor total** |".to_owned();
+    for s in singles {
+        let _ = write!(line, " {} |", ms(Some(median(&s.floor_totals))));
+    }
+    let _ = writeln!(md, "{line}");
+    let mut line = "| failed probes before ready, median (sandboxd / floor) |".to_owned();
+    for s in singles {
+        let mut a: Vec<u64> = s.phases.iter().filter_map(|p| p.attempts).collect();
+        let mut b: Vec<u32> = s.floor_attempts.clone();
+        a.sort_unstable();
+        b.sort_unstable();
+        let mid = |n: usize| n / 2;
+        let _ = write!(
+            line,
+            " {} / {} |",
+            a.get(mid(a.len())).map_or("n/a".into(), |x| x.to_string()),
+            b.get(mid(b.len())).map_or("n/a".into(), |x| x.to_string())
+        );
+    }
+    let _ = writeln!(md, "{line}");
+    let _ = writeln!(
+        md,
+        "\nBatch = {batch_size} one-engine rows inserted at once (controller concurrency \
+         {concurrency}), versus {batch_size} floor containers started at once."
+    );
+    md
+}
+
+fn output_path() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| if t.is_absolute() { t } else { manifest.join(t) })
+        .unwrap_or_else(|| manifest.join("target"));
+    target.join("bench").join("provision.md")
+}
+
+async fn run() {
+    let iters = env_usize("BENCH_ITERS", 7);
+    let batch_iters = env_usize("BENCH_BATCH_ITERS", 3);
+    let batch_size = env_usize("BENCH_BATCH", 8);
+    let started = Instant::now();
+
+    let mut env = TestEnv::new().await;
+    // The production pool size (`sandboxd run`: concurrency × 2, 4..=32).
+    let mut config = env.config();
+    config.network = BENCH_NETWORK.into();
+    let pool_size = (config.concurrency as u32 * 2).clamp(4, 32);
+    env.pool = store::connect(&env.url, pool_size)
+        .await
+        .expect("controller pool");
+    runtime::ensure_network(&env.docker, BENCH_NETWORK)
+        .await
+        .expect("bench network");
+    // An orchestrator's own pool: every waiting client holds a LISTEN
+    // connection and needs another for its reads.
+    let client_pool = store::connect(&env.url, (batch_size as u32) * 2 + 2)
+        .await
+        .expect("client pool");
+    tokio::spawn(watch_notifies(env.url.clone()));
+    let controller = env.start(config.clone());
+    common::eventually("controller ready", Duration::from_secs(30), || async {
+        controller.readiness.is_ready().then_some(())
+    })
+    .await;
+
+    let tag = env.deployment.as_str().to_owned();
+    let _floor_cleanup = FloorCleanup(tag.clone());
+    let mut bench = Bench {
+        env,
+        config,
+        client: Client::from_pool(client_pool),
+        tag,
+        seq: 0,
+    };
+    let postgres = engine::lookup("postgres").expect("postgres engine");
+    let redis = engine::lookup("redis").expect("redis engine");
+
+    eprintln!("bench: warm-up");
+    for e in [postgres, redis] {
+        bench.floor(e, 1).await;
+        bench.sandboxd(e.name(), 1).await;
+    }
+    let pg = scenario(&mut bench, postgres, 1, iters).await;
+    let rd = scenario(&mut bench, redis, 1, iters).await;
+    let many = scenario(&mut bench, postgres, batch_size, batch_iters).await;
+
+    let md = report(&[&pg, &rd, &many], batch_size, bench.config.concurrency);
+    println!("{md}");
+    let path = output_path();
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
+    std::fs::write(&path, &md).expect("write report");
+    eprintln!(
+        "bench: wrote {} in {:.0}s",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    controller.stop().await;
+}
+
+fn main() {
+    init_tracing();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(run());
+}
