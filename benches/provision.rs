@@ -30,7 +30,8 @@ use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::ControllerConfig;
 use sandboxd::engine::{self, Engine, Target};
 use sandboxd::id::SandboxId;
-use sandboxd::runtime::{self, ContainerSpec};
+use sandboxd::provision;
+use sandboxd::runtime;
 use sandboxd::secret::Secret;
 use sandboxd::store;
 use sqlx::postgres::PgListener;
@@ -273,23 +274,14 @@ async fn floor_once(
     tag: &str,
 ) -> FloorRun {
     let credentials = engine.credentials(Secret::generate());
-    let spec = ContainerSpec {
-        name: name.clone(),
-        image: config.images.image_for(engine, false),
-        env: engine.container_env(&credentials),
-        cmd: engine.container_args(&credentials),
-        labels: HashMap::from([(FLOOR_LABEL.to_owned(), tag.to_owned())]),
-        port: engine.port(),
-        host_port: None,
-        network: config.network.clone(),
-        limits: config.limits,
-        tmpfs_path: engine.data_path().to_owned(),
-        cap_add: engine
-            .capabilities()
-            .iter()
-            .map(|c| c.to_string())
-            .collect(),
-    };
+    let spec = provision::container_spec(
+        config,
+        engine,
+        &name,
+        &config.images.image_for(engine, false),
+        &credentials,
+        HashMap::from([(FLOOR_LABEL.to_owned(), tag.to_owned())]),
+    );
     let t0 = Instant::now();
     let id = runtime::create_and_start(docker, &spec)
         .await
@@ -306,25 +298,10 @@ async fn floor_once(
         docker,
         credentials: &credentials,
     };
-    // provision::wait_ready's schedule: 50 ms doubling to 250 ms, and an
-    // is-it-running inspect every fifth failed attempt.
-    let deadline = t0 + engine.readiness_deadline();
-    let mut delay = Duration::from_millis(50);
-    let mut attempts = 0u32;
-    loop {
-        let error = match engine.probe(&target).await {
-            Ok(()) => break,
-            Err(e) => e,
-        };
-        attempts += 1;
-        if attempts % 5 == 0 {
-            let running = runtime::is_running(docker, &id).await.expect("inspect");
-            assert_eq!(running, Some(true), "floor {name} exited: {error}");
-        }
-        assert!(Instant::now() < deadline, "floor {name} not ready: {error}");
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_millis(250));
-    }
+    // The provisioner's own readiness loop.
+    let attempts = provision::wait_ready(docker, engine, &target, &name)
+        .await
+        .unwrap_or_else(|e| panic!("floor {name} not ready: {e}"));
     let total = t0.elapsed();
     FloorRun {
         container: id,

@@ -61,6 +61,35 @@ fn new_instance() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 16)
 }
 
+/// The container sandboxd creates for `engine`: the image's environment
+/// contract, caps, tmpfs data, loopback port and the configured network.
+pub fn container_spec(
+    config: &ControllerConfig,
+    engine: &'static dyn Engine,
+    name: &str,
+    image: &str,
+    credentials: &Credentials,
+    labels: std::collections::HashMap<String, String>,
+) -> ContainerSpec {
+    ContainerSpec {
+        name: name.to_owned(),
+        image: image.to_owned(),
+        env: engine.container_env(credentials),
+        cmd: engine.container_args(credentials),
+        labels,
+        port: engine.port(),
+        host_port: None,
+        network: config.network.clone(),
+        limits: config.limits,
+        tmpfs_path: engine.data_path().to_owned(),
+        cap_add: engine
+            .capabilities()
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+    }
+}
+
 /// What to provision.
 pub struct Request<'a> {
     /// The desired row.
@@ -123,23 +152,8 @@ pub async fn provision(
         features: req.features.clone(),
         instance: instance.clone(),
     };
-    let mut spec = ContainerSpec {
-        name: name.clone(),
-        image: image.clone(),
-        env: engine.container_env(&credentials),
-        cmd: engine.container_args(&credentials),
-        labels: labels.to_map(),
-        port: engine.port(),
-        host_port: req.host_port,
-        network: config.network.clone(),
-        limits: config.limits,
-        tmpfs_path: engine.data_path().to_owned(),
-        cap_add: engine
-            .capabilities()
-            .iter()
-            .map(|c| c.to_string())
-            .collect(),
-    };
+    let mut spec = container_spec(config, engine, &name, &image, &credentials, labels.to_map());
+    spec.host_port = req.host_port;
     let id = match runtime::create_and_start(docker, &spec).await {
         Ok(id) => id,
         Err(e) if spec.host_port.is_some() => {
@@ -228,14 +242,14 @@ async fn bring_up(
     Ok((host_port, available))
 }
 
-/// Polls the engine's probe until it passes, the container exits, or the
-/// engine's deadline passes.
-async fn wait_ready(
+/// Polls the engine's probe until it passes (returning how many probes
+/// failed first), the container exits, or the engine's deadline passes.
+pub async fn wait_ready(
     docker: &Docker,
     engine: &'static dyn Engine,
     target: &Target<'_>,
     name: &str,
-) -> Result<(), ProvisionError> {
+) -> Result<u32, ProvisionError> {
     let started = Instant::now();
     let deadline = started + engine.readiness_deadline();
     let mut delay = Duration::from_millis(50);
@@ -249,7 +263,7 @@ async fn wait_ready(
                     attempts,
                     "engine ready"
                 );
-                return Ok(());
+                return Ok(attempts);
             }
             Err(e) => e.to_string(),
         };
