@@ -17,6 +17,8 @@ ensure_docker
 
 use_debian_images() {
   export SANDBOXD_IMAGES=postgres=sandboxd/postgres:15,redis=sandboxd/redis:7
+  # Should an image vanish later, sandboxd rebuilds it.
+  export SANDBOXD_IMAGE_BUILD_COMMAND=${SANDBOXD_IMAGE_BUILD_COMMAND:-$PWD/deploy/images/build.sh}
   export SANDBOXD_FEATURES_IMAGES=${SANDBOXD_FEATURES_IMAGES:-postgres=sandboxd/postgres-ext:15,redis=sandboxd/redis-ext:7}
 }
 if [ -z "${SANDBOXD_IMAGES:-}" ]; then

@@ -119,6 +119,13 @@ pub struct RunArgs {
     /// How readiness checks reach containers.
     #[arg(long, env = "SANDBOXD_PROBE_VIA", default_value = "host")]
     pub probe_via: ProbeVia,
+    /// Command run (`sh -c`, image as $1) when an image is absent and cannot
+    /// be pulled, e.g. `deploy/images/build.sh`; the image is used if it then exists.
+    #[arg(long, env = "SANDBOXD_IMAGE_BUILD_COMMAND")]
+    pub image_build_command: Option<String>,
+    /// Bound on the image build command.
+    #[arg(long, env = "SANDBOXD_BUILD_TIMEOUT", default_value = "15m", value_parser = parse_duration)]
+    pub build_timeout: Duration,
     /// How long SIGTERM waits for in-flight reconciles before exiting.
     #[arg(long, env = "SANDBOXD_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
@@ -148,6 +155,8 @@ impl RunArgs {
         c.probe_via = self.probe_via;
         c.metrics_addr = self.metrics_addr;
         c.shutdown_grace = self.shutdown_grace;
+        c.image_build_command = self.image_build_command.clone();
+        c.build_timeout = self.build_timeout;
         Ok(c)
     }
 }

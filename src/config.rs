@@ -119,6 +119,11 @@ pub struct ControllerConfig {
     pub metrics_addr: SocketAddr,
     /// How long a graceful shutdown waits for in-flight reconciles.
     pub shutdown_grace: Duration,
+    /// Run (via `sh -c`, the image as `$1`) when an image is absent and
+    /// cannot be pulled; sandboxd then uses the image if it exists.
+    pub image_build_command: Option<String>,
+    /// Bound on the build command.
+    pub build_timeout: Duration,
 }
 
 impl ControllerConfig {
@@ -138,6 +143,8 @@ impl ControllerConfig {
             probe_via: ProbeVia::Host,
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9187)),
             shutdown_grace: Duration::from_secs(30),
+            image_build_command: None,
+            build_timeout: Duration::from_secs(900),
         }
     }
 }

@@ -39,6 +39,7 @@ pub struct Metrics {
     pub reaps: IntCounterVec,
     pub teardown_failures: IntCounter,
     pub image_pulls: IntCounterVec,
+    pub image_builds: IntCounterVec,
     pub notify_wakeups: IntCounter,
     pub docker_events: IntCounterVec,
     pub relist_drift: IntCounter,
@@ -201,6 +202,10 @@ impl Metrics {
                 "sandboxd_teardown_failures_total",
                 "Container teardowns that failed and will be retried"
             )),
+            image_builds: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_image_builds_total", "Image builds run by --image-build-command, by result"),
+                &["result"]
+            )),
             image_pulls: reg!(IntCounterVec::new(
                 Opts::new(
                     "sandboxd_image_pulls_total",
@@ -260,6 +265,7 @@ impl Metrics {
         }
         for result in ["success", "error"] {
             m.image_pulls.with_label_values(&[result]);
+            m.image_builds.with_label_values(&[result]);
         }
         for source in ["docker", "postgres"] {
             m.stream_restarts.with_label_values(&[source]);

@@ -46,6 +46,14 @@ pub enum ProvisionError {
         /// Tail of its output, credentials scrubbed.
         logs: String,
     },
+    /// The image could not be pulled and the build command failed.
+    #[error("image {image} could not be pulled, and building it failed: {reason}; check --image-build-command")]
+    Build {
+        /// The image reference.
+        image: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// Enabling or verifying features failed.
     #[error("{0} (image {1})")]
     Feature(#[source] EngineError, String),
@@ -90,6 +98,76 @@ pub fn container_spec(
     }
 }
 
+/// Makes sure `image` is present: used if it is, else pulled, else (when
+/// `--image-build-command` is set) built by that command and used if it
+/// then exists. Counts pulls and builds.
+async fn ensure_image(
+    docker: &Docker,
+    config: &ControllerConfig,
+    metrics: &Metrics,
+    image: &str,
+) -> Result<(), ProvisionError> {
+    let pull_error = match runtime::ensure_image(docker, image, config.pull_timeout).await {
+        Ok(false) => return Ok(()),
+        Ok(true) => {
+            metrics.image_pulls.with_label_values(&["success"]).inc();
+            return Ok(());
+        }
+        Err(e) => {
+            metrics.image_pulls.with_label_values(&["error"]).inc();
+            e
+        }
+    };
+    let Some(command) = &config.image_build_command else {
+        return Err(pull_error.into());
+    };
+    tracing::info!(
+        image,
+        command = command.as_str(),
+        "image cannot be pulled; building it"
+    );
+    let built = build_image(command, image, config.build_timeout).await;
+    let present = runtime::image_exists(docker, image).await.unwrap_or(false);
+    match built {
+        Ok(()) if present => {
+            metrics.image_builds.with_label_values(&["success"]).inc();
+            Ok(())
+        }
+        Ok(()) => {
+            metrics.image_builds.with_label_values(&["error"]).inc();
+            Err(ProvisionError::Build {
+                image: image.to_owned(),
+                reason: format!("{command:?} succeeded but did not produce the image"),
+            })
+        }
+        Err(reason) => {
+            metrics.image_builds.with_label_values(&["error"]).inc();
+            Err(ProvisionError::Build {
+                image: image.to_owned(),
+                reason,
+            })
+        }
+    }
+}
+
+/// Runs the build command (`sh -c COMMAND sh IMAGE`, with `SANDBOXD_IMAGE`
+/// set too) within `timeout`; its output goes to sandboxd's stderr.
+async fn build_image(command: &str, image: &str, timeout: Duration) -> Result<(), String> {
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", command, "sh", image])
+        .env("SANDBOXD_IMAGE", image)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+    match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(status)) if status.success() => Ok(()),
+        Ok(Ok(status)) => Err(format!("{command:?} failed with {status}")),
+        Ok(Err(e)) => Err(format!("waiting for {command:?} failed: {e}")),
+        Err(_) => Err(format!("{command:?} did not finish within {timeout:?}")),
+    }
+}
+
 /// What to provision.
 pub struct Request<'a> {
     /// The desired row.
@@ -116,14 +194,7 @@ pub async fn provision(
 ) -> Result<ServiceStatus, ProvisionError> {
     let engine = req.engine;
     let image = config.images.image_for(engine, !req.features.is_empty());
-    match runtime::ensure_image(docker, &image, config.pull_timeout).await {
-        Ok(false) => {}
-        Ok(true) => metrics.image_pulls.with_label_values(&["success"]).inc(),
-        Err(e) => {
-            metrics.image_pulls.with_label_values(&["error"]).inc();
-            return Err(e.into());
-        }
-    }
+    ensure_image(docker, config, metrics, &image).await?;
 
     let credentials = match req.reuse {
         Some(s) => Credentials {

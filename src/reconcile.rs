@@ -86,6 +86,9 @@ pub async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileE
             let remaining = actions.iter().any(|a| matches!(a, Action::Wait { .. }));
             match (why, remaining) {
                 (Wanted::Deleted, false) => store::delete_status(&ctx.pool, id).await?,
+                // An orphan (no row, no status) waiting out its grace
+                // window: nothing to tell an orchestrator about.
+                (Wanted::Deleted, true) if status.is_none() => {}
                 _ => {
                     let message = if why == Wanted::Expired {
                         "expired: the row is past expires_at"

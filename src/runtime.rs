@@ -245,6 +245,16 @@ async fn networks_named(docker: &Docker, name: &str) -> Result<Vec<String>, Runt
         .collect())
 }
 
+/// Whether `image` is present locally.
+pub async fn image_exists(docker: &Docker, image: &str) -> Result<bool, RuntimeError> {
+    let _timer = timer("inspect_image");
+    match docker.inspect_image(image).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_status(&e, &[404]) => Ok(false),
+        Err(e) => Err(api("inspect image", image)(e)),
+    }
+}
+
 /// Ensures `image` is present: uses it if it is, else pulls it within
 /// `timeout`. Returns true when it had to pull.
 pub async fn ensure_image(
@@ -252,13 +262,8 @@ pub async fn ensure_image(
     image: &str,
     timeout: Duration,
 ) -> Result<bool, RuntimeError> {
-    let inspect = timer("inspect_image");
-    let found = docker.inspect_image(image).await;
-    drop(inspect);
-    match found {
-        Ok(_) => return Ok(false),
-        Err(e) if is_status(&e, &[404]) => {}
-        Err(e) => return Err(api("inspect image", image)(e)),
+    if image_exists(docker, image).await? {
+        return Ok(false);
     }
     let (name, tag) = split_reference(image);
     let options = CreateImageOptionsBuilder::default()

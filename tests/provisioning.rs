@@ -371,3 +371,29 @@ async fn more_concurrent_waiters_than_the_client_pool_has_connections_all_see_re
     }
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn an_image_that_cannot_be_pulled_is_built_by_the_build_command_and_used() {
+    let env = TestEnv::new().await;
+    let image = format!("127.0.0.1:9/sandboxd/built-on-demand:{}", env.deployment);
+    let mut config = env.config();
+    config.images = sandboxd::config::Images::new(&[format!("redis={image}")], &[]).unwrap();
+    // A real command against the real engine: it "builds" by tagging the
+    // local Redis image under the missing name.
+    config.image_build_command = Some(r#"docker tag sandboxd/redis:7 "$1""#.into());
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("build");
+    let status = client
+        .provision(&id, &request(&["redis"], &[]), READY_TIMEOUT)
+        .await
+        .expect("built on demand, then ready");
+    assert_eq!(status.phase, Phase::Ready);
+    let c = env.containers(Some(&id)).await;
+    assert_eq!(c.len(), 1);
+    controller.stop().await;
+    drop(env);
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", &image])
+        .output();
+}
