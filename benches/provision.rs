@@ -317,19 +317,7 @@ struct FloorCleanup(String);
 
 impl Drop for FloorCleanup {
     fn drop(&mut self) {
-        let label = format!("label={FLOOR_LABEL}={}", self.0);
-        let ids = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter", &label])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-            .unwrap_or_default();
-        let ids: Vec<&str> = ids.split_whitespace().collect();
-        if !ids.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f", "-v"])
-                .args(&ids)
-                .output();
-        }
+        common::remove_containers_labelled(&format!("{FLOOR_LABEL}={}", self.0));
     }
 }
 

@@ -26,7 +26,9 @@ export SANDBOXD_TEST_DATABASE_URL
 docker network inspect sandboxd-test >/dev/null 2>&1 || docker network create sandboxd-test >/dev/null
 log "state database ready; running cargo test"
 if [ $# -eq 0 ]; then set -- --all-targets; fi
-cargo test "$@"
+results=$(mktemp)
+trap 'cleanup; rm -f "$results"' EXIT
+cargo test "$@" 2>&1 | tee "$results"
 # Tests that need an image this machine may not have are #[ignore]d; run
 # them when the image is there, and say so when it is not.
 if docker image inspect mongo:8 >/dev/null 2>&1; then
@@ -34,3 +36,5 @@ if docker image inspect mongo:8 >/dev/null 2>&1; then
 else
   log "SKIPPED a_mongo_row_becomes_ready_when_a_mongo_image_is_present: no mongo:8 image (Debian ships no MongoDB server; docker load one to run it)"
 fi
+# One closing line over every test binary.
+awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$results"

@@ -128,23 +128,28 @@ impl TestEnv {
     }
 }
 
+/// Removes every container carrying `label` (`key=value`) with the docker
+/// CLI: synchronous, so it works in `Drop`, even while a test panics.
+pub fn remove_containers_labelled(label: &str) {
+    let ids = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={label}")])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    let ids: Vec<&str> = ids.split_whitespace().collect();
+    if !ids.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", "-v"])
+            .args(&ids)
+            .output();
+    }
+}
+
 impl Drop for TestEnv {
     /// Removes every container of this test's deployment, even when the
     /// test panicked, and drops its database.
     fn drop(&mut self) {
-        let label = format!("label=io.sandboxd.deployment={}", self.deployment);
-        let ids = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter", &label])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-            .unwrap_or_default();
-        let ids: Vec<&str> = ids.split_whitespace().collect();
-        if !ids.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f", "-v"])
-                .args(&ids)
-                .output();
-        }
+        remove_containers_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
         let _ = std::process::Command::new("psql")
             .args([
                 &admin_url(),
