@@ -56,7 +56,6 @@ pub struct Controller {
     readiness: Readiness,
     known: Arc<KnownContainers>,
     relist_now: Arc<Notify>,
-    shutdown_grace: Duration,
 }
 
 /// Where watchers send their hints.
@@ -101,7 +100,6 @@ impl Controller {
             .max_concurrent
             .with_label_values(&[CONTROLLER])
             .set(queue_config.concurrency as i64);
-        let shutdown_grace = queue_config.shutdown_grace;
         let queue = WorkQueue::new(queue_config, metrics.clone());
         Self {
             ctx: Arc::new(Context {
@@ -116,7 +114,6 @@ impl Controller {
             readiness: Readiness::default(),
             known: Arc::new(KnownContainers::default()),
             relist_now: Arc::new(Notify::new()),
-            shutdown_grace,
         }
     }
 
@@ -202,7 +199,7 @@ impl Controller {
         if abandoned > 0 {
             tracing::warn!(
                 abandoned,
-                grace_ms = self.shutdown_grace.as_millis() as u64,
+                grace_ms = ctx.config.shutdown_grace.as_millis() as u64,
                 "shutdown grace elapsed with reconciles still running"
             );
         }

@@ -128,26 +128,19 @@ async fn ensure_image(
     );
     let built = build_image(command, image, config.build_timeout).await;
     let present = runtime::image_exists(docker, image).await.unwrap_or(false);
-    match built {
-        Ok(()) if present => {
-            metrics.image_builds.with_label_values(&["success"]).inc();
-            Ok(())
-        }
-        Ok(()) => {
-            metrics.image_builds.with_label_values(&["error"]).inc();
-            Err(ProvisionError::Build {
-                image: image.to_owned(),
-                reason: format!("{command:?} succeeded but did not produce the image"),
-            })
-        }
-        Err(reason) => {
-            metrics.image_builds.with_label_values(&["error"]).inc();
-            Err(ProvisionError::Build {
-                image: image.to_owned(),
-                reason,
-            })
-        }
-    }
+    let outcome = match built {
+        Ok(()) if present => Ok(()),
+        Ok(()) => Err(format!(
+            "{command:?} succeeded but did not produce the image"
+        )),
+        Err(reason) => Err(reason),
+    };
+    let result = if outcome.is_ok() { "success" } else { "error" };
+    metrics.image_builds.with_label_values(&[result]).inc();
+    outcome.map_err(|reason| ProvisionError::Build {
+        image: image.to_owned(),
+        reason,
+    })
 }
 
 /// Runs the build command (`sh -c COMMAND sh IMAGE`, with `SANDBOXD_IMAGE`

@@ -136,6 +136,8 @@ pub async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileE
         }
     }
 
+    let previous = status.as_ref().map(|s| s.observed_generation).unwrap_or(0);
+    let new_request = previous < desired.generation;
     if !provisions.is_empty() {
         let engines: Vec<&str> = provisions
             .iter()
@@ -144,7 +146,6 @@ pub async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileE
                 _ => None,
             })
             .collect();
-        let previous = status.as_ref().map(|s| s.observed_generation).unwrap_or(0);
         store::write_status(
             &ctx.pool,
             id,
@@ -156,8 +157,6 @@ pub async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileE
         .await?;
     }
 
-    let previous = status.as_ref().map(|s| s.observed_generation).unwrap_or(0);
-    let new_request = previous < desired.generation;
     let results = join_all(
         provisions
             .iter()

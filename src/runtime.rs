@@ -421,31 +421,36 @@ pub async fn published_port(docker: &Docker, id: &str) -> Result<Option<u16>, Ru
         .find_map(|b| b.host_port.and_then(|p| p.parse().ok())))
 }
 
-/// Whether the container is running; `None` if it no longer exists.
-pub async fn is_running(docker: &Docker, id: &str) -> Result<Option<bool>, RuntimeError> {
+/// The container's state as Docker reports it; `None` if it no longer exists.
+async fn inspect_state(
+    docker: &Docker,
+    id: &str,
+) -> Result<Option<bollard::models::ContainerState>, RuntimeError> {
     let _timer = timer("inspect");
     match docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
     {
-        Ok(info) => Ok(Some(info.state.and_then(|s| s.running).unwrap_or(false))),
+        Ok(info) => Ok(Some(info.state.unwrap_or_default())),
         Err(e) if is_status(&e, &[404]) => Ok(None),
         Err(e) => Err(api("inspect", id)(e)),
     }
 }
 
+/// Whether the container is running; `None` if it no longer exists.
+pub async fn is_running(docker: &Docker, id: &str) -> Result<Option<bool>, RuntimeError> {
+    Ok(inspect_state(docker, id)
+        .await?
+        .map(|s| s.running.unwrap_or(false)))
+}
+
 /// Whether the kernel OOM-killed the container's last run (false if it
 /// no longer exists).
 pub async fn was_oom_killed(docker: &Docker, id: &str) -> Result<bool, RuntimeError> {
-    let _timer = timer("inspect");
-    match docker
-        .inspect_container(id, None::<InspectContainerOptions>)
-        .await
-    {
-        Ok(info) => Ok(info.state.and_then(|s| s.oom_killed).unwrap_or(false)),
-        Err(e) if is_status(&e, &[404]) => Ok(false),
-        Err(e) => Err(api("inspect", id)(e)),
-    }
+    Ok(inspect_state(docker, id)
+        .await?
+        .and_then(|s| s.oom_killed)
+        .unwrap_or(false))
 }
 
 /// Stops the container (SIGTERM, then SIGKILL after `stop_timeout`) and
