@@ -7,11 +7,18 @@
 #
 #   deploy/images/build.sh [--force] [IMAGE...]
 #
-# IMAGE is any of: base postgres postgres-ext redis redis-ext (default: all).
-# An image that already exists is skipped unless --force is given (which
-# also bypasses the layer cache, to pick up Debian updates); missing parents
-# of a requested image are built too. Progress goes to stderr; the
-# full output of each step goes to a log that is shown only on failure.
+# Every directory next to this script that holds a Dockerfile is an image
+# named after the directory: its tag is the `# image: REPO:TAG` line among the
+# Dockerfile's leading comments, its parent the image that its FROM names
+# (`base` is the debootstrap image, sandboxd/debian-base:bookworm). Adding an
+# image takes only a new directory.
+#
+# IMAGE is `base` or a directory name (default: all). An image that already
+# exists is skipped unless --force is given (which also bypasses the layer
+# cache, to pick up Debian updates); missing parents of a requested image are
+# built too. Parents build before their children, independent images in
+# parallel, at most 2 builds at once. Progress goes to stderr; the full output
+# of each step goes to a log that is shown only on failure.
 #
 # Environment:
 #   DEBIAN_MIRROR   mirror for debootstrap and apt (default http://deb.debian.org/debian)
@@ -25,20 +32,7 @@ DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DEBIAN_SECURITY="${DEBIAN_SECURITY:-http://deb.debian.org/debian-security}"
 
 BASE_IMAGE="sandboxd/debian-base:${SUITE}"
-declare -A IMAGE=(
-	[base]="$BASE_IMAGE"
-	[postgres]="sandboxd/postgres:15"
-	[postgres-ext]="sandboxd/postgres-ext:15"
-	[redis]="sandboxd/redis:7"
-	[redis-ext]="sandboxd/redis-ext:7"
-)
-declare -A PARENT=(
-	[postgres]=base
-	[postgres-ext]=postgres
-	[redis]=base
-	[redis-ext]=redis
-)
-ALL=(base postgres postgres-ext redis redis-ext)
+MAX_JOBS=2 # docker builds at once (2 cores here)
 
 # The legacy builder: it never tries to pull anything for a local FROM.
 export DOCKER_BUILDKIT=0
@@ -47,8 +41,102 @@ T0=$SECONDS
 log() { printf '[images %3ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# ---------------------------------------------------------------------------
+# Discovery: deploy/images/NAME/Dockerfile -> IMAGE[NAME], PARENTS[NAME].
+# ---------------------------------------------------------------------------
+declare -A IMAGE=([base]="$BASE_IMAGE") # name -> REPO:TAG
+declare -A NAME_OF=(["$BASE_IMAGE"]=base) # REPO:TAG -> name
+declare -A PARENTS=()                    # name -> its FROM images built here (names)
+declare -A EXTERNAL=()                   # name -> its FROM images not built here
+ALL=(base)                               # base, then the directory names, sorted
+TOPO=()                                  # every parent before its children
+PROBLEMS=()
+
+# header_tag DOCKERFILE: REPO:TAG of the `# image:` line in the leading comments.
+header_tag() {
+	awk '{ sub(/\r$/, "") }
+		!/^[[:space:]]*(#|$)/ { exit }
+		/^# image: [^[:space:]]+[[:space:]]*$/ { print $3; exit }' "$1"
+}
+# from_images DOCKERFILE: the image each FROM names (not stages, not scratch).
+from_images() {
+	awk '{ sub(/\r$/, "") }
+		toupper($1) == "FROM" {
+			i = 2
+			while ($i ~ /^--/) i++
+			if ($i != "" && $i != "scratch" && !(tolower($i) in stage)) print $i
+			if (toupper($(i + 1)) == "AS") stage[tolower($(i + 2))] = 1
+		}' "$1"
+}
+
+discover() {
+	local df name tag img names=()
+	for df in "$HERE"/*/Dockerfile; do
+		[[ -f $df ]] || continue
+		name=${df%/Dockerfile}
+		names+=("${name##*/}")
+	done
+	# By name (the glob would put postgres-ext/ before postgres/).
+	while read -r name; do
+		[[ -n $name ]] || continue
+		df="$HERE/$name/Dockerfile"
+		tag=$(header_tag "$df")
+		if [[ $name == base ]]; then
+			PROBLEMS+=("$name/: 'base' is the debootstrap image, pick another directory name")
+		elif [[ -z $tag ]]; then
+			PROBLEMS+=("$name/Dockerfile: no '# image: REPO:TAG' line in its leading comments")
+		elif [[ ${tag##*/} != *:* ]]; then
+			PROBLEMS+=("$name/Dockerfile: '# image: $tag' has no :TAG")
+		elif [[ -n ${NAME_OF[$tag]:-} ]]; then
+			PROBLEMS+=("$name/Dockerfile: $tag is already ${NAME_OF[$tag]}'s tag")
+		else
+			IMAGE[$name]=$tag
+			NAME_OF[$tag]=$name
+			ALL+=("$name")
+		fi
+	done < <(printf '%s\n' "${names[@]}" | LC_ALL=C sort)
+	for name in "${ALL[@]:1}"; do
+		PARENTS[$name]='' EXTERNAL[$name]=''
+		while read -r img; do
+			if [[ -n ${NAME_OF[$img]:-} ]]; then
+				PARENTS[$name]+=" ${NAME_OF[$img]}"
+			else
+				EXTERNAL[$name]+=" $img"
+			fi
+		done < <(from_images "$HERE/$name/Dockerfile")
+		[[ -n ${PARENTS[$name]}${EXTERNAL[$name]} ]] || PROBLEMS+=("$name/Dockerfile: no FROM line")
+	done
+	local -A mark=()
+	visit() {
+		local n=$1 p
+		case "${mark[$n]:-}" in
+		seen) return 0 ;;
+		active) PROBLEMS+=("the FROM lines go round in a circle through $n"); return 0 ;;
+		esac
+		mark[$n]=active
+		for p in ${PARENTS[$n]:-}; do visit "$p"; done
+		mark[$n]=seen
+		TOPO+=("$n")
+	}
+	for name in "${ALL[@]}"; do visit "$name"; done
+}
+discover
+
 usage() {
 	sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
+	local n from p
+	{
+		printf '\nImages here:\n'
+		for n in "${ALL[@]}"; do
+			from=debootstrap
+			if [[ $n != base ]]; then
+				from=FROM
+				for p in ${PARENTS[$n]} ${EXTERNAL[$n]}; do from+=" $p"; done
+			fi
+			printf '  %-14s %-30s %s\n' "$n" "${IMAGE[$n]}" "$from"
+		done
+		for p in "${PROBLEMS[@]}"; do printf '  problem: %s\n' "$p"; done
+	} >&2
 	exit "${1:-0}"
 }
 
@@ -59,11 +147,15 @@ for arg in "$@"; do
 	--force | -f) FORCE=1 ;;
 	--help | -h) usage 0 ;;
 	-*) log "unknown option: $arg"; usage 2 ;;
-	*)
-		[[ -n "${IMAGE[$arg]:-}" ]] || die "unknown image '$arg' (one of: ${ALL[*]})"
-		WANT+=("$arg")
-		;;
+	*) WANT+=("$arg") ;;
 	esac
+done
+if ((${#PROBLEMS[@]})); then
+	for p in "${PROBLEMS[@]}"; do log "$p"; done
+	die "fix the image directories above first"
+fi
+for n in "${WANT[@]}"; do
+	[[ -n "${IMAGE[$n]:-}" ]] || die "unknown image '$n' (one of: ${ALL[*]})"
 done
 ((${#WANT[@]})) || WANT=("${ALL[@]}")
 
@@ -84,7 +176,11 @@ cleanup() {
 		awk -v r="$WORK/rootfs/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r |
 			while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	fi
-	if [[ "${KEEP_LOGS:-0}" == 1 || $rc -ne 0 ]] && [[ -d "$WORK" ]]; then
+	# Keep the logs on failure (if there are any) or when asked to.
+	local keep=0
+	if [[ "${KEEP_LOGS:-0}" == 1 ]]; then keep=1; fi
+	if ((rc != 0)) && compgen -G "$WORK/*.log" >/dev/null; then keep=1; fi
+	if ((keep)) && [[ -d "$WORK" ]]; then
 		find "$WORK" -mindepth 1 -maxdepth 1 ! -name '*.log' -exec rm -rf {} +
 		log "logs kept in $WORK"
 	else
@@ -205,16 +301,22 @@ build_one() {
 # ---------------------------------------------------------------------------
 declare -A TODO=()
 plan() {
-	local n=$1
+	local n=$1 p
 	[[ -n "${TODO[$n]:-}" ]] && return 0
 	if ((FORCE)) || ! exists "${IMAGE[$n]}"; then
 		TODO[$n]=1
 	fi
-	if [[ -n "${PARENT[$n]:-}" ]] && ! exists "${IMAGE[${PARENT[$n]}]}"; then
-		plan "${PARENT[$n]}"
-	fi
+	for p in ${PARENTS[$n]:-}; do
+		exists "${IMAGE[$p]}" || plan "$p"
+	done
 }
 for n in "${WANT[@]}"; do plan "$n"; done
+# Anything else a FROM names must already be here: there is no registry.
+for n in "${!TODO[@]}"; do
+	for p in ${EXTERNAL[$n]:-}; do
+		exists "$p" || die "$n: FROM $p is not built here and not present locally"
+	done
+done
 
 for n in "${WANT[@]}"; do
 	if [[ -z "${TODO[$n]:-}" ]]; then
@@ -232,28 +334,70 @@ for n in "${!TODO[@]}"; do
 	OLD_ID[$n]="$(docker image inspect -f '{{.Id}}' "${IMAGE[$n]}" 2>/dev/null || true)"
 done
 
-# The base first; then the postgres and redis chains run in parallel.
-if [[ -n "${TODO[base]:-}" ]]; then build_base; fi
-
-chain() {
-	local n
-	for n in "$@"; do
-		# No `|| ...` here: it would switch off errexit inside build_one.
-		if [[ -n "${TODO[$n]:-}" ]]; then build_one "$n"; fi
-	done
+# Build in the background, at most MAX_JOBS at once, each as soon as its
+# parents are there; a finished job reports "NAME STATUS" on a FIFO.
+mkfifo "$WORK/done"
+exec 3<>"$WORK/done"
+job() {
+	set +e
+	# No `|| ...` here: it would switch off errexit inside build_one.
+	(set -e; build_one "$1") 3>&-
+	echo "$1 $?" >&3
 }
-chain postgres postgres-ext &
-BG_PIDS+=($!)
-chain redis redis-ext &
-BG_PIDS+=($!)
-
-rc=0
-for p in "${BG_PIDS[@]}"; do wait "$p" || rc=1; done
+declare -A STATE=() # name -> running, ok or failed
+# parents_state NAME: ready, wait or failed.
+parents_state() {
+	local p s=ready
+	for p in ${PARENTS[$1]:-}; do
+		[[ -n "${TODO[$p]:-}" ]] || continue # already there
+		case "${STATE[$p]:-}" in
+		ok) ;;
+		failed) echo failed; return 0 ;;
+		*) s="wait" ;;
+		esac
+	done
+	echo "$s"
+}
+left=${#TODO[@]} running=0 failed=()
+while ((left > 0)); do
+	for n in "${TOPO[@]}"; do
+		[[ -n "${TODO[$n]:-}" && -z "${STATE[$n]:-}" ]] || continue
+		case "$(parents_state "$n")" in
+		failed)
+			log "$n: not built, a parent failed"
+			STATE[$n]=failed
+			left=$((left - 1))
+			failed+=("$n")
+			;;
+		ready)
+			if ((running < MAX_JOBS)); then
+				STATE[$n]=running
+				running=$((running + 1))
+				job "$n" &
+				BG_PIDS+=($!)
+			fi
+			;;
+		esac
+	done
+	((left > 0)) || break
+	((running > 0)) || die "nothing left to run but ${left} image(s) to build (bug)"
+	read -r done_name done_rc <&3
+	running=$((running - 1)) left=$((left - 1))
+	if [[ $done_rc == 0 ]]; then
+		STATE[$done_name]=ok
+	else
+		STATE[$done_name]=failed
+		failed+=("$done_name")
+	fi
+done
+wait
 BG_PIDS=()
-((rc == 0)) || die "some images failed to build"
+exec 3>&-
+((${#failed[@]} == 0)) || die "some images failed to build: ${failed[*]}"
 
 # Drop replaced images (children first); one still used by a container stays.
-for n in redis-ext redis postgres-ext postgres base; do
+for ((i = ${#TOPO[@]} - 1; i >= 0; i--)); do
+	n=${TOPO[i]}
 	old="${OLD_ID[$n]:-}"
 	if [[ -n "$old" && "$old" != "$(docker image inspect -f '{{.Id}}' "${IMAGE[$n]}")" ]]; then
 		docker rmi "$old" >/dev/null 2>&1 || log "$n: old image ${old#sha256:} kept (still in use)"
