@@ -13,7 +13,8 @@
 //! Floor and sandboxd runs alternate (and swap order every iteration) so
 //! they share the machine's noise; figures are medians, the ratio is
 //! sandboxd/floor. A second table splits sandboxd's time into phases, from
-//! the controller's own tracing events and a LISTEN on both channels.
+//! when the controller's tracing spans (`reconcile`, `provision`,
+//! `wait_ready`) open and close, and a LISTEN on both channels.
 //!
 //! Run it with `scripts/bench.sh` (Docker, the local images and a throwaway
 //! state Postgres). `BENCH_ITERS` (default 7) and `BENCH_BATCH_ITERS`
@@ -23,17 +24,16 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use bollard::Docker;
 use common::{sandbox_id, TestEnv};
 use futures::future::join_all;
+use sandboxd::adapters::postgres::{DESIRED_CHANNEL, STATUS_CHANNEL};
+use sandboxd::adapters::PgStore;
 use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::ControllerConfig;
-use sandboxd::engine::{self, Engine, Target};
-use sandboxd::id::SandboxId;
-use sandboxd::provision;
-use sandboxd::runtime;
-use sandboxd::secret::Secret;
-use sandboxd::store;
+use sandboxd::controller::provision;
+use sandboxd::domain::{ContainerId, SandboxId, Secret};
+use sandboxd::engine::{self, Engine};
+use sandboxd::ports::Runtime;
 use sqlx::postgres::PgListener;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -41,8 +41,10 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
@@ -57,62 +59,68 @@ const GONE_TIMEOUT: Duration = Duration::from_secs(60);
 const SETTLE: Duration = Duration::from_millis(300);
 
 // ---------------------------------------------------------------------------
-// Timeline marks: controller tracing events and NOTIFYs seen by a listener.
+// Timeline marks: the controller's spans opening and closing, and NOTIFYs
+// seen by a listener.
+
+/// What a mark records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Edge {
+    /// A span was entered for the first time.
+    Open,
+    /// A span closed.
+    Close,
+    /// A NOTIFY arrived.
+    Notify,
+}
 
 struct Mark {
     at: Instant,
-    target: String,
-    message: String,
-    /// `sandbox` field, `container` field, or the NOTIFY payload.
-    key: String,
-    /// `elapsed_ms` field (the provisioner's time in its readiness loop).
-    elapsed_ms: Option<u64>,
-    /// `attempts` field (failed probes before the one that passed).
+    /// Span name (`reconcile`, `provision`, `wait_ready`) or NOTIFY channel.
+    name: String,
+    edge: Edge,
+    /// The sandbox: the `sandbox` field of the span or of its `reconcile`
+    /// ancestor, or the NOTIFY payload.
+    sandbox: String,
+    /// `attempts` recorded on `wait_ready` (failed probes before the one
+    /// that passed).
     attempts: Option<u64>,
 }
 
 static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
 
-fn push_mark(target: &str, fields: EventFields) {
+fn push_mark(name: &str, edge: Edge, sandbox: &str, attempts: Option<u64>) {
     let mark = Mark {
         at: Instant::now(),
-        target: target.to_owned(),
-        message: fields.message,
-        key: fields.key.unwrap_or_default(),
-        elapsed_ms: fields.elapsed_ms,
-        attempts: fields.attempts,
+        name: name.to_owned(),
+        edge,
+        sandbox: sandbox.to_owned(),
+        attempts,
     };
     MARKS.lock().expect("marks lock").push(mark);
 }
 
-#[derive(Default)]
-struct EventFields {
-    message: String,
-    key: Option<String>,
-    elapsed_ms: Option<u64>,
+/// What the capture layer keeps per span.
+#[derive(Default, Clone)]
+struct SpanFields {
+    sandbox: Option<String>,
     attempts: Option<u64>,
+    entered: bool,
 }
 
-impl Visit for EventFields {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        match field.name() {
-            "message" => self.message = value.to_owned(),
-            "sandbox" | "container" => self.key = Some(value.to_owned()),
-            _ => {}
+impl Visit for SpanFields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "sandbox" {
+            self.sandbox = Some(format!("{value:?}").trim_matches('"').to_owned());
         }
     }
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = format!("{value:?}"),
-            "sandbox" | "container" => self.key = Some(format!("{value:?}")),
-            _ => {}
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "sandbox" {
+            self.sandbox = Some(value.to_owned());
         }
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        match field.name() {
-            "elapsed_ms" => self.elapsed_ms = Some(value),
-            "attempts" => self.attempts = Some(value),
-            _ => {}
+        if field.name() == "attempts" {
+            self.attempts = Some(value);
         }
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -120,23 +128,64 @@ impl Visit for EventFields {
     }
 }
 
-/// Records the time of every controller event that names a sandbox or container.
+/// Records when each controller span of a sandbox first opens and closes.
 struct Capture;
 
-impl<S: tracing::Subscriber> Layer<S> for Capture {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
-        let mut fields = EventFields::default();
-        event.record(&mut fields);
-        if fields.key.is_some() {
-            push_mark(event.metadata().target(), fields);
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let mut fields = SpanFields::default();
+        attrs.record(&mut fields);
+        if fields.sandbox.is_none() {
+            // Inherit the sandbox of the enclosing `reconcile`.
+            fields.sandbox = span.scope().skip(1).find_map(|parent| {
+                parent
+                    .extensions()
+                    .get::<SpanFields>()
+                    .and_then(|f| f.sandbox.clone())
+            });
+        }
+        span.extensions_mut().insert(fields);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            if let Some(fields) = span.extensions_mut().get_mut::<SpanFields>() {
+                values.record(fields);
+            }
+        }
+    }
+
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let mut ext = span.extensions_mut();
+        let Some(fields) = ext.get_mut::<SpanFields>() else {
+            return;
+        };
+        if !fields.entered {
+            fields.entered = true;
+            if let Some(sandbox) = &fields.sandbox {
+                push_mark(span.name(), Edge::Open, sandbox, None);
+            }
+        }
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(&id) else { return };
+        let ext = span.extensions();
+        if let Some(SpanFields {
+            sandbox: Some(sandbox),
+            attempts,
+            ..
+        }) = ext.get::<SpanFields>()
+        {
+            push_mark(span.name(), Edge::Close, sandbox, *attempts);
         }
     }
 }
 
 fn init_tracing() {
-    let capture = Targets::new()
-        .with_target("sandboxd::reconcile", LevelFilter::DEBUG)
-        .with_target("sandboxd::provision", LevelFilter::DEBUG);
+    let capture = Targets::new().with_target("sandboxd::controller", LevelFilter::DEBUG);
     let stderr = Targets::new().with_target("sandboxd", LevelFilter::WARN);
     tracing_subscriber::registry()
         .with(Capture.with_filter(capture))
@@ -152,45 +201,35 @@ fn init_tracing() {
 async fn watch_notifies(url: String) {
     let mut listener = PgListener::connect(&url).await.expect("bench listener");
     listener
-        .listen_all([store::DESIRED_CHANNEL, store::STATUS_CHANNEL])
+        .listen_all([DESIRED_CHANNEL, STATUS_CHANNEL])
         .await
         .expect("LISTEN");
     while let Ok(n) = listener.recv().await {
-        let fields = EventFields {
-            message: n.channel().to_owned(),
-            key: Some(n.payload().to_owned()),
-            ..EventFields::default()
-        };
-        push_mark("bench::notify", fields);
+        push_mark(n.channel(), Edge::Notify, n.payload(), None);
     }
 }
 
-/// The first mark at or after `from` matching: when, and its `elapsed_ms`
-/// and `attempts` fields.
+/// The first mark of `sandbox` at or after `from` with this name and edge:
+/// when, and its `attempts`.
 fn mark_after(
     from: Instant,
-    target: &str,
-    message: &str,
-    key: &str,
-) -> Option<(Instant, Option<u64>, Option<u64>)> {
+    name: &str,
+    edge: Edge,
+    sandbox: &str,
+) -> Option<(Instant, Option<u64>)> {
     let marks = MARKS.lock().expect("marks lock");
     marks
         .iter()
-        .filter(|m| m.at >= from && m.target == target && m.message == message)
-        .find(|m| {
-            m.key == key
-                || m.key.ends_with(&format!("-{key}-postgres"))
-                || m.key.ends_with(&format!("-{key}-redis"))
-        })
-        .map(|m| (m.at, m.elapsed_ms, m.attempts))
+        .find(|m| m.at >= from && m.name == name && m.edge == edge && m.sandbox == sandbox)
+        .map(|m| (m.at, m.attempts))
 }
 
-/// When the last mark before `until` matching was made.
-fn mark_before(until: Instant, target: &str, message: &str, key: &str) -> Option<Instant> {
+/// When the last mark of `sandbox` before `until` with this name and edge was made.
+fn mark_before(until: Instant, name: &str, edge: Edge, sandbox: &str) -> Option<Instant> {
     let marks = MARKS.lock().expect("marks lock");
     marks
         .iter()
-        .filter(|m| m.at <= until && m.target == target && m.message == message && m.key == key)
+        .filter(|m| m.at <= until && m.name == name && m.edge == edge && m.sandbox == sandbox)
         .map(|m| m.at)
         .next_back()
 }
@@ -200,8 +239,8 @@ fn mark_before(until: Instant, target: &str, message: &str, key: &str) -> Option
 
 const SANDBOXD_PHASES: &[&str] = &[
     "INSERT → desired NOTIFY seen (write + commit + NOTIFY)",
-    "→ reconcile planned (controller wake-up, queue, 2 reads + docker list)",
-    "→ provisioning started (\"provisioning\" status write)",
+    "→ reconcile starts (controller wake-up, queue)",
+    "→ provision starts (2 reads + docker list, plan, \"provisioning\" status write)",
     "→ readiness loop starts (image inspect, create+start, port)",
     "→ probe OK (readiness polling)",
     "→ provision returned (feature enable + verify logins)",
@@ -219,21 +258,17 @@ struct Phases {
 
 fn sandboxd_phases(t0: Instant, t_end: Instant, id: &SandboxId) -> Phases {
     let id = id.as_str();
-    let notify = "bench::notify";
-    let at = |m: Option<(Instant, Option<u64>, Option<u64>)>| m.map(|m| m.0);
-    let probe_ok = mark_after(t0, "sandboxd::provision", "engine ready", id);
-    let loop_start = probe_ok.and_then(|(at, elapsed, _)| {
-        elapsed.and_then(|ms| at.checked_sub(Duration::from_millis(ms)))
-    });
+    let at = |m: Option<(Instant, Option<u64>)>| m.map(|m| m.0);
+    let probe_ok = mark_after(t0, "wait_ready", Edge::Close, id);
     let points = [
         Some(t0),
-        at(mark_after(t0, notify, store::DESIRED_CHANNEL, id)),
-        at(mark_after(t0, "sandboxd::reconcile", "planned", id)),
-        at(mark_after(t0, "sandboxd::reconcile", "provisioning", id)),
-        loop_start,
+        at(mark_after(t0, DESIRED_CHANNEL, Edge::Notify, id)),
+        at(mark_after(t0, "reconcile", Edge::Open, id)),
+        at(mark_after(t0, "provision", Edge::Open, id)),
+        at(mark_after(t0, "wait_ready", Edge::Open, id)),
         at(probe_ok),
-        at(mark_after(t0, "sandboxd::reconcile", "engine ready", id)),
-        mark_before(t_end, notify, store::STATUS_CHANNEL, id),
+        at(mark_after(t0, "provision", Edge::Close, id)),
+        mark_before(t_end, STATUS_CHANNEL, Edge::Notify, id),
         Some(t_end),
     ];
     Phases {
@@ -246,7 +281,7 @@ fn sandboxd_phases(t0: Instant, t_end: Instant, id: &SandboxId) -> Phases {
                 _ => None,
             })
             .collect(),
-        attempts: probe_ok.and_then(|m| m.2),
+        attempts: probe_ok.and_then(|m| m.1),
     }
 }
 
@@ -254,7 +289,7 @@ fn sandboxd_phases(t0: Instant, t_end: Instant, id: &SandboxId) -> Phases {
 // The floor: bare create+start plus readiness.
 
 struct FloorRun {
-    container: String,
+    container: ContainerId,
     total: Duration,
     /// create+start and the published port.
     create_start: Duration,
@@ -267,7 +302,7 @@ struct FloorRun {
 /// Creates and starts `engine`'s container the way the provisioner does
 /// and polls its probe on the provisioner's schedule until it passes.
 async fn floor_once(
-    docker: &Docker,
+    runtime: &dyn Runtime,
     config: &ControllerConfig,
     engine: &'static dyn Engine,
     name: String,
@@ -283,25 +318,21 @@ async fn floor_once(
         HashMap::from([(FLOOR_LABEL.to_owned(), tag.to_owned())]),
     );
     let t0 = Instant::now();
-    let id = runtime::create_and_start(docker, &spec)
+    let id = runtime
+        .create_and_start(&spec)
         .await
         .expect("floor create+start");
-    let port = runtime::published_port(docker, &id)
+    let port = runtime
+        .published_port(&id)
         .await
         .expect("floor inspect")
         .expect("floor published port");
     let create_start = t0.elapsed();
-    let target = Target {
-        host: "127.0.0.1",
-        port,
-        container_id: &id,
-        docker,
-        credentials: &credentials,
-    };
     // The provisioner's own readiness loop.
-    let attempts = provision::wait_ready(docker, engine, &target, &name)
-        .await
-        .unwrap_or_else(|e| panic!("floor {name} not ready: {e}"));
+    let attempts =
+        provision::wait_ready(runtime, engine, &id, &name, "127.0.0.1", port, &credentials)
+            .await
+            .unwrap_or_else(|e| panic!("floor {name} not ready: {e}"));
     let total = t0.elapsed();
     FloorRun {
         container: id,
@@ -350,7 +381,7 @@ impl Bench {
     async fn remove_floor(&self, runs: &[FloorRun]) {
         join_all(
             runs.iter()
-                .map(|r| runtime::remove(&self.env.docker, &r.container, Duration::ZERO)),
+                .map(|r| self.env.runtime.remove(&r.container, Duration::ZERO)),
         )
         .await
         .into_iter()
@@ -360,12 +391,15 @@ impl Bench {
     /// Starts `n` floor containers at once; returns the wall time until all
     /// were ready, and each run. Removes them.
     async fn floor(&mut self, engine: &'static dyn Engine, n: usize) -> (Duration, Vec<FloorRun>) {
-        let names: Vec<String> = (0..n).map(|_| self.floor_name(engine.name())).collect();
+        let names: Vec<String> = (0..n)
+            .map(|_| self.floor_name(engine.name().as_str()))
+            .collect();
         let t0 = Instant::now();
+        let runtime = self.env.runtime.as_ref();
         let runs = join_all(
             names
                 .into_iter()
-                .map(|name| floor_once(&self.env.docker, &self.config, engine, name, &self.tag)),
+                .map(|name| floor_once(runtime, &self.config, engine, name, &self.tag)),
         )
         .await;
         let wall = t0.elapsed();
@@ -391,7 +425,7 @@ impl Bench {
                 .provision(id, req, READY_TIMEOUT)
                 .await
                 .unwrap_or_else(|e| panic!("sandbox {id}: {e}"));
-            assert_eq!(status.phase, sandboxd::model::Phase::Ready);
+            assert_eq!(status.phase, sandboxd::domain::Phase::Ready);
             (id.clone(), Instant::now())
         }))
         .await;
@@ -463,7 +497,7 @@ async fn scenario(
     iters: usize,
 ) -> Scenario {
     let (scenario, column) = if n == 1 {
-        let s = format!("{}, 1 sandbox (n={iters})", engine.name());
+        let s = format!("{}, 1 sandbox (n={iters})", engine.name().as_str());
         (s.clone(), s)
     } else {
         (
@@ -495,7 +529,7 @@ async fn scenario(
                     out.floor_attempts.push(run.attempts);
                 }
             } else {
-                let (t0, wall, done) = bench.sandboxd(engine.name(), n).await;
+                let (t0, wall, done) = bench.sandboxd(engine.name().as_str(), n).await;
                 out.row.sandboxd.push(wall);
                 for (id, t_end) in &done {
                     out.phases.push(sandboxd_phases(t0, *t_end, id));
@@ -658,17 +692,22 @@ async fn run() {
     let mut config = env.config();
     config.network = BENCH_NETWORK.into();
     let pool_size = (config.concurrency as u32 * 2).clamp(4, 32);
-    env.pool = store::connect(&env.url, pool_size)
+    env.pool = PgStore::connect(&env.url, pool_size)
         .await
-        .expect("controller pool");
-    runtime::ensure_network(&env.docker, BENCH_NETWORK)
+        .expect("controller pool")
+        .pool()
+        .clone();
+    env.runtime
+        .ensure_network(BENCH_NETWORK)
         .await
         .expect("bench network");
     // An orchestrator's own pool: every waiting client holds a LISTEN
     // connection and needs another for its reads.
-    let client_pool = store::connect(&env.url, (batch_size as u32) * 2 + 2)
+    let client_pool = PgStore::connect(&env.url, (batch_size as u32) * 2 + 2)
         .await
-        .expect("client pool");
+        .expect("client pool")
+        .pool()
+        .clone();
     tokio::spawn(watch_notifies(env.url.clone()));
     let controller = env.start(config.clone());
     common::eventually("controller ready", Duration::from_secs(30), || async {
@@ -691,7 +730,7 @@ async fn run() {
     eprintln!("bench: warm-up");
     for e in [postgres, redis] {
         bench.floor(e, 1).await;
-        bench.sandboxd(e.name(), 1).await;
+        bench.sandboxd(e.name().as_str(), 1).await;
     }
     let pg = scenario(&mut bench, postgres, 1, iters).await;
     let rd = scenario(&mut bench, redis, 1, iters).await;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite against the real Docker engine and a real
 # Postgres: checks Docker (starting dockerd if needed), builds the engine
-# images from Debian packages if they are missing, starts a throwaway state
-# Postgres, runs `cargo test`, and removes what it started.
+# images from Debian packages if they are missing, runs `cargo test` (each
+# integration test starts its own state Postgres through testcontainers),
+# and removes anything a crashed test left behind.
 # Arguments go to `cargo test` (default: --all-targets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,19 +13,16 @@ ensure_docker
 ensure_engine_images
 ensure_prometheus
 
-state=sandboxd-test-state
 cleanup() {
-  docker rm -f "$state" >/dev/null 2>&1 || true
-  # Anything a crashed test left behind on the test network.
+  # Anything a crashed test left behind: sandboxes on the test network and
+  # state databases (a killed test process drops nothing).
   leftovers=$(docker ps -aq --filter label=io.sandboxd.managed-by=sandboxd --filter network=sandboxd-test)
-  if [ -n "$leftovers" ]; then docker rm -f $leftovers >/dev/null 2>&1 || true; fi
+  if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
+  leftovers=$(docker ps -aq --filter label=io.sandboxd.test-state)
+  if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
-docker rm -f "$state" >/dev/null 2>&1 || true
-SANDBOXD_TEST_DATABASE_URL=$(start_state_db "$state" "$(random_password)")
-export SANDBOXD_TEST_DATABASE_URL
-docker network inspect sandboxd-test >/dev/null 2>&1 || docker network create sandboxd-test >/dev/null
-log "state database ready; running cargo test"
+log "running cargo test"
 if [ $# -eq 0 ]; then set -- --all-targets; fi
 results=$(mktemp)
 trap 'cleanup; rm -f "$results"' EXIT

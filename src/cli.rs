@@ -2,15 +2,16 @@
 //! Every flag can also be set from the environment (`DATABASE_URL`,
 //! `SANDBOXD_*`).
 
+use crate::adapters::{http, DockerRuntime, PgStore};
 use crate::client::{Client, SandboxRequest};
-use crate::clock::SystemClock;
 use crate::config::{parse_env_prefix, ControllerConfig, Images, ProbeVia};
 use crate::controller::Controller;
-use crate::id::{Deployment, SandboxId};
+use crate::domain::clock::SystemClock;
+use crate::domain::id::{Deployment, SandboxId};
+use crate::domain::limits::Limits;
+use crate::domain::sandbox::SandboxStatus;
 use crate::metrics::Metrics;
-use crate::model::SandboxStatus;
-use crate::runtime::{self, Limits};
-use crate::{http, store};
+use crate::ports::{RuntimeError, StoreError};
 use clap::{Args, Parser, Subcommand};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -51,7 +52,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controller (migrates first).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Apply database migrations and sync the engine allowlist, then exit.
     Migrate,
     /// Write a desired sandbox row (what an orchestrator does).
@@ -101,6 +102,12 @@ pub struct RunArgs {
     /// Bound on pulling an absent image.
     #[arg(long, env = "SANDBOXD_PULL_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub pull_timeout: Duration,
+    /// Bound on every other Docker call (a removal gets --stop-timeout on top).
+    #[arg(long, env = "SANDBOXD_DOCKER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub docker_timeout: Duration,
+    /// Bound on every state database call.
+    #[arg(long, env = "SANDBOXD_STORE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub store_timeout: Duration,
     /// SIGTERM-to-SIGKILL time when tearing a container down.
     #[arg(long, env = "SANDBOXD_STOP_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub stop_timeout: Duration,
@@ -151,6 +158,8 @@ impl RunArgs {
         c.relist_interval = self.relist_interval;
         c.concurrency = self.concurrency;
         c.pull_timeout = self.pull_timeout;
+        c.docker_timeout = self.docker_timeout;
+        c.store_timeout = self.store_timeout;
         c.stop_timeout = self.stop_timeout;
         c.probe_via = self.probe_via;
         c.metrics_addr = self.metrics_addr;
@@ -227,13 +236,13 @@ pub enum CliError {
     Feature(String),
     /// Store failures.
     #[error(transparent)]
-    Store(#[from] store::StoreError),
+    Store(#[from] StoreError),
     /// Client failures.
     #[error(transparent)]
     Client(#[from] crate::client::ClientError),
     /// Docker failures.
     #[error(transparent)]
-    Runtime(#[from] runtime::RuntimeError),
+    Runtime(#[from] RuntimeError),
     /// Controller failures.
     #[error(transparent)]
     Controller(#[from] crate::controller::ControllerError),
@@ -264,8 +273,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Run(args) => run_controller(&url, &args).await,
         Command::Migrate => {
-            let pool = store::connect(&url, 2).await?;
-            store::migrate(&pool).await?;
+            PgStore::connect(&url, 2).await?.migrate().await?;
             say!("migrations applied; engine allowlist synced");
             Ok(())
         }
@@ -367,13 +375,13 @@ async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
 
 async fn run_controller(url: &str, args: &RunArgs) -> Result<(), CliError> {
     let config = args.to_config()?;
-    let pool = store::connect(url, (config.concurrency as u32 * 2).clamp(4, 32)).await?;
-    store::migrate(&pool).await?;
-    let docker = runtime::connect().await?;
+    let store = PgStore::connect(url, (config.concurrency as u32 * 2).clamp(4, 32)).await?;
+    store.migrate().await?;
+    let docker = DockerRuntime::connect().await?;
     let metrics = Arc::new(Metrics::new());
     let controller = Controller::new(
-        pool,
-        docker,
+        Arc::new(docker),
+        Arc::new(store),
         config.clone(),
         Arc::new(SystemClock),
         metrics.clone(),

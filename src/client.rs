@@ -2,11 +2,11 @@
 //! sandbox to be ready, release it. Other languages use the same contract
 //! in plain SQL (see README).
 
-use crate::id::SandboxId;
-use crate::model::{Phase, SandboxStatus};
-use crate::store::{self, StoreError};
+use crate::adapters::postgres::{self, PgStore, STATUS_CHANNEL};
+use crate::domain::id::SandboxId;
+use crate::domain::sandbox::{Phase, SandboxStatus};
+use crate::ports::store::{Store, StoreError};
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::PgPool;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -50,36 +50,49 @@ pub struct SandboxRequest {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+/// What a status says to a client waiting for `generation`: ready (the
+/// status), failed (an error), or not yet (`None`).
+fn settled(status: &SandboxStatus, generation: i64) -> Option<Result<SandboxStatus, ClientError>> {
+    if status.observed_generation < generation {
+        return None;
+    }
+    match status.phase {
+        Phase::Ready => Some(Ok(status.clone())),
+        Phase::Failed => Some(Err(ClientError::Failed {
+            id: status.id.clone(),
+            message: status.message.clone(),
+        })),
+        Phase::Pending | Phase::Provisioning | Phase::Terminating => None,
+    }
+}
+
 /// A handle on the state database for orchestrators.
 #[derive(Debug, Clone)]
 pub struct Client {
-    pool: PgPool,
+    store: PgStore,
 }
 
 impl Client {
     /// Connects to the state database.
     pub async fn connect(database_url: &str) -> Result<Self, ClientError> {
         Ok(Self {
-            pool: store::connect(database_url, 4).await?,
+            store: PgStore::connect(database_url, 4).await?,
         })
     }
 
     /// Uses an existing pool.
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            store: PgStore::from_pool(pool),
+        }
     }
 
     /// Writes (inserts or replaces) the desired row; returns its generation.
     pub async fn apply(&self, id: &SandboxId, req: &SandboxRequest) -> Result<i64, ClientError> {
-        Ok(store::upsert_desired(
-            &self.pool,
-            id,
-            &req.owner,
-            &req.services,
-            &req.features,
-            req.expires_at,
-        )
-        .await?)
+        Ok(self
+            .store
+            .upsert_desired(id, &req.owner, &req.services, &req.features, req.expires_at)
+            .await?)
     }
 
     /// Waits until the status reflects `generation` and is ready (returned)
@@ -90,38 +103,18 @@ impl Client {
         generation: i64,
         timeout: Duration,
     ) -> Result<SandboxStatus, ClientError> {
-        // The listener gets its own connection, outside the pool: waiters
+        // The listener has its own connection, outside the pool: waiters
         // must not starve the pool they read their status with.
-        let own = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with((*self.pool.connect_options()).clone())
-            .await
-            .map_err(StoreError::Connect)?;
-        let mut listener = PgListener::connect_with(&own)
-            .await
-            .map_err(StoreError::Connect)?;
-        listener
-            .listen(store::STATUS_CHANNEL)
-            .await
-            .map_err(StoreError::Connect)?;
+        let mut listener = postgres::listen(self.store.pool(), &[STATUS_CHANNEL]).await?;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last_phase = "none".to_owned();
         loop {
             // Check after subscribing, and after every wake-up or tick: a
             // NOTIFY lost to a reconnect costs at most one tick.
-            if let Some(s) = store::fetch_status(&self.pool, id).await? {
+            if let Some(s) = self.store.fetch_status(id).await? {
                 last_phase = s.phase.to_string();
-                if s.observed_generation >= generation {
-                    match s.phase {
-                        Phase::Ready => return Ok(s),
-                        Phase::Failed => {
-                            return Err(ClientError::Failed {
-                                id: id.clone(),
-                                message: s.message,
-                            })
-                        }
-                        _ => {}
-                    }
+                if let Some(outcome) = settled(&s, generation) {
+                    return outcome;
                 }
             }
             let wait = deadline
@@ -162,16 +155,49 @@ impl Client {
     /// Deletes the desired row; sandboxd tears the containers down. True if
     /// the row existed.
     pub async fn release(&self, id: &SandboxId) -> Result<bool, ClientError> {
-        Ok(store::delete_desired(&self.pool, id).await?)
+        Ok(self.store.delete_desired(id).await?)
     }
 
     /// The current status, if any.
     pub async fn status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, ClientError> {
-        Ok(store::fetch_status(&self.pool, id).await?)
+        Ok(self.store.fetch_status(id).await?)
     }
 
     /// Every status row.
     pub async fn list(&self) -> Result<Vec<SandboxStatus>, ClientError> {
-        Ok(store::list_status(&self.pool).await?)
+        Ok(self.store.list_status().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(phase: Phase, observed_generation: i64) -> SandboxStatus {
+        SandboxStatus {
+            id: SandboxId::parse("agent-7").unwrap(),
+            phase,
+            observed_generation,
+            message: "why".into(),
+            services: BTreeMap::new(),
+            updated_at: None,
+        }
+    }
+
+    #[test]
+    fn a_waiter_settles_only_on_ready_or_failed_at_its_generation_or_later() {
+        assert!(settled(&status(Phase::Ready, 1), 2).is_none());
+        assert!(settled(&status(Phase::Failed, 1), 2).is_none());
+        assert!(settled(&status(Phase::Provisioning, 2), 2).is_none());
+        assert!(settled(&status(Phase::Terminating, 3), 2).is_none());
+        assert!(matches!(settled(&status(Phase::Ready, 2), 2), Some(Ok(_))));
+        assert!(matches!(settled(&status(Phase::Ready, 3), 2), Some(Ok(_))));
+        match settled(&status(Phase::Failed, 2), 2) {
+            Some(Err(ClientError::Failed { id, message })) => {
+                assert_eq!(id.as_str(), "agent-7");
+                assert_eq!(message, "why");
+            }
+            other => panic!("expected a failure, got {other:?}"),
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! Controller configuration, independent of how it was parsed (see `cli`).
 
-use crate::engine::{self, Engine};
-use crate::id::Deployment;
-use crate::runtime::Limits;
+use crate::domain::id::Deployment;
+use crate::domain::limits::Limits;
+use crate::engine::{self, Engine, REGISTRY};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -19,11 +19,7 @@ pub enum ConfigError {
 }
 
 fn engine_names() -> String {
-    engine::REGISTRY
-        .iter()
-        .map(|e| e.name())
-        .collect::<Vec<_>>()
-        .join(", ")
+    REGISTRY.names()
 }
 
 /// Which image each engine runs, without and with features.
@@ -63,9 +59,9 @@ impl Images {
 
     /// The image to run for `engine`.
     pub fn image_for(&self, engine: &dyn Engine, has_features: bool) -> String {
-        let plain = self.plain.get(engine.name());
+        let plain = self.plain.get(engine.name().as_str());
         if has_features {
-            if let Some(img) = self.with_features.get(engine.name()) {
+            if let Some(img) = self.with_features.get(engine.name().as_str()) {
                 return img.clone();
             }
             if let Some(img) = plain {
@@ -111,6 +107,10 @@ pub struct ControllerConfig {
     pub concurrency: usize,
     /// Bound on pulling an absent image.
     pub pull_timeout: Duration,
+    /// Bound on every other Docker call (a removal gets `stop_timeout` on top).
+    pub docker_timeout: Duration,
+    /// Bound on every state database call.
+    pub store_timeout: Duration,
     /// SIGTERM-to-SIGKILL time when tearing a container down.
     pub stop_timeout: Duration,
     /// How readiness checks reach containers.
@@ -139,6 +139,8 @@ impl ControllerConfig {
             relist_interval: Duration::from_secs(60),
             concurrency: 8,
             pull_timeout: Duration::from_secs(120),
+            docker_timeout: Duration::from_secs(30),
+            store_timeout: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(2),
             probe_via: ProbeVia::Host,
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9187)),
@@ -183,7 +185,7 @@ mod tests {
 
     #[test]
     fn unknown_engines_in_image_overrides_are_refused() {
-        let err = Images::new(&["mysql=mysql:8".into()], &[]).unwrap_err();
+        let err = Images::new(&["no-such-engine=x:1".into()], &[]).unwrap_err();
         assert!(err.to_string().contains("postgres, redis, mongo"));
         assert!(Images::new(&["postgres".into()], &[]).is_err());
     }

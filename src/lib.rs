@@ -3,27 +3,27 @@
 //!
 //! An orchestrator writes rows into `sandbox_desired`; the [`controller`]
 //! diffs them against labelled Docker containers and converges, publishing
-//! endpoints and credentials to `sandbox_status`. See `README.md` for the
-//! contract and `../shared/DESIGN.md` for the architecture.
+//! endpoints and credentials to `sandbox_status`. The README has the
+//! contract; `docs/architecture.md` the architecture.
+//!
+//! - [`domain`]: the pure core (the model, `plan`, the status decision).
+//! - [`engine`]: one type per database engine, and their registry.
+//! - [`ports`]: what the controller needs from Docker and Postgres, as traits.
+//! - [`adapters`]: Docker, Postgres and HTTP behind those traits.
+//! - [`controller`]: reconcile, provision, relists, the run loop.
+//! - [`client`]: the Rust API for orchestrators; [`cli`]: the command line.
 #![warn(missing_docs)]
 
+pub mod adapters;
 pub mod cli;
 pub mod client;
-pub mod clock;
 pub mod config;
 pub mod controller;
+pub mod domain;
 pub mod engine;
-pub mod heal_loop;
-pub mod http;
-pub mod id;
-pub mod labels;
 pub mod metrics;
-pub mod model;
-pub mod plan;
-pub mod provision;
-pub mod queue;
-pub mod reconcile;
-pub mod runtime;
-pub mod secret;
-pub mod store;
-pub mod watch;
+pub mod ports;
+pub(crate) mod sched;
+#[cfg(test)]
+mod testing;
+pub(crate) mod watch;

@@ -1,52 +1,143 @@
 //! Prometheus metrics. Controller and work-queue metrics reuse the names
 //! controller-runtime exports, so existing dashboards work unchanged.
+//!
+//! Everything is recorded through typed methods: label values come from
+//! the domain's enums, and no label array is written outside this module.
 
-use crate::model::Phase;
-use crate::queue::{FinishedAs, QueueObserver};
+use crate::domain::container::{ContainerState, ObservedContainer};
+use crate::domain::id::EngineName;
+use crate::domain::plan::{HealCause, ProvisionReason, ReapReason};
+use crate::domain::sandbox::{Phase, SandboxStatus};
+use crate::engine::Registry as Engines;
+use crate::ports::runtime::ContainerAction;
+use crate::ports::StreamSource;
+use crate::sched::{FinishedAs, QueueObserver};
 use prometheus::{
-    exponential_buckets, Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, GaugeVec, Histogram, HistogramOpts, HistogramTimer, HistogramVec,
+    IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
+use std::sync::LazyLock;
 use std::time::Duration;
 
+/// The Docker API calls sandboxd times (`sandboxd_docker_api_seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DockerCall {
+    /// Container list.
+    List,
+    /// Network list/create.
+    Network,
+    /// Image inspect.
+    InspectImage,
+    /// Image pull.
+    Pull,
+    /// Container create and start.
+    Create,
+    /// Container inspect.
+    Inspect,
+    /// Container stop and remove.
+    Remove,
+    /// Container logs.
+    Logs,
+    /// Exec in a container.
+    Exec,
+}
+
+impl DockerCall {
+    /// Every call, for metrics.
+    pub const ALL: [DockerCall; 9] = [
+        DockerCall::List,
+        DockerCall::Network,
+        DockerCall::InspectImage,
+        DockerCall::Pull,
+        DockerCall::Create,
+        DockerCall::Inspect,
+        DockerCall::Remove,
+        DockerCall::Logs,
+        DockerCall::Exec,
+    ];
+
+    /// The `operation` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DockerCall::List => "list",
+            DockerCall::Network => "network",
+            DockerCall::InspectImage => "inspect_image",
+            DockerCall::Pull => "pull",
+            DockerCall::Create => "create",
+            DockerCall::Inspect => "inspect",
+            DockerCall::Remove => "remove",
+            DockerCall::Logs => "logs",
+            DockerCall::Exec => "exec",
+        }
+    }
+}
+
 /// The `controller` label value.
-pub const CONTROLLER: &str = "sandbox";
+const CONTROLLER: &str = "sandbox";
+
+/// Duration of Docker operations, by operation; process-wide (the Docker
+/// adapter has no registry of its own) and registered by [`Metrics::new`].
+static DOCKER_API_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    HistogramVec::new(
+        HistogramOpts::new(
+            "sandboxd_docker_api_seconds",
+            "Duration of Docker API operations, by operation",
+        )
+        .buckets(exponential_buckets(0.001, 2.0, 16).expect("static buckets")),
+        &["operation"],
+    )
+    .expect("metric definition is valid")
+});
+
+/// Times one Docker API call until the returned timer drops.
+pub(crate) fn time_docker_call(call: DockerCall) -> HistogramTimer {
+    DOCKER_API_SECONDS
+        .with_label_values(&[call.as_str()])
+        .start_timer()
+}
+
+fn outcome(ok: bool) -> &'static str {
+    if ok {
+        "success"
+    } else {
+        "error"
+    }
+}
 
 /// Every metric sandboxd exports.
-#[allow(missing_docs)]
 pub struct Metrics {
-    pub registry: Registry,
-    pub reconcile_total: IntCounterVec,
-    pub reconcile_errors: IntCounterVec,
-    pub reconcile_panics: IntCounterVec,
-    pub reconcile_time: HistogramVec,
-    pub active_workers: IntGaugeVec,
-    pub max_concurrent: IntGaugeVec,
-    pub queue_depth: IntGaugeVec,
-    pub queue_adds: IntCounterVec,
-    pub queue_duration: HistogramVec,
-    pub work_duration: HistogramVec,
-    pub queue_retries: IntCounterVec,
-    pub sandboxes: IntGaugeVec,
-    pub provisions: IntCounterVec,
-    pub provision_seconds: HistogramVec,
-    pub request_to_ready: HistogramVec,
-    pub generation_lag: Histogram,
-    pub containers: IntGaugeVec,
-    pub heal_loops: IntGauge,
-    pub unfinished_work: GaugeVec,
-    pub longest_running: GaugeVec,
-    pub reaps: IntCounterVec,
-    pub teardown_failures: IntCounter,
-    pub image_pulls: IntCounterVec,
-    pub image_builds: IntCounterVec,
-    pub notify_wakeups: IntCounter,
-    pub docker_events: IntCounterVec,
-    pub relist_drift: IntCounter,
-    pub heals: IntCounterVec,
-    pub rotations: IntCounterVec,
-    pub relists: IntCounter,
-    pub stream_restarts: IntCounterVec,
+    registry: Registry,
+    reconcile_total: IntCounterVec,
+    reconcile_errors: IntCounterVec,
+    reconcile_panics: IntCounterVec,
+    reconcile_time: HistogramVec,
+    active_workers: IntGaugeVec,
+    max_concurrent: IntGaugeVec,
+    queue_depth: IntGaugeVec,
+    queue_adds: IntCounterVec,
+    queue_duration: HistogramVec,
+    work_duration: HistogramVec,
+    queue_retries: IntCounterVec,
+    sandboxes: IntGaugeVec,
+    provisions: IntCounterVec,
+    provision_seconds: HistogramVec,
+    request_to_ready: HistogramVec,
+    generation_lag: Histogram,
+    containers: IntGaugeVec,
+    heal_loops: IntGauge,
+    unfinished_work: GaugeVec,
+    longest_running: GaugeVec,
+    reaps: IntCounterVec,
+    teardown_failures: IntCounter,
+    image_pulls: IntCounterVec,
+    image_builds: IntCounterVec,
+    notify_wakeups: IntCounter,
+    docker_events: IntCounterVec,
+    relist_drift: IntCounter,
+    heals: IntCounterVec,
+    rotations: IntCounterVec,
+    relists: IntCounter,
+    stream_restarts: IntCounterVec,
 }
 
 fn ready_buckets() -> Vec<f64> {
@@ -258,17 +349,17 @@ impl Metrics {
         m.unfinished_work.with_label_values(&[CONTROLLER]);
         m.longest_running.with_label_values(&[CONTROLLER]);
         registry
-            .register(Box::new(crate::runtime::DOCKER_API_SECONDS.clone()))
+            .register(Box::new(DOCKER_API_SECONDS.clone()))
             .expect("docker api metric registers once per registry");
         for phase in Phase::ALL {
             m.sandboxes.with_label_values(&[phase.as_str()]);
         }
-        for result in ["success", "error"] {
-            m.image_pulls.with_label_values(&[result]);
-            m.image_builds.with_label_values(&[result]);
+        for ok in [true, false] {
+            m.image_pulls.with_label_values(&[outcome(ok)]);
+            m.image_builds.with_label_values(&[outcome(ok)]);
         }
-        for source in ["docker", "postgres"] {
-            m.stream_restarts.with_label_values(&[source]);
+        for source in StreamSource::ALL {
+            m.stream_restarts.with_label_values(&[source.as_str()]);
         }
         #[cfg(target_os = "linux")]
         {
@@ -278,6 +369,143 @@ impl Metrics {
                 .expect("process collector registers once");
         }
         m
+    }
+
+    /// Sets the configured limit of concurrent reconciles.
+    pub(crate) fn set_max_concurrent(&self, n: usize) {
+        self.max_concurrent
+            .with_label_values(&[CONTROLLER])
+            .set(n as i64);
+    }
+
+    /// Records one finished provision of `engine`; `took` is observed only
+    /// when it succeeded.
+    pub(crate) fn provision_finished(
+        &self,
+        engine: EngineName,
+        reason: ProvisionReason,
+        ok: bool,
+        took: Duration,
+    ) {
+        self.provisions
+            .with_label_values(&[engine.as_str(), reason.as_str(), outcome(ok)])
+            .inc();
+        if ok {
+            self.provision_seconds
+                .with_label_values(&[engine.as_str()])
+                .observe(took.as_secs_f64());
+        }
+    }
+
+    /// Seconds from a desired-row change to the engine it asked for being ready.
+    pub(crate) fn request_to_ready(&self, engine: EngineName, seconds: f64) {
+        self.request_to_ready
+            .with_label_values(&[engine.as_str()])
+            .observe(seconds);
+    }
+
+    /// Seconds from a desired-row change to a status observing its generation.
+    pub(crate) fn generation_lag(&self, seconds: f64) {
+        self.generation_lag.observe(seconds);
+    }
+
+    /// One heal of `engine`.
+    pub(crate) fn healed(&self, engine: EngineName, cause: HealCause) {
+        self.heals
+            .with_label_values(&[engine.as_str(), cause.as_str()])
+            .inc();
+    }
+
+    /// One rotation of `engine`.
+    pub(crate) fn rotated(&self, engine: EngineName) {
+        self.rotations.with_label_values(&[engine.as_str()]).inc();
+    }
+
+    /// One container torn down.
+    pub(crate) fn reaped(&self, reason: ReapReason) {
+        self.reaps.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// One teardown that failed and will be retried.
+    pub(crate) fn teardown_failed(&self) {
+        self.teardown_failures.inc();
+    }
+
+    /// One image pull attempted.
+    pub(crate) fn image_pulled(&self, ok: bool) {
+        self.image_pulls.with_label_values(&[outcome(ok)]).inc();
+    }
+
+    /// One image build run by the build command.
+    pub(crate) fn image_built(&self, ok: bool) {
+        self.image_builds.with_label_values(&[outcome(ok)]).inc();
+    }
+
+    /// One Docker event received.
+    pub(crate) fn docker_event(&self, action: ContainerAction) {
+        self.docker_events
+            .with_label_values(&[action.as_str()])
+            .inc();
+    }
+
+    /// One reconnect of a watch stream.
+    pub(crate) fn stream_restarted(&self, source: StreamSource) {
+        self.stream_restarts
+            .with_label_values(&[source.as_str()])
+            .inc();
+    }
+
+    /// One NOTIFY received.
+    pub(crate) fn notify_wakeup(&self) {
+        self.notify_wakeups.inc();
+    }
+
+    /// One full relist; `drift` containers differed from what the events said.
+    pub(crate) fn relisted(&self, drift: usize) {
+        self.relists.inc();
+        self.relist_drift.inc_by(drift as u64);
+    }
+
+    /// How long the longest reconcile has been running, and the sum over all.
+    pub(crate) fn running_times(&self, longest: Duration, total: Duration) {
+        self.longest_running
+            .with_label_values(&[CONTROLLER])
+            .set(longest.as_secs_f64());
+        self.unfinished_work
+            .with_label_values(&[CONTROLLER])
+            .set(total.as_secs_f64());
+    }
+
+    /// How many sandboxes are in a heal loop.
+    pub(crate) fn sandboxes_in_heal_loop(&self, n: usize) {
+        self.heal_loops.set(n as i64);
+    }
+
+    /// Sets the per-phase and per-engine/state gauges from full listings.
+    pub(crate) fn fleet(
+        &self,
+        engines: Engines,
+        statuses: &[SandboxStatus],
+        containers: &[ObservedContainer],
+    ) {
+        for phase in Phase::ALL {
+            let n = statuses.iter().filter(|s| s.phase == phase).count();
+            self.sandboxes
+                .with_label_values(&[phase.as_str()])
+                .set(n as i64);
+        }
+        for engine in engines.iter() {
+            let name = engine.name().as_str();
+            for state in ContainerState::ALL {
+                let n = containers
+                    .iter()
+                    .filter(|c| c.labels.engine == name && c.state == state)
+                    .count();
+                self.containers
+                    .with_label_values(&[name, state.as_str()])
+                    .set(n as i64);
+            }
+        }
     }
 
     /// The text exposition of every metric.

@@ -10,9 +10,9 @@ use bollard::query_parameters::{
 };
 use common::{eventually, free_port, host_pg_url, request, sandbox_id, TestEnv};
 use sandboxd::client::Client;
-use sandboxd::id::SandboxId;
-use sandboxd::model::{Phase, SandboxStatus};
-use sandboxd::runtime::{ContainerState, ObservedContainer};
+use sandboxd::domain::container::{ContainerState, ObservedContainer};
+use sandboxd::domain::SandboxId;
+use sandboxd::domain::{Phase, SandboxStatus};
 use sqlx::Connection;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -58,7 +58,7 @@ async fn wait_replaced(
         || async {
             let c = engine_container(env, id, engine).await?;
             let s = client.status(id).await.unwrap()?;
-            (c.id != old
+            (c.id.as_str() != old
                 && s.phase == Phase::Ready
                 && s.services[engine].instance == c.labels.instance)
                 .then_some(s)
@@ -81,7 +81,7 @@ async fn a_killed_container_is_healed_with_the_same_credentials_and_endpoint() {
     let redis_before = engine_container(&env, &id, "redis").await.unwrap();
 
     env.docker
-        .kill_container(&victim.id, None::<KillContainerOptions>)
+        .kill_container(victim.id.as_str(), None::<KillContainerOptions>)
         .await
         .unwrap();
     let after = wait_replaced(
@@ -89,7 +89,7 @@ async fn a_killed_container_is_healed_with_the_same_credentials_and_endpoint() {
         &client,
         &id,
         "postgres",
-        &victim.id,
+        victim.id.as_str(),
         Duration::from_secs(20),
     )
     .await;
@@ -139,7 +139,7 @@ async fn a_container_removed_out_of_band_is_healed_with_the_same_credentials() {
 
     let force = RemoveContainerOptionsBuilder::default().force(true).build();
     env.docker
-        .remove_container(&victim.id, Some(force))
+        .remove_container(victim.id.as_str(), Some(force))
         .await
         .unwrap();
     let after = wait_replaced(
@@ -147,7 +147,7 @@ async fn a_container_removed_out_of_band_is_healed_with_the_same_credentials() {
         &client,
         &id,
         "redis",
-        &victim.id,
+        victim.id.as_str(),
         Duration::from_secs(20),
     )
     .await;
@@ -480,7 +480,7 @@ async fn restarting_the_controller_while_sandboxes_are_ready_changes_no_credenti
         .containers(Some(&id))
         .await
         .into_iter()
-        .map(|c| c.id)
+        .map(|c| c.id.as_str().to_owned())
         .collect();
     controller.stop().await;
 
@@ -509,7 +509,7 @@ async fn restarting_the_controller_while_sandboxes_are_ready_changes_no_credenti
         .containers(Some(&id))
         .await
         .into_iter()
-        .map(|c| c.id)
+        .map(|c| c.id.as_str().to_owned())
         .collect();
     assert_eq!(
         containers_after, containers_before,

@@ -9,7 +9,7 @@ mod common;
 use bollard::query_parameters::KillContainerOptions;
 use common::{eventually, free_port, http_get, request, sandbox_id, urlencode, TestEnv};
 use sandboxd::client::Client;
-use sandboxd::runtime::ContainerState;
+use sandboxd::domain::container::ContainerState;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -192,7 +192,7 @@ async fn every_dashboard_and_alert_expression_returns_data_from_a_real_prometheu
         .find(|c| c.labels.engine == "redis" && c.state == ContainerState::Running)
         .unwrap();
     env.docker
-        .kill_container(&victim.id, None::<KillContainerOptions>)
+        .kill_container(victim.id.as_str(), None::<KillContainerOptions>)
         .await
         .unwrap();
     eventually("the killed container is healed", READY, || async {

@@ -5,7 +5,7 @@ mod common;
 use bollard::query_parameters::InspectContainerOptions;
 use common::{eventually, host_pg_url, request, sandbox_id, TestEnv};
 use sandboxd::client::Client;
-use sandboxd::model::Phase;
+use sandboxd::domain::Phase;
 use sqlx::Connection;
 use std::time::Duration;
 
@@ -258,7 +258,7 @@ async fn sandbox_containers_carry_caps_labels_and_no_credentials_in_labels() {
     for c in env.containers(Some(&id)).await {
         let info = env
             .docker
-            .inspect_container(&c.id, None::<InspectContainerOptions>)
+            .inspect_container(c.id.as_str(), None::<InspectContainerOptions>)
             .await
             .unwrap();
         let hc = info.host_config.unwrap();

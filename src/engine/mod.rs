@@ -3,15 +3,18 @@
 //!
 //! Adding an engine is one type implementing [`Engine`] and one line in
 //! [`REGISTRY`]; the provisioner, the status writer, the allowlist in the
-//! database and the metrics all iterate the registry.
+//! database and the metrics all iterate the registry. Engines reach their
+//! containers only through a [`Target`]: an address, the login, and a way
+//! to run a command inside the container; never through Docker itself.
 
 mod mongo;
 mod postgres;
 mod redis;
 
-use crate::secret::Secret;
+use crate::domain::container::ExecOutput;
+use crate::domain::id::EngineName;
+use crate::domain::secret::Secret;
 use async_trait::async_trait;
-use bollard::Docker;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
@@ -21,11 +24,54 @@ pub use self::postgres::Postgres;
 pub use self::redis::Redis;
 
 /// Every engine sandboxd can run. One line per engine.
-pub static REGISTRY: &[&dyn Engine] = &[&Postgres, &Redis, &Mongo];
+pub static REGISTRY: Registry = Registry::new(&[&Postgres, &Redis, &Mongo]);
 
-/// Finds an engine by its name in `sandbox_desired.services`.
+/// Finds an engine of [`REGISTRY`] by the name used in `sandbox_desired.services`.
 pub fn lookup(name: &str) -> Option<&'static dyn Engine> {
-    REGISTRY.iter().copied().find(|e| e.name() == name)
+    REGISTRY.lookup(name)
+}
+
+/// A set of engines: [`REGISTRY`] in production, a test's own in tests.
+#[derive(Clone, Copy)]
+pub struct Registry(&'static [&'static dyn Engine]);
+
+impl Registry {
+    /// A registry of `engines`.
+    pub const fn new(engines: &'static [&'static dyn Engine]) -> Self {
+        Self(engines)
+    }
+
+    /// The engine called `name`, if there is one.
+    pub fn lookup(&self, name: &str) -> Option<&'static dyn Engine> {
+        self.0.iter().copied().find(|e| e.name().as_str() == name)
+    }
+
+    /// The engine a resolved name stands for (`None` only for a name
+    /// minted by another registry).
+    pub fn get(&self, name: EngineName) -> Option<&'static dyn Engine> {
+        self.0.iter().copied().find(|e| e.name() == name)
+    }
+
+    /// Every engine, in registry order.
+    pub fn iter(&self) -> impl Iterator<Item = &'static dyn Engine> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// Every engine name, comma-separated, for messages.
+    pub fn names(&self) -> String {
+        self.iter()
+            .map(|e| e.name().as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(|e| e.name()))
+            .finish()
+    }
 }
 
 /// Failures while probing an engine or enabling its features.
@@ -35,7 +81,7 @@ pub enum EngineError {
     #[error("{engine} is not answering yet: {reason}")]
     NotReady {
         /// Engine name.
-        engine: &'static str,
+        engine: EngineName,
         /// What the client saw (no credentials).
         reason: String,
     },
@@ -43,7 +89,7 @@ pub enum EngineError {
     #[error("{engine} feature {feature:?} could not be enabled: {reason}; use an image that ships it (--features-image {engine}=IMAGE) or drop the feature from the row")]
     FeatureUnavailable {
         /// Engine name.
-        engine: &'static str,
+        engine: EngineName,
         /// The feature that failed.
         feature: String,
         /// What the engine said.
@@ -53,7 +99,7 @@ pub enum EngineError {
     #[error("{engine} features {missing:?} are not present after enabling them; check the image's extension/module files")]
     FeatureMissing {
         /// Engine name.
-        engine: &'static str,
+        engine: EngineName,
         /// Features that verification did not find.
         missing: Vec<String>,
     },
@@ -61,7 +107,7 @@ pub enum EngineError {
     #[error("{engine} client error: {reason}")]
     Client {
         /// Engine name.
-        engine: &'static str,
+        engine: EngineName,
         /// What the client saw (no credentials).
         reason: String,
     },
@@ -88,18 +134,23 @@ impl fmt::Debug for Credentials {
     }
 }
 
+/// Runs a command inside one engine container.
+#[async_trait]
+pub trait Exec: Send + Sync {
+    /// Runs `cmd` with extra environment `env`; `Err` says why it could not run.
+    async fn exec(&self, cmd: &[&str], env: Vec<String>) -> Result<ExecOutput, String>;
+}
+
 /// Where and how the provisioner reaches a running engine container.
 pub struct Target<'a> {
     /// Host the controller connects to (127.0.0.1 with the published port).
     pub host: &'a str,
     /// Port the controller connects to.
     pub port: u16,
-    /// Container id, for checks that must run inside the container.
-    pub container_id: &'a str,
-    /// Docker handle, for `exec`-based checks.
-    pub docker: &'a Docker,
     /// Login.
     pub credentials: &'a Credentials,
+    /// Runs commands inside the container, for checks that must.
+    pub exec: &'a dyn Exec,
 }
 
 /// One database engine sandboxd can provision.
@@ -108,8 +159,10 @@ pub struct Target<'a> {
 /// by deployment (images) lives in [`crate::config`].
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
-    /// Name used in `services`, labels, container names and metrics.
-    fn name(&self) -> &'static str;
+    /// Name used in `services`, labels, container names and metrics:
+    /// lowercase letters and digits only, so no name with another character
+    /// (`no-such-engine`) can ever become an engine.
+    fn name(&self) -> EngineName;
     /// Middle part of the emitted environment variables (`<PREFIX>_<GROUP>_HOST`).
     fn env_group(&self) -> &'static str;
     /// Features (extensions, modules) a row may request for this engine.
@@ -168,7 +221,7 @@ pub trait Engine: Send + Sync + 'static {
 
 impl fmt::Debug for dyn Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.name().as_str())
     }
 }
 
@@ -189,7 +242,7 @@ pub fn env_vars(
 
 /// Fails with [`EngineError::FeatureMissing`] unless every wanted feature is present.
 fn require_all(
-    engine: &'static str,
+    engine: EngineName,
     wanted: &BTreeSet<String>,
     present: &BTreeSet<String>,
 ) -> Result<(), EngineError> {
@@ -206,11 +259,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_engine_has_a_unique_name_and_env_group() {
+    fn every_engine_has_a_unique_well_formed_name_and_env_group() {
         let names: BTreeSet<_> = REGISTRY.iter().map(|e| e.name()).collect();
         let groups: BTreeSet<_> = REGISTRY.iter().map(|e| e.env_group()).collect();
-        assert_eq!(names.len(), REGISTRY.len());
-        assert_eq!(groups.len(), REGISTRY.len());
+        assert_eq!(names.len(), REGISTRY.iter().count());
+        assert_eq!(groups.len(), REGISTRY.iter().count());
+        for name in names {
+            let s = name.as_str();
+            assert!(
+                !s.is_empty()
+                    && s.len() <= 20
+                    && s.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()),
+                "{s}: engine names are lowercase letters and digits"
+            );
+        }
     }
 
     #[test]
@@ -224,7 +287,7 @@ mod tests {
             &["search", "json", "bloom"]
         );
         assert!(lookup("mongo").unwrap().allowed_features().is_empty());
-        assert!(lookup("mysql").is_none());
+        assert!(lookup("no-such-engine").is_none());
     }
 
     #[test]

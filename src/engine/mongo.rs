@@ -3,8 +3,8 @@
 //! temporary init server binds only to 127.0.0.1.
 
 use super::{Credentials, Engine, EngineError, Target};
-use crate::runtime;
-use crate::secret::Secret;
+use crate::domain::id::EngineName;
+use crate::domain::secret::Secret;
 use async_trait::async_trait;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -13,12 +13,14 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy)]
 pub struct Mongo;
 
+const NAME: EngineName = EngineName::of_engine("mongo");
+
 const PING: &str = r#"mongosh --quiet --host "$(hostname -i | cut -d' ' -f1)" -u "$SANDBOXD_USER" -p "$SANDBOXD_PASSWORD" --authenticationDatabase admin --eval 'db.runCommand({ping:1}).ok'"#;
 
 #[async_trait]
 impl Engine for Mongo {
-    fn name(&self) -> &'static str {
-        "mongo"
+    fn name(&self) -> EngineName {
+        NAME
     }
     fn env_group(&self) -> &'static str {
         "MONGO"
@@ -83,17 +85,19 @@ impl Engine for Mongo {
             format!("SANDBOXD_USER={}", c.user),
             format!("SANDBOXD_PASSWORD={}", c.password.expose()),
         ];
-        let out = runtime::exec(target.docker, target.container_id, &["sh", "-c", PING], env)
+        let out = target
+            .exec
+            .exec(&["sh", "-c", PING], env)
             .await
-            .map_err(|e| EngineError::NotReady {
-                engine: "mongo",
-                reason: e.to_string(),
+            .map_err(|reason| EngineError::NotReady {
+                engine: NAME,
+                reason,
             })?;
         if out.exit_code == 0 && out.output.trim().ends_with('1') {
             Ok(())
         } else {
             Err(EngineError::NotReady {
-                engine: "mongo",
+                engine: NAME,
                 reason: format!("mongosh ping exited {}", out.exit_code),
             })
         }

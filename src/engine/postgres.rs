@@ -1,7 +1,8 @@
 //! PostgreSQL: extensions are enabled with `CREATE EXTENSION`.
 
 use super::{require_all, Credentials, Engine, EngineError, Target};
-use crate::secret::Secret;
+use crate::domain::id::EngineName;
+use crate::domain::secret::Secret;
 use async_trait::async_trait;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
@@ -12,6 +13,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy)]
 pub struct Postgres;
 
+const NAME: EngineName = EngineName::of_engine("postgres");
 const USER: &str = "sandbox";
 const DATABASE: &str = "sandbox";
 
@@ -35,8 +37,8 @@ impl Postgres {
 
 #[async_trait]
 impl Engine for Postgres {
-    fn name(&self) -> &'static str {
-        "postgres"
+    fn name(&self) -> EngineName {
+        NAME
     }
     fn env_group(&self) -> &'static str {
         "DB"
@@ -107,7 +109,7 @@ impl Engine for Postgres {
         // The image's temporary init server listens only on a Unix socket, so
         // an authenticated TCP login can only reach the real server.
         let not_ready = |reason: String| EngineError::NotReady {
-            engine: "postgres",
+            engine: NAME,
             reason,
         };
         let mut conn = self.connect(target).await.map_err(not_ready)?;
@@ -128,14 +130,14 @@ impl Engine for Postgres {
             .connect(target)
             .await
             .map_err(|reason| EngineError::Client {
-                engine: "postgres",
+                engine: NAME,
                 reason,
             })?;
         for feature in features {
             // Only allowlisted names reach SQL; they contain no quotes.
             if !self.allowed_features().contains(&feature.as_str()) {
                 return Err(EngineError::FeatureUnavailable {
-                    engine: "postgres",
+                    engine: NAME,
                     feature: feature.clone(),
                     reason: "not in the allowlist".into(),
                 });
@@ -143,7 +145,7 @@ impl Engine for Postgres {
             let sql = format!("CREATE EXTENSION IF NOT EXISTS \"{feature}\"");
             sqlx::query(&sql).execute(&mut conn).await.map_err(|e| {
                 EngineError::FeatureUnavailable {
-                    engine: "postgres",
+                    engine: NAME,
                     feature: feature.clone(),
                     reason: e.to_string(),
                 }
@@ -162,7 +164,7 @@ impl Engine for Postgres {
             .connect(target)
             .await
             .map_err(|reason| EngineError::Client {
-                engine: "postgres",
+                engine: NAME,
                 reason,
             })?;
         let installed: Vec<String> =
@@ -170,7 +172,7 @@ impl Engine for Postgres {
                 .fetch_all(&mut conn)
                 .await
                 .map_err(|e| EngineError::Client {
-                    engine: "postgres",
+                    engine: NAME,
                     reason: e.to_string(),
                 })?;
         let _ = conn.close().await;
@@ -178,7 +180,7 @@ impl Engine for Postgres {
             .into_iter()
             .filter(|e| self.allowed_features().contains(&e.as_str()))
             .collect();
-        require_all("postgres", features, &present)?;
+        require_all(NAME, features, &present)?;
         Ok(present.into_iter().collect())
     }
 }

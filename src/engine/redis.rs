@@ -2,9 +2,13 @@
 //!
 //! Redis 7+ refuses `MODULE LOAD` unless the server was started with
 //! `enable-module-command`, so the container is started with it.
+//!
+//! The RESP helpers here (login, probe, arguments, URL, variables) serve
+//! every engine that speaks the Redis protocol.
 
 use super::{require_all, Credentials, Engine, EngineError, Target};
-use crate::secret::Secret;
+use crate::domain::id::EngineName;
+use crate::domain::secret::Secret;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
@@ -14,6 +18,8 @@ use std::time::Duration;
 /// The Redis engine.
 #[derive(Debug, Clone, Copy)]
 pub struct Redis;
+
+const NAME: EngineName = EngineName::of_engine("redis");
 
 /// Where images keep module files: Debian's packages, then upstream's images.
 const MODULE_DIRS: &[&str] = &["/usr/lib/redis/modules", "/usr/local/lib/redis/modules"];
@@ -48,36 +54,97 @@ fn module(feature: &str) -> Option<&'static Module> {
     MODULES.iter().find(|m| m.feature == feature)
 }
 
-impl Redis {
-    async fn connect(&self, target: &Target<'_>) -> Result<MultiplexedConnection, String> {
-        let info = redis::ConnectionInfo {
-            addr: redis::ConnectionAddr::Tcp(target.host.to_owned(), target.port),
-            redis: redis::RedisConnectionInfo {
-                db: 0,
-                username: None,
-                password: Some(target.credentials.password.expose().to_owned()),
-                ..Default::default()
-            },
-        };
-        let client = redis::Client::open(info).map_err(|e| e.to_string())?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Duration::from_secs(3))
-            .set_response_timeout(Duration::from_secs(10));
-        client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| e.to_string())
-    }
+/// Logs in to a RESP server with the target's password.
+pub(super) async fn connect(target: &Target<'_>) -> Result<MultiplexedConnection, String> {
+    let info = redis::ConnectionInfo {
+        addr: redis::ConnectionAddr::Tcp(target.host.to_owned(), target.port),
+        redis: redis::RedisConnectionInfo {
+            db: 0,
+            username: None,
+            password: Some(target.credentials.password.expose().to_owned()),
+            ..Default::default()
+        },
+    };
+    let client = redis::Client::open(info).map_err(|e| e.to_string())?;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Duration::from_secs(3))
+        .set_response_timeout(Duration::from_secs(10));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(|e| e.to_string())
+}
 
-    /// Names of the loaded modules, from `MODULE LIST`.
-    async fn loaded_modules(con: &mut MultiplexedConnection) -> Result<BTreeSet<String>, String> {
-        let reply: Value = redis::cmd("MODULE")
-            .arg("LIST")
-            .query_async(con)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(module_names(&reply))
+/// The probe of every RESP engine: an authenticated `PING` answered `PONG`.
+pub(super) async fn ping(engine: EngineName, target: &Target<'_>) -> Result<(), EngineError> {
+    let not_ready = |reason: String| EngineError::NotReady { engine, reason };
+    let mut con = connect(target).await.map_err(not_ready)?;
+    let pong: String = redis::cmd("PING")
+        .query_async(&mut con)
+        .await
+        .map_err(|e| not_ready(e.to_string()))?;
+    if pong == "PONG" {
+        Ok(())
+    } else {
+        Err(not_ready(format!("PING answered {pong:?}")))
     }
+}
+
+/// The login of every RESP engine: the default user and logical db 0.
+pub(super) fn credentials(password: Secret) -> Credentials {
+    Credentials {
+        user: "default".into(),
+        password,
+        database: "0".into(),
+    }
+}
+
+/// Arguments of a throwaway RESP server (`server` is its binary): the
+/// password, no persistence, then `extra`.
+pub(super) fn server_args(server: &str, c: &Credentials, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        server,
+        "--requirepass",
+        c.password.expose(),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+/// `redis://:PASSWORD@HOST:PORT/DB`, which every RESP client reads.
+pub(super) fn url(host: &str, port: u16, c: &Credentials) -> String {
+    format!(
+        "redis://:{}@{host}:{port}/{}",
+        c.password.expose(),
+        c.database
+    )
+}
+
+/// `HOST PORT PASSWORD DB URL`.
+pub(super) fn env_suffixes(host: &str, port: u16, c: &Credentials) -> Vec<(&'static str, String)> {
+    vec![
+        ("HOST", host.to_owned()),
+        ("PORT", port.to_string()),
+        ("PASSWORD", c.password.expose().to_owned()),
+        ("DB", c.database.clone()),
+        ("URL", url(host, port, c)),
+    ]
+}
+
+/// Names of the loaded modules, from `MODULE LIST`.
+async fn loaded_modules(con: &mut MultiplexedConnection) -> Result<BTreeSet<String>, String> {
+    let reply: Value = redis::cmd("MODULE")
+        .arg("LIST")
+        .query_async(con)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(module_names(&reply))
 }
 
 /// Extracts module names from a `MODULE LIST` reply (RESP2 arrays of
@@ -128,8 +195,8 @@ fn features_loaded(loaded: &BTreeSet<String>) -> BTreeSet<String> {
 
 #[async_trait]
 impl Engine for Redis {
-    fn name(&self) -> &'static str {
-        "redis"
+    fn name(&self) -> EngineName {
+        NAME
     }
     fn env_group(&self) -> &'static str {
         "REDIS"
@@ -150,62 +217,23 @@ impl Engine for Redis {
         "/data"
     }
     fn credentials(&self, password: Secret) -> Credentials {
-        Credentials {
-            user: "default".into(),
-            password,
-            database: "0".into(),
-        }
+        credentials(password)
     }
     fn container_env(&self, _c: &Credentials) -> Vec<String> {
         Vec::new()
     }
     fn container_args(&self, c: &Credentials) -> Vec<String> {
-        [
-            "redis-server",
-            "--requirepass",
-            c.password.expose(),
-            "--enable-module-command",
-            "yes",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
-        .map(String::from)
-        .to_vec()
+        server_args("redis-server", c, &["--enable-module-command", "yes"])
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
-        format!(
-            "redis://:{}@{host}:{port}/{}",
-            c.password.expose(),
-            c.database
-        )
+        url(host, port, c)
     }
     fn env_suffixes(&self, host: &str, port: u16, c: &Credentials) -> Vec<(&'static str, String)> {
-        vec![
-            ("HOST", host.to_owned()),
-            ("PORT", port.to_string()),
-            ("PASSWORD", c.password.expose().to_owned()),
-            ("DB", c.database.clone()),
-            ("URL", self.url(host, port, c)),
-        ]
+        env_suffixes(host, port, c)
     }
 
     async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError> {
-        let not_ready = |reason: String| EngineError::NotReady {
-            engine: "redis",
-            reason,
-        };
-        let mut con = self.connect(target).await.map_err(not_ready)?;
-        let pong: String = redis::cmd("PING")
-            .query_async(&mut con)
-            .await
-            .map_err(|e| not_ready(e.to_string()))?;
-        if pong == "PONG" {
-            Ok(())
-        } else {
-            Err(not_ready(format!("PING answered {pong:?}")))
-        }
+        ping(NAME, target).await
     }
 
     async fn enable_features(
@@ -214,14 +242,14 @@ impl Engine for Redis {
         features: &BTreeSet<String>,
     ) -> Result<(), EngineError> {
         let client_err = |reason: String| EngineError::Client {
-            engine: "redis",
+            engine: NAME,
             reason,
         };
-        let mut con = self.connect(target).await.map_err(client_err)?;
-        let already = features_loaded(&Self::loaded_modules(&mut con).await.map_err(client_err)?);
+        let mut con = connect(target).await.map_err(client_err)?;
+        let already = features_loaded(&loaded_modules(&mut con).await.map_err(client_err)?);
         for feature in features.difference(&already) {
             let unavailable = |reason: String| EngineError::FeatureUnavailable {
-                engine: "redis",
+                engine: NAME,
                 feature: feature.clone(),
                 reason,
             };
@@ -260,12 +288,12 @@ impl Engine for Redis {
         features: &BTreeSet<String>,
     ) -> Result<Vec<String>, EngineError> {
         let client_err = |reason: String| EngineError::Client {
-            engine: "redis",
+            engine: NAME,
             reason,
         };
-        let mut con = self.connect(target).await.map_err(client_err)?;
-        let present = features_loaded(&Self::loaded_modules(&mut con).await.map_err(client_err)?);
-        require_all("redis", features, &present)?;
+        let mut con = connect(target).await.map_err(client_err)?;
+        let present = features_loaded(&loaded_modules(&mut con).await.map_err(client_err)?);
+        require_all(NAME, features, &present)?;
         Ok(present.into_iter().collect())
     }
 }

@@ -1,29 +1,40 @@
-//! Shared fixtures for integration tests: a fresh database per test on the
-//! state Postgres that `scripts/test.sh` starts, a unique deployment label
-//! per test, and a controller running in the background.
+//! Shared fixtures for integration tests: a state Postgres of its own per
+//! test, started through testcontainers from the locally built engine image;
+//! a unique deployment label per test; and a controller running in the
+//! background.
 #![allow(dead_code)]
 
-use sandboxd::clock::SystemClock;
+use sandboxd::adapters::{DockerRuntime, PgStore};
 use sandboxd::config::{ControllerConfig, Images};
 use sandboxd::controller::{Controller, Readiness};
-use sandboxd::id::{Deployment, SandboxId};
+use sandboxd::domain::clock::SystemClock;
+use sandboxd::domain::container::ObservedContainer;
+use sandboxd::domain::{Deployment, SandboxId};
 use sandboxd::metrics::Metrics;
-use sandboxd::runtime;
-use sandboxd::store;
-use sqlx::postgres::PgPoolOptions;
+use sandboxd::ports::Runtime;
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
+use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 /// Docker network shared by the tests.
 pub const NETWORK: &str = "sandboxd-test";
 
-/// The state server URL, from `scripts/test.sh`.
-pub fn admin_url() -> String {
-    std::env::var("SANDBOXD_TEST_DATABASE_URL").expect(
-        "SANDBOXD_TEST_DATABASE_URL is not set: run the suite with scripts/test.sh, which builds the \
-         engine images and starts the state Postgres",
-    )
+/// Label on every state Postgres the fixtures start (`scripts/test.sh`
+/// removes any a killed test run left behind).
+pub const STATE_LABEL: &str = "io.sandboxd.test-state";
+
+/// The image of the state Postgres: `SANDBOXD_TEST_STATE_IMAGE`, else the
+/// Debian-built `sandboxd/postgres:15`.
+fn state_image() -> (String, String) {
+    let image = std::env::var("SANDBOXD_TEST_STATE_IMAGE")
+        .unwrap_or_else(|_| "sandboxd/postgres:15".into());
+    match image.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => (name.into(), tag.into()),
+        _ => (image, "latest".into()),
+    }
 }
 
 fn random_suffix() -> String {
@@ -33,50 +44,113 @@ fn random_suffix() -> String {
         .to_lowercase()
 }
 
-fn with_database(url: &str, db: &str) -> String {
-    let (base, _) = url.rsplit_once('/').expect("database URL has a path");
-    format!("{base}/{db}")
+/// A throwaway Postgres for sandboxd's own state, removed when dropped.
+pub struct StatePostgres {
+    /// `postgres://…@127.0.0.1:PORT/sandboxd`.
+    pub url: String,
+    container: ContainerAsync<GenericImage>,
 }
 
-/// One test's world: its own database and deployment label.
+impl StatePostgres {
+    /// Starts one (data on tmpfs, published on 127.0.0.1 only) and waits
+    /// until its real server listens on TCP (the image's temporary init
+    /// server never does) and accepts a login.
+    pub async fn start() -> Self {
+        let (name, tag) = state_image();
+        let password = random_suffix() + &random_suffix();
+        let container = GenericImage::new(name.clone(), tag.clone())
+            .with_exposed_port(5432.tcp())
+            .with_wait_for(WaitFor::message_on_stderr("listening on IPv4 address"))
+            .with_env_var("POSTGRES_USER", "sandboxd")
+            .with_env_var("POSTGRES_PASSWORD", &password)
+            .with_env_var("POSTGRES_DB", "sandboxd")
+            .with_cmd(["-c", "fsync=off", "-c", "max_connections=200"])
+            .with_label(STATE_LABEL, "true")
+            .with_startup_timeout(Duration::from_secs(120))
+            .with_host_config_modifier(|hc| {
+                hc.publish_all_ports = Some(false);
+                hc.port_bindings = Some(std::collections::HashMap::from([(
+                    "5432/tcp".to_owned(),
+                    Some(vec![bollard::models::PortBinding {
+                        host_ip: Some("127.0.0.1".into()),
+                        host_port: Some(String::new()),
+                    }]),
+                )]));
+                hc.tmpfs = Some(std::collections::HashMap::from([(
+                    "/var/lib/postgresql/data".to_owned(),
+                    "rw,size=512m".to_owned(),
+                )]));
+            })
+            .start()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "starting the state Postgres from {name}:{tag} failed: {e}; build the engine \
+                     images first (deploy/images/build.sh, which scripts/test.sh runs)"
+                )
+            });
+        let port = container
+            .get_host_port_ipv4(5432.tcp())
+            .await
+            .expect("the state Postgres publishes 5432");
+        let url = format!("postgres://sandboxd:{password}@127.0.0.1:{port}/sandboxd");
+        // "listening" comes a moment before "ready to accept connections".
+        eventually(
+            "the state Postgres accepts logins",
+            Duration::from_secs(30),
+            || async {
+                use sqlx::Connection;
+                let conn = sqlx::PgConnection::connect(&url).await.ok()?;
+                conn.close().await.ok()
+            },
+        )
+        .await;
+        Self { url, container }
+    }
+
+    /// The container's id.
+    pub fn id(&self) -> &str {
+        self.container.id()
+    }
+}
+
+/// One test's world: its own state database and deployment label.
 pub struct TestEnv {
     pub pool: PgPool,
     pub url: String,
     pub deployment: Deployment,
+    /// The Docker adapter the controller uses.
+    pub runtime: Arc<DockerRuntime>,
+    /// Raw Docker, for tests that act behind sandboxd's back.
     pub docker: bollard::Docker,
-    database: String,
+    state: StatePostgres,
 }
 
 impl TestEnv {
-    /// A fresh, migrated database and a unique deployment.
+    /// A fresh, migrated state database and a unique deployment.
     pub async fn new() -> Self {
-        let admin = admin_url();
-        let database = format!("t_{}", random_suffix());
-        let admin_pool = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&admin)
+        let state = StatePostgres::start().await;
+        let store = PgStore::connect(&state.url, 8)
             .await
-            .expect("connect to the test state server");
-        sqlx::query(&format!("CREATE DATABASE {database}"))
-            .execute(&admin_pool)
+            .expect("connect the test state database");
+        store
+            .migrate()
             .await
-            .expect("create test database");
-        admin_pool.close().await;
-        let url = with_database(&admin, &database);
-        let pool = store::connect(&url, 8)
+            .expect("migrate the test state database");
+        let runtime = DockerRuntime::connect().await.expect("docker");
+        runtime.ensure_network(NETWORK).await.expect("network");
+        let docker = bollard::Docker::connect_with_local_defaults()
+            .expect("docker")
+            .negotiate_version()
             .await
-            .expect("connect test database");
-        store::migrate(&pool).await.expect("migrate test database");
-        let docker = runtime::connect().await.expect("docker");
-        runtime::ensure_network(&docker, NETWORK)
-            .await
-            .expect("network");
+            .expect("docker version");
         Self {
-            pool,
-            url,
+            pool: store.pool().clone(),
+            url: state.url.clone(),
             deployment: Deployment::parse(&format!("t{}", random_suffix())).unwrap(),
+            runtime: Arc::new(runtime),
             docker,
-            database,
+            state,
         }
     }
 
@@ -97,8 +171,8 @@ impl TestEnv {
     /// Starts a controller with `config` in the background.
     pub fn start(&self, config: ControllerConfig) -> RunningController {
         let controller = Controller::new(
-            self.pool.clone(),
-            self.docker.clone(),
+            self.runtime.clone(),
+            Arc::new(PgStore::from_pool(self.pool.clone())),
             config,
             Arc::new(SystemClock),
             Arc::new(Metrics::new()),
@@ -121,8 +195,9 @@ impl TestEnv {
     }
 
     /// This deployment's containers, optionally for one sandbox.
-    pub async fn containers(&self, id: Option<&SandboxId>) -> Vec<runtime::ObservedContainer> {
-        runtime::list_managed(&self.docker, &self.deployment, id)
+    pub async fn containers(&self, id: Option<&SandboxId>) -> Vec<ObservedContainer> {
+        self.runtime
+            .list(&self.deployment, id)
             .await
             .expect("list containers")
     }
@@ -147,16 +222,9 @@ pub fn remove_containers_labelled(label: &str) {
 
 impl Drop for TestEnv {
     /// Removes every container of this test's deployment, even when the
-    /// test panicked, and drops its database.
+    /// test panicked; the state Postgres goes with its field.
     fn drop(&mut self) {
         remove_containers_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
-        let _ = std::process::Command::new("psql")
-            .args([
-                &admin_url(),
-                "-qc",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.database),
-            ])
-            .output();
     }
 }
 
@@ -320,7 +388,7 @@ pub fn request(services: &[&str], features: &[(&str, &str)]) -> sandboxd::client
 }
 
 /// The URL a client on the Docker host uses for a published Postgres.
-pub fn host_pg_url(pg: &sandboxd::model::ServiceStatus) -> String {
+pub fn host_pg_url(pg: &sandboxd::domain::ServiceStatus) -> String {
     format!(
         "postgres://{}:{}@127.0.0.1:{}/{}",
         pg.user,

@@ -2,11 +2,35 @@
 //! for the subtle cases and a convergence check that replays every row.
 
 use super::*;
-use crate::id::{Deployment, SandboxId};
-use crate::labels::ContainerLabels;
-use crate::model::Phase;
-use crate::secret::Secret;
+use crate::domain::id::{Deployment, SandboxId};
+use crate::domain::labels::ContainerLabels;
+use crate::domain::sandbox::Phase;
+use crate::domain::secret::Secret;
 use chrono::TimeZone;
+
+/// The actions `plan` decides (the table compares these).
+fn plan(
+    desired: Option<&DesiredSandbox>,
+    observed: &[ObservedContainer],
+    status: Option<&SandboxStatus>,
+    now: DateTime<Utc>,
+    grace: Duration,
+) -> Vec<Action> {
+    super::plan(desired, observed, status, now, grace).actions
+}
+
+/// The earliest wait among `actions`.
+fn next_wake(actions: &[Action]) -> Option<DateTime<Utc>> {
+    Plan {
+        wanted: Wanted::Yes,
+        actions: actions.to_vec(),
+    }
+    .next_wake()
+}
+
+fn engine(name: &'static str) -> EngineName {
+    EngineName::of_engine(name)
+}
 
 // ---------------------------------------------------------------------------
 // Builders
@@ -29,15 +53,13 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 }
 
 /// A live row wanting `services`, with `features` per engine.
-fn desired(services: &[&str], features: &[(&str, &[&str])]) -> DesiredSandbox {
+fn desired(services: &[&'static str], features: &[(&'static str, &[&str])]) -> DesiredSandbox {
     DesiredSandbox {
         id: SandboxId::parse("sb-1").unwrap(),
         owner: "ci".into(),
-        services: services.iter().map(|s| (*s).to_owned()).collect(),
-        features: features
-            .iter()
-            .map(|(engine, f)| ((*engine).to_owned(), set(f)))
-            .collect(),
+        services: services.iter().map(|s| engine(s)).collect(),
+        unknown_services: Vec::new(),
+        features: features.iter().map(|(e, f)| (engine(e), set(f))).collect(),
         expires_at: None,
         generation: 1,
         updated_at: now() - chrono::Duration::seconds(5),
@@ -59,7 +81,7 @@ fn container(
     age: i64,
 ) -> ObservedContainer {
     ObservedContainer {
-        id: id.into(),
+        id: ContainerId::new(id),
         name: format!("sandboxd-test-sb-1-{engine}"),
         labels: ContainerLabels {
             deployment: Deployment::parse("test").unwrap(),
@@ -142,24 +164,24 @@ fn list(items: impl IntoIterator<Item = impl AsRef<str>>) -> String {
 fn summary(action: &Action) -> String {
     match action {
         Action::Keep { engine, status } => format!("keep {engine} instance={}", status.instance),
-        Action::Provision {
+        Action::Provision(Provision {
             engine,
             features,
             reuse,
             host_port,
             replace,
             reason,
-        } => format!(
+        }) => format!(
             "provision {engine} {} features={} reuse={} port={} replace={}",
             reason.as_str(),
             list(features),
             reuse.as_ref().map_or("no", |s| s.instance.as_str()),
             host_port.map_or("-".to_owned(), |p| p.to_string()),
-            list(replace),
+            list(replace.iter().map(ContainerId::as_str)),
         ),
-        Action::Teardown {
+        Action::Teardown(Teardown {
             container, reason, ..
-        } => format!("teardown {container} {}", reason.as_str()),
+        }) => format!("teardown {container} {}", reason.as_str()),
         Action::Wait { container, until } => {
             format!("wait {container} +{}s", (*until - now()).num_seconds())
         }
@@ -627,7 +649,7 @@ fn a_kept_engine_publishes_the_status_it_already_had() {
     assert_eq!(
         actions,
         vec![Action::Keep {
-            engine: "postgres".into(),
+            engine: engine("postgres"),
             status: s.services["postgres"].clone(),
         }]
     );
@@ -644,12 +666,12 @@ fn a_heal_reuses_the_published_credentials_verbatim() {
         now(),
         GRACE,
     );
-    let [Action::Provision {
+    let [Action::Provision(Provision {
         reuse: Some(reused),
         host_port,
         reason: ProvisionReason::Heal,
         ..
-    }] = actions.as_slice()
+    })] = actions.as_slice()
     else {
         panic!("expected one heal, got {:?}", summaries(&actions));
     };
@@ -804,7 +826,7 @@ fn the_grace_window_counts_from_container_creation_with_sub_second_precision() {
     assert_eq!(
         actions,
         vec![Action::Wait {
-            container: "c1".into(),
+            container: ContainerId::new("c1"),
             until: now() + chrono::Duration::milliseconds(1),
         }]
     );
@@ -818,7 +840,7 @@ fn a_grace_window_too_large_for_the_calendar_waits_forever_instead_of_panicking(
         assert_eq!(
             actions,
             vec![Action::Wait {
-                container: "c1".into(),
+                container: ContainerId::new("c1"),
                 until: DateTime::<Utc>::MAX_UTC,
             }],
             "grace {grace:?}"
@@ -837,11 +859,11 @@ fn teardowns_carry_the_engine_of_the_container() {
     );
     assert_eq!(
         actions,
-        vec![Action::Teardown {
-            container: "c1".into(),
+        vec![Action::Teardown(Teardown {
+            container: ContainerId::new("c1"),
             engine: "redis".into(),
             reason: ReapReason::Orphan,
-        }]
+        })]
     );
 }
 
@@ -888,6 +910,42 @@ fn next_wake_is_none_without_waits() {
         ]
     );
     assert_eq!(next_wake(&actions), None);
+}
+
+#[test]
+fn containers_of_an_engine_the_row_names_but_this_binary_lacks_are_kept() {
+    let mut d = desired(&["postgres"], &[]);
+    d.unknown_services = vec!["nonesuch".into()];
+    let s = status(&[("postgres", "p1", &[])]);
+    let observed = [
+        running("c1", "postgres", &[], "p1"),
+        running("c2", "nonesuch", &[], "n1"),
+    ];
+    assert_eq!(
+        plan_at(Some(&d), &observed, Some(&s)),
+        ["keep postgres instance=p1"]
+    );
+}
+
+#[test]
+fn plans_list_their_steps_by_kind() {
+    let d = desired(&["postgres", "redis"], &[]);
+    let s = status(&[("postgres", "p1", &[])]);
+    let observed = [
+        running("c1", "postgres", &[], "p1"),
+        container("c2", "mongo", ContainerState::Running, &[], "m1", YOUNG),
+        running("c3", "postgres", &[], "x3"),
+    ];
+    let p = super::plan(Some(&d), &observed, Some(&s), now(), GRACE);
+    assert_eq!(p.wanted, Wanted::Yes);
+    let kept: Vec<EngineName> = p.kept().map(|(e, _)| e).collect();
+    assert_eq!(kept, [engine("postgres")]);
+    let created: Vec<EngineName> = p.provisions().map(|p| p.engine).collect();
+    assert_eq!(created, [engine("redis")]);
+    let removed: Vec<&str> = p.teardowns().map(|t| t.container.as_str()).collect();
+    assert_eq!(removed, ["c3"]);
+    assert!(p.is_waiting());
+    assert_eq!(p.next_wake(), Some(now() + chrono::Duration::seconds(60)));
 }
 
 #[test]
@@ -946,23 +1004,24 @@ impl World {
         let mut wake = None;
         for action in actions {
             match action {
-                Action::Teardown { container, .. } => {
+                Action::Teardown(Teardown { container, .. }) => {
                     self.observed.retain(|c| &c.id != container);
                 }
                 Action::Wait { until, .. } => {
                     wake = Some(wake.map_or(*until, |w: DateTime<Utc>| w.min(*until)));
                 }
                 Action::Keep { engine, status } => {
-                    services.insert(engine.clone(), status.clone());
+                    services.insert(engine.as_str().to_owned(), status.clone());
                 }
-                Action::Provision {
+                Action::Provision(Provision {
                     engine,
                     features,
                     reuse,
                     host_port,
                     replace,
                     ..
-                } => {
+                }) => {
+                    let engine = engine.as_str();
                     self.observed.retain(|c| !replace.contains(&c.id));
                     self.minted += 1;
                     let id = format!("n{}", self.minted);
@@ -978,7 +1037,7 @@ impl World {
                     let f: Vec<&str> = features.iter().map(String::as_str).collect();
                     let mut s = published(engine, &instance, &f);
                     s.host_port = port;
-                    services.insert(engine.clone(), s);
+                    services.insert(engine.to_owned(), s);
                 }
             }
         }
@@ -1037,12 +1096,12 @@ fn every_table_row_converges_to_a_fixed_point_within_three_rounds() {
             None => assert!(live.is_empty(), "{name}: left {live:?}"),
             Some(d) => {
                 assert_eq!(live.len(), d.services.len(), "{name}: left {live:?}");
-                for engine in &d.services {
+                for &engine in &d.services {
                     let c = live
                         .iter()
-                        .find(|c| &c.labels.engine == engine)
+                        .find(|c| c.labels.engine == engine.as_str())
                         .unwrap_or_else(|| panic!("{name}: no {engine} container"));
-                    let s = &world.status.as_ref().unwrap().services[engine];
+                    let s = &world.status.as_ref().unwrap().services[engine.as_str()];
                     assert_eq!(c.state, ContainerState::Running, "{name}");
                     assert_eq!(c.labels.instance, s.instance, "{name}: {engine}");
                     assert!(

@@ -1,7 +1,7 @@
 //! Detects heal loops: a sandbox whose containers keep dying is healed
 //! again and again, which the SRE wants to be paged about.
 
-use crate::id::SandboxId;
+use crate::domain::id::SandboxId;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 /// Remembers recent heals per sandbox (memory only: a restart forgets).
 #[derive(Debug)]
-pub struct HealLoops {
+pub(crate) struct HealLoops {
     window: Duration,
     threshold: usize,
     seen: Mutex<HashMap<SandboxId, VecDeque<Instant>>>,
@@ -24,7 +24,7 @@ impl Default for HealLoops {
 
 impl HealLoops {
     /// A detector that calls `threshold` heals within `window` a loop.
-    pub fn new(window: Duration, threshold: usize) -> Self {
+    pub(crate) fn new(window: Duration, threshold: usize) -> Self {
         Self {
             window,
             threshold: threshold.max(1),
@@ -33,7 +33,7 @@ impl HealLoops {
     }
 
     /// Records one heal of `id`.
-    pub fn record(&self, id: &SandboxId) {
+    pub(crate) fn record(&self, id: &SandboxId) {
         let mut seen = self.seen.lock().expect("heal loop lock");
         seen.entry(id.clone())
             .or_default()
@@ -42,7 +42,7 @@ impl HealLoops {
 
     /// Sandboxes healed at least `threshold` times within the window,
     /// sorted; forgets heals older than the window.
-    pub fn looping(&self) -> Vec<SandboxId> {
+    pub(crate) fn looping(&self) -> Vec<SandboxId> {
         let now = Instant::now();
         let mut seen = self.seen.lock().expect("heal loop lock");
         seen.retain(|_, times| {

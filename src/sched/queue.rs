@@ -4,7 +4,7 @@
 //!
 //! Guarantees:
 //! - **Dedup**: a key is waiting at most once; adding a waiting key again only
-//!   ever moves it earlier (see [`WorkQueue::add_after`]).
+//!   ever moves it earlier.
 //! - **One at a time per key**: a key's handler never runs twice at once. An
 //!   add while it runs marks it dirty; it runs once more right after the current
 //!   run (unless that run failed: then the backoff retry covers the add).
@@ -107,12 +107,6 @@ pub trait QueueObserver: Send + Sync + 'static {
     /// A handler panicked.
     fn panicked(&self) {}
 }
-
-/// A [`QueueObserver`] that records nothing.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoopObserver;
-
-impl QueueObserver for NoopObserver {}
 
 /// A key that is waiting to run (not running).
 struct Waiting {
@@ -259,6 +253,7 @@ where
     /// Ask for `key` to be handled after `delay`. If the key is already
     /// waiting, the earlier of the two times wins, except that a key waiting
     /// in backoff is never moved.
+    #[cfg(test)]
     pub fn add_after(&self, key: K, delay: Duration) {
         self.add_at(key, delay);
     }
@@ -284,11 +279,13 @@ where
 
     /// Number of keys waiting to run (scheduled or ready, not running). A
     /// running key that was added again is not counted until it finishes.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().waiting.len()
     }
 
     /// Whether no key is waiting to run.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -469,6 +466,11 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A [`QueueObserver`] that records nothing.
+    struct NoopObserver;
+
+    impl QueueObserver for NoopObserver {}
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
     use tokio::{sync::oneshot, task::JoinHandle, time::sleep};
 

@@ -1,8 +1,8 @@
 //! The rows of the orchestrator contract: what is desired and what was
 //! observed.
 
-use crate::id::SandboxId;
-use crate::secret::Secret;
+use super::id::{EngineName, SandboxId};
+use super::secret::Secret;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,10 +15,14 @@ pub struct DesiredSandbox {
     pub id: SandboxId,
     /// Who asked.
     pub owner: String,
-    /// Engines wanted, in row order.
-    pub services: Vec<String>,
+    /// Engines wanted that this binary knows, in row order.
+    pub services: Vec<EngineName>,
+    /// Engines the row names that this binary does not know (the database
+    /// refuses them, so only a row written for a newer sandboxd has any):
+    /// the sandbox is `failed` with a message, their containers are kept.
+    pub unknown_services: Vec<String>,
     /// Features per engine.
-    pub features: BTreeMap<String, BTreeSet<String>>,
+    pub features: BTreeMap<EngineName, BTreeSet<String>>,
     /// Past it the sandbox is no longer desired.
     pub expires_at: Option<DateTime<Utc>>,
     /// Bumped by the database on every change.
@@ -29,8 +33,14 @@ pub struct DesiredSandbox {
 
 impl DesiredSandbox {
     /// Features requested for `engine` (empty if none).
-    pub fn features_for(&self, engine: &str) -> BTreeSet<String> {
-        self.features.get(engine).cloned().unwrap_or_default()
+    pub fn features_for(&self, engine: EngineName) -> BTreeSet<String> {
+        self.features.get(&engine).cloned().unwrap_or_default()
+    }
+
+    /// Whether the row asks for the engine called `name`, known or not.
+    pub fn wants(&self, name: &str) -> bool {
+        self.services.iter().any(|e| e.as_str() == name)
+            || self.unknown_services.iter().any(|e| e == name)
     }
 
     /// Whether the row is past `expires_at` at `now`.

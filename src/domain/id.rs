@@ -1,6 +1,8 @@
-//! Validated identifiers: the only values from rows that reach container
-//! names, labels or SQL.
+//! Identifiers: validated sandbox ids and deployment names (the only values
+//! from rows that reach container names, labels or SQL), engine names that
+//! only the engine registry can mint, and container ids.
 
+use serde::{Serialize, Serializer};
 use std::fmt;
 
 /// Why an identifier was refused.
@@ -104,6 +106,85 @@ impl std::str::FromStr for Deployment {
     }
 }
 
+/// The name of an engine in the registry (`postgres`, `redis`, ...).
+///
+/// Only the engine registry creates these (see `crate::engine`), so
+/// holding one means the engine exists in this binary: a row naming an
+/// unknown engine is resolved once, where it is read, and never reaches a
+/// lookup that could fail later.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EngineName(&'static str);
+
+impl EngineName {
+    /// The name an engine type declares for itself. Only engine types call
+    /// this, each with its own constant name.
+    pub(crate) const fn of_engine(name: &'static str) -> Self {
+        Self(name)
+    }
+
+    /// The name as text (as in `services`, labels and metrics).
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+impl fmt::Display for EngineName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl fmt::Debug for EngineName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl Serialize for EngineName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
+}
+
+impl PartialEq<str> for EngineName {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+/// A container's id as the runtime reports it.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContainerId(String);
+
+impl ContainerId {
+    /// Wraps an id the runtime returned.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first 12 characters, as `docker ps` shows them.
+    pub fn short(&self) -> &str {
+        self.0.get(..12).unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for ContainerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short())
+    }
+}
+
+impl fmt::Debug for ContainerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +212,12 @@ mod tests {
             let err = SandboxId::parse(bad).unwrap_err();
             assert!(err.to_string().contains("use 1 to 63 characters"), "{bad}");
         }
+    }
+
+    #[test]
+    fn container_ids_display_in_their_short_form() {
+        let id = ContainerId::new("0123456789abcdef0123");
+        assert_eq!(id.to_string(), "0123456789ab");
+        assert_eq!(ContainerId::new("abc").to_string(), "abc");
     }
 }

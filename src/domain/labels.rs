@@ -1,7 +1,7 @@
 //! Container labels: how sandboxd recognises its own containers and reads
 //! back what it created after a restart. Never holds credentials.
 
-use crate::id::{Deployment, SandboxId};
+use super::id::{Deployment, SandboxId};
 use std::collections::{BTreeSet, HashMap};
 
 /// Always `sandboxd` on containers sandboxd manages.

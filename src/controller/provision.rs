@@ -1,16 +1,20 @@
 //! Creating one engine container and bringing it to ready: image, container
 //! with caps and labels, readiness, features, verification.
 
+use super::image::{self, ImageError};
+use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
-use crate::engine::{self, Credentials, Engine, EngineError, Target};
-use crate::labels::ContainerLabels;
-use crate::metrics::Metrics;
-use crate::model::{DesiredSandbox, ServiceStatus};
-use crate::runtime::{self, ContainerSpec, RuntimeError};
-use crate::secret::Secret;
-use bollard::Docker;
+use crate::domain::container::ExecOutput;
+use crate::domain::id::{ContainerId, EngineName};
+use crate::domain::labels::ContainerLabels;
+use crate::domain::plan::{HealCause, Provision, ProvisionReason};
+use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
+use crate::domain::secret::Secret;
+use crate::engine::{self, Credentials, Engine, EngineError, Exec, Target};
+use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError};
+use async_trait::async_trait;
 use rand::distr::{Alphanumeric, SampleString};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -20,13 +24,19 @@ pub enum ProvisionError {
     /// Docker refused or failed.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// The image is absent and could not be had.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The engine is not in this controller's registry.
+    #[error("engine {0} is not known to this sandboxd")]
+    UnknownEngine(EngineName),
     /// The container exited while sandboxd waited for it.
     #[error(
         "{engine} container {container} exited before it became ready; last log lines:\n{logs}"
     )]
     Exited {
         /// Engine name.
-        engine: &'static str,
+        engine: EngineName,
         /// Container name.
         container: String,
         /// Tail of its output, credentials scrubbed.
@@ -36,7 +46,7 @@ pub enum ProvisionError {
     #[error("{engine} container {container} did not become ready within {waited:?} ({last}); last log lines:\n{logs}")]
     NotReady {
         /// Engine name.
-        engine: &'static str,
+        engine: EngineName,
         /// Container name.
         container: String,
         /// How long sandboxd waited.
@@ -46,25 +56,21 @@ pub enum ProvisionError {
         /// Tail of its output, credentials scrubbed.
         logs: String,
     },
-    /// The image could not be pulled and the build command failed.
-    #[error("image {image} could not be pulled, and building it failed: {reason}; check --image-build-command")]
-    Build {
-        /// The image reference.
-        image: String,
-        /// What went wrong.
-        reason: String,
-    },
     /// Enabling or verifying features failed.
     #[error("{0} (image {1})")]
     Feature(#[source] EngineError, String),
 }
 
 /// The container name for one engine of one sandbox.
-pub fn container_name(config: &ControllerConfig, desired_id: &str, engine: &str) -> String {
+pub(crate) fn container_name(
+    config: &ControllerConfig,
+    desired_id: &str,
+    engine: EngineName,
+) -> String {
     format!("sandboxd-{}-{desired_id}-{engine}", config.deployment)
 }
 
-/// A fresh credential-set token (see [`crate::labels::INSTANCE`]).
+/// A fresh credential-set token (see [`crate::domain::labels::INSTANCE`]).
 fn new_instance() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 16)
 }
@@ -77,7 +83,7 @@ pub fn container_spec(
     name: &str,
     image: &str,
     credentials: &Credentials,
-    labels: std::collections::HashMap<String, String>,
+    labels: HashMap<String, String>,
 ) -> ContainerSpec {
     ContainerSpec {
         name: name.to_owned(),
@@ -98,98 +104,76 @@ pub fn container_spec(
     }
 }
 
-/// Makes sure `image` is present: used if it is, else pulled, else (when
-/// `--image-build-command` is set) built by that command and used if it
-/// then exists. Counts pulls and builds.
-async fn ensure_image(
-    docker: &Docker,
-    config: &ControllerConfig,
-    metrics: &Metrics,
-    image: &str,
-) -> Result<(), ProvisionError> {
-    let pull_error = match runtime::ensure_image(docker, image, config.pull_timeout).await {
-        Ok(false) => return Ok(()),
-        Ok(true) => {
-            metrics.image_pulls.with_label_values(&["success"]).inc();
-            return Ok(());
+/// Provisions one engine as planned and records what happened. `new_request`
+/// is true when it answers a desired-row change not yet observed.
+#[tracing::instrument(name = "provision", skip_all, fields(engine = %p.engine, reason = p.reason.as_str()))]
+pub(crate) async fn provision(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    p: &Provision,
+    new_request: bool,
+) -> Result<ServiceStatus, ProvisionError> {
+    let engine = ctx
+        .engines
+        .get(p.engine)
+        .ok_or(ProvisionError::UnknownEngine(p.engine))?;
+    match p.reason {
+        ProvisionReason::Heal => {
+            let cause = heal_cause(ctx.runtime.as_ref(), &p.replace).await;
+            ctx.heal_loops.record(&desired.id);
+            ctx.metrics.healed(p.engine, cause);
+            tracing::info!(cause = cause.as_str(), "healing with the same credentials");
         }
-        Err(e) => {
-            metrics.image_pulls.with_label_values(&["error"]).inc();
-            e
+        ProvisionReason::Rotate => ctx.metrics.rotated(p.engine),
+        ProvisionReason::Create | ProvisionReason::Replace => {}
+    }
+    let started = Instant::now();
+    tracing::info!("provisioning");
+    let result = create(ctx, desired, engine, p).await;
+    ctx.metrics
+        .provision_finished(p.engine, p.reason, result.is_ok(), started.elapsed());
+    match &result {
+        Ok(_) => {
+            if new_request && p.reason != ProvisionReason::Heal {
+                ctx.metrics
+                    .request_to_ready(p.engine, ctx.seconds_since(desired.updated_at));
+            }
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "engine ready"
+            );
         }
-    };
-    let Some(command) = &config.image_build_command else {
-        return Err(pull_error.into());
-    };
-    tracing::info!(
-        image,
-        command = command.as_str(),
-        "image cannot be pulled; building it"
-    );
-    let built = build_image(command, image, config.build_timeout).await;
-    let present = runtime::image_exists(docker, image).await.unwrap_or(false);
-    let outcome = match built {
-        Ok(()) if present => Ok(()),
-        Ok(()) => Err(format!(
-            "{command:?} succeeded but did not produce the image"
-        )),
-        Err(reason) => Err(reason),
-    };
-    let result = if outcome.is_ok() { "success" } else { "error" };
-    metrics.image_builds.with_label_values(&[result]).inc();
-    outcome.map_err(|reason| ProvisionError::Build {
-        image: image.to_owned(),
-        reason,
-    })
+        Err(e) => tracing::warn!(error = %e, "provisioning failed"),
+    }
+    result
 }
 
-/// Runs the build command (`sh -c COMMAND sh IMAGE`, with `SANDBOXD_IMAGE`
-/// set too) within `timeout`; its output goes to sandboxd's stderr.
-async fn build_image(command: &str, image: &str, timeout: Duration) -> Result<(), String> {
-    let mut child = tokio::process::Command::new("sh")
-        .args(["-c", command, "sh", image])
-        .env("SANDBOXD_IMAGE", image)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot run {command:?}: {e}"))?;
-    match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(Ok(status)) if status.success() => Ok(()),
-        Ok(Ok(status)) => Err(format!("{command:?} failed with {status}")),
-        Ok(Err(e)) => Err(format!("waiting for {command:?} failed: {e}")),
-        Err(_) => Err(format!("{command:?} did not finish within {timeout:?}")),
+/// Why a container needs healing: it is gone (`removed`), the kernel
+/// killed it for memory (`oom`), or it stopped otherwise (`exited`).
+async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) -> HealCause {
+    let Some(dead) = replaced.first() else {
+        return HealCause::Removed;
+    };
+    match runtime.inspect(dead).await {
+        Ok(Some(state)) if state.oom_killed => HealCause::Oom,
+        _ => HealCause::Exited,
     }
 }
 
-/// What to provision.
-pub struct Request<'a> {
-    /// The desired row.
-    pub desired: &'a DesiredSandbox,
-    /// The engine.
-    pub engine: &'static dyn Engine,
-    /// Features to enable.
-    pub features: &'a BTreeSet<String>,
-    /// Credentials to keep (heal), or `None` for fresh ones.
-    pub reuse: Option<&'a ServiceStatus>,
-    /// Host port to try to keep.
-    pub host_port: Option<u16>,
-    /// Containers to remove first.
-    pub replace: &'a [String],
-}
-
-/// Provisions one engine container and returns its published status.
-/// On failure the new container is removed, so nothing leaks.
-pub async fn provision(
-    docker: &Docker,
-    config: &ControllerConfig,
-    metrics: &Metrics,
-    req: Request<'_>,
+/// Creates the container and brings it up; on failure the new container is
+/// removed, so nothing leaks.
+async fn create(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    engine: &'static dyn Engine,
+    p: &Provision,
 ) -> Result<ServiceStatus, ProvisionError> {
-    let engine = req.engine;
-    let image = config.images.image_for(engine, !req.features.is_empty());
-    ensure_image(docker, config, metrics, &image).await?;
+    let config = &ctx.config;
+    let runtime = ctx.runtime.as_ref();
+    let image = config.images.image_for(engine, !p.features.is_empty());
+    image::ensure(runtime, config, &ctx.metrics, &image).await?;
 
-    let credentials = match req.reuse {
+    let credentials = match &p.reuse {
         Some(s) => Credentials {
             user: s.user.clone(),
             password: s.password.clone(),
@@ -202,48 +186,37 @@ pub async fn provision(
     // container left half-done by a crash is never mistaken for a
     // published one.
     let instance = new_instance();
-    for id in req.replace {
-        runtime::remove(docker, id, config.stop_timeout).await?;
+    for id in &p.replace {
+        runtime.remove(id, config.stop_timeout).await?;
     }
 
-    let name = container_name(config, req.desired.id.as_str(), engine.name());
+    let name = container_name(config, desired.id.as_str(), p.engine);
     let labels = ContainerLabels {
         deployment: config.deployment.clone(),
-        sandbox: req.desired.id.clone(),
-        owner: req.desired.owner.clone(),
-        engine: engine.name().to_owned(),
-        generation: req.desired.generation,
-        features: req.features.clone(),
+        sandbox: desired.id.clone(),
+        owner: desired.owner.clone(),
+        engine: p.engine.as_str().to_owned(),
+        generation: desired.generation,
+        features: p.features.clone(),
         instance: instance.clone(),
     };
     let mut spec = container_spec(config, engine, &name, &image, &credentials, labels.to_map());
-    spec.host_port = req.host_port;
-    let id = match runtime::create_and_start(docker, &spec).await {
+    spec.host_port = p.host_port;
+    let id = match runtime.create_and_start(&spec).await {
         Ok(id) => id,
         Err(e) if spec.host_port.is_some() => {
             // The old host port may be taken by now: take any port rather
             // than fail (the status publishes the new one).
             tracing::warn!(container = %name, error = %e, "could not keep the host port; using a new one");
             spec.host_port = None;
-            runtime::create_and_start(docker, &spec).await?
+            runtime.create_and_start(&spec).await?
         }
         Err(e) => return Err(e.into()),
     };
 
-    let result = bring_up(
-        docker,
-        config,
-        engine,
-        &id,
-        &name,
-        &credentials,
-        req.features,
-        &image,
-    )
-    .await;
-    match result {
+    match bring_up(ctx, engine, &id, &name, &credentials, &p.features, &image).await {
         Ok((host_port, available)) => {
-            let host = name.clone();
+            let host = name;
             let port = engine.port();
             Ok(ServiceStatus {
                 url: engine.url(&host, port, &credentials),
@@ -259,7 +232,7 @@ pub async fn provision(
             })
         }
         Err(e) => {
-            if let Err(cleanup) = runtime::remove(docker, &id, Duration::ZERO).await {
+            if let Err(cleanup) = runtime.remove(&id, Duration::ZERO).await {
                 tracing::warn!(container = %name, error = %cleanup, "could not remove the failed container; the next reconcile will");
             }
             Err(e)
@@ -267,30 +240,29 @@ pub async fn provision(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn bring_up(
-    docker: &Docker,
-    config: &ControllerConfig,
+    ctx: &Context,
     engine: &'static dyn Engine,
-    id: &str,
+    id: &ContainerId,
     name: &str,
     credentials: &Credentials,
     features: &BTreeSet<String>,
     image: &str,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
-    let host_port = runtime::published_port(docker, id).await?.unwrap_or(0);
-    let (host, port) = match config.probe_via {
+    let runtime = ctx.runtime.as_ref();
+    let host_port = runtime.published_port(id).await?.unwrap_or(0);
+    let (host, port) = match ctx.config.probe_via {
         ProbeVia::Host => ("127.0.0.1".to_owned(), host_port),
         ProbeVia::Network => (name.to_owned(), engine.port()),
     };
+    let exec = InContainer { runtime, id };
     let target = Target {
         host: &host,
         port,
-        container_id: id,
-        docker,
         credentials,
+        exec: &exec,
     };
-    wait_ready(docker, engine, &target, name).await?;
+    poll_ready(runtime, engine, &target, id, name).await?;
     if features.is_empty() {
         // Nothing to enable or verify: spare the engine two more logins.
         return Ok((host_port, Vec::new()));
@@ -306,12 +278,50 @@ async fn bring_up(
     Ok((host_port, available))
 }
 
-/// Polls the engine's probe until it passes (returning how many probes
-/// failed first), the container exits, or the engine's deadline passes.
+/// Commands inside one container, through the runtime.
+struct InContainer<'a> {
+    runtime: &'a dyn Runtime,
+    id: &'a ContainerId,
+}
+
+#[async_trait]
+impl Exec for InContainer<'_> {
+    async fn exec(&self, cmd: &[&str], env: Vec<String>) -> Result<ExecOutput, String> {
+        self.runtime
+            .exec(self.id, cmd, env)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Polls `engine`'s probe of the container `id` (called `name`), reached at
+/// `host:port`, until it passes (returning how many probes failed first),
+/// the container exits, or the engine's deadline passes.
 pub async fn wait_ready(
-    docker: &Docker,
+    runtime: &dyn Runtime,
+    engine: &'static dyn Engine,
+    id: &ContainerId,
+    name: &str,
+    host: &str,
+    port: u16,
+    credentials: &Credentials,
+) -> Result<u32, ProvisionError> {
+    let exec = InContainer { runtime, id };
+    let target = Target {
+        host,
+        port,
+        credentials,
+        exec: &exec,
+    };
+    poll_ready(runtime, engine, &target, id, name).await
+}
+
+#[tracing::instrument(name = "wait_ready", skip_all, fields(attempts = tracing::field::Empty))]
+async fn poll_ready(
+    runtime: &dyn Runtime,
     engine: &'static dyn Engine,
     target: &Target<'_>,
+    id: &ContainerId,
     name: &str,
 ) -> Result<u32, ProvisionError> {
     let started = Instant::now();
@@ -321,24 +331,22 @@ pub async fn wait_ready(
     loop {
         let last = match engine.probe(target).await {
             Ok(()) => {
+                tracing::Span::current().record("attempts", attempts);
                 tracing::debug!(
                     container = name,
                     elapsed_ms = started.elapsed().as_millis() as u64,
-                    attempts,
-                    "engine ready"
+                    "engine answers"
                 );
                 return Ok(attempts);
             }
             Err(e) => e.to_string(),
         };
         attempts += 1;
-        if attempts % 5 == 0
-            && runtime::is_running(docker, target.container_id).await? != Some(true)
-        {
+        if attempts % 5 == 0 && !runtime.inspect(id).await?.is_some_and(|s| s.running) {
             return Err(ProvisionError::Exited {
                 engine: engine.name(),
                 container: name.to_owned(),
-                logs: scrubbed_logs(docker, target).await,
+                logs: scrubbed_logs(runtime, id, target.credentials).await,
             });
         }
         if Instant::now() >= deadline {
@@ -347,7 +355,7 @@ pub async fn wait_ready(
                 container: name.to_owned(),
                 waited: started.elapsed(),
                 last: scrub(&last, target.credentials),
-                logs: scrubbed_logs(docker, target).await,
+                logs: scrubbed_logs(runtime, id, target.credentials).await,
             });
         }
         tokio::time::sleep(delay).await;
@@ -359,7 +367,14 @@ fn scrub(text: &str, credentials: &Credentials) -> String {
     text.replace(credentials.password.expose(), "***")
 }
 
-async fn scrubbed_logs(docker: &Docker, target: &Target<'_>) -> String {
-    let logs = runtime::logs_tail(docker, target.container_id, 15).await;
-    scrub(&logs, target.credentials)
+async fn scrubbed_logs(
+    runtime: &dyn Runtime,
+    id: &ContainerId,
+    credentials: &Credentials,
+) -> String {
+    let logs = runtime
+        .logs_tail(id, 15)
+        .await
+        .unwrap_or_else(|e| format!("(logs unavailable: {e})"));
+    scrub(&logs, credentials)
 }

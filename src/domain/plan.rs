@@ -1,8 +1,9 @@
 //! The decision: from (desired row, observed containers, published status,
 //! now) to the actions that converge them. Pure, so every case is a unit test.
 
-use crate::model::{DesiredSandbox, SandboxStatus, ServiceStatus};
-use crate::runtime::{ContainerState, ObservedContainer};
+use super::container::{ContainerState, ObservedContainer};
+use super::id::{ContainerId, EngineName};
+use super::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -22,6 +23,14 @@ pub enum ProvisionReason {
 }
 
 impl ProvisionReason {
+    /// Every reason, for metrics.
+    pub const ALL: [ProvisionReason; 4] = [
+        ProvisionReason::Create,
+        ProvisionReason::Heal,
+        ProvisionReason::Rotate,
+        ProvisionReason::Replace,
+    ];
+
     /// Label value for metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -29,6 +38,28 @@ impl ProvisionReason {
             ProvisionReason::Heal => "heal",
             ProvisionReason::Rotate => "rotate",
             ProvisionReason::Replace => "replace",
+        }
+    }
+}
+
+/// Why a container needed healing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealCause {
+    /// It is gone: removed out of band.
+    Removed,
+    /// The kernel killed it for memory.
+    Oom,
+    /// It stopped otherwise (exited, killed, never started).
+    Exited,
+}
+
+impl HealCause {
+    /// Label value for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealCause::Removed => "removed",
+            HealCause::Oom => "oom",
+            HealCause::Exited => "exited",
         }
     }
 }
@@ -50,6 +81,15 @@ pub enum ReapReason {
 }
 
 impl ReapReason {
+    /// Every reason, for metrics.
+    pub const ALL: [ReapReason; 5] = [
+        ReapReason::Deleted,
+        ReapReason::Orphan,
+        ReapReason::ServiceDropped,
+        ReapReason::Expired,
+        ReapReason::Duplicate,
+    ];
+
     /// Label value for metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -62,47 +102,106 @@ impl ReapReason {
     }
 }
 
+/// Create (or re-create) one engine's container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provision {
+    /// The engine.
+    pub engine: EngineName,
+    /// Features to enable.
+    pub features: BTreeSet<String>,
+    /// Credentials and endpoint to keep (heal), or `None` for fresh ones.
+    pub reuse: Option<ServiceStatus>,
+    /// Host port to try to keep when not reusing a status.
+    pub host_port: Option<u16>,
+    /// Containers of this engine to remove first.
+    pub replace: Vec<ContainerId>,
+    /// Why.
+    pub reason: ProvisionReason,
+}
+
+/// Remove one container now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Teardown {
+    /// The container.
+    pub container: ContainerId,
+    /// Its engine, as its label names it (it may be unknown to this binary).
+    pub engine: String,
+    /// Why.
+    pub reason: ReapReason,
+}
+
 /// One step towards the desired state.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// The engine's container is fine: publish its existing status.
     Keep {
-        /// Engine name.
-        engine: String,
+        /// The engine.
+        engine: EngineName,
         /// Its published status.
         status: ServiceStatus,
     },
     /// Create the engine's container, removing `replace` first.
-    Provision {
-        /// Engine name.
-        engine: String,
-        /// Features to enable.
-        features: BTreeSet<String>,
-        /// Credentials and endpoint to keep (heal), or `None` for fresh ones.
-        reuse: Option<ServiceStatus>,
-        /// Host port to try to keep when not reusing a status.
-        host_port: Option<u16>,
-        /// Containers of this engine to remove first.
-        replace: Vec<String>,
-        /// Why.
-        reason: ProvisionReason,
-    },
+    Provision(Provision),
     /// Remove a container now.
-    Teardown {
-        /// Container id.
-        container: String,
-        /// Engine name.
-        engine: String,
-        /// Why.
-        reason: ReapReason,
-    },
+    Teardown(Teardown),
     /// A container to reap that is still inside the grace window.
     Wait {
-        /// Container id.
-        container: String,
+        /// The container.
+        container: ContainerId,
         /// When it may be reaped.
         until: DateTime<Utc>,
     },
+}
+
+/// Everything `plan` decided for one sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Whether the row wants anything, and why not.
+    pub wanted: Wanted,
+    /// The steps, engines in sorted order.
+    pub actions: Vec<Action>,
+}
+
+impl Plan {
+    /// The engines whose running container is kept, with their status.
+    pub fn kept(&self) -> impl Iterator<Item = (EngineName, &ServiceStatus)> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::Keep { engine, status } => Some((*engine, status)),
+            _ => None,
+        })
+    }
+
+    /// The containers to create.
+    pub fn provisions(&self) -> impl Iterator<Item = &Provision> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::Provision(p) => Some(p),
+            _ => None,
+        })
+    }
+
+    /// The containers to remove now.
+    pub fn teardowns(&self) -> impl Iterator<Item = &Teardown> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::Teardown(t) => Some(t),
+            _ => None,
+        })
+    }
+
+    /// The earliest time a waiting reap becomes due, if any.
+    pub fn next_wake(&self) -> Option<DateTime<Utc>> {
+        self.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Wait { until, .. } => Some(*until),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Whether a reap is waiting out its grace window.
+    pub fn is_waiting(&self) -> bool {
+        self.next_wake().is_some()
+    }
 }
 
 /// Whether a row wants anything, and why not.
@@ -133,11 +232,11 @@ fn reap(c: &ObservedContainer, reason: ReapReason, now: DateTime<Utc>, grace: Du
         .and_then(|g| c.created.checked_add_signed(g))
         .unwrap_or(DateTime::<Utc>::MAX_UTC);
     if now >= until || reason == ReapReason::Duplicate {
-        Action::Teardown {
+        Action::Teardown(Teardown {
             container: c.id.clone(),
             engine: c.labels.engine.clone(),
             reason,
-        }
+        })
     } else {
         Action::Wait {
             container: c.id.clone(),
@@ -150,14 +249,14 @@ fn reap(c: &ObservedContainer, reason: ReapReason, now: DateTime<Utc>, grace: Du
 ///
 /// `observed` are this deployment's containers for the sandbox; `status`
 /// is what sandboxd published last (its credentials are the truth for
-/// healing). Engines are visited in registry-independent sorted order.
+/// healing). Engines are visited in sorted order.
 pub fn plan(
     desired: Option<&DesiredSandbox>,
     observed: &[ObservedContainer],
     status: Option<&SandboxStatus>,
     now: DateTime<Utc>,
     grace: Duration,
-) -> Vec<Action> {
+) -> Plan {
     let live: Vec<&ObservedContainer> = observed
         .iter()
         .filter(|c| c.state != ContainerState::Removing)
@@ -179,13 +278,19 @@ pub fn plan(
                 (_, Some(_)) => ReapReason::Deleted,
                 (_, None) => ReapReason::Orphan,
             };
-            return live.iter().map(|c| reap(c, reason, now, grace)).collect();
+            let actions = live.iter().map(|c| reap(c, reason, now, grace)).collect();
+            return Plan {
+                wanted: why,
+                actions,
+            };
         }
     };
 
     let mut actions = Vec::new();
     for (engine, containers) in &by_engine {
-        if !desired.services.iter().any(|s| s == engine) {
+        // Containers of an engine the row names but this binary does not
+        // know are kept: the row still wants them.
+        if !desired.wants(engine) {
             actions.extend(
                 containers
                     .iter()
@@ -194,13 +299,13 @@ pub fn plan(
         }
     }
 
-    let mut services: Vec<&String> = desired.services.iter().collect();
+    let mut services = desired.services.clone();
     services.sort();
     services.dedup();
     for engine in services {
         let wanted_features = desired.features_for(engine);
         let containers = by_engine.get(engine.as_str()).cloned().unwrap_or_default();
-        let published = status.and_then(|s| s.services.get(engine));
+        let published = status.and_then(|s| s.services.get(engine.as_str()));
         actions.extend(plan_engine(
             engine,
             &wanted_features,
@@ -208,19 +313,22 @@ pub fn plan(
             published,
         ));
     }
-    actions
+    Plan {
+        wanted: why,
+        actions,
+    }
 }
 
 fn plan_engine(
-    engine: &str,
+    engine: EngineName,
     wanted: &BTreeSet<String>,
     containers: &[&ObservedContainer],
     published: Option<&ServiceStatus>,
 ) -> Vec<Action> {
-    let all_ids = |except: Option<&str>| -> Vec<String> {
+    let all_ids = |except: Option<&ContainerId>| -> Vec<ContainerId> {
         containers
             .iter()
-            .filter(|c| Some(c.id.as_str()) != except)
+            .filter(|c| Some(&c.id) != except)
             .map(|c| c.id.clone())
             .collect()
     };
@@ -234,36 +342,36 @@ fn plan_engine(
 
     // A running container whose credentials we published and that has every
     // wanted feature: keep it, remove any others.
-    if let Some(good) = running
-        .iter()
-        .find(|c| is_published(c) && wanted.is_subset(&c.labels.features))
-    {
+    if let (Some(good), Some(status)) = (
+        running
+            .iter()
+            .find(|c| is_published(c) && wanted.is_subset(&c.labels.features)),
+        published,
+    ) {
         let mut actions = vec![Action::Keep {
-            engine: engine.to_owned(),
-            status: published.cloned().expect("is_published implies a status"),
+            engine,
+            status: status.clone(),
         }];
-        actions.extend(
-            all_ids(Some(&good.id))
-                .into_iter()
-                .map(|id| Action::Teardown {
-                    container: id,
-                    engine: engine.to_owned(),
-                    reason: ReapReason::Duplicate,
-                }),
-        );
+        actions.extend(all_ids(Some(&good.id)).into_iter().map(|id| {
+            Action::Teardown(Teardown {
+                container: id,
+                engine: engine.as_str().to_owned(),
+                reason: ReapReason::Duplicate,
+            })
+        }));
         return actions;
     }
 
     // A running published container that lacks a wanted feature: rotate.
     if let Some(old) = running.iter().find(|c| is_published(c)) {
-        return vec![Action::Provision {
-            engine: engine.to_owned(),
+        return vec![Action::Provision(Provision {
+            engine,
             features: wanted.union(&old.labels.features).cloned().collect(),
             reuse: None,
             host_port: old.host_port.or(published.map(|p| p.host_port)),
             replace: all_ids(None),
             reason: ProvisionReason::Rotate,
-        }];
+        })];
     }
 
     // Nothing running with published credentials.
@@ -272,26 +380,26 @@ fn plan_engine(
         if wanted.is_subset(&had) {
             // Heal: the same credentials, endpoint and the features the
             // status promised.
-            return vec![Action::Provision {
-                engine: engine.to_owned(),
+            return vec![Action::Provision(Provision {
+                engine,
                 features: had,
                 reuse: Some(p.clone()),
                 host_port: Some(p.host_port),
                 replace: all_ids(None),
                 reason: ProvisionReason::Heal,
-            }];
+            })];
         }
         if running.is_empty() {
             // The features grew while the container was gone: rotate to
             // the union, as for a running one.
-            return vec![Action::Provision {
-                engine: engine.to_owned(),
+            return vec![Action::Provision(Provision {
+                engine,
                 features: had.union(wanted).cloned().collect(),
                 reuse: None,
                 host_port: Some(p.host_port),
                 replace: all_ids(None),
                 reason: ProvisionReason::Rotate,
-            }];
+            })];
         }
     }
 
@@ -302,25 +410,14 @@ fn plan_engine(
     } else {
         ProvisionReason::Replace
     };
-    vec![Action::Provision {
-        engine: engine.to_owned(),
+    vec![Action::Provision(Provision {
+        engine,
         features: wanted.clone(),
         reuse: None,
         host_port: published.map(|p| p.host_port),
         replace: all_ids(None),
         reason,
-    }]
-}
-
-/// The earliest time a waiting reap becomes due, if any.
-pub fn next_wake(actions: &[Action]) -> Option<DateTime<Utc>> {
-    actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Wait { until, .. } => Some(*until),
-            _ => None,
-        })
-        .min()
+    })]
 }
 
 #[cfg(test)]

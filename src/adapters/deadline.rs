@@ -1,0 +1,194 @@
+//! Deadlines on every call to the runtime and the store: decorators that
+//! turn a call that does not answer in time into a `Timeout` error, so a
+//! stuck Docker daemon or a lock in Postgres costs one retry, not a worker.
+
+use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
+use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
+use crate::domain::status::StatusUpdate;
+use crate::ports::runtime::{ContainerSpec, EventStream, Runtime, RuntimeError};
+use crate::ports::store::{NotifyStream, Store, StoreError};
+use async_trait::async_trait;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long runtime calls may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeDeadlines {
+    /// Any call but a pull (a removal gets its stop timeout on top).
+    pub call: Duration,
+    /// Pulling an image.
+    pub pull: Duration,
+}
+
+async fn runtime_call<T>(
+    op: &'static str,
+    target: &str,
+    after: Duration,
+    call: impl Future<Output = Result<T, RuntimeError>>,
+) -> Result<T, RuntimeError> {
+    tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
+        Err(RuntimeError::Timeout {
+            op,
+            target: target.to_owned(),
+            after,
+        })
+    })
+}
+
+/// A [`Runtime`] whose every call has a deadline.
+pub struct BoundedRuntime {
+    inner: Arc<dyn Runtime>,
+    deadlines: RuntimeDeadlines,
+}
+
+impl BoundedRuntime {
+    /// Bounds every call of `inner`.
+    pub fn new(inner: Arc<dyn Runtime>, deadlines: RuntimeDeadlines) -> Self {
+        Self { inner, deadlines }
+    }
+}
+
+#[async_trait]
+impl Runtime for BoundedRuntime {
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        runtime_call("ping", "the daemon", self.deadlines.call, self.inner.ping()).await
+    }
+
+    async fn list(
+        &self,
+        deployment: &Deployment,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Vec<ObservedContainer>, RuntimeError> {
+        let call = self.inner.list(deployment, sandbox);
+        runtime_call("list", deployment.as_str(), self.deadlines.call, call).await
+    }
+
+    async fn ensure_network(&self, name: &str) -> Result<(), RuntimeError> {
+        let call = self.inner.ensure_network(name);
+        runtime_call("network", name, self.deadlines.call, call).await
+    }
+
+    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
+        let call = self.inner.image_exists(image);
+        runtime_call("inspect image", image, self.deadlines.call, call).await
+    }
+
+    async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
+        let after = self.deadlines.pull;
+        match tokio::time::timeout(after, self.inner.pull(image)).await {
+            Ok(result) => result,
+            Err(_) => Err(RuntimeError::ImageUnavailable {
+                image: image.to_owned(),
+                reason: format!("pull timed out after {after:?}"),
+            }),
+        }
+    }
+
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        let call = self.inner.create_and_start(spec);
+        runtime_call("create", &spec.name, self.deadlines.call, call).await
+    }
+
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
+        let call = self.inner.published_port(id);
+        runtime_call("inspect", id.as_str(), self.deadlines.call, call).await
+    }
+
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
+        let call = self.inner.inspect(id);
+        runtime_call("inspect", id.as_str(), self.deadlines.call, call).await
+    }
+
+    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
+        let call = self.inner.remove(id, stop_timeout);
+        let after = self.deadlines.call.saturating_add(stop_timeout);
+        runtime_call("remove", id.as_str(), after, call).await
+    }
+
+    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
+        let call = self.inner.logs_tail(id, lines);
+        runtime_call("logs", id.as_str(), self.deadlines.call, call).await
+    }
+
+    async fn exec(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        env: Vec<String>,
+    ) -> Result<ExecOutput, RuntimeError> {
+        let call = self.inner.exec(id, cmd, env);
+        runtime_call("exec", id.as_str(), self.deadlines.call, call).await
+    }
+
+    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
+        // A stream has no deadline: it is meant to stay open. The watcher
+        // reconnects when it ends.
+        self.inner.events(deployment, since)
+    }
+}
+
+async fn store_call<T>(
+    op: &'static str,
+    after: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(after, call)
+        .await
+        .unwrap_or(Err(StoreError::Timeout { op, after }))
+}
+
+/// A [`Store`] whose every call has a deadline.
+pub struct BoundedStore {
+    inner: Arc<dyn Store>,
+    after: Duration,
+}
+
+impl BoundedStore {
+    /// Bounds every call of `inner` by `after`.
+    pub fn new(inner: Arc<dyn Store>, after: Duration) -> Self {
+        Self { inner, after }
+    }
+}
+
+#[async_trait]
+impl Store for BoundedStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        store_call("ping", self.after, self.inner.ping()).await
+    }
+
+    async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError> {
+        store_call("read desired row", self.after, self.inner.fetch_desired(id)).await
+    }
+
+    async fn fetch_status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, StoreError> {
+        store_call("read status row", self.after, self.inner.fetch_status(id)).await
+    }
+
+    async fn list_ids(&self) -> Result<Vec<String>, StoreError> {
+        store_call("list ids", self.after, self.inner.list_ids()).await
+    }
+
+    async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError> {
+        store_call("list status rows", self.after, self.inner.list_status()).await
+    }
+
+    async fn write_status(&self, id: &SandboxId, update: &StatusUpdate) -> Result<(), StoreError> {
+        let call = self.inner.write_status(id, update);
+        store_call("write status row", self.after, call).await
+    }
+
+    async fn delete_status(&self, id: &SandboxId) -> Result<(), StoreError> {
+        store_call(
+            "delete status row",
+            self.after,
+            self.inner.delete_status(id),
+        )
+        .await
+    }
+
+    async fn watch_desired(&self) -> Result<NotifyStream, StoreError> {
+        store_call("listen", self.after, self.inner.watch_desired()).await
+    }
+}

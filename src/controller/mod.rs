@@ -1,0 +1,270 @@
+//! The controller: watches as hints, relists as the truth, and a work queue
+//! that runs `reconcile(id)` one key at a time.
+
+mod heal_loop;
+mod image;
+mod probes;
+pub mod provision;
+mod reconcile;
+mod relist;
+
+pub use self::image::ImageError;
+pub use self::provision::ProvisionError;
+
+use self::heal_loop::HealLoops;
+use self::probes::ControllerProbes;
+use self::reconcile::{reconcile, Next};
+use crate::adapters::deadline::{BoundedRuntime, BoundedStore, RuntimeDeadlines};
+use crate::adapters::http::Probes;
+use crate::config::ControllerConfig;
+use crate::domain::clock::Clock;
+use crate::domain::id::SandboxId;
+use crate::engine::{Registry, REGISTRY};
+use crate::metrics::Metrics;
+use crate::ports::runtime::{Runtime, RuntimeError};
+use crate::ports::store::{Store, StoreError};
+use crate::sched::{Outcome, QueueConfig, WorkQueue};
+use crate::watch::{self, DesiredRows, DockerEvents, KnownContainers, Sink};
+use chrono::{DateTime, Utc};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Failures that stop the controller from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// The state database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Docker failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+/// Shared, cheap-to-clone readiness flag for `/readyz`.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    /// Whether the initial lists of both sides are loaded.
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+    fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
+    }
+}
+
+/// What every reconcile shares.
+pub(crate) struct Context {
+    /// The container runtime, every call bounded.
+    pub(crate) runtime: Arc<dyn Runtime>,
+    /// The state store, every call bounded.
+    pub(crate) store: Arc<dyn Store>,
+    /// The engines this controller runs.
+    pub(crate) engines: Registry,
+    /// Configuration.
+    pub(crate) config: ControllerConfig,
+    /// The injected clock.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Metrics.
+    pub(crate) metrics: Arc<Metrics>,
+    /// Recent heals, for heal-loop detection.
+    pub(crate) heal_loops: HealLoops,
+}
+
+impl Context {
+    /// Seconds on the injected clock since `t`, never negative.
+    pub(crate) fn seconds_since(&self, t: DateTime<Utc>) -> f64 {
+        (self.clock.now() - t)
+            .to_std()
+            .unwrap_or_default()
+            .as_secs_f64()
+    }
+}
+
+/// A running controller's parts.
+pub struct Controller {
+    ctx: Arc<Context>,
+    queue: WorkQueue<SandboxId>,
+    readiness: Readiness,
+    known: Arc<KnownContainers>,
+    relist_now: Arc<Notify>,
+}
+
+/// Where watchers send their hints.
+struct QueueSink {
+    queue: WorkQueue<SandboxId>,
+    relist_now: Arc<Notify>,
+}
+
+impl Sink for QueueSink {
+    fn hint(&self, id: SandboxId) {
+        self.queue.add(id);
+    }
+    fn hint_later(&self, id: SandboxId, delay: Duration) {
+        // A separate timer, not `add_after`: a waiting key keeps its
+        // earliest time, which would swallow this second look.
+        let queue = self.queue.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            queue.add(id);
+        });
+    }
+    fn relist(&self) {
+        self.relist_now.notify_one();
+    }
+}
+
+impl Controller {
+    /// Builds a controller over `runtime` and `store` (every call of both
+    /// gets the configured deadline); nothing runs until [`Controller::run`].
+    pub fn new(
+        runtime: Arc<dyn Runtime>,
+        store: Arc<dyn Store>,
+        config: ControllerConfig,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self::with_engines(runtime, store, REGISTRY, config, clock, metrics)
+    }
+
+    /// Like [`Controller::new`], running the engines of `engines`.
+    pub(crate) fn with_engines(
+        runtime: Arc<dyn Runtime>,
+        store: Arc<dyn Store>,
+        engines: Registry,
+        config: ControllerConfig,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let queue_config = QueueConfig {
+            concurrency: config.concurrency.max(1),
+            shutdown_grace: config.shutdown_grace,
+            ..QueueConfig::default()
+        };
+        metrics.set_max_concurrent(queue_config.concurrency);
+        let queue = WorkQueue::new(queue_config, metrics.clone());
+        let runtime = Arc::new(BoundedRuntime::new(
+            runtime,
+            RuntimeDeadlines {
+                call: config.docker_timeout,
+                pull: config.pull_timeout,
+            },
+        ));
+        let store = Arc::new(BoundedStore::new(store, config.store_timeout));
+        Self {
+            ctx: Arc::new(Context {
+                runtime,
+                store,
+                engines,
+                config,
+                clock,
+                metrics,
+                heal_loops: HealLoops::default(),
+            }),
+            queue,
+            readiness: Readiness::default(),
+            known: Arc::new(KnownContainers::default()),
+            relist_now: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The readiness flag.
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.clone()
+    }
+
+    /// What `/metrics` and `/readyz` ask of this controller.
+    pub fn probes(&self) -> Arc<dyn Probes> {
+        Arc::new(ControllerProbes {
+            ctx: self.ctx.clone(),
+            queue: self.queue.clone(),
+            readiness: self.readiness.clone(),
+        })
+    }
+
+    /// Runs until `shutdown` resolves; then stops taking new work, lets
+    /// in-flight reconciles finish within the shutdown grace, and returns.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ControllerError> {
+        let ctx = self.ctx.clone();
+        ctx.runtime.ensure_network(&ctx.config.network).await?;
+
+        // Subscribe to both streams before the initial lists, so no change
+        // falls in between.
+        let sink: Arc<dyn Sink> = Arc::new(QueueSink {
+            queue: self.queue.clone(),
+            relist_now: self.relist_now.clone(),
+        });
+        let notifications = ctx.store.watch_desired().await?;
+        let docker_watch = tokio::spawn(watch::follow(
+            DockerEvents::new(
+                ctx.runtime.clone(),
+                ctx.config.deployment.clone(),
+                self.known.clone(),
+                ctx.metrics.clone(),
+            ),
+            None,
+            ctx.metrics.clone(),
+            sink.clone(),
+        ));
+        let pg_watch = tokio::spawn(watch::follow(
+            DesiredRows::new(ctx.store.clone(), ctx.metrics.clone()),
+            Some(notifications),
+            ctx.metrics.clone(),
+            sink,
+        ));
+
+        relist::relist(&ctx, &self.queue, &self.known, false).await?;
+        // Readiness gate: only now may anything be reaped or provisioned.
+        self.readiness.set(true);
+        tracing::info!(deployment = %ctx.config.deployment, "initial lists loaded; controller ready");
+
+        let relister = tokio::spawn(relist::relist_loop(
+            ctx.clone(),
+            self.queue.clone(),
+            self.known.clone(),
+            self.relist_now.clone(),
+        ));
+
+        let handler_ctx = ctx.clone();
+        let handler = move |id: SandboxId| {
+            let ctx = handler_ctx.clone();
+            async move {
+                match reconcile(&ctx, &id).await {
+                    Ok(Next::Idle) => Outcome::Done {
+                        requeue_after: None,
+                    },
+                    Ok(Next::After(d)) => Outcome::Done {
+                        requeue_after: Some(d),
+                    },
+                    Err(e) => {
+                        tracing::warn!(sandbox = %id, error = %e, "reconcile failed; retrying with backoff");
+                        Outcome::Failed
+                    }
+                }
+            }
+        };
+        let abandoned = self.queue.run(handler, shutdown).await;
+        self.readiness.set(false);
+        docker_watch.abort();
+        pg_watch.abort();
+        relister.abort();
+        if abandoned > 0 {
+            tracing::warn!(
+                abandoned,
+                grace_ms = ctx.config.shutdown_grace.as_millis() as u64,
+                "shutdown grace elapsed with reconciles still running"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,62 @@
+//! What `/metrics` and `/readyz` ask of a running controller.
+
+use super::{Context, Readiness};
+use crate::adapters::http::Probes;
+use crate::domain::id::SandboxId;
+use crate::sched::WorkQueue;
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a probe may wait for Postgres or Docker.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub(crate) struct ControllerProbes {
+    pub(crate) ctx: Arc<Context>,
+    pub(crate) queue: WorkQueue<SandboxId>,
+    pub(crate) readiness: Readiness,
+}
+
+#[async_trait]
+impl Probes for ControllerProbes {
+    async fn before_scrape(&self) {
+        let m = &self.ctx.metrics;
+        let (longest, total) = self.queue.running_times();
+        m.running_times(longest, total);
+        let looping = self.ctx.heal_loops.looping();
+        if !looping.is_empty() {
+            tracing::warn!(sandboxes = ?looping, "sandboxes in a heal loop");
+        }
+        m.sandboxes_in_heal_loop(looping.len());
+        // Fleet gauges; on a timeout or error the last values stay.
+        let fleet = async {
+            let statuses = self.ctx.store.list_status().await.ok()?;
+            let containers = self
+                .ctx
+                .runtime
+                .list(&self.ctx.config.deployment, None)
+                .await
+                .ok()?;
+            Some((statuses, containers))
+        };
+        if let Ok(Some((statuses, containers))) = tokio::time::timeout(PROBE_TIMEOUT, fleet).await {
+            m.fleet(self.ctx.engines, &statuses, &containers);
+        }
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        if !self.readiness.is_ready() {
+            return Err("initial lists not loaded yet".into());
+        }
+        match tokio::time::timeout(PROBE_TIMEOUT, self.ctx.store.ping()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("state database unreachable: {e}")),
+            Err(_) => return Err("state database did not answer within 2s".into()),
+        }
+        match tokio::time::timeout(PROBE_TIMEOUT, self.ctx.runtime.ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("docker unreachable: {e}")),
+            Err(_) => Err("docker did not answer within 2s".into()),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! `reconcile(id)`: read both sides for one sandbox, plan, act, publish.
+//! Level-triggered: it never trusts what woke it. Every decision is made by
+//! the pure core ([`plan`](crate::domain::plan) and
+//! [`status`](crate::domain::status)); this module only does what they say.
+
+use super::provision;
+use super::Context;
+use crate::domain::id::SandboxId;
+use crate::domain::plan::{self, Plan};
+use crate::domain::sandbox::DesiredSandbox;
+use crate::domain::status::{self, Failure, Outcomes, Publish};
+use crate::ports::runtime::RuntimeError;
+use crate::ports::store::StoreError;
+use futures::future::join_all;
+use std::time::Duration;
+
+/// Why a reconcile failed; it is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReconcileError {
+    /// The state database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Docker failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// A container could not be removed.
+    #[error("teardown failed: {0}")]
+    Teardown(String),
+    /// One or more engines failed to provision (the status says which).
+    #[error("provisioning failed: {0}")]
+    Provision(String),
+}
+
+/// What a successful reconcile asks of the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Nothing until something changes (or the periodic relist).
+    Idle,
+    /// Look again after this long (a reap waiting for its grace window).
+    After(Duration),
+}
+
+/// Converges one sandbox: read → plan → act → publish.
+#[tracing::instrument(name = "reconcile", skip_all, fields(sandbox = %id))]
+pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
+    let desired = ctx.store.fetch_desired(id).await?;
+    let observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
+    let previous = ctx.store.fetch_status(id).await?;
+    let now = ctx.clock.now();
+
+    let plan = plan::plan(
+        desired.as_ref(),
+        &observed,
+        previous.as_ref(),
+        now,
+        ctx.config.grace,
+    );
+    tracing::debug!(actions = plan.actions.len(), "planned");
+
+    let teardown = teardown(ctx, &plan).await;
+    if let Some(update) = status::while_provisioning(&plan, desired.as_ref(), previous.as_ref()) {
+        ctx.store.write_status(id, &update).await?;
+    }
+    let new_request = desired
+        .as_ref()
+        .is_some_and(|d| status::is_new_request(d, previous.as_ref()));
+    let provisioned = match &desired {
+        Some(d) => provision_all(ctx, d, &plan, new_request).await,
+        None => Vec::new(),
+    };
+
+    let outcomes = Outcomes {
+        provisioned,
+        teardown,
+    };
+    let verdict = status::decide(&plan, desired.as_ref(), previous.as_ref(), &outcomes);
+    match &verdict.publish {
+        Publish::Write(update) => ctx.store.write_status(id, update).await?,
+        Publish::Delete => ctx.store.delete_status(id).await?,
+        Publish::Nothing => {}
+    }
+    if let (Some(d), true) = (&desired, new_request && plan.wanted == plan::Wanted::Yes) {
+        ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
+    }
+    match verdict.failure {
+        None => Ok(match plan.next_wake() {
+            Some(until) => Next::After((until - now).to_std().unwrap_or_default()),
+            None => Next::Idle,
+        }),
+        Some(Failure::Teardown(e)) => Err(ReconcileError::Teardown(e)),
+        Some(Failure::Provision(message)) => Err(ReconcileError::Provision(message)),
+    }
+}
+
+/// Provisions every engine the plan creates, at once.
+async fn provision_all(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    plan: &Plan,
+    new_request: bool,
+) -> Vec<(
+    crate::domain::id::EngineName,
+    Result<crate::domain::ServiceStatus, String>,
+)> {
+    join_all(plan.provisions().map(|p| async move {
+        let result = provision::provision(ctx, desired, p, new_request).await;
+        (p.engine, result.map_err(|e| e.to_string()))
+    }))
+    .await
+}
+
+/// Runs every due teardown; all are attempted even if one fails. Returns
+/// the first failure.
+async fn teardown(ctx: &Context, plan: &Plan) -> Option<String> {
+    let mut first_error = None;
+    for t in plan.teardowns() {
+        match ctx
+            .runtime
+            .remove(&t.container, ctx.config.stop_timeout)
+            .await
+        {
+            Ok(()) => {
+                ctx.metrics.reaped(t.reason);
+                tracing::info!(
+                    container = %t.container,
+                    engine = t.engine.as_str(),
+                    reason = t.reason.as_str(),
+                    "container torn down"
+                );
+            }
+            Err(e) => {
+                ctx.metrics.teardown_failed();
+                tracing::warn!(container = %t.container, error = %e, "teardown failed; will retry");
+                first_error.get_or_insert(e.to_string());
+            }
+        }
+    }
+    first_error
+}

@@ -1,0 +1,70 @@
+//! Relists: both sides listed in full, every sandbox found enqueued. They
+//! run at start (the readiness gate waits for the first), after a watch
+//! stream reconnects, and periodically; each counts the container changes
+//! the event stream had not reported (drift).
+
+use super::{Context, ControllerError};
+use crate::domain::id::SandboxId;
+use crate::sched::WorkQueue;
+use crate::watch::KnownContainers;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// Lists both sides in full and enqueues every sandbox found. The first
+/// relist sets the baseline and counts no drift.
+pub(crate) async fn relist(
+    ctx: &Context,
+    queue: &WorkQueue<SandboxId>,
+    known: &KnownContainers,
+    count_drift: bool,
+) -> Result<(), ControllerError> {
+    let mut ids: BTreeSet<String> = ctx.store.list_ids().await?.into_iter().collect();
+    let containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
+    ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
+    let listed: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();
+    let drift = known.reconcile_with(&listed);
+    let drift = if count_drift { drift } else { 0 };
+    if drift > 0 {
+        tracing::info!(
+            drift,
+            "relist found container changes the event stream missed"
+        );
+    }
+    for raw in &ids {
+        match SandboxId::parse(raw) {
+            Ok(id) => queue.add(id),
+            Err(e) => tracing::warn!(error = %e, "skipping a row with an invalid id"),
+        }
+    }
+    let statuses = ctx.store.list_status().await?;
+    ctx.metrics.fleet(ctx.engines, &statuses, &containers);
+    ctx.metrics.relisted(drift);
+    tracing::debug!(
+        sandboxes = ids.len(),
+        containers = containers.len(),
+        "relisted"
+    );
+    Ok(())
+}
+
+/// Relists every `relist_interval`, and at once when a watcher reconnects.
+pub(crate) async fn relist_loop(
+    ctx: Arc<Context>,
+    queue: WorkQueue<SandboxId>,
+    known: Arc<KnownContainers>,
+    relist_now: Arc<Notify>,
+) {
+    let mut tick = tokio::time::interval(ctx.config.relist_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // immediate; the initial relist already ran
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = relist_now.notified() => tick.reset(),
+        }
+        if let Err(e) = relist(&ctx, &queue, &known, true).await {
+            tracing::warn!(error = %e, "relist failed; will try again next interval");
+        }
+    }
+}

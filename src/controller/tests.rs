@@ -1,0 +1,447 @@
+//! `reconcile` and the controller against the in-memory fakes: Docker and
+//! Postgres failing, hanging and panicking on demand. Each ends in a retry
+//! or a `failed` status with a reason, never in a panic escaping, and the
+//! queue keeps serving other keys.
+
+use super::reconcile::{reconcile, Next, ReconcileError};
+use super::*;
+use crate::domain::clock::ManualClock;
+use crate::domain::id::{Deployment, EngineName};
+use crate::domain::sandbox::{DesiredSandbox, Phase};
+use crate::testing::{FakeEngine, FakeRuntime, FakeStore, Fault, RuntimeOp, StoreOp, FAKE_ENGINES};
+use chrono::TimeZone;
+use std::collections::BTreeMap;
+
+const ENGINE: EngineName = FakeEngine::NAME;
+
+/// When the fake runtime says its containers were created.
+fn created() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap()
+}
+
+fn id(s: &str) -> SandboxId {
+    SandboxId::parse(s).unwrap()
+}
+
+fn row(name: &str) -> DesiredSandbox {
+    DesiredSandbox {
+        id: id(name),
+        owner: "test".into(),
+        services: vec![ENGINE],
+        unknown_services: Vec::new(),
+        features: BTreeMap::new(),
+        expires_at: None,
+        generation: 0,
+        updated_at: created(),
+    }
+}
+
+struct Harness {
+    runtime: Arc<FakeRuntime>,
+    store: Arc<FakeStore>,
+    clock: Arc<ManualClock>,
+    metrics: Arc<Metrics>,
+    config: ControllerConfig,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let mut config = ControllerConfig::new(Deployment::parse("test").unwrap());
+        config.grace = Duration::from_secs(180);
+        config.concurrency = 2;
+        Self {
+            runtime: Arc::new(FakeRuntime::default()),
+            store: Arc::new(FakeStore::default()),
+            clock: Arc::new(ManualClock::new(created() + chrono::Duration::seconds(10))),
+            metrics: Arc::new(Metrics::new()),
+            config,
+        }
+    }
+
+    fn controller(&self) -> Controller {
+        Controller::with_engines(
+            self.runtime.clone(),
+            self.store.clone(),
+            FAKE_ENGINES,
+            self.config.clone(),
+            self.clock.clone(),
+            self.metrics.clone(),
+        )
+    }
+
+    fn context(&self) -> Arc<Context> {
+        self.controller().ctx
+    }
+
+    /// The containers of `sandbox` as (id, instance label).
+    fn containers(&self, sandbox: &SandboxId) -> Vec<(ContainerId, String)> {
+        self.runtime
+            .containers_of(sandbox)
+            .into_iter()
+            .map(|(id, c)| (id, c.labels.instance))
+            .collect()
+    }
+
+    /// The one container of `sandbox` and the status entry published for
+    /// it, asserting they belong together.
+    fn published(&self, sandbox: &SandboxId) -> (ContainerId, crate::domain::ServiceStatus) {
+        let containers = self.containers(sandbox);
+        assert_eq!(containers.len(), 1, "one container: {containers:?}");
+        let status = self.store.status_of(sandbox).expect("a status row");
+        assert_eq!(status.phase, Phase::Ready, "{}", status.message);
+        let service = status.services[ENGINE.as_str()].clone();
+        assert_eq!(service.instance, containers[0].1);
+        (containers[0].0.clone(), service)
+    }
+
+    fn metric(&self, line_start: &str) -> f64 {
+        let text = self.metrics.render();
+        text.lines()
+            .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no metric {line_start} in\n{text}"))
+    }
+}
+
+use crate::domain::id::ContainerId;
+
+// ---------------------------------------------------------------------------
+// reconcile
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_new_row_becomes_ready_with_one_published_container() {
+    let h = Harness::new();
+    let ctx = h.context();
+    let generation = h.store.put_desired(row("a"));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    let (_, service) = h.published(&id("a"));
+    assert_eq!(service.host, "sandboxd-test-a-fakedb");
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.observed_generation, generation);
+    // A second look changes nothing.
+    let writes = h.store.status_writes();
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    assert_eq!(h.published(&id("a")).1, service);
+    assert_eq!(
+        h.store.status_writes(),
+        writes + 1,
+        "one rewrite, same content"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_docker_list_is_a_retry_that_writes_no_status() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    h.runtime.faults.set(RuntimeOp::List, Fault::FailAlways);
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    assert!(matches!(err, ReconcileError::Runtime(_)), "{err}");
+    assert!(err.to_string().contains("docker list failed"), "{err}");
+    assert!(h.store.status_of(&id("a")).is_none());
+    assert!(h.containers(&id("a")).is_empty());
+
+    h.runtime.faults.clear(RuntimeOp::List);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_create_that_hangs_past_its_deadline_fails_the_sandbox_with_the_reason() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    h.runtime.faults.set(RuntimeOp::Create, Fault::Hang);
+    let started = tokio::time::Instant::now();
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    assert_eq!(
+        started.elapsed(),
+        h.config.docker_timeout,
+        "bounded by the deadline"
+    );
+    let ReconcileError::Provision(message) = &err else {
+        panic!("expected a provisioning failure, got {err}");
+    };
+    assert!(message.contains("fakedb: docker create"), "{message}");
+    assert!(message.contains("did not answer within 30s"), "{message}");
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    assert_eq!(&status.message, message);
+    assert!(h.containers(&id("a")).is_empty(), "nothing leaked");
+
+    h.runtime.faults.clear(RuntimeOp::Create);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_state_database_that_hangs_costs_a_retry_not_a_worker() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    h.store.faults.set(StoreOp::FetchDesired, Fault::Hang);
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("state database read desired row did not answer within 10s"),
+        "{err}"
+    );
+    h.store.faults.clear(StoreOp::FetchDesired);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+}
+
+#[tokio::test]
+async fn a_status_write_that_fails_mid_reconcile_is_retried_and_leaves_one_published_container() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    // The "provisioning" write passes; the final one fails after the
+    // container was created.
+    h.store
+        .faults
+        .set(StoreOp::WriteStatus, Fault::FailOnceAfter(1));
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    assert!(matches!(err, ReconcileError::Store(_)), "{err}");
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Provisioning);
+    assert!(status.services.is_empty(), "nothing published");
+    let orphaned = h.containers(&id("a"));
+    assert_eq!(orphaned.len(), 1);
+
+    // The retry does not trust the unpublished container: it replaces it.
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (container, _) = h.published(&id("a"));
+    assert_ne!(container, orphaned[0].0);
+}
+
+#[tokio::test]
+async fn a_row_naming_an_unknown_engine_fails_with_a_reason_and_provisions_the_rest() {
+    let h = Harness::new();
+    let ctx = h.context();
+    let mut d = row("a");
+    d.unknown_services = vec!["nonesuch".into()];
+    h.store.put_desired(d);
+    for _ in 0..2 {
+        let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+        assert!(matches!(err, ReconcileError::Provision(_)), "{err}");
+    }
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    assert!(
+        status.message.starts_with("nonesuch: unknown engine"),
+        "{}",
+        status.message
+    );
+    assert!(status.services.contains_key(ENGINE.as_str()));
+    assert_eq!(
+        h.containers(&id("a")).len(),
+        1,
+        "the known engine runs once"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_container_is_healed_with_the_same_credentials_and_its_cause_counted() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (first, before) = h.published(&id("a"));
+    h.runtime.kill(&first, true);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (second, after) = h.published(&id("a"));
+    assert_ne!(first, second);
+    assert_eq!(after.password, before.password);
+    assert_eq!(after.host_port, before.host_port);
+    assert_eq!(
+        h.metric("sandboxd_heals_total{cause=\"oom\",engine=\"fakedb\"}"),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_row_is_reaped_only_once_the_injected_clock_passes_the_grace_window() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.store.delete_desired(&id("a"));
+
+    // Created at `created()`, now 10 s later: 170 s of grace left.
+    let next = reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(next, Next::After(Duration::from_secs(170)));
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Terminating));
+    assert_eq!(h.containers(&id("a")).len(), 1);
+
+    h.clock.advance(chrono::Duration::seconds(170));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    assert!(h.containers(&id("a")).is_empty());
+    assert!(h.store.status_of(&id("a")).is_none());
+}
+
+#[tokio::test]
+async fn containers_get_the_engines_profile_and_no_credential_in_their_labels() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (container, service) = h.published(&id("a"));
+    let spec = h.runtime.containers()[&container].spec.clone();
+    assert_eq!(spec.name, "sandboxd-test-a-fakedb");
+    assert_eq!(spec.image, "fakedb:1");
+    assert_eq!(spec.tmpfs_path, "/data");
+    assert_eq!(spec.cap_add, ["CHOWN", "FOWNER", "SETUID", "SETGID"]);
+    assert_eq!(spec.limits, h.config.limits);
+    assert_eq!(spec.network, h.config.network);
+    let password = service.password.expose();
+    assert!(spec.labels.values().all(|v| !v.contains(password)));
+}
+
+#[tokio::test]
+async fn an_image_that_cannot_be_had_fails_the_sandbox_naming_the_image() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.runtime.remove_image("fakedb:1");
+    h.store.put_desired(row("a"));
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    assert!(
+        status
+            .message
+            .contains("image fakedb:1 is not present and could not be pulled"),
+        "{}",
+        status.message
+    );
+    assert!(err.to_string().contains("fakedb:1"), "{err}");
+    assert_eq!(
+        h.metric("sandboxd_image_pulls_total{result=\"error\"}"),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_failed_teardown_is_retried_and_keeps_the_status() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.store.delete_desired(&id("a"));
+    h.clock.advance(chrono::Duration::seconds(600));
+    h.runtime.faults.set(RuntimeOp::Remove, Fault::Fail(1));
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    assert!(matches!(err, ReconcileError::Teardown(_)), "{err}");
+    assert!(h.store.status_of(&id("a")).is_some());
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert!(h.containers(&id("a")).is_empty());
+    assert!(h.store.status_of(&id("a")).is_none());
+}
+
+// ---------------------------------------------------------------------------
+// The controller: queue, watches and relists around reconcile
+// ---------------------------------------------------------------------------
+
+/// Runs the controller until `stop` is dropped or sent.
+fn start(
+    controller: Controller,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        controller
+            .run(async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("controller runs");
+    });
+    (tx, task)
+}
+
+/// Waits (in virtual time) until `f` holds, up to a minute.
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("not within a minute: {what}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_keys_panicking_reconcile_is_retried_while_the_queue_serves_other_keys() {
+    let h = Harness::new();
+    h.runtime.panic_when_listing(&id("bad"));
+    let (stop, task) = start(h.controller());
+    h.store.put_desired(row("bad"));
+    h.store.put_desired(row("good"));
+    until("good is ready", || {
+        h.store.phase_of(&id("good")) == Some(Phase::Ready)
+    })
+    .await;
+    until("bad panicked and was retried", || {
+        h.metric("controller_runtime_reconcile_panics_total{controller=\"sandbox\"}") >= 2.0
+    })
+    .await;
+    assert!(h.store.status_of(&id("bad")).is_none());
+    // Later rows are still served.
+    h.store.put_desired(row("later"));
+    until("later is ready", || {
+        h.store.phase_of(&id("later")) == Some(Phase::Ready)
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_docker_list_that_fails_for_a_while_is_retried_with_backoff_until_ready() {
+    let h = Harness::new();
+    let (stop, task) = start(h.controller());
+    until("initial relist", || {
+        h.metric("sandboxd_relists_total") >= 1.0
+    })
+    .await;
+    h.runtime.faults.set(RuntimeOp::List, Fault::Fail(3));
+    h.store.put_desired(row("a"));
+    until("a is ready", || {
+        h.store.phase_of(&id("a")) == Some(Phase::Ready)
+    })
+    .await;
+    assert!(h.metric("workqueue_retries_total{name=\"sandbox\"}") >= 3.0);
+    assert!(h.metric("controller_runtime_reconcile_errors_total{controller=\"sandbox\"}") >= 3.0);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_killed_behind_the_controllers_back_is_healed_from_the_event_stream() {
+    let h = Harness::new();
+    let (stop, task) = start(h.controller());
+    h.store.put_desired(row("a"));
+    until("a is ready", || {
+        h.store.phase_of(&id("a")) == Some(Phase::Ready)
+    })
+    .await;
+    let (first, before) = h.published(&id("a"));
+    h.runtime.kill(&first, false);
+    until("a is healed", || {
+        let c = h.containers(&id("a"));
+        c.len() == 1 && c[0].0 != first
+    })
+    .await;
+    until("the heal is published", || {
+        h.store
+            .status_of(&id("a"))
+            .is_some_and(|s| s.services[ENGINE.as_str()].instance == h.containers(&id("a"))[0].1)
+    })
+    .await;
+    let (_, after) = h.published(&id("a"));
+    assert_eq!(after.password, before.password);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}

@@ -1,0 +1,74 @@
+//! Containers as sandboxd observes them: what the runtime listed, reduced to
+//! what the decision needs.
+
+use super::id::ContainerId;
+use super::labels::ContainerLabels;
+use chrono::{DateTime, Utc};
+
+/// Coarse container state as sandboxd needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContainerState {
+    /// Created, not started yet.
+    Created,
+    /// Running (or restarting/paused: alive in some form).
+    Running,
+    /// Exited or dead.
+    Exited,
+    /// Being removed.
+    Removing,
+}
+
+impl ContainerState {
+    /// Every state, for metrics.
+    pub const ALL: [ContainerState; 4] = [
+        ContainerState::Created,
+        ContainerState::Running,
+        ContainerState::Exited,
+        ContainerState::Removing,
+    ];
+
+    /// Label value for metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerState::Created => "created",
+            ContainerState::Running => "running",
+            ContainerState::Exited => "exited",
+            ContainerState::Removing => "removing",
+        }
+    }
+}
+
+/// One managed container as listed by the runtime.
+#[derive(Debug, Clone)]
+pub struct ObservedContainer {
+    /// Container id.
+    pub id: ContainerId,
+    /// Container name without the leading slash.
+    pub name: String,
+    /// What its labels say.
+    pub labels: ContainerLabels,
+    /// Its state.
+    pub state: ContainerState,
+    /// When the runtime created it (the runtime's clock).
+    pub created: DateTime<Utc>,
+    /// Port published on the host for the engine port, if any.
+    pub host_port: Option<u16>,
+}
+
+/// Whether the last run of a container is alive, and how it ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunState {
+    /// The container is running.
+    pub running: bool,
+    /// The kernel OOM-killed its last run.
+    pub oom_killed: bool,
+}
+
+/// What a command run inside a container printed, and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// Exit code (-1 if the runtime did not report one).
+    pub exit_code: i64,
+    /// Combined stdout and stderr.
+    pub output: String,
+}

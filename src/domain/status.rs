@@ -1,0 +1,215 @@
+//! The status decision: from what was planned and what came of it, the row
+//! to publish to `sandbox_status` and whether the reconcile must be retried.
+//! Pure, so every case is a row of a table test.
+
+use super::id::EngineName;
+use super::plan::{Plan, Wanted};
+use super::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
+use std::collections::BTreeMap;
+
+/// The content of one `sandbox_status` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusUpdate {
+    /// Lifecycle phase.
+    pub phase: Phase,
+    /// The desired generation this status reflects.
+    pub observed_generation: i64,
+    /// Why the phase is what it is (empty when ready).
+    pub message: String,
+    /// Per-engine endpoints and credentials.
+    pub services: BTreeMap<String, ServiceStatus>,
+}
+
+/// What to do with the status row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Publish {
+    /// Write (insert or replace) the row.
+    Write(StatusUpdate),
+    /// Delete the row: the sandbox is gone.
+    Delete,
+    /// Leave it as it is.
+    Nothing,
+}
+
+/// Why a reconcile must be retried with backoff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Removing a container failed.
+    Teardown(String),
+    /// One or more engines could not be provisioned (one line each).
+    Provision(String),
+}
+
+/// The decision: what to publish, and whether to retry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The status row to publish.
+    pub publish: Publish,
+    /// `Some` when the reconcile failed and must be retried.
+    pub failure: Option<Failure>,
+}
+
+/// What came of acting on a plan.
+#[derive(Debug, Clone, Default)]
+pub struct Outcomes {
+    /// Each provisioned engine: its new status, or why it failed.
+    pub provisioned: Vec<(EngineName, Result<ServiceStatus, String>)>,
+    /// The first teardown that failed, if any.
+    pub teardown: Option<String>,
+}
+
+/// The services a wanted sandbox publishes before anything new is
+/// provisioned: what was published for engines the row still wants (so
+/// credentials being healed stay published even if the controller stops
+/// mid-provision), overridden by the engines the plan keeps.
+fn standing_services(
+    plan: &Plan,
+    desired: &DesiredSandbox,
+    previous: Option<&SandboxStatus>,
+) -> BTreeMap<String, ServiceStatus> {
+    let mut services: BTreeMap<String, ServiceStatus> = previous
+        .map(|s| {
+            s.services
+                .iter()
+                .filter(|(engine, _)| desired.services.iter().any(|e| e == engine.as_str()))
+                .map(|(e, s)| (e.clone(), s.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (engine, status) in plan.kept() {
+        services.insert(engine.as_str().to_owned(), status.clone());
+    }
+    services
+}
+
+fn wanted_row<'a>(plan: &Plan, desired: Option<&'a DesiredSandbox>) -> Option<&'a DesiredSandbox> {
+    desired.filter(|_| plan.wanted == Wanted::Yes)
+}
+
+/// The generation a status row already reports (0 if there is none).
+pub fn observed_generation(previous: Option<&SandboxStatus>) -> i64 {
+    previous.map_or(0, |s| s.observed_generation)
+}
+
+/// Whether the row changed since the status last observed it.
+pub fn is_new_request(desired: &DesiredSandbox, previous: Option<&SandboxStatus>) -> bool {
+    observed_generation(previous) < desired.generation
+}
+
+/// The `provisioning` status written before containers are created, or
+/// `None` when the plan creates nothing. It keeps the previous observed
+/// generation: the new one is observed only once provisioning is done.
+pub fn while_provisioning(
+    plan: &Plan,
+    desired: Option<&DesiredSandbox>,
+    previous: Option<&SandboxStatus>,
+) -> Option<StatusUpdate> {
+    let desired = wanted_row(plan, desired)?;
+    let engines: Vec<&str> = plan.provisions().map(|p| p.engine.as_str()).collect();
+    if engines.is_empty() {
+        return None;
+    }
+    Some(StatusUpdate {
+        phase: Phase::Provisioning,
+        observed_generation: observed_generation(previous),
+        message: format!("provisioning {}", engines.join(", ")),
+        services: standing_services(plan, desired, previous),
+    })
+}
+
+/// Decides the status row and the reconcile's result once every action ran.
+pub fn decide(
+    plan: &Plan,
+    desired: Option<&DesiredSandbox>,
+    previous: Option<&SandboxStatus>,
+    outcomes: &Outcomes,
+) -> Verdict {
+    let Some(desired) = wanted_row(plan, desired) else {
+        return decide_unwanted(plan, desired, previous, outcomes);
+    };
+    let mut services = standing_services(plan, desired, previous);
+    let mut failures: Vec<String> = desired
+        .unknown_services
+        .iter()
+        .map(|name| {
+            format!(
+                "{name}: unknown engine; this sandboxd does not run it (table sandbox_engines \
+                 lists those it does): remove it from services or upgrade sandboxd"
+            )
+        })
+        .collect();
+    for (engine, result) in &outcomes.provisioned {
+        match result {
+            Ok(status) => {
+                services.insert(engine.as_str().to_owned(), status.clone());
+            }
+            Err(e) => failures.push(format!("{engine}: {e}")),
+        }
+    }
+    let (phase, message, failure) = match (failures.is_empty(), &outcomes.teardown) {
+        (true, None) => (Phase::Ready, String::new(), None),
+        (true, Some(e)) => (
+            Phase::Ready,
+            format!("ready; cleanup pending: {e}"),
+            Some(Failure::Teardown(e.clone())),
+        ),
+        (false, _) => {
+            let message = failures.join("\n");
+            (
+                Phase::Failed,
+                message.clone(),
+                Some(Failure::Provision(message)),
+            )
+        }
+    };
+    Verdict {
+        publish: Publish::Write(StatusUpdate {
+            phase,
+            observed_generation: desired.generation,
+            message,
+            services,
+        }),
+        failure,
+    }
+}
+
+/// A deleted or expired row: tear down, report `terminating` while a
+/// reap waits for its grace window, and drop the status row of a deleted
+/// sandbox once nothing is left.
+fn decide_unwanted(
+    plan: &Plan,
+    desired: Option<&DesiredSandbox>,
+    previous: Option<&SandboxStatus>,
+    outcomes: &Outcomes,
+) -> Verdict {
+    if let Some(e) = &outcomes.teardown {
+        return Verdict {
+            publish: Publish::Nothing,
+            failure: Some(Failure::Teardown(e.clone())),
+        };
+    }
+    let publish = match (plan.wanted, plan.is_waiting()) {
+        (Wanted::Deleted, false) => Publish::Delete,
+        // An orphan (no row, no status) waiting out its grace window:
+        // nothing to tell an orchestrator about.
+        (Wanted::Deleted, true) if previous.is_none() => Publish::Nothing,
+        (why, _) => Publish::Write(StatusUpdate {
+            phase: Phase::Terminating,
+            observed_generation: desired
+                .map_or_else(|| observed_generation(previous), |d| d.generation),
+            message: if why == Wanted::Expired {
+                "expired: the row is past expires_at".into()
+            } else {
+                "deleted: waiting for the grace window before removing containers".into()
+            },
+            services: BTreeMap::new(),
+        }),
+    };
+    Verdict {
+        publish,
+        failure: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

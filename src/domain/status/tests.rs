@@ -1,0 +1,351 @@
+//! The decision table of the status decision, one row per situation.
+
+use super::*;
+use crate::domain::id::{ContainerId, SandboxId};
+use crate::domain::plan::{Action, Provision, ProvisionReason, ReapReason, Teardown};
+use crate::domain::secret::Secret;
+use chrono::{DateTime, TimeZone, Utc};
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap()
+}
+
+fn engine(name: &'static str) -> EngineName {
+    EngineName::of_engine(name)
+}
+
+fn service(instance: &str) -> ServiceStatus {
+    ServiceStatus {
+        host: "h".into(),
+        port: 1,
+        host_port: 2,
+        user: "u".into(),
+        password: Secret::new(format!("pw-{instance}")),
+        database: "db".into(),
+        url: "x://h".into(),
+        env: BTreeMap::new(),
+        available_extensions: Vec::new(),
+        instance: instance.into(),
+    }
+}
+
+/// A live row at `generation` wanting `services`.
+fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
+    DesiredSandbox {
+        id: SandboxId::parse("sb-1").unwrap(),
+        owner: "ci".into(),
+        services: services.iter().map(|s| engine(s)).collect(),
+        unknown_services: Vec::new(),
+        features: BTreeMap::new(),
+        expires_at: None,
+        generation,
+        updated_at: now(),
+    }
+}
+
+/// A published status at `generation` with `(engine, instance)` entries.
+fn published(generation: i64, entries: &[(&str, &str)]) -> SandboxStatus {
+    SandboxStatus {
+        id: SandboxId::parse("sb-1").unwrap(),
+        phase: Phase::Ready,
+        observed_generation: generation,
+        message: String::new(),
+        services: entries
+            .iter()
+            .map(|(e, i)| ((*e).to_owned(), service(i)))
+            .collect(),
+        updated_at: Some(now()),
+    }
+}
+
+fn keep(name: &'static str, instance: &str) -> Action {
+    Action::Keep {
+        engine: engine(name),
+        status: service(instance),
+    }
+}
+
+fn provision(name: &'static str) -> Action {
+    Action::Provision(Provision {
+        engine: engine(name),
+        features: Default::default(),
+        reuse: None,
+        host_port: None,
+        replace: Vec::new(),
+        reason: ProvisionReason::Create,
+    })
+}
+
+fn teardown(id: &str) -> Action {
+    Action::Teardown(Teardown {
+        container: ContainerId::new(id),
+        engine: "redis".into(),
+        reason: ReapReason::Deleted,
+    })
+}
+
+fn wait(id: &str) -> Action {
+    Action::Wait {
+        container: ContainerId::new(id),
+        until: now() + chrono::Duration::seconds(60),
+    }
+}
+
+fn plan(wanted: Wanted, actions: Vec<Action>) -> Plan {
+    Plan { wanted, actions }
+}
+
+fn ok(name: &'static str, instance: &str) -> (EngineName, Result<ServiceStatus, String>) {
+    (engine(name), Ok(service(instance)))
+}
+
+fn failed(name: &'static str, why: &str) -> (EngineName, Result<ServiceStatus, String>) {
+    (engine(name), Err(why.into()))
+}
+
+/// `write ready gen=2 services=[postgres:p1] msg=""` / `delete` / `nothing`,
+/// then `; retry teardown: …` or `; retry provision: …` when it fails.
+fn summary(v: &Verdict) -> String {
+    let publish = match &v.publish {
+        Publish::Write(u) => {
+            let services: Vec<String> = u
+                .services
+                .iter()
+                .map(|(e, s)| format!("{e}:{}", s.instance))
+                .collect();
+            format!(
+                "write {} gen={} services=[{}] msg={:?}",
+                u.phase,
+                u.observed_generation,
+                services.join(","),
+                u.message
+            )
+        }
+        Publish::Delete => "delete".into(),
+        Publish::Nothing => "nothing".into(),
+    };
+    match &v.failure {
+        None => publish,
+        Some(Failure::Teardown(e)) => format!("{publish}; retry teardown: {e}"),
+        Some(Failure::Provision(e)) => format!("{publish}; retry provision: {e}"),
+    }
+}
+
+type Row = (
+    &'static str,
+    Plan,
+    Option<DesiredSandbox>,
+    Option<SandboxStatus>,
+    Outcomes,
+    &'static str,
+);
+
+fn outcomes(
+    provisioned: Vec<(EngineName, Result<ServiceStatus, String>)>,
+    teardown: Option<&str>,
+) -> Outcomes {
+    Outcomes {
+        provisioned,
+        teardown: teardown.map(String::from),
+    }
+}
+
+fn table() -> Vec<Row> {
+    let unknown = {
+        let mut d = row(3, &["postgres"]);
+        d.unknown_services = vec!["nonesuch".into()];
+        d
+    };
+    vec![
+        // --- wanted ---------------------------------------------------------
+        (
+            "a fresh sandbox is ready at the row's generation once provisioned",
+            plan(Wanted::Yes, vec![provision("postgres")]),
+            Some(row(1, &["postgres"])),
+            None,
+            outcomes(vec![ok("postgres", "p1")], None),
+            r#"write ready gen=1 services=[postgres:p1] msg="""#,
+        ),
+        (
+            "a kept engine republishes its status with the new generation",
+            plan(Wanted::Yes, vec![keep("postgres", "p1")]),
+            Some(row(2, &["postgres"])),
+            Some(published(1, &[("postgres", "p1")])),
+            outcomes(vec![], None),
+            r#"write ready gen=2 services=[postgres:p1] msg="""#,
+        ),
+        (
+            "a dropped service disappears from the status",
+            plan(Wanted::Yes, vec![keep("postgres", "p1"), teardown("c2")]),
+            Some(row(2, &["postgres"])),
+            Some(published(1, &[("postgres", "p1"), ("redis", "r1")])),
+            outcomes(vec![], None),
+            r#"write ready gen=2 services=[postgres:p1] msg="""#,
+        ),
+        (
+            "a failed engine fails the sandbox and keeps what others published",
+            plan(Wanted::Yes, vec![keep("postgres", "p1"), provision("redis")]),
+            Some(row(2, &["postgres", "redis"])),
+            Some(published(1, &[("postgres", "p1")])),
+            outcomes(vec![failed("redis", "image missing")], None),
+            "write failed gen=2 services=[postgres:p1] msg=\"redis: image missing\"; retry provision: redis: image missing",
+        ),
+        (
+            "a failed heal keeps publishing the credentials being healed",
+            plan(Wanted::Yes, vec![provision("postgres")]),
+            Some(row(1, &["postgres"])),
+            Some(published(1, &[("postgres", "p1")])),
+            outcomes(vec![failed("postgres", "not ready")], None),
+            "write failed gen=1 services=[postgres:p1] msg=\"postgres: not ready\"; retry provision: postgres: not ready",
+        ),
+        (
+            "every failed engine is named on its own line",
+            plan(Wanted::Yes, vec![provision("postgres"), provision("redis")]),
+            Some(row(1, &["postgres", "redis"])),
+            None,
+            outcomes(vec![failed("postgres", "a"), failed("redis", "b")], None),
+            "write failed gen=1 services=[] msg=\"postgres: a\\nredis: b\"; retry provision: postgres: a\nredis: b",
+        ),
+        (
+            "a failed teardown of a ready sandbox is reported and retried",
+            plan(Wanted::Yes, vec![keep("postgres", "p1"), teardown("c2")]),
+            Some(row(1, &["postgres"])),
+            Some(published(1, &[("postgres", "p1")])),
+            outcomes(vec![], Some("docker remove failed")),
+            "write ready gen=1 services=[postgres:p1] msg=\"ready; cleanup pending: docker remove failed\"; retry teardown: docker remove failed",
+        ),
+        (
+            "a provision failure wins over a teardown failure",
+            plan(Wanted::Yes, vec![provision("postgres"), teardown("c2")]),
+            Some(row(1, &["postgres"])),
+            None,
+            outcomes(vec![failed("postgres", "x")], Some("y")),
+            "write failed gen=1 services=[] msg=\"postgres: x\"; retry provision: postgres: x",
+        ),
+        (
+            "a row naming an unknown engine fails with a message saying what to do",
+            plan(Wanted::Yes, vec![provision("postgres")]),
+            Some(unknown),
+            None,
+            outcomes(vec![ok("postgres", "p1")], None),
+            "write failed gen=3 services=[postgres:p1] msg=\"nonesuch: unknown engine; this sandboxd does not run it (table sandbox_engines lists those it does): remove it from services or upgrade sandboxd\"; retry provision: nonesuch: unknown engine; this sandboxd does not run it (table sandbox_engines lists those it does): remove it from services or upgrade sandboxd",
+        ),
+        // --- deleted ---------------------------------------------------------
+        (
+            "a deleted sandbox with nothing left loses its status row",
+            plan(Wanted::Deleted, vec![teardown("c1")]),
+            None,
+            Some(published(4, &[("postgres", "p1")])),
+            outcomes(vec![], None),
+            "delete",
+        ),
+        (
+            "a deleted sandbox waiting for its grace window is terminating at its last generation",
+            plan(Wanted::Deleted, vec![wait("c1")]),
+            None,
+            Some(published(4, &[("postgres", "p1")])),
+            outcomes(vec![], None),
+            r#"write terminating gen=4 services=[] msg="deleted: waiting for the grace window before removing containers""#,
+        ),
+        (
+            "an orphan waiting for its grace window gets no status row",
+            plan(Wanted::Deleted, vec![wait("c1")]),
+            None,
+            None,
+            outcomes(vec![], None),
+            "nothing",
+        ),
+        (
+            "a failed teardown of a deleted sandbox leaves the status and retries",
+            plan(Wanted::Deleted, vec![teardown("c1")]),
+            None,
+            Some(published(4, &[("postgres", "p1")])),
+            outcomes(vec![], Some("busy")),
+            "nothing; retry teardown: busy",
+        ),
+        // --- expired ---------------------------------------------------------
+        (
+            "an expired row stays terminating at its own generation",
+            plan(Wanted::Expired, vec![teardown("c1")]),
+            Some(row(5, &["postgres"])),
+            Some(published(4, &[("postgres", "p1")])),
+            outcomes(vec![], None),
+            r#"write terminating gen=5 services=[] msg="expired: the row is past expires_at""#,
+        ),
+        (
+            "an expired row waiting for its grace window is terminating too",
+            plan(Wanted::Expired, vec![wait("c1")]),
+            Some(row(5, &["postgres"])),
+            None,
+            outcomes(vec![], None),
+            r#"write terminating gen=5 services=[] msg="expired: the row is past expires_at""#,
+        ),
+    ]
+}
+
+#[test]
+fn the_status_decision_table_holds() {
+    let mut failures = Vec::new();
+    for (name, plan, desired, previous, outcomes, want) in table() {
+        let got = summary(&decide(
+            &plan,
+            desired.as_ref(),
+            previous.as_ref(),
+            &outcomes,
+        ));
+        if got != want {
+            failures.push(format!("{name}:\n  want {want}\n  got  {got}"));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+#[test]
+fn status_decision_table_names_are_unique() {
+    let names: std::collections::BTreeSet<&str> = table().iter().map(|r| r.0).collect();
+    assert_eq!(names.len(), table().len());
+}
+
+#[test]
+fn provisioning_is_announced_at_the_previous_generation_with_the_engines_named() {
+    let p = plan(
+        Wanted::Yes,
+        vec![
+            keep("postgres", "p2"),
+            provision("redis"),
+            provision("mongo"),
+        ],
+    );
+    let d = row(3, &["postgres", "redis", "mongo"]);
+    let prev = published(2, &[("postgres", "p1"), ("redis", "r1")]);
+    let update = while_provisioning(&p, Some(&d), Some(&prev)).expect("an update");
+    assert_eq!(update.phase, Phase::Provisioning);
+    assert_eq!(update.observed_generation, 2);
+    assert_eq!(update.message, "provisioning redis, mongo");
+    let instances: Vec<(&str, &str)> = update
+        .services
+        .iter()
+        .map(|(e, s)| (e.as_str(), s.instance.as_str()))
+        .collect();
+    // The kept status wins; the engine being re-provisioned keeps its old one.
+    assert_eq!(instances, [("postgres", "p2"), ("redis", "r1")]);
+}
+
+#[test]
+fn nothing_is_announced_when_nothing_is_provisioned_or_the_row_is_gone() {
+    let d = row(1, &["postgres"]);
+    let kept = plan(Wanted::Yes, vec![keep("postgres", "p1")]);
+    assert_eq!(while_provisioning(&kept, Some(&d), None), None);
+    let gone = plan(Wanted::Deleted, vec![teardown("c1")]);
+    assert_eq!(while_provisioning(&gone, None, None), None);
+    let expired = plan(Wanted::Expired, vec![provision("postgres")]);
+    assert_eq!(while_provisioning(&expired, Some(&d), None), None);
+}
+
+#[test]
+fn a_row_is_a_new_request_until_a_status_observes_its_generation() {
+    let d = row(2, &["postgres"]);
+    assert!(is_new_request(&d, None));
+    assert!(is_new_request(&d, Some(&published(1, &[]))));
+    assert!(!is_new_request(&d, Some(&published(2, &[]))));
+}

@@ -1,0 +1,228 @@
+//! The container runtime port: what the controller asks of Docker.
+
+use super::BoxError;
+use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
+use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::limits::Limits;
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+/// Failures of the container runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The daemon could not be reached.
+    #[error("cannot reach the Docker daemon ({0}); is dockerd running and is DOCKER_HOST or /var/run/docker.sock correct?")]
+    Connect(#[source] BoxError),
+    /// An image is absent and could not be pulled.
+    #[error("image {image} is not present and could not be pulled ({reason}); build local images with deploy/images/build.sh and point --image/--features-image at them")]
+    ImageUnavailable {
+        /// The image reference.
+        image: String,
+        /// Why the pull failed.
+        reason: String,
+    },
+    /// An API call failed.
+    #[error("docker {op} failed for {target}: {source}")]
+    Api {
+        /// What sandboxd was doing.
+        op: &'static str,
+        /// Container, image or network name.
+        target: String,
+        /// The runtime's error.
+        #[source]
+        source: BoxError,
+    },
+    /// An API call did not answer within its deadline.
+    #[error("docker {op} for {target} did not answer within {after:?}; is the Docker daemon overloaded or stuck? (`docker info`, `systemctl status docker`)")]
+    Timeout {
+        /// What sandboxd was doing.
+        op: &'static str,
+        /// Container, image or network name.
+        target: String,
+        /// The deadline.
+        after: Duration,
+    },
+}
+
+/// Everything needed to create one sandbox container.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    /// Container name.
+    pub name: String,
+    /// Image reference.
+    pub image: String,
+    /// Environment (may hold credentials: the image contract requires it).
+    pub env: Vec<String>,
+    /// Arguments; empty keeps the image's default command.
+    pub cmd: Vec<String>,
+    /// Labels (never credentials).
+    pub labels: HashMap<String, String>,
+    /// Engine port inside the container.
+    pub port: u16,
+    /// Host port to publish on 127.0.0.1; `None` lets the runtime choose.
+    pub host_port: Option<u16>,
+    /// Network to attach to.
+    pub network: String,
+    /// Resource and security limits.
+    pub limits: Limits,
+    /// Data directory mounted as tmpfs.
+    pub tmpfs_path: String,
+    /// Capabilities added back after dropping all.
+    pub cap_add: Vec<String>,
+}
+
+/// Container events that may mean a sandbox needs attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContainerAction {
+    /// Created.
+    Create,
+    /// Started.
+    Start,
+    /// Its main process ended.
+    Die,
+    /// The kernel killed it for memory.
+    Oom,
+    /// Sent a signal.
+    Kill,
+    /// Stopped.
+    Stop,
+    /// Removed.
+    Destroy,
+    /// Its health check changed.
+    HealthStatus,
+}
+
+impl ContainerAction {
+    /// Every action sandboxd watches for.
+    pub const ALL: [ContainerAction; 8] = [
+        ContainerAction::Create,
+        ContainerAction::Start,
+        ContainerAction::Die,
+        ContainerAction::Oom,
+        ContainerAction::Kill,
+        ContainerAction::Stop,
+        ContainerAction::Destroy,
+        ContainerAction::HealthStatus,
+    ];
+
+    /// The name Docker gives the action (and the metrics label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerAction::Create => "create",
+            ContainerAction::Start => "start",
+            ContainerAction::Die => "die",
+            ContainerAction::Oom => "oom",
+            ContainerAction::Kill => "kill",
+            ContainerAction::Stop => "stop",
+            ContainerAction::Destroy => "destroy",
+            ContainerAction::HealthStatus => "health_status",
+        }
+    }
+
+    /// Parses Docker's action text; `health_status: healthy` carries the
+    /// status after a colon.
+    pub fn parse(action: &str) -> Option<Self> {
+        let action = action.split(':').next().unwrap_or_default();
+        Self::ALL.into_iter().find(|a| a.as_str() == action)
+    }
+
+    /// Whether the container list may show this action's effect late
+    /// (Docker reports `die` before its list shows the container exited).
+    pub fn settles_late(self) -> bool {
+        matches!(
+            self,
+            ContainerAction::Die
+                | ContainerAction::Kill
+                | ContainerAction::Stop
+                | ContainerAction::Oom
+                | ContainerAction::Destroy
+        )
+    }
+}
+
+impl fmt::Display for ContainerAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One container event of this deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeEvent {
+    /// The container.
+    pub container: ContainerId,
+    /// What happened.
+    pub action: ContainerAction,
+    /// The sandbox its labels name, if valid.
+    pub sandbox: Option<SandboxId>,
+    /// When, in seconds since the epoch (for replay after a reconnect).
+    pub time: Option<i64>,
+}
+
+/// A stream of runtime events; it ends (or yields an error) when the
+/// connection drops.
+pub type EventStream = BoxStream<'static, Result<RuntimeEvent, RuntimeError>>;
+
+/// The container runtime. Every method may fail; none may be trusted to
+/// return promptly (the controller bounds each call).
+#[async_trait]
+pub trait Runtime: Send + Sync + 'static {
+    /// Whether the daemon answers.
+    async fn ping(&self) -> Result<(), RuntimeError>;
+    /// The containers of `deployment` (optionally one sandbox's), stopped
+    /// ones included; containers with malformed labels are skipped.
+    async fn list(
+        &self,
+        deployment: &Deployment,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Vec<ObservedContainer>, RuntimeError>;
+    /// Creates the network `name` unless it exists.
+    async fn ensure_network(&self, name: &str) -> Result<(), RuntimeError>;
+    /// Whether `image` is present locally.
+    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError>;
+    /// Pulls `image`.
+    async fn pull(&self, image: &str) -> Result<(), RuntimeError>;
+    /// Removes any container called `spec.name`, then creates and starts
+    /// the container.
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError>;
+    /// The host port published for the container's engine port.
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError>;
+    /// How the container's last run is doing; `None` if it no longer exists.
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError>;
+    /// Stops (SIGTERM, SIGKILL after `stop_timeout`) and removes the
+    /// container. Idempotent: a missing container is success.
+    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError>;
+    /// The last `lines` lines of the container's output.
+    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError>;
+    /// Runs `cmd` inside the container with extra environment `env`.
+    async fn exec(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        env: Vec<String>,
+    ) -> Result<ExecOutput, RuntimeError>;
+    /// Container events of `deployment`, replayed from `since` (seconds
+    /// since the epoch) as far as the runtime still has them.
+    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_actions_parse_with_and_without_a_status_suffix() {
+        assert_eq!(ContainerAction::parse("die"), Some(ContainerAction::Die));
+        assert_eq!(
+            ContainerAction::parse("health_status: healthy"),
+            Some(ContainerAction::HealthStatus)
+        );
+        assert_eq!(ContainerAction::parse("attach"), None);
+        for a in ContainerAction::ALL {
+            assert_eq!(ContainerAction::parse(a.as_str()), Some(a));
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! The state store port: what the controller reads and writes in
+//! sandboxd's own database.
+
+use super::BoxError;
+use crate::domain::id::SandboxId;
+use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
+use crate::domain::status::StatusUpdate;
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use std::time::Duration;
+
+/// Failures of the state store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached.
+    #[error("cannot connect to the state database ({0}); check DATABASE_URL and that Postgres is running")]
+    Connect(#[source] BoxError),
+    /// Migrations failed.
+    #[error(
+        "migrating the state database failed ({0}); run `sandboxd migrate` to see the full error"
+    )]
+    Migrate(#[source] BoxError),
+    /// A query failed.
+    #[error("state database {op} failed: {source}")]
+    Query {
+        /// What sandboxd was doing.
+        op: &'static str,
+        /// The database error.
+        #[source]
+        source: BoxError,
+    },
+    /// A query did not answer within its deadline.
+    #[error("state database {op} did not answer within {after:?}; is Postgres overloaded, or is a lock held on sandboxd's tables? (pg_stat_activity)")]
+    Timeout {
+        /// What sandboxd was doing.
+        op: &'static str,
+        /// The deadline.
+        after: Duration,
+    },
+    /// The database rejected a desired row (see the message for what is allowed).
+    #[error("{0}")]
+    Rejected(String),
+    /// A stored row could not be read back.
+    #[error("row {id:?} in {table} is malformed: {reason}")]
+    Malformed {
+        /// Table name.
+        table: &'static str,
+        /// Row id.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Ids from `NOTIFY sandbox_desired`, raw as sent; the stream ends (or
+/// yields an error) when the connection drops.
+pub type NotifyStream = BoxStream<'static, Result<String, StoreError>>;
+
+/// The state store. Every method may fail; none may be trusted to return
+/// promptly (the controller bounds each call).
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Whether the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+    /// One desired row, engine names resolved against the registry.
+    async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError>;
+    /// One status row.
+    async fn fetch_status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, StoreError>;
+    /// Ids of every desired row and every status row, raw as stored.
+    async fn list_ids(&self) -> Result<Vec<String>, StoreError>;
+    /// Every status row, ordered by id.
+    async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError>;
+    /// Writes a status row; unchanged content is not rewritten.
+    async fn write_status(&self, id: &SandboxId, update: &StatusUpdate) -> Result<(), StoreError>;
+    /// Deletes a status row.
+    async fn delete_status(&self, id: &SandboxId) -> Result<(), StoreError>;
+    /// Subscribes to changes of desired rows. Subscribed once this returns.
+    async fn watch_desired(&self) -> Result<NotifyStream, StoreError>;
+}

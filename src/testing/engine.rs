@@ -1,0 +1,102 @@
+//! A fake engine: no client library, readiness through the runtime's exec.
+
+use crate::domain::id::EngineName;
+use crate::domain::secret::Secret;
+use crate::engine::{Credentials, Engine, EngineError, Registry, Target};
+use async_trait::async_trait;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The fake engine's name.
+const NAME: EngineName = EngineName::of_engine("fakedb");
+
+/// An engine whose probe asks the container (through exec) whether it runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FakeEngine;
+
+/// A registry with only [`FakeEngine`].
+pub(crate) static FAKE_ENGINES: Registry = Registry::new(&[&FakeEngine]);
+
+impl FakeEngine {
+    /// The engine's name.
+    pub(crate) const NAME: EngineName = NAME;
+}
+
+#[async_trait]
+impl Engine for FakeEngine {
+    fn name(&self) -> EngineName {
+        NAME
+    }
+    fn env_group(&self) -> &'static str {
+        "FAKE"
+    }
+    fn allowed_features(&self) -> &'static [&'static str] {
+        &["alpha", "beta"]
+    }
+    fn default_image(&self) -> &'static str {
+        "fakedb:1"
+    }
+    fn default_features_image(&self) -> &'static str {
+        "fakedb-ext:1"
+    }
+    fn port(&self) -> u16 {
+        7000
+    }
+    fn data_path(&self) -> &'static str {
+        "/data"
+    }
+    fn readiness_deadline(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+    fn credentials(&self, password: Secret) -> Credentials {
+        Credentials {
+            user: "fake".into(),
+            password,
+            database: "fake".into(),
+        }
+    }
+    fn container_env(&self, _c: &Credentials) -> Vec<String> {
+        Vec::new()
+    }
+    fn container_args(&self, _c: &Credentials) -> Vec<String> {
+        Vec::new()
+    }
+    fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
+        format!("fake://{}@{host}:{port}", c.user)
+    }
+    fn env_suffixes(&self, host: &str, port: u16, _c: &Credentials) -> Vec<(&'static str, String)> {
+        vec![("HOST", host.to_owned()), ("PORT", port.to_string())]
+    }
+    async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError> {
+        let out = target
+            .exec
+            .exec(&["probe"], Vec::new())
+            .await
+            .map_err(|reason| EngineError::NotReady {
+                engine: NAME,
+                reason,
+            })?;
+        if out.exit_code == 0 {
+            Ok(())
+        } else {
+            Err(EngineError::NotReady {
+                engine: NAME,
+                reason: format!("probe exited {}", out.exit_code),
+            })
+        }
+    }
+    async fn enable_features(
+        &self,
+        _target: &Target<'_>,
+        _features: &BTreeSet<String>,
+    ) -> Result<(), EngineError> {
+        Ok(())
+    }
+    async fn verify_features(
+        &self,
+        _target: &Target<'_>,
+        features: &BTreeSet<String>,
+    ) -> Result<Vec<String>, EngineError> {
+        Ok(features.iter().cloned().collect())
+    }
+}

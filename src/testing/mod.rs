@@ -1,0 +1,82 @@
+//! Test support: in-memory fakes of the runtime and the store that can fail
+//! or hang on any call on demand (and panic while listing one sandbox), and a fake engine whose readiness
+//! probe runs through the runtime's exec. For the reconciler's unit tests
+//! only: capabilities are proven against real Docker and Postgres in
+//! `tests/`.
+
+mod engine;
+mod runtime;
+mod store;
+
+pub(crate) use self::engine::{FakeEngine, FAKE_ENGINES};
+pub(crate) use self::runtime::{FakeRuntime, RuntimeOp};
+pub(crate) use self::store::{FakeStore, StoreOp};
+
+/// What an injected fault does to a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Fail the next `n` calls, then behave.
+    Fail(u32),
+    /// Let the next `n` calls through, then fail one and behave.
+    FailOnceAfter(u32),
+    /// Fail every call.
+    FailAlways,
+    /// Never answer.
+    Hang,
+}
+
+/// Faults per operation.
+#[derive(Debug)]
+pub(crate) struct Faults<Op>(std::sync::Mutex<std::collections::HashMap<Op, Fault>>);
+
+impl<Op> Default for Faults<Op> {
+    fn default() -> Self {
+        Self(Default::default())
+    }
+}
+
+impl<Op: std::hash::Hash + Eq + Copy + std::fmt::Debug> Faults<Op> {
+    /// Injects `fault` into every later call of `op`.
+    pub(crate) fn set(&self, op: Op, fault: Fault) {
+        self.0.lock().unwrap().insert(op, fault);
+    }
+
+    /// Removes the fault of `op`.
+    pub(crate) fn clear(&self, op: Op) {
+        self.0.lock().unwrap().remove(&op);
+    }
+
+    /// Applies the fault of `op`, if any: `Err` with a message for a
+    /// failure; never returns for a hang.
+    pub(crate) async fn check(&self, op: Op) -> Result<(), String> {
+        let fault = {
+            let mut faults = self.0.lock().unwrap();
+            match faults.get(&op).copied() {
+                Some(Fault::Fail(n)) if n <= 1 => {
+                    faults.remove(&op);
+                    Some(Fault::Fail(1))
+                }
+                Some(Fault::Fail(n)) => {
+                    faults.insert(op, Fault::Fail(n - 1));
+                    Some(Fault::Fail(n))
+                }
+                Some(Fault::FailOnceAfter(0)) => {
+                    faults.remove(&op);
+                    Some(Fault::Fail(1))
+                }
+                Some(Fault::FailOnceAfter(n)) => {
+                    faults.insert(op, Fault::FailOnceAfter(n - 1));
+                    None
+                }
+                other => other,
+            }
+        };
+        match fault {
+            None => Ok(()),
+            Some(Fault::Fail(_) | Fault::FailAlways | Fault::FailOnceAfter(_)) => {
+                Err(format!("injected failure of {op:?}"))
+            }
+            Some(Fault::Hang) => std::future::pending().await,
+        }
+    }
+}

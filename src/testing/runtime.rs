@@ -1,0 +1,312 @@
+//! An in-memory container runtime.
+
+use super::Faults;
+use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
+use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::labels::ContainerLabels;
+use crate::ports::runtime::{
+    ContainerAction, ContainerSpec, EventStream, Runtime, RuntimeError, RuntimeEvent,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use futures::channel::mpsc;
+use futures::StreamExt;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The runtime's operations, for fault injection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum RuntimeOp {
+    Ping,
+    List,
+    Network,
+    ImageExists,
+    Pull,
+    Create,
+    PublishedPort,
+    Inspect,
+    Remove,
+    Logs,
+    Exec,
+}
+
+/// One fake container.
+#[derive(Debug, Clone)]
+pub(crate) struct FakeContainer {
+    pub(crate) name: String,
+    pub(crate) spec: ContainerSpec,
+    pub(crate) labels: ContainerLabels,
+    pub(crate) state: ContainerState,
+    pub(crate) oom_killed: bool,
+    pub(crate) created: DateTime<Utc>,
+    pub(crate) host_port: u16,
+}
+
+#[derive(Default)]
+struct World {
+    containers: BTreeMap<ContainerId, FakeContainer>,
+    missing_images: BTreeSet<String>,
+    networks: BTreeSet<String>,
+    next: u32,
+    subscribers: Vec<mpsc::UnboundedSender<Result<RuntimeEvent, RuntimeError>>>,
+    panic_listing: BTreeSet<SandboxId>,
+}
+
+/// A runtime that keeps its containers in memory; every container "runs"
+/// until killed, and answers its probe while it runs.
+#[derive(Default)]
+pub(crate) struct FakeRuntime {
+    world: Mutex<World>,
+    /// Faults to inject, by operation.
+    pub(crate) faults: Faults<RuntimeOp>,
+}
+
+fn injected(op: &'static str, reason: String) -> RuntimeError {
+    RuntimeError::Api {
+        op,
+        target: "fake".into(),
+        source: reason.into(),
+    }
+}
+
+impl FakeRuntime {
+    /// Makes `image` absent (and unpullable).
+    pub(crate) fn remove_image(&self, image: &str) {
+        self.world
+            .lock()
+            .unwrap()
+            .missing_images
+            .insert(image.into());
+    }
+
+    /// Makes listing `sandbox`'s containers panic (a bug in one reconcile).
+    pub(crate) fn panic_when_listing(&self, sandbox: &SandboxId) {
+        self.world
+            .lock()
+            .unwrap()
+            .panic_listing
+            .insert(sandbox.clone());
+    }
+
+    /// Every container, by id.
+    pub(crate) fn containers(&self) -> BTreeMap<ContainerId, FakeContainer> {
+        self.world.lock().unwrap().containers.clone()
+    }
+
+    /// The containers of `sandbox`.
+    pub(crate) fn containers_of(&self, sandbox: &SandboxId) -> Vec<(ContainerId, FakeContainer)> {
+        self.containers()
+            .into_iter()
+            .filter(|(_, c)| &c.labels.sandbox == sandbox)
+            .collect()
+    }
+
+    /// Stops a container as if its process died (OOM-killed if `oom`).
+    pub(crate) fn kill(&self, id: &ContainerId, oom: bool) {
+        let mut w = self.world.lock().unwrap();
+        let sandbox = w.containers.get_mut(id).map(|c| {
+            c.state = ContainerState::Exited;
+            c.oom_killed = oom;
+            c.labels.sandbox.clone()
+        });
+        emit(&mut w, id, ContainerAction::Die, sandbox);
+    }
+}
+
+fn emit(w: &mut World, id: &ContainerId, action: ContainerAction, sandbox: Option<SandboxId>) {
+    let event = RuntimeEvent {
+        container: id.clone(),
+        action,
+        sandbox,
+        time: None,
+    };
+    w.subscribers
+        .retain(|tx| tx.unbounded_send(Ok(event.clone())).is_ok());
+}
+
+#[async_trait]
+impl Runtime for FakeRuntime {
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Ping)
+            .await
+            .map_err(|e| RuntimeError::Connect(e.into()))
+    }
+
+    async fn list(
+        &self,
+        deployment: &Deployment,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Vec<ObservedContainer>, RuntimeError> {
+        if let Some(id) = sandbox {
+            if self.world.lock().unwrap().panic_listing.contains(id) {
+                panic!("injected panic listing {id}");
+            }
+        }
+        self.faults
+            .check(RuntimeOp::List)
+            .await
+            .map_err(|e| injected("list", e))?;
+        let w = self.world.lock().unwrap();
+        Ok(w.containers
+            .iter()
+            .filter(|(_, c)| &c.labels.deployment == deployment)
+            .filter(|(_, c)| sandbox.is_none_or(|s| &c.labels.sandbox == s))
+            .map(|(id, c)| ObservedContainer {
+                id: id.clone(),
+                name: c.name.clone(),
+                labels: c.labels.clone(),
+                state: c.state,
+                created: c.created,
+                host_port: Some(c.host_port),
+            })
+            .collect())
+    }
+
+    async fn ensure_network(&self, name: &str) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Network)
+            .await
+            .map_err(|e| injected("network", e))?;
+        self.world.lock().unwrap().networks.insert(name.into());
+        Ok(())
+    }
+
+    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::ImageExists)
+            .await
+            .map_err(|e| injected("inspect image", e))?;
+        Ok(!self.world.lock().unwrap().missing_images.contains(image))
+    }
+
+    async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Pull)
+            .await
+            .map_err(|e| injected("pull", e))?;
+        Err(RuntimeError::ImageUnavailable {
+            image: image.into(),
+            reason: "no registry in the fake".into(),
+        })
+    }
+
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Create)
+            .await
+            .map_err(|e| injected("create", e))?;
+        let labels = ContainerLabels::parse(&spec.labels)
+            .ok_or_else(|| injected("create", "malformed labels".into()))?;
+        let mut w = self.world.lock().unwrap();
+        let taken: Vec<ContainerId> = w
+            .containers
+            .iter()
+            .filter(|(_, c)| c.name == spec.name)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in taken {
+            w.containers.remove(&id);
+        }
+        w.next += 1;
+        let id = ContainerId::new(format!("fake{:04}", w.next));
+        let sandbox = labels.sandbox.clone();
+        let host_port = spec.host_port.unwrap_or(40_000 + w.next as u16);
+        w.containers.insert(
+            id.clone(),
+            FakeContainer {
+                name: spec.name.clone(),
+                spec: spec.clone(),
+                labels,
+                state: ContainerState::Running,
+                oom_killed: false,
+                created: Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap(),
+                host_port,
+            },
+        );
+        emit(&mut w, &id, ContainerAction::Create, Some(sandbox.clone()));
+        emit(&mut w, &id, ContainerAction::Start, Some(sandbox));
+        Ok(id)
+    }
+
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::PublishedPort)
+            .await
+            .map_err(|e| injected("inspect", e))?;
+        Ok(self
+            .world
+            .lock()
+            .unwrap()
+            .containers
+            .get(id)
+            .map(|c| c.host_port))
+    }
+
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Inspect)
+            .await
+            .map_err(|e| injected("inspect", e))?;
+        Ok(self
+            .world
+            .lock()
+            .unwrap()
+            .containers
+            .get(id)
+            .map(|c| RunState {
+                running: c.state == ContainerState::Running,
+                oom_killed: c.oom_killed,
+            }))
+    }
+
+    async fn remove(&self, id: &ContainerId, _stop_timeout: Duration) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Remove)
+            .await
+            .map_err(|e| injected("remove", e))?;
+        let mut w = self.world.lock().unwrap();
+        if let Some(c) = w.containers.remove(id) {
+            emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
+        }
+        Ok(())
+    }
+
+    async fn logs_tail(&self, _id: &ContainerId, _lines: usize) -> Result<String, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Logs)
+            .await
+            .map_err(|e| injected("logs", e))?;
+        Ok("fake log line".into())
+    }
+
+    async fn exec(
+        &self,
+        id: &ContainerId,
+        _cmd: &[&str],
+        _env: Vec<String>,
+    ) -> Result<ExecOutput, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Exec)
+            .await
+            .map_err(|e| injected("exec", e))?;
+        let running = self
+            .world
+            .lock()
+            .unwrap()
+            .containers
+            .get(id)
+            .is_some_and(|c| c.state == ContainerState::Running);
+        Ok(ExecOutput {
+            exit_code: if running { 0 } else { 1 },
+            output: String::new(),
+        })
+    }
+
+    fn events(&self, _deployment: &Deployment, _since: Option<i64>) -> EventStream {
+        let (tx, rx) = mpsc::unbounded();
+        self.world.lock().unwrap().subscribers.push(tx);
+        rx.boxed()
+    }
+}

@@ -1,0 +1,186 @@
+//! An in-memory state store.
+
+use super::Faults;
+use crate::domain::id::SandboxId;
+use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
+use crate::domain::status::StatusUpdate;
+use crate::ports::store::{NotifyStream, Store, StoreError};
+use async_trait::async_trait;
+use futures::channel::mpsc;
+use futures::StreamExt;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// The store's operations, for fault injection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum StoreOp {
+    Ping,
+    FetchDesired,
+    FetchStatus,
+    ListIds,
+    ListStatus,
+    WriteStatus,
+    DeleteStatus,
+    Watch,
+}
+
+#[derive(Default)]
+struct Tables {
+    desired: BTreeMap<SandboxId, DesiredSandbox>,
+    status: BTreeMap<SandboxId, SandboxStatus>,
+    subscribers: Vec<mpsc::UnboundedSender<Result<String, StoreError>>>,
+    status_writes: u32,
+}
+
+/// A store that keeps its rows in memory and notifies like the triggers do.
+#[derive(Default)]
+pub(crate) struct FakeStore {
+    tables: Mutex<Tables>,
+    /// Faults to inject, by operation.
+    pub(crate) faults: Faults<StoreOp>,
+}
+
+fn injected(op: &'static str, reason: String) -> StoreError {
+    StoreError::Query {
+        op,
+        source: reason.into(),
+    }
+}
+
+impl FakeStore {
+    /// Inserts or replaces a desired row, bumping its generation like the
+    /// database does, and notifies.
+    pub(crate) fn put_desired(&self, mut row: DesiredSandbox) -> i64 {
+        let mut t = self.tables.lock().unwrap();
+        row.generation = t.desired.get(&row.id).map_or(1, |d| d.generation + 1);
+        let generation = row.generation;
+        let id = row.id.clone();
+        t.desired.insert(id.clone(), row);
+        t.subscribers
+            .retain(|tx| tx.unbounded_send(Ok(id.to_string())).is_ok());
+        generation
+    }
+
+    /// Deletes a desired row and notifies.
+    pub(crate) fn delete_desired(&self, id: &SandboxId) {
+        let mut t = self.tables.lock().unwrap();
+        t.desired.remove(id);
+        t.subscribers
+            .retain(|tx| tx.unbounded_send(Ok(id.to_string())).is_ok());
+    }
+
+    /// The status row of `id`.
+    pub(crate) fn status_of(&self, id: &SandboxId) -> Option<SandboxStatus> {
+        self.tables.lock().unwrap().status.get(id).cloned()
+    }
+
+    /// How many status writes succeeded.
+    pub(crate) fn status_writes(&self) -> u32 {
+        self.tables.lock().unwrap().status_writes
+    }
+}
+
+#[async_trait]
+impl Store for FakeStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.faults
+            .check(StoreOp::Ping)
+            .await
+            .map_err(|e| injected("ping", e))
+    }
+
+    async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError> {
+        self.faults
+            .check(StoreOp::FetchDesired)
+            .await
+            .map_err(|e| injected("read desired row", e))?;
+        Ok(self.tables.lock().unwrap().desired.get(id).cloned())
+    }
+
+    async fn fetch_status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, StoreError> {
+        self.faults
+            .check(StoreOp::FetchStatus)
+            .await
+            .map_err(|e| injected("read status row", e))?;
+        Ok(self.status_of(id))
+    }
+
+    async fn list_ids(&self) -> Result<Vec<String>, StoreError> {
+        self.faults
+            .check(StoreOp::ListIds)
+            .await
+            .map_err(|e| injected("list ids", e))?;
+        let t = self.tables.lock().unwrap();
+        let mut ids: Vec<String> = t
+            .desired
+            .keys()
+            .chain(t.status.keys())
+            .map(|id| id.to_string())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError> {
+        self.faults
+            .check(StoreOp::ListStatus)
+            .await
+            .map_err(|e| injected("list status rows", e))?;
+        Ok(self
+            .tables
+            .lock()
+            .unwrap()
+            .status
+            .values()
+            .cloned()
+            .collect())
+    }
+
+    async fn write_status(&self, id: &SandboxId, update: &StatusUpdate) -> Result<(), StoreError> {
+        self.faults
+            .check(StoreOp::WriteStatus)
+            .await
+            .map_err(|e| injected("write status row", e))?;
+        let mut t = self.tables.lock().unwrap();
+        t.status_writes += 1;
+        t.status.insert(
+            id.clone(),
+            SandboxStatus {
+                id: id.clone(),
+                phase: update.phase,
+                observed_generation: update.observed_generation,
+                message: update.message.clone(),
+                services: update.services.clone(),
+                updated_at: None,
+            },
+        );
+        Ok(())
+    }
+
+    async fn delete_status(&self, id: &SandboxId) -> Result<(), StoreError> {
+        self.faults
+            .check(StoreOp::DeleteStatus)
+            .await
+            .map_err(|e| injected("delete status row", e))?;
+        self.tables.lock().unwrap().status.remove(id);
+        Ok(())
+    }
+
+    async fn watch_desired(&self) -> Result<NotifyStream, StoreError> {
+        self.faults
+            .check(StoreOp::Watch)
+            .await
+            .map_err(|e| injected("listen", e))?;
+        let (tx, rx) = mpsc::unbounded();
+        self.tables.lock().unwrap().subscribers.push(tx);
+        Ok(rx.boxed())
+    }
+}
+
+impl FakeStore {
+    /// The phase of `id`'s status, if any.
+    pub(crate) fn phase_of(&self, id: &SandboxId) -> Option<Phase> {
+        self.status_of(id).map(|s| s.phase)
+    }
+}
