@@ -10,6 +10,7 @@
 mod mongo;
 mod postgres;
 mod redis;
+mod valkey;
 
 use crate::domain::container::ExecOutput;
 use crate::domain::id::EngineName;
@@ -24,7 +25,7 @@ pub use self::postgres::Postgres;
 pub use self::redis::Redis;
 
 /// Every engine sandboxd can run. One line per engine.
-pub static REGISTRY: Registry = Registry::new(&[&Postgres, &Redis, &Mongo]);
+pub static REGISTRY: Registry = Registry::new(&[&Postgres, &Redis, &Mongo, &valkey::Valkey]);
 
 /// Finds an engine of [`REGISTRY`] by the name used in `sandbox_desired.services`.
 pub fn lookup(name: &str) -> Option<&'static dyn Engine> {
