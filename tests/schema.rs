@@ -10,18 +10,20 @@ use std::time::Duration;
 const BAD_ROWS: &[(&str, &str, &str, &[&str])] = &[
     (
         "bad-engine",
-        "{mysql}",
+        // Engine names are lowercase letters and digits: this one can never
+        // become an engine.
+        "{no-such-engine}",
         "{}",
         &[
-            "unknown engine 'mysql'",
-            "allowed engines are mongo, postgres, redis",
+            "unknown engine 'no-such-engine'",
+            "allowed engines are mongo, postgres, redis, valkey",
         ],
     ),
     (
         "no-services",
         "{}",
         "{}",
-        &["requests no services", "mongo, postgres, redis"],
+        &["requests no services", "mongo, postgres, redis, valkey"],
     ),
     ("dup", "{redis,redis}", "{}", &["name an engine twice"]),
     (
