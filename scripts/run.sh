@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 ensure_docker
 
 use_debian_images() {
-  export SANDBOXD_IMAGES=postgres=sandboxd/postgres:15,redis=sandboxd/redis:7
+  export SANDBOXD_IMAGES=postgres=sandboxd/postgres:15,redis=sandboxd/redis:7,valkey=sandboxd/valkey:8
   # Should an image vanish later, sandboxd rebuilds it.
   export SANDBOXD_IMAGE_BUILD_COMMAND=${SANDBOXD_IMAGE_BUILD_COMMAND:-$PWD/deploy/images/build.sh}
   export SANDBOXD_FEATURES_IMAGES=${SANDBOXD_FEATURES_IMAGES:-postgres=sandboxd/postgres-ext:15,redis=sandboxd/redis-ext:7}

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// sandboxd: throwaway Postgres, Redis and Mongo sandboxes on Docker,
+/// sandboxd: throwaway Postgres, Redis, Valkey and Mongo sandboxes on Docker,
 /// reconciled from rows in Postgres.
 #[derive(Debug, Parser)]
 #[command(name = "sandboxd", version, about)]
@@ -176,7 +176,7 @@ pub struct ApplyArgs {
     /// Sandbox id.
     #[arg(long)]
     pub id: SandboxId,
-    /// Engines, comma-separated: postgres, redis, mongo.
+    /// Engines, comma-separated: postgres, redis, valkey, mongo.
     #[arg(long, value_delimiter = ',', required = true)]
     pub services: Vec<String>,
     /// Features as ENGINE=FEATURE, repeatable or comma-separated.

@@ -42,7 +42,7 @@ pub enum ClientError {
 pub struct SandboxRequest {
     /// Who asks.
     pub owner: String,
-    /// Engines: postgres, redis, mongo.
+    /// Engines: postgres, redis, valkey, mongo.
     pub services: Vec<String>,
     /// Features per engine.
     pub features: BTreeMap<String, BTreeSet<String>>,

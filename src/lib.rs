@@ -1,5 +1,5 @@
 //! sandboxd: a Kubernetes-style reconciling controller that gives AI coding
-//! agents throwaway Postgres, Redis and Mongo sandboxes on Docker.
+//! agents throwaway Postgres, Redis, Valkey and Mongo sandboxes on Docker.
 //!
 //! An orchestrator writes rows into `sandbox_desired`; the [`controller`]
 //! diffs them against labelled Docker containers and converges, publishing
