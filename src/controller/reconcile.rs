@@ -5,9 +5,9 @@
 
 use super::provision;
 use super::Context;
-use crate::domain::id::SandboxId;
-use crate::domain::plan::{self, Plan};
-use crate::domain::sandbox::DesiredSandbox;
+use crate::domain::id::{EngineName, SandboxId};
+use crate::domain::plan::{self, Plan, Wanted};
+use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::status::{self, Failure, Outcomes, Publish};
 use crate::ports::runtime::RuntimeError;
 use crate::ports::store::StoreError;
@@ -79,7 +79,10 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         Publish::Delete => ctx.store.delete_status(id).await?,
         Publish::Nothing => {}
     }
-    if let (Some(d), true) = (&desired, new_request && plan.wanted == plan::Wanted::Yes) {
+    if let Some(d) = desired
+        .as_ref()
+        .filter(|_| new_request && plan.wanted == Wanted::Yes)
+    {
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
     match verdict.failure {
@@ -98,10 +101,7 @@ async fn provision_all(
     desired: &DesiredSandbox,
     plan: &Plan,
     new_request: bool,
-) -> Vec<(
-    crate::domain::id::EngineName,
-    Result<crate::domain::ServiceStatus, String>,
-)> {
+) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
     join_all(plan.provisions().map(|p| async move {
         let result = provision::provision(ctx, desired, p, new_request).await;
         (p.engine, result.map_err(|e| e.to_string()))
