@@ -399,6 +399,38 @@ async fn one_keys_panicking_reconcile_is_retried_while_the_queue_serves_other_ke
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_create_stuck_for_one_sandbox_costs_it_a_failed_status_while_others_become_ready() {
+    let h = Harness::new();
+    h.runtime.hang_when_creating(&id("stuck"));
+    let (stop, task) = start(h.controller());
+    h.store.put_desired(row("stuck"));
+    h.store.put_desired(row("fine"));
+    until("fine is ready", || {
+        h.store.phase_of(&id("fine")) == Some(Phase::Ready)
+    })
+    .await;
+    assert_eq!(
+        h.store.phase_of(&id("stuck")),
+        Some(Phase::Provisioning),
+        "still inside its deadline"
+    );
+    until("stuck failed with the reason", || {
+        h.store.status_of(&id("stuck")).is_some_and(|s| {
+            s.phase == Phase::Failed && s.message.contains("did not answer within 30s")
+        })
+    })
+    .await;
+    // Its worker was freed: a later row is served while it keeps retrying.
+    h.store.put_desired(row("later"));
+    until("later is ready", || {
+        h.store.phase_of(&id("later")) == Some(Phase::Ready)
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_docker_list_that_fails_for_a_while_is_retried_with_backoff_until_ready() {
     let h = Harness::new();
     let (stop, task) = start(h.controller());

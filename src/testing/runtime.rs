@@ -51,6 +51,7 @@ struct World {
     next: u32,
     subscribers: Vec<mpsc::UnboundedSender<Result<RuntimeEvent, RuntimeError>>>,
     panic_listing: BTreeSet<SandboxId>,
+    hang_creating: BTreeSet<SandboxId>,
 }
 
 /// A runtime that keeps its containers in memory; every container "runs"
@@ -86,6 +87,15 @@ impl FakeRuntime {
             .lock()
             .unwrap()
             .panic_listing
+            .insert(sandbox.clone());
+    }
+
+    /// Makes creating `sandbox`'s containers hang (a stuck Docker call).
+    pub(crate) fn hang_when_creating(&self, sandbox: &SandboxId) {
+        self.world
+            .lock()
+            .unwrap()
+            .hang_creating
             .insert(sandbox.clone());
     }
 
@@ -199,6 +209,15 @@ impl Runtime for FakeRuntime {
             .map_err(|e| injected("create", e))?;
         let labels = ContainerLabels::parse(&spec.labels)
             .ok_or_else(|| injected("create", "malformed labels".into()))?;
+        let hang = self
+            .world
+            .lock()
+            .unwrap()
+            .hang_creating
+            .contains(&labels.sandbox);
+        if hang {
+            std::future::pending::<()>().await;
+        }
         let mut w = self.world.lock().unwrap();
         let taken: Vec<ContainerId> = w
             .containers
