@@ -43,19 +43,6 @@ pub enum DockerCall {
 }
 
 impl DockerCall {
-    /// Every call, for metrics.
-    pub const ALL: [DockerCall; 9] = [
-        DockerCall::List,
-        DockerCall::Network,
-        DockerCall::InspectImage,
-        DockerCall::Pull,
-        DockerCall::Create,
-        DockerCall::Inspect,
-        DockerCall::Remove,
-        DockerCall::Logs,
-        DockerCall::Exec,
-    ];
-
     /// The `operation` label value.
     pub fn as_str(self) -> &'static str {
         match self {

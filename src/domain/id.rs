@@ -2,7 +2,6 @@
 //! from rows that reach container names, labels or SQL), engine names that
 //! only the engine registry can mint, and container ids.
 
-use serde::{Serialize, Serializer};
 use std::fmt;
 
 /// Why an identifier was refused.
@@ -137,12 +136,6 @@ impl fmt::Display for EngineName {
 impl fmt::Debug for EngineName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0)
-    }
-}
-
-impl Serialize for EngineName {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.0)
     }
 }
 

@@ -23,14 +23,6 @@ pub enum ProvisionReason {
 }
 
 impl ProvisionReason {
-    /// Every reason, for metrics.
-    pub const ALL: [ProvisionReason; 4] = [
-        ProvisionReason::Create,
-        ProvisionReason::Heal,
-        ProvisionReason::Rotate,
-        ProvisionReason::Replace,
-    ];
-
     /// Label value for metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -81,15 +73,6 @@ pub enum ReapReason {
 }
 
 impl ReapReason {
-    /// Every reason, for metrics.
-    pub const ALL: [ReapReason; 5] = [
-        ReapReason::Deleted,
-        ReapReason::Orphan,
-        ReapReason::ServiceDropped,
-        ReapReason::Expired,
-        ReapReason::Duplicate,
-    ];
-
     /// Label value for metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {

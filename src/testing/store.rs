@@ -74,6 +74,11 @@ impl FakeStore {
         self.tables.lock().unwrap().status.get(id).cloned()
     }
 
+    /// The phase of `id`'s status, if any.
+    pub(crate) fn phase_of(&self, id: &SandboxId) -> Option<Phase> {
+        self.status_of(id).map(|s| s.phase)
+    }
+
     /// How many status writes succeeded.
     pub(crate) fn status_writes(&self) -> u32 {
         self.tables.lock().unwrap().status_writes
@@ -175,12 +180,5 @@ impl Store for FakeStore {
         let (tx, rx) = mpsc::unbounded();
         self.tables.lock().unwrap().subscribers.push(tx);
         Ok(rx.boxed())
-    }
-}
-
-impl FakeStore {
-    /// The phase of `id`'s status, if any.
-    pub(crate) fn phase_of(&self, id: &SandboxId) -> Option<Phase> {
-        self.status_of(id).map(|s| s.phase)
     }
 }

@@ -1,10 +1,11 @@
 //! `NOTIFY sandbox_desired` as hints: the payload names the sandbox.
 
 use super::follow::Subscription;
-use super::{Sink, StreamSource};
+use super::Sink;
 use crate::domain::id::SandboxId;
 use crate::metrics::Metrics;
 use crate::ports::store::{Store, StoreError};
+use crate::ports::StreamSource;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use std::sync::Arc;

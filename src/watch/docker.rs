@@ -3,10 +3,11 @@
 //! shows late wake it once more after the list settled.
 
 use super::follow::Subscription;
-use super::{KnownContainers, Sink, StreamSource};
+use super::{KnownContainers, Sink};
 use crate::domain::id::Deployment;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError, RuntimeEvent};
+use crate::ports::StreamSource;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use std::sync::Arc;

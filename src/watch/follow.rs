@@ -2,8 +2,9 @@
 //! drops, wait out a backoff that resets once a stream stayed up, connect
 //! again, and ask for a relist, since anything may have been missed.
 
-use super::{Sink, StreamSource};
+use super::Sink;
 use crate::metrics::Metrics;
+use crate::ports::StreamSource;
 use async_trait::async_trait;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::stream::BoxStream;

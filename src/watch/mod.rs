@@ -14,8 +14,6 @@ pub(crate) use self::docker::DockerEvents;
 pub(crate) use self::follow::follow;
 pub(crate) use self::known::KnownContainers;
 
-pub(crate) use crate::ports::StreamSource;
-
 use crate::domain::id::SandboxId;
 use std::time::Duration;
 
