@@ -181,6 +181,7 @@ mod tests {
             message: "why".into(),
             services: BTreeMap::new(),
             updated_at: None,
+            network: None,
         }
     }
 

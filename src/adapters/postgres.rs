@@ -213,6 +213,8 @@ impl PgStore {
             services,
             unknown_services,
             features,
+            attach: Vec::new(),
+            invalid: None,
             expires_at: row.get("expires_at"),
             generation: row.get("generation"),
             updated_at: row.get("updated_at"),
@@ -235,6 +237,7 @@ fn status_from_row(row: &PgRow) -> Result<SandboxStatus, StoreError> {
         observed_generation: row.get("observed_generation"),
         message: row.get("message"),
         services: serde_json::from_value(services).map_err(|e| malformed(e.to_string()))?,
+        network: None,
         updated_at: row.get("updated_at"),
     })
 }

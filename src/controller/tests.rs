@@ -29,6 +29,8 @@ fn row(name: &str) -> DesiredSandbox {
         owner: "test".into(),
         services: vec![ENGINE],
         unknown_services: Vec::new(),
+        attach: Vec::new(),
+        invalid: None,
         features: BTreeMap::new(),
         expires_at: None,
         generation: 0,

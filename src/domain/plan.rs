@@ -269,6 +269,14 @@ pub fn plan(
         }
     };
 
+    if desired.invalid.is_some() {
+        // A row that cannot be read is not a signal to delete anything:
+        // keep every container untouched until the row is fixed.
+        return Plan {
+            wanted: Wanted::Yes,
+            actions: Vec::new(),
+        };
+    }
     let mut actions = Vec::new();
     for (engine, containers) in &by_engine {
         // Containers of an engine the row names but this binary does not

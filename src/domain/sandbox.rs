@@ -23,6 +23,13 @@ pub struct DesiredSandbox {
     pub unknown_services: Vec<String>,
     /// Features per engine.
     pub features: BTreeMap<EngineName, BTreeSet<String>>,
+    /// Names of containers (the orchestrator's agents) to connect to the
+    /// sandbox's network; disconnected at teardown.
+    pub attach: Vec<String>,
+    /// Why the row cannot be used as it is stored (it got past the
+    /// database's checks, e.g. with triggers disabled): the sandbox is
+    /// `failed` with this reason and its containers are kept untouched.
+    pub invalid: Option<String>,
     /// Past it the sandbox is no longer desired.
     pub expires_at: Option<DateTime<Utc>>,
     /// Bumped by the database on every change.
@@ -151,6 +158,8 @@ pub struct SandboxStatus {
     pub message: String,
     /// Per-engine endpoints and credentials.
     pub services: BTreeMap<String, ServiceStatus>,
+    /// The Docker network the sandbox's engines are reachable on.
+    pub network: Option<String>,
     /// Last write.
     pub updated_at: Option<DateTime<Utc>>,
 }

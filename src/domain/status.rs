@@ -18,6 +18,9 @@ pub struct StatusUpdate {
     pub message: String,
     /// Per-engine endpoints and credentials.
     pub services: BTreeMap<String, ServiceStatus>,
+    /// The Docker network the engines are reachable on; the core leaves it
+    /// `None` and the controller names the network it manages.
+    pub network: Option<String>,
 }
 
 /// What to do with the status row.
@@ -114,6 +117,7 @@ pub fn while_provisioning(
         observed_generation: observed_generation(previous),
         message: format!("provisioning {}", engines.join(", ")),
         services: standing_services(plan, desired, previous),
+        network: None,
     })
 }
 
@@ -129,15 +133,16 @@ pub fn decide(
     };
     let mut services = standing_services(plan, desired, previous);
     let mut failures: Vec<String> = desired
-        .unknown_services
+        .invalid
         .iter()
-        .map(|name| {
-            format!(
-                "{name}: unknown engine; this sandboxd does not run it (table sandbox_engines \
-                 lists those it does): remove it from services or upgrade sandboxd"
-            )
-        })
+        .map(|reason| format!("the desired row is invalid: {reason}; rewrite it (the database's checks say what is allowed)"))
         .collect();
+    failures.extend(desired.unknown_services.iter().map(|name| {
+        format!(
+            "{name}: unknown engine; this sandboxd does not run it (table sandbox_engines \
+                 lists those it does): remove it from services or upgrade sandboxd"
+        )
+    }));
     for (engine, result) in &outcomes.provisioned {
         match result {
             Ok(status) => {
@@ -168,6 +173,7 @@ pub fn decide(
             observed_generation: desired.generation,
             message,
             services,
+            network: None,
         }),
         failure,
     }
@@ -203,6 +209,7 @@ fn decide_unwanted(
                 "deleted: waiting for the grace window before removing containers".into()
             },
             services: BTreeMap::new(),
+            network: None,
         }),
     };
     Verdict {

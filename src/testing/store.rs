@@ -158,6 +158,7 @@ impl Store for FakeStore {
                 message: update.message.clone(),
                 services: update.services.clone(),
                 updated_at: None,
+                network: update.network.clone(),
             },
         );
         Ok(())

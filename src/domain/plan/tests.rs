@@ -59,6 +59,8 @@ fn desired(services: &[&'static str], features: &[(&'static str, &[&str])]) -> D
         owner: "ci".into(),
         services: services.iter().map(|s| engine(s)).collect(),
         unknown_services: Vec::new(),
+        attach: Vec::new(),
+        invalid: None,
         features: features.iter().map(|(e, f)| (engine(e), set(f))).collect(),
         expires_at: None,
         generation: 1,
@@ -146,6 +148,7 @@ fn status(entries: &[(&str, &str, &[&str])]) -> SandboxStatus {
             .map(|(engine, instance, f)| ((*engine).to_owned(), published(engine, instance, f)))
             .collect(),
         updated_at: Some(now()),
+        network: None,
     }
 }
 

@@ -36,6 +36,8 @@ fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
         owner: "ci".into(),
         services: services.iter().map(|s| engine(s)).collect(),
         unknown_services: Vec::new(),
+        attach: Vec::new(),
+        invalid: None,
         features: BTreeMap::new(),
         expires_at: None,
         generation,
@@ -55,6 +57,7 @@ fn published(generation: i64, entries: &[(&str, &str)]) -> SandboxStatus {
             .map(|(e, i)| ((*e).to_owned(), service(i)))
             .collect(),
         updated_at: Some(now()),
+        network: None,
     }
 }
 
