@@ -14,11 +14,22 @@
 # image takes only a new directory.
 #
 # IMAGE is `base` or a directory name (default: all). An image that already
-# exists is skipped unless --force is given (which also bypasses the layer
-# cache, to pick up Debian updates); missing parents of a requested image are
-# built too. Parents build before their children, independent images in
-# parallel, at most 2 builds at once. Progress goes to stderr; the full output
-# of each step goes to a log that is shown only on failure.
+# exists and is up to date is skipped unless --force is given (which also
+# bypasses the layer cache, to pick up Debian updates); missing or outdated
+# parents of a requested image are built too. Parents build before their
+# children, independent images in parallel, at most 2 builds at once.
+# Progress goes to stderr; the full output of each step goes to a log that is
+# shown only on failure.
+#
+# Up to date means: every image carries the label io.sandboxd.image.source, a
+# sha256 over its sources (for a directory: each file's path, executable bit
+# and content, plus the source hashes of its parents; for the base: the suite
+# and the text of build_base), and a Dockerfile image also the label
+# io.sandboxd.image.parents with the image ids of its parents it was built on.
+# An image whose source label differs from the sources now ("source changed"),
+# or whose parent has another id or is rebuilt in this run ("parent
+# changed"), is rebuilt like a missing one (with the layer cache, unless
+# --force), so editing an entrypoint is enough to get it rebuilt.
 #
 # Environment:
 #   DEBIAN_MIRROR   mirror for debootstrap and apt (default http://deb.debian.org/debian)
@@ -193,6 +204,63 @@ trap 'exit 130' INT TERM
 
 exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
+# ---------------------------------------------------------------------------
+# Source hashes and labels: when an existing image is outdated.
+# ---------------------------------------------------------------------------
+SOURCE_LABEL=io.sandboxd.image.source
+PARENTS_LABEL=io.sandboxd.image.parents
+declare -A SOURCE=() # name -> sha256 of its sources (and its parents')
+
+# source_hash NAME (parents first): see the header.
+source_hash() {
+	local n=$1 f p
+	{
+		if [[ $n == base ]]; then
+			printf 'suite %s\n' "$SUITE"
+			declare -f build_base
+		else
+			while IFS= read -r -d '' f; do
+				printf 'file %q %s %s\n' "$f" "$([[ -x $HERE/$n/$f ]] && echo x || echo -)" \
+					"$(sha256sum <"$HERE/$n/$f" | cut -d' ' -f1)"
+			done < <(cd "$HERE/$n" && find . \( -type f -o -type l \) -print0 | LC_ALL=C sort -z)
+			for p in ${PARENTS[$n]:-}; do printf 'parent %s %s\n' "$p" "${SOURCE[$p]}"; done
+		fi
+	} | sha256sum | cut -d' ' -f1
+}
+
+# parent_ids NAME: "parent=image-id ..." of NAME's parents as they are now.
+parent_ids() {
+	local p out=''
+	for p in ${PARENTS[$1]:-}; do
+		out+="${out:+ }$p=$(docker image inspect -f '{{.Id}}' "${IMAGE[$p]}" 2>/dev/null || :)"
+	done
+	printf '%s' "$out"
+}
+
+# stale_reason NAME: why NAME must be built; nothing when it is up to date.
+stale_reason() {
+	local n=$1 p labels src pids
+	if ! labels=$(docker image inspect -f "{{index .Config.Labels \"$SOURCE_LABEL\"}}|{{index .Config.Labels \"$PARENTS_LABEL\"}}" \
+		"${IMAGE[$n]}" 2>/dev/null); then
+		echo "missing, building"
+		return 0
+	fi
+	src=${labels%%|*} pids=${labels#*|}
+	if [[ $src != "${SOURCE[$n]}" ]]; then
+		echo "source changed, rebuilding"
+		return 0
+	fi
+	for p in ${PARENTS[$n]:-}; do
+		if [[ -n ${TODO[$p]:-} ]]; then
+			echo "parent $p is rebuilt, rebuilding"
+			return 0
+		fi
+	done
+	if [[ -n ${PARENTS[$n]:-} && $pids != "$(parent_ids "$n")" ]]; then
+		echo "parent changed, rebuilding"
+	fi
+}
+
 # run LOGNAME CMD...: run quietly, show the tail of the log on failure.
 run() {
 	local name=$1
@@ -271,6 +339,7 @@ build_base() {
 			--change 'CMD ["bash"]' \
 			--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 			--change 'LABEL org.opencontainers.image.source=sandboxd org.opencontainers.image.title=debian-base org.opencontainers.image.base.name=debian:bookworm' \
+			--change "LABEL $SOURCE_LABEL=${SOURCE[base]}" \
 			--message "sandboxd debootstrap --variant=minbase $SUITE" \
 			- "${IMAGE[base]}"
 	rm -rf "$root"
@@ -287,7 +356,11 @@ build_dockerfile() {
 	# daemon's DNS fallback; traffic only goes to the Debian mirror.
 	local nocache=()
 	if ((FORCE)); then nocache=(--no-cache); fi
+	# The labels that tell later runs whether this image is up to date (they
+	# come last in the build, after every cached step).
 	run "$name" docker build --network host --force-rm "${nocache[@]}" \
+		--label "$SOURCE_LABEL=${SOURCE[$name]}" \
+		--label "$PARENTS_LABEL=$(parent_ids "$name")" \
 		-t "${IMAGE[$name]}" "$HERE/$name"
 	log "$name: ${IMAGE[$name]} built in $((SECONDS - t))s"
 }
@@ -297,20 +370,27 @@ build_one() {
 }
 
 # ---------------------------------------------------------------------------
-# Plan: which images to build, with their missing parents.
+# Plan: which images to build, with their missing or outdated parents.
 # ---------------------------------------------------------------------------
-declare -A TODO=()
-plan() {
-	local n=$1 p
-	[[ -n "${TODO[$n]:-}" ]] && return 0
-	if ((FORCE)) || ! exists "${IMAGE[$n]}"; then
+for n in "${TOPO[@]}"; do SOURCE[$n]=$(source_hash "$n"); done
+declare -A TODO=() PLANNED=() WANTED=()
+for n in "${WANT[@]}"; do WANTED[$n]=1; done
+plan() { # NAME FORCED
+	local n=$1 forced=$2 p why
+	[[ -z "${PLANNED[$n]:-}" ]] || return 0
+	PLANNED[$n]=1
+	for p in ${PARENTS[$n]:-}; do plan "$p" 0; done
+	why=$(stale_reason "$n")
+	if ((forced)) && [[ -z $why ]]; then why="--force, rebuilding"; fi
+	if [[ -n $why ]]; then
 		TODO[$n]=1
+		log "$n: ${IMAGE[$n]} $why"
 	fi
-	for p in ${PARENTS[$n]:-}; do
-		exists "${IMAGE[$p]}" || plan "$p"
-	done
 }
-for n in "${WANT[@]}"; do plan "$n"; done
+# Parents first (TOPO), so that a requested parent is planned with --force.
+for n in "${TOPO[@]}"; do
+	if [[ -n "${WANTED[$n]:-}" ]]; then plan "$n" "$FORCE"; fi
+done
 # Anything else a FROM names must already be here: there is no registry.
 for n in "${!TODO[@]}"; do
 	for p in ${EXTERNAL[$n]:-}; do
@@ -320,7 +400,7 @@ done
 
 for n in "${WANT[@]}"; do
 	if [[ -z "${TODO[$n]:-}" ]]; then
-		log "$n: ${IMAGE[$n]} exists, skipped (use --force to rebuild)"
+		log "$n: ${IMAGE[$n]} up to date, skipped (use --force to rebuild)"
 	fi
 done
 if ((${#TODO[@]} == 0)); then
@@ -396,11 +476,15 @@ exec 3>&-
 ((${#failed[@]} == 0)) || die "some images failed to build: ${failed[*]}"
 
 # Drop replaced images (children first); one still used by a container stays.
+# Removing an old child also prunes its untagged parents, which can include
+# the replaced parent already.
 for ((i = ${#TOPO[@]} - 1; i >= 0; i--)); do
 	n=${TOPO[i]}
 	old="${OLD_ID[$n]:-}"
-	if [[ -n "$old" && "$old" != "$(docker image inspect -f '{{.Id}}' "${IMAGE[$n]}")" ]]; then
-		docker rmi "$old" >/dev/null 2>&1 || log "$n: old image ${old#sha256:} kept (still in use)"
+	if [[ -n "$old" && "$old" != "$(docker image inspect -f '{{.Id}}' "${IMAGE[$n]}")" ]] && exists "$old"; then
+		if ! err=$(docker rmi "$old" 2>&1 >/dev/null); then
+			log "$n: old image ${old#sha256:} kept (${err##*: })"
+		fi
 	fi
 done
 

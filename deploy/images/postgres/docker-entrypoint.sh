@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Entrypoint of sandboxd/postgres:15, compatible with the official image:
+# Entrypoint of sandboxd/postgres:15 (and sandboxd/postgres-ext:15).
+#
+# Plain mode (SANDBOXD_SANDBOX unset or empty), compatible with the official
+# image:
 #   POSTGRES_PASSWORD (or _FILE)  required unless POSTGRES_HOST_AUTH_METHOD=trust
 #   POSTGRES_USER (or _FILE)      superuser to create, default postgres
 #   POSTGRES_DB (or _FILE)        database to create, default $POSTGRES_USER
@@ -12,6 +15,18 @@
 # (CAP_SETUID, CAP_SETGID); everything else runs as postgres. The temporary
 # server used during initialisation listens on the Unix socket only, so
 # "listening on IPv4 address" is only ever logged by the real server.
+#
+# Sandbox mode (SANDBOXD_SANDBOX=1), see "Sandbox mode" in
+# deploy/images/README.md: started as uid 999 (never root, no capability
+# needed), reads KEY=VALUE lines from standard input until EOF (only
+# SANDBOXD_PASSWORD, required), creates a fresh cluster whose superuser
+# `postgres` has no password and exists only on the Unix socket, a
+# least-privileged login role SANDBOXD_USER (default sandbox) owning the
+# database SANDBOXD_DATABASE (default sandbox), the extensions named in
+# SANDBOXD_FEATURES, then execs postgres. Exit 64: bad input (stdin, env,
+# arguments, data dir, started as root); 65: a feature is not available.
+# The password only ever lives in shell variables and pipes: it is never an
+# argument of any program, never in the environment, never printed.
 set -Eeuo pipefail
 
 log() { printf '%s [entrypoint] %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" "$*" >&2; }
@@ -33,6 +48,14 @@ file_env() {
 	unset "$fvar"
 }
 
+case "${SANDBOXD_SANDBOX:-}" in
+'' | 1) ;;
+*)
+	printf 'sandboxd: SANDBOXD_SANDBOX must be 1 (sandbox mode) or unset\n' >&2
+	exit 64
+	;;
+esac
+
 if [[ "${1:-}" == -* ]]; then
 	set -- postgres "$@"
 fi
@@ -42,6 +65,172 @@ export PGDATA
 
 if [[ "${1:-}" != postgres ]]; then
 	exec "$@"
+fi
+
+# ===========================================================================
+# Sandbox mode. Everything here runs as the user the container was started
+# as. The password is kept in the shell variable sb_password only: it reaches
+# postgres through a pipe from the printf builtin, never through argv or the
+# environment, and is never printed.
+# ===========================================================================
+SB_KEYS="SANDBOXD_PASSWORD" # the keys accepted on standard input
+
+sb_die() { # CODE MESSAGE
+	printf 'sandboxd: %s\n' "$2" >&2
+	exit "$1"
+}
+
+# sb_read_stdin: KEY=VALUE lines until EOF; sets sb_password.
+sb_read_stdin() {
+	local line key n=0 have=0
+	sb_password=
+	while IFS= read -r line || [[ -n $line ]]; do
+		n=$((n + 1))
+		[[ -n $line ]] || continue
+		if [[ $line != *=* ]]; then
+			line=
+			sb_die 64 "line $n of standard input is not KEY=VALUE (allowed keys: $SB_KEYS)"
+		fi
+		key=${line%%=*}
+		case "$key" in
+		SANDBOXD_PASSWORD)
+			((have == 0)) || { line=; sb_die 64 "SANDBOXD_PASSWORD given twice on standard input"; }
+			sb_password=${line#*=}
+			have=1
+			;;
+		*)
+			line=
+			# Name the key only when it looks like one: [A-Za-z0-9_]{1,64}
+			# with a '_', which a password ([A-Za-z0-9]) never has.
+			if [[ $key =~ ^[A-Za-z0-9_]{1,64}$ && $key == *_* ]]; then
+				sb_die 64 "unknown key $key on standard input (allowed keys: $SB_KEYS)"
+			fi
+			sb_die 64 "unknown key on line $n of standard input (allowed keys: $SB_KEYS)"
+			;;
+		esac
+	done
+	line=
+	if ((have == 0)); then
+		sb_die 64 "no SANDBOXD_PASSWORD on standard input: in sandbox mode this image reads its secrets from stdin (see deploy/images/README.md)"
+	fi
+	if ! [[ $sb_password =~ ^[A-Za-z0-9]{16,128}$ ]]; then
+		sb_password=
+		sb_die 64 "SANDBOXD_PASSWORD on standard input must be 16 to 128 characters from A-Z a-z 0-9"
+	fi
+}
+
+sb_stop_tmp() { pg_ctl -D "$PGDATA" -m fast -w stop >&2 || :; }
+
+sandbox_main() {
+	local user db features f err
+	local -a feats=()
+
+	if [[ "$(id -u)" == 0 ]]; then
+		sb_die 64 "sandbox mode never runs as root: start the container with --user 999:999"
+	fi
+	local v
+	for v in SANDBOXD_PASSWORD POSTGRES_PASSWORD POSTGRES_PASSWORD_FILE; do
+		if [[ -n "${!v+x}" ]]; then
+			sb_die 64 "$v is in the environment: in sandbox mode secrets are read from standard input only"
+		fi
+	done
+
+	sb_read_stdin
+
+	user=${SANDBOXD_USER:-sandbox}
+	db=${SANDBOXD_DATABASE:-sandbox}
+	features=${SANDBOXD_FEATURES:-}
+	if ! [[ $user =~ ^[a-z_][a-z0-9_]{0,62}$ ]] || [[ $user == postgres || $user == pg_* ]]; then
+		sb_die 64 "SANDBOXD_USER must match ^[a-z_][a-z0-9_]{0,62}\$ and be neither postgres nor pg_*"
+	fi
+	if ! [[ $db =~ ^[a-z_][a-z0-9_-]{0,62}$ ]] || [[ $db == postgres || $db == template0 || $db == template1 ]]; then
+		sb_die 64 "SANDBOXD_DATABASE must match ^[a-z_][a-z0-9_-]{0,62}\$ and not be postgres, template0 or template1"
+	fi
+	if [[ -n $features ]]; then
+		IFS=, read -r -a feats <<<"$features,"
+		for f in "${feats[@]}"; do
+			[[ $f =~ ^[a-z0-9_-]+$ ]] ||
+				sb_die 64 "SANDBOXD_FEATURES must be a comma-separated list of extension names matching ^[a-z0-9_-]+\$"
+		done
+	fi
+
+	# The tmpfs mounts (owned by the container's user; their mode is fixed here).
+	if [[ ! -d $PGDATA || ! -w $PGDATA ]]; then
+		sb_die 64 "$PGDATA must be a writable directory: mount a tmpfs owned by uid $(id -u) there"
+	fi
+	if [[ -e $PGDATA/PG_VERSION ]]; then
+		sb_die 64 "$PGDATA already holds a cluster: sandbox mode initialises a fresh one (mount an empty tmpfs)"
+	fi
+	if [[ ! -d /var/run/postgresql || ! -w /var/run/postgresql ]]; then
+		sb_die 64 "/var/run/postgresql must be a writable directory: mount a tmpfs owned by uid $(id -u) there"
+	fi
+	chmod 0700 "$PGDATA"
+	chmod 0755 /var/run/postgresql
+
+	log "sandbox mode: initialising database cluster in $PGDATA"
+	# Superuser postgres without a password: peer on the Unix socket only.
+	# --no-sync: the cluster lives on a throwaway tmpfs.
+	initdb --username=postgres --auth-local=peer --auth-host=scram-sha-256 --no-sync >&2
+	cat >"$PGDATA/pg_hba.conf" <<-'EOF'
+		# sandboxd sandbox mode: the superuser only on the Unix socket (peer),
+		# every other role with a password over TCP, no replication.
+		# TYPE  DATABASE  USER      ADDRESS  METHOD
+		local   all       all                peer
+		host    all       postgres  all      reject
+		host    all       all       all      scram-sha-256
+	EOF
+
+	# Temporary server: the container's postgres arguments, then Unix socket only.
+	local -a tmp_opts=("${@:2}" -c "listen_addresses=" -p 5432)
+	pg_ctl -D "$PGDATA" -w -o "$(printf '%q ' "${tmp_opts[@]}")" start >&2
+
+	export PGUSER=postgres PGHOST=/var/run/postgresql PGPORT=5432
+	local -a psql_su=(psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=terse -v SHOW_CONTEXT=never --no-password)
+	# One session; nothing it runs may log or show the statement that holds
+	# the password (whatever the container's postgres arguments say).
+	if ! {
+		printf '%s\n' \
+			"SET log_statement = 'none';" \
+			"SET log_min_error_statement = 'panic';" \
+			"SET log_min_duration_statement = -1;" \
+			"SET log_min_duration_sample = -1;" \
+			"SET log_transaction_sample_rate = 0;" \
+			"SET debug_print_parse = off;" \
+			"SET debug_print_rewritten = off;" \
+			"SET debug_print_plan = off;" \
+			"SET track_activities = off;" \
+			"SET password_encryption = 'scram-sha-256';"
+		printf 'CREATE ROLE "%s" LOGIN CREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT PASSWORD '\''%s'\'';\n' \
+			"$user" "$sb_password"
+		printf '%s\n' \
+			"RESET track_activities;" \
+			"CREATE DATABASE \"$db\" OWNER \"$user\";" \
+			"REVOKE CONNECT ON DATABASE postgres FROM PUBLIC;"
+	} | "${psql_su[@]}" -d postgres >&2; then
+		sb_password=
+		sb_stop_tmp
+		sb_die 1 "creating role $user and database $db failed"
+	fi
+	sb_password=
+	"${psql_su[@]}" -d "$db" -c "ALTER SCHEMA public OWNER TO \"$user\";" >&2
+	for f in "${feats[@]}"; do
+		if ! err=$("${psql_su[@]}" -d "$db" -c "CREATE EXTENSION IF NOT EXISTS \"$f\" CASCADE;" 2>&1 >/dev/null); then
+			err=${err#psql:*: }
+			err=${err#ERROR:  }
+			sb_stop_tmp
+			sb_die 65 "feature \"$f\" is not available in this image: ${err//$'\n'/ }"
+		fi
+		log "sandbox mode: extension $f created in $db"
+	done
+
+	pg_ctl -D "$PGDATA" -m fast -w stop >&2
+	unset PGUSER PGHOST PGPORT
+	log "sandbox mode: role $user, database $db${features:+, features $features}; ready for start up."
+	exec "$@" </dev/null
+}
+
+if [[ "${SANDBOXD_SANDBOX:-}" == 1 ]]; then
+	sandbox_main "$@"
 fi
 
 # --- as root: the data directory's owner, then drop privileges -------------

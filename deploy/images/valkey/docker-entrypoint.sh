@@ -3,12 +3,128 @@
 # (and with sandboxd/redis:7's). Started as root it only gives /data to the
 # valkey user (CAP_CHOWN, needed only when /data is not already valkey's, e.g.
 # a fresh tmpfs) and drops to that user (CAP_SETUID, CAP_SETGID).
+#
+# Sandbox mode (SANDBOXD_SANDBOX=1), see "Sandbox mode" in
+# deploy/images/README.md: started as uid 999 (never root, no capability
+# needed), reads KEY=VALUE lines from standard input until EOF (only
+# SANDBOXD_PASSWORD, required), writes /run/sandboxd/server.conf (mode 0600:
+# port 6379 on all interfaces, no persistence, MODULE/DEBUG commands and
+# protected configs disabled, one ACL user `default` with that password and
+# no administrative commands) and execs `valkey-server /run/sandboxd/server.conf`
+# with the container's arguments (e.g. --loadmodule PATH). Exit 64: bad
+# input (stdin, environment, tmpfs, started as root). The password only ever
+# lives in a shell variable and goes to the file through the printf builtin:
+# it is never an argument of any program, never in the environment, never
+# printed.
 set -eu
 
 # first arg is `-f` or `--some-option`, or a `something.conf` file
 first=${1:-}
 if [ "${first#-}" != "$first" ] || [ "${first%.conf}" != "$first" ]; then
 	set -- valkey-server "$@"
+fi
+
+case "${SANDBOXD_SANDBOX:-}" in
+'' | 1) ;;
+*)
+	printf 'sandboxd: SANDBOXD_SANDBOX must be 1 (sandbox mode) or unset\n' >&2
+	exit 64
+	;;
+esac
+
+# ===========================================================================
+# Sandbox mode. Runs as the user the container was started as; dash builtins
+# only (read, printf, case, test) touch the password.
+# ===========================================================================
+if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = valkey-server ]; then
+	shift
+	keys=SANDBOXD_PASSWORD # the keys accepted on standard input
+	rundir=/run/sandboxd
+	conf=$rundir/server.conf
+	sb_die() { # CODE MESSAGE
+		printf 'sandboxd: %s\n' "$2" >&2
+		exit "$1"
+	}
+	if [ "$(id -u)" = 0 ]; then
+		sb_die 64 "sandbox mode never runs as root: start the container with --user 999:999"
+	fi
+	if [ -n "${SANDBOXD_PASSWORD+x}" ]; then
+		sb_die 64 "SANDBOXD_PASSWORD is in the environment: in sandbox mode secrets are read from standard input only"
+	fi
+
+	# KEY=VALUE lines until EOF.
+	pw= have=0 n=0
+	while IFS= read -r line || [ -n "$line" ]; do
+		n=$((n + 1))
+		[ -n "$line" ] || continue
+		case "$line" in
+		*=*) ;;
+		*) line=; sb_die 64 "line $n of standard input is not KEY=VALUE (allowed keys: $keys)" ;;
+		esac
+		key=${line%%=*}
+		case "$key" in
+		SANDBOXD_PASSWORD)
+			[ "$have" = 0 ] || { line=; sb_die 64 "SANDBOXD_PASSWORD given twice on standard input"; }
+			pw=${line#*=}
+			have=1
+			;;
+		*)
+			line=
+			# Name the key only when it looks like one: [A-Za-z0-9_]{1,64}
+			# with a '_', which a password ([A-Za-z0-9]) never has.
+			case "$key" in
+			*[!A-Za-z0-9_]*) ;;
+			*_*)
+				if [ "${#key}" -le 64 ]; then
+					sb_die 64 "unknown key $key on standard input (allowed keys: $keys)"
+				fi
+				;;
+			esac
+			sb_die 64 "unknown key on line $n of standard input (allowed keys: $keys)"
+			;;
+		esac
+	done
+	line=
+	if [ "$have" = 0 ]; then
+		sb_die 64 "no SANDBOXD_PASSWORD on standard input: in sandbox mode this image reads its secrets from stdin (see deploy/images/README.md)"
+	fi
+	case "$pw" in
+	*[!A-Za-z0-9]*) pw= ;;
+	esac
+	if [ "${#pw}" -lt 16 ] || [ "${#pw}" -gt 128 ]; then
+		pw=
+		sb_die 64 "SANDBOXD_PASSWORD on standard input must be 16 to 128 characters from A-Z a-z 0-9"
+	fi
+
+	if [ ! -d "$rundir" ] || [ ! -w "$rundir" ]; then
+		sb_die 64 "$rundir must be a writable directory: mount a tmpfs owned by uid $(id -u) there"
+	fi
+	if [ ! -d /data ] || [ ! -w /data ]; then
+		sb_die 64 "/data must be a writable directory: mount a tmpfs owned by uid $(id -u) there"
+	fi
+	chmod 0700 "$rundir"
+	umask 0077
+	rm -f "$conf"
+	# Every command named in the ACL rule exists in Redis 7.0 and Valkey 8.0;
+	# MODULE LIST stays allowed so that clients can see what was loaded.
+	{
+		printf '%s\n' \
+			'# sandboxd sandbox mode (written by docker-entrypoint.sh)' \
+			'port 6379' \
+			'bind * -::*' \
+			'protected-mode no' \
+			'dir /data' \
+			'save ""' \
+			'appendonly no' \
+			'enable-module-command no' \
+			'enable-debug-command no' \
+			'enable-protected-configs no'
+		printf 'user default on >%s ~* &* +@all -module +module|list -config +config|get -replicaof -slaveof -debug -shutdown -migrate -acl -sync -psync -failover -cluster -monitor -save -bgsave -bgrewriteaof -restore -restore-asking\n' "$pw"
+	} >"$conf"
+	pw=
+	chmod 0600 "$conf"
+	cd /data
+	exec valkey-server "$conf" "$@" </dev/null
 fi
 
 if [ "${1:-}" = valkey-server ]; then
