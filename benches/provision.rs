@@ -29,13 +29,15 @@ use futures::future::join_all;
 use sandboxd::adapters::postgres::{DESIRED_CHANNEL, STATUS_CHANNEL};
 use sandboxd::adapters::PgStore;
 use sandboxd::client::{Client, SandboxRequest};
-use sandboxd::config::ControllerConfig;
+use sandboxd::config::{ControllerConfig, NetworkLayout};
+use sandboxd::controller::network::Placement;
 use sandboxd::controller::provision;
 use sandboxd::domain::{ContainerId, SandboxId, Secret};
 use sandboxd::engine::{self, Engine};
+use sandboxd::ports::runtime::NetworkSpec;
 use sandboxd::ports::Runtime;
 use sqlx::postgres::PgListener;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -48,9 +50,6 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
-/// Network for every container of the bench (floor and sandboxd alike), so
-/// the test suite's cleanup of `sandboxd-test` cannot hit a running bench.
-const BENCH_NETWORK: &str = "sandboxd-bench";
 /// Label on floor containers (value: this run's tag), for cleanup.
 const FLOOR_LABEL: &str = "io.sandboxd.bench";
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -309,15 +308,37 @@ async fn floor_once(
     tag: &str,
 ) -> FloorRun {
     let credentials = engine.credentials(Secret::generate());
+    // What a bare `docker run` of an isolated sandbox needs: its own
+    // network (from the same pool), then the container.
+    let network = NetworkSpec {
+        name: format!("{name}-net"),
+        labels: HashMap::from([(FLOOR_LABEL.to_owned(), tag.to_owned())]),
+        subnets: match &config.network {
+            NetworkLayout::PerSandbox { subnets, .. } => Some(*subnets),
+            NetworkLayout::Shared { .. } => None,
+        },
+        egress: false,
+    };
+    let placement = Placement {
+        container: name.clone(),
+        network: network.name.clone(),
+        host: engine.name().as_str().to_owned(),
+        aliases: vec![engine.name().as_str().to_owned()],
+    };
     let spec = provision::container_spec(
         config,
         engine,
-        &name,
+        &placement,
         &config.images.image_for(engine, false),
         &credentials,
+        &BTreeSet::new(),
         HashMap::from([(FLOOR_LABEL.to_owned(), tag.to_owned())]),
     );
     let t0 = Instant::now();
+    runtime
+        .ensure_network(&network)
+        .await
+        .expect("floor network");
     let id = runtime
         .create_and_start(&spec)
         .await
@@ -349,6 +370,29 @@ struct FloorCleanup(String);
 impl Drop for FloorCleanup {
     fn drop(&mut self) {
         common::remove_containers_labelled(&format!("{FLOOR_LABEL}={}", self.0));
+        remove_floor_networks(&self.0);
+    }
+}
+
+/// Removes the floor networks of run `tag`.
+fn remove_floor_networks(tag: &str) {
+    let out = std::process::Command::new("docker")
+        .args([
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label={FLOOR_LABEL}={tag}"),
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    let ids: Vec<&str> = out.split_whitespace().collect();
+    if !ids.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm"])
+            .args(&ids)
+            .output();
     }
 }
 
@@ -368,6 +412,7 @@ fn request(engine: &str) -> SandboxRequest {
         owner: "bench".into(),
         services: vec![engine.to_owned()],
         features: BTreeMap::new(),
+        attach: Vec::new(),
         expires_at: None,
     }
 }
@@ -386,6 +431,7 @@ impl Bench {
         .await
         .into_iter()
         .for_each(|r| r.expect("remove floor container"));
+        remove_floor_networks(&self.tag);
     }
 
     /// Starts `n` floor containers at once; returns the wall time until all
@@ -689,18 +735,14 @@ async fn run() {
 
     let mut env = TestEnv::new().await;
     // The production pool size (`sandboxd run`: concurrency × 2, 4..=32).
-    let mut config = env.config();
-    config.network = BENCH_NETWORK.into();
+    let config = env.config();
     let pool_size = (config.concurrency as u32 * 2).clamp(4, 32);
     env.pool = PgStore::connect(&env.url, pool_size)
         .await
         .expect("controller pool")
         .pool()
         .clone();
-    env.runtime
-        .ensure_network(BENCH_NETWORK)
-        .await
-        .expect("bench network");
+
     // An orchestrator's own pool: every waiting client holds a LISTEN
     // connection and needs another for its reads.
     let client_pool = PgStore::connect(&env.url, (batch_size as u32) * 2 + 2)

@@ -16,13 +16,14 @@ ensure_docker
 ensure_engine_images
 
 cleanup() {
-  # Anything a crashed bench left behind: floor containers, then sandboxes
-  # on the bench network. (A test run's state databases are left alone.)
+  # Anything a crashed bench left behind: floor containers and their
+  # networks. Its sandboxes belong to a test deployment, which the bench's
+  # own environment removes when it ends. (A test run's state databases are
+  # left alone.)
   leftovers=$(docker ps -aq --filter label=io.sandboxd.bench)
   if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
-  leftovers=$(docker ps -aq --filter label=io.sandboxd.managed-by=sandboxd --filter network=sandboxd-bench)
-  if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
-  docker network rm sandboxd-bench >/dev/null 2>&1 || true
+  leftovers=$(docker network ls -q --filter label=io.sandboxd.bench)
+  if [ -n "$leftovers" ]; then docker network rm $leftovers >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
 log "running cargo bench"

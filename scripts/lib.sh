@@ -42,11 +42,22 @@ random_password() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 # start_state_db NAME PASSWORD [VOLUME]
 # Starts (or reuses) a Postgres container for sandboxd's own state from the
-# locally built image, published on 127.0.0.1, and prints its URL.
+# locally built image, published on 127.0.0.1, and prints the URL of the role
+# `sandboxd`: an ordinary role (no superuser, CREATEROLE or CREATEDB) that
+# owns the database `sandboxd` and has PASSWORD (alphanumeric). The cluster's
+# superuser `postgres` gets a random password that is not kept: it is reached
+# only over the container's local socket,
+#   docker exec -it NAME psql -U postgres -d sandboxd
+# which is where orchestrator roles are created (README, "Roles").
 # With VOLUME the data persists in that named volume; without, it is tmpfs.
 start_state_db() {
   local name=$1 password=$2 volume=${3:-}
   local image=${SANDBOXD_STATE_IMAGE:-sandboxd/postgres:15}
+  case $password in
+    '' | *[!A-Za-z0-9]*)
+      log "start_state_db: the password must be alphanumeric (it goes into a URL and into SQL)"
+      return 1 ;;
+  esac
   if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" != "true" ]; then
     docker rm -f "$name" >/dev/null 2>&1 || true
     local data=(--tmpfs /var/lib/postgresql/data:rw,size=512m)
@@ -56,22 +67,51 @@ start_state_db() {
     fi
     docker run -d --name "$name" --label io.sandboxd.state=true \
       --restart unless-stopped \
-      -e POSTGRES_USER=sandboxd -e POSTGRES_PASSWORD="$password" -e POSTGRES_DB=sandboxd \
+      -e POSTGRES_USER=postgres -e POSTGRES_PASSWORD="$(random_password)" \
       "${data[@]}" -p 127.0.0.1::5432 "$image" \
       -c max_connections=300 -c fsync=off >/dev/null
   fi
   # TCP inside the container reaches only the real server, never the
   # image's temporary init server.
+  local ready=
   for _ in $(seq 1 120); do
-    if docker exec "$name" pg_isready -q -h 127.0.0.1 -U sandboxd >/dev/null 2>&1; then
-      local port
-      port=$(docker port "$name" 5432/tcp | head -n1 | sed 's/.*://')
-      printf 'postgres://sandboxd:%s@127.0.0.1:%s/sandboxd\n' "$password" "$port"
-      return 0
-    fi
+    if docker exec "$name" pg_isready -q -h 127.0.0.1 >/dev/null 2>&1; then ready=1; break; fi
     sleep 0.25
   done
-  log "state database $name did not become ready; docker logs $name:"
-  docker logs --tail 20 "$name" >&2 || true
-  return 1
+  if [ -z "$ready" ]; then
+    log "state database $name did not become ready; docker logs $name:"
+    docker logs --tail 20 "$name" >&2 || true
+    return 1
+  fi
+  if ! docker exec "$name" psql -XqAt -U postgres -d postgres -c 'SELECT 1' >/dev/null 2>&1; then
+    # A volume initialised before sandboxd ran as an ordinary role: there,
+    # `sandboxd` is the cluster's superuser and no `postgres` role exists.
+    if [ "$(docker exec "$name" psql -XqAt -U sandboxd -d sandboxd \
+           -c 'SELECT rolsuper FROM pg_roles WHERE rolname = current_user' 2>/dev/null)" = t ]; then
+      log "WARNING: the state database in $name${volume:+ (volume $volume)} has sandboxd as its superuser"
+      log "  (it predates the ordinary controller role), so sandboxd keeps running as a superuser."
+      log "  To move: dump what you keep (docker exec $name pg_dump -U sandboxd --data-only -t sandbox_desired sandboxd),"
+      log "  then docker rm -f $name${volume:+ && docker volume rm $volume}, start again, and restore the rows."
+    else
+      log "cannot reach the superuser postgres in $name over its local socket: docker exec $name psql -U postgres"
+      return 1
+    fi
+  else
+    # Idempotent: the role (with the password given) and its database.
+    docker exec -i "$name" psql -Xq -v ON_ERROR_STOP=1 -U postgres -d postgres >/dev/null <<SQL || return 1
+DO \$\$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'sandboxd') THEN
+    CREATE ROLE sandboxd;
+  END IF;
+END
+\$\$;
+ALTER ROLE sandboxd WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$password';
+SELECT 'CREATE DATABASE sandboxd OWNER sandboxd'
+WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'sandboxd') \gexec
+SQL
+  fi
+  local port
+  port=$(docker port "$name" 5432/tcp | head -n1 | sed 's/.*://')
+  printf 'postgres://sandboxd:%s@127.0.0.1:%s/sandboxd\n' "$password" "$port"
 }

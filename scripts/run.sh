@@ -2,11 +2,14 @@
 # Starts sandboxd on this machine. Needs only Docker (and this repository):
 #   - checks the Docker daemon answers (starting dockerd if not);
 #   - without DATABASE_URL, runs its own state Postgres as a labelled
-#     container with the volume `sandboxd-state` (password kept in
-#     ${SANDBOXD_HOME:-~/.local/state/sandboxd}/state-password);
-#   - uses the engine images already present (upstream, else the
-#     Debian-built ones), else pulls the upstream ones, else builds
-#     Debian-based ones (deploy/images/build.sh) and uses those;
+#     container with the volume `sandboxd-state`; sandboxd connects as the
+#     ordinary role `sandboxd` that owns the database `sandboxd` (password
+#     kept in ${SANDBOXD_HOME:-~/.local/state/sandboxd}/state-password); the
+#     superuser `postgres` has no kept password and is reached only with
+#     `docker exec -it sandboxd-state psql -U postgres -d sandboxd`;
+#   - builds the engine images from Debian packages when they are missing or
+#     their sources changed (deploy/images/build.sh), unless SANDBOXD_IMAGES
+#     names others (they must speak sandbox mode);
 #   - builds and runs `sandboxd run` (metrics on 127.0.0.1:9187).
 # Extra arguments go to `sandboxd run`; every flag has a SANDBOXD_* variable.
 set -euo pipefail
@@ -15,27 +18,13 @@ cd "$(dirname "$0")/.."
 
 ensure_docker
 
-use_debian_images() {
-  export SANDBOXD_IMAGES=postgres=sandboxd/postgres:15,redis=sandboxd/redis:7,valkey=sandboxd/valkey:8
-  # Should an image vanish later, sandboxd rebuilds it.
-  export SANDBOXD_IMAGE_BUILD_COMMAND=${SANDBOXD_IMAGE_BUILD_COMMAND:-$PWD/deploy/images/build.sh}
-  export SANDBOXD_FEATURES_IMAGES=${SANDBOXD_FEATURES_IMAGES:-postgres=sandboxd/postgres-ext:15,redis=sandboxd/redis-ext:7}
-}
+# The engine images must speak sandbox mode (secrets on stdin, least
+# privilege): build (or refresh, when their sources changed) the Debian-based
+# ones, which are sandboxd's defaults. Should one vanish later, sandboxd
+# rebuilds it.
 if [ -z "${SANDBOXD_IMAGES:-}" ]; then
-  # Prefer what is already here; pull only when nothing is; build last.
-  if docker image inspect postgres:16-alpine redis:8-alpine >/dev/null 2>&1; then
-    log "using upstream engine images"
-  elif docker image inspect sandboxd/postgres:15 sandboxd/redis:7 >/dev/null 2>&1; then
-    log "using the Debian-built engine images already present"
-    use_debian_images
-  elif timeout 60 docker pull -q postgres:16-alpine >/dev/null 2>&1 \
-       && timeout 60 docker pull -q redis:8-alpine >/dev/null 2>&1; then
-    log "pulled upstream engine images"
-  else
-    log "upstream images cannot be pulled; building engine images from Debian packages"
-    ensure_engine_images
-    use_debian_images
-  fi
+  ensure_engine_images
+  export SANDBOXD_IMAGE_BUILD_COMMAND=${SANDBOXD_IMAGE_BUILD_COMMAND:-$PWD/deploy/images/build.sh}
 fi
 
 if [ -z "${DATABASE_URL:-}" ]; then
@@ -45,7 +34,8 @@ if [ -z "${DATABASE_URL:-}" ]; then
   ensure_engine_images
   DATABASE_URL=$(start_state_db sandboxd-state "$(cat "$home/state-password")" sandboxd-state)
   export DATABASE_URL
-  log "state database: container sandboxd-state (volume sandboxd-state)"
+  log "state database: container sandboxd-state (volume sandboxd-state), role sandboxd;"
+  log "  superuser: docker exec -it sandboxd-state psql -U postgres -d sandboxd"
 fi
 
 cargo build --release --quiet

@@ -14,10 +14,17 @@ ensure_engine_images
 ensure_prometheus
 
 cleanup() {
-  # Anything a crashed test left behind: sandboxes on the test network and
-  # state databases (a killed test process drops nothing).
-  leftovers=$(docker ps -aq --filter label=io.sandboxd.managed-by=sandboxd --filter network=sandboxd-test)
+  # Anything a crashed test left behind (a killed test process drops
+  # nothing): sandboxes and networks of test deployments (`t` + random),
+  # the tests' agent containers, and state databases.
+  leftovers=$(docker ps -a --filter label=io.sandboxd.managed-by=sandboxd \
+    --format '{{.ID}} {{.Label "io.sandboxd.deployment"}}' | awk '$2 ~ /^t[a-z0-9]+(-x)?$/ {print $1}')
   if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
+  leftovers=$(docker ps -aq --filter label=sandboxd-test.agent)
+  if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
+  leftovers=$(docker network ls --filter label=io.sandboxd.managed-by=sandboxd \
+    --format '{{.ID}} {{.Label "io.sandboxd.deployment"}}' | awk '$2 ~ /^t[a-z0-9]+(-x)?$/ {print $1}')
+  if [ -n "$leftovers" ]; then docker network rm $leftovers >/dev/null 2>&1 || true; fi
   leftovers=$(docker ps -aq --filter label=io.sandboxd.test-state)
   if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
 }

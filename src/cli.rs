@@ -1,14 +1,16 @@
-//! The command line: `run`, `migrate`, `apply`, `get`, `list`, `delete`.
-//! Every flag can also be set from the environment (`DATABASE_URL`,
-//! `SANDBOXD_*`).
+//! The command line: `run`, `migrate`, `apply`, `get`, `list`, `delete`,
+//! `grant-orchestrator`, `revoke-orchestrator`. Every flag can also be set
+//! from the environment (`DATABASE_URL`, `SANDBOXD_*`).
 
+use crate::adapters::postgres::RoleError;
 use crate::adapters::{http, DockerRuntime, PgStore};
 use crate::client::{Client, SandboxRequest};
-use crate::config::{parse_env_prefix, ControllerConfig, Images, ProbeVia};
+use crate::config::{parse_env_prefix, ControllerConfig, Images, NetworkLayout, ProbeVia};
 use crate::controller::Controller;
 use crate::domain::clock::SystemClock;
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::limits::Limits;
+use crate::domain::network::{Ipv4Net, SubnetPool};
 use crate::domain::sandbox::SandboxStatus;
 use crate::metrics::Metrics;
 use crate::ports::{RuntimeError, StoreError};
@@ -66,6 +68,35 @@ pub enum Command {
         /// Sandbox id.
         id: SandboxId,
     },
+    /// Let an existing database role act as an orchestrator: write
+    /// sandbox_desired, read sandbox_status and the allowlist, nothing else.
+    /// Run with the controller's DATABASE_URL (the owner of the tables).
+    GrantOrchestrator(GrantArgs),
+    /// Take back everything grant-orchestrator gave a role.
+    RevokeOrchestrator {
+        /// The role's name.
+        role: String,
+    },
+}
+
+/// Flags of `sandboxd grant-orchestrator`.
+#[derive(Debug, Args)]
+pub struct GrantArgs {
+    /// The role's name (create it first as a superuser: CREATE ROLE … LOGIN PASSWORD …).
+    pub role: String,
+    /// Only rows whose owner is the role's name: it sees no other owner's
+    /// desired or status rows and cannot write rows for another owner.
+    #[arg(long)]
+    pub own_rows_only: bool,
+}
+
+/// `--network-layout` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetworkLayoutArg {
+    /// One network per sandbox, no route out.
+    PerSandbox,
+    /// One network for every sandbox, with egress (weaker).
+    Shared,
 }
 
 /// Flags of `sandboxd run`.
@@ -74,9 +105,32 @@ pub struct RunArgs {
     /// Deployment name: the label scope of this controller.
     #[arg(long, env = "SANDBOXD_DEPLOYMENT", default_value = "default")]
     pub deployment: Deployment,
-    /// Docker network sandbox containers join (created if missing).
+    /// How sandboxes are networked: `per-sandbox` (each its own network, no
+    /// route out) or `shared` (one network for all, with egress: WEAKER, a
+    /// sandbox reaches the others' engines).
+    #[arg(long, env = "SANDBOXD_NETWORK_LAYOUT", default_value = "per-sandbox")]
+    pub network_layout: NetworkLayoutArg,
+    /// The network of the `shared` layout (created if missing).
     #[arg(long, env = "SANDBOXD_NETWORK", default_value = "sandboxd")]
     pub network: String,
+    /// Address range per-sandbox networks take their subnets from.
+    #[arg(long, env = "SANDBOXD_SUBNET_POOL", default_value = "10.213.0.0/16")]
+    pub subnet_pool: Ipv4Net,
+    /// Prefix length of each per-sandbox network (27: 29 addresses).
+    #[arg(long, env = "SANDBOXD_SUBNET_PREFIX", default_value_t = 27)]
+    pub subnet_prefix: u8,
+    /// Let per-sandbox networks reach beyond the host through NAT (WEAKER:
+    /// an agent can then send data anywhere).
+    #[arg(long, env = "SANDBOXD_ALLOW_EGRESS")]
+    pub allow_egress: bool,
+    /// sandboxd's own container, when it runs in one with --probe-via
+    /// network: it is connected to every sandbox network.
+    #[arg(long, env = "SANDBOXD_CONTROLLER_CONTAINER")]
+    pub controller_container: Option<String>,
+    /// Added to each sandbox container's OOM score (1..1000), so the kernel
+    /// kills sandboxes before sandboxd, its database or dockerd.
+    #[arg(long, env = "SANDBOXD_OOM_SCORE_ADJ", default_value_t = 500, value_parser = clap::value_parser!(i64).range(0..=1000))]
+    pub oom_score_adj: i64,
     /// Prefix of emitted environment variables (`<PREFIX>_DB_HOST`, ...).
     #[arg(long, env = "SANDBOXD_ENV_PREFIX", default_value = "SANDBOX", value_parser = parse_env_prefix)]
     pub env_prefix: String,
@@ -145,7 +199,16 @@ impl RunArgs {
     /// The controller configuration these flags describe.
     pub fn to_config(&self) -> Result<ControllerConfig, crate::config::ConfigError> {
         let mut c = ControllerConfig::new(self.deployment.clone());
-        c.network = self.network.clone();
+        c.network = match self.network_layout {
+            NetworkLayoutArg::PerSandbox => NetworkLayout::PerSandbox {
+                subnets: SubnetPool::new(self.subnet_pool, self.subnet_prefix)?,
+                egress: self.allow_egress,
+            },
+            NetworkLayoutArg::Shared => NetworkLayout::Shared {
+                name: self.network.clone(),
+            },
+        };
+        c.controller_container = self.controller_container.clone();
         c.env_prefix = self.env_prefix.clone();
         c.images = Images::new(&self.images, &self.features_images)?;
         c.limits = Limits {
@@ -153,6 +216,8 @@ impl RunArgs {
             nano_cpus: (self.cpus * 1e9) as i64,
             pids: self.pids,
             tmpfs_bytes: self.tmpfs_mb * 1024 * 1024,
+            oom_score_adj: self.oom_score_adj,
+            ..Limits::default()
         };
         c.grace = self.grace;
         c.relist_interval = self.relist_interval;
@@ -182,9 +247,13 @@ pub struct ApplyArgs {
     /// Features as ENGINE=FEATURE, repeatable or comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub features: Vec<String>,
-    /// Who asks.
-    #[arg(long, default_value = "cli")]
+    /// Who asks (default: the database role the command connects as).
+    #[arg(long, default_value = "")]
     pub owner: String,
+    /// Docker container to connect to the sandbox's network (e.g. the
+    /// agent's), repeatable or comma-separated; at most 16.
+    #[arg(long, value_delimiter = ',')]
+    pub attach: Vec<String>,
     /// Expire this long from now (e.g. 2h).
     #[arg(long, value_parser = parse_duration)]
     pub expires_in: Option<Duration>,
@@ -240,6 +309,9 @@ pub enum CliError {
     /// Client failures.
     #[error(transparent)]
     Client(#[from] crate::client::ClientError),
+    /// Registering orchestrator roles failed.
+    #[error(transparent)]
+    Role(#[from] RoleError),
     /// Docker failures.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
@@ -324,6 +396,31 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
+        Command::GrantOrchestrator(args) => {
+            let store = PgStore::connect(&url, 1).await?;
+            store
+                .grant_orchestrator(&args.role, args.own_rows_only)
+                .await?;
+            let rows = if args.own_rows_only {
+                format!("only rows whose owner is {:?}", args.role)
+            } else {
+                "every row".to_owned()
+            };
+            say!(
+                "granted {:?}: it may write sandbox_desired and read sandbox_status ({rows})",
+                args.role
+            );
+            Ok(())
+        }
+        Command::RevokeOrchestrator { role } => {
+            let store = PgStore::connect(&url, 1).await?;
+            if store.revoke_orchestrator(&role).await? {
+                say!("revoked {role:?}: it no longer sees or writes sandboxd's tables");
+            } else {
+                say!("{role:?} was not registered as an orchestrator; it holds no privileges on sandboxd's tables now");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -339,6 +436,7 @@ fn print_status(s: &SandboxStatus) {
         "observed_generation": s.observed_generation,
         "message": s.message,
         "services": services,
+        "network": s.network,
         "updated_at": s.updated_at,
     });
     say!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
@@ -360,6 +458,7 @@ async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
         owner: args.owner,
         services: args.services,
         features,
+        attach: args.attach,
         expires_at: args.expires_in.map(|d| {
             chrono::Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
         }),

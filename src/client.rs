@@ -40,12 +40,16 @@ pub enum ClientError {
 /// What an orchestrator asks for.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxRequest {
-    /// Who asks.
+    /// Who asks; empty means the database role the client connects as
+    /// (what an own-rows-only orchestrator must write).
     pub owner: String,
     /// Engines: postgres, redis, valkey, mongo.
     pub services: Vec<String>,
     /// Features per engine.
     pub features: BTreeMap<String, BTreeSet<String>>,
+    /// Names of Docker containers (the agents) sandboxd connects to the
+    /// sandbox's network: at most 16, each once.
+    pub attach: Vec<String>,
     /// When it stops being wanted.
     pub expires_at: Option<DateTime<Utc>>,
 }
@@ -91,7 +95,14 @@ impl Client {
     pub async fn apply(&self, id: &SandboxId, req: &SandboxRequest) -> Result<i64, ClientError> {
         Ok(self
             .store
-            .upsert_desired(id, &req.owner, &req.services, &req.features, req.expires_at)
+            .upsert_desired(
+                id,
+                &req.owner,
+                &req.services,
+                &req.features,
+                &req.attach,
+                req.expires_at,
+            )
             .await?)
     }
 

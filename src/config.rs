@@ -2,6 +2,7 @@
 
 use crate::domain::id::Deployment;
 use crate::domain::limits::Limits;
+use crate::domain::network::SubnetPool;
 use crate::engine::{self, Engine, REGISTRY};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,6 +14,9 @@ pub enum ConfigError {
     /// An `ENGINE=IMAGE` pair was malformed or named an unknown engine.
     #[error("invalid image override {0:?}: use ENGINE=IMAGE with ENGINE one of {engines}", engines = engine_names())]
     ImageOverride(String),
+    /// The subnet pool or prefix is unusable.
+    #[error(transparent)]
+    Subnet(#[from] crate::domain::network::SubnetError),
     /// The environment variable prefix is not a valid variable name part.
     #[error("invalid env prefix {0:?}: use A-Z, 0-9 and '_', starting with a letter")]
     EnvPrefix(String),
@@ -86,13 +90,37 @@ pub enum ProbeVia {
     Network,
 }
 
+/// How sandbox containers are networked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkLayout {
+    /// Each sandbox gets its own bridge network (`sandboxd.DEPLOYMENT.ID`)
+    /// with a subnet from `subnets`; its engines answer there by their
+    /// engine name and nowhere else. Without `egress`, IP masquerading is
+    /// off: nothing beyond the host is reachable.
+    PerSandbox {
+        /// Where the networks' subnets come from.
+        subnets: SubnetPool,
+        /// Whether sandboxes may reach beyond the host (weaker).
+        egress: bool,
+    },
+    /// Every sandbox of the deployment on one network with egress
+    /// (weaker: a sandbox reaches the others' engines by name).
+    Shared {
+        /// The network's name.
+        name: String,
+    },
+}
+
 /// Everything the controller needs to know.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
     /// Label scope: containers of other deployments are invisible.
     pub deployment: Deployment,
-    /// Docker network sandbox containers join.
-    pub network: String,
+    /// How sandboxes are networked.
+    pub network: NetworkLayout,
+    /// sandboxd's own container, when it runs in one and probes sandboxes
+    /// by name ([`ProbeVia::Network`]): connected to every sandbox network.
+    pub controller_container: Option<String>,
     /// Prefix of emitted environment variables.
     pub env_prefix: String,
     /// Engine images.
@@ -131,7 +159,11 @@ impl ControllerConfig {
     pub fn new(deployment: Deployment) -> Self {
         Self {
             deployment,
-            network: "sandboxd".into(),
+            network: NetworkLayout::PerSandbox {
+                subnets: SubnetPool::default(),
+                egress: false,
+            },
+            controller_container: None,
             env_prefix: "SANDBOX".into(),
             images: Images::default(),
             limits: Limits::default(),
@@ -172,7 +204,7 @@ mod tests {
         let pg = engine::lookup("postgres").unwrap();
         let redis = engine::lookup("redis").unwrap();
         let images = Images::default();
-        assert_eq!(images.image_for(pg, false), "postgres:16-alpine");
+        assert_eq!(images.image_for(pg, false), "sandboxd/postgres:15");
         let images = Images::new(
             &["postgres=sandboxd/postgres:15,redis=sandboxd/redis:7".into()],
             &["postgres=sandboxd/postgres-ext:15".into()],
@@ -180,7 +212,7 @@ mod tests {
         .unwrap();
         assert_eq!(images.image_for(pg, false), "sandboxd/postgres:15");
         assert_eq!(images.image_for(pg, true), "sandboxd/postgres-ext:15");
-        assert_eq!(images.image_for(redis, true), "redis:8");
+        assert_eq!(images.image_for(redis, true), "sandboxd/redis-ext:7");
     }
 
     #[test]

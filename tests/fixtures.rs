@@ -20,6 +20,30 @@ async fn testcontainers_starts_the_state_postgres_from_the_local_image_and_remov
         .await
         .unwrap();
     assert!(version.starts_with("15."), "{version}");
+    // The controller's URL is an ordinary role owning its database; the
+    // superuser is a separate URL.
+    let (user, superuser, owner): (String, bool, String) = sqlx::query_as(
+        "SELECT current_user::text, rolsuper, pg_get_userbyid(d.datdba)::text
+         FROM pg_roles, pg_database d
+         WHERE rolname = current_user AND d.datname = current_database()",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        (user.as_str(), superuser, owner.as_str()),
+        ("sandboxd", false, "sandboxd")
+    );
+    let mut admin = sqlx::PgConnection::connect(&state.admin_url)
+        .await
+        .expect("connect as the superuser");
+    let superuser: bool =
+        sqlx::query_scalar("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    assert!(superuser);
+    admin.close().await.unwrap();
     assert!(state.url.contains("@127.0.0.1:"), "{}", state.url);
     let inspect = std::process::Command::new("docker")
         .args([

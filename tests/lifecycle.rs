@@ -412,7 +412,7 @@ async fn containers_of_another_deployment_or_without_labels_are_never_touched() 
             ]),
         ),
         (
-            format!("sandboxd-{}-orphan-redis-lookalike", env.deployment),
+            format!("sandboxd.{}.orphan.redis", env.deployment),
             HashMap::new(),
         ),
     ] {

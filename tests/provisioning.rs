@@ -31,10 +31,8 @@ async fn a_postgres_and_redis_row_becomes_ready_with_credentials_real_clients_ca
         pg.password.expose().len() >= 22,
         "at least 128 bits of password"
     );
-    assert_eq!(
-        pg.host,
-        format!("sandboxd-{}-{id}-postgres", env.deployment)
-    );
+    // On the sandbox's own network the engine answers by its name.
+    assert_eq!(pg.host, "postgres");
     assert!(pg.url.starts_with(&format!(
         "postgres://sandbox:{}@{}:5432/",
         pg.password.expose(),
@@ -272,7 +270,11 @@ async fn sandbox_containers_carry_caps_labels_and_no_credentials_in_labels() {
             .any(|o| o.starts_with("no-new-privileges")));
         assert_eq!(hc.cap_drop.unwrap(), vec!["ALL".to_string()]);
         let tmpfs = hc.tmpfs.unwrap();
-        assert_eq!(tmpfs.len(), 1, "one tmpfs data directory");
+        assert_eq!(
+            tmpfs.len(),
+            3,
+            "tmpfs data, /tmp and a runtime directory: {tmpfs:?}"
+        );
         let bindings = hc.port_bindings.unwrap();
         for b in bindings.values().flatten().flatten() {
             assert_eq!(
@@ -281,7 +283,9 @@ async fn sandbox_containers_carry_caps_labels_and_no_credentials_in_labels() {
                 "published on loopback only"
             );
         }
-        assert_eq!(hc.network_mode.as_deref(), Some(common::NETWORK));
+        let network = format!("sandboxd.{}.{}", env.deployment, id);
+        assert_eq!(hc.network_mode.as_deref(), Some(network.as_str()));
+        assert_eq!(status.network.as_deref(), Some(network.as_str()));
 
         let labels = info.config.unwrap().labels.unwrap();
         assert_eq!(labels["io.sandboxd.managed-by"], "sandboxd");

@@ -6,7 +6,9 @@ use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
-use crate::ports::runtime::{ContainerSpec, EventStream, Runtime, RuntimeError};
+use crate::ports::runtime::{
+    ContainerSpec, EventStream, NetworkSpec, ObservedNetwork, Runtime, RuntimeError,
+};
 use crate::ports::store::{NotifyStream, Store, StoreError};
 use async_trait::async_trait;
 use std::future::Future;
@@ -65,9 +67,47 @@ impl Runtime for BoundedRuntime {
         runtime_call("list", deployment.as_str(), self.deadlines.call, call).await
     }
 
-    async fn ensure_network(&self, name: &str) -> Result<(), RuntimeError> {
-        let call = self.inner.ensure_network(name);
-        runtime_call("network", name, self.deadlines.call, call).await
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
+        let call = self.inner.ensure_network(spec);
+        runtime_call("network", &spec.name, self.deadlines.call, call).await
+    }
+
+    async fn networks(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedNetwork>, RuntimeError> {
+        let call = self.inner.networks(deployment);
+        runtime_call(
+            "list networks",
+            deployment.as_str(),
+            self.deadlines.call,
+            call,
+        )
+        .await
+    }
+
+    async fn remove_network(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+    ) -> Result<(), RuntimeError> {
+        let call = self.inner.remove_network(name, deployment);
+        runtime_call("remove network", name, self.deadlines.call, call).await
+    }
+
+    async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError> {
+        let call = self.inner.network_members(network);
+        runtime_call("inspect network", network, self.deadlines.call, call).await
+    }
+
+    async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        let call = self.inner.connect(network, container);
+        runtime_call("connect", container, self.deadlines.call, call).await
+    }
+
+    async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        let call = self.inner.disconnect(network, container);
+        runtime_call("disconnect", container, self.deadlines.call, call).await
     }
 
     async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {

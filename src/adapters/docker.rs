@@ -5,26 +5,35 @@
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::labels::{self, ContainerLabels};
+use crate::domain::network::Ipv4Net;
+use crate::domain::secret::Secret;
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, Runtime, RuntimeError, RuntimeEvent,
+    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedNetwork, Runtime,
+    RuntimeError, RuntimeEvent,
 };
 use async_trait::async_trait;
+use bollard::container::AttachContainerResults;
 use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{
-    ContainerCreateBody, ContainerSummaryStateEnum, HostConfig, NetworkCreateRequest, PortBinding,
+    ContainerCreateBody, ContainerSummaryStateEnum, EndpointSettings, HostConfig,
+    HostConfigLogConfig, Ipam, IpamConfig, NetworkConnectRequest, NetworkCreateRequest,
+    NetworkDisconnectRequest, NetworkingConfig, PortBinding,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
-    InspectContainerOptions, ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
-    LogsOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
+    EventsOptionsBuilder, InspectContainerOptions, InspectNetworkOptions,
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use bollard::Docker;
 use chrono::{TimeZone, Utc};
 use futures::StreamExt;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 
 fn api<'a>(op: &'static str, target: &'a str) -> impl FnOnce(DockerError) -> RuntimeError + 'a {
     move |source| RuntimeError::Api {
@@ -42,6 +51,9 @@ fn is_status(e: &DockerError, codes: &[u16]) -> bool {
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
     docker: Docker,
+    /// Held while a subnet is chosen and its network created, so this
+    /// process never hands one subnet out twice.
+    subnet_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl DockerRuntime {
@@ -52,7 +64,10 @@ impl DockerRuntime {
         let docker = Docker::connect_with_local_defaults().map_err(connect)?;
         let docker = docker.negotiate_version().await.map_err(connect)?;
         docker.ping().await.map_err(connect)?;
-        Ok(Self { docker })
+        Ok(Self {
+            docker,
+            subnet_lock: Arc::default(),
+        })
     }
 
     /// Ids of the networks called exactly `name`.
@@ -71,6 +86,161 @@ impl DockerRuntime {
             .filter(|n| n.name.as_deref() == Some(name))
             .filter_map(|n| n.id)
             .collect())
+    }
+
+    /// Every subnet a network on this host uses (any owner's).
+    async fn used_subnets(&self) -> Result<Vec<Ipv4Net>, RuntimeError> {
+        let networks = self
+            .docker
+            .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
+            .await
+            .map_err(api("list networks", "all networks"))?;
+        Ok(networks
+            .iter()
+            .filter_map(|n| n.ipam.as_ref()?.config.as_ref())
+            .flatten()
+            .filter_map(|c| c.subnet.as_deref()?.parse().ok())
+            .collect())
+    }
+
+    /// Creates the network; with a pool, in the first subnet no network on
+    /// this host uses, trying the next when another creator took it first.
+    async fn create_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
+        let mut options = HashMap::new();
+        if !spec.egress {
+            // No masquerading: packets may leave the bridge but no answer
+            // finds its way back, so nothing outside the host is reachable.
+            options.insert(
+                "com.docker.network.bridge.enable_ip_masquerade".to_owned(),
+                "false".to_owned(),
+            );
+        }
+        let request = |subnet: Option<Ipv4Net>| NetworkCreateRequest {
+            name: spec.name.clone(),
+            driver: Some("bridge".into()),
+            options: Some(options.clone()),
+            labels: Some(spec.labels.clone()),
+            ipam: subnet.map(|subnet| Ipam {
+                config: Some(vec![IpamConfig {
+                    subnet: Some(subnet.to_string()),
+                    gateway: Some(subnet.gateway().to_string()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let Some(pool) = spec.subnets else {
+            self.docker
+                .create_network(request(None))
+                .await
+                .map_err(api("create network", &spec.name))?;
+            return Ok(());
+        };
+        let _one_at_a_time = self.subnet_lock.lock().await;
+        let mut taken: Vec<Ipv4Net> = Vec::new();
+        for _ in 0..8 {
+            let mut used = self.used_subnets().await?;
+            used.extend(taken.iter().copied());
+            let subnet = pool.first_free(&used).ok_or_else(|| {
+                RuntimeError::Refused(format!(
+                    "no free /{} subnet left in the pool {} for network {}: remove unused networks (docker network ls --filter label={}) or give --subnet-pool a larger range",
+                    pool.prefix(),
+                    pool.pool(),
+                    spec.name,
+                    labels::MANAGED_BY
+                ))
+            })?;
+            match self.docker.create_network(request(Some(subnet))).await {
+                Ok(_) => return Ok(()),
+                // Another creator (a second deployment on this host) took
+                // the subnet between our list and our create.
+                Err(e) if e.to_string().contains("overlaps") => {
+                    tracing::debug!(network = %spec.name, %subnet, "subnet taken meanwhile; trying the next");
+                    taken.push(subnet);
+                }
+                Err(e) => return Err(api("create network", &spec.name)(e)),
+            }
+        }
+        Err(RuntimeError::Refused(format!(
+            "could not find a free subnet for network {} after 8 attempts: another program keeps taking subnets of the pool {}; give this deployment its own --subnet-pool",
+            spec.name,
+            pool.pool()
+        )))
+    }
+
+    /// Refuses to remove a container called `name` that is not the one
+    /// `spec` describes (another sandbox's or deployment's, or not ours).
+    async fn check_name_owner(&self, spec: &ContainerSpec) -> Result<(), RuntimeError> {
+        let info = match self
+            .docker
+            .inspect_container(&spec.name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) => return Ok(()),
+            Err(e) => return Err(api("inspect", &spec.name)(e)),
+        };
+        let theirs = info.config.and_then(|c| c.labels).unwrap_or_default();
+        let same = [labels::DEPLOYMENT, labels::SANDBOX, labels::ENGINE]
+            .iter()
+            .all(|key| theirs.contains_key(*key) && theirs.get(*key) == spec.labels.get(*key));
+        if same {
+            Ok(())
+        } else {
+            Err(RuntimeError::Refused(format!(
+                "the container name {} is taken by a container that is not this sandbox's (its labels name deployment {:?}, sandbox {:?}); sandboxd leaves it alone: rename or remove it",
+                spec.name,
+                theirs.get(labels::DEPLOYMENT),
+                theirs.get(labels::SANDBOX)
+            )))
+        }
+    }
+
+    /// Refuses an image without the label `key=value`.
+    async fn check_image_label(&self, image: &str, label: &str) -> Result<(), RuntimeError> {
+        let info = self
+            .docker
+            .inspect_image(image)
+            .await
+            .map_err(api("inspect image", image))?;
+        let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+        let (key, value) = label.split_once('=').unwrap_or((label, ""));
+        if labels.get(key).map(String::as_str) == Some(value) {
+            Ok(())
+        } else {
+            Err(RuntimeError::Refused(format!(
+                "image {image} does not carry the label {label}: its entrypoint may not read \
+                 secrets from standard input and would start the engine without a password; \
+                 rebuild sandboxd's images (deploy/images/build.sh) or point --image at one that does"
+            )))
+        }
+    }
+
+    /// Writes `secret` to the container's standard input and closes it.
+    async fn send_stdin(&self, id: &str, name: &str, secret: &Secret) -> Result<(), RuntimeError> {
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stream(true)
+            .build();
+        let AttachContainerResults { mut input, output } = self
+            .docker
+            .attach_container(id, Some(options))
+            .await
+            .map_err(api("attach", name))?;
+        drop(output);
+        let io = |e: std::io::Error| RuntimeError::Api {
+            op: "write secrets to",
+            target: name.to_owned(),
+            source: Box::new(e),
+        };
+        input
+            .write_all(secret.expose().as_bytes())
+            .await
+            .map_err(io)?;
+        input.flush().await.map_err(io)?;
+        input.shutdown().await.map_err(io)?;
+        Ok(())
     }
 
     /// Stops and removes a container by id or name; a missing one is success.
@@ -178,34 +348,162 @@ impl Runtime for DockerRuntime {
     /// Docker allows two networks with one name, so concurrent creators may
     /// race: afterwards every creator keeps the network with the smallest id
     /// and removes the others, so all converge on the same one.
-    async fn ensure_network(&self, name: &str) -> Result<(), RuntimeError> {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Network);
-        let mut ids = self.networks_named(name).await?;
+        let mut ids = self.networks_named(&spec.name).await?;
         if ids.is_empty() {
-            let request = NetworkCreateRequest {
-                name: name.to_owned(),
-                driver: Some("bridge".into()),
-                labels: Some(HashMap::from([(
-                    labels::MANAGED_BY.to_owned(),
-                    labels::MANAGER.to_owned(),
-                )])),
-                ..Default::default()
-            };
-            self.docker
-                .create_network(request)
-                .await
-                .map_err(api("create network", name))?;
-            ids = self.networks_named(name).await?;
+            self.create_network(spec).await?;
+            ids = self.networks_named(&spec.name).await?;
         }
         ids.sort();
         for duplicate in ids.iter().skip(1) {
             match self.docker.remove_network(duplicate).await {
                 Ok(()) => {}
                 Err(e) if is_status(&e, &[404]) => {}
-                Err(e) => return Err(api("remove duplicate network", name)(e)),
+                Err(e) => return Err(api("remove duplicate network", &spec.name)(e)),
             }
         }
         Ok(())
+    }
+
+    async fn networks(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedNetwork>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        let filters = HashMap::from([(
+            "label",
+            vec![format!("{}={deployment}", labels::DEPLOYMENT)],
+        )]);
+        let options = ListNetworksOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let networks = self
+            .docker
+            .list_networks(Some(options))
+            .await
+            .map_err(api("list networks", deployment.as_str()))?;
+        Ok(networks
+            .into_iter()
+            .filter_map(|n| {
+                let labels = n.labels.unwrap_or_default();
+                (labels.get(labels::DEPLOYMENT).map(String::as_str) == Some(deployment.as_str()))
+                    .then_some(())?;
+                Some(ObservedNetwork {
+                    name: n.name?,
+                    sandbox: labels
+                        .get(labels::SANDBOX)
+                        .and_then(|s| SandboxId::parse(s).ok()),
+                })
+            })
+            .collect())
+    }
+
+    async fn remove_network(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+    ) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        let info = match self
+            .docker
+            .inspect_network(name, None::<InspectNetworkOptions>)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) => return Ok(()),
+            Err(e) => return Err(api("inspect network", name)(e)),
+        };
+        let labels = info.labels.unwrap_or_default();
+        if labels.get(labels::DEPLOYMENT).map(String::as_str) != Some(deployment.as_str()) {
+            return Err(RuntimeError::Refused(format!(
+                "network {name} is not deployment {deployment}'s (its labels say {:?}); sandboxd leaves it alone",
+                labels.get(labels::DEPLOYMENT)
+            )));
+        }
+        let id = info.id.unwrap_or_else(|| name.to_owned());
+        for endpoint in info.containers.unwrap_or_default().into_keys() {
+            self.disconnect(&id, &endpoint).await?;
+        }
+        match self.docker.remove_network(&id).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, &[404]) => Ok(()),
+            Err(e) => Err(api("remove network", name)(e)),
+        }
+    }
+
+    async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        match self
+            .docker
+            .inspect_network(network, None::<InspectNetworkOptions>)
+            .await
+        {
+            Ok(info) => Ok(Some(
+                info.containers
+                    .unwrap_or_default()
+                    .into_values()
+                    .filter_map(|c| c.name)
+                    .collect(),
+            )),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(api("inspect network", network)(e)),
+        }
+    }
+
+    async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        let info = match self
+            .docker
+            .inspect_container(container, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) => {
+                return Err(RuntimeError::Refused(format!(
+                    "container {container} (in attach) does not exist: start it first or drop it from attach"
+                )))
+            }
+            Err(e) => return Err(api("inspect", container)(e)),
+        };
+        let theirs = info.config.and_then(|c| c.labels).unwrap_or_default();
+        if let Some(label) = theirs
+            .keys()
+            .find(|k| labels::OWN_CONTAINERS.contains(&k.as_str()))
+        {
+            return Err(RuntimeError::Refused(format!(
+                "container {container} (in attach) carries sandboxd's label {label}: sandboxd never connects its own containers (engines, state databases) to a sandbox network"
+            )));
+        }
+        let connected = info
+            .network_settings
+            .and_then(|n| n.networks)
+            .is_some_and(|n| n.contains_key(network));
+        if connected {
+            return Ok(());
+        }
+        let request = NetworkConnectRequest {
+            container: container.to_owned(),
+            endpoint_config: None,
+        };
+        match self.docker.connect_network(network, request).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.to_string().contains("already exists") => Ok(()),
+            Err(e) => Err(api("connect to network", container)(e)),
+        }
+    }
+
+    async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        let request = NetworkDisconnectRequest {
+            container: container.to_owned(),
+            force: Some(true),
+        };
+        match self.docker.disconnect_network(network, request).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, &[404]) || e.to_string().contains("is not connected") => Ok(()),
+            Err(e) => Err(api("disconnect from network", container)(e)),
+        }
     }
 
     async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
@@ -235,6 +533,10 @@ impl Runtime for DockerRuntime {
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        if let Some(label) = &spec.image_label {
+            self.check_image_label(&spec.image, label).await?;
+        }
+        self.check_name_owner(spec).await?;
         self.remove_any(&spec.name, Duration::ZERO).await?;
         let _timer = metrics::time_docker_call(DockerCall::Create);
         let port_key = format!("{}/tcp", spec.port);
@@ -242,29 +544,59 @@ impl Runtime for DockerRuntime {
             host_ip: Some("127.0.0.1".into()),
             host_port: Some(spec.host_port.map(|p| p.to_string()).unwrap_or_default()),
         };
+        let owner = spec.user.replace(':', ",gid=");
+        let tmpfs = spec
+            .tmpfs
+            .iter()
+            .map(|t| {
+                (
+                    t.path.clone(),
+                    format!("rw,noexec,nosuid,nodev,size={},uid={owner}", t.bytes),
+                )
+            })
+            .collect();
+        let limits = &spec.limits;
         let host_config = HostConfig {
-            memory: Some(spec.limits.memory_bytes),
-            memory_swap: Some(spec.limits.memory_bytes),
-            nano_cpus: Some(spec.limits.nano_cpus),
-            pids_limit: Some(spec.limits.pids),
+            memory: Some(limits.memory_bytes),
+            memory_swap: Some(limits.memory_bytes),
+            nano_cpus: Some(limits.nano_cpus),
+            pids_limit: Some(limits.pids),
+            oom_score_adj: Some(limits.oom_score_adj),
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             cap_drop: Some(vec!["ALL".into()]),
-            cap_add: Some(spec.cap_add.clone()),
-            tmpfs: Some(HashMap::from([(
-                spec.tmpfs_path.clone(),
-                format!("rw,nosuid,nodev,size={}", spec.limits.tmpfs_bytes),
-            )])),
+            readonly_rootfs: Some(true),
+            tmpfs: Some(tmpfs),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("json-file".into()),
+                config: Some(HashMap::from([
+                    ("max-size".to_owned(), limits.log_bytes.to_string()),
+                    ("max-file".to_owned(), limits.log_files.to_string()),
+                ])),
+            }),
             port_bindings: Some(HashMap::from([(port_key.clone(), Some(vec![binding]))])),
             network_mode: Some(spec.network.clone()),
             ..Default::default()
         };
+        let endpoint = EndpointSettings {
+            aliases: Some(spec.aliases.clone()),
+            ..Default::default()
+        };
+        let with_stdin = spec.stdin.is_some();
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
+            user: Some(spec.user.clone()),
             env: Some(spec.env.clone()),
             cmd: (!spec.cmd.is_empty()).then(|| spec.cmd.clone()),
+            entrypoint: spec.entrypoint.clone(),
             labels: Some(spec.labels.clone()),
             exposed_ports: Some(vec![port_key]),
+            open_stdin: Some(with_stdin),
+            stdin_once: Some(with_stdin),
+            attach_stdin: Some(with_stdin),
             host_config: Some(host_config),
+            networking_config: Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(spec.network.clone(), endpoint)])),
+            }),
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default()
@@ -275,10 +607,20 @@ impl Runtime for DockerRuntime {
             .create_container(Some(options), body)
             .await
             .map_err(api("create", &spec.name))?;
-        if let Err(e) = self.docker.start_container(&created.id, None).await {
-            // Do not leave a created-but-never-started container behind.
+        let started = async {
+            self.docker
+                .start_container(&created.id, None)
+                .await
+                .map_err(api("start", &spec.name))?;
+            if let Some(secret) = &spec.stdin {
+                self.send_stdin(&created.id, &spec.name, secret).await?;
+            }
+            Ok::<_, RuntimeError>(())
+        };
+        if let Err(e) = started.await {
+            // Do not leave a container behind that never got going.
             let _ = self.remove_any(&created.id, Duration::ZERO).await;
-            return Err(api("start", &spec.name)(e));
+            return Err(e);
         }
         Ok(ContainerId::new(created.id))
     }

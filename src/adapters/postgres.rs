@@ -1,9 +1,16 @@
 //! The Postgres adapter: [`Store`] over sqlx, the migrations, the engine
-//! allowlist sync, the orchestrator's writes, and the one LISTEN helper
-//! that the controller's watcher and the client's waiters share.
+//! allowlist sync, the orchestrator's writes, registering orchestrator
+//! roles, and the one LISTEN helper that the controller's watcher and the
+//! client's waiters share.
+//!
+//! Desired rows are read in forms that always decode (arrays as JSON text
+//! with their shape alongside, times only when finite and in range): a row
+//! that got past the database's checks (a superuser with triggers disabled)
+//! comes back with [`DesiredSandbox::invalid`] set instead of failing the
+//! read or panicking in a decoder.
 
-use crate::domain::id::SandboxId;
-use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
+use crate::domain::id::{EngineName, SandboxId};
+use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};
 use crate::ports::store::{NotifyStream, Store, StoreError};
@@ -144,27 +151,31 @@ impl PgStore {
     }
 
     /// Inserts or replaces a desired row (the orchestrator's write). Returns
-    /// the generation the database assigned.
+    /// the generation the database assigned. An empty `owner` means the
+    /// database role this store connects as.
     pub async fn upsert_desired(
         &self,
         id: &SandboxId,
         owner: &str,
         services: &[String],
         features: &BTreeMap<String, BTreeSet<String>>,
+        attach: &[String],
         expires_at: Option<DateTime<Utc>>,
     ) -> Result<i64, StoreError> {
         let features = serde_json::json!(features);
         sqlx::query_scalar(
-            "INSERT INTO sandbox_desired (id, owner, services, features, expires_at)
-             VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO sandbox_desired (id, owner, services, features, attach, expires_at)
+             VALUES ($1, coalesce(nullif($2, ''), current_user), $3, $4, $5, $6)
              ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, services = EXCLUDED.services,
-                 features = EXCLUDED.features, expires_at = EXCLUDED.expires_at
+                 features = EXCLUDED.features, attach = EXCLUDED.attach,
+                 expires_at = EXCLUDED.expires_at
              RETURNING generation",
         )
         .bind(id.as_str())
         .bind(owner)
         .bind(services)
         .bind(features)
+        .bind(attach)
         .bind(expires_at)
         .fetch_one(&self.pool)
         .await
@@ -181,68 +192,403 @@ impl PgStore {
         Ok(done.rows_affected() > 0)
     }
 
-    /// Reads a desired row, resolving its engine names once, here: names
-    /// this binary does not know end up in `unknown_services`.
-    fn desired_from_row(&self, row: &PgRow) -> Result<DesiredSandbox, StoreError> {
-        let raw_id: String = row.get("id");
-        let malformed = |reason: String| StoreError::Malformed {
-            table: "sandbox_desired",
-            id: raw_id.clone(),
-            reason,
-        };
-        let id = SandboxId::parse(&raw_id).map_err(|e| malformed(e.to_string()))?;
-        let raw_services: Vec<String> = row.get("services");
+    /// Registers `role` as an orchestrator (`sandbox_grant_orchestrator`):
+    /// it may write `sandbox_desired` and read `sandbox_status` and the
+    /// allowlist, nothing else; with `own_rows_only`, only rows whose owner
+    /// is `role`. Only the owner of sandboxd's tables may do this.
+    pub async fn grant_orchestrator(
+        &self,
+        role: &str,
+        own_rows_only: bool,
+    ) -> Result<(), RoleError> {
+        check_role_name(role)?;
+        sqlx::query("SELECT sandbox_grant_orchestrator($1::text::name, $2)")
+            .bind(role)
+            .bind(own_rows_only)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| role_error(role, e))?;
+        Ok(())
+    }
+
+    /// Revokes what [`PgStore::grant_orchestrator`] granted and unregisters
+    /// `role`; true if it was registered.
+    pub async fn revoke_orchestrator(&self, role: &str) -> Result<bool, RoleError> {
+        check_role_name(role)?;
+        sqlx::query_scalar("SELECT sandbox_revoke_orchestrator($1::text::name)")
+            .bind(role)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| role_error(role, e))
+    }
+
+    /// Reads a desired row selected with [`DESIRED_COLUMNS`], resolving its
+    /// engine names once, here: names this binary does not know end up in
+    /// `unknown_services`. Never fails: what cannot be used is described in
+    /// `invalid`.
+    fn desired_from_row(&self, id: &SandboxId, row: &PgRow) -> DesiredSandbox {
+        let mut problems = Problems::default();
+        let mut owner = problems
+            .column::<Option<String>>(row, "owner")
+            .flatten()
+            .unwrap_or_default();
+        if owner.chars().count() > MAX_OWNER_CHARS || owner.chars().any(char::is_control) {
+            problems.push(format!(
+                "owner must be text of at most {MAX_OWNER_CHARS} characters without control characters"
+            ));
+            // It may reach labels and logs: never with control characters.
+            owner = owner
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(MAX_OWNER_CHARS)
+                .collect();
+        }
+
+        let raw_services = problems.list(row, "services", MAX_SERVICES);
+        if raw_services.as_ref().is_some_and(Vec::is_empty) {
+            problems.push("services is empty: name at least one engine".into());
+        }
         let mut services = Vec::new();
         let mut unknown_services = Vec::new();
-        for name in raw_services {
+        for name in raw_services.unwrap_or_default() {
+            if services.iter().any(|e: &EngineName| e.as_str() == name)
+                || unknown_services.contains(&name)
+            {
+                problems.push(format!("services name {} twice", shown(&name)));
+                continue;
+            }
             match self.registry.lookup(&name) {
                 Some(engine) => services.push(engine.name()),
                 None => unknown_services.push(name),
             }
         }
-        let features_json: serde_json::Value = row.get("features");
-        let raw_features: BTreeMap<String, BTreeSet<String>> =
-            serde_json::from_value(features_json).map_err(|e| malformed(e.to_string()))?;
-        let features = raw_features
-            .into_iter()
-            .filter_map(|(name, set)| Some((self.registry.lookup(&name)?.name(), set)))
-            .collect();
-        Ok(DesiredSandbox {
-            id,
-            owner: row.get("owner"),
+
+        let features = self.features(row, &services, &unknown_services, &mut problems);
+
+        let mut attach = problems.list(row, "attach", MAX_ATTACH).unwrap_or_default();
+        if let Some(bad) = attach.iter().find(|n| !docker_name(n)) {
+            problems.push(format!(
+                "attach holds {}, which is not a Docker container name (1 to 128 characters from \
+                 a-z, A-Z, 0-9, '_', '.' and '-', starting with a letter or digit)",
+                shown(bad)
+            ));
+            attach.retain(|n| docker_name(n));
+        }
+        let distinct: BTreeSet<&String> = attach.iter().collect();
+        if distinct.len() != attach.len() {
+            problems.push("attach names a container twice".into());
+            let mut seen = BTreeSet::new();
+            attach.retain(|n| seen.insert(n.clone()));
+        }
+
+        let has_expiry = problems.column::<bool>(row, "has_expiry").unwrap_or(false);
+        let expires_at = problems
+            .column::<Option<DateTime<Utc>>>(row, "expires_at")
+            .flatten();
+        if has_expiry && expires_at.is_none() {
+            problems.push(
+                "expires_at is not a finite time before the year 10000 (e.g. 'infinity')".into(),
+            );
+        }
+        let updated_at_ok = problems
+            .column::<bool>(row, "updated_at_ok")
+            .unwrap_or(false);
+        if !updated_at_ok {
+            problems.push("updated_at is not a finite time before the year 10000".into());
+        }
+        let updated_at = problems
+            .column::<DateTime<Utc>>(row, "updated_at")
+            .unwrap_or(DateTime::UNIX_EPOCH);
+        let generation = problems.column::<i64>(row, "generation").unwrap_or(0);
+
+        DesiredSandbox {
+            id: id.clone(),
+            owner,
             services,
             unknown_services,
             features,
-            attach: Vec::new(),
-            invalid: None,
-            expires_at: row.get("expires_at"),
-            generation: row.get("generation"),
-            updated_at: row.get("updated_at"),
-        })
+            attach,
+            invalid: problems.into_reason(),
+            expires_at,
+            generation,
+            updated_at,
+        }
+    }
+
+    /// The `features` column: a JSON object mapping each requested engine
+    /// to at most [`MAX_FEATURES`] distinct allowlisted feature names.
+    fn features(
+        &self,
+        row: &PgRow,
+        services: &[EngineName],
+        unknown_services: &[String],
+        problems: &mut Problems,
+    ) -> BTreeMap<EngineName, BTreeSet<String>> {
+        let mut features = BTreeMap::new();
+        let text = match problems.column::<Option<String>>(row, "features") {
+            Some(Some(text)) => text,
+            Some(None) => {
+                problems.push(format!(
+                    "features is larger than {MAX_FEATURES_BYTES} bytes: name at most \
+                     {MAX_FEATURES} features per engine"
+                ));
+                return features;
+            }
+            // Already reported.
+            None => return features,
+        };
+        let Ok(raw) = serde_json::from_str::<BTreeMap<String, Vec<String>>>(&text) else {
+            problems.push(
+                "features is not a JSON object mapping engine to an array of feature names, \
+                 e.g. {\"postgres\":[\"pg_trgm\"]}"
+                    .into(),
+            );
+            return features;
+        };
+        for (name, list) in raw {
+            let engine = self.registry.lookup(&name);
+            let requested = match engine {
+                Some(e) => services.contains(&e.name()),
+                None => unknown_services.contains(&name),
+            };
+            if !requested {
+                problems.push(format!(
+                    "features name engine {}, which services do not request",
+                    shown(&name)
+                ));
+                continue;
+            }
+            // Features of an engine this binary does not know: the row is
+            // already failed through `unknown_services`.
+            let Some(engine) = engine else { continue };
+            if list.len() > MAX_FEATURES {
+                problems.push(format!(
+                    "features for {name} list {} entries: at most {MAX_FEATURES} are allowed",
+                    list.len()
+                ));
+                continue;
+            }
+            let set: BTreeSet<String> = list.iter().cloned().collect();
+            if set.len() != list.len() {
+                problems.push(format!("features for {name} name a feature twice"));
+            }
+            let allowed = engine.allowed_features();
+            if let Some(bad) = set.iter().find(|f| !allowed.contains(&f.as_str())) {
+                problems.push(format!(
+                    "feature {} is not allowed for engine {name}: allowed features are {}",
+                    shown(bad),
+                    if allowed.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        allowed.join(", ")
+                    }
+                ));
+            }
+            features.insert(engine.name(), set);
+        }
+        features
+    }
+}
+
+/// Most characters of `owner` (as the database's check).
+const MAX_OWNER_CHARS: usize = 200;
+/// Most entries of `services` read (no registry has this many engines).
+const MAX_SERVICES: i32 = 64;
+/// Most features per engine (as the database's check).
+const MAX_FEATURES: usize = 16;
+/// Most bytes of stored `features` read.
+const MAX_FEATURES_BYTES: i32 = 65_536;
+/// Most containers in `attach` (as the database's check).
+const MAX_ATTACH: i32 = 16;
+
+/// The columns of `sandbox_desired` in forms that always decode: arrays as
+/// JSON text (only up to $2 services, $4 containers) with their shape,
+/// `features` as text (only up to $3 bytes stored), times only when finite
+/// and within what the decoder takes. `left(owner, 201)`: one more than
+/// [`MAX_OWNER_CHARS`].
+const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
+    cardinality(services) AS services_len, array_ndims(services) AS services_ndims,
+    array_lower(services, 1) AS services_lower,
+    CASE WHEN cardinality(services) <= $2 THEN to_jsonb(services)::text END AS services,
+    CASE WHEN pg_column_size(features) <= $3 THEN features::text END AS features,
+    cardinality(attach) AS attach_len, array_ndims(attach) AS attach_ndims,
+    array_lower(attach, 1) AS attach_lower,
+    CASE WHEN cardinality(attach) <= $4 THEN to_jsonb(attach)::text END AS attach,
+    expires_at IS NOT NULL AS has_expiry,
+    CASE WHEN isfinite(expires_at) AND expires_at < '10000-01-01 00:00:00+00' THEN expires_at END
+        AS expires_at,
+    coalesce(isfinite(updated_at) AND updated_at < '10000-01-01 00:00:00+00', false) AS updated_at_ok,
+    CASE WHEN isfinite(updated_at) AND updated_at < '10000-01-01 00:00:00+00' THEN updated_at
+         ELSE now() END AS updated_at,
+    generation";
+
+/// What is wrong with a desired row, collected while reading it.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn push(&mut self, problem: String) {
+        self.0.push(problem);
+    }
+
+    /// One column, or `None` (and a problem) when it cannot be decoded.
+    fn column<'r, T>(&mut self, row: &'r PgRow, name: &str) -> Option<T>
+    where
+        T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        match row.try_get::<T, _>(name) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.push(format!("column {name} cannot be read"));
+                None
+            }
+        }
+    }
+
+    /// A text array selected as `<name>_len`, `<name>_ndims`,
+    /// `<name>_lower` and `<name>` (JSON text when at most `max` entries):
+    /// its elements when it is a one-dimensional list starting at index 1
+    /// without NULLs, else `None` and a problem.
+    fn list(&mut self, row: &PgRow, name: &str, max: i32) -> Option<Vec<String>> {
+        let Some(len) = self.column::<Option<i32>>(row, &format!("{name}_len"))? else {
+            self.push(format!("{name} is NULL"));
+            return None;
+        };
+        if len == 0 {
+            return Some(Vec::new());
+        }
+        if len > max {
+            self.push(format!(
+                "{name} lists {len} entries: at most {max} are allowed"
+            ));
+            return None;
+        }
+        let ndims = self.column::<Option<i32>>(row, &format!("{name}_ndims"))?;
+        let lower = self.column::<Option<i32>>(row, &format!("{name}_lower"))?;
+        if ndims != Some(1) || lower != Some(1) {
+            self.push(format!(
+                "{name} is not a one-dimensional list starting at index 1"
+            ));
+            return None;
+        }
+        let text = self.column::<Option<String>>(row, name)??;
+        match serde_json::from_str::<Vec<Option<String>>>(&text) {
+            Ok(items) if items.iter().all(Option::is_some) => {
+                Some(items.into_iter().flatten().collect())
+            }
+            Ok(_) => {
+                self.push(format!("{name} contains NULL"));
+                None
+            }
+            Err(_) => {
+                self.push(format!("{name} cannot be read as a list of text"));
+                None
+            }
+        }
+    }
+
+    fn into_reason(self) -> Option<String> {
+        (!self.0.is_empty()).then(|| self.0.join("; "))
+    }
+}
+
+/// A value from a row, quoted for a message: at most 80 characters, control
+/// characters escaped.
+fn shown(value: &str) -> String {
+    let cut: String = value.chars().take(80).collect();
+    format!("{cut:?}")
+}
+
+/// Docker's container name rule: `^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`.
+fn docker_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// Failures of registering or unregistering an orchestrator role.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleError {
+    /// The name cannot be a Postgres role name.
+    #[error("invalid role name {0:?}: use 1 to 63 bytes without control characters")]
+    InvalidName(String),
+    /// No such role in the cluster.
+    #[error("role {0:?} does not exist: create it first as a superuser of the state database \
+             (CREATE ROLE \"{0}\" LOGIN PASSWORD '...'), then run `sandboxd grant-orchestrator {0}` again")]
+    NoSuchRole(String),
+    /// The connecting role does not own sandboxd's tables.
+    #[error("only the role that owns sandboxd's tables (the controller's, which runs `sandboxd migrate`) \
+             may grant or revoke orchestrators: use the controller's DATABASE_URL")]
+    NotOwner,
+    /// The migrations that define the functions have not run.
+    #[error("the state database has no orchestrator functions: run `sandboxd migrate` (or start the controller) first")]
+    NotMigrated,
+    /// The database refused the role (the message says why and what to do).
+    #[error("{0}")]
+    Refused(String),
+    /// Any other failure of the state database.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn check_role_name(role: &str) -> Result<(), RoleError> {
+    if role.is_empty() || role.len() > 63 || role.chars().any(char::is_control) {
+        return Err(RoleError::InvalidName(role.chars().take(80).collect()));
+    }
+    Ok(())
+}
+
+fn role_error(role: &str, e: sqlx::Error) -> RoleError {
+    let code = e
+        .as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned());
+    match code.as_deref() {
+        Some("42704") => RoleError::NoSuchRole(role.to_owned()),
+        Some("42501") => RoleError::NotOwner,
+        Some("42883") | Some("42P01") => RoleError::NotMigrated,
+        Some("22023") => RoleError::Refused(
+            e.as_database_error()
+                .map(|d| d.message().to_owned())
+                .unwrap_or_default(),
+        ),
+        _ => RoleError::Store(query("register orchestrator role")(e)),
     }
 }
 
 fn status_from_row(row: &PgRow) -> Result<SandboxStatus, StoreError> {
-    let raw_id: String = row.get("id");
+    let raw_id: String = row.try_get("id").map_err(query("read status row"))?;
     let malformed = |reason: String| StoreError::Malformed {
         table: "sandbox_status",
-        id: raw_id.clone(),
+        id: raw_id.chars().take(80).collect(),
         reason,
     };
-    let phase: String = row.get("phase");
-    let services: serde_json::Value = row.get("services");
+    let column = |e: sqlx::Error| malformed(e.to_string());
+    let phase: String = row.try_get("phase").map_err(column)?;
+    let services: String = row.try_get("services").map_err(column)?;
+    let services: BTreeMap<String, ServiceStatus> =
+        serde_json::from_str(&services).map_err(|e| malformed(e.to_string()))?;
     Ok(SandboxStatus {
         id: SandboxId::parse(&raw_id).map_err(|e| malformed(e.to_string()))?,
         phase: Phase::parse(&phase).ok_or_else(|| malformed(format!("unknown phase {phase:?}")))?,
-        observed_generation: row.get("observed_generation"),
-        message: row.get("message"),
-        services: serde_json::from_value(services).map_err(|e| malformed(e.to_string()))?,
-        network: None,
-        updated_at: row.get("updated_at"),
+        observed_generation: row.try_get("observed_generation").map_err(column)?,
+        message: row.try_get("message").map_err(column)?,
+        services,
+        network: row.try_get("network").map_err(column)?,
+        updated_at: row.try_get("updated_at").map_err(column)?,
     })
 }
 
-const STATUS_COLUMNS: &str = "id, phase, observed_generation, message, services, updated_at";
+/// The columns of `sandbox_status`; `services` as text, parsed into its
+/// type directly, and `updated_at` only when the decoder takes it.
+const STATUS_COLUMNS: &str = "id, phase, observed_generation, message, services::text AS services,
+    network,
+    CASE WHEN isfinite(updated_at) AND updated_at < '10000-01-01 00:00:00+00' THEN updated_at END
+        AS updated_at";
 
 #[async_trait]
 impl Store for PgStore {
@@ -255,15 +601,17 @@ impl Store for PgStore {
     }
 
     async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, owner, services, features, expires_at, generation, updated_at
-             FROM sandbox_desired WHERE id = $1",
-        )
+        let row = sqlx::query(&format!(
+            "SELECT {DESIRED_COLUMNS} FROM sandbox_desired WHERE id = $1"
+        ))
         .bind(id.as_str())
+        .bind(MAX_SERVICES)
+        .bind(MAX_FEATURES_BYTES)
+        .bind(MAX_ATTACH)
         .fetch_optional(&self.pool)
         .await
         .map_err(query("read desired row"))?;
-        row.map(|r| self.desired_from_row(&r)).transpose()
+        Ok(row.map(|r| self.desired_from_row(id, &r)))
     }
 
     async fn fetch_status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, StoreError> {
@@ -299,21 +647,23 @@ impl Store for PgStore {
     async fn write_status(&self, id: &SandboxId, update: &StatusUpdate) -> Result<(), StoreError> {
         let services = serde_json::json!(update.services);
         sqlx::query(
-            "INSERT INTO sandbox_status (id, phase, observed_generation, message, services, updated_at)
-             VALUES ($1, $2, $3, $4, $5, now())
+            "INSERT INTO sandbox_status (id, phase, observed_generation, message, services, network, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, now())
              ON CONFLICT (id) DO UPDATE SET phase = EXCLUDED.phase,
                  observed_generation = EXCLUDED.observed_generation, message = EXCLUDED.message,
-                 services = EXCLUDED.services, updated_at = now()
+                 services = EXCLUDED.services, network = EXCLUDED.network, updated_at = now()
              WHERE (sandbox_status.phase, sandbox_status.observed_generation, sandbox_status.message,
-                    sandbox_status.services)
+                    sandbox_status.services, sandbox_status.network)
                    IS DISTINCT FROM
-                   (EXCLUDED.phase, EXCLUDED.observed_generation, EXCLUDED.message, EXCLUDED.services)",
+                   (EXCLUDED.phase, EXCLUDED.observed_generation, EXCLUDED.message, EXCLUDED.services,
+                    EXCLUDED.network)",
         )
         .bind(id.as_str())
         .bind(update.phase.as_str())
         .bind(update.observed_generation)
         .bind(&update.message)
         .bind(services)
+        .bind(update.network.as_deref())
         .execute(&self.pool)
         .await
         .map_err(query("write status row"))?;
@@ -342,5 +692,49 @@ impl Store for PgStore {
             }
         });
         Ok(stream.boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_names_follow_dockers_rule() {
+        for ok in ["a", "agent-7", "Agent_8.x", "0", &"a".repeat(128)] {
+            assert!(docker_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "-a",
+            ".a",
+            "_a",
+            "a/b",
+            "a b",
+            "a\u{1b}[31m",
+            "é",
+            &"a".repeat(129),
+        ] {
+            assert!(!docker_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn values_shown_in_messages_are_cut_and_carry_no_control_characters() {
+        assert_eq!(shown("agent"), "\"agent\"");
+        assert_eq!(shown("a\u{1b}[31m\n"), "\"a\\u{1b}[31m\\n\"");
+        assert_eq!(shown(&"x".repeat(200)).len(), 82);
+    }
+
+    #[test]
+    fn role_names_must_fit_postgres_names() {
+        assert!(check_role_name("agents").is_ok());
+        assert!(check_role_name(&"r".repeat(63)).is_ok());
+        for bad in ["", "a\nb", &"r".repeat(64)] {
+            assert!(
+                matches!(check_role_name(bad), Err(RoleError::InvalidName(_))),
+                "{bad:?}"
+            );
+        }
     }
 }

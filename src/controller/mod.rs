@@ -3,6 +3,7 @@
 
 mod heal_loop;
 mod image;
+pub mod network;
 mod probes;
 pub mod provision;
 mod reconcile;
@@ -193,7 +194,9 @@ impl Controller {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ControllerError> {
         let ctx = self.ctx.clone();
-        ctx.runtime.ensure_network(&ctx.config.network).await?;
+        if let Some(shared) = network::shared_spec(&ctx) {
+            ctx.runtime.ensure_network(&shared).await?;
+        }
 
         // Subscribe to both streams before the initial lists, so no change
         // falls in between.

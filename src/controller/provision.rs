@@ -2,6 +2,7 @@
 //! with caps and labels, readiness, features, verification.
 
 use super::image::{self, ImageError};
+use super::network::{self, Placement};
 use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
 use crate::domain::container::ExecOutput;
@@ -11,7 +12,7 @@ use crate::domain::plan::{HealCause, Provision, ProvisionReason};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
 use crate::engine::{self, Credentials, Engine, EngineError, Exec, Target};
-use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError};
+use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, Tmpfs};
 use async_trait::async_trait;
 use rand::distr::{Alphanumeric, SampleString};
 use std::collections::{BTreeSet, HashMap};
@@ -32,7 +33,7 @@ pub enum ProvisionError {
     UnknownEngine(EngineName),
     /// The container exited while sandboxd waited for it.
     #[error(
-        "{engine} container {container} exited before it became ready; last log lines:\n{logs}"
+        "{engine} container {container} exited before it became ready (if its log says a feature is not available, use an image that ships it: --features-image {engine}=IMAGE, or drop the feature from the row); last log lines:\n{logs}"
     )]
     Exited {
         /// Engine name.
@@ -61,46 +62,51 @@ pub enum ProvisionError {
     Feature(#[source] EngineError, String),
 }
 
-/// The container name for one engine of one sandbox.
-pub(crate) fn container_name(
-    config: &ControllerConfig,
-    desired_id: &str,
-    engine: EngineName,
-) -> String {
-    format!("sandboxd-{}-{desired_id}-{engine}", config.deployment)
-}
-
 /// A fresh credential-set token (see [`crate::domain::labels::INSTANCE`]).
 fn new_instance() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 16)
 }
 
-/// The container sandboxd creates for `engine`: the image's environment
-/// contract, caps, tmpfs data, loopback port and the configured network.
+/// The container sandboxd creates for `engine`: the image's sandbox mode
+/// (non-secret environment and arguments, secrets on standard input), a
+/// read-only root with tmpfs data, `/tmp` and runtime directories, a
+/// non-root user, no capabilities, caps, and a loopback port on `placement`'s
+/// network.
 pub fn container_spec(
     config: &ControllerConfig,
     engine: &'static dyn Engine,
-    name: &str,
+    placement: &Placement,
     image: &str,
     credentials: &Credentials,
+    features: &BTreeSet<String>,
     labels: HashMap<String, String>,
 ) -> ContainerSpec {
+    let scratch = |path: &str| Tmpfs {
+        path: path.to_owned(),
+        bytes: config.limits.scratch_bytes,
+    };
+    let mut tmpfs = vec![Tmpfs {
+        path: engine.data_path().to_owned(),
+        bytes: config.limits.tmpfs_bytes,
+    }];
+    tmpfs.push(scratch("/tmp"));
+    tmpfs.extend(engine.runtime_dirs().iter().map(|d| scratch(d)));
     ContainerSpec {
-        name: name.to_owned(),
+        name: placement.container.clone(),
         image: image.to_owned(),
-        env: engine.container_env(credentials),
-        cmd: engine.container_args(credentials),
+        env: engine.container_env(credentials, features),
+        cmd: engine.container_args(features),
+        entrypoint: engine.entrypoint(),
         labels,
         port: engine.port(),
         host_port: None,
-        network: config.network.clone(),
+        network: placement.network.clone(),
+        aliases: placement.aliases.clone(),
+        user: engine.user().to_owned(),
         limits: config.limits,
-        tmpfs_path: engine.data_path().to_owned(),
-        cap_add: engine
-            .capabilities()
-            .iter()
-            .map(|c| c.to_string())
-            .collect(),
+        tmpfs,
+        stdin: Some(engine.secrets(credentials)),
+        image_label: engine.image_label().map(str::to_owned),
     }
 }
 
@@ -190,7 +196,8 @@ async fn create(
         runtime.remove(id, config.stop_timeout).await?;
     }
 
-    let name = container_name(config, desired.id.as_str(), p.engine);
+    let placement = network::placement(config, &desired.id, p.engine);
+    let name = placement.container.clone();
     let labels = ContainerLabels {
         deployment: config.deployment.clone(),
         sandbox: desired.id.clone(),
@@ -200,7 +207,15 @@ async fn create(
         features: p.features.clone(),
         instance: instance.clone(),
     };
-    let mut spec = container_spec(config, engine, &name, &image, &credentials, labels.to_map());
+    let mut spec = container_spec(
+        config,
+        engine,
+        &placement,
+        &image,
+        &credentials,
+        &p.features,
+        labels.to_map(),
+    );
     spec.host_port = p.host_port;
     let id = match runtime.create_and_start(&spec).await {
         Ok(id) => id,
@@ -216,7 +231,7 @@ async fn create(
 
     match bring_up(ctx, engine, &id, &name, &credentials, &p.features, &image).await {
         Ok((host_port, available)) => {
-            let host = name;
+            let host = placement.host;
             let port = engine.port();
             Ok(ServiceStatus {
                 url: engine.url(&host, port, &credentials),
@@ -267,10 +282,6 @@ async fn bring_up(
         // Nothing to enable or verify: spare the engine two more logins.
         return Ok((host_port, Vec::new()));
     }
-    engine
-        .enable_features(&target, features)
-        .await
-        .map_err(|e| ProvisionError::Feature(e, image.to_owned()))?;
     let available = engine
         .verify_features(&target, features)
         .await

@@ -3,8 +3,8 @@
 //! the pure core ([`plan`](crate::domain::plan) and
 //! [`status`](crate::domain::status)); this module only does what they say.
 
-use super::provision;
 use super::Context;
+use super::{network, provision};
 use crate::domain::id::{EngineName, SandboxId};
 use crate::domain::plan::{self, Plan, Wanted};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
@@ -58,8 +58,18 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     tracing::debug!(actions = plan.actions.len(), "planned");
 
     let teardown = teardown(ctx, &plan).await;
-    if let Some(update) = status::while_provisioning(&plan, desired.as_ref(), previous.as_ref()) {
+    // The row to converge to, unless it is gone, expired or unreadable.
+    let converging = desired
+        .as_ref()
+        .filter(|d| plan.wanted == Wanted::Yes && d.invalid.is_none());
+    let network_name = Some(network::sandbox_network(ctx, id));
+    if let Some(mut update) = status::while_provisioning(&plan, desired.as_ref(), previous.as_ref())
+    {
+        update.network.clone_from(&network_name);
         ctx.store.write_status(id, &update).await?;
+    }
+    if converging.is_some() {
+        network::ensure(ctx, id).await?;
     }
     let new_request = desired
         .as_ref()
@@ -68,12 +78,24 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         Some(d) => provision_all(ctx, d, &plan, new_request).await,
         None => Vec::new(),
     };
+    let attach = match converging {
+        Some(d) => network::sync_attached(ctx, d).await?,
+        None => Vec::new(),
+    };
+    if plan.wanted != Wanted::Yes && !plan.is_waiting() && teardown.is_none() {
+        // Nothing of the sandbox is left: its network goes too.
+        network::remove(ctx, id).await?;
+    }
 
     let outcomes = Outcomes {
         provisioned,
         teardown,
+        attach,
     };
-    let verdict = status::decide(&plan, desired.as_ref(), previous.as_ref(), &outcomes);
+    let mut verdict = status::decide(&plan, desired.as_ref(), previous.as_ref(), &outcomes);
+    if let Publish::Write(update) = &mut verdict.publish {
+        update.network = network_name;
+    }
     match &verdict.publish {
         Publish::Write(update) => ctx.store.write_status(id, update).await?,
         Publish::Delete => ctx.store.delete_status(id).await?,

@@ -22,6 +22,13 @@ pub(crate) async fn relist(
     let mut ids: BTreeSet<String> = ctx.store.list_ids().await?.into_iter().collect();
     let containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
     ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
+    // A network whose sandbox is gone is removed by that sandbox's reconcile.
+    let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
+    ids.extend(
+        networks
+            .iter()
+            .filter_map(|n| Some(n.sandbox.as_ref()?.to_string())),
+    );
     let listed: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();
     let drift = known.reconcile_with(&listed);
     let drift = if count_drift { drift } else { 0 };

@@ -76,6 +76,20 @@ impl Harness {
     }
 
     /// The containers of `sandbox` as (id, instance label).
+    /// Names of the deployment's networks, sorted.
+    async fn networks(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .runtime
+            .networks(&self.config.deployment)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        names.sort();
+        names
+    }
+
     fn containers(&self, sandbox: &SandboxId) -> Vec<(ContainerId, String)> {
         self.runtime
             .containers_of(sandbox)
@@ -117,7 +131,7 @@ async fn a_new_row_becomes_ready_with_one_published_container() {
     let generation = h.store.put_desired(row("a"));
     assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
     let (_, service) = h.published(&id("a"));
-    assert_eq!(service.host, "sandboxd-test-a-fakedb");
+    assert_eq!(service.host, "fakedb");
     let status = h.store.status_of(&id("a")).unwrap();
     assert_eq!(status.observed_generation, generation);
     // A second look changes nothing.
@@ -283,21 +297,118 @@ async fn a_deleted_row_is_reaped_only_once_the_injected_clock_passes_the_grace_w
 }
 
 #[tokio::test]
-async fn containers_get_the_engines_profile_and_no_credential_in_their_labels() {
+async fn containers_are_hardened_and_get_their_secrets_only_on_standard_input() {
     let h = Harness::new();
     let ctx = h.context();
     h.store.put_desired(row("a"));
     reconcile(&ctx, &id("a")).await.unwrap();
     let (container, service) = h.published(&id("a"));
     let spec = h.runtime.containers()[&container].spec.clone();
-    assert_eq!(spec.name, "sandboxd-test-a-fakedb");
+    assert_eq!(spec.name, "sandboxd.test.a.fakedb");
     assert_eq!(spec.image, "fakedb:1");
-    assert_eq!(spec.tmpfs_path, "/data");
-    assert_eq!(spec.cap_add, ["CHOWN", "FOWNER", "SETUID", "SETGID"]);
+    assert_eq!(spec.user, "999:999");
+    let mounts: Vec<&str> = spec.tmpfs.iter().map(|t| t.path.as_str()).collect();
+    assert_eq!(mounts, ["/data", "/tmp", "/run/fakedb"]);
     assert_eq!(spec.limits, h.config.limits);
-    assert_eq!(spec.network, h.config.network);
+    assert!(spec.limits.oom_score_adj > 0);
+    assert_eq!(spec.network, "sandboxd.test.a");
+    assert_eq!(spec.aliases, ["fakedb"]);
     let password = service.password.expose();
-    assert!(spec.labels.values().all(|v| !v.contains(password)));
+    let stdin = spec.stdin.as_ref().expect("secrets go to stdin");
+    assert_eq!(stdin.expose(), format!("SANDBOXD_PASSWORD={password}\n"));
+    for text in spec.labels.values().chain(&spec.env).chain(&spec.cmd) {
+        assert!(!text.contains(password), "{text}");
+    }
+    // Clients on the sandbox's network reach the engine by its name.
+    assert_eq!(service.host, "fakedb");
+}
+
+#[tokio::test]
+async fn each_sandbox_gets_its_own_network_which_goes_with_the_sandbox() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    h.store.put_desired(row("b"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    reconcile(&ctx, &id("b")).await.unwrap();
+    assert_eq!(h.networks().await, ["sandboxd.test.a", "sandboxd.test.b"]);
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.network.as_deref(), Some("sandboxd.test.a"));
+
+    h.store.delete_desired(&id("a"));
+    h.clock.advance(chrono::Duration::seconds(3600));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert!(h.containers(&id("a")).is_empty());
+    assert_eq!(h.networks().await, ["sandboxd.test.b"]);
+}
+
+#[tokio::test]
+async fn containers_named_in_attach_are_connected_and_dropped_ones_disconnected() {
+    let h = Harness::new();
+    let ctx = h.context();
+    let mut d = row("a");
+    d.attach = vec!["agent-1".into(), "agent-2".into()];
+    h.store.put_desired(d.clone());
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let members = |h: &Harness| {
+        let mut m = futures::executor::block_on(h.runtime.network_members("sandboxd.test.a"))
+            .unwrap()
+            .unwrap();
+        m.sort();
+        m
+    };
+    assert_eq!(
+        members(&h),
+        ["agent-1", "agent-2", "sandboxd.test.a.fakedb"]
+    );
+
+    d.attach = vec!["agent-2".into()];
+    d.generation += 1;
+    h.store.put_desired(d.clone());
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(members(&h), ["agent-2", "sandboxd.test.a.fakedb"]);
+
+    d.attach = vec!["missing-agent".into()];
+    d.generation += 1;
+    h.store.put_desired(d);
+    assert!(reconcile(&ctx, &id("a")).await.is_err());
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    assert!(
+        status.message.contains("missing-agent"),
+        "{}",
+        status.message
+    );
+    // The engine itself stays published.
+    assert!(status.services.contains_key("fakedb"));
+}
+
+#[tokio::test]
+async fn an_unreadable_row_fails_with_its_reason_and_keeps_the_containers() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let before = h.containers(&id("a"));
+    let mut d = row("a");
+    d.services.clear();
+    d.invalid = Some("services is not a one-dimensional array".into());
+    d.generation = 2;
+    h.store.put_desired(d);
+    h.clock.advance(chrono::Duration::seconds(3600));
+    assert!(reconcile(&ctx, &id("a")).await.is_err());
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    assert!(
+        status.message.contains("one-dimensional"),
+        "{}",
+        status.message
+    );
+    assert_eq!(h.containers(&id("a")), before);
+    assert!(
+        status.services.contains_key("fakedb"),
+        "credentials stay published"
+    );
 }
 
 #[tokio::test]

@@ -24,6 +24,14 @@ pub const FEATURES: &str = "io.sandboxd.features";
 /// published container from one a crash left half-done. Not derived from
 /// the credentials.
 pub const INSTANCE: &str = "io.sandboxd.instance";
+/// Labels that mark containers sandboxd runs itself (engines, its state
+/// databases, their test copies): never connected to a sandbox network.
+pub const OWN_CONTAINERS: &[&str] = &[
+    MANAGED_BY,
+    DEPLOYMENT,
+    "io.sandboxd.state",
+    "io.sandboxd.test-state",
+];
 /// Value of [`MANAGED_BY`].
 pub const MANAGER: &str = "sandboxd";
 
@@ -54,7 +62,10 @@ impl ContainerLabels {
             (MANAGED_BY.to_owned(), MANAGER.to_owned()),
             (DEPLOYMENT.to_owned(), self.deployment.to_string()),
             (SANDBOX.to_owned(), self.sandbox.to_string()),
-            (OWNER.to_owned(), self.owner.clone()),
+            (
+                OWNER.to_owned(),
+                self.owner.chars().filter(|c| !c.is_control()).collect(),
+            ),
             (ENGINE.to_owned(), self.engine.clone()),
             (GENERATION.to_owned(), self.generation.to_string()),
             (FEATURES.to_owned(), features.join(",")),

@@ -10,6 +10,7 @@ pub mod container;
 pub mod id;
 pub mod labels;
 pub mod limits;
+pub mod network;
 pub mod plan;
 pub mod sandbox;
 pub mod secret;

@@ -59,12 +59,16 @@ pub struct Outcomes {
     pub provisioned: Vec<(EngineName, Result<ServiceStatus, String>)>,
     /// The first teardown that failed, if any.
     pub teardown: Option<String>,
+    /// Containers the row names in `attach` that could not be attached.
+    pub attach: Vec<String>,
 }
 
 /// The services a wanted sandbox publishes before anything new is
 /// provisioned: what was published for engines the row still wants (so
 /// credentials being healed stay published even if the controller stops
-/// mid-provision), overridden by the engines the plan keeps.
+/// mid-provision), overridden by the engines the plan keeps. An invalid row
+/// keeps every container, so it keeps publishing all of them: were their
+/// credentials dropped, fixing the row would replace the containers.
 fn standing_services(
     plan: &Plan,
     desired: &DesiredSandbox,
@@ -74,7 +78,10 @@ fn standing_services(
         .map(|s| {
             s.services
                 .iter()
-                .filter(|(engine, _)| desired.services.iter().any(|e| e == engine.as_str()))
+                .filter(|(engine, _)| {
+                    desired.invalid.is_some()
+                        || desired.services.iter().any(|e| e == engine.as_str())
+                })
                 .map(|(e, s)| (e.clone(), s.clone()))
                 .collect()
         })
@@ -143,6 +150,7 @@ pub fn decide(
                  lists those it does): remove it from services or upgrade sandboxd"
         )
     }));
+    failures.extend(outcomes.attach.iter().cloned());
     for (engine, result) in &outcomes.provisioned {
         match result {
             Ok(status) => {

@@ -24,6 +24,10 @@ pub use self::mongo::Mongo;
 pub use self::postgres::Postgres;
 pub use self::redis::Redis;
 
+/// The label of images whose entrypoint speaks sandbox mode (secrets on
+/// standard input, least privilege; see `deploy/images/README.md`).
+pub const SANDBOX_MODE_LABEL: &str = "io.sandboxd.sandbox-mode=1";
+
 /// Every engine sandboxd can run. One line per engine.
 pub static REGISTRY: Registry = Registry::new(&[&Postgres, &Redis, &Mongo, &valkey::Valkey]);
 
@@ -75,7 +79,7 @@ impl fmt::Debug for Registry {
     }
 }
 
-/// Failures while probing an engine or enabling its features.
+/// Failures while probing an engine or checking its features.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// The engine does not answer yet (expected while it starts).
@@ -86,18 +90,8 @@ pub enum EngineError {
         /// What the client saw (no credentials).
         reason: String,
     },
-    /// The image lacks a requested extension or module.
-    #[error("{engine} feature {feature:?} could not be enabled: {reason}; use an image that ships it (--features-image {engine}=IMAGE) or drop the feature from the row")]
-    FeatureUnavailable {
-        /// Engine name.
-        engine: EngineName,
-        /// The feature that failed.
-        feature: String,
-        /// What the engine said.
-        reason: String,
-    },
-    /// A feature was enabled but is not visible afterwards.
-    #[error("{engine} features {missing:?} are not present after enabling them; check the image's extension/module files")]
+    /// A requested feature is not present once the engine is up.
+    #[error("{engine} features {missing:?} are not present after start: use an image that ships them (--features-image {engine}=IMAGE) or drop them from the row")]
     FeatureMissing {
         /// Engine name.
         engine: EngineName,
@@ -168,21 +162,21 @@ pub trait Engine: Send + Sync + 'static {
     fn env_group(&self) -> &'static str;
     /// Features (extensions, modules) a row may request for this engine.
     fn allowed_features(&self) -> &'static [&'static str];
-    /// Upstream image used when no features are requested.
+    /// Image used when no features are requested (built by `deploy/images/build.sh`).
     fn default_image(&self) -> &'static str;
-    /// Upstream image used when features are requested.
+    /// Image used when features are requested.
     fn default_features_image(&self) -> &'static str;
     /// Port the engine listens on inside the container.
     fn port(&self) -> u16;
     /// Data directory, mounted as tmpfs.
     fn data_path(&self) -> &'static str;
-    /// Capabilities added back after dropping all: what the image's
-    /// entrypoint needs to hand the root-owned tmpfs data directory to the
-    /// engine's user (CHOWN, FOWNER for the chmod that follows) and drop to
-    /// that user (SETUID, SETGID). The Debian-built images need only the
-    /// first three; FOWNER covers upstream entrypoints.
-    fn capabilities(&self) -> &'static [&'static str] {
-        &["CHOWN", "FOWNER", "SETUID", "SETGID"]
+    /// Other directories the engine writes to, each a small tmpfs (the root
+    /// filesystem is read-only; `/tmp` is always mounted).
+    fn runtime_dirs(&self) -> &'static [&'static str];
+    /// `uid:gid` the container runs as from its first instruction; the
+    /// tmpfs mounts belong to it, so no capability is ever added back.
+    fn user(&self) -> &'static str {
+        "999:999"
     }
     /// How long the engine may take to become ready before provisioning fails.
     fn readiness_deadline(&self) -> Duration {
@@ -190,10 +184,29 @@ pub trait Engine: Send + Sync + 'static {
     }
     /// The login for a container with this password.
     fn credentials(&self, password: Secret) -> Credentials;
-    /// Environment of the container (the image's environment contract).
-    fn container_env(&self, credentials: &Credentials) -> Vec<String>;
-    /// Arguments to the image's entrypoint; empty keeps the image default.
-    fn container_args(&self, credentials: &Credentials) -> Vec<String>;
+    /// Environment of a sandbox container: never a credential.
+    fn container_env(&self, credentials: &Credentials, features: &BTreeSet<String>) -> Vec<String>;
+    /// Arguments to the image's entrypoint: never a credential.
+    fn container_args(&self, features: &BTreeSet<String>) -> Vec<String>;
+    /// An entrypoint replacing the image's, for images that do not read
+    /// their secrets from standard input themselves.
+    fn entrypoint(&self) -> Option<Vec<String>> {
+        None
+    }
+    /// The label an image must carry to be run for this engine: that of
+    /// images whose entrypoint speaks sandbox mode. `None` when sandboxd
+    /// replaces the entrypoint ([`Engine::entrypoint`]).
+    fn image_label(&self) -> Option<&'static str> {
+        Some(SANDBOX_MODE_LABEL)
+    }
+    /// What the container reads on its standard input, then EOF: its
+    /// secrets as `KEY=VALUE` lines (the images' "sandbox mode").
+    fn secrets(&self, credentials: &Credentials) -> Secret {
+        Secret::new(format!(
+            "SANDBOXD_PASSWORD={}\n",
+            credentials.password.expose()
+        ))
+    }
     /// Connection URL for a client.
     fn url(&self, host: &str, port: u16, credentials: &Credentials) -> String;
     /// Environment variables an agent's test suite reads, without the prefix
@@ -206,12 +219,6 @@ pub trait Engine: Send + Sync + 'static {
     ) -> Vec<(&'static str, String)>;
     /// Succeeds once the real server accepts an authenticated client.
     async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError>;
-    /// Enables `features`; fails loudly if the image lacks one.
-    async fn enable_features(
-        &self,
-        target: &Target<'_>,
-        features: &BTreeSet<String>,
-    ) -> Result<(), EngineError>;
     /// Returns the features that are present, failing if any of `features` is not.
     async fn verify_features(
         &self,

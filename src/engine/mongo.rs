@@ -1,6 +1,13 @@
-//! MongoDB: no features; readiness is checked with `mongosh` inside the
-//! container against the container's own address, because the image's
-//! temporary init server binds only to 127.0.0.1.
+//! MongoDB: no features. The upstream image does not read its secrets from
+//! standard input, so sandboxd replaces its entrypoint with [`SHIM`], which
+//! does: it creates the agent's user (`readWrite` and `dbAdmin` on its own
+//! database, nothing else; no root user exists) on a loopback-only server
+//! without auth, then runs the real server with `--auth`. Readiness is
+//! checked with `mongosh` inside the container, which reads the password
+//! from the tmpfs file the shim wrote, never from its arguments.
+//!
+//! No MongoDB server can be installed on the development machine, so this
+//! engine is exercised only where a `mongo` image exists.
 
 use super::{Credentials, Engine, EngineError, Target};
 use crate::domain::id::EngineName;
@@ -15,7 +22,41 @@ pub struct Mongo;
 
 const NAME: EngineName = EngineName::of_engine("mongo");
 
-const PING: &str = r#"mongosh --quiet --host "$(hostname -i | cut -d' ' -f1)" -u "$SANDBOXD_USER" -p "$SANDBOXD_PASSWORD" --authenticationDatabase admin --eval 'db.runCommand({ping:1}).ok'"#;
+/// The entrypoint of a Mongo sandbox (bash, as `bash -c SHIM sandboxd-mongo
+/// ARGS...`): secrets from standard input, the agent's user, then `mongod
+/// --auth` with ARGS.
+pub const SHIM: &str = r#"set -Eeuo pipefail
+umask 077
+password=
+while IFS= read -r line || [[ -n $line ]]; do
+	case $line in
+	SANDBOXD_PASSWORD=*) password=${line#SANDBOXD_PASSWORD=} ;;
+	'') ;;
+	*) echo "sandboxd-mongo: unknown key ${line%%=*} on standard input (allowed: SANDBOXD_PASSWORD)" >&2; exit 64 ;;
+	esac
+done
+if ! [[ $password =~ ^[A-Za-z0-9]{16,128}$ ]]; then
+	echo "sandboxd-mongo: no valid SANDBOXD_PASSWORD on standard input: sandbox containers read their secrets from stdin" >&2
+	exit 64
+fi
+printf '%s' "$password" >/run/sandboxd/password
+unset password
+mongod --dbpath /data/db --bind_ip 127.0.0.1 --port 27018 --fork --logpath /tmp/init.log >/dev/null
+mongosh --quiet --port 27018 --eval '
+	const pwd = fs.readFileSync("/run/sandboxd/password", "utf8");
+	const name = process.env.SANDBOXD_DATABASE;
+	db.getSiblingDB(name).createUser({user: process.env.SANDBOXD_USER, pwd,
+		roles: [{role: "readWrite", db: name}, {role: "dbAdmin", db: name}]});'
+mongod --dbpath /data/db --port 27018 --shutdown >/dev/null
+exec mongod --auth --bind_ip_all --dbpath /data/db "$@"
+"#;
+
+/// The probe: the agent's login, its password read inside the container.
+const PING: &str = r#"mongosh --quiet --host 127.0.0.1 --eval '
+	const name = process.env.SANDBOXD_DATABASE;
+	const d = db.getSiblingDB(name);
+	d.auth(process.env.SANDBOXD_USER, fs.readFileSync("/run/sandboxd/password", "utf8"));
+	print(d.runCommand({ping: 1}).ok)'"#;
 
 #[async_trait]
 impl Engine for Mongo {
@@ -40,6 +81,9 @@ impl Engine for Mongo {
     fn data_path(&self) -> &'static str {
         "/data/db"
     }
+    fn runtime_dirs(&self) -> &'static [&'static str] {
+        &["/run/sandboxd", "/data/configdb"]
+    }
     fn readiness_deadline(&self) -> Duration {
         Duration::from_secs(90)
     }
@@ -50,21 +94,34 @@ impl Engine for Mongo {
             database: "sandbox".into(),
         }
     }
-    fn container_env(&self, c: &Credentials) -> Vec<String> {
+    fn container_env(&self, c: &Credentials, _features: &BTreeSet<String>) -> Vec<String> {
         vec![
-            format!("MONGO_INITDB_ROOT_USERNAME={}", c.user),
-            format!("MONGO_INITDB_ROOT_PASSWORD={}", c.password.expose()),
-            format!("MONGO_INITDB_DATABASE={}", c.database),
+            "SANDBOXD_SANDBOX=1".to_owned(),
+            format!("SANDBOXD_USER={}", c.user),
+            format!("SANDBOXD_DATABASE={}", c.database),
+            "HOME=/tmp".to_owned(),
         ]
     }
-    fn container_args(&self, _c: &Credentials) -> Vec<String> {
+    fn container_args(&self, _features: &BTreeSet<String>) -> Vec<String> {
         Vec::new()
+    }
+    fn image_label(&self) -> Option<&'static str> {
+        None
+    }
+    fn entrypoint(&self) -> Option<Vec<String>> {
+        Some(vec![
+            "bash".to_owned(),
+            "-c".to_owned(),
+            SHIM.to_owned(),
+            "sandboxd-mongo".to_owned(),
+        ])
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         format!(
-            "mongodb://{}:{}@{host}:{port}/{}?authSource=admin",
+            "mongodb://{}:{}@{host}:{port}/{}?authSource={}",
             c.user,
             c.password.expose(),
+            c.database,
             c.database
         )
     }
@@ -80,14 +137,9 @@ impl Engine for Mongo {
     }
 
     async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError> {
-        let c = target.credentials;
-        let env = vec![
-            format!("SANDBOXD_USER={}", c.user),
-            format!("SANDBOXD_PASSWORD={}", c.password.expose()),
-        ];
         let out = target
             .exec
-            .exec(&["sh", "-c", PING], env)
+            .exec(&["bash", "-c", PING], Vec::new())
             .await
             .map_err(|reason| EngineError::NotReady {
                 engine: NAME,
@@ -103,19 +155,46 @@ impl Engine for Mongo {
         }
     }
 
-    async fn enable_features(
-        &self,
-        _target: &Target<'_>,
-        _features: &BTreeSet<String>,
-    ) -> Result<(), EngineError> {
-        Ok(())
-    }
-
     async fn verify_features(
         &self,
         _target: &Target<'_>,
         _features: &BTreeSet<String>,
     ) -> Result<Vec<String>, EngineError> {
         Ok(Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shim_and_the_probe_never_put_a_secret_in_an_argument() {
+        let c = Mongo.credentials(Secret::new("s3cretPassw0rd1234"));
+        let env = Mongo.container_env(&c, &BTreeSet::new()).join(" ");
+        let entrypoint = Mongo.entrypoint().unwrap().join(" ");
+        for text in [env.as_str(), entrypoint.as_str(), PING] {
+            assert!(!text.contains("s3cret"), "{text}");
+        }
+        assert_eq!(
+            Mongo.secrets(&c).expose(),
+            "SANDBOXD_PASSWORD=s3cretPassw0rd1234\n"
+        );
+        // The agent gets its own database's roles, never root.
+        assert!(SHIM.contains(r#"{role: "readWrite", db: name}, {role: "dbAdmin", db: name}"#));
+        assert!(!SHIM.contains("root"));
+    }
+
+    #[test]
+    fn the_shim_is_valid_bash() {
+        let out = std::process::Command::new("bash")
+            .args(["-n", "-c", SHIM])
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -1,4 +1,8 @@
-//! PostgreSQL: extensions are enabled with `CREATE EXTENSION`.
+//! PostgreSQL. The agent's role owns its database and its `public` schema
+//! and may create databases and trusted extensions, but is no superuser.
+//! The image's sandbox mode installs the requested extensions as the
+//! bootstrap superuser `postgres`, which has no password and exists only on
+//! the Unix socket inside the container, before the server listens on TCP.
 
 use super::{require_all, Credentials, Engine, EngineError, Target};
 use crate::domain::id::EngineName;
@@ -47,10 +51,10 @@ impl Engine for Postgres {
         &["vector", "postgis", "pg_trgm", "citext", "uuid-ossp"]
     }
     fn default_image(&self) -> &'static str {
-        "postgres:16-alpine"
+        "sandboxd/postgres:15"
     }
     fn default_features_image(&self) -> &'static str {
-        "postgis/postgis:16-3.4-alpine"
+        "sandboxd/postgres-ext:15"
     }
     fn port(&self) -> u16 {
         5432
@@ -65,15 +69,20 @@ impl Engine for Postgres {
             database: DATABASE.into(),
         }
     }
-    fn container_env(&self, c: &Credentials) -> Vec<String> {
+    fn runtime_dirs(&self) -> &'static [&'static str] {
+        &["/var/run/postgresql"]
+    }
+    fn container_env(&self, c: &Credentials, features: &BTreeSet<String>) -> Vec<String> {
+        let features: Vec<&str> = features.iter().map(String::as_str).collect();
         vec![
-            format!("POSTGRES_USER={}", c.user),
-            format!("POSTGRES_PASSWORD={}", c.password.expose()),
-            format!("POSTGRES_DB={}", c.database),
+            "SANDBOXD_SANDBOX=1".to_owned(),
+            format!("SANDBOXD_USER={}", c.user),
+            format!("SANDBOXD_DATABASE={}", c.database),
+            format!("SANDBOXD_FEATURES={}", features.join(",")),
             format!("PGDATA={}", self.data_path()),
         ]
     }
-    fn container_args(&self, _c: &Credentials) -> Vec<String> {
+    fn container_args(&self, _features: &BTreeSet<String>) -> Vec<String> {
         // Throwaway data on tmpfs: durability buys nothing, speed does.
         [
             "-c",
@@ -117,40 +126,6 @@ impl Engine for Postgres {
             .execute(&mut conn)
             .await
             .map_err(|e| not_ready(e.to_string()))?;
-        let _ = conn.close().await;
-        Ok(())
-    }
-
-    async fn enable_features(
-        &self,
-        target: &Target<'_>,
-        features: &BTreeSet<String>,
-    ) -> Result<(), EngineError> {
-        let mut conn = self
-            .connect(target)
-            .await
-            .map_err(|reason| EngineError::Client {
-                engine: NAME,
-                reason,
-            })?;
-        for feature in features {
-            // Only allowlisted names reach SQL; they contain no quotes.
-            if !self.allowed_features().contains(&feature.as_str()) {
-                return Err(EngineError::FeatureUnavailable {
-                    engine: NAME,
-                    feature: feature.clone(),
-                    reason: "not in the allowlist".into(),
-                });
-            }
-            let sql = format!("CREATE EXTENSION IF NOT EXISTS \"{feature}\"");
-            sqlx::query(&sql).execute(&mut conn).await.map_err(|e| {
-                EngineError::FeatureUnavailable {
-                    engine: NAME,
-                    feature: feature.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
-        }
         let _ = conn.close().await;
         Ok(())
     }

@@ -1,7 +1,7 @@
-//! Redis: features are modules, loaded with `MODULE LOAD`.
-//!
-//! Redis 7+ refuses `MODULE LOAD` unless the server was started with
-//! `enable-module-command`, so the container is started with it.
+//! Redis: features are modules, loaded at start (`--loadmodule`); the
+//! `MODULE` command stays disabled. The agent's login is the default user,
+//! which the image's sandbox mode restricts by ACL: no `MODULE`, `CONFIG`
+//! (but `CONFIG GET`), `REPLICAOF`, `DEBUG`, `SHUTDOWN`, `MIGRATE`, `ACL`, …
 //!
 //! The RESP helpers here (login, probe, arguments, URL, variables) serve
 //! every engine that speaks the Redis protocol.
@@ -11,7 +11,7 @@ use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Value};
+use redis::AsyncConnectionConfig;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -21,31 +21,31 @@ pub struct Redis;
 
 const NAME: EngineName = EngineName::of_engine("redis");
 
-/// Where images keep module files: Debian's packages, then upstream's images.
-const MODULE_DIRS: &[&str] = &["/usr/lib/redis/modules", "/usr/local/lib/redis/modules"];
+/// Where sandboxd's images keep module files (Debian's packages do).
+const MODULE_DIR: &str = "/usr/lib/redis/modules";
 
-/// A feature's module: the file names it may have and the names
-/// `MODULE LIST` may report for it (they differ between module versions).
+/// A feature's module: its file in [`MODULE_DIR`] and the names `INFO
+/// modules` may report for it (they differ between module versions).
 struct Module {
     feature: &'static str,
-    files: &'static [&'static str],
+    file: &'static str,
     names: &'static [&'static str],
 }
 
 const MODULES: &[Module] = &[
     Module {
         feature: "search",
-        files: &["redisearch.so"],
+        file: "redisearch.so",
         names: &["search", "ft"],
     },
     Module {
         feature: "json",
-        files: &["rejson.so", "librejson.so"],
+        file: "rejson.so",
         names: &["ReJSON"],
     },
     Module {
         feature: "bloom",
-        files: &["redisbloom.so"],
+        file: "redisbloom.so",
         names: &["bf"],
     },
 ];
@@ -99,23 +99,15 @@ pub(super) fn credentials(password: Secret) -> Credentials {
     }
 }
 
-/// Arguments of a throwaway RESP server (`server` is its binary): the
-/// password, no persistence, then `extra`.
-pub(super) fn server_args(server: &str, c: &Credentials, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = [
-        server,
-        "--requirepass",
-        c.password.expose(),
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(extra.iter().map(|a| a.to_string()));
-    args
+/// The environment of every RESP sandbox: the image's sandbox mode, which
+/// reads the password from standard input and writes the server's
+/// configuration (ACL user, no persistence, no `MODULE`) to a tmpfs.
+pub(super) fn server_env() -> Vec<String> {
+    vec!["SANDBOXD_SANDBOX=1".to_owned()]
 }
+
+/// Where the RESP images' sandbox mode writes the server's configuration.
+pub(super) const RUNTIME_DIRS: &[&str] = &["/run/sandboxd"];
 
 /// `redis://:PASSWORD@HOST:PORT/DB`, which every RESP client reads.
 pub(super) fn url(host: &str, port: u16, c: &Credentials) -> String {
@@ -137,51 +129,43 @@ pub(super) fn env_suffixes(host: &str, port: u16, c: &Credentials) -> Vec<(&'sta
     ]
 }
 
-/// Names of the loaded modules, from `MODULE LIST`.
+/// Names of the loaded modules, from `INFO modules` (the agent's ACL
+/// denies `MODULE LIST`).
 async fn loaded_modules(con: &mut MultiplexedConnection) -> Result<BTreeSet<String>, String> {
-    let reply: Value = redis::cmd("MODULE")
-        .arg("LIST")
+    let info: String = redis::cmd("INFO")
+        .arg("modules")
         .query_async(con)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(module_names(&reply))
+    Ok(module_names(&info))
 }
 
-/// Extracts module names from a `MODULE LIST` reply (RESP2 arrays of
-/// alternating keys and values, or RESP3 maps).
-fn module_names(reply: &Value) -> BTreeSet<String> {
-    fn text(v: &Value) -> Option<String> {
-        match v {
-            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            Value::SimpleString(s) => Some(s.clone()),
-            _ => None,
-        }
-    }
-    let mut names = BTreeSet::new();
-    if let Value::Array(entries) = reply {
-        for entry in entries {
-            match entry {
-                Value::Array(kv) => {
-                    for pair in kv.chunks(2) {
-                        if let [k, v] = pair {
-                            if text(k).as_deref() == Some("name") {
-                                names.extend(text(v));
-                            }
-                        }
-                    }
-                }
-                Value::Map(kv) => {
-                    for (k, v) in kv {
-                        if text(k).as_deref() == Some("name") {
-                            names.extend(text(v));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    names
+/// Extracts module names from `INFO modules`: lines such as
+/// `module:name=search,ver=20210,api=1,filters=0,usedby=[],using=[],options=[]`.
+fn module_names(info: &str) -> BTreeSet<String> {
+    info.lines()
+        .filter_map(|line| line.trim().strip_prefix("module:"))
+        .filter_map(|fields| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("name="))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// `--loadmodule FILE` for each requested feature with a module.
+fn module_args(features: &BTreeSet<String>) -> Vec<String> {
+    features
+        .iter()
+        .filter_map(|f| module(f))
+        .flat_map(|m| {
+            [
+                "--loadmodule".to_owned(),
+                format!("{MODULE_DIR}/{}", m.file),
+            ]
+        })
+        .collect()
 }
 
 /// Features whose module is among `loaded`.
@@ -205,10 +189,10 @@ impl Engine for Redis {
         &["search", "json", "bloom"]
     }
     fn default_image(&self) -> &'static str {
-        "redis:8-alpine"
+        "sandboxd/redis:7"
     }
     fn default_features_image(&self) -> &'static str {
-        "redis:8"
+        "sandboxd/redis-ext:7"
     }
     fn port(&self) -> u16 {
         6379
@@ -219,11 +203,14 @@ impl Engine for Redis {
     fn credentials(&self, password: Secret) -> Credentials {
         credentials(password)
     }
-    fn container_env(&self, _c: &Credentials) -> Vec<String> {
-        Vec::new()
+    fn runtime_dirs(&self) -> &'static [&'static str] {
+        RUNTIME_DIRS
     }
-    fn container_args(&self, c: &Credentials) -> Vec<String> {
-        server_args("redis-server", c, &["--enable-module-command", "yes"])
+    fn container_env(&self, _c: &Credentials, _features: &BTreeSet<String>) -> Vec<String> {
+        server_env()
+    }
+    fn container_args(&self, features: &BTreeSet<String>) -> Vec<String> {
+        module_args(features)
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         url(host, port, c)
@@ -234,52 +221,6 @@ impl Engine for Redis {
 
     async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError> {
         ping(NAME, target).await
-    }
-
-    async fn enable_features(
-        &self,
-        target: &Target<'_>,
-        features: &BTreeSet<String>,
-    ) -> Result<(), EngineError> {
-        let client_err = |reason: String| EngineError::Client {
-            engine: NAME,
-            reason,
-        };
-        let mut con = connect(target).await.map_err(client_err)?;
-        let already = features_loaded(&loaded_modules(&mut con).await.map_err(client_err)?);
-        for feature in features.difference(&already) {
-            let unavailable = |reason: String| EngineError::FeatureUnavailable {
-                engine: NAME,
-                feature: feature.clone(),
-                reason,
-            };
-            let m = module(feature).ok_or_else(|| unavailable("not in the allowlist".into()))?;
-            let mut last_error = String::new();
-            let mut loaded = false;
-            'search: for dir in MODULE_DIRS {
-                for file in m.files {
-                    let path = format!("{dir}/{file}");
-                    let reply: Result<Value, _> = redis::cmd("MODULE")
-                        .arg("LOAD")
-                        .arg(&path)
-                        .query_async(&mut con)
-                        .await;
-                    match reply {
-                        Ok(_) => {
-                            loaded = true;
-                            break 'search;
-                        }
-                        Err(e) => last_error = format!("MODULE LOAD {path}: {e}"),
-                    }
-                }
-            }
-            if !loaded {
-                return Err(unavailable(format!(
-                    "no loadable module file in {MODULE_DIRS:?} (last error: {last_error})"
-                )));
-            }
-        }
-        Ok(())
     }
 
     async fn verify_features(
@@ -302,26 +243,29 @@ impl Engine for Redis {
 mod tests {
     use super::*;
 
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
     #[test]
-    fn module_list_replies_map_back_to_features() {
-        let reply = Value::Array(vec![
-            Value::Array(vec![
-                bulk("name"),
-                bulk("ft"),
-                bulk("ver"),
-                Value::Int(10202),
-            ]),
-            Value::Map(vec![(bulk("name"), bulk("bf"))]),
-        ]);
-        let names = module_names(&reply);
+    fn info_modules_replies_map_back_to_features() {
+        let info = "# Modules\r\nmodule:name=ft,ver=10202,api=1,filters=0,usedby=[],using=[],options=[]\r\nmodule:name=bf,ver=20802\r\n";
+        let names = module_names(info);
         assert_eq!(names, BTreeSet::from(["ft".to_owned(), "bf".to_owned()]));
         assert_eq!(
             features_loaded(&names),
             BTreeSet::from(["search".to_owned(), "bloom".to_owned()])
+        );
+        assert!(module_names("# Modules\r\n").is_empty());
+    }
+
+    #[test]
+    fn requested_modules_are_loaded_at_start() {
+        let features = BTreeSet::from(["search".to_owned(), "bloom".to_owned()]);
+        assert_eq!(
+            module_args(&features),
+            [
+                "--loadmodule",
+                "/usr/lib/redis/modules/redisbloom.so",
+                "--loadmodule",
+                "/usr/lib/redis/modules/redisearch.so"
+            ]
         );
     }
 

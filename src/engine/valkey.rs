@@ -2,7 +2,7 @@
 //! but its name, group, images and binary comes from the RESP helpers in
 //! `redis.rs`.
 
-use super::redis::{credentials, env_suffixes, ping, server_args, url};
+use super::redis::{credentials, env_suffixes, ping, server_env, url, RUNTIME_DIRS};
 use super::{require_all, Credentials, Engine, EngineError, Target};
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
@@ -27,10 +27,10 @@ impl Engine for Valkey {
         &[]
     }
     fn default_image(&self) -> &'static str {
-        "valkey/valkey:8-alpine"
+        "sandboxd/valkey:8"
     }
     fn default_features_image(&self) -> &'static str {
-        "valkey/valkey:8-alpine"
+        "sandboxd/valkey:8"
     }
     fn port(&self) -> u16 {
         6379
@@ -41,11 +41,14 @@ impl Engine for Valkey {
     fn credentials(&self, password: Secret) -> Credentials {
         credentials(password)
     }
-    fn container_env(&self, _c: &Credentials) -> Vec<String> {
-        Vec::new()
+    fn runtime_dirs(&self) -> &'static [&'static str] {
+        RUNTIME_DIRS
     }
-    fn container_args(&self, c: &Credentials) -> Vec<String> {
-        server_args("valkey-server", c, &[])
+    fn container_env(&self, _c: &Credentials, _features: &BTreeSet<String>) -> Vec<String> {
+        server_env()
+    }
+    fn container_args(&self, _features: &BTreeSet<String>) -> Vec<String> {
+        Vec::new()
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         url(host, port, c)
@@ -56,14 +59,6 @@ impl Engine for Valkey {
 
     async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError> {
         ping(NAME, target).await
-    }
-
-    async fn enable_features(
-        &self,
-        _target: &Target<'_>,
-        features: &BTreeSet<String>,
-    ) -> Result<(), EngineError> {
-        require_all(NAME, features, &BTreeSet::new())
     }
 
     async fn verify_features(

@@ -4,6 +4,8 @@ use super::BoxError;
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::limits::Limits;
+use crate::domain::network::SubnetPool;
+use crate::domain::secret::Secret;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use std::collections::HashMap;
@@ -35,6 +37,9 @@ pub enum RuntimeError {
         #[source]
         source: BoxError,
     },
+    /// Docker works, but sandboxd will not do what was asked.
+    #[error("{0}")]
+    Refused(String),
     /// An API call did not answer within its deadline.
     #[error("docker {op} for {target} did not answer within {after:?}; is the Docker daemon overloaded or stuck? (`docker info`, `systemctl status docker`)")]
     Timeout {
@@ -47,6 +52,15 @@ pub enum RuntimeError {
     },
 }
 
+/// A tmpfs mount: `noexec,nosuid,nodev`, owned by the container's user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tmpfs {
+    /// Mount point.
+    pub path: String,
+    /// Size cap in bytes (it counts against the memory limit too).
+    pub bytes: i64,
+}
+
 /// Everything needed to create one sandbox container.
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
@@ -54,10 +68,12 @@ pub struct ContainerSpec {
     pub name: String,
     /// Image reference.
     pub image: String,
-    /// Environment (may hold credentials: the image contract requires it).
+    /// Environment: never a credential (see [`ContainerSpec::stdin`]).
     pub env: Vec<String>,
-    /// Arguments; empty keeps the image's default command.
+    /// Arguments; empty keeps the image's default command. Never a credential.
     pub cmd: Vec<String>,
+    /// Replaces the image's entrypoint when set.
+    pub entrypoint: Option<Vec<String>>,
     /// Labels (never credentials).
     pub labels: HashMap<String, String>,
     /// Engine port inside the container.
@@ -66,12 +82,44 @@ pub struct ContainerSpec {
     pub host_port: Option<u16>,
     /// Network to attach to.
     pub network: String,
+    /// Further names the container answers to on `network`.
+    pub aliases: Vec<String>,
+    /// `uid:gid` the container runs as from its first instruction.
+    pub user: String,
     /// Resource and security limits.
     pub limits: Limits,
-    /// Data directory mounted as tmpfs.
-    pub tmpfs_path: String,
-    /// Capabilities added back after dropping all.
-    pub cap_add: Vec<String>,
+    /// tmpfs mounts: data, `/tmp` and runtime directories (the root
+    /// filesystem is read-only).
+    pub tmpfs: Vec<Tmpfs>,
+    /// Written to the container's standard input once it has started, then
+    /// closed: the only way credentials reach a container.
+    pub stdin: Option<Secret>,
+    /// A label (`key=value`) the image must carry, or the container is not
+    /// created: an image that does not read its secrets from standard input
+    /// would otherwise start without a password.
+    pub image_label: Option<String>,
+}
+
+/// A network for sandbox containers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkSpec {
+    /// Network name.
+    pub name: String,
+    /// Labels (deployment and sandbox, so that it is found and cleaned up).
+    pub labels: HashMap<String, String>,
+    /// Where its subnet comes from; `None` lets the daemon choose.
+    pub subnets: Option<SubnetPool>,
+    /// Whether its containers may reach beyond the host through NAT.
+    pub egress: bool,
+}
+
+/// A network sandboxd created, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedNetwork {
+    /// Network name.
+    pub name: String,
+    /// The sandbox its labels name, if valid.
+    pub sandbox: Option<SandboxId>,
 }
 
 /// Container events that may mean a sandbox needs attention.
@@ -179,14 +227,31 @@ pub trait Runtime: Send + Sync + 'static {
         deployment: &Deployment,
         sandbox: Option<&SandboxId>,
     ) -> Result<Vec<ObservedContainer>, RuntimeError>;
-    /// Creates the network `name` unless it exists.
-    async fn ensure_network(&self, name: &str) -> Result<(), RuntimeError>;
+    /// Creates the network unless one of that name exists; a per-sandbox
+    /// network takes the first free subnet of its pool.
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError>;
+    /// The networks `deployment` created.
+    async fn networks(&self, deployment: &Deployment)
+        -> Result<Vec<ObservedNetwork>, RuntimeError>;
+    /// Disconnects everything from the network `name` and removes it, if it
+    /// exists and its labels say `deployment` created it. Idempotent.
+    async fn remove_network(&self, name: &str, deployment: &Deployment)
+        -> Result<(), RuntimeError>;
+    /// Names of the containers connected to the network; `None` if it does
+    /// not exist.
+    async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError>;
+    /// Connects the container `container` (a name) to `network`; refuses
+    /// containers sandboxd manages. Already connected is success.
+    async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError>;
+    /// Disconnects the container from `network`. Not connected is success.
+    async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError>;
     /// Whether `image` is present locally.
     async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError>;
     /// Pulls `image`.
     async fn pull(&self, image: &str) -> Result<(), RuntimeError>;
-    /// Removes any container called `spec.name`, then creates and starts
-    /// the container.
+    /// Removes any container called `spec.name` (refusing if its labels say
+    /// it belongs to another sandbox or deployment), then creates and
+    /// starts the container and writes `spec.stdin` to it.
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError>;
     /// The host port published for the container's engine port.
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError>;

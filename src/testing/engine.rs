@@ -55,10 +55,14 @@ impl Engine for FakeEngine {
             database: "fake".into(),
         }
     }
-    fn container_env(&self, _c: &Credentials) -> Vec<String> {
-        Vec::new()
+    fn runtime_dirs(&self) -> &'static [&'static str] {
+        &["/run/fakedb"]
     }
-    fn container_args(&self, _c: &Credentials) -> Vec<String> {
+    fn container_env(&self, _c: &Credentials, features: &BTreeSet<String>) -> Vec<String> {
+        let features: Vec<&str> = features.iter().map(String::as_str).collect();
+        vec![format!("FAKEDB_FEATURES={}", features.join(","))]
+    }
+    fn container_args(&self, _features: &BTreeSet<String>) -> Vec<String> {
         Vec::new()
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
@@ -84,13 +88,6 @@ impl Engine for FakeEngine {
                 reason: format!("probe exited {}", out.exit_code),
             })
         }
-    }
-    async fn enable_features(
-        &self,
-        _target: &Target<'_>,
-        _features: &BTreeSet<String>,
-    ) -> Result<(), EngineError> {
-        Ok(())
     }
     async fn verify_features(
         &self,

@@ -3,9 +3,11 @@
 use super::Faults;
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, Runtime, RuntimeError, RuntimeEvent,
+    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedNetwork, Runtime,
+    RuntimeError, RuntimeEvent,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -47,7 +49,9 @@ pub(crate) struct FakeContainer {
 struct World {
     containers: BTreeMap<ContainerId, FakeContainer>,
     missing_images: BTreeSet<String>,
-    networks: BTreeSet<String>,
+    networks: BTreeMap<String, NetworkSpec>,
+    /// (network, container) pairs connected after creation.
+    attached: BTreeSet<(String, String)>,
     next: u32,
     subscribers: Vec<mpsc::UnboundedSender<Result<RuntimeEvent, RuntimeError>>>,
     panic_listing: BTreeSet<SandboxId>,
@@ -174,12 +178,118 @@ impl Runtime for FakeRuntime {
             .collect())
     }
 
-    async fn ensure_network(&self, name: &str) -> Result<(), RuntimeError> {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
         self.faults
             .check(RuntimeOp::Network)
             .await
             .map_err(|e| injected("network", e))?;
-        self.world.lock().unwrap().networks.insert(name.into());
+        let mut w = self.world.lock().unwrap();
+        w.networks
+            .entry(spec.name.clone())
+            .or_insert_with(|| spec.clone());
+        Ok(())
+    }
+
+    async fn networks(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedNetwork>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Network)
+            .await
+            .map_err(|e| injected("list networks", e))?;
+        let w = self.world.lock().unwrap();
+        Ok(w.networks
+            .values()
+            .filter(|n| {
+                n.labels.get(labels::DEPLOYMENT).map(String::as_str) == Some(deployment.as_str())
+            })
+            .map(|n| ObservedNetwork {
+                name: n.name.clone(),
+                sandbox: n
+                    .labels
+                    .get(labels::SANDBOX)
+                    .and_then(|s| SandboxId::parse(s).ok()),
+            })
+            .collect())
+    }
+
+    async fn remove_network(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+    ) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Network)
+            .await
+            .map_err(|e| injected("remove network", e))?;
+        let mut w = self.world.lock().unwrap();
+        let Some(network) = w.networks.get(name) else {
+            return Ok(());
+        };
+        if network.labels.get(labels::DEPLOYMENT).map(String::as_str) != Some(deployment.as_str()) {
+            return Err(RuntimeError::Refused(format!(
+                "network {name} is not {deployment}'s"
+            )));
+        }
+        w.networks.remove(name);
+        w.attached.retain(|(n, _)| n != name);
+        Ok(())
+    }
+
+    async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Network)
+            .await
+            .map_err(|e| injected("inspect network", e))?;
+        let w = self.world.lock().unwrap();
+        if !w.networks.contains_key(network) {
+            return Ok(None);
+        }
+        let mut members: Vec<String> = w
+            .containers
+            .values()
+            .filter(|c| c.spec.network == network)
+            .map(|c| c.name.clone())
+            .collect();
+        members.extend(
+            w.attached
+                .iter()
+                .filter(|(n, _)| n == network)
+                .map(|(_, c)| c.clone()),
+        );
+        Ok(Some(members))
+    }
+
+    async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Network)
+            .await
+            .map_err(|e| injected("connect", e))?;
+        let mut w = self.world.lock().unwrap();
+        if !w.networks.contains_key(network) {
+            return Err(injected("connect", format!("no network {network}")));
+        }
+        if container.starts_with("missing-") {
+            return Err(RuntimeError::Refused(format!(
+                "container {container} (in attach) does not exist"
+            )));
+        }
+        w.attached
+            .insert((network.to_owned(), container.to_owned()));
+        Ok(())
+    }
+
+    async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Network)
+            .await
+            .map_err(|e| injected("disconnect", e))?;
+        self.world
+            .lock()
+            .unwrap()
+            .attached
+            .remove(&(network.to_owned(), container.to_owned()));
         Ok(())
     }
 

@@ -1,7 +1,9 @@
 //! Shared fixtures for integration tests: a state Postgres of its own per
-//! test, started through testcontainers from the locally built engine image;
-//! a unique deployment label per test; and a controller running in the
-//! background.
+//! test, started through testcontainers from the locally built engine image,
+//! with a superuser for the test and an ordinary role `sandboxd` owning the
+//! database for the controller (so every test proves the controller works
+//! without superuser rights); a unique deployment label per test; and a
+//! controller running in the background.
 #![allow(dead_code)]
 
 use sandboxd::adapters::{DockerRuntime, PgStore};
@@ -18,9 +20,6 @@ use std::time::Duration;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
-
-/// Docker network shared by the tests.
-pub const NETWORK: &str = "sandboxd-test";
 
 /// Label on every state Postgres the fixtures start (`scripts/test.sh`
 /// removes any a killed test run left behind).
@@ -46,24 +45,30 @@ fn random_suffix() -> String {
 
 /// A throwaway Postgres for sandboxd's own state, removed when dropped.
 pub struct StatePostgres {
-    /// `postgres://…@127.0.0.1:PORT/sandboxd`.
+    /// `postgres://sandboxd:…@127.0.0.1:PORT/sandboxd`: the controller's
+    /// role, a non-superuser that owns the database.
     pub url: String,
+    /// `postgres://postgres:…@127.0.0.1:PORT/sandboxd`: a superuser, for
+    /// tests that create roles or force rows in.
+    pub admin_url: String,
     container: ContainerAsync<GenericImage>,
 }
 
 impl StatePostgres {
-    /// Starts one (data on tmpfs, published on 127.0.0.1 only) and waits
+    /// Starts one (data on tmpfs, published on 127.0.0.1 only), waits
     /// until its real server listens on TCP (the image's temporary init
-    /// server never does) and accepts a login.
+    /// server never does) and accepts a login, then creates the login role
+    /// `sandboxd` (no superuser, no CREATEROLE, no CREATEDB) and the
+    /// database `sandboxd` owned by it.
     pub async fn start() -> Self {
         let (name, tag) = state_image();
+        let admin_password = random_suffix() + &random_suffix();
         let password = random_suffix() + &random_suffix();
         let container = GenericImage::new(name.clone(), tag.clone())
             .with_exposed_port(5432.tcp())
             .with_wait_for(WaitFor::message_on_stderr("listening on IPv4 address"))
-            .with_env_var("POSTGRES_USER", "sandboxd")
-            .with_env_var("POSTGRES_PASSWORD", &password)
-            .with_env_var("POSTGRES_DB", "sandboxd")
+            .with_env_var("POSTGRES_USER", "postgres")
+            .with_env_var("POSTGRES_PASSWORD", &admin_password)
             .with_cmd(["-c", "fsync=off", "-c", "max_connections=200"])
             .with_label(STATE_LABEL, "true")
             .with_startup_timeout(Duration::from_secs(120))
@@ -93,19 +98,39 @@ impl StatePostgres {
             .get_host_port_ipv4(5432.tcp())
             .await
             .expect("the state Postgres publishes 5432");
-        let url = format!("postgres://sandboxd:{password}@127.0.0.1:{port}/sandboxd");
+        let admin =
+            |db: &str| format!("postgres://postgres:{admin_password}@127.0.0.1:{port}/{db}");
         // "listening" comes a moment before "ready to accept connections".
-        eventually(
+        let mut conn = eventually(
             "the state Postgres accepts logins",
             Duration::from_secs(30),
             || async {
                 use sqlx::Connection;
-                let conn = sqlx::PgConnection::connect(&url).await.ok()?;
-                conn.close().await.ok()
+                sqlx::PgConnection::connect(&admin("postgres")).await.ok()
             },
         )
         .await;
-        Self { url, container }
+        // Utility statements take no parameters; the password is alphanumeric.
+        for sql in [
+            format!(
+                "CREATE ROLE sandboxd LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD '{password}'"
+            ),
+            "CREATE DATABASE sandboxd OWNER sandboxd".to_owned(),
+        ] {
+            sqlx::query(&sql)
+                .execute(&mut conn)
+                .await
+                .expect("create the controller's role and database");
+        }
+        {
+            use sqlx::Connection;
+            conn.close().await.expect("close the setup connection");
+        }
+        Self {
+            url: format!("postgres://sandboxd:{password}@127.0.0.1:{port}/sandboxd"),
+            admin_url: admin("sandboxd"),
+            container,
+        }
     }
 
     /// The container's id.
@@ -116,8 +141,14 @@ impl StatePostgres {
 
 /// One test's world: its own state database and deployment label.
 pub struct TestEnv {
+    /// Connections as the controller's role (`sandboxd`, not a superuser).
     pub pool: PgPool,
+    /// The controller's URL.
     pub url: String,
+    /// Connections as a superuser of the state database.
+    pub admin_pool: PgPool,
+    /// The superuser's URL.
+    pub admin_url: String,
     pub deployment: Deployment,
     /// The Docker adapter the controller uses.
     pub runtime: Arc<DockerRuntime>,
@@ -137,8 +168,12 @@ impl TestEnv {
             .migrate()
             .await
             .expect("migrate the test state database");
+        let admin_pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&state.admin_url)
+            .await
+            .expect("connect to the test state database as its superuser");
         let runtime = DockerRuntime::connect().await.expect("docker");
-        runtime.ensure_network(NETWORK).await.expect("network");
         let docker = bollard::Docker::connect_with_local_defaults()
             .expect("docker")
             .negotiate_version()
@@ -147,6 +182,8 @@ impl TestEnv {
         Self {
             pool: store.pool().clone(),
             url: state.url.clone(),
+            admin_pool,
+            admin_url: state.admin_url.clone(),
             deployment: Deployment::parse(&format!("t{}", random_suffix())).unwrap(),
             runtime: Arc::new(runtime),
             docker,
@@ -154,10 +191,38 @@ impl TestEnv {
         }
     }
 
+    /// The URL of the state database for another role (`user`, `password`).
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        let (_, host) = self
+            .url
+            .split_once('@')
+            .expect("the state URL has user information");
+        format!("postgres://{user}:{password}@{host}")
+    }
+
+    /// Creates the login role `name` as the superuser (roles are
+    /// cluster-wide; the controller's role cannot create them) and returns
+    /// a pool connected as it and its URL.
+    pub async fn create_login_role(&self, name: &str) -> (PgPool, String) {
+        let password = random_suffix() + &random_suffix();
+        sqlx::query(&format!(
+            "CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'"
+        ))
+        .execute(&self.admin_pool)
+        .await
+        .unwrap_or_else(|e| panic!("create role {name}: {e}"));
+        let url = self.url_as(name, &password);
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("connect as {name}: {e}"));
+        (pool, url)
+    }
+
     /// Controller configuration for tests: local images, grace 0.
     pub fn config(&self) -> ControllerConfig {
         let mut c = ControllerConfig::new(self.deployment.clone());
-        c.network = NETWORK.into();
         c.images = Images::new(&[test_images()], &[test_features_images()]).expect("test images");
         c.grace = Duration::ZERO;
         c.relist_interval = Duration::from_secs(5);
@@ -170,12 +235,13 @@ impl TestEnv {
 
     /// Starts a controller with `config` in the background.
     pub fn start(&self, config: ControllerConfig) -> RunningController {
+        let metrics = Arc::new(Metrics::new());
         let controller = Controller::new(
             self.runtime.clone(),
             Arc::new(PgStore::from_pool(self.pool.clone())),
             config,
             Arc::new(SystemClock),
-            Arc::new(Metrics::new()),
+            metrics.clone(),
         );
         let readiness = controller.readiness();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -191,6 +257,7 @@ impl TestEnv {
             stop: Some(tx),
             handle,
             readiness,
+            metrics,
         }
     }
 
@@ -206,15 +273,27 @@ impl TestEnv {
 /// Removes every container carrying `label` (`key=value`) with the docker
 /// CLI: synchronous, so it works in `Drop`, even while a test panics.
 pub fn remove_containers_labelled(label: &str) {
+    remove_labelled(&["ps", "-aq"], &["rm", "-f", "-v"], label);
+}
+
+/// Removes every network carrying `label` (`key=value`), once the
+/// containers on it are gone.
+pub fn remove_networks_labelled(label: &str) {
+    remove_labelled(&["network", "ls", "-q"], &["network", "rm"], label);
+}
+
+/// `docker LIST --filter label=LABEL`, then `docker REMOVE` of what it listed.
+fn remove_labelled(list: &[&str], remove: &[&str], label: &str) {
     let ids = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("label={label}")])
+        .args(list)
+        .args(["--filter", &format!("label={label}")])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
         .unwrap_or_default();
     let ids: Vec<&str> = ids.split_whitespace().collect();
     if !ids.is_empty() {
         let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", "-v"])
+            .args(remove)
             .args(&ids)
             .output();
     }
@@ -225,6 +304,7 @@ impl Drop for TestEnv {
     /// test panicked; the state Postgres goes with its field.
     fn drop(&mut self) {
         remove_containers_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
+        remove_networks_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
     }
 }
 
@@ -245,6 +325,8 @@ pub struct RunningController {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     handle: tokio::task::JoinHandle<()>,
     pub readiness: Readiness,
+    /// The controller's metrics (`render()` gives the `/metrics` text).
+    pub metrics: Arc<Metrics>,
 }
 
 impl RunningController {
@@ -327,7 +409,6 @@ impl TestEnv {
         cmd.arg("run")
             .env("DATABASE_URL", &self.url)
             .env("SANDBOXD_DEPLOYMENT", self.deployment.as_str())
-            .env("SANDBOXD_NETWORK", NETWORK)
             .env("SANDBOXD_IMAGES", test_images())
             .env("SANDBOXD_FEATURES_IMAGES", test_features_images())
             .env("SANDBOXD_GRACE", "0s")
@@ -383,6 +464,7 @@ pub fn request(services: &[&str], features: &[(&str, &str)]) -> sandboxd::client
         owner: "integration-test".into(),
         services: services.iter().map(|s| s.to_string()).collect(),
         features: f,
+        attach: Vec::new(),
         expires_at: None,
     }
 }

@@ -150,6 +150,7 @@ fn outcomes(
     Outcomes {
         provisioned,
         teardown: teardown.map(String::from),
+        attach: Vec::new(),
     }
 }
 
@@ -157,6 +158,11 @@ fn table() -> Vec<Row> {
     let unknown = {
         let mut d = row(3, &["postgres"]);
         d.unknown_services = vec!["nonesuch".into()];
+        d
+    };
+    let invalid = {
+        let mut d = row(3, &[]);
+        d.invalid = Some("services is not a one-dimensional list".into());
         d
     };
     vec![
@@ -232,6 +238,14 @@ fn table() -> Vec<Row> {
             None,
             outcomes(vec![ok("postgres", "p1")], None),
             "write failed gen=3 services=[postgres:p1] msg=\"nonesuch: unknown engine; this sandboxd does not run it (table sandbox_engines lists those it does): remove it from services or upgrade sandboxd\"; retry provision: nonesuch: unknown engine; this sandboxd does not run it (table sandbox_engines lists those it does): remove it from services or upgrade sandboxd",
+        ),
+        (
+            "an invalid row fails with the reason and keeps publishing its kept containers",
+            plan(Wanted::Yes, vec![]),
+            Some(invalid),
+            Some(published(2, &[("redis", "r1")])),
+            outcomes(vec![], None),
+            "write failed gen=3 services=[redis:r1] msg=\"the desired row is invalid: services is not a one-dimensional list; rewrite it (the database's checks say what is allowed)\"; retry provision: the desired row is invalid: services is not a one-dimensional list; rewrite it (the database's checks say what is allowed)",
         ),
         // --- deleted ---------------------------------------------------------
         (

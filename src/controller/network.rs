@@ -1,0 +1,151 @@
+//! Sandbox networks: one bridge per sandbox (or one shared network), the
+//! orchestrator's containers attached to it, and its removal once the
+//! sandbox is gone.
+
+use super::Context;
+use crate::config::{ControllerConfig, NetworkLayout};
+use crate::domain::id::{EngineName, SandboxId};
+use crate::domain::labels;
+use crate::domain::network::{container_name, network_name};
+use crate::domain::sandbox::DesiredSandbox;
+use crate::ports::runtime::{NetworkSpec, RuntimeError};
+use std::collections::{BTreeSet, HashMap};
+
+/// Where one engine container of a sandbox lives on the network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The container's name.
+    pub container: String,
+    /// The network it joins.
+    pub network: String,
+    /// The name clients on that network use (published as `host`).
+    pub host: String,
+    /// Extra names the container answers to on the network.
+    pub aliases: Vec<String>,
+}
+
+/// Where `engine` of sandbox `id` goes.
+pub fn placement(config: &ControllerConfig, id: &SandboxId, engine: EngineName) -> Placement {
+    let container = container_name(&config.deployment, id, engine);
+    match &config.network {
+        NetworkLayout::PerSandbox { .. } => Placement {
+            network: network_name(&config.deployment, id),
+            host: engine.as_str().to_owned(),
+            aliases: vec![engine.as_str().to_owned()],
+            container,
+        },
+        NetworkLayout::Shared { name } => Placement {
+            network: name.clone(),
+            host: container.clone(),
+            aliases: Vec::new(),
+            container,
+        },
+    }
+}
+
+/// The network the sandbox's engines are reachable on.
+pub(crate) fn sandbox_network(ctx: &Context, id: &SandboxId) -> String {
+    match &ctx.config.network {
+        NetworkLayout::PerSandbox { .. } => network_name(&ctx.config.deployment, id),
+        NetworkLayout::Shared { name } => name.clone(),
+    }
+}
+
+/// The shared network, created at start; `None` in the per-sandbox layout.
+pub(crate) fn shared_spec(ctx: &Context) -> Option<NetworkSpec> {
+    match &ctx.config.network {
+        NetworkLayout::PerSandbox { .. } => None,
+        NetworkLayout::Shared { name } => Some(NetworkSpec {
+            name: name.clone(),
+            labels: HashMap::from([(labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned())]),
+            subnets: None,
+            egress: true,
+        }),
+    }
+}
+
+/// The sandbox's own network; `None` in the shared layout.
+pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId) -> Option<NetworkSpec> {
+    let NetworkLayout::PerSandbox { subnets, egress } = &config.network else {
+        return None;
+    };
+    Some(NetworkSpec {
+        name: network_name(&config.deployment, id),
+        labels: HashMap::from([
+            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+            (labels::DEPLOYMENT.to_owned(), config.deployment.to_string()),
+            (labels::SANDBOX.to_owned(), id.to_string()),
+        ]),
+        subnets: Some(*subnets),
+        egress: *egress,
+    })
+}
+
+/// Makes sure the sandbox's own network exists, with sandboxd's container
+/// on it when it probes by name. Nothing to do in the shared layout.
+pub(crate) async fn ensure(ctx: &Context, id: &SandboxId) -> Result<(), RuntimeError> {
+    let Some(spec) = sandbox_spec(&ctx.config, id) else {
+        return Ok(());
+    };
+    let name = spec.name.clone();
+    ctx.runtime.ensure_network(&spec).await?;
+    if let Some(me) = &ctx.config.controller_container {
+        ctx.runtime.connect(&name, me).await?;
+    }
+    Ok(())
+}
+
+/// Connects the containers the row names in `attach` and disconnects the
+/// ones it no longer names (never sandboxd's own). Returns one message per
+/// container that could not be attached.
+pub(crate) async fn sync_attached(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+) -> Result<Vec<String>, RuntimeError> {
+    if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
+        return Ok(if desired.attach.is_empty() {
+            Vec::new()
+        } else {
+            vec!["attach: the shared network layout attaches nothing; connect the containers to the shared network yourself".to_owned()]
+        });
+    }
+    let network = network_name(&ctx.config.deployment, &desired.id);
+    let Some(members) = ctx.runtime.network_members(&network).await? else {
+        return Ok(Vec::new());
+    };
+    let own_prefix = format!("sandboxd.{}.{}.", ctx.config.deployment, desired.id);
+    let wanted: BTreeSet<&str> = desired.attach.iter().map(String::as_str).collect();
+    let mut problems = Vec::new();
+    for name in &wanted {
+        if members.iter().any(|m| m == name) {
+            continue;
+        }
+        match ctx.runtime.connect(&network, name).await {
+            Ok(()) => tracing::info!(container = name, network, "attached"),
+            // The daemon is unwell: retry the whole reconcile.
+            Err(e @ (RuntimeError::Connect(_) | RuntimeError::Timeout { .. })) => return Err(e),
+            // Docker or sandboxd refuses this container: say so.
+            Err(e) => problems.push(format!("attach: {e}")),
+        }
+    }
+    for member in &members {
+        let ours = member.starts_with(&own_prefix)
+            || ctx.config.controller_container.as_deref() == Some(member.as_str());
+        if !ours && !wanted.contains(member.as_str()) {
+            ctx.runtime.disconnect(&network, member).await?;
+            tracing::info!(container = member, network, "detached");
+        }
+    }
+    Ok(problems)
+}
+
+/// Removes the sandbox's network (disconnecting whatever is still on it).
+pub(crate) async fn remove(ctx: &Context, id: &SandboxId) -> Result<(), RuntimeError> {
+    if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
+        return Ok(());
+    }
+    let name = network_name(&ctx.config.deployment, id);
+    ctx.runtime
+        .remove_network(&name, &ctx.config.deployment)
+        .await
+}

@@ -1,0 +1,251 @@
+//! Names of the Docker objects sandboxd creates, and the subnet pool its
+//! per-sandbox networks are carved from.
+//!
+//! Names join the deployment, the sandbox id and the engine with `.`, a
+//! character none of them may contain, so two different triples can never
+//! produce one name (deployment `a` + sandbox `b-c` and deployment `a-b` +
+//! sandbox `c` give `sandboxd.a.b-c.…` and `sandboxd.a-b.c.…`).
+
+use super::id::{Deployment, EngineName, SandboxId};
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+/// The container of one engine of one sandbox.
+pub fn container_name(deployment: &Deployment, sandbox: &SandboxId, engine: EngineName) -> String {
+    format!("sandboxd.{deployment}.{sandbox}.{engine}")
+}
+
+/// The network of one sandbox (in the per-sandbox network layout).
+pub fn network_name(deployment: &Deployment, sandbox: &SandboxId) -> String {
+    format!("sandboxd.{deployment}.{sandbox}")
+}
+
+/// Why a subnet or pool was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SubnetError {
+    /// Not `A.B.C.D/N`.
+    #[error("invalid subnet {0:?}: use IPv4 CIDR notation, e.g. 10.213.0.0/16")]
+    Invalid(String),
+    /// Host bits are set (`10.0.0.1/16`).
+    #[error("invalid subnet {0:?}: the address has bits set past the prefix; did you mean {1}?")]
+    HostBits(String, Ipv4Net),
+    /// The per-network prefix does not fit inside the pool.
+    #[error("a /{prefix} network does not fit in the pool {pool}: use a prefix between {} and 29", pool.prefix)]
+    PrefixOutsidePool {
+        /// The pool.
+        pool: Ipv4Net,
+        /// The requested per-network prefix.
+        prefix: u8,
+    },
+}
+
+/// An IPv4 network in CIDR notation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ipv4Net {
+    addr: u32,
+    prefix: u8,
+}
+
+impl Ipv4Net {
+    /// The network `addr/prefix`; host bits must be clear.
+    pub fn new(addr: Ipv4Addr, prefix: u8) -> Option<Self> {
+        let net = Self {
+            addr: u32::from(addr),
+            prefix,
+        };
+        (prefix <= 32 && net.addr & !net.mask() == 0).then_some(net)
+    }
+
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    fn mask(&self) -> u32 {
+        u32::MAX
+            .checked_shl(32 - u32::from(self.prefix))
+            .unwrap_or(0)
+    }
+
+    fn last(&self) -> u32 {
+        self.addr | !self.mask()
+    }
+
+    /// Whether the two networks share an address.
+    pub fn overlaps(&self, other: &Ipv4Net) -> bool {
+        self.addr <= other.last() && other.addr <= self.last()
+    }
+
+    /// The first usable address, which Docker makes the bridge's gateway.
+    pub fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.addr + 1)
+    }
+
+    /// The `/prefix` networks inside this one, in address order.
+    pub fn subnets(&self, prefix: u8) -> impl Iterator<Item = Ipv4Net> {
+        let first = self.addr;
+        let step = 1u64 << (32 - u32::from(prefix.min(32)));
+        let count = if prefix < self.prefix || prefix > 32 {
+            0
+        } else {
+            1u64 << (prefix - self.prefix)
+        };
+        (0..count).map(move |i| Ipv4Net {
+            addr: (u64::from(first) + i * step) as u32,
+            prefix,
+        })
+    }
+}
+
+impl fmt::Display for Ipv4Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", Ipv4Addr::from(self.addr), self.prefix)
+    }
+}
+
+impl FromStr for Ipv4Net {
+    type Err = SubnetError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let invalid = || SubnetError::Invalid(s.to_owned());
+        let (addr, prefix) = s.split_once('/').ok_or_else(invalid)?;
+        let addr: Ipv4Addr = addr.parse().map_err(|_| invalid())?;
+        let prefix: u8 = prefix.parse().map_err(|_| invalid())?;
+        if prefix > 32 {
+            return Err(invalid());
+        }
+        let masked = Ipv4Net {
+            addr: u32::from(addr),
+            prefix,
+        };
+        let clean = Ipv4Net {
+            addr: masked.addr & masked.mask(),
+            prefix,
+        };
+        if clean.addr == masked.addr {
+            Ok(clean)
+        } else {
+            Err(SubnetError::HostBits(s.to_owned(), clean))
+        }
+    }
+}
+
+/// Where per-sandbox networks get their subnets: `pool` cut into `/prefix`
+/// networks. The daemon's default pools hold about thirty bridge networks;
+/// the default pool here, 10.213.0.0/16 in /27s, holds 2048 of 29 hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubnetPool {
+    pool: Ipv4Net,
+    prefix: u8,
+}
+
+impl SubnetPool {
+    /// `pool` cut into `/prefix` networks (at most /29: gateway, two
+    /// engines and an agent need room).
+    pub fn new(pool: Ipv4Net, prefix: u8) -> Result<Self, SubnetError> {
+        if prefix < pool.prefix || prefix > 29 {
+            return Err(SubnetError::PrefixOutsidePool { pool, prefix });
+        }
+        Ok(Self { pool, prefix })
+    }
+
+    /// The prefix length of each network.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// The whole pool.
+    pub fn pool(&self) -> Ipv4Net {
+        self.pool
+    }
+
+    /// The first network of the pool that overlaps none of `used`, if any
+    /// is left.
+    pub fn first_free(&self, used: &[Ipv4Net]) -> Option<Ipv4Net> {
+        self.pool
+            .subnets(self.prefix)
+            .find(|candidate| !used.iter().any(|u| u.overlaps(candidate)))
+    }
+}
+
+impl Default for SubnetPool {
+    fn default() -> Self {
+        Self {
+            pool: Ipv4Net {
+                addr: u32::from(Ipv4Addr::new(10, 213, 0, 0)),
+                prefix: 16,
+            },
+            prefix: 27,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> Ipv4Net {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn names_cannot_collide_across_deployments_and_ids() {
+        let a = Deployment::parse("a").unwrap();
+        let ab = Deployment::parse("a-b").unwrap();
+        let bc = SandboxId::parse("b-c").unwrap();
+        let c = SandboxId::parse("c").unwrap();
+        let pg = EngineName::of_engine("postgres");
+        assert_ne!(container_name(&a, &bc, pg), container_name(&ab, &c, pg));
+        assert_ne!(network_name(&a, &bc), network_name(&ab, &c));
+        assert_eq!(container_name(&a, &bc, pg), "sandboxd.a.b-c.postgres");
+        assert_eq!(network_name(&ab, &c), "sandboxd.a-b.c");
+    }
+
+    #[test]
+    fn cidrs_parse_print_and_refuse_host_bits() {
+        assert_eq!(net("10.213.0.0/16").to_string(), "10.213.0.0/16");
+        assert_eq!(
+            "10.213.0.1/16".parse::<Ipv4Net>(),
+            Err(SubnetError::HostBits(
+                "10.213.0.1/16".into(),
+                net("10.213.0.0/16")
+            ))
+        );
+        assert!("10.213.0.0".parse::<Ipv4Net>().is_err());
+        assert!("10.213.0.0/33".parse::<Ipv4Net>().is_err());
+        assert!("nonsense/8".parse::<Ipv4Net>().is_err());
+        assert_eq!(net("10.0.0.0/8").gateway(), Ipv4Addr::new(10, 0, 0, 1));
+    }
+
+    #[test]
+    fn overlapping_networks_are_recognised_both_ways() {
+        assert!(net("10.0.0.0/8").overlaps(&net("10.213.4.0/27")));
+        assert!(net("10.213.4.0/27").overlaps(&net("10.0.0.0/8")));
+        assert!(!net("10.213.4.0/27").overlaps(&net("10.213.4.32/27")));
+        assert!(net("0.0.0.0/0").overlaps(&net("192.168.1.0/24")));
+    }
+
+    #[test]
+    fn the_pool_hands_out_the_first_subnet_no_network_uses() {
+        let pool = SubnetPool::new(net("10.213.0.0/16"), 27).unwrap();
+        assert_eq!(pool.first_free(&[]), Some(net("10.213.0.0/27")));
+        let used = [net("10.213.0.0/27"), net("10.213.0.64/26")];
+        assert_eq!(pool.first_free(&used), Some(net("10.213.0.32/27")));
+        let used = [
+            net("10.213.0.0/27"),
+            net("10.213.0.32/27"),
+            net("10.213.0.64/26"),
+        ];
+        assert_eq!(pool.first_free(&used), Some(net("10.213.0.128/27")));
+        // A network covering the whole pool leaves nothing.
+        assert_eq!(pool.first_free(&[net("10.0.0.0/8")]), None);
+        assert_eq!(pool.pool().subnets(27).count(), 2048);
+    }
+
+    #[test]
+    fn a_prefix_outside_the_pool_is_refused() {
+        assert!(SubnetPool::new(net("10.213.0.0/16"), 12).is_err());
+        assert!(SubnetPool::new(net("10.213.0.0/16"), 30).is_err());
+        assert_eq!(SubnetPool::default().pool(), net("10.213.0.0/16"));
+    }
+}
