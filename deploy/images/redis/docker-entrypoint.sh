@@ -1,8 +1,10 @@
 #!/bin/sh
-# Entrypoint of sandboxd/redis:7, compatible with the official image.
-# Started as root it only gives /data to the redis user (CAP_CHOWN, needed
-# only when /data is not already redis's, e.g. a fresh tmpfs) and drops to
-# that user (CAP_SETUID, CAP_SETGID).
+# Entrypoint of sandboxd/redis:7, compatible with the official image, and of
+# sandboxd/valkey:8, which copies it from this image and sets RESP_SERVER and
+# RESP_USER (the server binary and its user; redis-server and redis here).
+# Started as root it only gives /data to that user (CAP_CHOWN, needed only
+# when /data is not already the user's, e.g. a fresh tmpfs) and drops to that
+# user (CAP_SETUID, CAP_SETGID).
 #
 # Sandbox mode (SANDBOXD_SANDBOX=1), see "Sandbox mode" in
 # deploy/images/README.md: started as uid 999 (never root, no capability
@@ -10,7 +12,7 @@
 # SANDBOXD_PASSWORD, required), writes /run/sandboxd/server.conf (mode 0600:
 # port 6379 on all interfaces, no persistence, MODULE/DEBUG commands and
 # protected configs disabled, one ACL user `default` with that password and
-# no administrative commands) and execs `redis-server /run/sandboxd/server.conf`
+# no administrative commands) and execs `$RESP_SERVER /run/sandboxd/server.conf`
 # with the container's arguments (e.g. --loadmodule PATH). Exit 64: bad
 # input (stdin, environment, tmpfs, started as root). The password only ever
 # lives in a shell variable and goes to the file through the printf builtin:
@@ -18,10 +20,13 @@
 # printed.
 set -eu
 
+server=${RESP_SERVER:-redis-server}
+user=${RESP_USER:-redis}
+
 # first arg is `-f` or `--some-option`, or a `something.conf` file
 first=${1:-}
 if [ "${first#-}" != "$first" ] || [ "${first%.conf}" != "$first" ]; then
-	set -- redis-server "$@"
+	set -- "$server" "$@"
 fi
 
 case "${SANDBOXD_SANDBOX:-}" in
@@ -36,7 +41,7 @@ esac
 # Sandbox mode. Runs as the user the container was started as; dash builtins
 # only (read, printf, case, test) touch the password.
 # ===========================================================================
-if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = redis-server ]; then
+if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = "$server" ]; then
 	shift
 	keys=SANDBOXD_PASSWORD # the keys accepted on standard input
 	rundir=/run/sandboxd
@@ -124,11 +129,11 @@ if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = redis-server ]; then
 	pw=
 	chmod 0600 "$conf"
 	cd /data
-	exec redis-server "$conf" "$@" </dev/null
+	exec "$server" "$conf" "$@" </dev/null
 fi
 
-if [ "${1:-}" = redis-server ]; then
-	# Upstream builds redis-server with protected mode off by default, because
+if [ "${1:-}" = "$server" ]; then
+	# Upstream builds the server with protected mode off by default, because
 	# it runs without a config file; Debian's binary defaults to on. Turn it
 	# off unless the arguments or the given config file say otherwise.
 	shift
@@ -147,16 +152,16 @@ if [ "${1:-}" = redis-server ]; then
 	if [ -n "$conf" ]; then
 		set -- "$conf" "$@"
 	fi
-	set -- redis-server "$@"
+	set -- "$server" "$@"
 
 	# allow the container to be started with `--user`
 	if [ "$(id -u)" = 0 ]; then
-		if [ "$(stat -c %u .)" != "$(id -u redis)" ]; then
-			chown redis:redis . || echo "warning: cannot chown $(pwd) to redis (no CAP_CHOWN?): saving will fail unless it is writable by uid $(id -u redis)" >&2
+		if [ "$(stat -c %u .)" != "$(id -u "$user")" ]; then
+			chown "$user:$user" . || echo "warning: cannot chown $(pwd) to $user (no CAP_CHOWN?): saving will fail unless it is writable by uid $(id -u "$user")" >&2
 		fi
-		find . -mindepth 1 \! -user redis -exec chown redis '{}' + 2>/dev/null || :
-		export HOME=/data USER=redis LOGNAME=redis
-		exec setpriv --reuid=redis --regid=redis --init-groups -- "$0" "$@"
+		find . -mindepth 1 \! -user "$user" -exec chown "$user" '{}' + 2>/dev/null || :
+		export HOME=/data USER=$user LOGNAME=$user
+		exec setpriv --reuid="$user" --regid="$user" --init-groups -- "$0" "$@"
 	fi
 
 	# set an appropriate umask (if one isn't set already)
