@@ -1,8 +1,9 @@
-//! The engine registry: everything sandboxd knows about Postgres, Redis and
-//! Mongo lives in one type per engine, and [`REGISTRY`] lists them.
+//! The engine registry: everything sandboxd knows about Postgres, Redis,
+//! Valkey and Mongo lives in one type per engine (one value per engine for
+//! the Redis-protocol ones, [`Resp`]), and [`REGISTRY`] lists them.
 //!
-//! Adding an engine is one type implementing [`Engine`] and one line in
-//! [`REGISTRY`]; the provisioner, the status writer, the allowlist in the
+//! Adding an engine is one type implementing [`Engine`] (or one more
+//! [`Resp`] value) and one line in [`REGISTRY`]; the provisioner, the status writer, the allowlist in the
 //! database and the metrics all iterate the registry. Engines reach their
 //! containers only through a [`Target`]: an address, the login, and a way
 //! to run a command inside the container; never through Docker itself.
@@ -10,7 +11,6 @@
 mod mongo;
 mod postgres;
 mod redis;
-mod valkey;
 
 use crate::domain::container::ExecOutput;
 use crate::domain::id::EngineName;
@@ -22,14 +22,14 @@ use std::time::Duration;
 
 pub use self::mongo::Mongo;
 pub use self::postgres::Postgres;
-pub use self::redis::Redis;
+pub use self::redis::{Resp, REDIS, VALKEY};
 
 /// The label of images whose entrypoint speaks sandbox mode (secrets on
 /// standard input, least privilege; see `deploy/images/README.md`).
 pub const SANDBOX_MODE_LABEL: &str = "io.sandboxd.sandbox-mode=1";
 
 /// Every engine sandboxd can run. One line per engine.
-pub static REGISTRY: Registry = Registry::new(&[&Postgres, &Redis, &Mongo, &valkey::Valkey]);
+pub static REGISTRY: Registry = Registry::new(&[&Postgres, &REDIS, &Mongo, &VALKEY]);
 
 /// Finds an engine of [`REGISTRY`] by the name used in `sandbox_desired.services`.
 pub fn lookup(name: &str) -> Option<&'static dyn Engine> {

@@ -1,10 +1,12 @@
-//! Redis: features are modules, loaded at start (`--loadmodule`); the
-//! `MODULE` command stays disabled. The agent's login is the default user,
-//! which the image's sandbox mode restricts by ACL: no `MODULE`, `CONFIG`
-//! (but `CONFIG GET`), `REPLICAOF`, `DEBUG`, `SHUTDOWN`, `MIGRATE`, `ACL`, …
+//! The engines that speak the Redis protocol, Redis and Valkey: one type,
+//! [`Resp`], and one value per engine ([`REDIS`], [`VALKEY`]), which differ
+//! only in name, variable group, images and the module features they offer.
 //!
-//! The RESP helpers here (login, probe, arguments, URL, variables) serve
-//! every engine that speaks the Redis protocol.
+//! Features are modules, loaded at start (`--loadmodule`); the `MODULE`
+//! command stays disabled. The agent's login is the default user, which the
+//! images' sandbox mode restricts by ACL: no `MODULE` (but `MODULE LIST`),
+//! `CONFIG` (but `CONFIG GET`), `REPLICAOF`, `DEBUG`, `SHUTDOWN`, `MIGRATE`,
+//! `ACL`, …
 
 use super::{require_all, Credentials, Engine, EngineError, Target};
 use crate::domain::id::EngineName;
@@ -15,18 +17,46 @@ use redis::AsyncConnectionConfig;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// The Redis engine.
-#[derive(Debug, Clone, Copy)]
-pub struct Redis;
+/// An engine that speaks the Redis protocol.
+#[derive(Debug)]
+pub struct Resp {
+    name: EngineName,
+    env_group: &'static str,
+    image: &'static str,
+    features_image: &'static str,
+    /// The features a row may request, each with a module in [`Resp::modules`].
+    features: &'static [&'static str],
+    /// The modules its images ship.
+    modules: &'static [Module],
+}
 
-const NAME: EngineName = EngineName::of_engine("redis");
+/// Redis, with the search, JSON and bloom modules.
+pub static REDIS: Resp = Resp {
+    name: EngineName::of_engine("redis"),
+    env_group: "REDIS",
+    image: "sandboxd/redis:7",
+    features_image: "sandboxd/redis-ext:7",
+    features: &["search", "json", "bloom"],
+    modules: MODULES,
+};
+
+/// Valkey, without modules for now.
+pub static VALKEY: Resp = Resp {
+    name: EngineName::of_engine("valkey"),
+    env_group: "VALKEY",
+    image: "sandboxd/valkey:8",
+    features_image: "sandboxd/valkey:8",
+    features: &[],
+    modules: &[],
+};
 
 /// Where sandboxd's images keep module files (Debian's packages do).
 const MODULE_DIR: &str = "/usr/lib/redis/modules";
 
 /// A feature's module: its file in [`MODULE_DIR`] and the names `INFO
 /// modules` may report for it (they differ between module versions).
-struct Module {
+#[derive(Debug)]
+pub struct Module {
     feature: &'static str,
     file: &'static str,
     names: &'static [&'static str],
@@ -50,12 +80,8 @@ const MODULES: &[Module] = &[
     },
 ];
 
-fn module(feature: &str) -> Option<&'static Module> {
-    MODULES.iter().find(|m| m.feature == feature)
-}
-
-/// Logs in to a RESP server with the target's password.
-pub(super) async fn connect(target: &Target<'_>) -> Result<MultiplexedConnection, String> {
+/// Logs in to the server with the target's password.
+async fn connect(target: &Target<'_>) -> Result<MultiplexedConnection, String> {
     let info = redis::ConnectionInfo {
         addr: redis::ConnectionAddr::Tcp(target.host.to_owned(), target.port),
         redis: redis::RedisConnectionInfo {
@@ -73,60 +99,6 @@ pub(super) async fn connect(target: &Target<'_>) -> Result<MultiplexedConnection
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(|e| e.to_string())
-}
-
-/// The probe of every RESP engine: an authenticated `PING` answered `PONG`.
-pub(super) async fn ping(engine: EngineName, target: &Target<'_>) -> Result<(), EngineError> {
-    let not_ready = |reason: String| EngineError::NotReady { engine, reason };
-    let mut con = connect(target).await.map_err(not_ready)?;
-    let pong: String = redis::cmd("PING")
-        .query_async(&mut con)
-        .await
-        .map_err(|e| not_ready(e.to_string()))?;
-    if pong == "PONG" {
-        Ok(())
-    } else {
-        Err(not_ready(format!("PING answered {pong:?}")))
-    }
-}
-
-/// The login of every RESP engine: the default user and logical db 0.
-pub(super) fn credentials(password: Secret) -> Credentials {
-    Credentials {
-        user: "default".into(),
-        password,
-        database: "0".into(),
-    }
-}
-
-/// The environment of every RESP sandbox: the image's sandbox mode, which
-/// reads the password from standard input and writes the server's
-/// configuration (ACL user, no persistence, no `MODULE`) to a tmpfs.
-pub(super) fn server_env() -> Vec<String> {
-    vec!["SANDBOXD_SANDBOX=1".to_owned()]
-}
-
-/// Where the RESP images' sandbox mode writes the server's configuration.
-pub(super) const RUNTIME_DIRS: &[&str] = &["/run/sandboxd"];
-
-/// `redis://:PASSWORD@HOST:PORT/DB`, which every RESP client reads.
-pub(super) fn url(host: &str, port: u16, c: &Credentials) -> String {
-    format!(
-        "redis://:{}@{host}:{port}/{}",
-        c.password.expose(),
-        c.database
-    )
-}
-
-/// `HOST PORT PASSWORD DB URL`.
-pub(super) fn env_suffixes(host: &str, port: u16, c: &Credentials) -> Vec<(&'static str, String)> {
-    vec![
-        ("HOST", host.to_owned()),
-        ("PORT", port.to_string()),
-        ("PASSWORD", c.password.expose().to_owned()),
-        ("DB", c.database.clone()),
-        ("URL", url(host, port, c)),
-    ]
 }
 
 /// Names of the loaded modules, from `INFO modules` (the agent's ACL
@@ -154,45 +126,52 @@ fn module_names(info: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// `--loadmodule FILE` for each requested feature with a module.
-fn module_args(features: &BTreeSet<String>) -> Vec<String> {
-    features
-        .iter()
-        .filter_map(|f| module(f))
-        .flat_map(|m| {
-            [
-                "--loadmodule".to_owned(),
-                format!("{MODULE_DIR}/{}", m.file),
-            ]
-        })
-        .collect()
-}
+impl Resp {
+    /// The module of `feature`, if this engine has one.
+    fn module(&self, feature: &str) -> Option<&'static Module> {
+        self.modules.iter().find(|m| m.feature == feature)
+    }
 
-/// Features whose module is among `loaded`.
-fn features_loaded(loaded: &BTreeSet<String>) -> BTreeSet<String> {
-    MODULES
-        .iter()
-        .filter(|m| m.names.iter().any(|n| loaded.contains(*n)))
-        .map(|m| m.feature.to_owned())
-        .collect()
+    /// `--loadmodule FILE` for each requested feature with a module.
+    fn module_args(&self, features: &BTreeSet<String>) -> Vec<String> {
+        features
+            .iter()
+            .filter_map(|f| self.module(f))
+            .flat_map(|m| {
+                [
+                    "--loadmodule".to_owned(),
+                    format!("{MODULE_DIR}/{}", m.file),
+                ]
+            })
+            .collect()
+    }
+
+    /// Features whose module is among `loaded`.
+    fn features_loaded(&self, loaded: &BTreeSet<String>) -> BTreeSet<String> {
+        self.modules
+            .iter()
+            .filter(|m| m.names.iter().any(|n| loaded.contains(*n)))
+            .map(|m| m.feature.to_owned())
+            .collect()
+    }
 }
 
 #[async_trait]
-impl Engine for Redis {
+impl Engine for Resp {
     fn name(&self) -> EngineName {
-        NAME
+        self.name
     }
     fn env_group(&self) -> &'static str {
-        "REDIS"
+        self.env_group
     }
     fn allowed_features(&self) -> &'static [&'static str] {
-        &["search", "json", "bloom"]
+        self.features
     }
     fn default_image(&self) -> &'static str {
-        "sandboxd/redis:7"
+        self.image
     }
     fn default_features_image(&self) -> &'static str {
-        "sandboxd/redis-ext:7"
+        self.features_image
     }
     fn port(&self) -> u16 {
         6379
@@ -201,26 +180,56 @@ impl Engine for Redis {
         "/data"
     }
     fn credentials(&self, password: Secret) -> Credentials {
-        credentials(password)
+        Credentials {
+            user: "default".into(),
+            password,
+            database: "0".into(),
+        }
     }
     fn runtime_dirs(&self) -> &'static [&'static str] {
-        RUNTIME_DIRS
+        // Where the images' sandbox mode writes the server's configuration.
+        &["/run/sandboxd"]
     }
     fn container_env(&self, _c: &Credentials, _features: &BTreeSet<String>) -> Vec<String> {
-        server_env()
+        // Sandbox mode reads the password from standard input and writes the
+        // configuration (ACL user, no persistence, no `MODULE`) to a tmpfs.
+        vec!["SANDBOXD_SANDBOX=1".to_owned()]
     }
     fn container_args(&self, features: &BTreeSet<String>) -> Vec<String> {
-        module_args(features)
+        self.module_args(features)
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
-        url(host, port, c)
+        format!(
+            "redis://:{}@{host}:{port}/{}",
+            c.password.expose(),
+            c.database
+        )
     }
     fn env_suffixes(&self, host: &str, port: u16, c: &Credentials) -> Vec<(&'static str, String)> {
-        env_suffixes(host, port, c)
+        vec![
+            ("HOST", host.to_owned()),
+            ("PORT", port.to_string()),
+            ("PASSWORD", c.password.expose().to_owned()),
+            ("DB", c.database.clone()),
+            ("URL", self.url(host, port, c)),
+        ]
     }
 
     async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError> {
-        ping(NAME, target).await
+        let not_ready = |reason: String| EngineError::NotReady {
+            engine: self.name,
+            reason,
+        };
+        let mut con = connect(target).await.map_err(not_ready)?;
+        let pong: String = redis::cmd("PING")
+            .query_async(&mut con)
+            .await
+            .map_err(|e| not_ready(e.to_string()))?;
+        if pong == "PONG" {
+            Ok(())
+        } else {
+            Err(not_ready(format!("PING answered {pong:?}")))
+        }
     }
 
     async fn verify_features(
@@ -229,12 +238,12 @@ impl Engine for Redis {
         features: &BTreeSet<String>,
     ) -> Result<Vec<String>, EngineError> {
         let client_err = |reason: String| EngineError::Client {
-            engine: NAME,
+            engine: self.name,
             reason,
         };
         let mut con = connect(target).await.map_err(client_err)?;
-        let present = features_loaded(&loaded_modules(&mut con).await.map_err(client_err)?);
-        require_all(NAME, features, &present)?;
+        let present = self.features_loaded(&loaded_modules(&mut con).await.map_err(client_err)?);
+        require_all(self.name, features, &present)?;
         Ok(present.into_iter().collect())
     }
 }
@@ -249,7 +258,7 @@ mod tests {
         let names = module_names(info);
         assert_eq!(names, BTreeSet::from(["ft".to_owned(), "bf".to_owned()]));
         assert_eq!(
-            features_loaded(&names),
+            REDIS.features_loaded(&names),
             BTreeSet::from(["search".to_owned(), "bloom".to_owned()])
         );
         assert!(module_names("# Modules\r\n").is_empty());
@@ -259,7 +268,7 @@ mod tests {
     fn requested_modules_are_loaded_at_start() {
         let features = BTreeSet::from(["search".to_owned(), "bloom".to_owned()]);
         assert_eq!(
-            module_args(&features),
+            REDIS.module_args(&features),
             [
                 "--loadmodule",
                 "/usr/lib/redis/modules/redisbloom.so",
@@ -271,8 +280,10 @@ mod tests {
 
     #[test]
     fn every_allowed_feature_has_a_module() {
-        for f in Redis.allowed_features() {
-            assert!(module(f).is_some(), "{f}");
+        for engine in [&REDIS, &VALKEY] {
+            for f in engine.allowed_features() {
+                assert!(engine.module(f).is_some(), "{}: {f}", engine.name);
+            }
         }
     }
 }
