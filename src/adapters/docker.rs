@@ -385,17 +385,7 @@ impl Runtime for DockerRuntime {
             .map_err(api("list networks", deployment.as_str()))?;
         Ok(networks
             .into_iter()
-            .filter_map(|n| {
-                let labels = n.labels.unwrap_or_default();
-                (labels.get(labels::DEPLOYMENT).map(String::as_str) == Some(deployment.as_str()))
-                    .then_some(())?;
-                Some(ObservedNetwork {
-                    name: n.name?,
-                    sandbox: labels
-                        .get(labels::SANDBOX)
-                        .and_then(|s| SandboxId::parse(s).ok()),
-                })
-            })
+            .filter_map(|n| ObservedNetwork::of(n.name?, &n.labels.unwrap_or_default(), deployment))
             .collect())
     }
 
@@ -415,7 +405,7 @@ impl Runtime for DockerRuntime {
             Err(e) => return Err(api("inspect network", name)(e)),
         };
         let labels = info.labels.unwrap_or_default();
-        if labels.get(labels::DEPLOYMENT).map(String::as_str) != Some(deployment.as_str()) {
+        if !labels::belongs_to(&labels, deployment) {
             return Err(RuntimeError::Refused(format!(
                 "network {name} is not deployment {deployment}'s (its labels say {:?}); sandboxd leaves it alone",
                 labels.get(labels::DEPLOYMENT)

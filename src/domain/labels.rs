@@ -35,6 +35,11 @@ pub const OWN_CONTAINERS: &[&str] = &[
 /// Value of [`MANAGED_BY`].
 pub const MANAGER: &str = "sandboxd";
 
+/// Whether `labels` (of a container or network) say `deployment` owns it.
+pub fn belongs_to(labels: &HashMap<String, String>, deployment: &Deployment) -> bool {
+    labels.get(DEPLOYMENT).map(String::as_str) == Some(deployment.as_str())
+}
+
 /// What a sandbox container's labels say about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerLabels {

@@ -3,6 +3,7 @@
 use super::BoxError;
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::labels;
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
 use crate::domain::secret::Secret;
@@ -120,6 +121,22 @@ pub struct ObservedNetwork {
     pub name: String,
     /// The sandbox its labels name, if valid.
     pub sandbox: Option<SandboxId>,
+}
+
+impl ObservedNetwork {
+    /// The network `name` with `labels`, if they say `deployment` created it.
+    pub fn of(
+        name: String,
+        labels: &HashMap<String, String>,
+        deployment: &Deployment,
+    ) -> Option<Self> {
+        labels::belongs_to(labels, deployment).then(|| Self {
+            name,
+            sandbox: labels
+                .get(labels::SANDBOX)
+                .and_then(|s| SandboxId::parse(s).ok()),
+        })
+    }
 }
 
 /// Container events that may mean a sandbox needs attention.

@@ -201,16 +201,7 @@ impl Runtime for FakeRuntime {
         let w = self.world.lock().unwrap();
         Ok(w.networks
             .values()
-            .filter(|n| {
-                n.labels.get(labels::DEPLOYMENT).map(String::as_str) == Some(deployment.as_str())
-            })
-            .map(|n| ObservedNetwork {
-                name: n.name.clone(),
-                sandbox: n
-                    .labels
-                    .get(labels::SANDBOX)
-                    .and_then(|s| SandboxId::parse(s).ok()),
-            })
+            .filter_map(|n| ObservedNetwork::of(n.name.clone(), &n.labels, deployment))
             .collect())
     }
 
@@ -227,7 +218,7 @@ impl Runtime for FakeRuntime {
         let Some(network) = w.networks.get(name) else {
             return Ok(());
         };
-        if network.labels.get(labels::DEPLOYMENT).map(String::as_str) != Some(deployment.as_str()) {
+        if !labels::belongs_to(&network.labels, deployment) {
             return Err(RuntimeError::Refused(format!(
                 "network {name} is not {deployment}'s"
             )));
