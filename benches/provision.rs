@@ -32,6 +32,7 @@ use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::{ControllerConfig, NetworkLayout};
 use sandboxd::controller::network::Placement;
 use sandboxd::controller::provision;
+use sandboxd::domain::network::bridge_name;
 use sandboxd::domain::{ContainerId, SandboxId, Secret};
 use sandboxd::engine::{self, Engine};
 use sandboxd::ports::runtime::NetworkSpec;
@@ -310,8 +311,10 @@ async fn floor_once(
     let credentials = engine.credentials(Secret::generate());
     // What a bare `docker run` of an isolated sandbox needs: its own
     // network (from the same pool), then the container.
+    let network_name = format!("{name}-net");
     let network = NetworkSpec {
-        name: format!("{name}-net"),
+        bridge: Some(bridge_name(&network_name)),
+        name: network_name,
         labels: HashMap::from([(FLOOR_LABEL.to_owned(), tag.to_owned())]),
         subnets: match &config.network {
             NetworkLayout::PerSandbox { subnets, .. } => Some(*subnets),

@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 ensure_docker
+ensure_host_firewall
 ensure_engine_images
 
 cleanup() {

@@ -27,6 +27,15 @@ ensure_engine_images() {
   "$(dirname "${BASH_SOURCE[0]}")/../deploy/images/build.sh"
 }
 
+# Installs the host guard of sandbox networks (deploy/host-firewall.sh):
+# without it, Docker 20.10 lets packets cross between networks for a moment
+# whenever any network is created.
+ensure_host_firewall() {
+  if "$(dirname "${BASH_SOURCE[0]}")/../deploy/host-firewall.sh"; then return 0; fi
+  log "could not install the host guard of sandbox networks (deploy/host-firewall.sh needs root and iptables)"
+  return 1
+}
+
 # Installs Prometheus (server and promtool) from Debian's packages if missing;
 # the observability tests run a real one on loopback.
 ensure_prometheus() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts sandboxd on this machine. Needs only Docker (and this repository):
 #   - checks the Docker daemon answers (starting dockerd if not);
+#   - installs the host guard of sandbox networks (deploy/host-firewall.sh);
 #   - without DATABASE_URL, runs its own state Postgres as a labelled
 #     container with the volume `sandboxd-state`; sandboxd connects as the
 #     ordinary role `sandboxd` that owns the database `sandboxd` (password
@@ -17,6 +18,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 ensure_docker
+ensure_host_firewall || log "WARNING: sandboxes are isolated only by Docker's own rules, which lapse whenever a network is created; run deploy/host-firewall.sh as root"
 
 # The engine images must speak sandbox mode (secrets on stdin, least
 # privilege): build (or refresh, when their sources changed) the Debian-based

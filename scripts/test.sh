@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 ensure_docker
+ensure_host_firewall
 ensure_engine_images
 ensure_prometheus
 
@@ -20,6 +21,8 @@ cleanup() {
   leftovers=$(docker ps -a --filter label=io.sandboxd.managed-by=sandboxd \
     --format '{{.ID}} {{.Label "io.sandboxd.deployment"}}' | awk '$2 ~ /^t[a-z0-9]+(-x)?$/ {print $1}')
   if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
+  leftovers=$(docker network ls -q --filter label=sandboxd-test.churn)
+  if [ -n "$leftovers" ]; then docker network rm $leftovers >/dev/null 2>&1 || true; fi
   leftovers=$(docker ps -aq --filter label=sandboxd-test.agent)
   if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
   leftovers=$(docker network ls --filter label=io.sandboxd.managed-by=sandboxd \

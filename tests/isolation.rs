@@ -478,6 +478,14 @@ async fn an_agent_on_a_sandbox_network_reaches_that_sandbox_only_and_nothing_out
         subnet.starts_with("10.213."),
         "{subnet} comes from the pool"
     );
+    let bridge = options
+        .get("com.docker.network.bridge.name")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        bridge.starts_with("sbx"),
+        "the bridge {bridge:?} is one the host guard covers"
+    );
 
     // Released: the network goes, the agent is disconnected, not removed.
     client.release(&a).await.unwrap();
@@ -495,6 +503,63 @@ async fn an_agent_on_a_sandbox_network_reaches_that_sandbox_only_and_nothing_out
     .await;
     let (code, _) = exec_in(&env, &agent.0, "true", vec![]).await;
     assert_eq!(code, 0, "the agent container itself is left alone");
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_container_outside_cannot_reach_a_sandbox_even_while_networks_are_being_created() {
+    // Docker 20.10 drops its isolation between networks for a moment
+    // whenever a network is created (it re-inserts the FORWARD jump to
+    // DOCKER-ISOLATION-STAGE-1); the host guard (deploy/host-firewall.sh)
+    // must hold through that. Without it, 3 of 300 tries got through here.
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("churn");
+    ready(&client, &id, &request(&["redis"], &[])).await;
+    let outsider = Agent::start(&format!("outsider-{}", env.deployment));
+    let engine = env.containers(Some(&id)).await.remove(0);
+    let info = env
+        .docker
+        .inspect_container(engine.id.as_str(), None::<InspectContainerOptions>)
+        .await
+        .unwrap();
+    let ip = info
+        .network_settings
+        .and_then(|n| n.networks)
+        .and_then(|n| n.values().next().and_then(|e| e.ip_address.clone()))
+        .expect("the engine has an address");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (stop, tag) = (stop.clone(), env.deployment.to_string());
+        std::thread::spawn(move || {
+            let mut created = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                // Outside sandboxd's pool, so no test's allocation collides.
+                let name = format!("churn-{tag}-{}", created % 32);
+                let subnet = format!("10.214.{}.0/29", created % 32);
+                let ok = std::process::Command::new("docker")
+                    .args(["network", "create", "--label", "sandboxd-test.churn=1"])
+                    .args(["--subnet", &subnet, &name])
+                    .output()
+                    .is_ok_and(|o| o.status.success());
+                let _ = std::process::Command::new("docker")
+                    .args(["network", "rm", &name])
+                    .output();
+                created += u32::from(ok);
+            }
+            created
+        })
+    };
+    let script = format!(
+        "ok=0; for i in $(seq 1 200); do timeout 0.2 bash -c '</dev/tcp/{ip}/6379' 2>/dev/null && ok=$((ok+1)); done; echo $ok"
+    );
+    let (_, out) = exec_in(&env, &outsider.0, &script, vec![]).await;
+    stop.store(true, Ordering::Relaxed);
+    let created = churn.join().unwrap();
+    assert!(created >= 5, "networks were created meanwhile ({created})");
+    assert_eq!(out.trim(), "0", "connections that got through to {ip}");
     controller.stop().await;
 }
 

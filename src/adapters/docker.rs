@@ -115,6 +115,9 @@ impl DockerRuntime {
                 "false".to_owned(),
             );
         }
+        if let Some(bridge) = &spec.bridge {
+            options.insert("com.docker.network.bridge.name".to_owned(), bridge.clone());
+        }
         let request = |subnet: Option<Ipv4Net>| NetworkCreateRequest {
             name: spec.name.clone(),
             driver: Some("bridge".into()),

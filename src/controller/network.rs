@@ -6,7 +6,7 @@ use super::Context;
 use crate::config::{ControllerConfig, NetworkLayout};
 use crate::domain::id::{EngineName, SandboxId};
 use crate::domain::labels;
-use crate::domain::network::{container_name, network_name};
+use crate::domain::network::{bridge_name, container_name, network_name};
 use crate::domain::sandbox::DesiredSandbox;
 use crate::ports::runtime::{NetworkSpec, RuntimeError};
 use std::collections::{BTreeSet, HashMap};
@@ -60,6 +60,7 @@ pub(crate) fn shared_spec(ctx: &Context) -> Option<NetworkSpec> {
             labels: HashMap::from([(labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned())]),
             subnets: None,
             egress: true,
+            bridge: None,
         }),
     }
 }
@@ -69,8 +70,13 @@ pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId) -> Option<Network
     let NetworkLayout::PerSandbox { subnets, egress } = &config.network else {
         return None;
     };
+    let name = network_name(&config.deployment, id);
     Some(NetworkSpec {
-        name: network_name(&config.deployment, id),
+        // Without egress the bridge is guarded on the host (see
+        // `deploy/host-firewall.sh`): Docker's own isolation between
+        // networks lapses for a moment whenever any network is created.
+        bridge: (!*egress).then(|| bridge_name(&name)),
+        name,
         labels: HashMap::from([
             (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
             (labels::DEPLOYMENT.to_owned(), config.deployment.to_string()),

@@ -21,6 +21,22 @@ pub fn network_name(deployment: &Deployment, sandbox: &SandboxId) -> String {
     format!("sandboxd.{deployment}.{sandbox}")
 }
 
+/// Prefix of the Linux bridges of sandbox networks without egress, which
+/// the host guard (`deploy/host-firewall.sh`) keeps from forwarding to or
+/// from any other interface.
+pub const GUARDED_BRIDGE_PREFIX: &str = "sbx";
+
+/// The Linux bridge of a sandbox network without egress: the guarded prefix
+/// and 12 hex digits of a hash of the network's name (15 characters, the
+/// kernel's limit), the same for the same name every time.
+pub fn bridge_name(network: &str) -> String {
+    // FNV-1a, 64 bits: stable across builds, unlike std's hasher.
+    let hash = network.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{GUARDED_BRIDGE_PREFIX}{:012x}", hash >> 16)
+}
+
 /// Why a subnet or pool was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SubnetError {
@@ -199,6 +215,15 @@ mod tests {
         assert_ne!(network_name(&a, &bc), network_name(&ab, &c));
         assert_eq!(container_name(&a, &bc, pg), "sandboxd.a.b-c.postgres");
         assert_eq!(network_name(&ab, &c), "sandboxd.a-b.c");
+    }
+
+    #[test]
+    fn bridge_names_are_stable_guarded_and_fit_the_kernel_limit() {
+        let a = bridge_name("sandboxd.a.b-c");
+        assert_eq!(a, bridge_name("sandboxd.a.b-c"));
+        assert_ne!(a, bridge_name("sandboxd.a-b.c"));
+        assert!(a.starts_with(GUARDED_BRIDGE_PREFIX));
+        assert_eq!(a.len(), 15);
     }
 
     #[test]

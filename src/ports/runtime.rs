@@ -112,6 +112,8 @@ pub struct NetworkSpec {
     pub subnets: Option<SubnetPool>,
     /// Whether its containers may reach beyond the host through NAT.
     pub egress: bool,
+    /// The Linux bridge's name; `None` lets the daemon choose.
+    pub bridge: Option<String>,
 }
 
 /// A network sandboxd created, as listed.
