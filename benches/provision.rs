@@ -336,6 +336,7 @@ async fn floor_once(
         &credentials,
         &BTreeSet::new(),
         HashMap::from([(FLOOR_LABEL.to_owned(), tag.to_owned())]),
+        None,
     );
     let t0 = Instant::now();
     runtime
@@ -417,6 +418,7 @@ fn request(engine: &str) -> SandboxRequest {
         features: BTreeMap::new(),
         attach: Vec::new(),
         expires_at: None,
+        ..Default::default()
     }
 }
 

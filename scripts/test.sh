@@ -16,7 +16,7 @@ ensure_prometheus
 
 cleanup() {
   # Anything a crashed test left behind (a killed test process drops
-  # nothing): sandboxes and networks of test deployments (`t` + random),
+  # nothing): sandboxes, networks and volumes of test deployments (`t` + random),
   # the tests' agent containers, and state databases.
   leftovers=$(docker ps -a --filter label=io.sandboxd.managed-by=sandboxd \
     --format '{{.ID}} {{.Label "io.sandboxd.deployment"}}' | awk '$2 ~ /^t[a-z0-9]+(-x)?$/ {print $1}')
@@ -28,6 +28,9 @@ cleanup() {
   leftovers=$(docker network ls --filter label=io.sandboxd.managed-by=sandboxd \
     --format '{{.ID}} {{.Label "io.sandboxd.deployment"}}' | awk '$2 ~ /^t[a-z0-9]+(-x)?$/ {print $1}')
   if [ -n "$leftovers" ]; then docker network rm $leftovers >/dev/null 2>&1 || true; fi
+  leftovers=$(docker volume ls --filter label=io.sandboxd.managed-by=sandboxd \
+    --format '{{.Name}} {{.Label "io.sandboxd.deployment"}}' | awk '$2 ~ /^t[a-z0-9]+(-x)?$/ {print $1}')
+  if [ -n "$leftovers" ]; then docker volume rm -f $leftovers >/dev/null 2>&1 || true; fi
   leftovers=$(docker ps -aq --filter label=io.sandboxd.test-state)
   if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
 }

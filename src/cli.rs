@@ -1,10 +1,15 @@
-//! The command line: `run`, `migrate`, `apply`, `get`, `list`, `delete`,
-//! `grant-orchestrator`, `revoke-orchestrator`. Every flag can also be set
-//! from the environment (`DATABASE_URL`, `SANDBOXD_*`).
+//! The command line: `run`, `migrate`, `apply`, `request`, `get`, `list`,
+//! `touch`, `release` (alias `delete`), `grant-orchestrator`,
+//! `revoke-orchestrator`. Every flag can also be set from the environment
+//! (`DATABASE_URL`, `SANDBOXD_*`).
+//!
+//! Exit codes: 0 success; 1 an error; 2 invalid arguments; with `--wait`,
+//! [`EXIT_FAILED`] when the sandbox failed and [`EXIT_TIMED_OUT`] when it was
+//! not ready in time.
 
 use crate::adapters::postgres::RoleError;
 use crate::adapters::{http, DockerRuntime, PgStore};
-use crate::client::{Client, SandboxRequest};
+use crate::client::{Client, ClientError, Request, SandboxRequest};
 use crate::config::{parse_env_prefix, ControllerConfig, Images, NetworkLayout, ProbeVia};
 use crate::controller::Controller;
 use crate::domain::clock::SystemClock;
@@ -19,6 +24,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Exit code of a command whose `--wait` ended with the sandbox `failed`.
+pub const EXIT_FAILED: u8 = 3;
+/// Exit code of a command whose `--wait` ended before the sandbox was ready.
+pub const EXIT_TIMED_OUT: u8 = 4;
 
 /// sandboxd: throwaway Postgres, Redis, Valkey and Mongo sandboxes on Docker,
 /// reconciled from rows in Postgres.
@@ -57,14 +67,29 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Apply database migrations and sync the engine allowlist, then exit.
     Migrate,
-    /// Write a desired sandbox row (what an orchestrator does).
+    /// Write a desired sandbox row, replacing what it asked before (the
+    /// declarative upsert).
     Apply(ApplyArgs),
+    /// Ask for a sandbox, adding to what it already has: creates it, or adds
+    /// services, features and attached containers (never removes any).
+    /// Every call makes a new generation, so a failed sandbox is retried at
+    /// once. With --wait: exit 0 when ready, 3 when failed, 4 when timed out.
+    Request(RequestArgs),
     /// Show a sandbox's status.
     Get(GetArgs),
     /// List every sandbox's status.
     List,
-    /// Delete a desired sandbox row; sandboxd tears the containers down.
-    Delete {
+    /// Record a use of a sandbox, so that its idle timeout starts again.
+    /// Fails when the sandbox is not desired or is being released: request
+    /// it again.
+    Touch {
+        /// Sandbox id.
+        id: SandboxId,
+    },
+    /// Release a sandbox: delete its desired row; sandboxd tears the
+    /// containers down.
+    #[command(alias = "delete")]
+    Release {
         /// Sandbox id.
         id: SandboxId,
     },
@@ -153,9 +178,18 @@ pub struct RunArgs {
     /// Most reconciles at once.
     #[arg(long, env = "SANDBOXD_CONCURRENCY", default_value_t = 8)]
     pub concurrency: usize,
-    /// Bound on pulling an absent image.
-    #[arg(long, env = "SANDBOXD_PULL_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    /// Bound on pulling an absent image (a cold pull on slow storage takes minutes).
+    #[arg(long, env = "SANDBOXD_PULL_TIMEOUT", default_value = "300s", value_parser = parse_duration)]
     pub pull_timeout: Duration,
+    /// How long an engine may take to become ready, per engine (ENGINE=DURATION,
+    /// repeatable or comma-separated); defaults: postgres 60s, redis and valkey 15s, mongo 60s.
+    #[arg(long = "readiness-timeout", env = "SANDBOXD_READINESS_TIMEOUTS", value_delimiter = ',', value_parser = parse_engine_duration)]
+    pub readiness_timeouts: Vec<(String, Duration)>,
+    /// Release sandboxes whose row sets no idle timeout after this long
+    /// without a request or touch (e.g. 2h); off unless set. A row's
+    /// idle_timeout of 0 means never.
+    #[arg(long, env = "SANDBOXD_IDLE_TIMEOUT", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
     /// Bound on every other Docker call (a removal gets --stop-timeout on top).
     #[arg(long, env = "SANDBOXD_DOCKER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub docker_timeout: Duration,
@@ -223,6 +257,8 @@ impl RunArgs {
         c.relist_interval = self.relist_interval;
         c.concurrency = self.concurrency;
         c.pull_timeout = self.pull_timeout;
+        c.readiness = crate::config::readiness_overrides(&self.readiness_timeouts)?;
+        c.idle_timeout = self.idle_timeout.filter(|d| !d.is_zero());
         c.docker_timeout = self.docker_timeout;
         c.store_timeout = self.store_timeout;
         c.stop_timeout = self.stop_timeout;
@@ -257,9 +293,63 @@ pub struct ApplyArgs {
     /// Expire this long from now (e.g. 2h).
     #[arg(long, value_parser = parse_duration)]
     pub expires_in: Option<Duration>,
-    /// Wait this long for the sandbox to be ready (e.g. 60s); print its status.
+    /// Release the sandbox once unused (neither requested nor touched) this
+    /// long, e.g. 30m; 0: never (default: the controller's --idle-timeout).
+    #[arg(long, value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// Keep the data on a named Docker volume instead of tmpfs; never idle-
+    /// released or expired. Fixed once the sandbox exists.
+    #[arg(long)]
+    pub persistent: bool,
+    /// The agent's Docker container: when it is gone, the sandbox is released.
+    #[arg(long)]
+    pub owner_container: Option<String>,
+    /// Wait this long for the sandbox to be ready (e.g. 60s); print its
+    /// status. Exit 3 if it failed, 4 if it was not ready in time.
     #[arg(long, value_parser = parse_duration)]
     pub wait: Option<Duration>,
+}
+
+/// Flags of `sandboxd request`.
+#[derive(Debug, Args)]
+pub struct RequestArgs {
+    /// Sandbox id.
+    pub id: SandboxId,
+    /// Engines to add, comma-separated: postgres, redis, valkey, mongo (none:
+    /// just request the sandbox again).
+    #[arg(long, value_delimiter = ',')]
+    pub services: Vec<String>,
+    /// Features to add as ENGINE=FEATURE, repeatable or comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub features: Vec<String>,
+    /// Who asks; must be the sandbox's owner if it exists (default: the
+    /// database role the command connects as, for a new sandbox).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Release the sandbox once unused this long, e.g. 30m; 0: never
+    /// (default: keep the sandbox's, or the controller's --idle-timeout).
+    #[arg(long, value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// Keep the data on a named Docker volume instead of tmpfs
+    /// (`--persistent=false` asserts the opposite); fixed once the sandbox
+    /// exists.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub persistent: Option<bool>,
+    /// The agent's Docker container: when it is gone, the sandbox is released.
+    #[arg(long)]
+    pub owner_container: Option<String>,
+    /// Docker container to connect to the sandbox's network, repeatable or
+    /// comma-separated; added to those already connected.
+    #[arg(long, value_delimiter = ',')]
+    pub attach: Vec<String>,
+    /// Wait this long for the sandbox to be ready (e.g. 60s) and print its
+    /// status. Exit 3 if it failed, 4 if it was not ready in time.
+    #[arg(long, value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// With --wait, print `export NAME='value'` lines for every engine
+    /// instead, for `eval "$(sandboxd request … --wait 60s --export)"`.
+    #[arg(long, requires = "wait")]
+    pub export: bool,
 }
 
 /// Flags of `sandboxd get`.
@@ -270,6 +360,14 @@ pub struct GetArgs {
     /// Print `export NAME='value'` lines for every engine instead.
     #[arg(long)]
     pub env: bool,
+}
+
+/// Parses `ENGINE=DURATION` (the engine is checked by the configuration).
+pub fn parse_engine_duration(s: &str) -> Result<(String, Duration), String> {
+    let (engine, duration) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: use ENGINE=DURATION, e.g. postgres=90s"))?;
+    Ok((engine.trim().to_owned(), parse_duration(duration.trim())?))
 }
 
 /// Parses `250ms`, `30s`, `3m`, `1h`, or a bare number of seconds.
@@ -288,7 +386,50 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => n * 3600.0,
         _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
     };
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("duration {s:?} is out of range: use e.g. 250ms, 30s, 3m, 1h"))
+}
+
+/// Parses `--features` values (`ENGINE=FEATURE`) into features per engine.
+fn parse_features(values: &[String]) -> Result<BTreeMap<String, BTreeSet<String>>, CliError> {
+    let mut features: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in values {
+        let (engine, feature) = f
+            .split_once('=')
+            .filter(|(e, f)| !e.is_empty() && !f.is_empty())
+            .ok_or_else(|| CliError::Feature(f.clone()))?;
+        features
+            .entry(engine.to_owned())
+            .or_default()
+            .insert(feature.to_owned());
+    }
+    Ok(features)
+}
+
+/// `export NAME='value'`, safe for `eval` in a POSIX shell: the value is
+/// single-quoted (a `'` becomes `'\''`), so nothing in it is expanded.
+/// `None` when `name` is not a shell variable name.
+pub fn export_line(name: &str, value: &str) -> Option<String> {
+    let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    valid.then(|| format!("export {name}='{}'", value.replace('\'', r"'\''")))
+}
+
+/// [`export_line`]s for every engine's `env`; a name that is not a shell
+/// variable name is refused rather than printed.
+pub fn export_lines(status: &SandboxStatus) -> Result<Vec<String>, CliError> {
+    let mut lines = Vec::new();
+    for svc in status.services.values() {
+        for (name, value) in &svc.env {
+            lines.push(
+                export_line(name, value).ok_or_else(|| CliError::UnsafeVariable {
+                    id: status.id.clone(),
+                    name: name.chars().filter(|c| !c.is_control()).take(80).collect(),
+                })?,
+            );
+        }
+    }
+    Ok(lines)
 }
 
 /// Errors surfaced by the CLI.
@@ -324,6 +465,30 @@ pub enum CliError {
     /// The sandbox does not exist.
     #[error("no status for sandbox {0}: it was never applied, or sandboxd has not seen it yet")]
     NotFound(SandboxId),
+    /// A touch found nothing to touch.
+    #[error("sandbox {0} is not desired, has expired, or is being released: request it again (sandboxd request {0} --services …)")]
+    NotDesired(SandboxId),
+    /// A status holds an environment variable name a shell cannot take.
+    #[error("the status of sandbox {id} has an environment variable named {name:?}, which is not a shell variable name; refusing to print it for eval (is the state database tampered with?)")]
+    UnsafeVariable {
+        /// Sandbox id.
+        id: SandboxId,
+        /// The name, without control characters.
+        name: String,
+    },
+}
+
+impl CliError {
+    /// The process exit code: [`EXIT_FAILED`] when a waited-for sandbox
+    /// failed, [`EXIT_TIMED_OUT`] when it was not ready in time, 1 otherwise
+    /// (clap exits 2 on invalid arguments).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Client(ClientError::Failed { .. }) => EXIT_FAILED,
+            CliError::Client(ClientError::Timeout { .. }) => EXIT_TIMED_OUT,
+            _ => 1,
+        }
+    }
 }
 
 /// Prints a line to stdout; a closed pipe (`sandboxd list | head`) ends
@@ -350,6 +515,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Apply(args) => apply(&url, args).await,
+        Command::Request(args) => request(&url, args).await,
         Command::Get(args) => {
             let client = Client::connect(&url).await?;
             let status = client
@@ -357,10 +523,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 .await?
                 .ok_or_else(|| CliError::NotFound(args.id.clone()))?;
             if args.env {
-                for svc in status.services.values() {
-                    for (k, v) in &svc.env {
-                        say!("export {k}='{}'", v.replace('\'', r"'\''"));
-                    }
+                for line in export_lines(&status)? {
+                    say!("{line}");
                 }
             } else {
                 print_status(&status);
@@ -387,12 +551,21 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Command::Delete { id } => {
+        Command::Touch { id } => {
+            let client = Client::connect(&url).await?;
+            if client.touch(&id).await? {
+                say!("touched {id}");
+                Ok(())
+            } else {
+                Err(CliError::NotDesired(id))
+            }
+        }
+        Command::Release { id } => {
             let client = Client::connect(&url).await?;
             if client.release(&id).await? {
-                say!("deleted {id}; sandboxd tears its containers down");
+                say!("released {id}; sandboxd tears its containers down");
             } else {
-                say!("{id} was not desired; nothing to delete");
+                say!("{id} was not desired; nothing to release");
             }
             Ok(())
         }
@@ -443,31 +616,51 @@ fn print_status(s: &SandboxStatus) {
 }
 
 async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
-    let mut features: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for f in &args.features {
-        let (engine, feature) = f
-            .split_once('=')
-            .filter(|(e, f)| !e.is_empty() && !f.is_empty())
-            .ok_or_else(|| CliError::Feature(f.clone()))?;
-        features
-            .entry(engine.to_owned())
-            .or_default()
-            .insert(feature.to_owned());
-    }
     let req = SandboxRequest {
         owner: args.owner,
         services: args.services,
-        features,
+        features: parse_features(&args.features)?,
         attach: args.attach,
         expires_at: args.expires_in.map(|d| {
             chrono::Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
         }),
+        idle_timeout: args.idle_timeout,
+        persistent: args.persistent,
+        owner_container: args.owner_container,
     };
     let client = Client::connect(url).await?;
     let generation = client.apply(&args.id, &req).await?;
     match args.wait {
         Some(timeout) => print_status(&client.wait_ready(&args.id, generation, timeout).await?),
         None => say!("applied {} at generation {generation}", args.id),
+    }
+    Ok(())
+}
+
+async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
+    let req = Request {
+        owner: args.owner,
+        services: args.services,
+        features: parse_features(&args.features)?,
+        idle_timeout: args.idle_timeout,
+        persistent: args.persistent,
+        owner_container: args.owner_container,
+        attach: args.attach,
+    };
+    let client = Client::connect(url).await?;
+    let generation = client.request(&args.id, &req).await?;
+    match args.wait {
+        Some(timeout) => {
+            let status = client.wait_ready(&args.id, generation, timeout).await?;
+            if args.export {
+                for line in export_lines(&status)? {
+                    say!("{line}");
+                }
+            } else {
+                print_status(&status);
+            }
+        }
+        None => say!("requested {} at generation {generation}", args.id),
     }
     Ok(())
 }
@@ -538,6 +731,99 @@ mod tests {
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert!(parse_duration("3 days").is_err());
         assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn durations_out_of_range_are_refused_rather_than_panicking() {
+        assert!(parse_duration("99999999999999999999999h").is_err());
+        assert!(parse_duration("-5s").is_err());
+    }
+
+    #[test]
+    fn export_lines_evaluate_to_exactly_the_values_whatever_they_hold() {
+        let values = [
+            "plain",
+            "it's",
+            "''",
+            "$(echo pwned) `id` $HOME \\ \"",
+            "two\nlines",
+            "",
+        ];
+        let mut script = String::new();
+        for (i, value) in values.iter().enumerate() {
+            script.push_str(&export_line(&format!("V{i}"), value).unwrap());
+            script.push('\n');
+            script.push_str(&format!("printf '%s\\0' \"$V{i}\"\n"));
+        }
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .expect("run sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: Vec<&str> = std::str::from_utf8(&out.stdout)
+            .unwrap()
+            .split_terminator('\0')
+            .collect();
+        assert_eq!(printed, values);
+    }
+
+    #[test]
+    fn export_lines_refuse_names_a_shell_would_misread() {
+        assert!(export_line("SANDBOX_DB_HOST", "x").is_some());
+        assert!(export_line("_X1", "x").is_some());
+        for name in ["", "1X", "A-B", "A B", "X;rm", "X=Y", "A$B", "Ä"] {
+            assert!(export_line(name, "x").is_none(), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn exit_codes_tell_a_failed_sandbox_from_one_not_ready_in_time() {
+        let id = SandboxId::parse("agent-7").unwrap();
+        let failed = CliError::Client(ClientError::Failed {
+            id: id.clone(),
+            message: "why".into(),
+        });
+        let timed_out = CliError::Client(ClientError::Timeout {
+            id: id.clone(),
+            timeout: Duration::from_secs(1),
+            phase: "provisioning".into(),
+        });
+        assert_eq!(failed.exit_code(), EXIT_FAILED);
+        assert_eq!(timed_out.exit_code(), EXIT_TIMED_OUT);
+        assert_eq!(CliError::NotDesired(id).exit_code(), 1);
+        assert_eq!(CliError::NoDatabase.exit_code(), 1);
+    }
+
+    #[test]
+    fn request_takes_persistent_as_a_flag_or_with_a_value() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Request(r) => r,
+            other => panic!("{other:?}"),
+        };
+        let r = parse(&["sandboxd", "request", "agent-7", "--persistent"]);
+        assert_eq!(r.persistent, Some(true));
+        let r = parse(&["sandboxd", "request", "--persistent=false", "agent-7"]);
+        assert_eq!(r.persistent, Some(false));
+        let r = parse(&[
+            "sandboxd",
+            "request",
+            "agent-7",
+            "--services",
+            "postgres,redis",
+        ]);
+        assert_eq!(r.persistent, None);
+        assert_eq!(r.services, ["postgres", "redis"]);
+        assert!(Cli::try_parse_from(["sandboxd", "request", "agent-7", "--export"]).is_err());
+        assert!(matches!(
+            Cli::try_parse_from(["sandboxd", "delete", "agent-7"])
+                .unwrap()
+                .command,
+            Command::Release { .. }
+        ));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The Rust API for orchestrators: write the desired row, wait for the
-//! sandbox to be ready, release it. Other languages use the same contract
+//! The Rust API for orchestrators: ask for a sandbox (declaratively with
+//! [`Client::apply`], or additively with [`Client::request`]), wait for it
+//! to be ready, touch it, release it. Other languages use the same contract
 //! in plain SQL (see README).
 
 use crate::adapters::postgres::{self, PgStore, STATUS_CHANNEL};
@@ -37,7 +38,8 @@ pub enum ClientError {
     },
 }
 
-/// What an orchestrator asks for.
+/// What an orchestrator asks for with [`Client::apply`]: the whole desired
+/// state, replacing what the row asked before.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxRequest {
     /// Who asks; empty means the database role the client connects as
@@ -52,6 +54,66 @@ pub struct SandboxRequest {
     pub attach: Vec<String>,
     /// When it stops being wanted.
     pub expires_at: Option<DateTime<Utc>>,
+    /// Released once unused (neither requested nor touched) this long;
+    /// zero: never; `None`: the controller's `--idle-timeout`. At most 365
+    /// days; whole microseconds (finer parts are dropped).
+    pub idle_timeout: Option<Duration>,
+    /// Data on a named Docker volume instead of tmpfs; never idle-released
+    /// or expired. Fixed once the row exists: release it to change this.
+    pub persistent: bool,
+    /// The agent's Docker container: when it is gone the controller
+    /// releases the sandbox.
+    pub owner_container: Option<String>,
+}
+
+/// What an orchestrator adds to a sandbox with [`Client::request`]
+/// (`sandbox_request`): the row is created if absent; otherwise services,
+/// features and attach are added to what it asks (nothing is removed),
+/// `idle_timeout` and `owner_container` replace the row's only when given,
+/// and `owner` and `persistent`, when given, must equal the row's.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// Who asks; `None`: the row's owner, or for a new row the database
+    /// role the client connects as.
+    pub owner: Option<String>,
+    /// Engines to add: postgres, redis, valkey, mongo.
+    pub services: Vec<String>,
+    /// Features to add, per engine.
+    pub features: BTreeMap<String, BTreeSet<String>>,
+    /// Released once unused this long; zero: never. `None` keeps the row's
+    /// (for a new row: the controller's `--idle-timeout`).
+    pub idle_timeout: Option<Duration>,
+    /// Whether the data lives on a Docker volume; `None` keeps the row's
+    /// (for a new row: not persistent).
+    pub persistent: Option<bool>,
+    /// The agent's Docker container; `None` keeps the row's.
+    pub owner_container: Option<String>,
+    /// Docker containers to add to those connected to the sandbox's network.
+    pub attach: Vec<String>,
+}
+
+/// `d` in whole microseconds, the precision of a Postgres `interval`.
+fn micros(d: Duration) -> Duration {
+    // Past i64::MAX microseconds sqlx cannot encode it; the database
+    // refuses anything over 365 days with a message anyway.
+    Duration::from_micros(
+        u64::try_from(d.as_micros()).map_or(i64::MAX as u64, |m| m.min(i64::MAX as u64)),
+    )
+}
+
+/// Maps a database error: refusals by the contract's checks (SQLSTATE
+/// 23514) and by row-level security or privileges (42501) carry a message
+/// that says what to do, and are shown as is.
+fn query(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| match &source {
+        sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("23514" | "42501")) => {
+            StoreError::Rejected(db.message().to_owned())
+        }
+        _ => StoreError::Query {
+            op,
+            source: Box::new(source),
+        },
+    }
 }
 
 /// What a status says to a client waiting for `generation`: ready (the
@@ -66,7 +128,7 @@ fn settled(status: &SandboxStatus, generation: i64) -> Option<Result<SandboxStat
             id: status.id.clone(),
             message: status.message.clone(),
         })),
-        Phase::Pending | Phase::Provisioning | Phase::Terminating => None,
+        Phase::Pending | Phase::Provisioning | Phase::Healing | Phase::Terminating => None,
     }
 }
 
@@ -91,19 +153,66 @@ impl Client {
         }
     }
 
-    /// Writes (inserts or replaces) the desired row; returns its generation.
+    /// Writes (inserts or replaces) the desired row, the declarative upsert;
+    /// returns its generation. An unchanged row keeps its generation (and
+    /// only records a use, like [`Client::touch`]).
     pub async fn apply(&self, id: &SandboxId, req: &SandboxRequest) -> Result<i64, ClientError> {
-        Ok(self
-            .store
-            .upsert_desired(
-                id,
-                &req.owner,
-                &req.services,
-                &req.features,
-                &req.attach,
-                req.expires_at,
-            )
-            .await?)
+        let features = serde_json::json!(req.features);
+        Ok(sqlx::query_scalar(
+            "INSERT INTO sandbox_desired (id, owner, services, features, attach, expires_at,
+                                          idle_timeout, persistent, owner_container)
+             VALUES ($1, coalesce(nullif($2, ''), current_user), $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, services = EXCLUDED.services,
+                 features = EXCLUDED.features, attach = EXCLUDED.attach,
+                 expires_at = EXCLUDED.expires_at, idle_timeout = EXCLUDED.idle_timeout,
+                 persistent = EXCLUDED.persistent, owner_container = EXCLUDED.owner_container,
+                 last_used_at = now()
+             RETURNING generation",
+        )
+        .bind(id.as_str())
+        .bind(&req.owner)
+        .bind(&req.services)
+        .bind(features)
+        .bind(&req.attach)
+        .bind(req.expires_at)
+        .bind(req.idle_timeout.map(micros))
+        .bind(req.persistent)
+        .bind(&req.owner_container)
+        .fetch_one(self.store.pool())
+        .await
+        .map_err(query("write desired row"))?)
+    }
+
+    /// Adds to the sandbox, creating it if absent (`sandbox_request`, the
+    /// additive verb); returns the generation to wait for. Every call makes
+    /// a new generation, so a sandbox that failed is retried at once.
+    pub async fn request(&self, id: &SandboxId, req: &Request) -> Result<i64, ClientError> {
+        let features = serde_json::json!(req.features);
+        Ok(
+            sqlx::query_scalar("SELECT sandbox_request($1, $2, $3, $4, $5, $6, $7, $8)")
+                .bind(id.as_str())
+                .bind(&req.owner)
+                .bind(&req.services)
+                .bind(features)
+                .bind(req.idle_timeout.map(micros))
+                .bind(req.persistent)
+                .bind(&req.owner_container)
+                .bind(&req.attach)
+                .fetch_one(self.store.pool())
+                .await
+                .map_err(query("request sandbox"))?,
+        )
+    }
+
+    /// Records a use of the sandbox (`sandbox_touch`): its idle timeout
+    /// starts again; no new generation. False when there is no such
+    /// sandbox, it expired, or it is being released: request it again.
+    pub async fn touch(&self, id: &SandboxId) -> Result<bool, ClientError> {
+        Ok(sqlx::query_scalar("SELECT sandbox_touch($1)")
+            .bind(id.as_str())
+            .fetch_one(self.store.pool())
+            .await
+            .map_err(query("touch sandbox"))?)
     }
 
     /// Waits until the status reflects `generation` and is ready (returned)
@@ -163,10 +272,26 @@ impl Client {
         self.wait_ready(id, generation, timeout).await
     }
 
-    /// Deletes the desired row; sandboxd tears the containers down. True if
-    /// the row existed.
+    /// Requests (see [`Client::request`]) and waits for the sandbox to be
+    /// ready at the returned generation.
+    pub async fn request_and_wait(
+        &self,
+        id: &SandboxId,
+        req: &Request,
+        timeout: Duration,
+    ) -> Result<SandboxStatus, ClientError> {
+        let generation = self.request(id, req).await?;
+        self.wait_ready(id, generation, timeout).await
+    }
+
+    /// Deletes the desired row (`sandbox_release`); sandboxd tears the
+    /// containers down. True if the row existed.
     pub async fn release(&self, id: &SandboxId) -> Result<bool, ClientError> {
-        Ok(self.store.delete_desired(id).await?)
+        Ok(sqlx::query_scalar("SELECT sandbox_release($1)")
+            .bind(id.as_str())
+            .fetch_one(self.store.pool())
+            .await
+            .map_err(query("release sandbox"))?)
     }
 
     /// The current status, if any.

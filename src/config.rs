@@ -1,8 +1,9 @@
 //! Controller configuration, independent of how it was parsed (see `cli`).
 
-use crate::domain::id::Deployment;
+use crate::domain::id::{Deployment, EngineName};
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
+use crate::domain::plan::Policy;
 use crate::engine::{self, Engine, REGISTRY};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,6 +21,22 @@ pub enum ConfigError {
     /// The environment variable prefix is not a valid variable name part.
     #[error("invalid env prefix {0:?}: use A-Z, 0-9 and '_', starting with a letter")]
     EnvPrefix(String),
+    /// An `ENGINE=DURATION` readiness deadline named an unknown engine.
+    #[error("invalid readiness timeout for {0:?}: use ENGINE=DURATION with ENGINE one of {engines}", engines = engine_names())]
+    ReadinessOverride(String),
+}
+
+/// Readiness deadlines by engine name, checked against the registry.
+pub fn readiness_overrides(
+    pairs: &[(String, Duration)],
+) -> Result<BTreeMap<EngineName, Duration>, ConfigError> {
+    pairs
+        .iter()
+        .map(|(name, d)| match engine::lookup(name) {
+            Some(e) if !d.is_zero() => Ok((e.name(), *d)),
+            _ => Err(ConfigError::ReadinessOverride(name.clone())),
+        })
+        .collect()
 }
 
 fn engine_names() -> String {
@@ -152,6 +169,12 @@ pub struct ControllerConfig {
     pub image_build_command: Option<String>,
     /// Bound on the build command.
     pub build_timeout: Duration,
+    /// Idle timeout of rows that set none (`None`: sandboxes never go idle
+    /// unless their row says so).
+    pub idle_timeout: Option<Duration>,
+    /// Readiness deadlines that replace an engine's own
+    /// ([`crate::engine::Engine::readiness_deadline`]).
+    pub readiness: BTreeMap<EngineName, Duration>,
 }
 
 impl ControllerConfig {
@@ -170,7 +193,9 @@ impl ControllerConfig {
             grace: Duration::from_secs(180),
             relist_interval: Duration::from_secs(60),
             concurrency: 8,
-            pull_timeout: Duration::from_secs(120),
+            // A cold pull on slow storage takes minutes (the Python
+            // provisioner's agents were stranded by a 20 s limit).
+            pull_timeout: Duration::from_secs(300),
             docker_timeout: Duration::from_secs(30),
             store_timeout: Duration::from_secs(10),
             stop_timeout: Duration::from_secs(2),
@@ -179,6 +204,24 @@ impl ControllerConfig {
             shutdown_grace: Duration::from_secs(30),
             image_build_command: None,
             build_timeout: Duration::from_secs(900),
+            idle_timeout: None,
+            readiness: BTreeMap::new(),
+        }
+    }
+
+    /// How long `engine` may take to become ready.
+    pub fn readiness_deadline(&self, engine: &dyn Engine) -> Duration {
+        self.readiness
+            .get(&engine.name())
+            .copied()
+            .unwrap_or_else(|| engine.readiness_deadline())
+    }
+
+    /// What the plan weighs besides rows and containers.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            grace: self.grace,
+            idle_timeout: self.idle_timeout,
         }
     }
 }
@@ -204,15 +247,15 @@ mod tests {
         let pg = engine::lookup("postgres").unwrap();
         let redis = engine::lookup("redis").unwrap();
         let images = Images::default();
-        assert_eq!(images.image_for(pg, false), "sandboxd/postgres:15");
+        assert_eq!(images.image_for(pg, false), "sandboxd/postgres:17");
         let images = Images::new(
-            &["postgres=sandboxd/postgres:15,redis=sandboxd/redis:7".into()],
-            &["postgres=sandboxd/postgres-ext:15".into()],
+            &["postgres=sandboxd/postgres:17,redis=sandboxd/redis:8".into()],
+            &["postgres=sandboxd/postgres-ext:17".into()],
         )
         .unwrap();
-        assert_eq!(images.image_for(pg, false), "sandboxd/postgres:15");
-        assert_eq!(images.image_for(pg, true), "sandboxd/postgres-ext:15");
-        assert_eq!(images.image_for(redis, true), "sandboxd/redis-ext:7");
+        assert_eq!(images.image_for(pg, false), "sandboxd/postgres:17");
+        assert_eq!(images.image_for(pg, true), "sandboxd/postgres-ext:17");
+        assert_eq!(images.image_for(redis, true), "sandboxd/redis:8");
     }
 
     #[test]
@@ -228,5 +271,22 @@ mod tests {
         assert!(parse_env_prefix("roboco").is_err());
         assert!(parse_env_prefix("1X").is_err());
         assert!(parse_env_prefix("A-B").is_err());
+    }
+
+    #[test]
+    fn readiness_overrides_name_known_engines_and_positive_durations() {
+        let got = readiness_overrides(&[("redis".into(), Duration::from_secs(5))]).unwrap();
+        assert_eq!(got[&EngineName::of_engine("redis")], Duration::from_secs(5));
+        assert!(readiness_overrides(&[("nope".into(), Duration::from_secs(5))]).is_err());
+        assert!(readiness_overrides(&[("redis".into(), Duration::ZERO)]).is_err());
+        let c = ControllerConfig::new(Deployment::parse("d").unwrap());
+        assert_eq!(
+            c.readiness_deadline(&crate::engine::REDIS),
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            c.readiness_deadline(&crate::engine::Postgres),
+            Duration::from_secs(60)
+        );
     }
 }

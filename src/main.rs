@@ -33,7 +33,7 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sandboxd: {e}");
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(e.exit_code())
         }
     }
 }

@@ -40,6 +40,8 @@ pub enum DockerCall {
     Logs,
     /// Exec in a container.
     Exec,
+    /// Volume list, create, inspect and remove.
+    Volume,
 }
 
 impl DockerCall {
@@ -55,6 +57,7 @@ impl DockerCall {
             DockerCall::Remove => "remove",
             DockerCall::Logs => "logs",
             DockerCall::Exec => "exec",
+            DockerCall::Volume => "volume",
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The `sandboxd` binary end to end: `run` as a real process, driven by
-//! `apply`, `get`, `list` and `delete`, stopped with SIGTERM.
+//! `apply`, `request`, `get`, `list`, `touch` and `release`, stopped with
+//! SIGTERM.
 
 mod common;
 
@@ -140,4 +141,190 @@ fn invalid_flags_and_rows_are_refused_with_messages_that_say_what_to_do() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("set DATABASE_URL"), "{err}");
+}
+
+/// Runs `sandboxd ARGS` against the test's database, whatever its outcome.
+fn sandboxd_any(env: &TestEnv, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("DATABASE_URL", &env.url)
+        .output()
+        .expect("run sandboxd")
+}
+
+// Multi-threaded: the controller runs in this process while the test
+// blocks on the binary.
+#[tokio::test(flavor = "multi_thread")]
+async fn request_with_wait_and_export_prints_lines_a_shell_can_eval() {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.env_prefix = "ROBOCO_TEST".into();
+    let controller = env.start(config);
+    let id = sandbox_id("export");
+
+    // What the provisioner's agents did.
+    let script = format!(
+        r#"eval "$("$1" request {id} --services postgres,redis --wait 90s --export)" || exit 9
+           printf '%s\n' "$ROBOCO_TEST_DB_HOST" "$ROBOCO_TEST_DB_PASSWORD" "$ROBOCO_TEST_DB_URL" "$ROBOCO_TEST_REDIS_URL""#
+    );
+    let out = Command::new("bash")
+        .args(["-c", &script, "bash", BIN])
+        .env("DATABASE_URL", &env.url)
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "eval failed ({:?}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let status = sandboxd::client::Client::from_pool(env.pool.clone())
+        .status(&id)
+        .await
+        .unwrap()
+        .expect("a status");
+    let (pg, redis) = (
+        &status.services["postgres"].env,
+        &status.services["redis"].env,
+    );
+    assert_eq!(
+        printed.lines().collect::<Vec<_>>(),
+        [
+            pg["ROBOCO_TEST_DB_HOST"].as_str(),
+            &pg["ROBOCO_TEST_DB_PASSWORD"],
+            &pg["ROBOCO_TEST_DB_URL"],
+            &redis["ROBOCO_TEST_REDIS_URL"],
+        ]
+    );
+
+    // Without --export: the status as JSON, like `get`.
+    let out = sandboxd(&env, &["request", id.as_str(), "--wait", "90s"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["phase"], "ready");
+    assert_eq!(json["observed_generation"], 2);
+    // Without --wait: the generation to wait for.
+    let out = sandboxd(&env, &["request", id.as_str()]);
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        said.contains(&format!("requested {id} at generation 3")),
+        "{said}"
+    );
+    controller.stop().await;
+}
+
+// Multi-threaded: the controller runs in this process while the test
+// blocks on the binary.
+#[tokio::test(flavor = "multi_thread")]
+async fn request_touch_and_release_exit_with_codes_that_tell_failed_from_timed_out() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+
+    // Failed (a container to attach that does not exist): exit 3.
+    let failing = sandbox_id("fail");
+    let missing = format!("missing-{}", env.deployment);
+    let out = sandboxd_any(
+        &env,
+        &[
+            "request",
+            failing.as_str(),
+            "--services",
+            "redis",
+            "--attach",
+            &missing,
+            "--wait",
+            "90s",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&format!("sandbox {failing} failed")) && err.contains(&missing),
+        "{err}"
+    );
+
+    // Timed out: exit 4.
+    let slow = sandbox_id("slow");
+    let out = sandboxd_any(
+        &env,
+        &[
+            "request",
+            slow.as_str(),
+            "--services",
+            "redis",
+            "--wait",
+            "0s",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(&format!("sandbox {slow} was not ready within")),
+        "{err}"
+    );
+
+    // --export needs --wait; invalid arguments exit 2.
+    let out = sandboxd_any(&env, &["request", slow.as_str(), "--export"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // apply takes the lifecycle columns.
+    sandboxd(
+        &env,
+        &[
+            "apply",
+            "--id",
+            slow.as_str(),
+            "--services",
+            "redis",
+            "--idle-timeout",
+            "30m",
+            "--owner-container",
+            "agent-7",
+        ],
+    );
+    let (idle, container, persistent): (Option<String>, Option<String>, bool) = sqlx::query_as(
+        "SELECT idle_timeout::text, owner_container, persistent FROM sandbox_desired WHERE id = $1",
+    )
+    .bind(slow.as_str())
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (idle.as_deref(), container.as_deref(), persistent),
+        (Some("00:30:00"), Some("agent-7"), false)
+    );
+    let out = sandboxd_any(
+        &env,
+        &[
+            "apply",
+            "--id",
+            slow.as_str(),
+            "--services",
+            "redis",
+            "--persistent",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("persistent of sandbox") && err.contains("release"),
+        "{err}"
+    );
+
+    // Touch: 0 when there is something to touch, 1 and what to do otherwise.
+    let out = sandboxd(&env, &["touch", slow.as_str()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("touched {slow}")));
+    let out = sandboxd_any(&env, &["touch", "no-such-sandbox"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("request it again"), "{err}");
+
+    // Release, and its old name.
+    let out = sandboxd(&env, &["release", slow.as_str()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("released {slow}")));
+    let out = sandboxd(&env, &["delete", failing.as_str()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("released {failing}")));
+    let out = sandboxd(&env, &["delete", failing.as_str()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to release"));
+    controller.stop().await;
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use bollard::query_parameters::{InspectContainerOptions, InspectNetworkOptions};
-use common::{eventually, request, sandbox_id, TestEnv};
+use common::{eventually, exec_in, request, sandbox_id, Agent, TestEnv};
 use sandboxd::client::Client;
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
 use sqlx::Connection;
@@ -318,80 +318,6 @@ async fn no_password_ever_shows_in_host_ps_during_a_burst_of_provisioning() {
         }
     }
     controller.stop().await;
-}
-
-/// Runs `script` with bash inside `container`; its exit code and output.
-async fn exec_in(env: &TestEnv, container: &str, script: &str, vars: Vec<String>) -> (i64, String) {
-    use bollard::exec::{CreateExecOptions, StartExecResults};
-    use futures::StreamExt;
-    let exec = env
-        .docker
-        .create_exec(
-            container,
-            CreateExecOptions {
-                cmd: Some(vec!["bash".to_owned(), "-c".to_owned(), script.to_owned()]),
-                env: Some(vars),
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let mut out = String::new();
-    if let StartExecResults::Attached { mut output, .. } =
-        env.docker.start_exec(&exec.id, None).await.unwrap()
-    {
-        while let Some(Ok(chunk)) = output.next().await {
-            out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
-        }
-    }
-    let code = env
-        .docker
-        .inspect_exec(&exec.id)
-        .await
-        .unwrap()
-        .exit_code
-        .unwrap_or(-1);
-    (code, out)
-}
-
-/// An agent's container: the redis image idling, so it has redis-cli,
-/// bash and getent. Removed when dropped.
-struct Agent(String);
-
-impl Agent {
-    fn start(name: &str) -> Self {
-        let out = std::process::Command::new("docker")
-            .args([
-                "run",
-                "-d",
-                "--name",
-                name,
-                "--label",
-                "sandboxd-test.agent=1",
-                "--entrypoint",
-                "sleep",
-                "sandboxd/redis:7",
-                "infinity",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self(name.to_owned())
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", &self.0])
-            .output();
-    }
 }
 
 #[tokio::test]

@@ -417,7 +417,7 @@ async fn containers_of_another_deployment_or_without_labels_are_never_touched() 
         ),
     ] {
         let body = ContainerCreateBody {
-            image: Some("sandboxd/redis:7".into()),
+            image: Some("sandboxd/redis:8".into()),
             labels: Some(labels),
             ..Default::default()
         };

@@ -188,7 +188,15 @@ async fn a_requested_redis_module_is_loaded_and_listed_by_module_list() {
 #[tokio::test]
 async fn an_extension_the_image_lacks_fails_loudly_with_an_actionable_message() {
     let env = TestEnv::new().await;
-    let controller = env.start(env.config());
+    let mut config = env.config();
+    // Configured with the plain image, whose io.sandboxd.features label
+    // lists contrib only.
+    config.images = sandboxd::config::Images::new(
+        &[common::test_images()],
+        &["postgres=sandboxd/postgres:17".to_owned()],
+    )
+    .unwrap();
+    let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("novec");
     let err = client
@@ -198,13 +206,14 @@ async fn an_extension_the_image_lacks_fails_loudly_with_an_actionable_message() 
             READY_TIMEOUT,
         )
         .await
-        .expect_err("Debian's PostgreSQL 15 image does not ship pgvector");
+        .expect_err("sandboxd/postgres:17 does not ship pgvector");
     let message = err.to_string();
     assert!(message.contains("vector"), "{message}");
+    assert!(message.contains("sandboxd/postgres:17"), "{message}");
     assert!(message.contains("--features-image"), "{message}");
     let status = client.status(&id).await.unwrap().unwrap();
     assert_eq!(status.phase, Phase::Failed);
-    // The failed container is not leaked.
+    // Refused before any container was created.
     let left = env.containers(Some(&id)).await;
     assert!(
         left.is_empty(),
@@ -384,7 +393,7 @@ async fn an_image_that_cannot_be_pulled_is_built_by_the_build_command_and_used()
     config.images = sandboxd::config::Images::new(&[format!("redis={image}")], &[]).unwrap();
     // A real command against the real engine: it "builds" by tagging the
     // local Redis image under the missing name.
-    config.image_build_command = Some(r#"docker tag sandboxd/redis:7 "$1""#.into());
+    config.image_build_command = Some(r#"docker tag sandboxd/redis:8 "$1""#.into());
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("build");

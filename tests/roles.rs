@@ -403,3 +403,129 @@ async fn the_cli_grants_and_revokes_orchestrators_and_says_what_to_do_when_it_ca
     let out = ok(&sandboxd(&env.url, &["revoke-orchestrator", "alice"]));
     assert!(out.contains("was not registered"), "{out}");
 }
+
+#[tokio::test]
+async fn an_own_rows_only_orchestrator_requests_touches_and_releases_only_its_own_sandboxes() {
+    let env = TestEnv::new().await;
+    let (alice, _) = env.create_login_role("alice").await;
+    let (bob, _) = env.create_login_role("bob").await;
+    grant(&env, "alice", true).await;
+    grant(&env, "bob", false).await;
+    seed(&env, &[("b-1", "bob")]).await;
+
+    // Her own sandbox: created with her as the owner, added to, touched.
+    let generation: i64 = sqlx::query_scalar("SELECT sandbox_request('a-1', NULL, '{redis}')")
+        .fetch_one(&alice)
+        .await
+        .unwrap();
+    assert_eq!(generation, 1);
+    let generation: i64 =
+        sqlx::query_scalar("SELECT sandbox_request('a-1', 'alice', '{postgres}')")
+            .fetch_one(&alice)
+            .await
+            .unwrap();
+    assert_eq!(generation, 2);
+    let (owner, services): (String, Vec<String>) =
+        sqlx::query_as("SELECT owner, services FROM sandbox_desired WHERE id = 'a-1'")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(owner, "alice");
+    assert_eq!(services, ["redis", "postgres"]);
+    let touched: bool = sqlx::query_scalar("SELECT sandbox_touch('a-1')")
+        .fetch_one(&alice)
+        .await
+        .unwrap();
+    assert!(touched);
+
+    // Bob's sandbox: invisible to touch and release, refused to request.
+    for sql in [
+        "SELECT sandbox_touch('b-1')",
+        "SELECT sandbox_release('b-1')",
+    ] {
+        let done: bool = sqlx::query_scalar(sql).fetch_one(&alice).await.unwrap();
+        assert!(!done, "{sql}");
+    }
+    for (sql, fragment) in [
+        (
+            "SELECT sandbox_request('b-1', NULL, '{postgres}')",
+            "sandbox id b-1 is taken by another owner: use another id",
+        ),
+        (
+            "SELECT sandbox_request('a-2', 'bob', '{redis}')",
+            "row-level security",
+        ),
+    ] {
+        let err = sqlx::query(sql).execute(&alice).await.unwrap_err();
+        let db = err.as_database_error().unwrap();
+        assert_eq!(db.code().as_deref(), Some("42501"), "{sql}: {db}");
+        assert!(db.message().contains(fragment), "{sql}: {}", db.message());
+        assert!(
+            !db.message().contains("bob"),
+            "no other owner named: {}",
+            db.message()
+        );
+    }
+    let services: Vec<String> =
+        sqlx::query_scalar("SELECT services FROM sandbox_desired WHERE id = 'b-1'")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(services, ["redis"], "bob's row is untouched");
+
+    // Bob sees every row, but asking for one as another owner is refused.
+    let err = sqlx::query("SELECT sandbox_request('a-1', 'carol', '{redis}')")
+        .execute(&bob)
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_database_error().unwrap().code().unwrap(), "42501");
+    assert!(
+        err.to_string()
+            .contains("sandbox a-1 belongs to another owner"),
+        "{err}"
+    );
+
+    let released: bool = sqlx::query_scalar("SELECT sandbox_release('a-1')")
+        .fetch_one(&alice)
+        .await
+        .unwrap();
+    assert!(released);
+    assert_eq!(ids(&env.pool, "sandbox_desired").await, ["b-1"]);
+}
+
+#[tokio::test]
+async fn the_request_functions_are_not_callable_by_a_role_that_is_not_registered() {
+    let env = TestEnv::new().await;
+    let (mallory, _) = env.create_login_role("mallory").await;
+    seed(&env, &[("agent-1", "mallory")]).await;
+    // Even with table privileges granted by hand.
+    sqlx::query("GRANT SELECT, INSERT, UPDATE, DELETE ON sandbox_desired TO mallory")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let calls = [
+        "SELECT sandbox_request('agent-1', NULL, '{redis}')",
+        "SELECT sandbox_request('m-1', NULL, '{redis}')",
+        "SELECT sandbox_touch('agent-1')",
+        "SELECT sandbox_release('agent-1')",
+    ];
+    for sql in calls {
+        assert_eq!(sqlstate(&mallory, sql).await, "42501", "{sql}");
+    }
+    // Registered, it may; revoked, it may not again.
+    grant(&env, "mallory", false).await;
+    for sql in calls {
+        sqlx::query(sql)
+            .execute(&mallory)
+            .await
+            .unwrap_or_else(|e| panic!("{sql} as a registered orchestrator: {e}"));
+    }
+    let was: bool = sqlx::query_scalar("SELECT sandbox_revoke_orchestrator('mallory')")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert!(was);
+    for sql in calls {
+        assert_eq!(sqlstate(&mallory, sql).await, "42501", "{sql}");
+    }
+}

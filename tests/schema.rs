@@ -2,6 +2,7 @@
 
 mod common;
 
+use chrono::{DateTime, Utc};
 use common::TestEnv;
 use sqlx::postgres::PgListener;
 use std::time::Duration;
@@ -441,4 +442,637 @@ fn no_engine_allows_more_features_than_the_database_accepts_per_engine() {
             engine.allowed_features().len()
         );
     }
+}
+
+// The lifecycle columns, the request verb, touch and release
+// (migrations/20261130000003_requests.sql).
+
+/// Runs `sql` as `pool` and returns the error's SQLSTATE and message.
+async fn refusal(pool: &sqlx::PgPool, sql: &str) -> (String, String) {
+    let err = sqlx::query(sql)
+        .execute(pool)
+        .await
+        .expect_err(&format!("{sql} must be refused"));
+    let db = err.as_database_error().expect("a database error");
+    (
+        db.code().map(|c| c.into_owned()).unwrap_or_default(),
+        db.message().to_owned(),
+    )
+}
+
+/// (what, statement, expected message fragments): values of the lifecycle
+/// columns that are refused.
+const BAD_LIFECYCLE_VALUES: &[(&str, &str, &[&str])] = &[
+    (
+        "an owner_container starting with a dash",
+        "INSERT INTO sandbox_desired (id, services, owner_container) VALUES ('l', '{redis}', '-agent')",
+        &["invalid owner_container '-agent' of sandbox l", "or NULL for none"],
+    ),
+    (
+        "an empty owner_container",
+        "INSERT INTO sandbox_desired (id, services, owner_container) VALUES ('l', '{redis}', '')",
+        &["invalid owner_container ''"],
+    ),
+    (
+        "an owner_container with a slash",
+        "INSERT INTO sandbox_desired (id, services, owner_container) VALUES ('l', '{redis}', 'a/b')",
+        &["invalid owner_container 'a/b'"],
+    ),
+    (
+        "an owner_container with an escape sequence",
+        r"INSERT INTO sandbox_desired (id, services, owner_container) VALUES ('l', '{redis}', E'a\x1b[2J')",
+        &[r#"invalid owner_container "a\u001b[2J""#],
+    ),
+    (
+        "an owner_container of 129 characters",
+        "INSERT INTO sandbox_desired (id, services, owner_container) VALUES ('l', '{redis}', repeat('a', 129))",
+        &["1 to 128 characters"],
+    ),
+    (
+        "a negative idle_timeout",
+        "INSERT INTO sandbox_desired (id, services, idle_timeout) VALUES ('l', '{redis}', '-1 second')",
+        &["idle_timeout of sandbox l is -00:00:01", "from 0 (never idle-released) to 365 days"],
+    ),
+    (
+        "an idle_timeout that is negative only once months are counted",
+        "INSERT INTO sandbox_desired (id, services, idle_timeout) VALUES ('l', '{redis}', '1 day -1 mon')",
+        &["from 0 (never idle-released) to 365 days"],
+    ),
+    (
+        "an idle_timeout of 366 days",
+        "INSERT INTO sandbox_desired (id, services, idle_timeout) VALUES ('l', '{redis}', '366 days')",
+        &["idle_timeout of sandbox l is 366 days", "or NULL for the controller's default (--idle-timeout)"],
+    ),
+    (
+        "an idle_timeout of 13 months",
+        "INSERT INTO sandbox_desired (id, services, idle_timeout) VALUES ('l', '{redis}', '13 mons')",
+        &["to 365 days"],
+    ),
+    (
+        "a NULL persistent",
+        "INSERT INTO sandbox_desired (id, services, persistent) VALUES ('l', '{redis}', NULL)",
+        &["persistent of sandbox l is NULL: use true"],
+    ),
+];
+
+#[tokio::test]
+async fn lifecycle_values_that_cannot_work_are_refused_with_messages_that_say_what_to_do() {
+    let env = TestEnv::new().await;
+    let mut cases: Vec<(&str, String, Vec<&str>)> = BAD_LIFECYCLE_VALUES
+        .iter()
+        .map(|(what, sql, fragments)| (*what, (*sql).to_owned(), fragments.to_vec()))
+        .collect();
+    // Infinite intervals exist from Postgres 17 on.
+    let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    if version >= 170000 {
+        for value in ["infinity", "-infinity"] {
+            cases.push((
+                "an infinite idle_timeout",
+                format!("INSERT INTO sandbox_desired (id, services, idle_timeout) VALUES ('l', '{{redis}}', '{value}')"),
+                vec!["to 365 days"],
+            ));
+        }
+    }
+    for (what, sql, fragments) in cases {
+        let (code, message) = refusal(&env.pool, &sql).await;
+        assert_eq!(code, "23514", "{what}: {message}");
+        assert!(
+            !message.contains('\u{1b}') && !message.contains('\n'),
+            "{what}: the message carries a control character: {message:?}"
+        );
+        for fragment in fragments {
+            assert!(
+                message.contains(fragment),
+                "{what}: message {message:?} lacks {fragment:?}"
+            );
+        }
+    }
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sandbox_desired")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
+}
+
+#[tokio::test]
+async fn idle_timeouts_from_zero_to_a_year_are_stored_as_plain_durations() {
+    let env = TestEnv::new().await;
+    for (given, stored) in [
+        ("0", "00:00:00"),
+        ("30 minutes", "00:30:00"),
+        ("1 day", "24:00:00"),
+        ("1 mon", "720:00:00"),
+        ("365 days", "8760:00:00"),
+        ("1.5 seconds", "00:00:01.5"),
+    ] {
+        let text: String = sqlx::query_scalar(
+            "INSERT INTO sandbox_desired (id, services, idle_timeout) VALUES ('i', '{redis}', $1::interval)
+             RETURNING idle_timeout::text",
+        )
+        .bind(given)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap_or_else(|e| panic!("idle_timeout {given}: {e}"));
+        assert_eq!(text, stored, "{given}");
+        sqlx::query("DELETE FROM sandbox_desired")
+            .execute(&env.pool)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn persistent_and_the_id_cannot_change_and_the_message_says_to_release_and_request_again() {
+    let env = TestEnv::new().await;
+    sqlx::query(
+        "INSERT INTO sandbox_desired (id, services, persistent) VALUES ('p', '{redis}', true)",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let (code, message) = refusal(
+        &env.pool,
+        "UPDATE sandbox_desired SET persistent = false WHERE id = 'p'",
+    )
+    .await;
+    assert_eq!(code, "23514");
+    assert!(
+        message.contains("persistent of sandbox p cannot change (it is true)")
+            && message.contains("release the sandbox")
+            && message.contains("request it again with persistent = false"),
+        "{message}"
+    );
+    let (code, message) = refusal(&env.pool, "UPDATE sandbox_desired SET id = 'q'").await;
+    assert_eq!(code, "23514");
+    assert!(
+        message.contains("the id of sandbox p cannot change"),
+        "{message}"
+    );
+    // Writing the same value is no change.
+    let generation: i64 = sqlx::query_scalar(
+        "UPDATE sandbox_desired SET persistent = true WHERE id = 'p' RETURNING generation",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(generation, 1);
+}
+
+/// The row's generation, last_used_at and updated_at.
+async fn clock_of(pool: &sqlx::PgPool, id: &str) -> (i64, DateTime<Utc>, DateTime<Utc>) {
+    sqlx::query_as("SELECT generation, last_used_at, updated_at FROM sandbox_desired WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn scalar<T>(pool: &sqlx::PgPool, sql: &str) -> T
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+{
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+#[tokio::test]
+async fn a_touch_keeps_the_generation_a_request_always_bumps_it_and_an_unchanged_upsert_does_not() {
+    let env = TestEnv::new().await;
+    let pool = &env.pool;
+    assert_eq!(
+        scalar::<i64>(pool, "SELECT sandbox_request('g', NULL, '{redis}')").await,
+        1
+    );
+    let (generation, used, updated) = clock_of(pool, "g").await;
+    assert_eq!(generation, 1);
+
+    // Touch: last_used_at moves, nothing else.
+    assert!(scalar::<bool>(pool, "SELECT sandbox_touch('g')").await);
+    let (generation, touched, updated_after_touch) = clock_of(pool, "g").await;
+    assert_eq!(generation, 1);
+    assert!(touched > used, "{touched} > {used}");
+    assert_eq!(updated_after_touch, updated);
+    assert!(!scalar::<bool>(pool, "SELECT sandbox_touch('nosuch')").await);
+
+    // A request always makes a new generation, even for what the row has.
+    assert_eq!(
+        scalar::<i64>(pool, "SELECT sandbox_request('g', NULL, '{redis}')").await,
+        2
+    );
+    assert_eq!(
+        scalar::<i64>(pool, "SELECT sandbox_request('g', NULL, NULL)").await,
+        3
+    );
+    let (_, requested, _) = clock_of(pool, "g").await;
+    assert!(requested > touched, "a request is a use");
+
+    // The declarative upsert of what the row already asks changes nothing.
+    let upsert =
+        "INSERT INTO sandbox_desired (id, services, idle_timeout, persistent, owner_container)
+                  VALUES ('g', '{redis}', NULL, false, NULL)
+                  ON CONFLICT (id) DO UPDATE SET services = EXCLUDED.services,
+                      idle_timeout = EXCLUDED.idle_timeout, persistent = EXCLUDED.persistent,
+                      owner_container = EXCLUDED.owner_container
+                  RETURNING generation";
+    assert_eq!(scalar::<i64>(pool, upsert).await, 3);
+
+    // idle_timeout, owner_container and requested_at are part of the generation.
+    for (sql, expected) in [
+        ("UPDATE sandbox_desired SET idle_timeout = '30 min' RETURNING generation", 4),
+        ("UPDATE sandbox_desired SET idle_timeout = '1800 s' RETURNING generation", 4),
+        ("UPDATE sandbox_desired SET owner_container = 'agent-7' RETURNING generation", 5),
+        ("UPDATE sandbox_desired SET owner_container = 'agent-7' RETURNING generation", 5),
+        ("UPDATE sandbox_desired SET requested_at = '2000-01-01' RETURNING generation", 6),
+        // Several columns at once: one bump.
+        ("UPDATE sandbox_desired SET services = '{redis,postgres}', idle_timeout = NULL RETURNING generation", 7),
+    ] {
+        assert_eq!(scalar::<i64>(pool, sql).await, expected, "{sql}");
+    }
+    // requested_at only moves forward, to the time of the write.
+    assert!(
+        scalar::<bool>(
+            pool,
+            "SELECT requested_at > now() - interval '1 minute' FROM sandbox_desired"
+        )
+        .await,
+        "a requested_at in the past is replaced by the time of the write"
+    );
+
+    // last_used_at: never in the future, never backwards.
+    let (_, before, _) = clock_of(pool, "g").await;
+    assert!(
+        scalar::<bool>(
+            pool,
+            "UPDATE sandbox_desired SET last_used_at = now() + interval '1 day' RETURNING last_used_at <= now()"
+        )
+        .await
+    );
+    let (generation, clamped, _) = clock_of(pool, "g").await;
+    assert_eq!(generation, 7, "last_used_at is not part of the generation");
+    assert!(clamped >= before);
+    sqlx::query("UPDATE sandbox_desired SET last_used_at = '2000-01-01'")
+        .execute(pool)
+        .await
+        .unwrap();
+    let (_, after, _) = clock_of(pool, "g").await;
+    assert_eq!(after, clamped, "last_used_at never goes backwards");
+    // An insert's last_used_at is the time of the insert.
+    assert!(
+        scalar::<bool>(
+            pool,
+            "INSERT INTO sandbox_desired (id, services, last_used_at) VALUES ('h', '{redis}', '2000-01-01')
+             RETURNING last_used_at = now()"
+        )
+        .await
+    );
+}
+
+#[tokio::test]
+async fn desired_notifications_fire_on_insert_delete_and_a_new_generation_only() {
+    let env = TestEnv::new().await;
+    let pool = &env.pool;
+    let mut listener = PgListener::connect_with(pool).await.unwrap();
+    listener.listen("sandbox_desired").await.unwrap();
+    async fn next(listener: &mut PgListener, within: Duration) -> Option<String> {
+        tokio::time::timeout(within, listener.recv())
+            .await
+            .ok()
+            .map(|n| n.unwrap().payload().to_owned())
+    }
+    let quiet = Duration::from_millis(700);
+    let loud = Duration::from_secs(5);
+
+    scalar::<i64>(pool, "SELECT sandbox_request('n', NULL, '{redis}')").await;
+    assert_eq!(
+        next(&mut listener, loud).await.as_deref(),
+        Some("n"),
+        "insert"
+    );
+    for sql in [
+        "SELECT sandbox_touch('n')",
+        "UPDATE sandbox_desired SET last_used_at = now()",
+        "UPDATE sandbox_desired SET services = services, idle_timeout = idle_timeout",
+    ] {
+        sqlx::query(sql).execute(pool).await.unwrap();
+        assert_eq!(
+            next(&mut listener, quiet).await,
+            None,
+            "{sql} must not notify"
+        );
+    }
+    for sql in [
+        "UPDATE sandbox_desired SET idle_timeout = '1 hour'",
+        "SELECT sandbox_request('n', NULL, NULL)",
+        "SELECT sandbox_release('n')",
+    ] {
+        sqlx::query(sql).execute(pool).await.unwrap();
+        assert_eq!(
+            next(&mut listener, loud).await.as_deref(),
+            Some("n"),
+            "{sql}"
+        );
+    }
+    assert_eq!(
+        next(&mut listener, quiet).await,
+        None,
+        "one notification each"
+    );
+}
+
+#[tokio::test]
+async fn the_healing_phase_is_accepted_in_statuses_and_an_unknown_phase_is_not() {
+    let env = TestEnv::new().await;
+    for phase in [
+        "pending",
+        "provisioning",
+        "healing",
+        "ready",
+        "failed",
+        "terminating",
+    ] {
+        sqlx::query("INSERT INTO sandbox_status (id, phase) VALUES ($1, $1)")
+            .bind(phase)
+            .execute(&env.pool)
+            .await
+            .unwrap_or_else(|e| panic!("phase {phase}: {e}"));
+    }
+    let (code, _) = refusal(
+        &env.pool,
+        "INSERT INTO sandbox_status (id, phase) VALUES ('x', 'sleeping')",
+    )
+    .await;
+    assert_eq!(code, "23514");
+}
+
+#[tokio::test]
+async fn a_request_adds_services_features_and_attach_and_never_removes_any() {
+    let env = TestEnv::new().await;
+    let pool = &env.pool;
+    for sql in [
+        r#"SELECT sandbox_request('u', 'me', '{postgres}', '{"postgres":["pg_trgm"]}')"#,
+        r#"SELECT sandbox_request('u', 'me', '{redis,postgres}', '{"postgres":["pg_trgm","citext"],"redis":["search"]}',
+                                 p_attach => '{agent-b,agent-a}')"#,
+        r#"SELECT sandbox_request('u', NULL, '{valkey}', p_attach => '{agent-a,agent-c}',
+                                 p_idle_timeout => '10 min', p_owner_container => 'agent-a')"#,
+        // Nothing new: everything stays.
+        "SELECT sandbox_request('u', NULL, '{redis}')",
+    ] {
+        sqlx::query(sql)
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    type Row = (
+        String,
+        Vec<String>,
+        serde_json::Value,
+        Vec<String>,
+        Option<String>,
+        Option<String>,
+        bool,
+        i64,
+    );
+    let row: Row = sqlx::query_as(
+        "SELECT owner, services, features, attach, idle_timeout::text, owner_container, persistent, generation
+         FROM sandbox_desired WHERE id = 'u'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        row,
+        (
+            "me".to_owned(),
+            vec!["postgres".to_owned(), "redis".into(), "valkey".into()],
+            serde_json::json!({"postgres": ["citext", "pg_trgm"], "redis": ["search"]}),
+            vec!["agent-b".to_owned(), "agent-a".into(), "agent-c".into()],
+            Some("00:10:00".to_owned()),
+            Some("agent-a".to_owned()),
+            false,
+            4,
+        )
+    );
+    // An owner of its own, by default the calling role.
+    let owner: String = scalar(pool, "SELECT owner FROM sandbox_desired WHERE id = 'u'").await;
+    assert_eq!(owner, "me");
+    scalar::<i64>(pool, "SELECT sandbox_request('v', NULL, '{redis}')").await;
+    let owner: String = scalar(pool, "SELECT owner FROM sandbox_desired WHERE id = 'v'").await;
+    assert_eq!(owner, "sandboxd");
+}
+
+/// (what, statement, SQLSTATE, expected message fragments): requests that
+/// are refused, against the row `r` (redis, owner `me`, not persistent)
+/// and the expired row `x`.
+const BAD_REQUESTS: &[(&str, &str, &str, &[&str])] = &[
+    (
+        "another owner",
+        "SELECT sandbox_request('r', 'someone-else', '{redis}')",
+        "42501",
+        &["sandbox r belongs to another owner", "without an owner"],
+    ),
+    (
+        "another persistence",
+        "SELECT sandbox_request('r', NULL, '{redis}', p_persistent => true)",
+        "23514",
+        &["sandbox r is not persistent and persistent cannot change", "release it"],
+    ),
+    (
+        "an expired row",
+        "SELECT sandbox_request('x', NULL, '{redis}')",
+        "23514",
+        &["sandbox x expired at", "set a later expires_at", "release it"],
+    ),
+    (
+        "an unknown engine",
+        "SELECT sandbox_request('r', NULL, '{oracle}')",
+        "23514",
+        &["unknown engine 'oracle'", "allowed engines are mongo, postgres, redis, valkey"],
+    ),
+    (
+        "a feature outside the allowlist",
+        r#"SELECT sandbox_request('r', NULL, '{postgres}', '{"postgres":["plpython3u"]}')"#,
+        "23514",
+        &["feature 'plpython3u' is not allowed for engine 'postgres'"],
+    ),
+    (
+        "a feature for an engine the row does not request",
+        r#"SELECT sandbox_request('r', NULL, NULL, '{"postgres":["pg_trgm"]}')"#,
+        "23514",
+        &["which its services (redis) do not request"],
+    ),
+    (
+        "a new row without services",
+        "SELECT sandbox_request('new', NULL, '{}')",
+        "23514",
+        &["sandbox new requests no services"],
+    ),
+    (
+        "an invalid id",
+        r"SELECT sandbox_request(E'x\x1b[31m', NULL, '{redis}')",
+        "23514",
+        &[r#"invalid sandbox id "x\u001b[31m""#],
+    ),
+    (
+        "a two-dimensional services array",
+        "SELECT sandbox_request('r', NULL, '{{postgres}}')",
+        "23514",
+        &["must be a one-dimensional list starting at index 1"],
+    ),
+    (
+        "more services than there are engines",
+        "SELECT sandbox_request('r', NULL, '{redis,redis,redis,redis,redis}')",
+        "23514",
+        &["list 5 entries, but there are only 4 engines"],
+    ),
+    (
+        "a NULL service",
+        "SELECT sandbox_request('r', NULL, '{postgres,NULL}')",
+        "23514",
+        &["contain NULL"],
+    ),
+    (
+        "features that are not an object",
+        r#"SELECT sandbox_request('r', NULL, '{redis}', '["search"]')"#,
+        "23514",
+        &["must be a JSON object mapping engine to an array of feature names"],
+    ),
+    (
+        "features that are not strings",
+        r#"SELECT sandbox_request('r', NULL, '{redis}', '{"redis":[1]}')"#,
+        "23514",
+        &["must be strings"],
+    ),
+    (
+        "17 features for one engine",
+        r#"SELECT sandbox_request('r', NULL, '{redis}',
+               jsonb_build_object('redis', (SELECT jsonb_agg(to_jsonb('search'::text)) FROM generate_series(1, 17))))"#,
+        "23514",
+        &["list 17 entries: at most 16 features per engine"],
+    ),
+    (
+        "17 containers to attach",
+        "SELECT sandbox_request('r', NULL, NULL, p_attach => (SELECT array_agg('agent-' || i) FROM generate_series(1, 17) i))",
+        "23514",
+        &["lists 17 containers: at most 16 are allowed"],
+    ),
+    (
+        "a NULL container to attach",
+        "SELECT sandbox_request('r', NULL, NULL, p_attach => '{agent,NULL}')",
+        "23514",
+        &["invalid container name NULL"],
+    ),
+    (
+        "a negative idle timeout",
+        "SELECT sandbox_request('r', NULL, NULL, p_idle_timeout => '-5 min')",
+        "23514",
+        &["idle_timeout of sandbox r is -00:05:00"],
+    ),
+    (
+        "an invalid owner container",
+        "SELECT sandbox_request('r', NULL, NULL, p_owner_container => 'no spaces')",
+        "23514",
+        &["invalid owner_container 'no spaces'"],
+    ),
+];
+
+#[tokio::test]
+async fn requests_that_cannot_be_served_are_refused_and_change_nothing() {
+    let env = TestEnv::new().await;
+    let pool = &env.pool;
+    scalar::<i64>(pool, "SELECT sandbox_request('r', 'me', '{redis}')").await;
+    scalar::<i64>(pool, "SELECT sandbox_request('x', 'me', '{redis}')").await;
+    sqlx::query(
+        "UPDATE sandbox_desired SET expires_at = now() - interval '1 minute' WHERE id = 'x'",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let before: Vec<(String, i64)> =
+        sqlx::query_as("SELECT id, generation FROM sandbox_desired ORDER BY id")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    for (what, sql, sqlstate, fragments) in BAD_REQUESTS {
+        let (code, message) = refusal(pool, sql).await;
+        assert_eq!(&code, sqlstate, "{what}: {message}");
+        assert!(
+            !message.contains('\u{1b}') && !message.contains('\n'),
+            "{what}: the message carries a control character: {message:?}"
+        );
+        for fragment in *fragments {
+            assert!(
+                message.contains(fragment),
+                "{what}: message {message:?} lacks {fragment:?}"
+            );
+        }
+    }
+    let after: Vec<(String, i64)> =
+        sqlx::query_as("SELECT id, generation FROM sandbox_desired ORDER BY id")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(after, before);
+    // The expired row may be touched no more either.
+    assert!(!scalar::<bool>(pool, "SELECT sandbox_touch('x')").await);
+}
+
+#[tokio::test]
+async fn concurrent_first_requests_for_one_id_are_merged_not_refused() {
+    let env = TestEnv::new().await;
+    for round in 0..5 {
+        let id = format!("race-{round}");
+        let calls = ["postgres", "redis", "valkey", "mongo"].map(|engine| {
+            let pool = env.pool.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                sqlx::query_scalar::<_, i64>("SELECT sandbox_request($1, NULL, ARRAY[$2])")
+                    .bind(id)
+                    .bind(engine)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("request {engine}: {e}"))
+            })
+        });
+        let mut generations = Vec::new();
+        for call in calls {
+            generations.push(call.await.unwrap());
+        }
+        generations.sort();
+        assert_eq!(generations, [1, 2, 3, 4], "round {round}");
+        let mut services: Vec<String> =
+            sqlx::query_scalar("SELECT services FROM sandbox_desired WHERE id = $1")
+                .bind(&id)
+                .fetch_one(&env.pool)
+                .await
+                .unwrap();
+        services.sort();
+        assert_eq!(services, ["mongo", "postgres", "redis", "valkey"]);
+    }
+}
+
+#[tokio::test]
+async fn a_touch_of_a_sandbox_being_released_changes_nothing_and_says_so() {
+    let env = TestEnv::new().await;
+    let pool = &env.pool;
+    scalar::<i64>(pool, "SELECT sandbox_request('t', NULL, '{redis}')").await;
+    sqlx::query("INSERT INTO sandbox_status (id, phase, observed_generation) VALUES ('t', 'terminating', 1)")
+        .execute(pool)
+        .await
+        .unwrap();
+    let (_, before, _) = clock_of(pool, "t").await;
+    assert!(!scalar::<bool>(pool, "SELECT sandbox_touch('t')").await);
+    let (_, after, _) = clock_of(pool, "t").await;
+    assert_eq!(after, before);
+    // Requesting it again is how it comes back.
+    assert_eq!(
+        scalar::<i64>(pool, "SELECT sandbox_request('t', NULL, NULL)").await,
+        2
+    );
+    assert!(scalar::<bool>(pool, "SELECT sandbox_release('t')").await);
+    assert!(!scalar::<bool>(pool, "SELECT sandbox_release('t')").await);
 }

@@ -7,10 +7,11 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use crate::ports::runtime::{
-    ContainerSpec, EventStream, NetworkSpec, ObservedNetwork, Runtime, RuntimeError,
+    ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime, RuntimeError,
 };
 use crate::ports::store::{NotifyStream, Store, StoreError};
 use async_trait::async_trait;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +76,7 @@ impl Runtime for BoundedRuntime {
     async fn networks(
         &self,
         deployment: &Deployment,
-    ) -> Result<Vec<ObservedNetwork>, RuntimeError> {
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
         let call = self.inner.networks(deployment);
         runtime_call(
             "list networks",
@@ -110,9 +111,31 @@ impl Runtime for BoundedRuntime {
         runtime_call("disconnect", container, self.deadlines.call, call).await
     }
 
-    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
-        let call = self.inner.image_exists(image);
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+        let call = self.inner.image_labels(image);
         runtime_call("inspect image", image, self.deadlines.call, call).await
+    }
+
+    async fn volumes(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        let call = self.inner.volumes(deployment);
+        runtime_call(
+            "list volumes",
+            deployment.as_str(),
+            self.deadlines.call,
+            call,
+        )
+        .await
+    }
+
+    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
+        let call = self.inner.remove_volume(name, deployment);
+        runtime_call("remove volume", name, self.deadlines.call, call).await
     }
 
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {

@@ -9,8 +9,8 @@ use crate::domain::network::Ipv4Net;
 use crate::domain::secret::Secret;
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedNetwork, Runtime,
-    RuntimeError, RuntimeEvent,
+    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime,
+    RuntimeError, RuntimeEvent, Volume,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -18,14 +18,16 @@ use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{
     ContainerCreateBody, ContainerSummaryStateEnum, EndpointSettings, HostConfig,
-    HostConfigLogConfig, Ipam, IpamConfig, NetworkConnectRequest, NetworkCreateRequest,
-    NetworkDisconnectRequest, NetworkingConfig, PortBinding,
+    HostConfigLogConfig, Ipam, IpamConfig, Mount, MountType, NetworkConnectRequest,
+    NetworkCreateRequest, NetworkDisconnectRequest, NetworkingConfig, PortBinding,
+    VolumeCreateRequest,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
     EventsOptionsBuilder, InspectContainerOptions, InspectNetworkOptions,
-    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, LogsOptionsBuilder,
-    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListVolumesOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptions,
+    StopContainerOptionsBuilder,
 };
 use bollard::Docker;
 use chrono::{TimeZone, Utc};
@@ -71,6 +73,41 @@ impl DockerRuntime {
     }
 
     /// Ids of the networks called exactly `name`.
+    /// Creates the volume unless it exists; refuses one whose labels say
+    /// another deployment or sandbox created it.
+    async fn ensure_volume(&self, volume: &Volume) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Volume);
+        match self.docker.inspect_volume(&volume.name).await {
+            Ok(info) => {
+                let ours = [labels::DEPLOYMENT, labels::SANDBOX]
+                    .iter()
+                    .all(|k| info.labels.get(*k) == volume.labels.get(*k));
+                return if ours {
+                    Ok(())
+                } else {
+                    Err(RuntimeError::Refused(format!(
+                        "volume {} exists but was not created for this sandbox (its labels say deployment {:?}, sandbox {:?}); remove or rename it",
+                        volume.name,
+                        info.labels.get(labels::DEPLOYMENT),
+                        info.labels.get(labels::SANDBOX)
+                    )))
+                };
+            }
+            Err(e) if is_status(&e, &[404]) => {}
+            Err(e) => return Err(api("inspect volume", &volume.name)(e)),
+        }
+        let request = VolumeCreateRequest {
+            name: Some(volume.name.clone()),
+            labels: Some(volume.labels.clone()),
+            ..Default::default()
+        };
+        self.docker
+            .create_volume(request)
+            .await
+            .map(drop)
+            .map_err(api("create volume", &volume.name))
+    }
+
     async fn networks_named(&self, name: &str) -> Result<Vec<String>, RuntimeError> {
         let filters = HashMap::from([("name", vec![name.to_owned()])]);
         let options = ListNetworksOptionsBuilder::default()
@@ -372,7 +409,7 @@ impl Runtime for DockerRuntime {
     async fn networks(
         &self,
         deployment: &Deployment,
-    ) -> Result<Vec<ObservedNetwork>, RuntimeError> {
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Network);
         let filters = HashMap::from([(
             "label",
@@ -388,7 +425,9 @@ impl Runtime for DockerRuntime {
             .map_err(api("list networks", deployment.as_str()))?;
         Ok(networks
             .into_iter()
-            .filter_map(|n| ObservedNetwork::of(n.name?, &n.labels.unwrap_or_default(), deployment))
+            .filter_map(|n| {
+                ObservedResource::of(n.name?, &n.labels.unwrap_or_default(), deployment)
+            })
             .collect())
     }
 
@@ -499,12 +538,64 @@ impl Runtime for DockerRuntime {
         }
     }
 
-    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::InspectImage);
         match self.docker.inspect_image(image).await {
-            Ok(_) => Ok(true),
-            Err(e) if is_status(&e, &[404]) => Ok(false),
+            Ok(info) => Ok(Some(info.config.and_then(|c| c.labels).unwrap_or_default())),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
             Err(e) => Err(api("inspect image", image)(e)),
+        }
+    }
+
+    async fn volumes(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Volume);
+        let filters = HashMap::from([(
+            "label",
+            vec![format!("{}={deployment}", labels::DEPLOYMENT)],
+        )]);
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let listed = self
+            .docker
+            .list_volumes(Some(options))
+            .await
+            .map_err(api("list volumes", deployment.as_str()))?;
+        Ok(listed
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|v| ObservedResource::of(v.name, &v.labels, deployment))
+            .collect())
+    }
+
+    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Volume);
+        let info = match self.docker.inspect_volume(name).await {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) => return Ok(()),
+            Err(e) => return Err(api("inspect volume", name)(e)),
+        };
+        if !labels::belongs_to(&info.labels, deployment) {
+            return Err(RuntimeError::Refused(format!(
+                "volume {name} is not deployment {deployment}'s (its labels say {:?}); sandboxd leaves it alone",
+                info.labels.get(labels::DEPLOYMENT)
+            )));
+        }
+        match self
+            .docker
+            .remove_volume(name, None::<RemoveVolumeOptions>)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, &[404]) => Ok(()),
+            Err(e) => Err(api("remove volume", name)(e)),
         }
     }
 
@@ -531,6 +622,9 @@ impl Runtime for DockerRuntime {
         }
         self.check_name_owner(spec).await?;
         self.remove_any(&spec.name, Duration::ZERO).await?;
+        if let Some(volume) = &spec.volume {
+            self.ensure_volume(volume).await?;
+        }
         let _timer = metrics::time_docker_call(DockerCall::Create);
         let port_key = format!("{}/tcp", spec.port);
         let binding = PortBinding {
@@ -559,6 +653,15 @@ impl Runtime for DockerRuntime {
             cap_drop: Some(vec!["ALL".into()]),
             readonly_rootfs: Some(true),
             tmpfs: Some(tmpfs),
+            mounts: spec.volume.as_ref().map(|v| {
+                vec![Mount {
+                    target: Some(v.path.clone()),
+                    source: Some(v.name.clone()),
+                    typ: Some(MountType::VOLUME),
+                    read_only: Some(false),
+                    ..Default::default()
+                }]
+            }),
             log_config: Some(HostConfigLogConfig {
                 typ: Some("json-file".into()),
                 config: Some(HashMap::from([
@@ -647,6 +750,12 @@ impl Runtime for DockerRuntime {
                 Ok(Some(RunState {
                     running: state.running.unwrap_or(false),
                     oom_killed: state.oom_killed.unwrap_or(false),
+                    // Docker says 0001-01-01T00:00:00Z for "never".
+                    finished_at: state
+                        .finished_at
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+                        .map(|t| t.with_timezone(&Utc))
+                        .filter(|t| t.timestamp() > 0),
                 }))
             }
             Err(e) if is_status(&e, &[404]) => Ok(None),

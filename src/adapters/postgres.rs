@@ -300,6 +300,43 @@ impl PgStore {
             .column::<DateTime<Utc>>(row, "updated_at")
             .unwrap_or(DateTime::UNIX_EPOCH);
         let generation = problems.column::<i64>(row, "generation").unwrap_or(0);
+        // A missing or unreadable time of last use counts as the last change.
+        let last_used_at = problems
+            .column::<Option<DateTime<Utc>>>(row, "last_used_at")
+            .flatten()
+            .unwrap_or(updated_at);
+        let idle_timeout = match problems
+            .column::<Option<f64>>(row, "idle_timeout_secs")
+            .flatten()
+        {
+            None => None,
+            Some(secs) if (0.0..=MAX_IDLE_TIMEOUT_SECS).contains(&secs) => {
+                Some(Duration::from_secs_f64(secs))
+            }
+            Some(_) => {
+                problems.push(format!(
+                    "idle_timeout must be between 0 (never) and {MAX_IDLE_TIMEOUT_SECS} seconds"
+                ));
+                None
+            }
+        };
+        let persistent = match problems.column::<Option<bool>>(row, "persistent").flatten() {
+            Some(p) => p,
+            None => {
+                problems.push("persistent is NULL: set it to true or false".into());
+                false
+            }
+        };
+        let owner_container = problems
+            .column::<Option<String>>(row, "owner_container")
+            .flatten();
+        if let Some(bad) = owner_container.as_ref().filter(|n| !docker_name(n)) {
+            problems.push(format!(
+                "owner_container holds {}, which is not a Docker container name",
+                shown(bad)
+            ));
+        }
+        let owner_container = owner_container.filter(|n| docker_name(n));
 
         DesiredSandbox {
             id: id.clone(),
@@ -312,6 +349,10 @@ impl PgStore {
             expires_at,
             generation,
             updated_at,
+            last_used_at,
+            idle_timeout,
+            persistent,
+            owner_container,
         }
     }
 
@@ -400,6 +441,8 @@ const MAX_FEATURES: usize = 16;
 const MAX_FEATURES_BYTES: i32 = 65_536;
 /// Most containers in `attach` (as the database's check).
 const MAX_ATTACH: i32 = 16;
+/// The longest idle timeout a row may set (a year, as the database checks).
+const MAX_IDLE_TIMEOUT_SECS: f64 = 31_536_000.0;
 
 /// The columns of `sandbox_desired` in forms that always decode: arrays as
 /// JSON text (only up to $2 services, $4 containers) with their shape,
@@ -420,6 +463,11 @@ const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     coalesce(isfinite(updated_at) AND updated_at < '10000-01-01 00:00:00+00', false) AS updated_at_ok,
     CASE WHEN isfinite(updated_at) AND updated_at < '10000-01-01 00:00:00+00' THEN updated_at
          ELSE now() END AS updated_at,
+    CASE WHEN isfinite(last_used_at) AND last_used_at < '10000-01-01 00:00:00+00' THEN last_used_at
+         END AS last_used_at,
+    EXTRACT(EPOCH FROM idle_timeout)::float8 AS idle_timeout_secs,
+    persistent,
+    left(owner_container, 129) AS owner_container,
     generation";
 
 /// What is wrong with a desired row, collected while reading it.

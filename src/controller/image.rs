@@ -5,6 +5,7 @@
 use crate::config::ControllerConfig;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 /// Why an image could not be had.
@@ -23,20 +24,20 @@ pub enum ImageError {
     },
 }
 
-/// Makes sure `image` is present.
+/// Makes sure `image` is present and returns its labels.
 pub(crate) async fn ensure(
     runtime: &dyn Runtime,
     config: &ControllerConfig,
     metrics: &Metrics,
     image: &str,
-) -> Result<(), ImageError> {
-    if runtime.image_exists(image).await? {
-        return Ok(());
+) -> Result<HashMap<String, String>, ImageError> {
+    if let Some(labels) = runtime.image_labels(image).await? {
+        return Ok(labels);
     }
     let pull_error = match runtime.pull(image).await {
         Ok(()) => {
             metrics.image_pulled(true);
-            return Ok(());
+            return Ok(runtime.image_labels(image).await?.unwrap_or_default());
         }
         Err(e) => {
             metrics.image_pulled(false);
@@ -52,13 +53,13 @@ pub(crate) async fn ensure(
         "image cannot be pulled; building it"
     );
     let built = build(command, image, config.build_timeout).await;
-    let present = runtime.image_exists(image).await.unwrap_or(false);
-    let outcome = match built {
-        Ok(()) if present => Ok(()),
-        Ok(()) => Err(format!(
+    let present = runtime.image_labels(image).await.ok().flatten();
+    let outcome = match (built, present) {
+        (Ok(()), Some(labels)) => Ok(labels),
+        (Ok(()), None) => Err(format!(
             "{command:?} succeeded but did not produce the image"
         )),
-        Err(reason) => Err(reason),
+        (Err(reason), _) => Err(reason),
     };
     metrics.image_built(outcome.is_ok());
     outcome.map_err(|reason| ImageError::Build {
@@ -82,5 +83,51 @@ async fn build(command: &str, image: &str, timeout: Duration) -> Result<(), Stri
         Ok(Ok(status)) => Err(format!("{command:?} failed with {status}")),
         Ok(Err(e)) => Err(format!("waiting for {command:?} failed: {e}")),
         Err(_) => Err(format!("{command:?} did not finish within {timeout:?}")),
+    }
+}
+
+/// The image label listing the features (allowlist names, comma-separated)
+/// an image ships; sandboxd's own images carry it.
+pub const FEATURES_LABEL: &str = "io.sandboxd.features";
+
+/// The requested features an image's labels say it lacks; empty when it
+/// has them all or does not say what it ships (then the engine's own
+/// check after start decides).
+pub fn missing_features(
+    labels: &HashMap<String, String>,
+    wanted: &BTreeSet<String>,
+) -> Vec<String> {
+    let Some(ships) = labels.get(FEATURES_LABEL) else {
+        return Vec::new();
+    };
+    let ships: BTreeSet<&str> = ships.split(',').map(str::trim).collect();
+    wanted
+        .iter()
+        .filter(|f| !ships.contains(f.as_str()))
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn an_image_that_lists_its_features_is_checked_against_the_request() {
+        let labels = HashMap::from([(FEATURES_LABEL.to_owned(), "citext,pg_trgm".to_owned())]);
+        assert_eq!(
+            missing_features(&labels, &set(&["pg_trgm", "vector"])),
+            ["vector"]
+        );
+        assert!(missing_features(&labels, &set(&["citext"])).is_empty());
+    }
+
+    #[test]
+    fn an_image_that_does_not_list_its_features_is_not_refused() {
+        assert!(missing_features(&HashMap::new(), &set(&["vector"])).is_empty());
     }
 }

@@ -8,6 +8,7 @@ mod probes;
 pub mod provision;
 mod reconcile;
 mod relist;
+pub mod volume;
 
 pub use self::image::ImageError;
 pub use self::provision::ProvisionError;
@@ -104,6 +105,9 @@ struct QueueSink {
 impl Sink for QueueSink {
     fn hint(&self, id: SandboxId) {
         self.queue.add(id);
+    }
+    fn request(&self, id: SandboxId) {
+        self.queue.add_fresh(id);
     }
     fn hint_later(&self, id: SandboxId, delay: Duration) {
         // A separate timer, not `add_after`: a waiting key keeps its

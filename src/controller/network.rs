@@ -77,11 +77,7 @@ pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId) -> Option<Network
         // networks lapses for a moment whenever any network is created.
         bridge: (!*egress).then(|| bridge_name(&name)),
         name,
-        labels: HashMap::from([
-            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
-            (labels::DEPLOYMENT.to_owned(), config.deployment.to_string()),
-            (labels::SANDBOX.to_owned(), id.to_string()),
-        ]),
+        labels: labels::of_sandbox(&config.deployment, id),
         subnets: Some(*subnets),
         egress: *egress,
     })

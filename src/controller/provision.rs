@@ -3,6 +3,7 @@
 
 use super::image::{self, ImageError};
 use super::network::{self, Placement};
+use super::volume;
 use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
 use crate::domain::container::ExecOutput;
@@ -12,7 +13,7 @@ use crate::domain::plan::{HealCause, Provision, ProvisionReason};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
 use crate::engine::{self, Credentials, Engine, EngineError, Exec, Target};
-use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, Tmpfs};
+use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, Tmpfs, Volume};
 use async_trait::async_trait;
 use rand::distr::{Alphanumeric, SampleString};
 use std::collections::{BTreeSet, HashMap};
@@ -60,6 +61,19 @@ pub enum ProvisionError {
     /// Enabling or verifying features failed.
     #[error("{0} (image {1})")]
     Feature(#[source] EngineError, String),
+    /// The image says it does not ship a requested feature: refused before
+    /// anything was created or removed.
+    #[error("image {image} does not ship {engine} features {missing:?} (its label io.sandboxd.features lists {ships:?}); nothing was changed: configure an image that ships them (--features-image {engine}=IMAGE; deploy/images/build.sh builds sandboxd's) or drop them from the row")]
+    ImageLacksFeatures {
+        /// Engine name.
+        engine: EngineName,
+        /// The configured image.
+        image: String,
+        /// Requested features it lacks.
+        missing: Vec<String>,
+        /// What its label lists.
+        ships: String,
+    },
 }
 
 /// A fresh credential-set token (see [`crate::domain::labels::INSTANCE`]).
@@ -69,9 +83,10 @@ fn new_instance() -> String {
 
 /// The container sandboxd creates for `engine`: the image's sandbox mode
 /// (non-secret environment and arguments, secrets on standard input), a
-/// read-only root with tmpfs data, `/tmp` and runtime directories, a
-/// non-root user, no capabilities, caps, and a loopback port on `placement`'s
-/// network.
+/// read-only root with tmpfs data (or `volume`'s, for a persistent
+/// sandbox), `/tmp` and runtime directories, a non-root user, no
+/// capabilities, caps, and a loopback port on `placement`'s network.
+#[allow(clippy::too_many_arguments)]
 pub fn container_spec(
     config: &ControllerConfig,
     engine: &'static dyn Engine,
@@ -80,22 +95,27 @@ pub fn container_spec(
     credentials: &Credentials,
     features: &BTreeSet<String>,
     labels: HashMap<String, String>,
+    volume: Option<Volume>,
 ) -> ContainerSpec {
     let scratch = |path: &str| Tmpfs {
         path: path.to_owned(),
         bytes: config.limits.scratch_bytes,
     };
-    let mut tmpfs = vec![Tmpfs {
-        path: engine.data_path().to_owned(),
-        bytes: config.limits.tmpfs_bytes,
-    }];
+    let persistent = volume.is_some();
+    let mut tmpfs = Vec::new();
+    if !persistent {
+        tmpfs.push(Tmpfs {
+            path: engine.data_path().to_owned(),
+            bytes: config.limits.tmpfs_bytes,
+        });
+    }
     tmpfs.push(scratch("/tmp"));
     tmpfs.extend(engine.runtime_dirs().iter().map(|d| scratch(d)));
     ContainerSpec {
         name: placement.container.clone(),
         image: image.to_owned(),
-        env: engine.container_env(credentials, features),
-        cmd: engine.container_args(features),
+        env: engine.container_env(credentials, features, persistent),
+        cmd: engine.container_args(features, persistent),
         entrypoint: engine.entrypoint(),
         labels,
         port: engine.port(),
@@ -105,19 +125,22 @@ pub fn container_spec(
         user: engine.user().to_owned(),
         limits: config.limits,
         tmpfs,
+        volume,
         stdin: Some(engine.secrets(credentials)),
         image_label: engine.image_label().map(str::to_owned),
     }
 }
 
 /// Provisions one engine as planned and records what happened. `new_request`
-/// is true when it answers a desired-row change not yet observed.
+/// is true when it answers a desired-row change not yet observed; `cause`
+/// says why a heal is needed (see [`heal_cause`]).
 #[tracing::instrument(name = "provision", skip_all, fields(engine = %p.engine, reason = p.reason.as_str()))]
 pub(crate) async fn provision(
     ctx: &Context,
     desired: &DesiredSandbox,
     p: &Provision,
     new_request: bool,
+    cause: Option<HealCause>,
 ) -> Result<ServiceStatus, ProvisionError> {
     let engine = ctx
         .engines
@@ -125,7 +148,7 @@ pub(crate) async fn provision(
         .ok_or(ProvisionError::UnknownEngine(p.engine))?;
     match p.reason {
         ProvisionReason::Heal => {
-            let cause = heal_cause(ctx.runtime.as_ref(), &p.replace).await;
+            let cause = cause.unwrap_or(HealCause::Exited);
             ctx.heal_loops.record(&desired.id);
             ctx.metrics.healed(p.engine, cause);
             tracing::info!(cause = cause.as_str(), "healing with the same credentials");
@@ -156,7 +179,7 @@ pub(crate) async fn provision(
 
 /// Why a container needs healing: it is gone (`removed`), the kernel
 /// killed it for memory (`oom`), or it stopped otherwise (`exited`).
-async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) -> HealCause {
+pub(crate) async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) -> HealCause {
     let Some(dead) = replaced.first() else {
         return HealCause::Removed;
     };
@@ -177,7 +200,21 @@ async fn create(
     let config = &ctx.config;
     let runtime = ctx.runtime.as_ref();
     let image = config.images.image_for(engine, !p.features.is_empty());
-    image::ensure(runtime, config, &ctx.metrics, &image).await?;
+    let image_labels = image::ensure(runtime, config, &ctx.metrics, &image).await?;
+    let missing = image::missing_features(&image_labels, &p.features);
+    if !missing.is_empty() {
+        // Before anything is removed: a rotation to an image that cannot
+        // serve the row must not destroy the working container.
+        return Err(ProvisionError::ImageLacksFeatures {
+            engine: p.engine,
+            image,
+            missing,
+            ships: image_labels
+                .get(image::FEATURES_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+        });
+    }
 
     let credentials = match &p.reuse {
         Some(s) => Credentials {
@@ -207,6 +244,9 @@ async fn create(
         features: p.features.clone(),
         instance: instance.clone(),
     };
+    let volume = desired
+        .persistent
+        .then(|| volume::data_volume(config, &desired.id, engine));
     let mut spec = container_spec(
         config,
         engine,
@@ -215,6 +255,7 @@ async fn create(
         &credentials,
         &p.features,
         labels.to_map(),
+        volume,
     );
     spec.host_port = p.host_port;
     let id = match runtime.create_and_start(&spec).await {
@@ -244,6 +285,12 @@ async fn create(
                 database: credentials.database,
                 available_extensions: available,
                 instance,
+                ready_at: Some(ctx.clock.now()),
+                heals: match (&p.reuse, p.reason) {
+                    (Some(s), ProvisionReason::Heal) => s.heals.saturating_add(1),
+                    (Some(s), _) => s.heals,
+                    (None, _) => 0,
+                },
             })
         }
         Err(e) => {
@@ -277,7 +324,8 @@ async fn bring_up(
         credentials,
         exec: &exec,
     };
-    poll_ready(runtime, engine, &target, id, name).await?;
+    let deadline = ctx.config.readiness_deadline(engine);
+    poll_ready(runtime, engine, &target, id, name, deadline).await?;
     if features.is_empty() {
         // Nothing to enable or verify: spare the engine two more logins.
         return Ok((host_port, Vec::new()));
@@ -307,7 +355,7 @@ impl Exec for InContainer<'_> {
 
 /// Polls `engine`'s probe of the container `id` (called `name`), reached at
 /// `host:port`, until it passes (returning how many probes failed first),
-/// the container exits, or the engine's deadline passes.
+/// the container exits, or the engine's own deadline passes.
 pub async fn wait_ready(
     runtime: &dyn Runtime,
     engine: &'static dyn Engine,
@@ -324,7 +372,15 @@ pub async fn wait_ready(
         credentials,
         exec: &exec,
     };
-    poll_ready(runtime, engine, &target, id, name).await
+    poll_ready(
+        runtime,
+        engine,
+        &target,
+        id,
+        name,
+        engine.readiness_deadline(),
+    )
+    .await
 }
 
 #[tracing::instrument(name = "wait_ready", skip_all, fields(attempts = tracing::field::Empty))]
@@ -334,9 +390,10 @@ async fn poll_ready(
     target: &Target<'_>,
     id: &ContainerId,
     name: &str,
+    within: Duration,
 ) -> Result<u32, ProvisionError> {
     let started = Instant::now();
-    let deadline = started + engine.readiness_deadline();
+    let deadline = started + within;
     let mut delay = Duration::from_millis(50);
     let mut attempts = 0u32;
     loop {

@@ -4,14 +4,15 @@
 //! [`status`](crate::domain::status)); this module only does what they say.
 
 use super::Context;
-use super::{network, provision};
-use crate::domain::id::{EngineName, SandboxId};
-use crate::domain::plan::{self, Plan, Wanted};
+use super::{network, provision, volume};
+use crate::domain::id::{ContainerId, EngineName, SandboxId};
+use crate::domain::plan::{self, HealCause, OwnerState, Plan, ProvisionReason, Wanted};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::status::{self, Failure, Outcomes, Publish};
 use crate::ports::runtime::RuntimeError;
 use crate::ports::store::StoreError;
 use futures::future::join_all;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Why a reconcile failed; it is retried with backoff.
@@ -46,16 +47,22 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     let desired = ctx.store.fetch_desired(id).await?;
     let observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
     let previous = ctx.store.fetch_status(id).await?;
+    let owner = match desired.as_ref().and_then(|d| d.owner_container.as_deref()) {
+        Some(name) => Some(owner_state(ctx, name).await?),
+        None => None,
+    };
     let now = ctx.clock.now();
 
     let plan = plan::plan(
         desired.as_ref(),
         &observed,
         previous.as_ref(),
+        owner,
         now,
-        ctx.config.grace,
+        &ctx.config.policy(),
     );
     tracing::debug!(actions = plan.actions.len(), "planned");
+    let causes = heal_causes(ctx, &plan).await;
 
     let teardown = teardown(ctx, &plan).await;
     // The row to converge to, unless it is gone, expired or unreadable.
@@ -63,7 +70,8 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         .as_ref()
         .filter(|d| plan.wanted == Wanted::Yes && d.invalid.is_none());
     let network_name = Some(network::sandbox_network(ctx, id));
-    if let Some(mut update) = status::while_provisioning(&plan, desired.as_ref(), previous.as_ref())
+    if let Some(mut update) =
+        status::while_provisioning(&plan, desired.as_ref(), previous.as_ref(), &causes)
     {
         update.network.clone_from(&network_name);
         ctx.store.write_status(id, &update).await?;
@@ -75,7 +83,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         .as_ref()
         .is_some_and(|d| status::is_new_request(d, previous.as_ref()));
     let provisioned = match &desired {
-        Some(d) => provision_all(ctx, d, &plan, new_request).await,
+        Some(d) => provision_all(ctx, d, &plan, new_request, &causes).await,
         None => Vec::new(),
     };
     let attach = match converging {
@@ -83,8 +91,12 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         None => Vec::new(),
     };
     if plan.wanted != Wanted::Yes && !plan.is_waiting() && teardown.is_none() {
-        // Nothing of the sandbox is left: its network goes too.
+        // Nothing of the sandbox is left: its network goes too, and once
+        // the row is deleted, the data of a persistent one.
         network::remove(ctx, id).await?;
+        if plan.wanted == Wanted::Deleted {
+            volume::remove_all(ctx, id).await?;
+        }
     }
 
     let outcomes = Outcomes {
@@ -108,7 +120,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
     match verdict.failure {
-        None => Ok(match plan.next_wake() {
+        None => Ok(match plan.next_look() {
             Some(until) => Next::After((until - now).to_std().unwrap_or_default()),
             None => Next::Idle,
         }),
@@ -117,15 +129,39 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     }
 }
 
+/// How the row's owner container is doing.
+async fn owner_state(ctx: &Context, name: &str) -> Result<OwnerState, ReconcileError> {
+    Ok(match ctx.runtime.inspect(&ContainerId::new(name)).await? {
+        None => OwnerState::Missing,
+        Some(run) if run.running => OwnerState::Running,
+        Some(run) => OwnerState::Exited(run.finished_at),
+    })
+}
+
+/// Why each engine the plan heals needs it (looked up before the status
+/// says `healing`, so that it can say why).
+async fn heal_causes(ctx: &Context, plan: &Plan) -> BTreeMap<EngineName, HealCause> {
+    let heals = plan
+        .provisions()
+        .filter(|p| p.reason == ProvisionReason::Heal)
+        .map(|p| async move {
+            let cause = provision::heal_cause(ctx.runtime.as_ref(), &p.replace).await;
+            (p.engine, cause)
+        });
+    join_all(heals).await.into_iter().collect()
+}
+
 /// Provisions every engine the plan creates, at once.
 async fn provision_all(
     ctx: &Context,
     desired: &DesiredSandbox,
     plan: &Plan,
     new_request: bool,
+    causes: &BTreeMap<EngineName, HealCause>,
 ) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
     join_all(plan.provisions().map(|p| async move {
-        let result = provision::provision(ctx, desired, p, new_request).await;
+        let cause = causes.get(&p.engine).copied();
+        let result = provision::provision(ctx, desired, p, new_request, cause).await;
         (p.engine, result.map_err(|e| e.to_string()))
     }))
     .await

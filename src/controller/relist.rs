@@ -24,9 +24,12 @@ pub(crate) async fn relist(
     ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
     // A network whose sandbox is gone is removed by that sandbox's reconcile.
     let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
+    // So is a persistent sandbox's volume.
+    let volumes = ctx.runtime.volumes(&ctx.config.deployment).await?;
     ids.extend(
         networks
             .iter()
+            .chain(&volumes)
             .filter_map(|n| Some(n.sandbox.as_ref()?.to_string())),
     );
     let listed: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();

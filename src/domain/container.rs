@@ -62,6 +62,8 @@ pub struct RunState {
     pub running: bool,
     /// The kernel OOM-killed its last run.
     pub oom_killed: bool,
+    /// When its last run ended (`None` while running or if never run).
+    pub finished_at: Option<DateTime<Utc>>,
 }
 
 /// What a command run inside a container printed, and how it ended.

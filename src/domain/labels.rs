@@ -35,9 +35,19 @@ pub const OWN_CONTAINERS: &[&str] = &[
 /// Value of [`MANAGED_BY`].
 pub const MANAGER: &str = "sandboxd";
 
-/// Whether `labels` (of a container or network) say `deployment` owns it.
+/// Whether `labels` (of a container, network or volume) say `deployment`
+/// owns it.
 pub fn belongs_to(labels: &HashMap<String, String>, deployment: &Deployment) -> bool {
     labels.get(DEPLOYMENT).map(String::as_str) == Some(deployment.as_str())
+}
+
+/// The labels of a network or volume `deployment` creates for `sandbox`.
+pub fn of_sandbox(deployment: &Deployment, sandbox: &SandboxId) -> HashMap<String, String> {
+    HashMap::from([
+        (MANAGED_BY.to_owned(), MANAGER.to_owned()),
+        (DEPLOYMENT.to_owned(), deployment.to_string()),
+        (SANDBOX.to_owned(), sandbox.to_string()),
+    ])
 }
 
 /// What a sandbox container's labels say about it.

@@ -70,6 +70,10 @@ pub enum ReapReason {
     Expired,
     /// An extra container for an engine that already has a good one.
     Duplicate,
+    /// The sandbox was not used for its idle timeout.
+    Idle,
+    /// The agent container the row names as its owner is gone.
+    OwnerGone,
 }
 
 impl ReapReason {
@@ -81,6 +85,8 @@ impl ReapReason {
             ReapReason::ServiceDropped => "service_dropped",
             ReapReason::Expired => "expired",
             ReapReason::Duplicate => "duplicate",
+            ReapReason::Idle => "idle",
+            ReapReason::OwnerGone => "owner_gone",
         }
     }
 }
@@ -143,6 +149,9 @@ pub struct Plan {
     pub wanted: Wanted,
     /// The steps, engines in sorted order.
     pub actions: Vec<Action>,
+    /// When the row may stop being wanted (it expires, goes idle, or its
+    /// owner container's grace runs out): look at it again then.
+    pub recheck_at: Option<DateTime<Utc>>,
 }
 
 impl Plan {
@@ -185,6 +194,43 @@ impl Plan {
     pub fn is_waiting(&self) -> bool {
         self.next_wake().is_some()
     }
+
+    /// When to look at the sandbox again: a waiting reap or a recheck,
+    /// whichever comes first.
+    pub fn next_look(&self) -> Option<DateTime<Utc>> {
+        self.next_wake().into_iter().chain(self.recheck_at).min()
+    }
+}
+
+/// The controller's settings that the plan weighs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// How old a container must be before it is reaped (and how long an
+    /// owner container may be missing or stopped).
+    pub grace: Duration,
+    /// The idle timeout of rows that set none (`None`: off).
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Policy {
+    /// A policy with `grace` and no default idle timeout.
+    pub fn with_grace(grace: Duration) -> Self {
+        Self {
+            grace,
+            idle_timeout: None,
+        }
+    }
+}
+
+/// How the agent container a row names as its owner is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerState {
+    /// It is running (or restarting, or paused: alive).
+    Running,
+    /// It stopped at this time (`None`: Docker did not say when).
+    Exited(Option<DateTime<Utc>>),
+    /// No container has that name.
+    Missing,
 }
 
 /// Whether a row wants anything, and why not.
@@ -196,15 +242,69 @@ pub enum Wanted {
     Deleted,
     /// The row is past `expires_at`.
     Expired,
+    /// The row was not used for its idle timeout.
+    Idle,
+    /// The row's owner container is gone.
+    OwnerGone,
 }
 
-/// Decides what `wanted` means for the row.
-pub fn wanted(desired: Option<&DesiredSandbox>, now: DateTime<Utc>) -> Wanted {
-    match desired {
-        None => Wanted::Deleted,
-        Some(d) if d.is_expired(now) => Wanted::Expired,
-        Some(_) => Wanted::Yes,
+fn add(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// When a row's owner container counts as gone: grace after it stopped,
+/// or, if there is no such container, grace after the row last changed
+/// (so an agent started just after its sandbox was asked for is not
+/// mistaken for a gone one). `None` while it runs.
+fn owner_gone_at(
+    desired: &DesiredSandbox,
+    owner: OwnerState,
+    grace: Duration,
+) -> Option<DateTime<Utc>> {
+    match owner {
+        OwnerState::Running => None,
+        OwnerState::Exited(Some(at)) => Some(add(at.max(desired.updated_at), grace)),
+        OwnerState::Exited(None) | OwnerState::Missing => Some(add(desired.updated_at, grace)),
     }
+}
+
+/// Decides whether the row wants anything at `now`, and when that may
+/// change next (expiry, idleness, the owner's grace).
+pub fn wanted_until(
+    desired: Option<&DesiredSandbox>,
+    owner: Option<OwnerState>,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> (Wanted, Option<DateTime<Utc>>) {
+    let Some(d) = desired else {
+        return (Wanted::Deleted, None);
+    };
+    let expires = d.expires_at.filter(|_| !d.persistent);
+    let idle = d.idle_at(policy.idle_timeout);
+    let gone = d
+        .owner_container
+        .as_ref()
+        .and(owner)
+        .and_then(|o| owner_gone_at(d, o, policy.grace));
+    let past = |t: Option<DateTime<Utc>>| t.is_some_and(|t| t <= now);
+    let why = if past(expires) {
+        Wanted::Expired
+    } else if past(gone) {
+        Wanted::OwnerGone
+    } else if past(idle) {
+        Wanted::Idle
+    } else {
+        Wanted::Yes
+    };
+    let recheck = [expires, idle, gone]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t > now)
+        .min();
+    (why, recheck.filter(|_| why == Wanted::Yes))
 }
 
 fn reap(c: &ObservedContainer, reason: ReapReason, now: DateTime<Utc>, grace: Duration) -> Action {
@@ -232,14 +332,17 @@ fn reap(c: &ObservedContainer, reason: ReapReason, now: DateTime<Utc>, grace: Du
 ///
 /// `observed` are this deployment's containers for the sandbox; `status`
 /// is what sandboxd published last (its credentials are the truth for
-/// healing). Engines are visited in sorted order.
+/// healing); `owner` is how the row's owner container is doing, if it
+/// names one and it was looked at. Engines are visited in sorted order.
 pub fn plan(
     desired: Option<&DesiredSandbox>,
     observed: &[ObservedContainer],
     status: Option<&SandboxStatus>,
+    owner: Option<OwnerState>,
     now: DateTime<Utc>,
-    grace: Duration,
+    policy: &Policy,
 ) -> Plan {
+    let grace = policy.grace;
     let live: Vec<&ObservedContainer> = observed
         .iter()
         .filter(|c| c.state != ContainerState::Removing)
@@ -252,12 +355,14 @@ pub fn plan(
             .push(c);
     }
 
-    let why = wanted(desired, now);
+    let (why, recheck_at) = wanted_until(desired, owner, now, policy);
     let desired = match (why, desired) {
         (Wanted::Yes, Some(d)) => d,
         _ => {
             let reason = match (why, status) {
                 (Wanted::Expired, _) => ReapReason::Expired,
+                (Wanted::Idle, _) => ReapReason::Idle,
+                (Wanted::OwnerGone, _) => ReapReason::OwnerGone,
                 (_, Some(_)) => ReapReason::Deleted,
                 (_, None) => ReapReason::Orphan,
             };
@@ -265,6 +370,7 @@ pub fn plan(
             return Plan {
                 wanted: why,
                 actions,
+                recheck_at: None,
             };
         }
     };
@@ -275,6 +381,7 @@ pub fn plan(
         return Plan {
             wanted: Wanted::Yes,
             actions: Vec::new(),
+            recheck_at: None,
         };
     }
     let mut actions = Vec::new();
@@ -307,6 +414,7 @@ pub fn plan(
     Plan {
         wanted: why,
         actions,
+        recheck_at,
     }
 }
 

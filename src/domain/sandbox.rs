@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::time::Duration;
 
 /// One row of `sandbox_desired`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +33,16 @@ pub struct DesiredSandbox {
     pub invalid: Option<String>,
     /// Past it the sandbox is no longer desired.
     pub expires_at: Option<DateTime<Utc>>,
+    /// When the sandbox was last requested or touched.
+    pub last_used_at: DateTime<Utc>,
+    /// The row's idle timeout: `None` for the controller's default,
+    /// `Some(Duration::ZERO)` for never.
+    pub idle_timeout: Option<Duration>,
+    /// Data on a named volume that outlives heals and restarts; never
+    /// released for idleness or expiry; removed with the row.
+    pub persistent: bool,
+    /// The agent's container: once it is gone the sandbox is released.
+    pub owner_container: Option<String>,
     /// Bumped by the database on every change.
     pub generation: i64,
     /// When the row last changed (set by the database).
@@ -50,9 +61,22 @@ impl DesiredSandbox {
             || self.unknown_services.iter().any(|e| e == name)
     }
 
-    /// Whether the row is past `expires_at` at `now`.
+    /// Whether the row is past `expires_at` at `now` (a persistent sandbox
+    /// never expires).
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
-        self.expires_at.is_some_and(|t| t <= now)
+        !self.persistent && self.expires_at.is_some_and(|t| t <= now)
+    }
+
+    /// When the sandbox becomes idle, given the controller's default
+    /// timeout: `None` if it never does (persistent, or no timeout, or a
+    /// zero one).
+    pub fn idle_at(&self, default_timeout: Option<Duration>) -> Option<DateTime<Utc>> {
+        let timeout = self.idle_timeout.or(default_timeout)?;
+        if self.persistent || timeout.is_zero() {
+            return None;
+        }
+        let timeout = chrono::Duration::from_std(timeout).ok()?;
+        self.last_used_at.checked_add_signed(timeout)
     }
 }
 
@@ -64,6 +88,10 @@ pub enum Phase {
     Pending,
     /// Containers are being created or re-created.
     Provisioning,
+    /// An engine that was ready died and is being re-created with the same
+    /// credentials (its data is lost unless the sandbox is persistent);
+    /// `message` names the engine and the cause.
+    Healing,
     /// Every requested engine answers with the published credentials.
     Ready,
     /// The last attempt failed; `message` says why. Retried with backoff.
@@ -74,9 +102,10 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, for metrics.
-    pub const ALL: [Phase; 5] = [
+    pub const ALL: [Phase; 6] = [
         Phase::Pending,
         Phase::Provisioning,
+        Phase::Healing,
         Phase::Ready,
         Phase::Failed,
         Phase::Terminating,
@@ -87,6 +116,7 @@ impl Phase {
         match self {
             Phase::Pending => "pending",
             Phase::Provisioning => "provisioning",
+            Phase::Healing => "healing",
             Phase::Ready => "ready",
             Phase::Failed => "failed",
             Phase::Terminating => "terminating",
@@ -130,6 +160,14 @@ pub struct ServiceStatus {
     /// to its `io.sandboxd.instance` label (not derived from the credentials).
     #[serde(default)]
     pub instance: String,
+    /// When the running container became ready: its data is as old as this
+    /// (tmpfs data does not survive a heal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<DateTime<Utc>>,
+    /// How many times this engine was healed with these credentials (each
+    /// heal of a non-persistent sandbox starts with empty data).
+    #[serde(default)]
+    pub heals: u32,
 }
 
 impl fmt::Debug for ServiceStatus {
@@ -141,6 +179,8 @@ impl fmt::Debug for ServiceStatus {
             .field("user", &self.user)
             .field("database", &self.database)
             .field("available_extensions", &self.available_extensions)
+            .field("ready_at", &self.ready_at)
+            .field("heals", &self.heals)
             .finish_non_exhaustive()
     }
 }

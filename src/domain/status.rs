@@ -3,7 +3,7 @@
 //! Pure, so every case is a row of a table test.
 
 use super::id::EngineName;
-use super::plan::{Plan, Wanted};
+use super::plan::{HealCause, Plan, ProvisionReason, Wanted};
 use super::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 use std::collections::BTreeMap;
 
@@ -106,26 +106,67 @@ pub fn is_new_request(desired: &DesiredSandbox, previous: Option<&SandboxStatus>
     observed_generation(previous) < desired.generation
 }
 
-/// The `provisioning` status written before containers are created, or
-/// `None` when the plan creates nothing. It keeps the previous observed
-/// generation: the new one is observed only once provisioning is done.
+/// The status written before containers are created, or `None` when the
+/// plan creates nothing: `healing` when an engine that was published dies
+/// (the message names it and `causes` says why), else `provisioning`. It
+/// keeps the previous observed generation: the new one is observed only
+/// once provisioning is done.
 pub fn while_provisioning(
     plan: &Plan,
     desired: Option<&DesiredSandbox>,
     previous: Option<&SandboxStatus>,
+    causes: &BTreeMap<EngineName, HealCause>,
 ) -> Option<StatusUpdate> {
     let desired = wanted_row(plan, desired)?;
-    let engines: Vec<&str> = plan.provisions().map(|p| p.engine.as_str()).collect();
-    if engines.is_empty() {
-        return None;
+    let mut healing = Vec::new();
+    let mut others = Vec::new();
+    for p in plan.provisions() {
+        if p.reason == ProvisionReason::Heal {
+            let cause = causes.get(&p.engine).copied().unwrap_or(HealCause::Exited);
+            healing.push(format!("{} ({})", p.engine, heal_message(cause)));
+        } else {
+            others.push(p.engine.as_str().to_owned());
+        }
+    }
+    let (phase, mut message) = match (healing.is_empty(), others.is_empty()) {
+        (true, true) => return None,
+        (true, false) => (Phase::Provisioning, String::new()),
+        (false, _) => (
+            Phase::Healing,
+            format!(
+                "healing {}: re-creating with the same credentials; {}",
+                healing.join(", "),
+                if desired.persistent {
+                    "its data is kept on the sandbox's volume"
+                } else {
+                    "its data is lost"
+                }
+            ),
+        ),
+    };
+    if !others.is_empty() {
+        message = [message, format!("provisioning {}", others.join(", "))]
+            .into_iter()
+            .filter(|m| !m.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
     }
     Some(StatusUpdate {
-        phase: Phase::Provisioning,
+        phase,
         observed_generation: observed_generation(previous),
-        message: format!("provisioning {}", engines.join(", ")),
+        message,
         services: standing_services(plan, desired, previous),
         network: None,
     })
+}
+
+/// Why an engine is being healed, for the status message.
+fn heal_message(cause: HealCause) -> &'static str {
+    match cause {
+        HealCause::Removed => "its container was removed",
+        HealCause::Oom => "its container was killed for lack of memory",
+        HealCause::Exited => "its container stopped",
+    }
 }
 
 /// Decides the status row and the reconcile's result once every action ran.
@@ -211,10 +252,16 @@ fn decide_unwanted(
             phase: Phase::Terminating,
             observed_generation: desired
                 .map_or_else(|| observed_generation(previous), |d| d.generation),
-            message: if why == Wanted::Expired {
-                "expired: the row is past expires_at".into()
-            } else {
-                "deleted: waiting for the grace window before removing containers".into()
+            message: match why {
+                Wanted::Expired => "expired: the row is past expires_at".into(),
+                Wanted::Idle => "released: idle for longer than its idle timeout (no request or touch); request it again for a new one".into(),
+                Wanted::OwnerGone => format!(
+                    "released: its owner container {} is gone; request it again for a new one",
+                    desired.and_then(|d| d.owner_container.as_deref()).unwrap_or("?")
+                ),
+                Wanted::Deleted | Wanted::Yes => {
+                    "deleted: waiting for the grace window before removing containers".into()
+                }
             },
             services: BTreeMap::new(),
             network: None,

@@ -178,16 +178,24 @@ pub trait Engine: Send + Sync + 'static {
     fn user(&self) -> &'static str {
         "999:999"
     }
-    /// How long the engine may take to become ready before provisioning fails.
+    /// How long the engine may take to become ready before provisioning
+    /// fails, unless configured otherwise (`--readiness-timeout`).
     fn readiness_deadline(&self) -> Duration {
         Duration::from_secs(60)
     }
     /// The login for a container with this password.
     fn credentials(&self, password: Secret) -> Credentials;
-    /// Environment of a sandbox container: never a credential.
-    fn container_env(&self, credentials: &Credentials, features: &BTreeSet<String>) -> Vec<String>;
+    /// Environment of a sandbox container: never a credential. `persistent`:
+    /// its data directory is a volume that may hold an earlier container's
+    /// data (the images' `SANDBOXD_PERSISTENT=1`).
+    fn container_env(
+        &self,
+        credentials: &Credentials,
+        features: &BTreeSet<String>,
+        persistent: bool,
+    ) -> Vec<String>;
     /// Arguments to the image's entrypoint: never a credential.
-    fn container_args(&self, features: &BTreeSet<String>) -> Vec<String>;
+    fn container_args(&self, features: &BTreeSet<String>, persistent: bool) -> Vec<String>;
     /// An entrypoint replacing the image's, for images that do not read
     /// their secrets from standard input themselves.
     fn entrypoint(&self) -> Option<Vec<String>> {

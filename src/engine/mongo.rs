@@ -21,6 +21,9 @@ use std::time::Duration;
 pub struct Mongo;
 
 const NAME: EngineName = EngineName::of_engine("mongo");
+/// Where the agent's user is defined (as the Python provisioner's
+/// `MONGO_AUTH_DB`); its roles cover only its own database.
+const AUTH_DB: &str = "admin";
 
 /// The entrypoint of a Mongo sandbox (bash, as `bash -c SHIM sandboxd-mongo
 /// ARGS...`): secrets from standard input, the agent's user, then `mongod
@@ -45,7 +48,7 @@ mongod --dbpath /data/db --bind_ip 127.0.0.1 --port 27018 --fork --logpath /tmp/
 mongosh --quiet --port 27018 --eval '
 	const pwd = fs.readFileSync("/run/sandboxd/password", "utf8");
 	const name = process.env.SANDBOXD_DATABASE;
-	db.getSiblingDB(name).createUser({user: process.env.SANDBOXD_USER, pwd,
+	db.getSiblingDB("admin").createUser({user: process.env.SANDBOXD_USER, pwd,
 		roles: [{role: "readWrite", db: name}, {role: "dbAdmin", db: name}]});'
 mongod --dbpath /data/db --port 27018 --shutdown >/dev/null
 exec mongod --auth --bind_ip_all --dbpath /data/db "$@"
@@ -54,9 +57,8 @@ exec mongod --auth --bind_ip_all --dbpath /data/db "$@"
 /// The probe: the agent's login, its password read inside the container.
 const PING: &str = r#"mongosh --quiet --host 127.0.0.1 --eval '
 	const name = process.env.SANDBOXD_DATABASE;
-	const d = db.getSiblingDB(name);
-	d.auth(process.env.SANDBOXD_USER, fs.readFileSync("/run/sandboxd/password", "utf8"));
-	print(d.runCommand({ping: 1}).ok)'"#;
+	db.getSiblingDB("admin").auth(process.env.SANDBOXD_USER, fs.readFileSync("/run/sandboxd/password", "utf8"));
+	print(db.getSiblingDB(name).runCommand({ping: 1}).ok)'"#;
 
 #[async_trait]
 impl Engine for Mongo {
@@ -85,7 +87,7 @@ impl Engine for Mongo {
         &["/run/sandboxd", "/data/configdb"]
     }
     fn readiness_deadline(&self) -> Duration {
-        Duration::from_secs(90)
+        Duration::from_secs(60)
     }
     fn credentials(&self, password: Secret) -> Credentials {
         Credentials {
@@ -94,7 +96,12 @@ impl Engine for Mongo {
             database: "sandbox".into(),
         }
     }
-    fn container_env(&self, c: &Credentials, _features: &BTreeSet<String>) -> Vec<String> {
+    fn container_env(
+        &self,
+        c: &Credentials,
+        _features: &BTreeSet<String>,
+        _persistent: bool,
+    ) -> Vec<String> {
         vec![
             "SANDBOXD_SANDBOX=1".to_owned(),
             format!("SANDBOXD_USER={}", c.user),
@@ -102,7 +109,7 @@ impl Engine for Mongo {
             "HOME=/tmp".to_owned(),
         ]
     }
-    fn container_args(&self, _features: &BTreeSet<String>) -> Vec<String> {
+    fn container_args(&self, _features: &BTreeSet<String>, _persistent: bool) -> Vec<String> {
         Vec::new()
     }
     fn image_label(&self) -> Option<&'static str> {
@@ -118,11 +125,10 @@ impl Engine for Mongo {
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         format!(
-            "mongodb://{}:{}@{host}:{port}/{}?authSource={}",
+            "mongodb://{}:{}@{host}:{port}/{}?authSource={AUTH_DB}",
             c.user,
             c.password.expose(),
             c.database,
-            c.database
         )
     }
     fn env_suffixes(&self, host: &str, port: u16, c: &Credentials) -> Vec<(&'static str, String)> {
@@ -131,6 +137,7 @@ impl Engine for Mongo {
             ("PORT", port.to_string()),
             ("USER", c.user.clone()),
             ("PASSWORD", c.password.expose().to_owned()),
+            ("AUTH_DB", AUTH_DB.to_owned()),
             ("DB", c.database.clone()),
             ("URL", self.url(host, port, c)),
         ]
@@ -171,7 +178,7 @@ mod tests {
     #[test]
     fn the_shim_and_the_probe_never_put_a_secret_in_an_argument() {
         let c = Mongo.credentials(Secret::new("s3cretPassw0rd1234"));
-        let env = Mongo.container_env(&c, &BTreeSet::new()).join(" ");
+        let env = Mongo.container_env(&c, &BTreeSet::new(), false).join(" ");
         let entrypoint = Mongo.entrypoint().unwrap().join(" ");
         for text in [env.as_str(), entrypoint.as_str(), PING] {
             assert!(!text.contains("s3cret"), "{text}");

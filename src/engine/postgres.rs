@@ -51,10 +51,10 @@ impl Engine for Postgres {
         &["vector", "postgis", "pg_trgm", "citext", "uuid-ossp"]
     }
     fn default_image(&self) -> &'static str {
-        "sandboxd/postgres:15"
+        "sandboxd/postgres:17"
     }
     fn default_features_image(&self) -> &'static str {
-        "sandboxd/postgres-ext:15"
+        "sandboxd/postgres-ext:17"
     }
     fn port(&self) -> u16 {
         5432
@@ -72,17 +72,30 @@ impl Engine for Postgres {
     fn runtime_dirs(&self) -> &'static [&'static str] {
         &["/var/run/postgresql"]
     }
-    fn container_env(&self, c: &Credentials, features: &BTreeSet<String>) -> Vec<String> {
+    fn container_env(
+        &self,
+        c: &Credentials,
+        features: &BTreeSet<String>,
+        persistent: bool,
+    ) -> Vec<String> {
         let features: Vec<&str> = features.iter().map(String::as_str).collect();
-        vec![
+        let mut env = vec![
             "SANDBOXD_SANDBOX=1".to_owned(),
             format!("SANDBOXD_USER={}", c.user),
             format!("SANDBOXD_DATABASE={}", c.database),
             format!("SANDBOXD_FEATURES={}", features.join(",")),
             format!("PGDATA={}", self.data_path()),
-        ]
+        ];
+        if persistent {
+            env.push("SANDBOXD_PERSISTENT=1".to_owned());
+        }
+        env
     }
-    fn container_args(&self, _features: &BTreeSet<String>) -> Vec<String> {
+    fn container_args(&self, _features: &BTreeSet<String>, persistent: bool) -> Vec<String> {
+        if persistent {
+            // Data that must outlive the container: the server's defaults.
+            return Vec::new();
+        }
         // Throwaway data on tmpfs: durability buys nothing, speed does.
         [
             "-c",
@@ -109,6 +122,9 @@ impl Engine for Postgres {
             ("PORT", port.to_string()),
             ("USER", c.user.clone()),
             ("PASSWORD", c.password.expose().to_owned()),
+            // The database to connect to for CREATE DATABASE: the agent's
+            // own (it may create databases; `postgres` is closed to it).
+            ("ADMIN_DB", c.database.clone()),
             ("NAME", c.database.clone()),
             ("URL", self.url(host, port, c)),
         ]

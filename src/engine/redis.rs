@@ -34,20 +34,20 @@ pub struct Resp {
 pub static REDIS: Resp = Resp {
     name: EngineName::of_engine("redis"),
     env_group: "REDIS",
-    image: "sandboxd/redis:7",
-    features_image: "sandboxd/redis-ext:7",
+    image: "sandboxd/redis:8",
+    features_image: "sandboxd/redis:8",
     features: &["search", "json", "bloom"],
     modules: MODULES,
 };
 
-/// Valkey, without modules for now.
+/// Valkey, with the same modules as Redis.
 pub static VALKEY: Resp = Resp {
     name: EngineName::of_engine("valkey"),
     env_group: "VALKEY",
     image: "sandboxd/valkey:8",
     features_image: "sandboxd/valkey:8",
-    features: &[],
-    modules: &[],
+    features: &["search", "json", "bloom"],
+    modules: MODULES,
 };
 
 /// Where sandboxd's images keep module files (Debian's packages do).
@@ -190,12 +190,25 @@ impl Engine for Resp {
         // Where the images' sandbox mode writes the server's configuration.
         &["/run/sandboxd"]
     }
-    fn container_env(&self, _c: &Credentials, _features: &BTreeSet<String>) -> Vec<String> {
-        // Sandbox mode reads the password from standard input and writes the
-        // configuration (ACL user, no persistence, no `MODULE`) to a tmpfs.
-        vec!["SANDBOXD_SANDBOX=1".to_owned()]
+    fn readiness_deadline(&self) -> Duration {
+        Duration::from_secs(15)
     }
-    fn container_args(&self, features: &BTreeSet<String>) -> Vec<String> {
+    fn container_env(
+        &self,
+        _c: &Credentials,
+        _features: &BTreeSet<String>,
+        persistent: bool,
+    ) -> Vec<String> {
+        // Sandbox mode reads the password from standard input and writes the
+        // configuration (ACL user, no `MODULE`; persistence only for a
+        // persistent sandbox) to a tmpfs.
+        let mut env = vec!["SANDBOXD_SANDBOX=1".to_owned()];
+        if persistent {
+            env.push("SANDBOXD_PERSISTENT=1".to_owned());
+        }
+        env
+    }
+    fn container_args(&self, features: &BTreeSet<String>, _persistent: bool) -> Vec<String> {
         self.module_args(features)
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {

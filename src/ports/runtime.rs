@@ -62,6 +62,19 @@ pub struct Tmpfs {
     pub bytes: i64,
 }
 
+/// A named volume mounted in a container: created with `labels` if it
+/// does not exist, refused if it exists with another deployment's labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    /// Volume name.
+    pub name: String,
+    /// Mount point (the runtime copies the image's directory there into a
+    /// new volume, ownership included).
+    pub path: String,
+    /// Labels (deployment and sandbox, so that it is found and cleaned up).
+    pub labels: HashMap<String, String>,
+}
+
 /// Everything needed to create one sandbox container.
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
@@ -89,9 +102,11 @@ pub struct ContainerSpec {
     pub user: String,
     /// Resource and security limits.
     pub limits: Limits,
-    /// tmpfs mounts: data, `/tmp` and runtime directories (the root
-    /// filesystem is read-only).
+    /// tmpfs mounts: data (unless on [`ContainerSpec::volume`]), `/tmp`
+    /// and runtime directories (the root filesystem is read-only).
     pub tmpfs: Vec<Tmpfs>,
+    /// The data directory of a persistent sandbox.
+    pub volume: Option<Volume>,
     /// Written to the container's standard input once it has started, then
     /// closed: the only way credentials reach a container.
     pub stdin: Option<Secret>,
@@ -116,17 +131,18 @@ pub struct NetworkSpec {
     pub bridge: Option<String>,
 }
 
-/// A network sandboxd created, as listed.
+/// A network or volume sandboxd created, as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservedNetwork {
-    /// Network name.
+pub struct ObservedResource {
+    /// Network or volume name.
     pub name: String,
     /// The sandbox its labels name, if valid.
     pub sandbox: Option<SandboxId>,
 }
 
-impl ObservedNetwork {
-    /// The network `name` with `labels`, if they say `deployment` created it.
+impl ObservedResource {
+    /// The network or volume `name` with `labels`, if they say `deployment`
+    /// created it.
     pub fn of(
         name: String,
         labels: &HashMap<String, String>,
@@ -250,8 +266,10 @@ pub trait Runtime: Send + Sync + 'static {
     /// network takes the first free subnet of its pool.
     async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError>;
     /// The networks `deployment` created.
-    async fn networks(&self, deployment: &Deployment)
-        -> Result<Vec<ObservedNetwork>, RuntimeError>;
+    async fn networks(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError>;
     /// Disconnects everything from the network `name` and removes it, if it
     /// exists and its labels say `deployment` created it. Idempotent.
     async fn remove_network(&self, name: &str, deployment: &Deployment)
@@ -264,13 +282,23 @@ pub trait Runtime: Send + Sync + 'static {
     async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError>;
     /// Disconnects the container from `network`. Not connected is success.
     async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError>;
-    /// Whether `image` is present locally.
-    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError>;
+    /// The volumes `deployment` created.
+    async fn volumes(&self, deployment: &Deployment)
+        -> Result<Vec<ObservedResource>, RuntimeError>;
+    /// Removes the volume `name` if it exists and its labels say
+    /// `deployment` created it. Idempotent; fails while a container uses it.
+    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError>;
+    /// The labels of `image` if it is present locally, `None` if not.
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError>;
     /// Pulls `image`.
     async fn pull(&self, image: &str) -> Result<(), RuntimeError>;
     /// Removes any container called `spec.name` (refusing if its labels say
-    /// it belongs to another sandbox or deployment), then creates and
-    /// starts the container and writes `spec.stdin` to it.
+    /// it belongs to another sandbox or deployment), creates `spec.volume`
+    /// if it is missing (refusing one another deployment created), then
+    /// creates and starts the container and writes `spec.stdin` to it.
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError>;
     /// The host port published for the container's engine port.
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError>;

@@ -15,6 +15,9 @@
 //!   resets it. An `add` does not cut a backoff short (a failing key hammered
 //!   by events must not hot-loop), but it does cut a periodic
 //!   `requeue_after` short (an event should not wait for the next resync).
+//!   [`WorkQueue::add_fresh`] is for a new request: it forgets the key's
+//!   failures and runs it at once, backoff or not (a client that asks again
+//!   after a failure must not wait for a retry scheduled for the old ask).
 //! - **Panic isolation**: each handler runs in its own task; a panic is logged,
 //!   reported to [`QueueObserver::panicked`] and treated as a failure.
 //! - **Shutdown**: once the shutdown future resolves no handler starts; `run`
@@ -121,9 +124,10 @@ struct State<K> {
     waiting: HashMap<K, Waiting>,
     /// Keys of `waiting` that are due, in the order they became due.
     ready: VecDeque<K>,
-    /// Running keys: when they started, and the earliest time asked for by an
-    /// add during the run (the key is "dirty").
-    running: HashMap<K, (Instant, Option<Instant>)>,
+    /// Running keys: when they started, the earliest time asked for by an
+    /// add during the run (the key is "dirty"), and whether a fresh request
+    /// came during the run (then a failure of the run is not backed off).
+    running: HashMap<K, (Instant, Option<Instant>, bool)>,
     failures: HashMap<K, u32>,
     /// Last (depth, active) reported to the observer.
     reported: (usize, usize),
@@ -250,6 +254,33 @@ where
         self.add_at(key, Duration::ZERO);
     }
 
+    /// Ask for `key` to be handled now because something new was asked of it
+    /// (a new generation of its desired row): its failures are forgotten and
+    /// a backoff is cut short. A running key runs once more right after its
+    /// current run, even if that run fails.
+    pub fn add_fresh(&self, key: K) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        st.failures.remove(&key);
+        let new = if let Some((_, dirty, fresh)) = st.running.get_mut(&key) {
+            let new = dirty.is_none();
+            *dirty = Some(now);
+            *fresh = true;
+            new
+        } else {
+            if let Some(w) = st.waiting.get_mut(&key) {
+                w.backoff = false;
+            }
+            st.schedule(key, now, false, now)
+        };
+        if new {
+            self.inner.observer.added();
+        }
+        st.report(&*self.inner.observer);
+        drop(st);
+        self.inner.notify.notify_one();
+    }
+
     /// Ask for `key` to be handled after `delay`. If the key is already
     /// waiting, the earlier of the two times wins, except that a key waiting
     /// in backoff is never moved.
@@ -262,7 +293,7 @@ where
         let now = Instant::now();
         let due = now + delay.min(MAX_DELAY);
         let mut st = self.lock();
-        let new = if let Some((_, dirty)) = st.running.get_mut(&key) {
+        let new = if let Some((_, dirty, _)) = st.running.get_mut(&key) {
             let new = dirty.is_none();
             *dirty = Some(dirty.map_or(due, |d| d.min(due)));
             new
@@ -361,7 +392,7 @@ where
             };
             if let Some(w) = st.waiting.remove(&key) {
                 observer.started(now.saturating_duration_since(w.due));
-                st.running.insert(key.clone(), (now, None));
+                st.running.insert(key.clone(), (now, None, false));
                 batch.push(key);
             }
         }
@@ -397,7 +428,7 @@ where
         let now = Instant::now();
         let observer = &*self.inner.observer;
         let mut st = self.lock();
-        let (started, dirty) = st.running.remove(&key).unwrap_or((now, None));
+        let (started, dirty, fresh) = st.running.remove(&key).unwrap_or((now, None, false));
         let (finished, failed) = match result {
             Ok(Outcome::Done { requeue_after }) => {
                 st.failures.remove(&key);
@@ -424,7 +455,10 @@ where
                 (FinishedAs::Error, false)
             }
         };
-        if failed {
+        if failed && fresh {
+            // Asked again during the failed run: try the new ask at once.
+            st.schedule(key.clone(), now, false, now);
+        } else if failed {
             let count = st.failures.entry(key.clone()).or_insert(0);
             *count = count.saturating_add(1);
             let failures = *count;
@@ -660,6 +694,33 @@ mod tests {
         assert_eq!(q.len(), 1);
         sleep(ms(5_000)).await;
         assert_eq!(rec.times("a"), vec![0, 1000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_fresh_cuts_a_backoff_short_and_forgets_the_failures() {
+        let q = queue(1, 1000, 60_000, Arc::new(NoopObserver));
+        let (rec, _tx, _task) = start(&q, |_, n| (0, if n < 4 { Outcome::Failed } else { DONE }));
+        q.add("a");
+        // Failures at 0, 1000, 3000, 7000: the next retry would be at 15 000.
+        sleep(ms(8_000)).await;
+        q.add_fresh("a");
+        sleep(ms(100)).await;
+        assert_eq!(rec.times("a"), vec![0, 1000, 3000, 7000, 8000]);
+        // Its failures were forgotten: a later failure starts at the first delay.
+        assert!(!q.lock().failures.contains_key("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_fresh_during_a_failing_run_runs_the_key_again_at_once() {
+        let q = queue(1, 10_000, 60_000, Arc::new(NoopObserver));
+        let (rec, _tx, _task) = start(&q, |_, n| {
+            (500, if n == 0 { Outcome::Failed } else { DONE })
+        });
+        q.add("a");
+        sleep(ms(100)).await;
+        q.add_fresh("a");
+        sleep(ms(2_000)).await;
+        assert_eq!(rec.times("a"), vec![0, 500]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -58,11 +58,16 @@ impl Engine for FakeEngine {
     fn runtime_dirs(&self) -> &'static [&'static str] {
         &["/run/fakedb"]
     }
-    fn container_env(&self, _c: &Credentials, features: &BTreeSet<String>) -> Vec<String> {
+    fn container_env(
+        &self,
+        _c: &Credentials,
+        features: &BTreeSet<String>,
+        _persistent: bool,
+    ) -> Vec<String> {
         let features: Vec<&str> = features.iter().map(String::as_str).collect();
         vec![format!("FAKEDB_FEATURES={}", features.join(","))]
     }
-    fn container_args(&self, _features: &BTreeSet<String>) -> Vec<String> {
+    fn container_args(&self, _features: &BTreeSet<String>, _persistent: bool) -> Vec<String> {
         Vec::new()
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {

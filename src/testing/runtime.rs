@@ -6,14 +6,14 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedNetwork, Runtime,
+    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime,
     RuntimeError, RuntimeEvent,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use futures::channel::mpsc;
 use futures::StreamExt;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ pub(crate) enum RuntimeOp {
     Ping,
     List,
     Network,
-    ImageExists,
+    ImageLabels,
     Pull,
     Create,
     PublishedPort,
@@ -50,6 +50,11 @@ struct World {
     containers: BTreeMap<ContainerId, FakeContainer>,
     missing_images: BTreeSet<String>,
     networks: BTreeMap<String, NetworkSpec>,
+    volumes: BTreeMap<String, HashMap<String, String>>,
+    /// Other containers (agents), by name.
+    agents: BTreeMap<String, RunState>,
+    /// Labels of every image (absent: no labels).
+    image_labels: BTreeMap<String, HashMap<String, String>>,
     /// (network, container) pairs connected after creation.
     attached: BTreeSet<(String, String)>,
     next: u32,
@@ -83,6 +88,30 @@ impl FakeRuntime {
             .unwrap()
             .missing_images
             .insert(image.into());
+    }
+
+    /// Gives `image` these labels.
+    pub(crate) fn label_image(&self, image: &str, labels: HashMap<String, String>) {
+        self.world
+            .lock()
+            .unwrap()
+            .image_labels
+            .insert(image.into(), labels);
+    }
+
+    /// Makes a container that is not sandboxd's (an agent) exist with this
+    /// state, or (`None`) vanish.
+    pub(crate) fn set_agent(&self, name: &str, state: Option<RunState>) {
+        let mut w = self.world.lock().unwrap();
+        match state {
+            Some(state) => w.agents.insert(name.into(), state),
+            None => w.agents.remove(name),
+        };
+    }
+
+    /// Names of the volumes that exist.
+    pub(crate) fn volume_names(&self) -> Vec<String> {
+        self.world.lock().unwrap().volumes.keys().cloned().collect()
     }
 
     /// Makes listing `sandbox`'s containers panic (a bug in one reconcile).
@@ -193,7 +222,7 @@ impl Runtime for FakeRuntime {
     async fn networks(
         &self,
         deployment: &Deployment,
-    ) -> Result<Vec<ObservedNetwork>, RuntimeError> {
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
         self.faults
             .check(RuntimeOp::Network)
             .await
@@ -201,7 +230,7 @@ impl Runtime for FakeRuntime {
         let w = self.world.lock().unwrap();
         Ok(w.networks
             .values()
-            .filter_map(|n| ObservedNetwork::of(n.name.clone(), &n.labels, deployment))
+            .filter_map(|n| ObservedResource::of(n.name.clone(), &n.labels, deployment))
             .collect())
     }
 
@@ -284,12 +313,51 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
-    async fn image_exists(&self, image: &str) -> Result<bool, RuntimeError> {
+    async fn volumes(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        let w = self.world.lock().unwrap();
+        Ok(w.volumes
+            .iter()
+            .filter_map(|(name, labels)| ObservedResource::of(name.clone(), labels, deployment))
+            .collect())
+    }
+
+    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
+        let mut w = self.world.lock().unwrap();
+        let Some(labels) = w.volumes.get(name) else {
+            return Ok(());
+        };
+        if !labels::belongs_to(labels, deployment) {
+            return Err(RuntimeError::Refused(format!(
+                "volume {name} is not {deployment}'s"
+            )));
+        }
+        if w.containers
+            .values()
+            .any(|c| c.spec.volume.as_ref().is_some_and(|v| v.name == name))
+        {
+            return Err(injected(
+                "remove volume",
+                format!("volume {name} is in use"),
+            ));
+        }
+        w.volumes.remove(name);
+        Ok(())
+    }
+
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
         self.faults
-            .check(RuntimeOp::ImageExists)
+            .check(RuntimeOp::ImageLabels)
             .await
             .map_err(|e| injected("inspect image", e))?;
-        Ok(!self.world.lock().unwrap().missing_images.contains(image))
+        let w = self.world.lock().unwrap();
+        Ok((!w.missing_images.contains(image))
+            .then(|| w.image_labels.get(image).cloned().unwrap_or_default()))
     }
 
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
@@ -328,6 +396,11 @@ impl Runtime for FakeRuntime {
             .collect();
         for id in taken {
             w.containers.remove(&id);
+        }
+        if let Some(v) = &spec.volume {
+            w.volumes
+                .entry(v.name.clone())
+                .or_insert_with(|| v.labels.clone());
         }
         w.next += 1;
         let id = ContainerId::new(format!("fake{:04}", w.next));
@@ -369,16 +442,17 @@ impl Runtime for FakeRuntime {
             .check(RuntimeOp::Inspect)
             .await
             .map_err(|e| injected("inspect", e))?;
-        Ok(self
-            .world
-            .lock()
-            .unwrap()
+        let w = self.world.lock().unwrap();
+        let sandboxd = w
             .containers
             .get(id)
+            .or_else(|| w.containers.values().find(|c| c.name == id.as_str()))
             .map(|c| RunState {
                 running: c.state == ContainerState::Running,
                 oom_killed: c.oom_killed,
-            }))
+                finished_at: None,
+            });
+        Ok(sandboxd.or_else(|| w.agents.get(id.as_str()).copied()))
     }
 
     async fn remove(&self, id: &ContainerId, _stop_timeout: Duration) -> Result<(), RuntimeError> {

@@ -1,4 +1,7 @@
-//! `NOTIFY sandbox_desired` as hints: the payload names the sandbox.
+//! `NOTIFY sandbox_desired` as requests: the payload names the sandbox, and
+//! the database notifies only when a row is inserted, deleted or its
+//! generation changes, so each one is something new asked of the sandbox
+//! (it cuts a retry backoff short).
 
 use super::follow::Subscription;
 use super::Sink;
@@ -38,7 +41,7 @@ impl Subscription for DesiredRows {
     fn on_item(&mut self, payload: String, sink: &dyn Sink) {
         self.metrics.notify_wakeup();
         match SandboxId::parse(&payload) {
-            Ok(id) => sink.hint(id),
+            Ok(id) => sink.request(id),
             Err(e) => tracing::warn!(error = %e, "ignoring NOTIFY with an invalid id"),
         }
     }

@@ -15,9 +15,10 @@ use std::time::Duration;
 
 /// Docker reports `die` (and `kill`, `stop`, `oom`) before its container
 /// list shows the container as exited, so a reconcile woken by the event
-/// alone may still see it running: such actions are looked at again once
-/// the list has settled.
-const SETTLE: Duration = Duration::from_secs(1);
+/// alone may still see it running: such actions are looked at again as
+/// the list settles, soon (so the status leaves `ready` well within a
+/// second) and once more later.
+const SETTLE: [Duration; 2] = [Duration::from_millis(200), Duration::from_secs(1)];
 
 /// The event stream of one deployment's containers.
 pub(crate) struct DockerEvents {
@@ -68,7 +69,9 @@ impl Subscription for DockerEvents {
         if let Some(sandbox) = event.sandbox {
             tracing::debug!(sandbox = %sandbox, action = %event.action, "docker event");
             if event.action.settles_late() {
-                sink.hint_later(sandbox.clone(), SETTLE);
+                for after in SETTLE {
+                    sink.hint_later(sandbox.clone(), after);
+                }
             }
             sink.hint(sandbox);
         }

@@ -120,6 +120,9 @@ mod tests {
         fn hint(&self, id: SandboxId) {
             self.hints.lock().unwrap().push(id.to_string());
         }
+        fn request(&self, id: SandboxId) {
+            self.hint(id);
+        }
         fn hint_later(&self, _id: SandboxId, _delay: Duration) {}
         fn relist(&self) {
             *self.relists.lock().unwrap() += 1;

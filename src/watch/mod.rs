@@ -21,6 +21,9 @@ use std::time::Duration;
 pub(crate) trait Sink: Send + Sync + 'static {
     /// A sandbox may need reconciling.
     fn hint(&self, id: SandboxId);
+    /// Something new was asked of the sandbox (its desired row changed):
+    /// reconcile it now, even if it is backing off after a failure.
+    fn request(&self, id: SandboxId);
     /// Look at the sandbox again after `delay` (in addition to any hint).
     fn hint_later(&self, id: SandboxId, delay: Duration);
     /// The stream reconnected: anything may have been missed.

@@ -26,10 +26,10 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 pub const STATE_LABEL: &str = "io.sandboxd.test-state";
 
 /// The image of the state Postgres: `SANDBOXD_TEST_STATE_IMAGE`, else the
-/// Debian-built `sandboxd/postgres:15`.
+/// Debian-built `sandboxd/postgres:17`.
 fn state_image() -> (String, String) {
     let image = std::env::var("SANDBOXD_TEST_STATE_IMAGE")
-        .unwrap_or_else(|_| "sandboxd/postgres:15".into());
+        .unwrap_or_else(|_| "sandboxd/postgres:17".into());
     match image.rsplit_once(':') {
         Some((name, tag)) if !tag.contains('/') => (name.into(), tag.into()),
         _ => (image, "latest".into()),
@@ -282,6 +282,12 @@ pub fn remove_networks_labelled(label: &str) {
     remove_labelled(&["network", "ls", "-q"], &["network", "rm"], label);
 }
 
+/// Removes every volume carrying `label` (`key=value`), once the
+/// containers using it are gone.
+pub fn remove_volumes_labelled(label: &str) {
+    remove_labelled(&["volume", "ls", "-q"], &["volume", "rm", "-f"], label);
+}
+
 /// `docker LIST --filter label=LABEL`, then `docker REMOVE` of what it listed.
 fn remove_labelled(list: &[&str], remove: &[&str], label: &str) {
     let ids = std::process::Command::new("docker")
@@ -305,19 +311,20 @@ impl Drop for TestEnv {
     fn drop(&mut self) {
         remove_containers_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
         remove_networks_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
+        remove_volumes_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
     }
 }
 
 /// Image overrides for engines without features (local Debian-built images).
 pub fn test_images() -> String {
     std::env::var("SANDBOXD_TEST_IMAGES")
-        .unwrap_or_else(|_| "postgres=sandboxd/postgres:15,redis=sandboxd/redis:7".into())
+        .unwrap_or_else(|_| "postgres=sandboxd/postgres:17,redis=sandboxd/redis:8".into())
 }
 
 /// Image overrides for engines with features.
 pub fn test_features_images() -> String {
     std::env::var("SANDBOXD_TEST_FEATURES_IMAGES")
-        .unwrap_or_else(|_| "postgres=sandboxd/postgres-ext:15,redis=sandboxd/redis-ext:7".into())
+        .unwrap_or_else(|_| "postgres=sandboxd/postgres-ext:17,redis=sandboxd/redis:8".into())
 }
 
 /// A controller running in the background of a test.
@@ -466,6 +473,7 @@ pub fn request(services: &[&str], features: &[(&str, &str)]) -> sandboxd::client
         features: f,
         attach: Vec::new(),
         expires_at: None,
+        ..Default::default()
     }
 }
 
@@ -478,4 +486,89 @@ pub fn host_pg_url(pg: &sandboxd::domain::ServiceStatus) -> String {
         pg.host_port,
         pg.database
     )
+}
+
+/// Runs `script` with bash inside `container`; its exit code and output.
+pub async fn exec_in(
+    env: &TestEnv,
+    container: &str,
+    script: &str,
+    vars: Vec<String>,
+) -> (i64, String) {
+    use bollard::exec::{CreateExecOptions, StartExecResults};
+    use futures::StreamExt;
+    let exec = env
+        .docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                cmd: Some(vec!["bash".to_owned(), "-c".to_owned(), script.to_owned()]),
+                env: Some(vars),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut out = String::new();
+    if let StartExecResults::Attached { mut output, .. } =
+        env.docker.start_exec(&exec.id, None).await.unwrap()
+    {
+        while let Some(Ok(chunk)) = output.next().await {
+            out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+    }
+    let code = env
+        .docker
+        .inspect_exec(&exec.id)
+        .await
+        .unwrap()
+        .exit_code
+        .unwrap_or(-1);
+    (code, out)
+}
+
+/// An agent's container, idling: by default the redis image (redis-cli,
+/// bash, getent). Removed when dropped.
+pub struct Agent(pub String);
+
+impl Agent {
+    /// An agent from the redis image.
+    pub fn start(name: &str) -> Self {
+        Self::start_from(name, "sandboxd/redis:8")
+    }
+
+    /// An agent from `image` (which must have `sleep`).
+    pub fn start_from(name: &str, image: &str) -> Self {
+        let out = std::process::Command::new("docker")
+            .args([
+                "run",
+                "-d",
+                "--name",
+                name,
+                "--label",
+                "sandboxd-test.agent=1",
+                "--entrypoint",
+                "sleep",
+                image,
+                "infinity",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self(name.to_owned())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
 }

@@ -16,7 +16,15 @@ fn plan(
     now: DateTime<Utc>,
     grace: Duration,
 ) -> Vec<Action> {
-    super::plan(desired, observed, status, now, grace).actions
+    super::plan(
+        desired,
+        observed,
+        status,
+        None,
+        now,
+        &Policy::with_grace(grace),
+    )
+    .actions
 }
 
 /// The earliest wait among `actions`.
@@ -24,6 +32,7 @@ fn next_wake(actions: &[Action]) -> Option<DateTime<Utc>> {
     Plan {
         wanted: Wanted::Yes,
         actions: actions.to_vec(),
+        recheck_at: None,
     }
     .next_wake()
 }
@@ -65,6 +74,10 @@ fn desired(services: &[&'static str], features: &[(&'static str, &[&str])]) -> D
         expires_at: None,
         generation: 1,
         updated_at: now() - chrono::Duration::seconds(5),
+        last_used_at: now() - chrono::Duration::seconds(5),
+        idle_timeout: None,
+        persistent: false,
+        owner_container: None,
     }
 }
 
@@ -133,6 +146,8 @@ fn published(engine: &str, instance: &str, features: &[&str]) -> ServiceStatus {
         env: BTreeMap::new(),
         available_extensions: features.iter().map(|s| (*s).to_owned()).collect(),
         instance: instance.into(),
+        ready_at: None,
+        heals: 0,
     }
 }
 
@@ -939,7 +954,14 @@ fn plans_list_their_steps_by_kind() {
         container("c2", "mongo", ContainerState::Running, &[], "m1", YOUNG),
         running("c3", "postgres", &[], "x3"),
     ];
-    let p = super::plan(Some(&d), &observed, Some(&s), now(), GRACE);
+    let p = super::plan(
+        Some(&d),
+        &observed,
+        Some(&s),
+        None,
+        now(),
+        &Policy::with_grace(GRACE),
+    );
     assert_eq!(p.wanted, Wanted::Yes);
     let kept: Vec<EngineName> = p.kept().map(|(e, _)| e).collect();
     assert_eq!(kept, [engine("postgres")]);
@@ -956,10 +978,15 @@ fn wanted_says_why_a_row_wants_nothing() {
     let live = desired(&["postgres"], &[]);
     let later = expiring(live.clone(), now() + chrono::Duration::seconds(1));
     let at_now = expiring(live.clone(), now());
-    assert_eq!(wanted(None, now()), Wanted::Deleted);
-    assert_eq!(wanted(Some(&live), now()), Wanted::Yes);
-    assert_eq!(wanted(Some(&later), now()), Wanted::Yes);
-    assert_eq!(wanted(Some(&at_now), now()), Wanted::Expired);
+    let wanted =
+        |d: Option<&DesiredSandbox>| wanted_until(d, None, now(), &Policy::with_grace(GRACE));
+    assert_eq!(wanted(None), (Wanted::Deleted, None));
+    assert_eq!(wanted(Some(&live)), (Wanted::Yes, None));
+    assert_eq!(
+        wanted(Some(&later)),
+        (Wanted::Yes, Some(now() + chrono::Duration::seconds(1)))
+    );
+    assert_eq!(wanted(Some(&at_now)).0, Wanted::Expired);
 }
 
 #[test]
@@ -1044,7 +1071,7 @@ impl World {
                 }
             }
         }
-        self.status = match wanted(desired, self.now) {
+        self.status = match wanted_until(desired, None, self.now, &Policy::with_grace(GRACE)).0 {
             Wanted::Yes => Some(SandboxStatus {
                 services,
                 ..status(&[])
@@ -1115,4 +1142,127 @@ fn every_table_row_converges_to_a_fixed_point_within_three_rounds() {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Idleness, persistence and the owner container
+// ---------------------------------------------------------------------------
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn ago(n: i64) -> DateTime<Utc> {
+    now() - chrono::Duration::seconds(n)
+}
+
+fn idle_after(mut d: DesiredSandbox, timeout: u64, last_used: i64) -> DesiredSandbox {
+    d.idle_timeout = Some(secs(timeout));
+    d.last_used_at = ago(last_used);
+    d
+}
+
+fn policy(idle_default: Option<u64>) -> Policy {
+    Policy {
+        grace: GRACE,
+        idle_timeout: idle_default.map(secs),
+    }
+}
+
+#[test]
+fn a_row_unused_for_its_idle_timeout_is_released_and_its_containers_reaped() {
+    let d = idle_after(desired(&["postgres"], &[]), 3, 5);
+    let observed = [container(
+        "c1",
+        "postgres",
+        ContainerState::Running,
+        &[],
+        "i1",
+        OLD,
+    )];
+    let p = super::plan(Some(&d), &observed, None, None, now(), &policy(None));
+    assert_eq!(p.wanted, Wanted::Idle);
+    assert_eq!(
+        p.teardowns().map(|t| t.reason).collect::<Vec<_>>(),
+        [ReapReason::Idle]
+    );
+}
+
+#[test]
+fn a_touched_row_stays_and_is_looked_at_again_when_it_would_go_idle() {
+    let d = idle_after(desired(&["postgres"], &[]), 3, 1);
+    let (why, recheck) = wanted_until(Some(&d), None, now(), &policy(None));
+    assert_eq!(why, Wanted::Yes);
+    assert_eq!(recheck, Some(ago(1) + chrono::Duration::seconds(3)));
+}
+
+#[test]
+fn the_controller_default_idle_timeout_applies_unless_the_row_says_never() {
+    let mut d = desired(&["postgres"], &[]);
+    d.last_used_at = ago(100);
+    assert_eq!(
+        wanted_until(Some(&d), None, now(), &policy(None)).0,
+        Wanted::Yes
+    );
+    assert_eq!(
+        wanted_until(Some(&d), None, now(), &policy(Some(60))).0,
+        Wanted::Idle
+    );
+    d.idle_timeout = Some(Duration::ZERO);
+    assert_eq!(
+        wanted_until(Some(&d), None, now(), &policy(Some(60))),
+        (Wanted::Yes, None)
+    );
+}
+
+#[test]
+fn a_persistent_sandbox_never_goes_idle_or_expires() {
+    let mut d = expiring(idle_after(desired(&["postgres"], &[]), 3, 100), ago(10));
+    d.persistent = true;
+    assert_eq!(
+        wanted_until(Some(&d), None, now(), &policy(Some(1))),
+        (Wanted::Yes, None)
+    );
+}
+
+#[test]
+fn a_row_whose_owner_container_is_gone_past_the_grace_window_is_released() {
+    let mut d = desired(&["postgres"], &[]);
+    d.owner_container = Some("agent-7".into());
+    d.updated_at = ago(600);
+    let p = super::plan(
+        Some(&d),
+        &[running("c1", "postgres", &[], "i1")],
+        None,
+        Some(OwnerState::Missing),
+        now(),
+        &policy(None),
+    );
+    assert_eq!(p.wanted, Wanted::OwnerGone);
+    assert_eq!(
+        p.teardowns().map(|t| t.reason).collect::<Vec<_>>(),
+        [ReapReason::OwnerGone]
+    );
+}
+
+#[test]
+fn an_owner_container_that_stopped_or_is_not_there_yet_gets_the_grace_window() {
+    let mut d = desired(&["postgres"], &[]);
+    d.owner_container = Some("agent-7".into());
+    d.updated_at = ago(600);
+    let stopped = OwnerState::Exited(Some(ago(30)));
+    assert_eq!(
+        wanted_until(Some(&d), Some(stopped), now(), &policy(None)),
+        (Wanted::Yes, Some(ago(30) + chrono::Duration::seconds(180)))
+    );
+    // Asked for just now, before its agent was started.
+    d.updated_at = ago(10);
+    assert_eq!(
+        wanted_until(Some(&d), Some(OwnerState::Missing), now(), &policy(None)),
+        (Wanted::Yes, Some(ago(10) + chrono::Duration::seconds(180)))
+    );
+    assert_eq!(
+        wanted_until(Some(&d), Some(OwnerState::Running), now(), &policy(None)),
+        (Wanted::Yes, None)
+    );
 }

@@ -26,6 +26,8 @@ fn service(instance: &str) -> ServiceStatus {
         env: BTreeMap::new(),
         available_extensions: Vec::new(),
         instance: instance.into(),
+        ready_at: None,
+        heals: 0,
     }
 }
 
@@ -42,6 +44,10 @@ fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
         expires_at: None,
         generation,
         updated_at: now(),
+        last_used_at: now(),
+        idle_timeout: None,
+        persistent: false,
+        owner_container: None,
     }
 }
 
@@ -95,7 +101,11 @@ fn wait(id: &str) -> Action {
 }
 
 fn plan(wanted: Wanted, actions: Vec<Action>) -> Plan {
-    Plan { wanted, actions }
+    Plan {
+        wanted,
+        actions,
+        recheck_at: None,
+    }
 }
 
 fn ok(name: &'static str, instance: &str) -> (EngineName, Result<ServiceStatus, String>) {
@@ -335,7 +345,8 @@ fn provisioning_is_announced_at_the_previous_generation_with_the_engines_named()
     );
     let d = row(3, &["postgres", "redis", "mongo"]);
     let prev = published(2, &[("postgres", "p1"), ("redis", "r1")]);
-    let update = while_provisioning(&p, Some(&d), Some(&prev)).expect("an update");
+    let update =
+        while_provisioning(&p, Some(&d), Some(&prev), &BTreeMap::new()).expect("an update");
     assert_eq!(update.phase, Phase::Provisioning);
     assert_eq!(update.observed_generation, 2);
     assert_eq!(update.message, "provisioning redis, mongo");
@@ -349,14 +360,48 @@ fn provisioning_is_announced_at_the_previous_generation_with_the_engines_named()
 }
 
 #[test]
+fn a_heal_is_announced_as_healing_naming_the_engine_and_the_cause() {
+    let heal = Action::Provision(Provision {
+        reuse: Some(service("r1")),
+        reason: ProvisionReason::Heal,
+        ..match provision("redis") {
+            Action::Provision(p) => p,
+            _ => unreachable!(),
+        }
+    });
+    let p = plan(Wanted::Yes, vec![keep("postgres", "p1"), heal]);
+    let d = row(2, &["postgres", "redis"]);
+    let prev = published(2, &[("postgres", "p1"), ("redis", "r1")]);
+    let causes = BTreeMap::from([(engine("redis"), HealCause::Oom)]);
+    let update = while_provisioning(&p, Some(&d), Some(&prev), &causes).expect("an update");
+    assert_eq!(update.phase, Phase::Healing);
+    assert_eq!(
+        update.message,
+        "healing redis (its container was killed for lack of memory): re-creating with the same credentials; its data is lost"
+    );
+    assert_eq!(update.observed_generation, 2);
+    // The credentials being healed stay published.
+    assert_eq!(update.services["redis"].instance, "r1");
+}
+
+#[test]
 fn nothing_is_announced_when_nothing_is_provisioned_or_the_row_is_gone() {
     let d = row(1, &["postgres"]);
     let kept = plan(Wanted::Yes, vec![keep("postgres", "p1")]);
-    assert_eq!(while_provisioning(&kept, Some(&d), None), None);
+    assert_eq!(
+        while_provisioning(&kept, Some(&d), None, &BTreeMap::new()),
+        None
+    );
     let gone = plan(Wanted::Deleted, vec![teardown("c1")]);
-    assert_eq!(while_provisioning(&gone, None, None), None);
+    assert_eq!(
+        while_provisioning(&gone, None, None, &BTreeMap::new()),
+        None
+    );
     let expired = plan(Wanted::Expired, vec![provision("postgres")]);
-    assert_eq!(while_provisioning(&expired, Some(&d), None), None);
+    assert_eq!(
+        while_provisioning(&expired, Some(&d), None, &BTreeMap::new()),
+        None
+    );
 }
 
 #[test]
