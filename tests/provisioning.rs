@@ -186,43 +186,6 @@ async fn a_requested_redis_module_is_loaded_and_listed_by_module_list() {
 }
 
 #[tokio::test]
-async fn an_extension_the_image_lacks_fails_loudly_with_an_actionable_message() {
-    let env = TestEnv::new().await;
-    let mut config = env.config();
-    // Configured with the plain image, whose io.sandboxd.features label
-    // lists contrib only.
-    config.images = sandboxd::config::Images::new(
-        &[common::test_images()],
-        &["postgres=sandboxd/postgres:17".to_owned()],
-    )
-    .unwrap();
-    let controller = env.start(config);
-    let client = Client::from_pool(env.pool.clone());
-    let id = sandbox_id("novec");
-    let err = client
-        .provision(
-            &id,
-            &request(&["postgres"], &[("postgres", "vector")]),
-            READY_TIMEOUT,
-        )
-        .await
-        .expect_err("sandboxd/postgres:17 does not ship pgvector");
-    let message = err.to_string();
-    assert!(message.contains("vector"), "{message}");
-    assert!(message.contains("sandboxd/postgres:17"), "{message}");
-    assert!(message.contains("--features-image"), "{message}");
-    let status = client.status(&id).await.unwrap().unwrap();
-    assert_eq!(status.phase, Phase::Failed);
-    // Refused before any container was created.
-    let left = env.containers(Some(&id)).await;
-    assert!(
-        left.is_empty(),
-        "failed provisioning leaves no container: {left:?}"
-    );
-    controller.stop().await;
-}
-
-#[tokio::test]
 async fn deleting_a_row_removes_its_containers_and_its_status() {
     let env = TestEnv::new().await;
     let controller = env.start(env.config());

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{eventually, sandbox_id, TestEnv};
+use common::{eventually, sandbox_id, Agent, TestEnv};
 use sandboxd::client::{Client, ClientError, Request};
 use sandboxd::domain::container::{ContainerState, ObservedContainer};
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
@@ -143,44 +143,6 @@ async fn requests_add_engines_and_features_to_a_sandbox_and_never_tear_anything_
         "one container per engine, nothing left over"
     );
     controller.stop().await;
-}
-
-/// An agent's container that a sandbox attaches: the redis image idling.
-/// Removed when dropped.
-struct Agent(String);
-
-impl Agent {
-    fn start(name: &str) -> Self {
-        let out = std::process::Command::new("docker")
-            .args([
-                "run",
-                "-d",
-                "--name",
-                name,
-                "--label",
-                "sandboxd-test.agent=1",
-                "--entrypoint",
-                "sleep",
-                "sandboxd/redis:8",
-                "infinity",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self(name.to_owned())
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", &self.0])
-            .output();
-    }
 }
 
 /// The value of a counter in the controller's `/metrics` text.

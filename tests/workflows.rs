@@ -397,5 +397,19 @@ async fn a_feature_the_image_lacks_is_refused_before_the_running_container_is_to
         .await
         .expect("the old credentials still work");
     sqlx::query("SELECT 1").execute(&mut conn).await.unwrap();
+
+    // A new sandbox asking for it is refused before any container exists.
+    let fresh = sandbox_id("lacksnew");
+    let err = client
+        .provision(
+            &fresh,
+            &request(&["postgres"], &[("postgres", "vector")]),
+            READY,
+        )
+        .await
+        .expect_err("the image lacks pgvector");
+    assert!(err.to_string().contains("--features-image"), "{err}");
+    assert_eq!(status(&client, &fresh).await.phase, Phase::Failed);
+    assert!(env.containers(Some(&fresh)).await.is_empty());
     controller.stop().await;
 }

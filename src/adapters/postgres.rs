@@ -150,48 +150,6 @@ impl PgStore {
         tx.commit().await.map_err(query("commit"))
     }
 
-    /// Inserts or replaces a desired row (the orchestrator's write). Returns
-    /// the generation the database assigned. An empty `owner` means the
-    /// database role this store connects as.
-    pub async fn upsert_desired(
-        &self,
-        id: &SandboxId,
-        owner: &str,
-        services: &[String],
-        features: &BTreeMap<String, BTreeSet<String>>,
-        attach: &[String],
-        expires_at: Option<DateTime<Utc>>,
-    ) -> Result<i64, StoreError> {
-        let features = serde_json::json!(features);
-        sqlx::query_scalar(
-            "INSERT INTO sandbox_desired (id, owner, services, features, attach, expires_at)
-             VALUES ($1, coalesce(nullif($2, ''), current_user), $3, $4, $5, $6)
-             ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, services = EXCLUDED.services,
-                 features = EXCLUDED.features, attach = EXCLUDED.attach,
-                 expires_at = EXCLUDED.expires_at
-             RETURNING generation",
-        )
-        .bind(id.as_str())
-        .bind(owner)
-        .bind(services)
-        .bind(features)
-        .bind(attach)
-        .bind(expires_at)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(query("write desired row"))
-    }
-
-    /// Deletes a desired row; true if it existed.
-    pub async fn delete_desired(&self, id: &SandboxId) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM sandbox_desired WHERE id = $1")
-            .bind(id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(query("delete desired row"))?;
-        Ok(done.rows_affected() > 0)
-    }
-
     /// Registers `role` as an orchestrator (`sandbox_grant_orchestrator`):
     /// it may write `sandbox_desired` and read `sandbox_status` and the
     /// allowlist, nothing else; with `own_rows_only`, only rows whose owner
