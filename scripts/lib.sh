@@ -59,9 +59,12 @@ random_password() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 #   docker exec -it NAME psql -U postgres -d sandboxd
 # which is where orchestrator roles are created (README, "Roles").
 # With VOLUME the data persists in that named volume; without, it is tmpfs.
+# A volume holds the cluster of one PostgreSQL major version: one initialised
+# by an earlier default image (sandboxd/postgres:15) cannot be opened by
+# sandboxd/postgres:17, which is refused here with what to do.
 start_state_db() {
   local name=$1 password=$2 volume=${3:-}
-  local image=${SANDBOXD_STATE_IMAGE:-sandboxd/postgres:15}
+  local image=${SANDBOXD_STATE_IMAGE:-sandboxd/postgres:17}
   case $password in
     '' | *[!A-Za-z0-9]*)
       log "start_state_db: the password must be alphanumeric (it goes into a URL and into SQL)"
@@ -73,6 +76,19 @@ start_state_db() {
     if [ -n "$volume" ]; then
       docker volume create --label io.sandboxd.state=true "$volume" >/dev/null
       data=(-v "$volume:/var/lib/postgresql/data")
+      local have want
+      have=$(docker run --rm --entrypoint cat -v "$volume:/var/lib/postgresql/data" "$image" \
+        /var/lib/postgresql/data/PG_VERSION 2>/dev/null || true)
+      want=$(docker image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$image" 2>/dev/null |
+        sed -n 's/^PG_MAJOR=//p')
+      if [ -n "$have" ] && [ -n "$want" ] && [ "$have" != "$want" ]; then
+        log "the state volume $volume holds a PostgreSQL $have cluster, which $image (PostgreSQL $want) cannot open."
+        log "  Either keep using a PostgreSQL $have image (SANDBOXD_STATE_IMAGE=...), or move what you keep:"
+        log "  start it with such an image, docker exec $name pg_dump -U sandboxd --data-only -t sandbox_desired sandboxd >desired.sql,"
+        log "  docker rm -f $name && docker volume rm $volume, start again (sandboxd migrates the new database),"
+        log "  then docker exec -i $name psql -U sandboxd -d sandboxd <desired.sql (orchestrator roles are created again, README \"Roles\")."
+        return 1
+      fi
     fi
     docker run -d --name "$name" --label io.sandboxd.state=true \
       --restart unless-stopped \

@@ -572,7 +572,7 @@ async fn an_image_that_does_not_read_its_secrets_from_stdin_is_refused() {
     let mut config = env.config();
     // The base image has no sandbox mode: it would run without a password.
     config.images =
-        sandboxd::config::Images::new(&["redis=sandboxd/debian-base:bookworm".to_owned()], &[])
+        sandboxd::config::Images::new(&["redis=sandboxd/debian-base:trixie".to_owned()], &[])
             .unwrap();
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());

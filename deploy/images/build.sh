@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Build sandboxd's engine images from Debian bookworm packages.
+# Build sandboxd's engine images from Debian trixie packages.
 #
 # No container registry is needed: the base image is made with debootstrap and
 # `docker import`, every other image is a Dockerfile FROM that base whose
-# packages come from the Debian mirror.
+# packages come from the Debian mirror (and redis-modules' Redis modules from
+# a PyPI wheel whose sha256 its Dockerfile pins).
 #
 #   deploy/images/build.sh [--force] [IMAGE...]
 #
 # Every directory next to this script that holds a Dockerfile is an image
 # named after the directory: its tag is the `# image: REPO:TAG` line among the
 # Dockerfile's leading comments, its parent the image that its FROM names
-# (`base` is the debootstrap image, sandboxd/debian-base:bookworm). Adding an
+# (`base` is the debootstrap image, sandboxd/debian-base:trixie). Adding an
 # image takes only a new directory.
 #
 # IMAGE is `base` or a directory name (default: all). An image that already
@@ -31,16 +32,28 @@
 # changed"), is rebuilt like a missing one (with the layer cache, unless
 # --force), so editing an entrypoint is enough to get it rebuilt.
 #
+# Build context: a copy of the directory plus the file
+# .host-ca-certificates.crt, the host's CA bundle (HOST_CA_BUNDLE), so that a
+# build step that downloads over HTTPS (redis-modules: PyPI) trusts what the
+# host trusts, e.g. a TLS-inspecting egress proxy's CA. Such a step pins the
+# sha256 of what it downloads, so the bundle decides only whether the
+# download may proceed, never what is installed. The file is not a source
+# (it does not count for "up to date"); building a directory with a plain
+# `docker build` needs it (an empty file will do).
+#
 # Environment:
 #   DEBIAN_MIRROR   mirror for debootstrap and apt (default http://deb.debian.org/debian)
 #   DEBIAN_SECURITY security mirror (default http://deb.debian.org/debian-security)
+#   HOST_CA_BUNDLE  CA bundle given to builds (default /etc/ssl/certs/ca-certificates.crt;
+#                   an empty file when it is not readable)
 #   KEEP_LOGS=1     keep the work directory with the logs
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-SUITE=bookworm
+SUITE=trixie
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DEBIAN_SECURITY="${DEBIAN_SECURITY:-http://deb.debian.org/debian-security}"
+HOST_CA_BUNDLE="${HOST_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 
 BASE_IMAGE="sandboxd/debian-base:${SUITE}"
 MAX_JOBS=2 # docker builds at once (2 cores here)
@@ -144,7 +157,7 @@ usage() {
 				from=FROM
 				for p in ${PARENTS[$n]} ${EXTERNAL[$n]}; do from+=" $p"; done
 			fi
-			printf '  %-14s %-30s %s\n' "$n" "${IMAGE[$n]}" "$from"
+			printf '  %-14s %-32s %s\n' "$n" "${IMAGE[$n]}" "$from"
 		done
 		for p in "${PROBLEMS[@]}"; do printf '  problem: %s\n' "$p"; done
 	} >&2
@@ -273,7 +286,7 @@ run() {
 }
 
 # ---------------------------------------------------------------------------
-# sandboxd/debian-base:bookworm
+# sandboxd/debian-base:trixie
 # ---------------------------------------------------------------------------
 build_base() {
 	local t=$SECONDS root="$WORK/rootfs"
@@ -290,11 +303,23 @@ build_base() {
 		"$SUITE" "$root" "$DEBIAN_MIRROR"
 
 	log "base: trimming and configuring"
-	cat >"$root/etc/apt/sources.list" <<-EOF
-		deb $DEBIAN_MIRROR $SUITE main
-		deb $DEBIAN_MIRROR $SUITE-updates main
-		deb $DEBIAN_SECURITY $SUITE-security main
+	# deb822 sources, as in Debian's own trixie images.
+	rm -f "$root/etc/apt/sources.list"
+	cat >"$root/etc/apt/sources.list.d/debian.sources" <<-EOF
+		Types: deb
+		URIs: $DEBIAN_MIRROR
+		Suites: $SUITE $SUITE-updates
+		Components: main
+		Signed-By: /usr/share/keyrings/debian-archive-keyring.pgp
+
+		Types: deb
+		URIs: $DEBIAN_SECURITY
+		Suites: $SUITE-security
+		Components: main
+		Signed-By: /usr/share/keyrings/debian-archive-keyring.pgp
 	EOF
+	[[ -s $root/usr/share/keyrings/debian-archive-keyring.pgp ]] ||
+		{ log "base: no debian-archive-keyring.pgp in the $SUITE root"; return 1; }
 	# Never start services from maintainer scripts inside an image.
 	printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 	chmod 755 "$root/usr/sbin/policy-rc.d"
@@ -338,7 +363,7 @@ build_base() {
 		run import docker import \
 			--change 'CMD ["bash"]' \
 			--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-			--change 'LABEL org.opencontainers.image.source=sandboxd org.opencontainers.image.title=debian-base org.opencontainers.image.base.name=debian:bookworm' \
+			--change "LABEL org.opencontainers.image.source=sandboxd org.opencontainers.image.title=debian-base org.opencontainers.image.base.name=debian:$SUITE" \
 			--change "LABEL $SOURCE_LABEL=${SOURCE[base]}" \
 			--message "sandboxd debootstrap --variant=minbase $SUITE" \
 			- "${IMAGE[base]}"
@@ -356,12 +381,23 @@ build_dockerfile() {
 	# daemon's DNS fallback; traffic only goes to the Debian mirror.
 	local nocache=()
 	if ((FORCE)); then nocache=(--no-cache); fi
+	# The context: the directory, plus the host's CA bundle as
+	# .host-ca-certificates.crt (see the header; not a source, so not hashed).
+	local ctx="$WORK/context-$name"
+	mkdir -p "$ctx"
+	cp -a "$HERE/$name/." "$ctx/"
+	if [[ -r $HOST_CA_BUNDLE ]]; then
+		cp "$HOST_CA_BUNDLE" "$ctx/.host-ca-certificates.crt"
+	else
+		: >"$ctx/.host-ca-certificates.crt"
+	fi
 	# The labels that tell later runs whether this image is up to date (they
 	# come last in the build, after every cached step).
 	run "$name" docker build --network host --force-rm "${nocache[@]}" \
 		--label "$SOURCE_LABEL=${SOURCE[$name]}" \
 		--label "$PARENTS_LABEL=$(parent_ids "$name")" \
-		-t "${IMAGE[$name]}" "$HERE/$name"
+		-t "${IMAGE[$name]}" "$ctx"
+	rm -rf "$ctx"
 	log "$name: ${IMAGE[$name]} built in $((SECONDS - t))s"
 }
 
@@ -475,14 +511,36 @@ BG_PIDS=()
 exec 3>&-
 ((${#failed[@]} == 0)) || die "some images failed to build: ${failed[*]}"
 
+# dangling_on IMAGE-ID: untagged leaf images built on IMAGE-ID, i.e. build
+# cache: the layers of an earlier build stage (redis-modules' fetch stage) or
+# of a failed build. They keep a replaced image alive ("has dependent child
+# images") although nothing can use them any more.
+dangling_on() {
+	local leaf id
+	for leaf in $(docker images -a -q --no-trunc --filter dangling=true); do
+		id=$leaf
+		while [[ -n $id ]]; do
+			if [[ $id == "$1" ]]; then
+				printf '%s\n' "$leaf"
+				break
+			fi
+			id=$(docker image inspect -f '{{.Parent}}' "$id" 2>/dev/null) || break
+		done
+	done
+}
+
 # Drop replaced images (children first); one still used by a container stays.
 # Removing an old child also prunes its untagged parents, which can include
-# the replaced parent already.
+# the replaced parent already; build cache left on a replaced image goes too.
 for ((i = ${#TOPO[@]} - 1; i >= 0; i--)); do
 	n=${TOPO[i]}
 	old="${OLD_ID[$n]:-}"
 	if [[ -n "$old" && "$old" != "$(docker image inspect -f '{{.Id}}' "${IMAGE[$n]}")" ]] && exists "$old"; then
 		if ! err=$(docker rmi "$old" 2>&1 >/dev/null); then
+			if [[ $err == *"dependent child images"* ]]; then
+				for leaf in $(dangling_on "$old"); do docker rmi "$leaf" >/dev/null 2>&1 || :; done
+				if ! exists "$old" || err=$(docker rmi "$old" 2>&1 >/dev/null); then continue; fi
+			fi
 			log "$n: old image ${old#sha256:} kept (${err##*: })"
 		fi
 	fi
@@ -491,6 +549,6 @@ done
 for n in "${ALL[@]}"; do
 	[[ -n "${TODO[$n]:-}" ]] || continue
 	log "$(docker image inspect -f '{{index .RepoTags 0}}  {{.Size}} bytes' "${IMAGE[$n]}" |
-		awk '{printf "%-28s %4d MB", $1, $2 / 1000000}')"
+		awk '{printf "%-34s %4d MB", $1, $2 / 1000000}')"
 done
 log "done in $((SECONDS - T0))s"

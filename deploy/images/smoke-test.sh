@@ -11,9 +11,16 @@
 # standard input; then the least-privilege checks (postgres: no superuser,
 # no COPY TO PROGRAM, trusted extensions and CREATE DATABASE work, features
 # created, superuser refused over TCP; redis/valkey: admin commands refused,
-# data commands work, modules only from the arguments), the input errors
+# data commands work, modules only from the arguments), every allowlisted
+# feature at work (postgres-ext: vector and postgis in one database;
+# redis/valkey: JSON.*, FT.* on JSON documents, BF.*), the input errors
 # (exit 64/65), and that the password shows in no `docker inspect`, `docker
 # logs`, process argv or environment in the container, nor host `ps`.
+# Persistent sandbox mode (SANDBOXD_PERSISTENT=1, named volumes): data
+# survives `docker kill` and a new container on the same volume, the
+# password given to the new container is the one that works, a feature
+# added later is created, an interrupted first initialisation is recovered.
+# The images' labels (io.sandboxd.sandbox-mode, io.sandboxd.features).
 #
 # Needs only docker: clients run inside the containers (the password reaches
 # them on their standard input, never in argv); the published ports are
@@ -117,7 +124,7 @@ psql_sb() {
 	local -a sql=()
 	local s
 	for s in "$@"; do sql+=(-c "$s"); done
-	docker exec -i "$c" bash -c 'read -r PGPASSWORD; export PGPASSWORD; exec psql -h 127.0.0.1 -X -v ON_ERROR_STOP=1 -v VERBOSITY=sqlstate -At "$@"' \
+	docker exec -i "$c" bash -c 'read -r PGPASSWORD; export PGPASSWORD; exec psql -h 127.0.0.1 -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=sqlstate -At "$@"' \
 		psql -U "$u" -d "$d" "${sql[@]}" <<<"$SPW"
 }
 # cli_sb NAME CLI ARGS...: redis-cli/valkey-cli authenticated with the
@@ -130,17 +137,34 @@ cli_sb() {
 		"$CLI_TIMEOUT" "$@" <<<"$SPW"
 }
 
+# --- labels -------------------------------------------------------------------
+log "labels"
+for spec in postgres:17=citext,pg_trgm,uuid-ossp postgres-ext:17=citext,pg_trgm,postgis,uuid-ossp,vector \
+	redis:8=bloom,json,search valkey:8=bloom,json,search; do
+	img=sandboxd/${spec%%=*}
+	got=$(docker image inspect -f '{{index .Config.Labels "io.sandboxd.sandbox-mode"}}|{{index .Config.Labels "io.sandboxd.features"}}' "$img")
+	[[ $got == "1|${spec#*=}" ]] || fail "$img: labels sandbox-mode|features are '$got', expected '1|${spec#*=}'"
+done
+for img in redis:8 valkey:8; do
+	[[ "$(docker run --rm --entrypoint stat "sandboxd/$img" -c '%a %U' /usr/lib/redis/modules/rejson.so \
+		/usr/lib/redis/modules/redisearch.so /usr/lib/redis/modules/redisbloom.so | sort -u)" == "755 root" ]] ||
+		fail "sandboxd/$img: the modules are not root-owned and executable"
+	docker run --rm --entrypoint cat "sandboxd/$img" /usr/share/doc/redis-stack-modules/RSALv2.txt \
+		/usr/share/doc/redis-stack-modules/SSPLv1.txt /usr/share/doc/redis-stack-modules/NOTICE >/dev/null ||
+		fail "sandboxd/$img: the modules' licence texts are missing"
+done
+
 # --- postgres, tmpfs --------------------------------------------------------
-log "postgres:15 on tmpfs with extra args"
+log "postgres:17 on tmpfs with extra args"
 pg="$PREFIX-pg"
 start pg "${PROFILE[@]}" --tmpfs /var/lib/postgresql/data:rw,size=256m \
 	-e POSTGRES_USER=u1 -e POSTGRES_PASSWORD="$PW" -e POSTGRES_DB=d1 \
-	-p 127.0.0.1::5432 sandboxd/postgres:15 -c max_connections=50
+	-p 127.0.0.1::5432 sandboxd/postgres:17 -c max_connections=50
 wait_log "$pg" 'ready to accept connections' 2
 [[ "$(docker logs "$pg" 2>&1 | grep -c 'listening on IPv4')" == 1 ]] ||
 	fail "'listening on IPv4' logged more than once (temporary server on TCP?)"
-[[ "$(psql_in "$pg" u1 d1 "select current_user, current_database(), current_setting('max_connections')")" == "u1|d1|50" ]] ||
-	fail "postgres login or settings"
+[[ "$(psql_in "$pg" u1 d1 "select current_user, current_database(), current_setting('max_connections'), current_setting('server_version_num')::int / 10000")" == "u1|d1|50|17" ]] ||
+	fail "postgres login, settings or version"
 docker exec -e PGPASSWORD=wrong "$pg" psql -h 127.0.0.1 -U u1 -d d1 -c 'select 1' >/dev/null 2>&1 &&
 	fail "wrong password accepted"
 docker exec "$pg" pg_isready -q || fail "pg_isready via docker exec"
@@ -151,13 +175,13 @@ if command -v psql >/dev/null; then
 fi
 
 # --- postgres, named volume and restart -------------------------------------
-log "postgres:15 on a named volume, restarted"
+log "postgres:17 on a named volume, restarted"
 vol="$PREFIX-pgdata"
 docker volume create "$vol" >/dev/null
 VOLUMES+=("$vol")
 pgv="$PREFIX-pgv"
 start pgv "${PROFILE[@]}" -v "$vol:/var/lib/postgresql/data" \
-	-e POSTGRES_PASSWORD="$PW" sandboxd/postgres:15
+	-e POSTGRES_PASSWORD="$PW" sandboxd/postgres:17
 wait_log "$pgv" 'ready to accept connections' 2
 psql_in "$pgv" postgres postgres 'create table t(x int); insert into t values (42)' >/dev/null
 docker stop -t 30 "$pgv" >/dev/null
@@ -166,20 +190,20 @@ wait_log "$pgv" 'ready to accept connections' 3
 [[ "$(psql_in "$pgv" postgres postgres 'select x from t')" == 42 ]] || fail "data lost on restart"
 
 # --- postgres-ext -------------------------------------------------------------
-log "postgres-ext:15 extensions"
+log "postgres-ext:17 extensions, vector and postgis in one database"
 pge="$PREFIX-pge"
 start pge "${PROFILE[@]}" --tmpfs /var/lib/postgresql/data:rw,size=256m \
-	-e POSTGRES_USER=u1 -e POSTGRES_PASSWORD="$PW" -e POSTGRES_DB=d1 sandboxd/postgres-ext:15
+	-e POSTGRES_USER=u1 -e POSTGRES_PASSWORD="$PW" -e POSTGRES_DB=d1 sandboxd/postgres-ext:17
 wait_log "$pge" 'ready to accept connections' 2
-psql_in "$pge" u1 d1 'CREATE EXTENSION postgis; CREATE EXTENSION pg_trgm; CREATE EXTENSION citext; CREATE EXTENSION "uuid-ossp";' >/dev/null ||
+psql_in "$pge" u1 d1 'CREATE EXTENSION vector; CREATE EXTENSION postgis; CREATE EXTENSION pg_trgm; CREATE EXTENSION citext; CREATE EXTENSION "uuid-ossp";' >/dev/null ||
 	fail "CREATE EXTENSION"
-[[ "$(psql_in "$pge" u1 d1 "select ST_AsText(ST_Point(1,2)), similarity('abc','abc'), 'A'::citext = 'a', uuid_generate_v4() is not null")" == "POINT(1 2)|1|t|t" ]] ||
+[[ "$(psql_in "$pge" u1 d1 "select ST_AsText(ST_Point(1,2)), similarity('abc','abc'), 'A'::citext = 'a', uuid_generate_v4() is not null, '[1,2,3]'::vector <-> '[1,2,4]'")" == "POINT(1 2)|1|t|t|1" ]] ||
 	fail "extension functions"
 
 # --- redis ----------------------------------------------------------------------
-log "redis:7 without and with a password"
+log "redis:8 without and with a password"
 r="$PREFIX-redis"
-start redis "${PROFILE[@]}" --tmpfs /data:rw,size=64m -p 127.0.0.1::6379 sandboxd/redis:7
+start redis "${PROFILE[@]}" --tmpfs /data:rw,size=64m -p 127.0.0.1::6379 sandboxd/redis:8
 wait_log "$r" 'Ready to accept connections' 1
 port=$(host_port "$r" 6379)
 # No config file, protected mode off: reachable through the published port.
@@ -187,22 +211,22 @@ reply=$(exec 3<>"/dev/tcp/127.0.0.1/$port" && printf 'PING\r\n' >&3 && head -c 5
 [[ "$reply" == "+PONG" ]] || fail "redis via published port: $reply"
 [[ "$(redis_in "$r" SAVE)" == OK ]] || fail "redis cannot write /data"
 [[ "$(docker exec "$r" stat -c %U /data/dump.rdb)" == redis ]] || fail "dump.rdb not owned by redis"
+[[ "$(redis_in "$r" INFO server | grep -o 'redis_version:8\.' )" == "redis_version:8." ]] || fail "not Redis 8"
 
 ra="$PREFIX-redis-auth"
-start redis-auth "${PROFILE[@]}" --tmpfs /data:rw,size=64m sandboxd/redis:7 --requirepass "$PW" --save ''
+start redis-auth "${PROFILE[@]}" --tmpfs /data:rw,size=64m sandboxd/redis:8 --requirepass "$PW" --save ''
 wait_log "$ra" 'Ready to accept connections' 1
 [[ "$(redis_in "$ra" PING 2>&1)" == *NOAUTH* ]] || fail "requirepass not applied"
 [[ "$(redis_in "$ra" -a "$PW" CONFIG GET save | tail -n1)" == "" ]] || fail "--save '' not applied"
 
-# --- redis-ext ------------------------------------------------------------------
-log "redis-ext:7 MODULE LOAD redisearch"
-re="$PREFIX-redis-ext"
-start redis-ext "${PROFILE[@]}" --tmpfs /data:rw,size=64m sandboxd/redis-ext:7 \
+log "redis:8 MODULE LOAD in plain mode"
+rm_="$PREFIX-redis-modload"
+start redis-modload "${PROFILE[@]}" --tmpfs /data:rw,size=64m sandboxd/redis:8 \
 	--requirepass "$PW" --enable-module-command yes
-wait_log "$re" 'Ready to accept connections' 1
-[[ "$(redis_in "$re" -a "$PW" MODULE LOAD /usr/lib/redis/modules/redisearch.so)" == OK ]] || fail "MODULE LOAD"
-redis_in "$re" -a "$PW" MODULE LIST | grep -qx ft || fail "module 'ft' not listed"
-redis_in "$re" -a "$PW" FT.CREATE idx SCHEMA title TEXT >/dev/null || fail "FT.CREATE"
+wait_log "$rm_" 'Ready to accept connections' 1
+[[ "$(redis_in "$rm_" -a "$PW" MODULE LOAD /usr/lib/redis/modules/redisbloom.so)" == OK ]] || fail "MODULE LOAD"
+redis_in "$rm_" -a "$PW" MODULE LIST | grep -qx bf || fail "module 'bf' not listed"
+[[ "$(redis_in "$rm_" -a "$PW" BF.ADD b x)" == 1 ]] || fail "BF.ADD after MODULE LOAD"
 
 # --- valkey ---------------------------------------------------------------------
 log "valkey:8 without a password"
@@ -211,13 +235,14 @@ start valkey "${PROFILE[@]}" --tmpfs /data:rw,size=64m sandboxd/valkey:8
 wait_log "$v" 'Ready to accept connections' 1
 [[ "$(docker exec "$v" valkey-cli SAVE)" == OK ]] || fail "valkey cannot write /data"
 [[ "$(docker exec "$v" stat -c %U /data/dump.rdb)" == valkey ]] || fail "dump.rdb not owned by valkey"
+[[ "$(docker exec "$v" valkey-cli INFO server | grep -o 'valkey_version:8\.[1-9]')" == valkey_version:8.* ]] || fail "not Valkey 8.1+"
 
 # === sandbox mode ================================================================
 # --- postgres ----------------------------------------------------------------------
-log "postgres:15 sandbox mode"
+log "postgres:17 sandbox mode"
 sp="$PREFIX-sb-pg"
 start_sb sb-pg "${SB[@]}" "${SB_PG[@]}" -e SANDBOXD_FEATURES=hstore,citext -p 127.0.0.1::5432 \
-	sandboxd/postgres:15 -c fsync=off -c synchronous_commit=off -c full_page_writes=off
+	sandboxd/postgres:17 -c fsync=off -c synchronous_commit=off -c full_page_writes=off
 wait_log "$sp" 'ready to accept connections' 2
 [[ "$(docker logs "$sp" 2>&1 | grep -c 'listening on IPv4')" == 1 ]] ||
 	fail "'listening on IPv4' logged more than once (temporary server on TCP?)"
@@ -247,27 +272,51 @@ port=$(host_port "$sp" 5432)
 (exec 3<>"/dev/tcp/127.0.0.1/$port") || fail "published port $port not reachable"
 check_no_leak "$sp"
 
-log "postgres-ext:15 sandbox mode with postgis"
+# pg_features NAME USER DB: vector and postgis at work in one database.
+pg_features() {
+	local c=$1 u=$2 d=$3
+	[[ "$(psql_sb "$c" "$u" "$d" 'SET client_min_messages = warning' \
+		'CREATE EXTENSION IF NOT EXISTS vector' 'CREATE EXTENSION IF NOT EXISTS postgis' \
+		"select string_agg(extname, ',' order by extname) from pg_extension where extname in ('vector', 'postgis')")" == postgis,vector ]] ||
+		fail "$c: CREATE EXTENSION IF NOT EXISTS vector, postgis"
+	[[ "$(psql_sb "$c" "$u" "$d" \
+		'CREATE TABLE items (id int PRIMARY KEY, embedding vector(3))' \
+		"INSERT INTO items VALUES (1, '[1,2,3]'), (2, '[4,5,6]'), (3, '[10,10,10]')" \
+		"SELECT id FROM items ORDER BY embedding <-> '[3.9,5.2,6.1]' LIMIT 1")" == 2 ]] ||
+		fail "$c: vector nearest neighbour"
+	[[ "$(psql_sb "$c" "$u" "$d" "SELECT ST_Distance('POINT(0 0)'::geometry, 'POINT(3 4)'::geometry)")" == 5 ]] ||
+		fail "$c: ST_Distance"
+}
+
+log "postgres-ext:17 sandbox mode with every feature in one database"
 spe="$PREFIX-sb-pge"
-start_sb sb-pge "${SB[@]}" "${SB_PG[@]}" -e SANDBOXD_FEATURES=postgis,uuid-ossp \
-	-e SANDBOXD_USER=agent -e SANDBOXD_DATABASE=app sandboxd/postgres-ext:15
+start_sb sb-pge "${SB[@]}" "${SB_PG[@]}" -e SANDBOXD_FEATURES=vector,postgis,pg_trgm,citext,uuid-ossp \
+	-e SANDBOXD_USER=agent -e SANDBOXD_DATABASE=app sandboxd/postgres-ext:17
 wait_log "$spe" 'ready to accept connections' 2
-[[ "$(psql_sb "$spe" agent app "select rolsuper from pg_roles where rolname = current_user" "select ST_AsText(ST_Point(1,2)), uuid_generate_v4() is not null")" == $'f\nPOINT(1 2)|t' ]] ||
-	fail "postgis feature"
+[[ "$(psql_sb "$spe" agent app "select rolsuper from pg_roles where rolname = current_user" \
+	"select string_agg(extname || ':' || extowner::regrole || ':' || extnamespace::regnamespace, ',' order by extname) from pg_extension")" == \
+	$'f\ncitext:postgres:public,pg_trgm:postgres:public,plpgsql:postgres:pg_catalog,postgis:postgres:public,uuid-ossp:postgres:public,vector:postgres:public' ]] ||
+	fail "features not created by the superuser in public"
+pg_features "$spe" agent app
+[[ "$(psql_sb "$spe" agent app "select ST_AsText(ST_Point(1,2)), uuid_generate_v4() is not null, similarity('abc','abc'), 'A'::citext = 'a'")" == 'POINT(1 2)|t|1|t' ]] ||
+	fail "contrib features"
 check_no_leak "$spe"
 
-log "postgres:15 sandbox mode input errors"
+log "postgres:17 sandbox mode input errors"
 pw_line="SANDBOXD_PASSWORD=$SPW\n"
-expect_exit 64 'no SANDBOXD_PASSWORD on standard input' '' "${SB[@]}" "${SB_PG[@]}" sandboxd/postgres:15
+expect_exit 64 'no SANDBOXD_PASSWORD on standard input' '' "${SB[@]}" "${SB_PG[@]}" sandboxd/postgres:17
 expect_exit 64 'unknown key SANDBOXD_PASSWD on standard input (allowed keys: SANDBOXD_PASSWORD)' \
-	"SANDBOXD_PASSWD=$SPW\n$pw_line" "${SB[@]}" "${SB_PG[@]}" sandboxd/postgres:15
-expect_exit 64 'must be 16 to 128 characters' "SANDBOXD_PASSWORD=short\n" "${SB[@]}" "${SB_PG[@]}" sandboxd/postgres:15
-expect_exit 64 'SANDBOXD_FEATURES must be' "$pw_line" "${SB[@]}" "${SB_PG[@]}" -e 'SANDBOXD_FEATURES=x;y' sandboxd/postgres:15
-expect_exit 64 'never runs as root' "$pw_line" --user 0:0 -e SANDBOXD_SANDBOX=1 sandboxd/postgres:15
+	"SANDBOXD_PASSWD=$SPW\n$pw_line" "${SB[@]}" "${SB_PG[@]}" sandboxd/postgres:17
+expect_exit 64 'must be 16 to 128 characters' "SANDBOXD_PASSWORD=short\n" "${SB[@]}" "${SB_PG[@]}" sandboxd/postgres:17
+expect_exit 64 'SANDBOXD_FEATURES must be' "$pw_line" "${SB[@]}" "${SB_PG[@]}" -e 'SANDBOXD_FEATURES=x;y' sandboxd/postgres:17
+expect_exit 64 'SANDBOXD_PERSISTENT must be 1' "$pw_line" "${SB[@]}" "${SB_PG[@]}" -e SANDBOXD_PERSISTENT=yes sandboxd/postgres:17
+expect_exit 64 'never runs as root' "$pw_line" --user 0:0 -e SANDBOXD_SANDBOX=1 sandboxd/postgres:17
 expect_exit 65 'feature "postgis" is not available in this image: ' "$pw_line" \
-	"${SB[@]}" "${SB_PG[@]}" -e SANDBOXD_FEATURES=pg_trgm,postgis sandboxd/postgres:15
+	"${SB[@]}" "${SB_PG[@]}" -e SANDBOXD_FEATURES=pg_trgm,postgis sandboxd/postgres:17
+expect_exit 65 'feature "vector" is not available in this image: ' "$pw_line" \
+	"${SB[@]}" "${SB_PG[@]}" -e SANDBOXD_FEATURES=vector sandboxd/postgres:17
 
-# --- redis, redis-ext, valkey ------------------------------------------------------
+# --- redis, valkey ---------------------------------------------------------------
 # check_kv NAME CLI: the sandbox ACL and config, as the agent sees them.
 check_kv() {
 	local c=$1 cli=$2 out cmd
@@ -284,7 +333,7 @@ check_kv() {
 		[[ ${out%%$'\n'*} == "${cmd#*:}" ]] || fail "$c: ${cmd%%:*}: $out"
 	done
 	for cmd in "CONFIG SET maxmemory 1" "MODULE LOAD /usr/lib/redis/modules/redisearch.so" \
-		"REPLICAOF 127.0.0.1 6380" "SLAVEOF 127.0.0.1 6380" "DEBUG SLEEP 0" "SHUTDOWN NOSAVE" \
+		"MODULE UNLOAD bf" "REPLICAOF 127.0.0.1 6380" "SLAVEOF 127.0.0.1 6380" "DEBUG SLEEP 0" "SHUTDOWN NOSAVE" \
 		"ACL SETUSER x on" "SAVE" "BGSAVE" "BGREWRITEAOF" "MONITOR" "FAILOVER"; do
 		# shellcheck disable=SC2086
 		out=$(cli_sb "$c" "$cli" $cmd 2>&1)
@@ -308,38 +357,169 @@ check_kv() {
 	[[ "$(docker exec "$c" sh -c 'ls /data | wc -l')" == 0 ]] || fail "$c: something was saved to /data"
 	check_no_leak "$c"
 }
+MODULE_ARGS=(--loadmodule /usr/lib/redis/modules/rejson.so --loadmodule /usr/lib/redis/modules/redisearch.so
+	--loadmodule /usr/lib/redis/modules/redisbloom.so)
+# check_modules NAME CLI: the three modules loaded (the names the controller
+# looks for in INFO modules) and their commands at work for the agent.
+check_modules() {
+	local c=$1 cli=$2 out
+	out=$(cli_sb "$c" "$cli" INFO modules)
+	for m in ReJSON search bf; do
+		grep -q "^module:name=$m," <<<"${out//$'\r'/}" || fail "$c: module $m not in INFO modules: $out"
+	done
+	[[ "$(cli_sb "$c" "$cli" FT.CREATE idx ON JSON PREFIX 1 doc: SCHEMA '$.name' AS name TEXT)" == OK ]] || fail "$c: FT.CREATE ON JSON"
+	[[ "$(cli_sb "$c" "$cli" JSON.SET doc:1 '$' '{"name":"alice","n":1}')" == OK ]] || fail "$c: JSON.SET"
+	[[ "$(cli_sb "$c" "$cli" JSON.SET doc:2 '$' '{"name":"bob","n":2}')" == OK ]] || fail "$c: JSON.SET"
+	[[ "$(cli_sb "$c" "$cli" JSON.GET doc:1 '$.name')" == '["alice"]' ]] || fail "$c: JSON.GET"
+	out=$(cli_sb "$c" "$cli" FT.SEARCH idx '@name:alice')
+	[[ ${out%%$'\n'*} == 1 && $out == *doc:1* && $out != *doc:2* ]] || fail "$c: FT.SEARCH: $out"
+	[[ "$(cli_sb "$c" "$cli" BF.ADD bloom x)" == 1 ]] || fail "$c: BF.ADD"
+	[[ "$(cli_sb "$c" "$cli" BF.EXISTS bloom x)" == 1 ]] || fail "$c: BF.EXISTS x"
+	[[ "$(cli_sb "$c" "$cli" BF.EXISTS bloom y)" == 0 ]] || fail "$c: BF.EXISTS y"
+}
 
-log "redis:7 sandbox mode"
-sr="$PREFIX-sb-redis"
-start_sb sb-redis "${SB[@]}" "${SB_REDIS[@]}" sandboxd/redis:7
-wait_log "$sr" 'Ready to accept connections' 1
-check_kv "$sr" redis-cli
-[[ -z "$(cli_sb "$sr" redis-cli MODULE LIST)" ]] || fail "$sr: a module is loaded"
+for spec in redis:8:redis-cli valkey:8:valkey-cli; do
+	img=${spec%:*} cli=${spec##*:}
+	log "$img sandbox mode"
+	c="$PREFIX-sb-${img%%:*}"
+	start_sb "sb-${img%%:*}" "${SB[@]}" "${SB_REDIS[@]}" "sandboxd/$img"
+	wait_log "$c" 'Ready to accept connections' 1
+	check_kv "$c" "$cli"
+	[[ -z "$(cli_sb "$c" "$cli" INFO modules | grep '^module:name=' | grep -v '^module:name=vectorset,')" ]] ||
+		fail "$c: a module is loaded"
 
-log "redis-ext:7 sandbox mode with --loadmodule redisearch"
-sre="$PREFIX-sb-redis-ext"
-start_sb sb-redis-ext "${SB[@]}" "${SB_REDIS[@]}" sandboxd/redis-ext:7 \
-	--loadmodule /usr/lib/redis/modules/redisearch.so
-wait_log "$sre" 'Ready to accept connections' 1
-check_kv "$sre" redis-cli
-cli_sb "$sre" redis-cli MODULE LIST | grep -qx ft || fail "module 'ft' not listed"
-cli_sb "$sre" redis-cli FT.CREATE idx SCHEMA title TEXT >/dev/null || fail "FT.CREATE"
-cli_sb "$sre" redis-cli FT.ADD idx doc1 1.0 FIELDS title 'hello world' >/dev/null || fail "FT.ADD"
-[[ "$(cli_sb "$sre" redis-cli FT.SEARCH idx hello | head -n1)" == 1 ]] || fail "FT.SEARCH"
+	log "$img sandbox mode with the modules rejson, redisearch, redisbloom"
+	c="$PREFIX-sb-${img%%:*}-mod"
+	start_sb "sb-${img%%:*}-mod" "${SB[@]}" "${SB_REDIS[@]}" "sandboxd/$img" "${MODULE_ARGS[@]}"
+	wait_log "$c" 'Ready to accept connections' 1
+	check_modules "$c" "$cli"
+	check_kv "$c" "$cli"
+done
 
-log "valkey:8 sandbox mode"
-sv="$PREFIX-sb-valkey"
-start_sb sb-valkey "${SB[@]}" "${SB_REDIS[@]}" sandboxd/valkey:8
-wait_log "$sv" 'Ready to accept connections' 1
-check_kv "$sv" valkey-cli
-
-log "redis:7 and valkey:8 sandbox mode input errors"
-for img in redis:7 valkey:8; do
+log "redis:8 and valkey:8 sandbox mode input errors"
+for img in redis:8 valkey:8; do
 	expect_exit 64 'no SANDBOXD_PASSWORD on standard input' '' "${SB[@]}" "${SB_REDIS[@]}" "sandboxd/$img"
 	expect_exit 64 'unknown key on line 1 of standard input' "$SPW=x\n" "${SB[@]}" "${SB_REDIS[@]}" "sandboxd/$img"
+	expect_exit 64 'SANDBOXD_PERSISTENT must be 1' "$pw_line" "${SB[@]}" "${SB_REDIS[@]}" -e SANDBOXD_PERSISTENT=0 "sandboxd/$img"
 	expect_exit 64 'never runs as root' "$pw_line" --user 0:0 -e SANDBOXD_SANDBOX=1 "sandboxd/$img"
 	expect_exit 64 '/run/sandboxd must be a writable directory' "$pw_line" \
 		--user 999:999 --read-only -e SANDBOXD_SANDBOX=1 "sandboxd/$img"
+done
+
+# === persistent sandbox mode =======================================================
+# Named volumes as Docker makes them: the first container populates the
+# volume from the image's directory (owner 999, PGDATA mode 0700).
+new_volume() { # VAR NAME: creates and records the volume $PREFIX-NAME, sets VAR
+	printf -v "$1" '%s' "$PREFIX-$2"
+	docker volume create "$PREFIX-$2" >/dev/null
+	VOLUMES+=("$PREFIX-$2")
+}
+SB_PG_RUN=("${SB_PG[@]:2}") # /var/run/postgresql and /tmp, without the PGDATA tmpfs
+SB_REDIS_RUN=("${SB_REDIS[@]:2}")
+# kill_gone NAME: docker kill, then wait until it is no longer running.
+kill_gone() {
+	docker kill "$1" >/dev/null
+	docker wait "$1" >/dev/null || :
+}
+
+log "postgres-ext:17 persistent: a kept volume across docker kill"
+new_volume pvol pgkeep
+c="$PREFIX-sb-pgkeep-1"
+start_sb sb-pgkeep-1 "${SB[@]}" "${SB_PG_RUN[@]}" -v "$pvol:/var/lib/postgresql/data" \
+	-e SANDBOXD_PERSISTENT=1 -e SANDBOXD_FEATURES=vector,pg_trgm sandboxd/postgres-ext:17
+wait_log "$c" 'ready to accept connections' 2
+[[ "$(psql_sb "$c" sandbox sandbox "select current_setting('fsync')" 'CREATE TABLE kept (x int)' 'INSERT INTO kept VALUES (7)' \
+	'CREATE TABLE v (id int, e vector(3))' "INSERT INTO v VALUES (1, '[1,1,1]')" 'SELECT count(*) FROM kept')" == $'on\n1' ]] ||
+	fail "$c: writes on a persistent volume"
+[[ "$(docker run --rm --entrypoint stat -v "$pvol:/d" sandboxd/postgres:17 -c '%a %u' /d)" == "700 999" ]] ||
+	fail "$pvol: not 0700 owned by 999"
+kill_gone "$c"
+c="$PREFIX-sb-pgkeep-2"
+SPW_OLD=$SPW
+SPW="Sbx$(printf '%04x' "$RANDOM" "$RANDOM" "$RANDOM" "$RANDOM")Nw" # the controller may rotate it
+start_sb sb-pgkeep-2 "${SB[@]}" "${SB_PG_RUN[@]}" -v "$pvol:/var/lib/postgresql/data" \
+	-e SANDBOXD_PERSISTENT=1 -e SANDBOXD_FEATURES=vector,pg_trgm,postgis sandboxd/postgres-ext:17
+wait_log "$c" 'ready to accept connections' 2
+[[ "$(docker logs "$c" 2>&1)" == *'reusing the database cluster'* ]] || fail "$c: the kept cluster was not reused"
+[[ "$(psql_sb "$c" sandbox sandbox 'SELECT x FROM kept' "SELECT id FROM v ORDER BY e <-> '[1,1,2]' LIMIT 1")" == $'7\n1' ]] ||
+	fail "$c: data lost across docker kill and a new container"
+[[ "$(psql_sb "$c" sandbox sandbox "SELECT ST_Distance('POINT(0 0)'::geometry, 'POINT(3 4)'::geometry)" \
+	"select string_agg(extname || ':' || extnamespace::regnamespace, ',' order by extname) from pg_extension where extname <> 'plpgsql'")" == \
+	$'5\npg_trgm:public,postgis:sandboxd_features,vector:public' ]] ||
+	fail "$c: postgis added to the kept cluster"
+out=$(docker exec -i "$c" bash -c 'read -r PGPASSWORD; export PGPASSWORD; psql -h 127.0.0.1 -U sandbox -d sandbox -Atc "select 1"' <<<"$SPW_OLD" 2>&1) &&
+	fail "$c: the previous container's password still works"
+check_no_leak "$c"
+# The agent shadows the catalog for sessions in its database; the next
+# container's superuser sessions must not care.
+psql_sb "$c" sandbox sandbox 'CREATE SCHEMA evil' 'CREATE TABLE evil.pg_extension (extname name)' \
+	'ALTER DATABASE sandbox SET search_path = evil, pg_catalog, public' >/dev/null || fail "$c: agent setup"
+kill_gone "$c"
+c="$PREFIX-sb-pgkeep-3"
+start_sb sb-pgkeep-3 "${SB[@]}" "${SB_PG_RUN[@]}" -v "$pvol:/var/lib/postgresql/data" \
+	-e SANDBOXD_PERSISTENT=1 -e SANDBOXD_FEATURES=vector,pg_trgm,postgis,citext sandboxd/postgres-ext:17
+wait_log "$c" 'ready to accept connections' 2
+[[ "$(psql_sb "$c" sandbox sandbox "select string_agg(extname || ':' || extnamespace::regnamespace, ',' order by extname) from pg_catalog.pg_extension where extname <> 'plpgsql'" \
+	"select 'A'::citext = 'a', x from kept")" == $'citext:public,pg_trgm:public,postgis:sandboxd_features,vector:public\nt|7' ]] ||
+	fail "$c: citext added under the agent's search_path"
+
+log "postgres:17 persistent: refusals and an interrupted first start"
+# Without SANDBOXD_PERSISTENT a kept cluster is refused, and so is another major's.
+expect_exit 64 'already holds a cluster' "SANDBOXD_PASSWORD=$SPW\n" "${SB[@]}" "${SB_PG_RUN[@]}" \
+	-v "$pvol:/var/lib/postgresql/data" sandboxd/postgres:17
+new_volume ovol pgold
+docker run --rm --user 999:999 --entrypoint sh -v "$ovol:/var/lib/postgresql/data" sandboxd/postgres:17 \
+	-c 'echo 15 >/var/lib/postgresql/data/PG_VERSION'
+expect_exit 64 'holds a PostgreSQL 15 cluster' "SANDBOXD_PASSWORD=$SPW\n" "${SB[@]}" "${SB_PG_RUN[@]}" \
+	-v "$ovol:/var/lib/postgresql/data" -e SANDBOXD_PERSISTENT=1 sandboxd/postgres:17
+# A first start killed in initdb leaves its staging directory: started again.
+new_volume ivol pginit
+docker run --rm --user 999:999 --entrypoint sh -v "$ivol:/var/lib/postgresql/data" sandboxd/postgres:17 \
+	-c 'mkdir -p /var/lib/postgresql/data/.sandboxd-initdb/base && echo 17 >/var/lib/postgresql/data/.sandboxd-initdb/PG_VERSION'
+c="$PREFIX-sb-pginit"
+start_sb sb-pginit "${SB[@]}" "${SB_PG_RUN[@]}" -v "$ivol:/var/lib/postgresql/data" \
+	-e SANDBOXD_PERSISTENT=1 -e SANDBOXD_FEATURES=citext sandboxd/postgres:17
+wait_log "$c" 'ready to accept connections' 2
+[[ "$(psql_sb "$c" sandbox sandbox "select 'A'::citext = 'a'")" == t ]] || fail "$c: after an interrupted first start"
+[[ "$(docker exec "$c" ls -A /var/lib/postgresql/data | grep -c sandboxd-initdb)" == 0 ]] || fail "$c: staging directory left"
+# One killed while moving a complete cluster into place: the moves are finished.
+new_volume mvol pgmove
+docker run --rm --user 999:999 --entrypoint bash -v "$mvol:/var/lib/postgresql/data" sandboxd/postgres:17 \
+	-c 'set -e; d=/var/lib/postgresql/data; initdb -U postgres --auth-local=peer --auth-host=scram-sha-256 -D $d/.sandboxd-initdb >/dev/null
+		: >$d/.sandboxd-initdb/.complete; mv $d/.sandboxd-initdb/base $d/.sandboxd-initdb/global $d/'
+c="$PREFIX-sb-pgmove"
+start_sb sb-pgmove "${SB[@]}" "${SB_PG_RUN[@]}" -v "$mvol:/var/lib/postgresql/data" \
+	-e SANDBOXD_PERSISTENT=1 sandboxd/postgres:17
+wait_log "$c" 'ready to accept connections' 2
+[[ "$(docker logs "$c" 2>&1)" == *'finishing an initialisation'* ]] || fail "$c: the interrupted moves were not finished"
+[[ "$(psql_sb "$c" sandbox sandbox "select current_user")" == sandbox ]] || fail "$c: after interrupted moves"
+[[ "$(docker exec "$c" ls -A /var/lib/postgresql/data | grep -c sandboxd-initdb)" == 0 ]] || fail "$c: staging directory left"
+
+for spec in redis:8:redis-cli valkey:8:valkey-cli; do
+	img=${spec%:*} cli=${spec##*:} name=${spec%%:*}
+	log "$img persistent: a kept /data across docker kill"
+	new_volume rvol "${name}keep"
+	c="$PREFIX-sb-${name}keep-1"
+	start_sb "sb-${name}keep-1" "${SB[@]}" "${SB_REDIS_RUN[@]}" -v "$rvol:/data" -e SANDBOXD_PERSISTENT=1 \
+		"sandboxd/$img" "${MODULE_ARGS[@]}"
+	wait_log "$c" 'Ready to accept connections' 1
+	[[ "$(cli_sb "$c" "$cli" CONFIG GET appendonly | tail -n1)" == yes ]] || fail "$c: appendonly is not on"
+	[[ "$(cli_sb "$c" "$cli" CONFIG GET appendfsync | tail -n1)" == everysec ]] || fail "$c: appendfsync"
+	check_modules "$c" "$cli"
+	[[ "$(cli_sb "$c" "$cli" SET kept yes)" == OK ]] || fail "$c: SET"
+	sleep 1.5 # appendfsync everysec
+	kill_gone "$c"
+	c="$PREFIX-sb-${name}keep-2"
+	start_sb "sb-${name}keep-2" "${SB[@]}" "${SB_REDIS_RUN[@]}" -v "$rvol:/data" -e SANDBOXD_PERSISTENT=1 \
+		"sandboxd/$img" "${MODULE_ARGS[@]}"
+	wait_log "$c" 'Ready to accept connections' 1
+	[[ "$(cli_sb "$c" "$cli" GET kept)" == yes ]] || fail "$c: GET after docker kill"
+	[[ "$(cli_sb "$c" "$cli" JSON.GET doc:2 '$.n')" == '[2]' ]] || fail "$c: JSON.GET after docker kill"
+	[[ "$(cli_sb "$c" "$cli" BF.EXISTS bloom x)" == 1 ]] || fail "$c: BF.EXISTS after docker kill"
+	out=$(cli_sb "$c" "$cli" FT.SEARCH idx '@name:bob')
+	[[ ${out%%$'\n'*} == 1 && $out == *doc:2* ]] || fail "$c: FT.SEARCH after docker kill: $out"
+	[[ "$(cli_sb "$c" "$cli" SAVE 2>&1)" == NOPERM* ]] || fail "$c: SAVE allowed"
+	check_no_leak "$c"
 done
 
 log "all checks passed"

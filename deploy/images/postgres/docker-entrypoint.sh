@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Entrypoint of sandboxd/postgres:15 (and sandboxd/postgres-ext:15).
+# Entrypoint of sandboxd/postgres:17 (and sandboxd/postgres-ext:17).
 #
 # Plain mode (SANDBOXD_SANDBOX unset or empty), compatible with the official
 # image:
@@ -23,8 +23,12 @@
 # `postgres` has no password and exists only on the Unix socket, a
 # least-privileged login role SANDBOXD_USER (default sandbox) owning the
 # database SANDBOXD_DATABASE (default sandbox), the extensions named in
-# SANDBOXD_FEATURES, then execs postgres. Exit 64: bad input (stdin, env,
-# arguments, data dir, started as root); 65: a feature is not available.
+# SANDBOXD_FEATURES, then execs postgres. With SANDBOXD_PERSISTENT=1 the data
+# dir is a named volume kept across containers of one sandbox: an empty one
+# is initialised as above (with fsync), one holding a cluster is reused (the
+# role gets the password from stdin, a missing role, database or extension
+# is created). Exit 64: bad input (stdin, env, arguments, data dir, started
+# as root); 65: a feature is not available.
 # The password only ever lives in shell variables and pipes: it is never an
 # argument of any program, never in the environment, never printed.
 set -Eeuo pipefail
@@ -122,13 +126,12 @@ sb_read_stdin() {
 sb_stop_tmp() { pg_ctl -D "$PGDATA" -m fast -w stop >&2 || :; }
 
 sandbox_main() {
-	local user db features f err
+	local user db features f err persistent existing=0 v
 	local -a feats=()
 
 	if [[ "$(id -u)" == 0 ]]; then
 		sb_die 64 "sandbox mode never runs as root: start the container with --user 999:999"
 	fi
-	local v
 	for v in SANDBOXD_PASSWORD POSTGRES_PASSWORD POSTGRES_PASSWORD_FILE; do
 		if [[ -n "${!v+x}" ]]; then
 			sb_die 64 "$v is in the environment: in sandbox mode secrets are read from standard input only"
@@ -154,12 +157,28 @@ sandbox_main() {
 		done
 	fi
 
-	# The tmpfs mounts (owned by the container's user; their mode is fixed here).
+	persistent=${SANDBOXD_PERSISTENT:-}
+	if [[ -n $persistent && $persistent != 1 ]]; then
+		sb_die 64 "SANDBOXD_PERSISTENT must be 1 (data on a named volume, kept) or unset"
+	fi
+
+	# The data dir: a tmpfs, or with SANDBOXD_PERSISTENT=1 a named volume,
+	# owned by the container's user; its mode is fixed here.
 	if [[ ! -d $PGDATA || ! -w $PGDATA ]]; then
+		if [[ $persistent == 1 ]]; then
+			sb_die 64 "$PGDATA must be a writable directory: mount a named volume there (the image's $PGDATA is owned by uid 999)"
+		fi
 		sb_die 64 "$PGDATA must be a writable directory: mount a tmpfs owned by uid $(id -u) there"
 	fi
 	if [[ -e $PGDATA/PG_VERSION ]]; then
-		sb_die 64 "$PGDATA already holds a cluster: sandbox mode initialises a fresh one (mount an empty tmpfs)"
+		if [[ $persistent != 1 ]]; then
+			sb_die 64 "$PGDATA already holds a cluster: sandbox mode initialises a fresh one (mount an empty tmpfs, or set SANDBOXD_PERSISTENT=1 to keep a named volume's)"
+		fi
+		existing=1
+		v=$(<"$PGDATA/PG_VERSION")
+		if [[ $v != "$PG_MAJOR" ]]; then
+			sb_die 64 "$PGDATA holds a PostgreSQL ${v:0:16} cluster, which PostgreSQL $PG_MAJOR cannot open: dump it with a PostgreSQL ${v:0:16} image and restore it into an empty volume"
+		fi
 	fi
 	if [[ ! -d /var/run/postgresql || ! -w /var/run/postgresql ]]; then
 		sb_die 64 "/var/run/postgresql must be a writable directory: mount a tmpfs owned by uid $(id -u) there"
@@ -167,10 +186,20 @@ sandbox_main() {
 	chmod 0700 "$PGDATA"
 	chmod 0755 /var/run/postgresql
 
-	log "sandbox mode: initialising database cluster in $PGDATA"
 	# Superuser postgres without a password: peer on the Unix socket only.
-	# --no-sync: the cluster lives on a throwaway tmpfs.
-	initdb --username=postgres --auth-local=peer --auth-host=scram-sha-256 --no-sync >&2
+	local -a initdb_args=(--username=postgres --auth-local=peer --auth-host=scram-sha-256)
+	if ((existing)); then
+		log "sandbox mode: reusing the database cluster in $PGDATA (SANDBOXD_PERSISTENT=1)"
+		# what a start killed right after moving PG_VERSION into place left
+		rm -rf "$PGDATA/.sandboxd-initdb"
+	elif [[ $persistent == 1 ]]; then
+		sb_initdb_persistent "${initdb_args[@]}"
+	else
+		log "sandbox mode: initialising database cluster in $PGDATA"
+		# --no-sync: the cluster lives on a throwaway tmpfs.
+		initdb "${initdb_args[@]}" --no-sync >&2
+	fi
+	# Every start, so that a kept cluster has this image's rules too.
 	cat >"$PGDATA/pg_hba.conf" <<-'EOF'
 		# sandboxd sandbox mode: the superuser only on the Unix socket (peer),
 		# every other role with a password over TCP, no replication.
@@ -186,6 +215,15 @@ sandbox_main() {
 
 	export PGUSER=postgres PGHOST=/var/run/postgresql PGPORT=5432
 	local -a psql_su=(psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=terse -v SHOW_CONTEXT=never --no-password)
+	# A kept cluster may already have the role and the database (a fresh
+	# one has neither); database postgres is out of the agent's reach.
+	local have_role=f have_db=f
+	if ((existing)); then
+		have_role=$("${psql_su[@]}" -d postgres -At -c "SELECT count(*) > 0 FROM pg_catalog.pg_roles WHERE rolname = '$user'")
+		have_db=$("${psql_su[@]}" -d postgres -At -c "SELECT count(*) > 0 FROM pg_catalog.pg_database WHERE datname = '$db'")
+	fi
+	local role_sql='CREATE ROLE "%s"'
+	if [[ $have_role == t ]]; then role_sql='ALTER ROLE "%s" WITH'; fi
 	# One session; nothing it runs may log or show the statement that holds
 	# the password (whatever the container's postgres arguments say).
 	if ! {
@@ -200,33 +238,150 @@ sandbox_main() {
 			"SET debug_print_plan = off;" \
 			"SET track_activities = off;" \
 			"SET password_encryption = 'scram-sha-256';"
-		printf 'CREATE ROLE "%s" LOGIN CREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT PASSWORD '\''%s'\'';\n' \
+		# shellcheck disable=SC2059 # role_sql is one of the two formats above
+		printf "$role_sql"' LOGIN CREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT PASSWORD '\''%s'\'';\n' \
 			"$user" "$sb_password"
-		printf '%s\n' \
-			"RESET track_activities;" \
-			"CREATE DATABASE \"$db\" OWNER \"$user\";" \
-			"REVOKE CONNECT ON DATABASE postgres FROM PUBLIC;"
+		printf '%s\n' "RESET track_activities;"
+		if [[ $have_db != t ]]; then printf '%s\n' "CREATE DATABASE \"$db\" OWNER \"$user\";"; fi
+		printf '%s\n' "REVOKE CONNECT ON DATABASE postgres FROM PUBLIC;"
 	} | "${psql_su[@]}" -d postgres >&2; then
 		sb_password=
 		sb_stop_tmp
 		sb_die 1 "creating role $user and database $db failed"
 	fi
 	sb_password=
-	"${psql_su[@]}" -d "$db" -c "ALTER SCHEMA public OWNER TO \"$user\";" >&2
-	for f in "${feats[@]}"; do
-		if ! err=$("${psql_su[@]}" -d "$db" -c "CREATE EXTENSION IF NOT EXISTS \"$f\" CASCADE;" 2>&1 >/dev/null); then
-			err=${err#psql:*: }
-			err=${err#ERROR:  }
-			sb_stop_tmp
-			sb_die 65 "feature \"$f\" is not available in this image: ${err//$'\n'/ }"
-		fi
-		log "sandbox mode: extension $f created in $db"
-	done
+	if [[ $have_db != t ]]; then
+		"${psql_su[@]}" -d "$db" -c "ALTER SCHEMA public OWNER TO \"$user\";" >&2
+	fi
+	if [[ $have_db == t ]]; then
+		sb_kept_features "${feats[@]}"
+	else
+		for f in "${feats[@]}"; do
+			if ! err=$("${psql_su[@]}" -d "$db" -c "CREATE EXTENSION IF NOT EXISTS \"$f\" CASCADE;" 2>&1 >/dev/null); then
+				sb_feature_failed "$f" "$err"
+			fi
+			log "sandbox mode: extension $f created in $db"
+		done
+	fi
 
 	pg_ctl -D "$PGDATA" -m fast -w stop >&2
 	unset PGUSER PGHOST PGPORT
 	log "sandbox mode: role $user, database $db${features:+, features $features}; ready for start up."
 	exec "$@" </dev/null
+}
+
+# sb_feature_failed FEATURE ERROR: stop the temporary server, exit 65.
+sb_feature_failed() {
+	local err=$2
+	err=${err#psql:*: }
+	err=${err#ERROR:  }
+	sb_stop_tmp
+	sb_die 65 "feature \"$1\" is not available in this image: ${err//$'\n'/ }"
+}
+
+# sb_initdb_persistent INITDB_ARGS...: a fresh cluster on an empty named
+# volume, crash-safe: initdb (with fsync) into $PGDATA/.sandboxd-initdb,
+# which gets a file .complete when initdb succeeded, then every entry is
+# renamed into $PGDATA, PG_VERSION last. A container killed on the way
+# leaves either no PG_VERSION in $PGDATA (the next start removes an
+# incomplete staging directory or finishes the renames) or a whole cluster.
+sb_initdb_persistent() {
+	local stage=$PGDATA/.sandboxd-initdb e
+	local -a left=()
+	if [[ -e $stage/.complete ]]; then
+		log "sandbox mode: finishing an initialisation of $PGDATA that was interrupted"
+	else
+		rm -rf "$stage"
+		shopt -s nullglob dotglob
+		for e in "$PGDATA"/*; do
+			# a file system's own lost+found does not count
+			[[ ${e##*/} == lost+found ]] || left+=("$e")
+		done
+		shopt -u nullglob dotglob
+		if ((${#left[@]})); then
+			sb_die 64 "$PGDATA holds files but no cluster: mount an empty named volume (sandbox mode never deletes what it did not create)"
+		fi
+		log "sandbox mode: initialising database cluster in $PGDATA (SANDBOXD_PERSISTENT=1, kept)"
+		initdb "$@" -D "$stage" >&2
+		: >"$stage/.complete"
+		sync "$stage/.complete" "$stage"
+	fi
+	shopt -s nullglob
+	for e in "$stage"/*; do
+		[[ ${e##*/} == PG_VERSION ]] || mv -f "$e" "$PGDATA/"
+	done
+	shopt -u nullglob
+	sync "$PGDATA"
+	mv -f "$stage/PG_VERSION" "$PGDATA/PG_VERSION"
+	sync "$PGDATA"
+	rm -rf "$stage"
+}
+
+# sb_kept_features FEATURE...: on a kept cluster, creates the features that
+# are missing. The agent has owned schema public (and could create others)
+# since the first start, so an extension's script must not see its objects
+# (a script run by the superuser that resolves a name to an object the agent
+# planted runs the agent's code as superuser): every session sets
+# search_path=pg_catalog,pg_temp at connection (over the database's own
+# settings, which the agent owns), each missing extension is created in
+# schema sandboxd_features owned by postgres (its script then sees only
+# that schema and pg_catalog), and the relocatable ones are moved to public
+# afterwards (no script runs). A non-relocatable one (postgis) stays in
+# sandboxd_features, which the database's search_path then includes.
+sb_kept_features() {
+	local f err missing=()
+	local -a psql_db=(env "PGOPTIONS=-c search_path=pg_catalog,pg_temp" "${psql_su[@]}" -d "$db")
+	for f in "$@"; do
+		if [[ "$("${psql_db[@]}" -At -c "SELECT count(*) FROM pg_catalog.pg_extension WHERE extname = '$f'")" == 0 ]]; then
+			missing+=("$f")
+		fi
+	done
+	((${#missing[@]})) || return 0
+	if ! err=$("${psql_db[@]}" 2>&1 >/dev/null <<-'EOSQL'
+		DO $$
+		BEGIN
+		  IF EXISTS (SELECT 1 FROM pg_catalog.pg_namespace
+		             WHERE nspname = 'sandboxd_features' AND nspowner <> 'postgres'::pg_catalog.regrole) THEN
+		    RAISE EXCEPTION 'schema sandboxd_features exists but is not owned by postgres';
+		  END IF;
+		END
+		$$;
+		CREATE SCHEMA IF NOT EXISTS sandboxd_features AUTHORIZATION postgres;
+	EOSQL
+	); then
+		err=${err#psql:*: }
+		err=${err#ERROR:  }
+		sb_stop_tmp
+		sb_die 65 "feature(s) ${missing[*]} cannot be created in the kept cluster: ${err//$'\n'/ }"
+	fi
+	for f in "${missing[@]}"; do
+		if ! err=$("${psql_db[@]}" -c "CREATE EXTENSION IF NOT EXISTS \"$f\" SCHEMA sandboxd_features CASCADE;" 2>&1 >/dev/null); then
+			sb_feature_failed "$f" "$err"
+		fi
+		log "sandbox mode: extension $f created in $db (kept cluster)"
+	done
+	if ! err=$("${psql_db[@]}" 2>&1 >/dev/null <<-'EOSQL'
+		SELECT pg_catalog.format('ALTER EXTENSION %I SET SCHEMA public', e.extname)
+		FROM pg_catalog.pg_extension e
+		WHERE e.extnamespace = 'sandboxd_features'::pg_catalog.regnamespace AND e.extrelocatable
+		  AND EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'public')
+		\gexec
+		DO $$
+		BEGIN
+		  IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension
+		             WHERE extnamespace = 'sandboxd_features'::pg_catalog.regnamespace) THEN
+		    GRANT USAGE ON SCHEMA sandboxd_features TO PUBLIC;
+		    EXECUTE pg_catalog.format('ALTER DATABASE %I SET search_path = "$user", public, sandboxd_features',
+		                              pg_catalog.current_database());
+		  ELSE
+		    DROP SCHEMA sandboxd_features;
+		  END IF;
+		END
+		$$;
+	EOSQL
+	); then
+		sb_feature_failed "${missing[0]}" "$err"
+	fi
 }
 
 if [[ "${SANDBOXD_SANDBOX:-}" == 1 ]]; then

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Entrypoint of sandboxd/redis:7, compatible with the official image, and of
+# Entrypoint of sandboxd/redis:8, compatible with the official image, and of
 # sandboxd/valkey:8, which copies it from this image and sets RESP_SERVER and
 # RESP_USER (the server binary and its user; redis-server and redis here).
 # Started as root it only gives /data to that user (CAP_CHOWN, needed only
@@ -13,8 +13,12 @@
 # port 6379 on all interfaces, no persistence, MODULE/DEBUG commands and
 # protected configs disabled, one ACL user `default` with that password and
 # no administrative commands) and execs `$RESP_SERVER /run/sandboxd/server.conf`
-# with the container's arguments (e.g. --loadmodule PATH). Exit 64: bad
-# input (stdin, environment, tmpfs, started as root). The password only ever
+# with the container's arguments (e.g. --loadmodule PATH). With
+# SANDBOXD_PERSISTENT=1 (/data is a named volume kept across containers of
+# one sandbox) the data goes to an append-only file in /data instead
+# (appendonly yes, appendfsync everysec) and is loaded again by the next
+# container on that volume. Exit 64: bad input (stdin, environment, data or
+# runtime dir, started as root). The password only ever
 # lives in a shell variable and goes to the file through the printf builtin:
 # it is never an argument of any program, never in the environment, never
 # printed.
@@ -100,18 +104,36 @@ if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = "$server" ]; then
 		pw=
 		sb_die 64 "SANDBOXD_PASSWORD on standard input must be 16 to 128 characters from A-Z a-z 0-9"
 	fi
+	case "${SANDBOXD_PERSISTENT:-}" in
+	'' | 1) ;;
+	*) sb_die 64 "SANDBOXD_PERSISTENT must be 1 (data on a named volume, kept) or unset" ;;
+	esac
 
 	if [ ! -d "$rundir" ] || [ ! -w "$rundir" ]; then
 		sb_die 64 "$rundir must be a writable directory: mount a tmpfs owned by uid $(id -u) there"
 	fi
 	if [ ! -d /data ] || [ ! -w /data ]; then
+		if [ "${SANDBOXD_PERSISTENT:-}" = 1 ]; then
+			sb_die 64 "/data must be a writable directory: mount a named volume there (the image's /data is owned by uid 999)"
+		fi
 		sb_die 64 "/data must be a writable directory: mount a tmpfs owned by uid $(id -u) there"
 	fi
 	chmod 0700 "$rundir"
 	umask 0077
 	rm -f "$conf"
-	# Every command named in the ACL rule exists in Redis 7.0 and Valkey 8.0;
+	if [ "${SANDBOXD_PERSISTENT:-}" = 1 ]; then
+		# Only the append-only file (appendonlydir/ in /data), fsynced every
+		# second; no RDB snapshots besides the AOF's own base file.
+		persistence='appendonly yes
+appendfsync everysec'
+	else
+		persistence='appendonly no'
+	fi
+	# Every command named in the ACL rule exists in Redis 8.0 and Valkey 8.1;
 	# MODULE LIST stays allowed so that clients can see what was loaded.
+	# +@all covers the commands of the modules loaded at start (JSON.*, FT.*,
+	# BF.*, ...; they have no ACL category): the server applies this file's
+	# user line after loading them.
 	{
 		printf '%s\n' \
 			'# sandboxd sandbox mode (written by docker-entrypoint.sh)' \
@@ -120,7 +142,7 @@ if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = "$server" ]; then
 			'protected-mode no' \
 			'dir /data' \
 			'save ""' \
-			'appendonly no' \
+			"$persistence" \
 			'enable-module-command no' \
 			'enable-debug-command no' \
 			'enable-protected-configs no'
