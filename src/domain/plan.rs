@@ -248,6 +248,8 @@ pub enum Wanted {
     OwnerGone,
 }
 
+/// `t + d`, saturating: a time past the calendar's end means "never"
+/// (`t + TimeDelta::MAX` would panic).
 fn add(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     chrono::Duration::from_std(d)
         .ok()
@@ -282,7 +284,7 @@ pub fn wanted_until(
     let Some(d) = desired else {
         return (Wanted::Deleted, None);
     };
-    let expires = d.expires_at.filter(|_| !d.persistent);
+    let expires = d.expiry();
     let idle = d.idle_at(policy.idle_timeout);
     let gone = d
         .owner_container
@@ -308,12 +310,7 @@ pub fn wanted_until(
 }
 
 fn reap(c: &ObservedContainer, reason: ReapReason, now: DateTime<Utc>, grace: Duration) -> Action {
-    // Saturate: a grace window past the calendar's end means "not yet"
-    // (`created + TimeDelta::MAX` would panic).
-    let until = chrono::Duration::from_std(grace)
-        .ok()
-        .and_then(|g| c.created.checked_add_signed(g))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    let until = add(c.created, grace);
     if now >= until || reason == ReapReason::Duplicate {
         Action::Teardown(Teardown {
             container: c.id.clone(),

@@ -61,10 +61,15 @@ impl DesiredSandbox {
             || self.unknown_services.iter().any(|e| e == name)
     }
 
-    /// Whether the row is past `expires_at` at `now` (a persistent sandbox
-    /// never expires).
+    /// When the row expires: `expires_at`, unless the sandbox is
+    /// persistent (it never expires).
+    pub fn expiry(&self) -> Option<DateTime<Utc>> {
+        self.expires_at.filter(|_| !self.persistent)
+    }
+
+    /// Whether the row is past its [`expiry`](Self::expiry) at `now`.
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
-        !self.persistent && self.expires_at.is_some_and(|t| t <= now)
+        self.expiry().is_some_and(|t| t <= now)
     }
 
     /// When the sandbox becomes idle, given the controller's default
