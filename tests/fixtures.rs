@@ -19,7 +19,7 @@ async fn testcontainers_starts_the_state_postgres_from_the_local_image_and_remov
         .fetch_one(&mut conn)
         .await
         .unwrap();
-    assert!(version.starts_with("15."), "{version}");
+    assert!(version.starts_with("17."), "{version}");
     // The controller's URL is an ordinary role owning its database; the
     // superuser is a separate URL.
     let (user, superuser, owner): (String, bool, String) = sqlx::query_as(
