@@ -192,8 +192,8 @@ $$;
 -- the row's, then the new ones appended; features are the per-engine
 -- union; idle_timeout and owner_container are replaced only when given;
 -- persistent and owner, when given, must equal the row's. Never removes
--- anything and leaves expires_at alone (an expired row is refused: set a
--- later expires_at, or release it first). Every call sets requested_at
+-- anything and leaves expires_at alone (an expired row, unless persistent,
+-- is refused: set a later expires_at, or release it first). Every call sets requested_at
 -- and last_used_at and so bumps `generation`, which it returns: the
 -- generation to wait for. SECURITY INVOKER: row-level security applies.
 CREATE FUNCTION sandbox_request(
@@ -292,7 +292,7 @@ BEGIN
                     p_id, CASE WHEN cur.persistent THEN 'persistent' ELSE 'not persistent' END, cur.persistent::text
                     USING ERRCODE = 'check_violation';
             END IF;
-            IF cur.expires_at <= now() THEN
+            IF cur.expires_at <= now() AND NOT cur.persistent THEN
                 RAISE EXCEPTION 'sandbox % expired at %: set a later expires_at (UPDATE sandbox_desired SET expires_at = ...), or release it (sandbox_release) and request it again',
                     p_id, cur.expires_at
                     USING ERRCODE = 'check_violation';
@@ -332,13 +332,14 @@ $$;
 
 -- Records a use: last_used_at = now(), no new generation, no NOTIFY. False
 -- (and nothing changes) when there is no such row this role sees, it has
--- expired, or it is being released (status `terminating`): request it again.
+-- expired (a persistent sandbox never does), or it is being released
+-- (status `terminating`): request it again.
 CREATE FUNCTION sandbox_touch(p_id text) RETURNS boolean
 LANGUAGE plpgsql SECURITY INVOKER AS $$
 BEGIN
     UPDATE sandbox_desired d SET last_used_at = now()
     WHERE d.id = p_id
-      AND (d.expires_at IS NULL OR d.expires_at > now())
+      AND (d.persistent OR d.expires_at IS NULL OR d.expires_at > now())
       AND NOT EXISTS (SELECT 1 FROM sandbox_status s
                       WHERE s.id = d.id AND s.phase = 'terminating');
     RETURN FOUND;

@@ -1076,3 +1076,28 @@ async fn a_touch_of_a_sandbox_being_released_changes_nothing_and_says_so() {
     assert!(scalar::<bool>(pool, "SELECT sandbox_release('t')").await);
     assert!(!scalar::<bool>(pool, "SELECT sandbox_release('t')").await);
 }
+
+#[tokio::test]
+async fn a_persistent_sandbox_past_its_expires_at_can_still_be_touched_and_requested() {
+    let env = TestEnv::new().await;
+    let pool = &env.pool;
+    scalar::<i64>(
+        pool,
+        "SELECT sandbox_request('p', NULL, '{redis}', p_persistent => true)",
+    )
+    .await;
+    scalar::<i64>(pool, "SELECT sandbox_request('e', NULL, '{redis}')").await;
+    sqlx::query("UPDATE sandbox_desired SET expires_at = now() - interval '1 minute'")
+        .execute(pool)
+        .await
+        .unwrap();
+    // A persistent sandbox never expires; an ordinary one has.
+    assert!(scalar::<bool>(pool, "SELECT sandbox_touch('p')").await);
+    assert!(!scalar::<bool>(pool, "SELECT sandbox_touch('e')").await);
+    scalar::<i64>(pool, "SELECT sandbox_request('p', NULL, '{postgres}')").await;
+    let err = sqlx::query("SELECT sandbox_request('e', NULL, '{postgres}')")
+        .execute(pool)
+        .await
+        .expect_err("an expired sandbox is refused");
+    assert!(err.to_string().contains("expired"), "{err}");
+}
