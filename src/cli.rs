@@ -280,7 +280,8 @@ pub struct ApplyArgs {
     /// Engines, comma-separated: postgres, redis, valkey, mongo.
     #[arg(long, value_delimiter = ',', required = true)]
     pub services: Vec<String>,
-    /// Features as ENGINE=FEATURE, repeatable or comma-separated.
+    /// Features as ENGINE=FEATURE, repeatable or comma-separated; a bare
+    /// FEATURE belongs to the engine before it (postgres=vector,postgis).
     #[arg(long, value_delimiter = ',')]
     pub features: Vec<String>,
     /// Who asks (default: the database role the command connects as).
@@ -391,15 +392,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Parses `--features` values (`ENGINE=FEATURE`) into features per engine.
+/// `ENGINE=FEATURE` entries; an entry without `=` is one more feature of
+/// the engine before it, so `postgres=vector,postgis` names two.
 fn parse_features(values: &[String]) -> Result<BTreeMap<String, BTreeSet<String>>, CliError> {
     let mut features: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut engine: Option<&str> = None;
     for f in values {
-        let (engine, feature) = f
-            .split_once('=')
-            .filter(|(e, f)| !e.is_empty() && !f.is_empty())
+        let (e, feature) = match f.split_once('=') {
+            Some((e, feature)) => (Some(e), feature),
+            None => (engine, f.as_str()),
+        };
+        let e = e
+            .filter(|e| !e.is_empty() && !feature.is_empty())
             .ok_or_else(|| CliError::Feature(f.clone()))?;
+        engine = Some(e);
         features
-            .entry(engine.to_owned())
+            .entry(e.to_owned())
             .or_default()
             .insert(feature.to_owned());
     }
@@ -442,7 +450,7 @@ pub enum CliError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     /// Bad --features value.
-    #[error("invalid --features value {0:?}: use ENGINE=FEATURE, e.g. postgres=pg_trgm")]
+    #[error("invalid --features value {0:?}: use ENGINE=FEATURE, e.g. postgres=pg_trgm or postgres=vector,postgis")]
     Feature(String),
     /// Store failures.
     #[error(transparent)]
@@ -731,6 +739,19 @@ mod tests {
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert!(parse_duration("3 days").is_err());
         assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn a_bare_feature_belongs_to_the_engine_before_it() {
+        let list = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let got = parse_features(&list(&["postgres=vector", "postgis", "redis=json"])).unwrap();
+        assert_eq!(
+            got["postgres"],
+            ["postgis", "vector"].map(String::from).into()
+        );
+        assert_eq!(got["redis"], ["json"].map(String::from).into());
+        assert!(parse_features(&list(&["vector"])).is_err());
+        assert!(parse_features(&list(&["postgres="])).is_err());
     }
 
     #[test]
