@@ -115,18 +115,9 @@ async fn every_invalid_desired_row_is_rejected_with_a_message_naming_what_is_all
             .expect("a database error")
             .message()
             .to_owned();
-        for fragment in *fragments {
-            assert!(
-                message.contains(fragment),
-                "row {id:?}: message {message:?} lacks {fragment:?}"
-            );
-        }
+        assert_mentions(&format!("row {id:?}"), &message, fragments);
     }
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sandbox_desired")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(count, 0);
+    assert_no_desired_rows(&env.pool).await;
 }
 
 #[tokio::test]
@@ -313,22 +304,9 @@ async fn hostile_shapes_are_rejected_with_a_message_naming_what_is_allowed() {
         let db = err.as_database_error().expect("a database error");
         assert_eq!(db.code().as_deref(), Some("23514"), "{what}: {db}");
         let message = db.message();
-        assert!(
-            !message.contains('\u{1b}') && !message.contains('\n'),
-            "{what}: the message carries a control character: {message:?}"
-        );
-        for fragment in *fragments {
-            assert!(
-                message.contains(fragment),
-                "{what}: message {message:?} lacks {fragment:?}"
-            );
-        }
+        assert_mentions(what, message, fragments);
     }
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sandbox_desired")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(count, 0);
+    assert_no_desired_rows(&env.pool).await;
 }
 
 #[tokio::test]
@@ -539,22 +517,9 @@ async fn lifecycle_values_that_cannot_work_are_refused_with_messages_that_say_wh
     for (what, sql, fragments) in cases {
         let (code, message) = refusal(&env.pool, &sql).await;
         assert_eq!(code, "23514", "{what}: {message}");
-        assert!(
-            !message.contains('\u{1b}') && !message.contains('\n'),
-            "{what}: the message carries a control character: {message:?}"
-        );
-        for fragment in fragments {
-            assert!(
-                message.contains(fragment),
-                "{what}: message {message:?} lacks {fragment:?}"
-            );
-        }
+        assert_mentions(what, &message, &fragments);
     }
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sandbox_desired")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(count, 0);
+    assert_no_desired_rows(&env.pool).await;
 }
 
 #[tokio::test]
@@ -1000,16 +965,7 @@ async fn requests_that_cannot_be_served_are_refused_and_change_nothing() {
     for (what, sql, sqlstate, fragments) in BAD_REQUESTS {
         let (code, message) = refusal(pool, sql).await;
         assert_eq!(&code, sqlstate, "{what}: {message}");
-        assert!(
-            !message.contains('\u{1b}') && !message.contains('\n'),
-            "{what}: the message carries a control character: {message:?}"
-        );
-        for fragment in *fragments {
-            assert!(
-                message.contains(fragment),
-                "{what}: message {message:?} lacks {fragment:?}"
-            );
-        }
+        assert_mentions(what, &message, fragments);
     }
     let after: Vec<(String, i64)> =
         sqlx::query_as("SELECT id, generation FROM sandbox_desired ORDER BY id")
@@ -1100,4 +1056,28 @@ async fn a_persistent_sandbox_past_its_expires_at_can_still_be_touched_and_reque
         .await
         .expect_err("an expired sandbox is refused");
     assert!(err.to_string().contains("expired"), "{err}");
+}
+
+/// Fails unless `message` (about `what`) contains every fragment and no
+/// control character (an escape sequence, a newline).
+fn assert_mentions(what: &str, message: &str, fragments: &[&str]) {
+    assert!(
+        !message.contains('\u{1b}') && !message.contains('\n'),
+        "{what}: the message carries a control character: {message:?}"
+    );
+    for fragment in fragments {
+        assert!(
+            message.contains(fragment),
+            "{what}: message {message:?} lacks {fragment:?}"
+        );
+    }
+}
+
+/// Fails unless `sandbox_desired` is empty: every refused row left nothing.
+async fn assert_no_desired_rows(pool: &sqlx::PgPool) {
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sandbox_desired")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
 }
