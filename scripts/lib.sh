@@ -58,7 +58,10 @@ random_password() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 # only over the container's local socket,
 #   docker exec -it NAME psql -U postgres -d sandboxd
 # which is where orchestrator roles are created (README, "Roles").
-# With VOLUME the data persists in that named volume; without, it is tmpfs.
+# With VOLUME the data persists in that named volume with fsync on (the
+# desired rows must survive a crash of the host: a state database that
+# comes back empty or older reads as "every sandbox deleted"); without, it
+# is a throwaway tmpfs with fsync off.
 # A volume holds the cluster of one PostgreSQL major version: one initialised
 # by an earlier default image (sandboxd/postgres:15) cannot be opened by
 # sandboxd/postgres:17, which is refused here with what to do.
@@ -72,10 +75,11 @@ start_state_db() {
   esac
   if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" != "true" ]; then
     docker rm -f "$name" >/dev/null 2>&1 || true
-    local data=(--tmpfs /var/lib/postgresql/data:rw,size=512m)
+    local data=(--tmpfs /var/lib/postgresql/data:rw,size=512m) durability=(-c fsync=off)
     if [ -n "$volume" ]; then
       docker volume create --label io.sandboxd.state=true "$volume" >/dev/null
       data=(-v "$volume:/var/lib/postgresql/data")
+      durability=(-c fsync=on)
       local have want
       have=$(docker run --rm --entrypoint cat -v "$volume:/var/lib/postgresql/data" "$image" \
         /var/lib/postgresql/data/PG_VERSION 2>/dev/null || true)
@@ -94,7 +98,11 @@ start_state_db() {
       --restart unless-stopped \
       -e POSTGRES_USER=postgres -e POSTGRES_PASSWORD="$(random_password)" \
       "${data[@]}" -p 127.0.0.1::5432 "$image" \
-      -c max_connections=300 -c fsync=off >/dev/null
+      -c max_connections=300 "${durability[@]}" >/dev/null
+  elif [ -n "$volume" ] && docker inspect -f '{{join .Args " "}}' "$name" 2>/dev/null | grep -q 'fsync=off'; then
+    # Started by an earlier version of this script, which turned fsync off.
+    log "WARNING: the running state database $name has fsync off: a crash of the host can lose desired rows."
+    log "  To turn it on, recreate the container (the volume $volume keeps the data): docker rm -f $name, then start again."
   fi
   # TCP inside the container reaches only the real server, never the
   # image's temporary init server.

@@ -3,7 +3,7 @@
 #   - checks the Docker daemon answers (starting dockerd if not);
 #   - installs the host guard of sandbox networks (deploy/host-firewall.sh);
 #   - without DATABASE_URL, runs its own state Postgres as a labelled
-#     container with the volume `sandboxd-state`; sandboxd connects as the
+#     container with the volume `sandboxd-state` (fsync on); sandboxd connects as the
 #     ordinary role `sandboxd` that owns the database `sandboxd` (password
 #     kept in ${SANDBOXD_HOME:-~/.local/state/sandboxd}/state-password); the
 #     superuser `postgres` has no kept password and is reached only with

@@ -169,7 +169,8 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub features_images: Vec<String>,
-    /// Containers younger than this are not reaped (e.g. 180s, 3m).
+    /// Containers younger than this are not reaped, nor those of a row this
+    /// sandboxd saw deleted more recently (e.g. 180s, 3m).
     #[arg(long, env = "SANDBOXD_GRACE", default_value = "180s", value_parser = parse_duration)]
     pub grace: Duration,
     /// How often both sides are listed in full.
@@ -675,8 +676,15 @@ async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
 
 async fn run_controller(url: &str, args: &RunArgs) -> Result<(), CliError> {
     let config = args.to_config()?;
-    let store = PgStore::connect(url, (config.concurrency as u32 * 2).clamp(4, 32)).await?;
-    store.migrate().await?;
+    // Migrations get the default bound; the controller's statements
+    // --store-timeout, enforced by the server too.
+    PgStore::connect(url, 1).await?.migrate().await?;
+    let store = PgStore::connect_bounded(
+        url,
+        (config.concurrency as u32 * 2).clamp(4, 32),
+        config.store_timeout,
+    )
+    .await?;
     let docker = DockerRuntime::connect().await?;
     let metrics = Arc::new(Metrics::new());
     let controller = Controller::new(

@@ -6,7 +6,7 @@
 use crate::adapters::postgres::{self, PgStore, STATUS_CHANNEL};
 use crate::domain::id::SandboxId;
 use crate::domain::sandbox::{Phase, SandboxStatus};
-use crate::ports::store::{Store, StoreError};
+use crate::ports::store::{Store, StoreError, NOTIFY_EVERY_ROW};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use std::collections::{BTreeMap, BTreeSet};
@@ -247,12 +247,17 @@ impl Client {
                     phase: last_phase,
                 });
             }
-            // A change of this sandbox's status (or a one-second tick, which
-            // also covers NOTIFYs lost to a reconnect) triggers a re-check.
+            // A change of this sandbox's status (or of every status: a
+            // TRUNCATE, or a one-second tick, which also covers NOTIFYs
+            // lost to a reconnect) triggers a re-check.
             let wake = async {
                 loop {
                     match listener.try_recv().await {
-                        Ok(Some(n)) if n.payload() != id.as_str() => continue,
+                        Ok(Some(n))
+                            if n.payload() != id.as_str() && n.payload() != NOTIFY_EVERY_ROW =>
+                        {
+                            continue
+                        }
                         _ => return,
                     }
                 }

@@ -144,7 +144,8 @@ pub struct ControllerConfig {
     pub images: Images,
     /// Resource caps per container.
     pub limits: Limits,
-    /// Containers younger than this are not reaped.
+    /// Containers younger than this are not reaped, nor those of a row this
+    /// controller saw deleted more recently.
     pub grace: Duration,
     /// How often both sides are listed in full.
     pub relist_interval: Duration,

@@ -175,6 +175,35 @@ async fn changes_to_desired_rows_notify_listeners_with_the_id() {
     assert_eq!(n.payload(), "notify-me");
 }
 
+#[tokio::test]
+async fn a_truncate_of_either_table_notifies_its_channel_with_a_payload_that_is_no_id() {
+    let env = TestEnv::new().await;
+    let mut listener = PgListener::connect_with(&env.pool).await.unwrap();
+    listener
+        .listen_all(["sandbox_desired", "sandbox_status"])
+        .await
+        .unwrap();
+    for table in ["sandbox_desired", "sandbox_status"] {
+        sqlx::query(&format!("TRUNCATE {table}"))
+            .execute(&env.pool)
+            .await
+            .unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+            .await
+            .unwrap_or_else(|_| panic!("a NOTIFY for TRUNCATE {table} within 5s"))
+            .unwrap();
+        assert_eq!((n.channel(), n.payload()), (table, "*"));
+    }
+    assert!(sandboxd::domain::SandboxId::parse("*").is_err());
+    let public_may_execute: bool = sqlx::query_scalar(
+        "SELECT has_function_privilege('public', 'sandbox_notify_truncate()', 'EXECUTE')",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert!(!public_may_execute, "EXECUTE is revoked from PUBLIC");
+}
+
 /// (what, INSERT statement, expected message fragments): rows that are
 /// hostile in shape rather than in content.
 const HOSTILE_ROWS: &[(&str, &str, &[&str])] = &[

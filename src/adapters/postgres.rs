@@ -17,9 +17,10 @@ use crate::ports::store::{NotifyStream, Store, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use sqlx::postgres::{PgListener, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
 use std::time::Duration;
 
 /// Channel NOTIFYed with the id on every change of `sandbox_desired`.
@@ -64,6 +65,10 @@ pub async fn listen(pool: &PgPool, channels: &[&str]) -> Result<PgListener, Stor
     Ok(listener)
 }
 
+/// The server-side bound on one statement of a [`PgStore::connect`] pool
+/// (migrations included).
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// sandboxd's state database.
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -72,12 +77,32 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Opens a pool of at most `max_connections` to the database at `url`.
+    /// Opens a pool of at most `max_connections` to the database at `url`,
+    /// every statement bounded by the server after [`DEFAULT_STATEMENT_TIMEOUT`].
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        Self::connect_bounded(url, max_connections, DEFAULT_STATEMENT_TIMEOUT).await
+    }
+
+    /// Opens a pool whose sessions the server bounds: a statement is
+    /// cancelled after `statement_timeout`, and a wait for a lock after
+    /// half of it (so a lock held elsewhere fails with a lock timeout that
+    /// names the cause, and frees the connection, instead of queueing).
+    pub async fn connect_bounded(
+        url: &str,
+        max_connections: u32,
+        statement_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128);
+        let options = PgConnectOptions::from_str(url)
+            .map_err(connect_error)?
+            .options([
+                ("statement_timeout", ms(statement_timeout)),
+                ("lock_timeout", ms(statement_timeout / 2)),
+            ]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
+            .connect_with(options)
             .await
             .map_err(connect_error)?;
         Ok(Self::from_pool(pool))

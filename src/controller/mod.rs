@@ -1,6 +1,7 @@
 //! The controller: watches as hints, relists as the truth, and a work queue
 //! that runs `reconcile(id)` one key at a time.
 
+mod gone;
 mod heal_loop;
 mod image;
 pub mod network;
@@ -13,6 +14,7 @@ pub mod volume;
 pub use self::image::ImageError;
 pub use self::provision::ProvisionError;
 
+use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
 use self::probes::ControllerProbes;
 use self::reconcile::{reconcile, Next};
@@ -75,6 +77,9 @@ pub(crate) struct Context {
     pub(crate) metrics: Arc<Metrics>,
     /// Recent heals, for heal-loop detection.
     pub(crate) heal_loops: HealLoops,
+    /// When each deleted row was first seen missing (its grace counts
+    /// from then).
+    pub(crate) gone: GoneSince,
 }
 
 impl Context {
@@ -169,6 +174,7 @@ impl Controller {
                 clock,
                 metrics,
                 heal_loops: HealLoops::default(),
+                gone: GoneSince::default(),
             }),
             queue,
             readiness: Readiness::default(),
@@ -227,7 +233,29 @@ impl Controller {
             sink,
         ));
 
-        relist::relist(&ctx, &self.queue, &self.known, false).await?;
+        // The initial lists, retried until they load (a state database that
+        // is locked or restarting must not end the controller): not ready
+        // meanwhile.
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut delay = Duration::from_millis(200);
+        while let Err(e) =
+            relist::relist(&ctx, &self.queue, &self.known, false, relist::Enqueue::Hint).await
+        {
+            tracing::warn!(
+                error = %e,
+                retry_in_ms = delay.as_millis() as u64,
+                "initial lists failed; not ready until they load"
+            );
+            tokio::select! {
+                () = &mut shutdown => {
+                    docker_watch.abort();
+                    pg_watch.abort();
+                    return Ok(());
+                }
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
         // Readiness gate: only now may anything be reaped or provisioned.
         self.readiness.set(true);
         tracing::info!(deployment = %ctx.config.deployment, "initial lists loaded; controller ready");

@@ -52,12 +52,20 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         None => None,
     };
     let now = ctx.clock.now();
+    let gone_since = match &desired {
+        Some(_) => {
+            ctx.gone.forget(id);
+            None
+        }
+        None => Some(ctx.gone.missing(id, now)),
+    };
 
     let plan = plan::plan(
         desired.as_ref(),
         &observed,
         previous.as_ref(),
         owner,
+        gone_since,
         now,
         &ctx.config.policy(),
     );
@@ -91,11 +99,13 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         None => Vec::new(),
     };
     if plan.wanted != Wanted::Yes && !plan.is_waiting() && teardown.is_none() {
-        // Nothing of the sandbox is left: its network goes too, and once
-        // the row is deleted, the data of a persistent one.
+        // No container of the sandbox is left: its network goes too, and
+        // once the row is deleted and its grace has passed since it was
+        // seen gone, the data of a persistent one.
         network::remove(ctx, id).await?;
-        if plan.wanted == Wanted::Deleted {
+        if plan.wanted == Wanted::Deleted && plan.data_kept_until.is_none() {
             volume::remove_all(ctx, id).await?;
+            ctx.gone.forget(id);
         }
     }
 

@@ -1,7 +1,9 @@
 //! Relists: both sides listed in full, every sandbox found enqueued. They
 //! run at start (the readiness gate waits for the first), after a watch
 //! stream reconnects, and periodically; each counts the container changes
-//! the event stream had not reported (drift).
+//! the event stream had not reported (drift). After a reconnect every key's
+//! backoff is cut short: what failed while Docker or the database was away
+//! is tried again now, not minutes later.
 
 use super::{Context, ControllerError};
 use crate::domain::id::SandboxId;
@@ -11,6 +13,15 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
+/// How a relist enqueues what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Enqueue {
+    /// As hints: a key backing off keeps its backoff.
+    Hint,
+    /// As new requests: backoffs are cut short (after a reconnect).
+    Fresh,
+}
+
 /// Lists both sides in full and enqueues every sandbox found. The first
 /// relist sets the baseline and counts no drift.
 pub(crate) async fn relist(
@@ -18,6 +29,7 @@ pub(crate) async fn relist(
     queue: &WorkQueue<SandboxId>,
     known: &KnownContainers,
     count_drift: bool,
+    enqueue: Enqueue,
 ) -> Result<(), ControllerError> {
     let mut ids: BTreeSet<String> = ctx.store.list_ids().await?.into_iter().collect();
     let containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
@@ -43,6 +55,7 @@ pub(crate) async fn relist(
     }
     for raw in &ids {
         match SandboxId::parse(raw) {
+            Ok(id) if enqueue == Enqueue::Fresh => queue.add_fresh(id),
             Ok(id) => queue.add(id),
             Err(e) => tracing::warn!(error = %e, "skipping a row with an invalid id"),
         }
@@ -67,14 +80,23 @@ pub(crate) async fn relist_loop(
 ) {
     let mut tick = tokio::time::interval(ctx.config.relist_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // immediate; the initial relist already ran
+    // The first tick is immediate; the initial relist already ran.
+    tick.tick().await;
+    // A reconnect's relist that failed is owed until one succeeds.
+    let mut owed = Enqueue::Hint;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = relist_now.notified() => tick.reset(),
+            _ = relist_now.notified() => {
+                tick.reset();
+                owed = Enqueue::Fresh;
+            }
         }
-        if let Err(e) = relist(&ctx, &queue, &known, true).await {
-            tracing::warn!(error = %e, "relist failed; will try again next interval");
+        match relist(&ctx, &queue, &known, true, owed).await {
+            Ok(()) => owed = Enqueue::Hint,
+            Err(e) => {
+                tracing::warn!(error = %e, "relist failed; will try again next interval");
+            }
         }
     }
 }

@@ -288,16 +288,68 @@ async fn a_deleted_row_is_reaped_only_once_the_injected_clock_passes_the_grace_w
     reconcile(&ctx, &id("a")).await.unwrap();
     h.store.delete_desired(&id("a"));
 
-    // Created at `created()`, now 10 s later: 170 s of grace left.
+    // Created at `created()`, seen gone 10 s later: the grace window counts
+    // from then.
     let next = reconcile(&ctx, &id("a")).await.unwrap();
-    assert_eq!(next, Next::After(Duration::from_secs(170)));
+    assert_eq!(next, Next::After(Duration::from_secs(180)));
     assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Terminating));
     assert_eq!(h.containers(&id("a")).len(), 1);
 
-    h.clock.advance(chrono::Duration::seconds(170));
+    h.clock.advance(chrono::Duration::seconds(180));
     assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
     assert!(h.containers(&id("a")).is_empty());
     assert!(h.store.status_of(&id("a")).is_none());
+    assert_eq!(ctx.gone.len(), 0, "a sandbox fully gone is forgotten");
+}
+
+#[tokio::test]
+async fn a_row_deleted_long_after_its_containers_were_created_is_kept_for_the_grace_window_from_when_it_was_seen_gone(
+) {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (container, _) = h.published(&id("a"));
+    h.clock.advance(chrono::Duration::hours(1));
+    h.store.delete_desired(&id("a"));
+
+    let next = reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(next, Next::After(Duration::from_secs(180)));
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Terminating));
+    h.clock.advance(chrono::Duration::seconds(179));
+    assert_eq!(
+        reconcile(&ctx, &id("a")).await.unwrap(),
+        Next::After(Duration::from_secs(1)),
+        "the grace counts from the first time the row was seen gone"
+    );
+    assert_eq!(h.containers(&id("a"))[0].0, container, "still there");
+
+    h.clock.advance(chrono::Duration::seconds(1));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    assert!(h.containers(&id("a")).is_empty());
+    assert!(h.store.status_of(&id("a")).is_none());
+}
+
+#[tokio::test]
+async fn a_row_that_comes_back_within_the_grace_window_starts_a_new_clock_when_deleted_again() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.store.delete_desired(&id("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.clock.advance(chrono::Duration::seconds(100));
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(ctx.gone.len(), 0, "a row that exists is not gone");
+
+    h.clock.advance(chrono::Duration::seconds(100));
+    h.store.delete_desired(&id("a"));
+    assert_eq!(
+        reconcile(&ctx, &id("a")).await.unwrap(),
+        Next::After(Duration::from_secs(180))
+    );
+    assert_eq!(h.containers(&id("a")).len(), 1);
 }
 
 #[tokio::test]
@@ -340,6 +392,8 @@ async fn each_sandbox_gets_its_own_network_which_goes_with_the_sandbox() {
     assert_eq!(status.network.as_deref(), Some("sandboxd.test.a"));
 
     h.store.delete_desired(&id("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(h.networks().await.len(), 2, "kept while a container waits");
     h.clock.advance(chrono::Duration::seconds(3600));
     reconcile(&ctx, &id("a")).await.unwrap();
     assert!(h.containers(&id("a")).is_empty());
@@ -445,6 +499,7 @@ async fn a_failed_teardown_is_retried_and_keeps_the_status() {
     h.store.put_desired(row("a"));
     reconcile(&ctx, &id("a")).await.unwrap();
     h.store.delete_desired(&id("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
     h.clock.advance(chrono::Duration::seconds(600));
     h.runtime.faults.set(RuntimeOp::Remove, Fault::Fail(1));
     let err = reconcile(&ctx, &id("a")).await.unwrap_err();
@@ -487,6 +542,63 @@ async fn until(what: &str, mut f: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("not within a minute: {what}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconnected_event_stream_cuts_every_backoff_short() {
+    let h = Harness::new();
+    h.runtime.faults.set(RuntimeOp::Create, Fault::FailAlways);
+    h.store.put_desired(row("a"));
+    let (stop, task) = start(h.controller());
+    // Failures at 0, 0.5, 1.5, 3.5, 7.5, 15.5, 31.5 and 63.5 s: the next
+    // retry would come 128 s after that.
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Failed));
+    h.runtime.faults.clear(RuntimeOp::Create);
+
+    // Docker comes back: its event stream reconnects.
+    h.runtime.cut_events();
+    let cut = tokio::time::Instant::now();
+    until("a is ready", || {
+        h.store.phase_of(&id("a")) == Some(Phase::Ready)
+    })
+    .await;
+    assert!(
+        cut.elapsed() < Duration::from_secs(10),
+        "ready {:?} after the reconnect, not after its backoff",
+        cut.elapsed()
+    );
+    drop(stop);
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn initial_lists_that_fail_are_retried_and_the_controller_is_not_ready_meanwhile() {
+    let h = Harness::new();
+    h.store.faults.set(StoreOp::ListIds, Fault::FailAlways);
+    h.store.put_desired(row("a"));
+    let controller = h.controller();
+    let readiness = controller.readiness();
+    let (stop, task) = start(controller);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(
+        !task.is_finished(),
+        "a failing initial list must not end the controller"
+    );
+    assert!(!readiness.is_ready());
+    assert!(
+        h.containers(&id("a")).is_empty(),
+        "nothing done before the lists load"
+    );
+
+    h.store.faults.clear(StoreOp::ListIds);
+    until("ready once the lists load", || readiness.is_ready()).await;
+    until("a is ready", || {
+        h.store.phase_of(&id("a")) == Some(Phase::Ready)
+    })
+    .await;
+    drop(stop);
+    task.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -656,6 +768,12 @@ async fn a_persistent_sandbox_keeps_its_volume_until_its_row_is_deleted() {
     );
 
     h.store.delete_desired(&id("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(
+        h.runtime.volume_names(),
+        std::slice::from_ref(&volume.name),
+        "kept while its container waits out the grace window"
+    );
     h.clock.advance(chrono::Duration::seconds(600));
     reconcile(&ctx, &id("a")).await.unwrap();
     assert!(h.containers(&id("a")).is_empty());
@@ -663,6 +781,35 @@ async fn a_persistent_sandbox_keeps_its_volume_until_its_row_is_deleted() {
         h.runtime.volume_names().is_empty(),
         "the volume went with the row"
     );
+}
+
+#[tokio::test]
+async fn a_persistent_sandboxs_volume_without_containers_is_kept_for_the_grace_window_from_when_its_row_was_seen_gone(
+) {
+    let h = Harness::new();
+    let ctx = h.context();
+    let mut r = row("a");
+    r.persistent = true;
+    h.store.put_desired(r);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (container, _) = h.published(&id("a"));
+    // Its container is gone (say, removed by hand), then its row.
+    h.runtime
+        .remove(&container, Duration::from_secs(1))
+        .await
+        .unwrap();
+    h.store.delete_desired(&id("a"));
+    h.clock.advance(chrono::Duration::hours(1));
+
+    assert_eq!(
+        reconcile(&ctx, &id("a")).await.unwrap(),
+        Next::After(Duration::from_secs(180))
+    );
+    assert_eq!(h.runtime.volume_names().len(), 1, "the data is kept");
+    h.clock.advance(chrono::Duration::seconds(180));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    assert!(h.runtime.volume_names().is_empty());
+    assert_eq!(ctx.gone.len(), 0);
 }
 
 #[tokio::test]
@@ -696,4 +843,47 @@ async fn a_rotation_to_an_image_that_lacks_the_feature_fails_without_touching_th
         !status.services.is_empty(),
         "its credentials stay published"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Deletion safety: an empty or restored state database reaps nothing at once
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn an_orphan_container_found_at_start_is_kept_for_the_grace_window_from_the_start() {
+    let h = Harness::new();
+    // A container left by a controller whose state database is now empty
+    // (no row, no status), created an hour before this controller starts.
+    let previous = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&previous, &id("a")).await.unwrap();
+    let (container, _) = h.published(&id("a"));
+    h.store.delete_desired(&id("a"));
+    h.store.delete_status(&id("a")).await.unwrap();
+    h.clock.advance(chrono::Duration::hours(1));
+
+    let (stop, task) = start(h.controller());
+    until("the initial relist", || {
+        h.metric("sandboxd_relists_total") >= 1.0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    h.clock.advance(chrono::Duration::seconds(179));
+    // Past the first requeue (180 s of virtual time) and a relist.
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    assert_eq!(
+        h.containers(&id("a"))[0].0,
+        container,
+        "kept for the grace window from the start"
+    );
+    assert!(
+        h.store.status_of(&id("a")).is_none(),
+        "an orphan gets no status"
+    );
+
+    h.clock.advance(chrono::Duration::seconds(1));
+    until("the orphan is reaped", || h.containers(&id("a")).is_empty()).await;
+    assert_eq!(h.metric("sandboxd_reaps_total{reason=\"orphan\"}"), 1.0);
+    stop.send(()).unwrap();
+    task.await.unwrap();
 }

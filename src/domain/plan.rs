@@ -137,7 +137,9 @@ pub enum Action {
     Wait {
         /// The container.
         container: ContainerId,
-        /// When it may be reaped.
+        /// When it may be reaped: the grace window after it was created,
+        /// and for a deleted row also after the row was seen gone,
+        /// whichever ends later.
         until: DateTime<Utc>,
     },
 }
@@ -152,6 +154,11 @@ pub struct Plan {
     /// When the row may stop being wanted (it expires, goes idle, or its
     /// owner container's grace runs out): look at it again then.
     pub recheck_at: Option<DateTime<Utc>>,
+    /// For a deleted row: until when what outlives its containers (a
+    /// persistent sandbox's data volumes) is kept, the grace window counted
+    /// from when the row was seen gone; look at it again then. `None` once
+    /// that has passed, and for a row that exists.
+    pub data_kept_until: Option<DateTime<Utc>>,
 }
 
 impl Plan {
@@ -195,10 +202,14 @@ impl Plan {
         self.next_wake().is_some()
     }
 
-    /// When to look at the sandbox again: a waiting reap or a recheck,
-    /// whichever comes first.
+    /// When to look at the sandbox again: a waiting reap, a recheck or the
+    /// end of a deleted row's data grace, whichever comes first.
     pub fn next_look(&self) -> Option<DateTime<Utc>> {
-        self.next_wake().into_iter().chain(self.recheck_at).min()
+        self.next_wake()
+            .into_iter()
+            .chain(self.recheck_at)
+            .chain(self.data_kept_until)
+            .min()
     }
 }
 
@@ -309,8 +320,16 @@ pub fn wanted_until(
     (why, recheck.filter(|_| why == Wanted::Yes))
 }
 
-fn reap(c: &ObservedContainer, reason: ReapReason, now: DateTime<Utc>, grace: Duration) -> Action {
-    let until = add(c.created, grace);
+/// Tears `c` down, or waits until it is older than `grace` and, when
+/// `gone_since` is given, until `grace` has passed since then too.
+fn reap(
+    c: &ObservedContainer,
+    reason: ReapReason,
+    now: DateTime<Utc>,
+    grace: Duration,
+    gone_since: Option<DateTime<Utc>>,
+) -> Action {
+    let until = add(gone_since.map_or(c.created, |t| t.max(c.created)), grace);
     if now >= until || reason == ReapReason::Duplicate {
         Action::Teardown(Teardown {
             container: c.id.clone(),
@@ -330,12 +349,19 @@ fn reap(c: &ObservedContainer, reason: ReapReason, now: DateTime<Utc>, grace: Du
 /// `observed` are this deployment's containers for the sandbox; `status`
 /// is what sandboxd published last (its credentials are the truth for
 /// healing); `owner` is how the row's owner container is doing, if it
-/// names one and it was looked at. Engines are visited in sorted order.
+/// names one and it was looked at. `gone_since` is when the controller
+/// first saw the row missing (ignored while the row exists): a deleted
+/// row's or an orphan's containers are kept for the grace window after
+/// that as well as after their creation, so that an emptied or restored
+/// state database does not reap at once what is older than the grace
+/// window. `None` for a missing row counts from `now`. Engines are visited
+/// in sorted order.
 pub fn plan(
     desired: Option<&DesiredSandbox>,
     observed: &[ObservedContainer],
     status: Option<&SandboxStatus>,
     owner: Option<OwnerState>,
+    gone_since: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Plan {
@@ -363,11 +389,18 @@ pub fn plan(
                 (_, Some(_)) => ReapReason::Deleted,
                 (_, None) => ReapReason::Orphan,
             };
-            let actions = live.iter().map(|c| reap(c, reason, now, grace)).collect();
+            // Only a missing row counts from when it was seen gone: the
+            // other releases are decided from the row itself.
+            let gone_since = desired.is_none().then(|| gone_since.unwrap_or(now));
+            let actions = live
+                .iter()
+                .map(|c| reap(c, reason, now, grace, gone_since))
+                .collect();
             return Plan {
                 wanted: why,
                 actions,
                 recheck_at: None,
+                data_kept_until: gone_since.map(|t| add(t, grace)).filter(|t| *t > now),
             };
         }
     };
@@ -379,6 +412,7 @@ pub fn plan(
             wanted: Wanted::Yes,
             actions: Vec::new(),
             recheck_at: None,
+            data_kept_until: None,
         };
     }
     let mut actions = Vec::new();
@@ -389,7 +423,7 @@ pub fn plan(
             actions.extend(
                 containers
                     .iter()
-                    .map(|c| reap(c, ReapReason::ServiceDropped, now, grace)),
+                    .map(|c| reap(c, ReapReason::ServiceDropped, now, grace, None)),
             );
         }
     }
@@ -412,6 +446,7 @@ pub fn plan(
         wanted: why,
         actions,
         recheck_at,
+        data_kept_until: None,
     }
 }
 

@@ -52,8 +52,13 @@ pub enum StoreError {
     },
 }
 
-/// Ids from `NOTIFY sandbox_desired`, raw as sent; the stream ends (or
-/// yields an error) when the connection drops.
+/// The payload of a `NOTIFY` on `sandbox_desired` or `sandbox_status` that
+/// names no sandbox but says every row may have changed (the table was
+/// truncated): never a valid sandbox id.
+pub const NOTIFY_EVERY_ROW: &str = "*";
+
+/// Ids from `NOTIFY sandbox_desired`, raw as sent (or [`NOTIFY_EVERY_ROW`]);
+/// the stream ends (or yields an error) when the connection drops.
 pub type NotifyStream = BoxStream<'static, Result<String, StoreError>>;
 
 /// The state store. Every method may fail; none may be trusted to return

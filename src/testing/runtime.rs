@@ -109,6 +109,11 @@ impl FakeRuntime {
         };
     }
 
+    /// Ends every event stream, as a daemon restart does (watchers reconnect).
+    pub(crate) fn cut_events(&self) {
+        self.world.lock().unwrap().subscribers.clear();
+    }
+
     /// Names of the volumes that exist.
     pub(crate) fn volume_names(&self) -> Vec<String> {
         self.world.lock().unwrap().volumes.keys().cloned().collect()

@@ -235,10 +235,24 @@ impl TestEnv {
 
     /// Starts a controller with `config` in the background.
     pub fn start(&self, config: ControllerConfig) -> RunningController {
+        self.start_with_store(config, PgStore::from_pool(self.pool.clone()))
+    }
+
+    /// Starts a controller whose state database connections the server
+    /// bounds by `config.store_timeout`, as `sandboxd run` does.
+    pub async fn start_bounded(&self, config: ControllerConfig) -> RunningController {
+        let store = PgStore::connect_bounded(&self.url, 8, config.store_timeout)
+            .await
+            .expect("connect a bounded store");
+        self.start_with_store(config, store)
+    }
+
+    /// Starts a controller on `store` in the background.
+    pub fn start_with_store(&self, config: ControllerConfig, store: PgStore) -> RunningController {
         let metrics = Arc::new(Metrics::new());
         let controller = Controller::new(
             self.runtime.clone(),
-            Arc::new(PgStore::from_pool(self.pool.clone())),
+            Arc::new(store),
             config,
             Arc::new(SystemClock),
             metrics.clone(),

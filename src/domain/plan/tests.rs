@@ -8,7 +8,9 @@ use crate::domain::sandbox::Phase;
 use crate::domain::secret::Secret;
 use chrono::TimeZone;
 
-/// The actions `plan` decides (the table compares these).
+/// The actions `plan` decides (the table compares these), for a row that
+/// (if missing) was seen gone long ago: [`SEEN_GONE`] seconds before
+/// `now()`, so only the containers' age counts.
 fn plan(
     desired: Option<&DesiredSandbox>,
     observed: &[ObservedContainer],
@@ -16,11 +18,24 @@ fn plan(
     now: DateTime<Utc>,
     grace: Duration,
 ) -> Vec<Action> {
+    plan_seen_gone(desired, observed, status, now, grace, Some(ago(SEEN_GONE)))
+}
+
+/// Like [`plan`], for a row first seen missing at `gone_since`.
+fn plan_seen_gone(
+    desired: Option<&DesiredSandbox>,
+    observed: &[ObservedContainer],
+    status: Option<&SandboxStatus>,
+    now: DateTime<Utc>,
+    grace: Duration,
+    gone_since: Option<DateTime<Utc>>,
+) -> Vec<Action> {
     super::plan(
         desired,
         observed,
         status,
         None,
+        gone_since,
         now,
         &Policy::with_grace(grace),
     )
@@ -33,6 +48,7 @@ fn next_wake(actions: &[Action]) -> Option<DateTime<Utc>> {
         wanted: Wanted::Yes,
         actions: actions.to_vec(),
         recheck_at: None,
+        data_kept_until: None,
     }
     .next_wake()
 }
@@ -50,6 +66,9 @@ const GRACE: Duration = Duration::from_secs(180);
 const OLD: i64 = 600;
 /// Younger than the grace window (60 s left).
 const YOUNG: i64 = 120;
+/// How long before `now()` the table's missing rows were first seen gone:
+/// longer than the grace window, and than [`OLD`].
+const SEEN_GONE: i64 = 3600;
 /// Host port every observed container is bound to (unless overridden).
 const CONTAINER_PORT: u16 = 49_001;
 
@@ -959,6 +978,7 @@ fn plans_list_their_steps_by_kind() {
         &observed,
         Some(&s),
         None,
+        None,
         now(),
         &Policy::with_grace(GRACE),
     );
@@ -1180,7 +1200,7 @@ fn a_row_unused_for_its_idle_timeout_is_released_and_its_containers_reaped() {
         "i1",
         OLD,
     )];
-    let p = super::plan(Some(&d), &observed, None, None, now(), &policy(None));
+    let p = super::plan(Some(&d), &observed, None, None, None, now(), &policy(None));
     assert_eq!(p.wanted, Wanted::Idle);
     assert_eq!(
         p.teardowns().map(|t| t.reason).collect::<Vec<_>>(),
@@ -1235,6 +1255,7 @@ fn a_row_whose_owner_container_is_gone_past_the_grace_window_is_released() {
         &[running("c1", "postgres", &[], "i1")],
         None,
         Some(OwnerState::Missing),
+        None,
         now(),
         &policy(None),
     );
@@ -1265,4 +1286,207 @@ fn an_owner_container_that_stopped_or_is_not_there_yet_gets_the_grace_window() {
         wanted_until(Some(&d), Some(OwnerState::Running), now(), &policy(None)),
         (Wanted::Yes, None)
     );
+}
+
+// ---------------------------------------------------------------------------
+// Deleted rows: the grace window also counts from when the row was seen gone
+// ---------------------------------------------------------------------------
+
+/// (name, row, seen gone this many seconds before `now()` (`None`: not
+/// known), observed, status, expected summaries).
+type GoneRow = (
+    &'static str,
+    Option<DesiredSandbox>,
+    Option<i64>,
+    Vec<ObservedContainer>,
+    Option<SandboxStatus>,
+    &'static [&'static str],
+);
+
+fn deletion_table() -> Vec<GoneRow> {
+    use ContainerState::Running;
+    let pg = "postgres";
+    let rd = "redis";
+    vec![
+        (
+            "a row deleted just now keeps even old containers for the whole grace window",
+            None,
+            Some(0),
+            vec![running("c1", pg, &[], "p1"), exited("c2", pg, &[], "old")],
+            Some(status(&[(pg, "p1", &[])])),
+            &["wait c1 +180s", "wait c2 +180s"],
+        ),
+        (
+            "a row seen gone a while ago waits for the rest of the grace window",
+            None,
+            Some(150),
+            vec![running("c1", pg, &[], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &["wait c1 +30s"],
+        ),
+        (
+            "a young container of a row seen gone long ago waits for its own age",
+            None,
+            Some(150),
+            vec![container("c1", rd, Running, &[], "r1", YOUNG)],
+            Some(status(&[(rd, "r1", &[])])),
+            &["wait c1 +60s"],
+        ),
+        (
+            "a row seen gone exactly the grace window ago is reaped",
+            None,
+            Some(180),
+            vec![running("c1", pg, &[], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &["teardown c1 deleted"],
+        ),
+        (
+            "an orphan found at start keeps its old containers for the grace window from then",
+            None,
+            Some(0),
+            vec![running("c1", pg, &[], "x1")],
+            None,
+            &["wait c1 +180s"],
+        ),
+        (
+            "a missing row not yet seen gone counts from now",
+            None,
+            None,
+            vec![running("c1", pg, &[], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &["wait c1 +180s"],
+        ),
+        (
+            "an expired row is judged by its containers' age alone",
+            Some(expiring(desired(&[pg], &[]), ago(1))),
+            Some(0),
+            vec![running("c1", pg, &[], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &["teardown c1 expired"],
+        ),
+        (
+            "an idle row is judged by its containers' age alone",
+            Some(idle_after(desired(&[pg], &[]), 3, 5)),
+            Some(0),
+            vec![running("c1", pg, &[], "p1")],
+            Some(status(&[(pg, "p1", &[])])),
+            &["teardown c1 idle"],
+        ),
+        (
+            "a dropped service is judged by its container's age alone",
+            Some(desired(&[pg], &[])),
+            Some(0),
+            vec![running("c1", pg, &[], "p1"), running("c2", rd, &[], "r1")],
+            Some(status(&[(pg, "p1", &[]), (rd, "r1", &[])])),
+            &["teardown c2 service_dropped", "keep postgres instance=p1"],
+        ),
+    ]
+}
+
+#[test]
+fn the_deletion_grace_table_holds() {
+    let mut failures = Vec::new();
+    for (name, desired, gone_ago, observed, status, expected) in deletion_table() {
+        let got = summaries(&plan_seen_gone(
+            desired.as_ref(),
+            &observed,
+            status.as_ref(),
+            now(),
+            GRACE,
+            gone_ago.map(ago),
+        ));
+        if got != expected {
+            failures.push(format!(
+                "{name}\n  expected: {expected:#?}\n  got:      {got:#?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+#[test]
+fn deletion_grace_table_names_are_unique() {
+    let names: BTreeSet<&str> = deletion_table().iter().map(|row| row.0).collect();
+    assert_eq!(names.len(), deletion_table().len());
+}
+
+#[test]
+fn a_row_owned_by_a_gone_container_is_judged_by_its_containers_age_alone() {
+    let mut d = desired(&["postgres"], &[]);
+    d.owner_container = Some("agent-7".into());
+    d.updated_at = ago(600);
+    let p = super::plan(
+        Some(&d),
+        &[running("c1", "postgres", &[], "i1")],
+        None,
+        Some(OwnerState::Missing),
+        Some(now()),
+        now(),
+        &policy(None),
+    );
+    assert_eq!(summaries(&p.actions), ["teardown c1 owner_gone"]);
+    assert_eq!(p.data_kept_until, None);
+}
+
+#[test]
+fn next_wake_of_a_deleted_row_is_the_later_of_its_containers_age_and_when_it_was_seen_gone() {
+    let observed = [
+        running("c1", "postgres", &[], "p1"),
+        container("c2", "redis", ContainerState::Running, &[], "r1", YOUNG),
+    ];
+    let s = status(&[("postgres", "p1", &[]), ("redis", "r1", &[])]);
+    let p = super::plan(
+        None,
+        &observed,
+        Some(&s),
+        None,
+        Some(ago(150)),
+        now(),
+        &Policy::with_grace(GRACE),
+    );
+    assert_eq!(summaries(&p.actions), ["wait c1 +30s", "wait c2 +60s"]);
+    assert_eq!(p.next_wake(), Some(now() + chrono::Duration::seconds(30)));
+    assert_eq!(p.next_look(), Some(now() + chrono::Duration::seconds(30)));
+}
+
+#[test]
+fn a_deleted_rows_data_is_kept_for_the_grace_window_from_when_it_was_seen_gone() {
+    let at = |gone_since| {
+        super::plan(
+            None,
+            &[],
+            None,
+            None,
+            gone_since,
+            now(),
+            &Policy::with_grace(GRACE),
+        )
+    };
+    let p = at(Some(ago(60)));
+    assert!(p.actions.is_empty());
+    assert!(!p.is_waiting(), "no container waits");
+    assert_eq!(
+        p.data_kept_until,
+        Some(now() + chrono::Duration::seconds(120))
+    );
+    assert_eq!(p.next_look(), p.data_kept_until, "looked at again then");
+    assert_eq!(
+        at(None).data_kept_until,
+        Some(now() + chrono::Duration::seconds(180))
+    );
+    assert_eq!(at(Some(ago(180))).data_kept_until, None);
+    assert_eq!(at(Some(ago(SEEN_GONE))).next_look(), None);
+
+    // A row that exists keeps nothing back, whenever it was seen gone.
+    let d = desired(&["postgres"], &[]);
+    let live = super::plan(
+        Some(&d),
+        &[],
+        None,
+        None,
+        Some(now()),
+        now(),
+        &Policy::with_grace(GRACE),
+    );
+    assert_eq!(live.data_kept_until, None);
 }

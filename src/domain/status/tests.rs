@@ -105,6 +105,7 @@ fn plan(wanted: Wanted, actions: Vec<Action>) -> Plan {
         wanted,
         actions,
         recheck_at: None,
+        data_kept_until: None,
     }
 }
 
