@@ -1,5 +1,6 @@
 //! Controller configuration, independent of how it was parsed (see `cli`).
 
+use crate::domain::crash_loop::CrashLoopPolicy;
 use crate::domain::id::{Deployment, EngineName};
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
@@ -176,6 +177,9 @@ pub struct ControllerConfig {
     /// Readiness deadlines that replace an engine's own
     /// ([`crate::engine::Engine::readiness_deadline`]).
     pub readiness: BTreeMap<EngineName, Duration>,
+    /// How heals of an engine whose container keeps dying back off, and
+    /// when they stop (a crash loop).
+    pub crash_loop: CrashLoopPolicy,
 }
 
 impl ControllerConfig {
@@ -207,6 +211,7 @@ impl ControllerConfig {
             build_timeout: Duration::from_secs(900),
             idle_timeout: None,
             readiness: BTreeMap::new(),
+            crash_loop: CrashLoopPolicy::default(),
         }
     }
 

@@ -577,3 +577,67 @@ async fn a_controller_killed_mid_provision_and_restarted_converges_to_one_contai
             .unwrap();
     assert_eq!(postgis, 1);
 }
+
+#[tokio::test]
+async fn a_container_killed_every_second_is_healed_with_back_off_then_failed_as_a_crash_loop() {
+    let env = TestEnv::new().await;
+    let mut config = events_only(&env);
+    config.crash_loop = sandboxd::domain::crash_loop::CrashLoopPolicy {
+        base: Duration::from_millis(500),
+        cap: Duration::from_secs(5),
+        window: Duration::from_secs(120),
+        limit: 3,
+    };
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("crashy");
+    let before = client
+        .provision(&id, &request(&["redis"], &[]), READY)
+        .await
+        .unwrap();
+
+    let started = std::time::Instant::now();
+    let failed = loop {
+        if let Some(c) = engine_container(&env, &id, "redis").await {
+            let _ = env
+                .docker
+                .kill_container(c.id.as_str(), None::<KillContainerOptions>)
+                .await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let s = client.status(&id).await.unwrap().unwrap();
+        if s.phase == Phase::Failed {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no crash loop after a minute: {s:?}"
+        );
+    };
+    assert!(failed.message.contains("crash loop"), "{}", failed.message);
+    // Healed three times, the credentials kept throughout.
+    assert_eq!(failed.services["redis"].heals, 3);
+    assert_eq!(
+        failed.services["redis"].password,
+        before.services["redis"].password
+    );
+    // Not re-created while the row stays as it is.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(engine_container(&env, &id, "redis").await.is_none());
+    assert_eq!(
+        client.status(&id).await.unwrap().unwrap().phase,
+        Phase::Failed
+    );
+
+    // Asking again brings it back.
+    let generation = client
+        .apply(&id, &{
+            let mut r = request(&["redis"], &[]);
+            r.idle_timeout = Some(Duration::from_secs(3600));
+            r
+        })
+        .await
+        .unwrap();
+    client.wait_ready(&id, generation, READY).await.unwrap();
+    controller.stop().await;
+}

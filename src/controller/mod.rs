@@ -1,6 +1,7 @@
 //! The controller: watches as hints, relists as the truth, and a work queue
 //! that runs `reconcile(id)` one key at a time.
 
+mod crash_loops;
 mod gone;
 mod heal_loop;
 mod image;
@@ -14,6 +15,7 @@ pub mod volume;
 pub use self::image::ImageError;
 pub use self::provision::ProvisionError;
 
+use self::crash_loops::CrashLoops;
 use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
 use self::probes::ControllerProbes;
@@ -80,6 +82,8 @@ pub(crate) struct Context {
     /// When each deleted row was first seen missing (its grace counts
     /// from then).
     pub(crate) gone: GoneSince,
+    /// Recent heals per engine, for the crash loop back-off.
+    pub(crate) crash_loops: CrashLoops,
 }
 
 impl Context {
@@ -175,6 +179,7 @@ impl Controller {
                 metrics,
                 heal_loops: HealLoops::default(),
                 gone: GoneSince::default(),
+                crash_loops: CrashLoops::default(),
             }),
             queue,
             readiness: Readiness::default(),

@@ -5,8 +5,9 @@
 
 use super::Context;
 use super::{network, provision, volume};
+use crate::domain::crash_loop::{self, HealGate};
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
-use crate::domain::plan::{self, HealCause, OwnerState, Plan, ProvisionReason, Wanted};
+use crate::domain::plan::{self, Action, HealCause, OwnerState, Plan, ProvisionReason, Wanted};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::status::{self, Failure, Outcomes, Publish};
 use crate::ports::runtime::RuntimeError;
@@ -60,7 +61,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         None => Some(ctx.gone.missing(id, now)),
     };
 
-    let plan = plan::plan(
+    let mut plan = plan::plan(
         desired.as_ref(),
         &observed,
         previous.as_ref(),
@@ -69,7 +70,11 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         now,
         &ctx.config.policy(),
     );
-    tracing::debug!(actions = plan.actions.len(), "planned");
+    let held = match &desired {
+        Some(d) => hold_crash_loops(ctx, d, &mut plan, now),
+        None => Vec::new(),
+    };
+    tracing::debug!(actions = plan.actions.len(), held = held.len(), "planned");
     let causes = heal_causes(ctx, &plan).await;
 
     let teardown = teardown(ctx, &plan).await;
@@ -106,13 +111,22 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         if plan.wanted == Wanted::Deleted && plan.data_kept_until.is_none() {
             volume::remove_all(ctx, id).await?;
             ctx.gone.forget(id);
+            ctx.crash_loops.forget(id);
         }
     }
 
+    let heal_at = held
+        .iter()
+        .filter_map(|(_, gate)| match gate {
+            HealGate::At(at) => Some(*at),
+            _ => None,
+        })
+        .min();
     let outcomes = Outcomes {
         provisioned,
         teardown,
         attach,
+        held,
     };
     let mut verdict = status::decide(&plan, desired.as_ref(), previous.as_ref(), &outcomes);
     if let Publish::Write(update) = &mut verdict.publish {
@@ -130,13 +144,56 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
     match verdict.failure {
-        None => Ok(match plan.next_look() {
+        None => Ok(match plan.next_look().into_iter().chain(heal_at).min() {
             Some(until) => Next::After((until - now).to_std().unwrap_or_default()),
             None => Next::Idle,
         }),
         Some(Failure::Teardown(e)) => Err(ReconcileError::Teardown(e)),
         Some(Failure::Provision(message)) => Err(ReconcileError::Provision(message)),
     }
+}
+
+/// Applies the crash loop back-off to the heals the plan wants: a heal
+/// that is due is recorded and kept; one that must wait, or that is given
+/// up on (too many within the window at this generation of the row), is
+/// taken out of the plan and returned.
+fn hold_crash_loops(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    plan: &mut Plan,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<(EngineName, HealGate)> {
+    let policy = &ctx.config.crash_loop;
+    let mut held = Vec::new();
+    plan.actions.retain(|action| {
+        let Action::Provision(p) = action else {
+            return true;
+        };
+        if p.reason != ProvisionReason::Heal {
+            return true;
+        }
+        let heals = ctx
+            .crash_loops
+            .heals(&desired.id, p.engine, desired.generation);
+        match crash_loop::gate(&heals, now, policy) {
+            HealGate::Now => {
+                ctx.crash_loops.record(
+                    &desired.id,
+                    p.engine,
+                    desired.generation,
+                    now,
+                    policy.window,
+                );
+                true
+            }
+            gate => {
+                tracing::info!(engine = %p.engine, gate = ?gate, "heal held back: its container keeps dying");
+                held.push((p.engine, gate));
+                false
+            }
+        }
+    });
+    held
 }
 
 /// How the row's owner container is doing.

@@ -887,3 +887,50 @@ async fn an_orphan_container_found_at_start_is_kept_for_the_grace_window_from_th
     stop.send(()).unwrap();
     task.await.unwrap();
 }
+
+#[tokio::test]
+async fn an_engine_that_keeps_dying_is_healed_with_back_off_then_failed_as_a_crash_loop_until_its_row_changes(
+) {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let policy = h.config.crash_loop;
+    let mut waits = Vec::new();
+    for _ in 0..policy.limit {
+        let (container, _) = h.published(&id("a"));
+        h.runtime.kill(&container, false);
+        match reconcile(&ctx, &id("a")).await.unwrap() {
+            Next::Idle => waits.push(0),
+            Next::After(wait) => {
+                assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Healing));
+                waits.push(wait.as_secs());
+                h.clock.advance(chrono::Duration::from_std(wait).unwrap());
+                reconcile(&ctx, &id("a")).await.unwrap();
+            }
+        }
+    }
+    // The first heal at once, then 2, 4, 8 and 16 s after the previous one.
+    assert_eq!(waits, [0, 2, 4, 8, 16]);
+    let (container, service) = h.published(&id("a"));
+    assert_eq!(service.heals, policy.limit as u32);
+
+    // One death too many within the window: not re-created, failed.
+    h.runtime.kill(&container, false);
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    assert!(status.message.contains("crash loop"), "{}", status.message);
+    h.clock.advance(chrono::Duration::seconds(60));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(
+        h.store.phase_of(&id("a")),
+        Some(Phase::Failed),
+        "until the row changes"
+    );
+
+    // The row changes: healed at once.
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+}

@@ -7,6 +7,7 @@
 
 pub mod clock;
 pub mod container;
+pub mod crash_loop;
 pub mod id;
 pub mod labels;
 pub mod limits;

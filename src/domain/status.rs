@@ -2,6 +2,7 @@
 //! to publish to `sandbox_status` and whether the reconcile must be retried.
 //! Pure, so every case is a row of a table test.
 
+use super::crash_loop::HealGate;
 use super::id::EngineName;
 use super::plan::{HealCause, Plan, ProvisionReason, Wanted};
 use super::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
@@ -61,6 +62,9 @@ pub struct Outcomes {
     pub teardown: Option<String>,
     /// Containers the row names in `attach` that could not be attached.
     pub attach: Vec<String>,
+    /// Engines that died again and were not healed: backing off until a
+    /// time, or given up on (a crash loop).
+    pub held: Vec<(EngineName, HealGate)>,
 }
 
 /// The services a wanted sandbox publishes before anything new is
@@ -200,7 +204,26 @@ pub fn decide(
             Err(e) => failures.push(format!("{engine}: {e}")),
         }
     }
+    let mut crash_loops = Vec::new();
+    let mut waiting = Vec::new();
+    for (engine, gate) in &outcomes.held {
+        match gate {
+            HealGate::GiveUp(heals) => crash_loops.push(format!(
+                "{engine}: crash loop: its container died again after {heals} re-creations in a row; \
+                 it is not re-created again until the row changes (request or apply it again); \
+                 its last container's logs say why it dies"
+            )),
+            HealGate::At(at) => waiting.push(format!(
+                "healing {engine}: its container keeps dying; re-created at {} (crash loop back-off)",
+                at.format("%H:%M:%S UTC")
+            )),
+            HealGate::Now => {}
+        }
+    }
     let (phase, message, failure) = match (failures.is_empty(), &outcomes.teardown) {
+        // Settled until the row changes: nothing to retry.
+        (true, _) if !crash_loops.is_empty() => (Phase::Failed, crash_loops.join("\n"), None),
+        (true, None) if !waiting.is_empty() => (Phase::Healing, waiting.join("\n"), None),
         (true, None) => (Phase::Ready, String::new(), None),
         (true, Some(e)) => (
             Phase::Ready,

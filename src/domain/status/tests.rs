@@ -1,6 +1,7 @@
 //! The decision table of the status decision, one row per situation.
 
 use super::*;
+use crate::domain::crash_loop::HealGate;
 use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::plan::{Action, Provision, ProvisionReason, ReapReason, Teardown};
 use crate::domain::secret::Secret;
@@ -162,6 +163,7 @@ fn outcomes(
         provisioned,
         teardown: teardown.map(String::from),
         attach: Vec::new(),
+        held: Vec::new(),
     }
 }
 
@@ -358,6 +360,39 @@ fn provisioning_is_announced_at_the_previous_generation_with_the_engines_named()
         .collect();
     // The kept status wins; the engine being re-provisioned keeps its old one.
     assert_eq!(instances, [("postgres", "p2"), ("redis", "r1")]);
+}
+
+#[test]
+fn a_held_heal_is_healing_until_its_time_and_a_crash_loop_is_failed_without_a_retry() {
+    let p = plan(Wanted::Yes, vec![keep("postgres", "p1")]);
+    let d = row(2, &["postgres", "redis"]);
+    let prev = published(2, &[("postgres", "p1"), ("redis", "r1")]);
+    let mut o = outcomes(Vec::new(), None);
+    o.held = vec![(engine("redis"), HealGate::At(now()))];
+    let v = decide(&p, Some(&d), Some(&prev), &o);
+    let Publish::Write(update) = &v.publish else {
+        panic!("a status is written");
+    };
+    assert_eq!(update.phase, Phase::Healing);
+    assert!(update.message.contains("redis") && update.message.contains("back-off"));
+    assert_eq!(
+        update.services["redis"].instance, "r1",
+        "credentials stay published"
+    );
+    assert_eq!(v.failure, None);
+
+    o.held = vec![(engine("redis"), HealGate::GiveUp(5))];
+    let v = decide(&p, Some(&d), Some(&prev), &o);
+    let Publish::Write(update) = &v.publish else {
+        panic!("a status is written");
+    };
+    assert_eq!(update.phase, Phase::Failed);
+    assert!(
+        update.message.starts_with("redis: crash loop"),
+        "{}",
+        update.message
+    );
+    assert_eq!(v.failure, None, "settled until the row changes");
 }
 
 #[test]
