@@ -45,6 +45,23 @@ fn api<'a>(op: &'static str, target: &'a str) -> impl FnOnce(DockerError) -> Run
     }
 }
 
+/// Refuses to touch the network or volume `name` unless its labels say
+/// `deployment` created it.
+fn refuse_unless_ours(
+    kind: &str,
+    name: &str,
+    labels: &HashMap<String, String>,
+    deployment: &Deployment,
+) -> Result<(), RuntimeError> {
+    if labels::belongs_to(labels, deployment) {
+        return Ok(());
+    }
+    Err(RuntimeError::Refused(format!(
+        "{kind} {name} is not deployment {deployment}'s (its labels say {:?}); sandboxd leaves it alone",
+        labels.get(labels::DEPLOYMENT)
+    )))
+}
+
 fn is_status(e: &DockerError, codes: &[u16]) -> bool {
     matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
 }
@@ -411,10 +428,7 @@ impl Runtime for DockerRuntime {
         deployment: &Deployment,
     ) -> Result<Vec<ObservedResource>, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Network);
-        let filters = HashMap::from([(
-            "label",
-            vec![format!("{}={deployment}", labels::DEPLOYMENT)],
-        )]);
+        let filters = HashMap::from([("label", vec![labels::deployment_filter(deployment)])]);
         let options = ListNetworksOptionsBuilder::default()
             .filters(&filters)
             .build();
@@ -446,13 +460,12 @@ impl Runtime for DockerRuntime {
             Err(e) if is_status(&e, &[404]) => return Ok(()),
             Err(e) => return Err(api("inspect network", name)(e)),
         };
-        let labels = info.labels.unwrap_or_default();
-        if !labels::belongs_to(&labels, deployment) {
-            return Err(RuntimeError::Refused(format!(
-                "network {name} is not deployment {deployment}'s (its labels say {:?}); sandboxd leaves it alone",
-                labels.get(labels::DEPLOYMENT)
-            )));
-        }
+        refuse_unless_ours(
+            "network",
+            name,
+            &info.labels.unwrap_or_default(),
+            deployment,
+        )?;
         let id = info.id.unwrap_or_else(|| name.to_owned());
         for endpoint in info.containers.unwrap_or_default().into_keys() {
             self.disconnect(&id, &endpoint).await?;
@@ -555,10 +568,7 @@ impl Runtime for DockerRuntime {
         deployment: &Deployment,
     ) -> Result<Vec<ObservedResource>, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Volume);
-        let filters = HashMap::from([(
-            "label",
-            vec![format!("{}={deployment}", labels::DEPLOYMENT)],
-        )]);
+        let filters = HashMap::from([("label", vec![labels::deployment_filter(deployment)])]);
         let options = ListVolumesOptionsBuilder::default()
             .filters(&filters)
             .build();
@@ -582,12 +592,7 @@ impl Runtime for DockerRuntime {
             Err(e) if is_status(&e, &[404]) => return Ok(()),
             Err(e) => return Err(api("inspect volume", name)(e)),
         };
-        if !labels::belongs_to(&info.labels, deployment) {
-            return Err(RuntimeError::Refused(format!(
-                "volume {name} is not deployment {deployment}'s (its labels say {:?}); sandboxd leaves it alone",
-                info.labels.get(labels::DEPLOYMENT)
-            )));
-        }
+        refuse_unless_ours("volume", name, &info.labels, deployment)?;
         match self
             .docker
             .remove_volume(name, None::<RemoveVolumeOptions>)
@@ -830,10 +835,7 @@ impl Runtime for DockerRuntime {
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
         let filters = HashMap::from([
             ("type", vec!["container".to_owned()]),
-            (
-                "label",
-                vec![format!("{}={deployment}", labels::DEPLOYMENT)],
-            ),
+            ("label", vec![labels::deployment_filter(deployment)]),
             (
                 "event",
                 ContainerAction::ALL

@@ -114,12 +114,18 @@ impl ContainerLabels {
     }
 }
 
+/// The Docker label filter selecting everything `deployment` labelled
+/// (containers, networks, volumes, their events).
+pub fn deployment_filter(deployment: &Deployment) -> String {
+    format!("{DEPLOYMENT}={deployment}")
+}
+
 /// Docker label filters selecting one deployment's containers, optionally
 /// one sandbox's.
 pub fn filters(deployment: &Deployment, sandbox: Option<&SandboxId>) -> Vec<String> {
     let mut f = vec![
         format!("{MANAGED_BY}={MANAGER}"),
-        format!("{DEPLOYMENT}={deployment}"),
+        deployment_filter(deployment),
     ];
     if let Some(id) = sandbox {
         f.push(format!("{SANDBOX}={id}"));
