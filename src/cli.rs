@@ -228,6 +228,15 @@ pub struct RunArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "SANDBOXD_METRICS_ADDR", default_value = "127.0.0.1:9187")]
     pub metrics_addr: SocketAddr,
+    /// How long the leader's lease lasts unless renewed: the leader renews
+    /// it every fifth of that, stops acting two thirds of it after its last
+    /// renewal began, and a standby leads at most this plus a fifth after
+    /// the leader stops.
+    #[arg(long, env = "SANDBOXD_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// This process's name in the lease row (default: host:pid:random).
+    #[arg(long, env = "SANDBOXD_HOLDER")]
+    pub holder: Option<String>,
 }
 
 impl RunArgs {
@@ -268,6 +277,10 @@ impl RunArgs {
         c.shutdown_grace = self.shutdown_grace;
         c.image_build_command = self.image_build_command.clone();
         c.build_timeout = self.build_timeout;
+        c.lease = crate::domain::lease::LeasePolicy::new(self.lease_duration)?;
+        if let Some(holder) = &self.holder {
+            c.holder.clone_from(holder);
+        }
         Ok(c)
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::domain::crash_loop::CrashLoopPolicy;
 use crate::domain::id::{Deployment, EngineName};
+use crate::domain::lease::{LeaseError, LeasePolicy};
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
 use crate::domain::plan::Policy;
@@ -25,6 +26,9 @@ pub enum ConfigError {
     /// An `ENGINE=DURATION` readiness deadline named an unknown engine.
     #[error("invalid readiness timeout for {0:?}: use ENGINE=DURATION with ENGINE one of {engines}", engines = engine_names())]
     ReadinessOverride(String),
+    /// The lease duration is unusable.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
 }
 
 /// Readiness deadlines by engine name, checked against the registry.
@@ -180,6 +184,10 @@ pub struct ControllerConfig {
     /// How heals of an engine whose container keeps dying back off, and
     /// when they stop (a crash loop).
     pub crash_loop: CrashLoopPolicy,
+    /// The leader lease's timings.
+    pub lease: LeasePolicy,
+    /// This process's name in the lease row (unique per process).
+    pub holder: String,
 }
 
 impl ControllerConfig {
@@ -212,6 +220,8 @@ impl ControllerConfig {
             idle_timeout: None,
             readiness: BTreeMap::new(),
             crash_loop: CrashLoopPolicy::default(),
+            lease: LeasePolicy::default(),
+            holder: crate::controller::default_holder(),
         }
     }
 

@@ -128,6 +128,13 @@ pub struct Metrics {
     rotations: IntCounterVec,
     relists: IntCounter,
     stream_restarts: IntCounterVec,
+    leader: IntGauge,
+    leader_term: IntGauge,
+    leader_acquisitions: IntCounter,
+    leader_takeovers: IntCounter,
+    leader_losses: IntCounter,
+    lease_renewals: IntCounterVec,
+    fenced: IntCounterVec,
 }
 
 fn ready_buckets() -> Vec<f64> {
@@ -325,8 +332,42 @@ impl Metrics {
                 ),
                 &["source"]
             )),
+            leader: reg!(IntGauge::new(
+                "sandboxd_leader",
+                "1 while this process leads (holds the lease), 0 while it stands by"
+            )),
+            leader_term: reg!(IntGauge::new(
+                "sandboxd_leader_term",
+                "The lease term this process last led in (0: never)"
+            )),
+            leader_acquisitions: reg!(IntCounter::new(
+                "sandboxd_leader_acquisitions_total",
+                "Times this process took the lease"
+            )),
+            leader_takeovers: reg!(IntCounter::new(
+                "sandboxd_leader_takeovers_total",
+                "Times this process took a lease another holder had had (term above 1)"
+            )),
+            leader_losses: reg!(IntCounter::new(
+                "sandboxd_leader_losses_total",
+                "Times this process lost the lease while leading (taken over, or not renewed in time)"
+            )),
+            lease_renewals: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_lease_renewals_total", "Lease renewals by the leader, by result (ok, error, lost)"),
+                &["result"]
+            )),
+            fenced: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_fenced_total", "Docker changes and status writes refused because this process did not lead, by call (docker, status)"),
+                &["call"]
+            )),
             registry: registry.clone(),
         };
+        for result in ["ok", "error", "lost"] {
+            m.lease_renewals.with_label_values(&[result]);
+        }
+        for call in ["docker", "status"] {
+            m.fenced.with_label_values(&[call]);
+        }
         for result in ["success", "error", "requeue", "requeue_after"] {
             m.reconcile_total.with_label_values(&[CONTROLLER, result]);
         }
@@ -404,6 +445,37 @@ impl Metrics {
         self.heals
             .with_label_values(&[engine.as_str(), cause.as_str()])
             .inc();
+    }
+
+    /// Leading in `term`, or standing by (`None`).
+    pub(crate) fn leading(&self, term: Option<crate::domain::lease::Term>) {
+        self.leader.set(i64::from(term.is_some()));
+        if let Some(t) = term {
+            self.leader_term.set(t.0);
+        }
+    }
+
+    /// This process took the lease in `term`.
+    pub(crate) fn leader_acquired(&self, term: crate::domain::lease::Term) {
+        self.leader_acquisitions.inc();
+        if term.0 > 1 {
+            self.leader_takeovers.inc();
+        }
+    }
+
+    /// This process lost the lease while leading.
+    pub(crate) fn leader_lost(&self) {
+        self.leader_losses.inc();
+    }
+
+    /// One lease renewal: `ok`, `error` or `lost`.
+    pub(crate) fn lease_renewal(&self, result: &'static str) {
+        self.lease_renewals.with_label_values(&[result]).inc();
+    }
+
+    /// One call refused by the fence: `docker` or `status`.
+    pub(crate) fn fenced(&self, call: &'static str) {
+        self.fenced.with_label_values(&[call]).inc();
     }
 
     /// One rotation of `engine`.

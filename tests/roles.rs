@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{TestEnv, BIN};
+use common::{hold_lease, TestEnv, BIN};
 use sqlx::PgPool;
 use std::process::{Command, Output};
 
@@ -33,6 +33,7 @@ async fn grant(env: &TestEnv, role: &str, own_rows_only: bool) {
 
 /// As the controller: a desired row and a status row for each `(id, owner)`.
 async fn seed(env: &TestEnv, rows: &[(&str, &str)]) {
+    let term = hold_lease(&env.pool).await;
     for (id, owner) in rows {
         sqlx::query("INSERT INTO sandbox_desired (id, owner, services) VALUES ($1, $2, '{redis}')")
             .bind(id)
@@ -40,8 +41,9 @@ async fn seed(env: &TestEnv, rows: &[(&str, &str)]) {
             .execute(&env.pool)
             .await
             .unwrap();
-        sqlx::query("INSERT INTO sandbox_status (id, phase) VALUES ($1, 'ready')")
+        sqlx::query("INSERT INTO sandbox_status (id, phase, leader_term) VALUES ($1, 'ready', $2)")
             .bind(id)
+            .bind(term)
             .execute(&env.pool)
             .await
             .unwrap();

@@ -3,7 +3,7 @@
 mod common;
 
 use chrono::{DateTime, Utc};
-use common::TestEnv;
+use common::{hold_lease, TestEnv};
 use sqlx::postgres::PgListener;
 use std::time::Duration;
 
@@ -781,6 +781,7 @@ async fn desired_notifications_fire_on_insert_delete_and_a_new_generation_only()
 #[tokio::test]
 async fn the_healing_phase_is_accepted_in_statuses_and_an_unknown_phase_is_not() {
     let env = TestEnv::new().await;
+    let term = hold_lease(&env.pool).await;
     for phase in [
         "pending",
         "provisioning",
@@ -789,15 +790,16 @@ async fn the_healing_phase_is_accepted_in_statuses_and_an_unknown_phase_is_not()
         "failed",
         "terminating",
     ] {
-        sqlx::query("INSERT INTO sandbox_status (id, phase) VALUES ($1, $1)")
+        sqlx::query("INSERT INTO sandbox_status (id, phase, leader_term) VALUES ($1, $1, $2)")
             .bind(phase)
+            .bind(term)
             .execute(&env.pool)
             .await
             .unwrap_or_else(|e| panic!("phase {phase}: {e}"));
     }
     let (code, _) = refusal(
         &env.pool,
-        "INSERT INTO sandbox_status (id, phase) VALUES ('x', 'sleeping')",
+        "INSERT INTO sandbox_status (id, phase, leader_term) VALUES ('x', 'sleeping', (SELECT term FROM sandbox_leader))",
     )
     .await;
     assert_eq!(code, "23514");
@@ -1045,7 +1047,9 @@ async fn a_touch_of_a_sandbox_being_released_changes_nothing_and_says_so() {
     let env = TestEnv::new().await;
     let pool = &env.pool;
     scalar::<i64>(pool, "SELECT sandbox_request('t', NULL, '{redis}')").await;
-    sqlx::query("INSERT INTO sandbox_status (id, phase, observed_generation) VALUES ('t', 'terminating', 1)")
+    let term = hold_lease(pool).await;
+    sqlx::query("INSERT INTO sandbox_status (id, phase, observed_generation, leader_term) VALUES ('t', 'terminating', 1, $1)")
+        .bind(term)
         .execute(pool)
         .await
         .unwrap();

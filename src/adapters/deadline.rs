@@ -4,6 +4,7 @@
 
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use crate::ports::runtime::{
@@ -237,18 +238,47 @@ impl Store for BoundedStore {
         store_call("list status rows", self.after, self.inner.list_status()).await
     }
 
-    async fn write_status(&self, id: &SandboxId, update: &StatusUpdate) -> Result<(), StoreError> {
-        let call = self.inner.write_status(id, update);
+    async fn write_status(
+        &self,
+        id: &SandboxId,
+        update: &StatusUpdate,
+        term: Term,
+    ) -> Result<(), StoreError> {
+        let call = self.inner.write_status(id, update, term);
         store_call("write status row", self.after, call).await
     }
 
-    async fn delete_status(&self, id: &SandboxId) -> Result<(), StoreError> {
-        store_call(
-            "delete status row",
-            self.after,
-            self.inner.delete_status(id),
-        )
-        .await
+    async fn delete_status(&self, id: &SandboxId, term: Term) -> Result<(), StoreError> {
+        let call = self.inner.delete_status(id, term);
+        store_call("delete status row", self.after, call).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        holder: &str,
+        duration: Duration,
+    ) -> Result<Option<Term>, StoreError> {
+        let call = self.inner.acquire_lease(holder, duration);
+        store_call("acquire the leader lease", self.after, call).await
+    }
+
+    async fn renew_lease(
+        &self,
+        holder: &str,
+        term: Term,
+        duration: Duration,
+    ) -> Result<bool, StoreError> {
+        let call = self.inner.renew_lease(holder, term, duration);
+        store_call("renew the leader lease", self.after, call).await
+    }
+
+    async fn release_lease(&self, holder: &str, term: Term) -> Result<(), StoreError> {
+        let call = self.inner.release_lease(holder, term);
+        store_call("release the leader lease", self.after, call).await
+    }
+
+    async fn lease(&self) -> Result<Option<LeaseHolder>, StoreError> {
+        store_call("read the leader lease", self.after, self.inner.lease()).await
     }
 
     async fn watch_desired(&self) -> Result<NotifyStream, StoreError> {

@@ -10,6 +10,7 @@
 //! read or panicking in a decoder.
 
 use crate::domain::id::{EngineName, SandboxId};
+use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};
@@ -41,6 +42,20 @@ fn query(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
             source: Box::new(source),
         },
     }
+}
+
+/// Like [`query`], but the fence trigger's refusal (SQLSTATE `SX001`)
+/// becomes [`StoreError::Fenced`].
+fn fenced(term: Term, op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |e| match e.as_database_error().and_then(|d| d.code()) {
+        Some(code) if code == "SX001" => StoreError::Fenced { term },
+        _ => query(op)(e),
+    }
+}
+
+/// Whole milliseconds of `d`, as Postgres' bigint.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn connect_error(e: sqlx::Error) -> StoreError {
@@ -675,14 +690,20 @@ impl Store for PgStore {
 
     /// Unchanged content is not rewritten, so waiting orchestrators are not
     /// woken for nothing.
-    async fn write_status(&self, id: &SandboxId, update: &StatusUpdate) -> Result<(), StoreError> {
+    async fn write_status(
+        &self,
+        id: &SandboxId,
+        update: &StatusUpdate,
+        term: Term,
+    ) -> Result<(), StoreError> {
         let services = serde_json::json!(update.services);
         sqlx::query(
-            "INSERT INTO sandbox_status (id, phase, observed_generation, message, services, network, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, now())
+            "INSERT INTO sandbox_status (id, phase, observed_generation, message, services, network, updated_at, leader_term)
+             VALUES ($1, $2, $3, $4, $5, $6, now(), $7)
              ON CONFLICT (id) DO UPDATE SET phase = EXCLUDED.phase,
                  observed_generation = EXCLUDED.observed_generation, message = EXCLUDED.message,
-                 services = EXCLUDED.services, network = EXCLUDED.network, updated_at = now()
+                 services = EXCLUDED.services, network = EXCLUDED.network, updated_at = now(),
+                 leader_term = EXCLUDED.leader_term
              WHERE (sandbox_status.phase, sandbox_status.observed_generation, sandbox_status.message,
                     sandbox_status.services, sandbox_status.network)
                    IS DISTINCT FROM
@@ -695,19 +716,82 @@ impl Store for PgStore {
         .bind(&update.message)
         .bind(services)
         .bind(update.network.as_deref())
+        .bind(term.0)
         .execute(&self.pool)
         .await
-        .map_err(query("write status row"))?;
+        .map_err(fenced(term, "write status row"))?;
         Ok(())
     }
 
-    async fn delete_status(&self, id: &SandboxId) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM sandbox_status WHERE id = $1")
-            .bind(id.as_str())
+    async fn delete_status(&self, id: &SandboxId, term: Term) -> Result<(), StoreError> {
+        // A delete fires no row trigger that could see the term: the
+        // statement checks the lease itself, and says whether it was valid.
+        let valid: bool = sqlx::query_scalar(
+            "WITH lease AS (SELECT sandbox_lease_valid($2) AS valid),
+                  gone AS (DELETE FROM sandbox_status WHERE id = $1 AND (SELECT valid FROM lease))
+             SELECT valid FROM lease",
+        )
+        .bind(id.as_str())
+        .bind(term.0)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query("delete status row"))?;
+        if valid {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced { term })
+        }
+    }
+
+    async fn acquire_lease(
+        &self,
+        holder: &str,
+        duration: Duration,
+    ) -> Result<Option<Term>, StoreError> {
+        let term: Option<i64> = sqlx::query_scalar("SELECT sandbox_lease_acquire($1, $2)")
+            .bind(holder)
+            .bind(millis(duration))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query("acquire the leader lease"))?;
+        Ok(term.map(Term))
+    }
+
+    async fn renew_lease(
+        &self,
+        holder: &str,
+        term: Term,
+        duration: Duration,
+    ) -> Result<bool, StoreError> {
+        sqlx::query_scalar("SELECT sandbox_lease_renew($1, $2, $3)")
+            .bind(holder)
+            .bind(term.0)
+            .bind(millis(duration))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query("renew the leader lease"))
+    }
+
+    async fn release_lease(&self, holder: &str, term: Term) -> Result<(), StoreError> {
+        sqlx::query("SELECT sandbox_lease_release($1, $2)")
+            .bind(holder)
+            .bind(term.0)
             .execute(&self.pool)
             .await
-            .map_err(query("delete status row"))?;
+            .map_err(query("release the leader lease"))?;
         Ok(())
+    }
+
+    async fn lease(&self) -> Result<Option<LeaseHolder>, StoreError> {
+        let row = sqlx::query("SELECT holder, term, expires_at FROM sandbox_leader")
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query("read the leader lease"))?;
+        Ok(row.map(|r| LeaseHolder {
+            holder: r.get("holder"),
+            term: Term(r.get("term")),
+            expires_at: r.get("expires_at"),
+        }))
     }
 
     async fn watch_desired(&self) -> Result<NotifyStream, StoreError> {

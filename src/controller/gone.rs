@@ -29,6 +29,11 @@ impl GoneSince {
         self.lock().remove(id);
     }
 
+    /// Forgets everything (a new leadership term starts its clocks again).
+    pub(crate) fn clear(&self) {
+        self.lock().clear();
+    }
+
     /// How many sandboxes are remembered.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

@@ -2,9 +2,11 @@
 //! that runs `reconcile(id)` one key at a time.
 
 mod crash_loops;
+mod fence;
 mod gone;
 mod heal_loop;
 mod image;
+mod leader;
 pub mod network;
 mod probes;
 pub mod provision;
@@ -12,12 +14,16 @@ mod reconcile;
 mod relist;
 pub mod volume;
 
+pub use self::fence::{Fence, Fenced};
 pub use self::image::ImageError;
+pub use self::leader::default_holder;
 pub use self::provision::ProvisionError;
 
 use self::crash_loops::CrashLoops;
+use self::fence::FencedRuntime;
 use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
+use self::leader::Elector;
 use self::probes::ControllerProbes;
 use self::reconcile::{reconcile, Next};
 use crate::adapters::deadline::{BoundedRuntime, BoundedStore, RuntimeDeadlines};
@@ -84,9 +90,19 @@ pub(crate) struct Context {
     pub(crate) gone: GoneSince,
     /// Recent heals per engine, for the crash loop back-off.
     pub(crate) crash_loops: CrashLoops,
+    /// Whether this process may act, and in which term.
+    pub(crate) fence: Fence,
 }
 
 impl Context {
+    /// The term to write statuses in; [`Fenced`] unless this process
+    /// leads and trusts its lease.
+    pub(crate) fn term(&self) -> Result<crate::domain::lease::Term, Fenced> {
+        self.fence
+            .check()
+            .inspect_err(|_| self.metrics.fenced("status"))
+    }
+
     /// Seconds on the injected clock since `t`, never negative.
     pub(crate) fn seconds_since(&self, t: DateTime<Utc>) -> f64 {
         (self.clock.now() - t)
@@ -99,6 +115,7 @@ impl Context {
 /// A running controller's parts.
 pub struct Controller {
     ctx: Arc<Context>,
+    elector: Arc<Elector>,
     queue: WorkQueue<SandboxId>,
     readiness: Readiness,
     known: Arc<KnownContainers>,
@@ -168,8 +185,18 @@ impl Controller {
                 pull: config.pull_timeout,
             },
         ));
-        let store = Arc::new(BoundedStore::new(store, config.store_timeout));
+        let fence = Fence::default();
+        let runtime = Arc::new(FencedRuntime::new(runtime, fence.clone(), metrics.clone()));
+        let store: Arc<dyn Store> = Arc::new(BoundedStore::new(store, config.store_timeout));
+        let elector = Arc::new(Elector::new(
+            store.clone(),
+            config.lease,
+            config.holder.clone(),
+            fence.clone(),
+            metrics.clone(),
+        ));
         Self {
+            elector,
             ctx: Arc::new(Context {
                 runtime,
                 store,
@@ -180,6 +207,7 @@ impl Controller {
                 heal_loops: HealLoops::default(),
                 gone: GoneSince::default(),
                 crash_loops: CrashLoops::default(),
+                fence,
             }),
             queue,
             readiness: Readiness::default(),
@@ -197,17 +225,71 @@ impl Controller {
     pub fn probes(&self) -> Arc<dyn Probes> {
         Arc::new(ControllerProbes {
             ctx: self.ctx.clone(),
+            elector: self.elector.clone(),
             queue: self.queue.clone(),
             readiness: self.readiness.clone(),
         })
     }
 
-    /// Runs until `shutdown` resolves; then stops taking new work, lets
-    /// in-flight reconciles finish within the shutdown grace, and returns.
+    /// Runs until `shutdown` resolves: stands by until this process holds
+    /// the leader lease, then leads (watches, relists, reconciles) while it
+    /// holds it, and stands by again if it loses it. On `shutdown` it stops
+    /// taking new work, lets in-flight reconciles finish within the
+    /// shutdown grace, gives the lease up and returns.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ControllerError> {
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let term = tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                term = self.elector.acquire() => term,
+            };
+            // What this process remembered from an earlier term may be stale.
+            self.ctx.gone.clear();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let lead = self.lead(async {
+                let _ = stopped.await;
+            });
+            let mut lead = std::pin::pin!(lead);
+            let hold = self.elector.hold(term);
+            let mut hold = std::pin::pin!(hold);
+            let mut stop = Some(stop);
+            let mut lost = false;
+            let mut shutting_down = false;
+            let result = loop {
+                tokio::select! {
+                    result = &mut lead => break result,
+                    () = &mut shutdown, if !shutting_down => {
+                        shutting_down = true;
+                        if let Some(stop) = stop.take() {
+                            let _ = stop.send(());
+                        }
+                    }
+                    () = &mut hold, if !lost => {
+                        // The fence is closed already: in-flight reconciles
+                        // fail at their next Docker call or status write.
+                        lost = true;
+                        if let Some(stop) = stop.take() {
+                            let _ = stop.send(());
+                        }
+                    }
+                }
+            };
+            if !lost {
+                self.elector.release(term).await;
+            }
+            if shutting_down || result.is_err() {
+                return result;
+            }
+        }
+    }
+
+    /// Leads until `stop` resolves: the initial lists, the watches, the
+    /// periodic relist and the work queue.
+    async fn lead(&self, stop: impl Future<Output = ()> + Send) -> Result<(), ControllerError> {
+        let shutdown = stop;
         let ctx = self.ctx.clone();
         if let Some(shared) = network::shared_spec(&ctx) {
             ctx.runtime.ensure_network(&shared).await?;

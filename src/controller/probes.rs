@@ -1,5 +1,6 @@
 //! What `/metrics` and `/readyz` ask of a running controller.
 
+use super::leader::{Elector, Role};
 use super::{Context, Readiness};
 use crate::adapters::http::Probes;
 use crate::domain::id::SandboxId;
@@ -13,6 +14,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub(crate) struct ControllerProbes {
     pub(crate) ctx: Arc<Context>,
+    pub(crate) elector: Arc<Elector>,
     pub(crate) queue: WorkQueue<SandboxId>,
     pub(crate) readiness: Readiness,
 }
@@ -45,6 +47,24 @@ impl Probes for ControllerProbes {
     }
 
     async fn ready(&self) -> Result<(), String> {
+        match self.elector.role() {
+            Role::Standby(Some(h)) => {
+                return Err(format!(
+                    "standby: {} leads in term {} (lease until {}); this process ({}) takes over if that lease lapses",
+                    h.holder,
+                    h.term,
+                    h.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    self.elector.holder()
+                ))
+            }
+            Role::Standby(None) => {
+                return Err(format!(
+                    "standby: this process ({}) is waiting for the leader lease",
+                    self.elector.holder()
+                ))
+            }
+            Role::Leader(_) => {}
+        }
         if !self.readiness.is_ready() {
             return Err("initial lists not loaded yet".into());
         }

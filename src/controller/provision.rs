@@ -258,6 +258,10 @@ async fn create(
         volume,
     );
     spec.host_port = p.host_port;
+    if let Some(term) = ctx.fence.term() {
+        spec.labels
+            .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
+    }
     let id = match runtime.create_and_start(&spec).await {
         Ok(id) => id,
         Err(e) if spec.host_port.is_some() => {

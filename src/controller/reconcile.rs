@@ -31,6 +31,9 @@ pub(crate) enum ReconcileError {
     /// One or more engines failed to provision (the status says which).
     #[error("provisioning failed: {0}")]
     Provision(String),
+    /// This process does not lead (any more).
+    #[error(transparent)]
+    Fenced(#[from] super::Fenced),
 }
 
 /// What a successful reconcile asks of the queue.
@@ -87,7 +90,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         status::while_provisioning(&plan, desired.as_ref(), previous.as_ref(), &causes)
     {
         update.network.clone_from(&network_name);
-        ctx.store.write_status(id, &update).await?;
+        ctx.store.write_status(id, &update, ctx.term()?).await?;
     }
     if converging.is_some() {
         network::ensure(ctx, id).await?;
@@ -133,8 +136,8 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         update.network = network_name;
     }
     match &verdict.publish {
-        Publish::Write(update) => ctx.store.write_status(id, update).await?,
-        Publish::Delete => ctx.store.delete_status(id).await?,
+        Publish::Write(update) => ctx.store.write_status(id, update, ctx.term()?).await?,
+        Publish::Delete => ctx.store.delete_status(id, ctx.term()?).await?,
         Publish::Nothing => {}
     }
     if let Some(d) = desired

@@ -42,6 +42,9 @@ fn row(name: &str) -> DesiredSandbox {
     }
 }
 
+/// The lease holder of [`Harness::context`].
+const CONTEXT_HOLDER: &str = "reconcile-test";
+
 struct Harness {
     runtime: Arc<FakeRuntime>,
     store: Arc<FakeStore>,
@@ -75,8 +78,21 @@ impl Harness {
         )
     }
 
+    /// A context that leads (for calling `reconcile` directly): it holds
+    /// the store's lease for a day unless [`Harness::step_down`] ends it.
     fn context(&self) -> Arc<Context> {
-        self.controller().ctx
+        let ctx = self.controller().ctx;
+        let day = Duration::from_secs(86_400);
+        let term = self.store.steal_lease(CONTEXT_HOLDER, day);
+        ctx.fence.grant(term, tokio::time::Instant::now() + day);
+        ctx
+    }
+
+    /// Ends the lease [`Harness::context`] took, so that a controller can lead.
+    async fn step_down(&self) {
+        let (holder, term) = self.store.lease_of().expect("a lease");
+        assert_eq!(holder, CONTEXT_HOLDER);
+        self.store.release_lease(&holder, term).await.unwrap();
     }
 
     /// The containers of `sandbox` as (id, instance label).
@@ -859,8 +875,10 @@ async fn an_orphan_container_found_at_start_is_kept_for_the_grace_window_from_th
     reconcile(&previous, &id("a")).await.unwrap();
     let (container, _) = h.published(&id("a"));
     h.store.delete_desired(&id("a"));
-    h.store.delete_status(&id("a")).await.unwrap();
+    let term = previous.fence.check().unwrap();
+    h.store.delete_status(&id("a"), term).await.unwrap();
     h.clock.advance(chrono::Duration::hours(1));
+    h.step_down().await;
 
     let (stop, task) = start(h.controller());
     until("the initial relist", || {
@@ -933,4 +951,85 @@ async fn an_engine_that_keeps_dying_is_healed_with_back_off_then_failed_as_a_cra
     h.store.put_desired(row("a"));
     reconcile(&ctx, &id("a")).await.unwrap();
     h.published(&id("a"));
+}
+
+// ---------------------------------------------------------------------------
+// One leader: the lease and its fence
+// ---------------------------------------------------------------------------
+
+/// Provisions of the fake engine so far, by every controller of the harness.
+fn provisions(h: &Harness) -> f64 {
+    h.metric("sandboxd_provisions_total{engine=\"fakedb\",reason=\"create\",result=\"success\"}")
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_controllers_on_one_state_database_provision_each_sandbox_once() {
+    let h = Harness::new();
+    let (stop_a, task_a) = start(h.controller());
+    let (stop_b, task_b) = start(h.controller());
+    for name in ["a", "b", "c"] {
+        h.store.put_desired(row(name));
+    }
+    until("all three ready", || {
+        ["a", "b", "c"]
+            .iter()
+            .all(|n| h.store.phase_of(&id(n)) == Some(Phase::Ready))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(provisions(&h), 3.0, "each sandbox provisioned exactly once");
+    assert_eq!(h.metric("sandboxd_leader_acquisitions_total"), 1.0);
+    for name in ["a", "b", "c"] {
+        h.published(&id(name));
+    }
+    drop((stop_a, stop_b));
+    let _ = tokio::join!(task_a, task_b);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_lease_was_taken_changes_nothing_and_stands_by() {
+    let h = Harness::new();
+    let (stop, task) = start(h.controller());
+    h.store.put_desired(row("a"));
+    until("a ready", || {
+        h.store.phase_of(&id("a")) == Some(Phase::Ready)
+    })
+    .await;
+
+    // Another process takes the lease (as if this one had been paused past it).
+    h.store.steal_lease("elsewhere", Duration::from_secs(3600));
+    h.store.put_desired(row("b"));
+    let (killed, _) = h.published(&id("a"));
+    h.runtime.kill(&killed, false);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+
+    assert!(h.containers(&id("b")).is_empty(), "no container for b");
+    assert!(h.store.status_of(&id("b")).is_none(), "no status for b");
+    let a: Vec<ContainerId> = h.containers(&id("a")).into_iter().map(|c| c.0).collect();
+    assert_eq!(
+        a,
+        vec![killed],
+        "a deposed leader does not heal a's killed container"
+    );
+    assert_eq!(
+        h.store.phase_of(&id("a")),
+        Some(Phase::Ready),
+        "nor write its status"
+    );
+    assert_eq!(h.metric("sandboxd_leader"), 0.0);
+    assert_eq!(h.metric("sandboxd_leader_losses_total"), 1.0);
+
+    // Once the other holder's lease lapses, this process leads again and
+    // catches up.
+    let (holder, term) = h.store.lease_of().unwrap();
+    assert_eq!(holder, "elsewhere");
+    h.store.release_lease(&holder, term).await.unwrap();
+    until("b ready under the next term", || {
+        h.store.phase_of(&id("b")) == Some(Phase::Ready)
+    })
+    .await;
+    assert_eq!(h.metric("sandboxd_leader"), 1.0);
+    assert_eq!(h.metric("sandboxd_leader_term"), 3.0);
+    drop(stop);
+    let _ = task.await;
 }

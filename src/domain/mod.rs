@@ -10,6 +10,7 @@ pub mod container;
 pub mod crash_loop;
 pub mod id;
 pub mod labels;
+pub mod lease;
 pub mod limits;
 pub mod network;
 pub mod plan;

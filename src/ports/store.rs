@@ -3,6 +3,7 @@
 
 use super::BoxError;
 use crate::domain::id::SandboxId;
+use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use async_trait::async_trait;
@@ -40,6 +41,13 @@ pub enum StoreError {
     /// The database rejected a desired row (see the message for what is allowed).
     #[error("{0}")]
     Rejected(String),
+    /// The database refused a status write: this process's leader term is
+    /// no longer the lease's (another sandboxd took over).
+    #[error("state database refused a status write of leader term {term}: another sandboxd holds the lease now (SELECT * FROM sandbox_leader); this one stands by")]
+    Fenced {
+        /// The refused term.
+        term: Term,
+    },
     /// A stored row could not be read back.
     #[error("row {id:?} in {table} is malformed: {reason}")]
     Malformed {
@@ -75,10 +83,38 @@ pub trait Store: Send + Sync + 'static {
     async fn list_ids(&self) -> Result<Vec<String>, StoreError>;
     /// Every status row, ordered by id.
     async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError>;
-    /// Writes a status row; unchanged content is not rewritten.
-    async fn write_status(&self, id: &SandboxId, update: &StatusUpdate) -> Result<(), StoreError>;
-    /// Deletes a status row.
-    async fn delete_status(&self, id: &SandboxId) -> Result<(), StoreError>;
+    /// Writes a status row as the leader of `term`; unchanged content is
+    /// not rewritten. [`StoreError::Fenced`] when `term` is not the
+    /// current, unexpired lease's.
+    async fn write_status(
+        &self,
+        id: &SandboxId,
+        update: &StatusUpdate,
+        term: Term,
+    ) -> Result<(), StoreError>;
+    /// Deletes a status row as the leader of `term` (fenced like
+    /// [`Store::write_status`]).
+    async fn delete_status(&self, id: &SandboxId, term: Term) -> Result<(), StoreError>;
+    /// Takes the leader lease for `holder` for `duration` if nobody holds
+    /// it or its holder's lease has expired: the new term, or `None` while
+    /// another holder's lease is valid.
+    async fn acquire_lease(
+        &self,
+        holder: &str,
+        duration: Duration,
+    ) -> Result<Option<Term>, StoreError>;
+    /// Extends `holder`'s lease of `term` by `duration` from now; `false`
+    /// when it is no longer theirs or has expired.
+    async fn renew_lease(
+        &self,
+        holder: &str,
+        term: Term,
+        duration: Duration,
+    ) -> Result<bool, StoreError>;
+    /// Gives the lease up at once, if `holder` still holds `term`.
+    async fn release_lease(&self, holder: &str, term: Term) -> Result<(), StoreError>;
+    /// Who holds the lease, if anyone ever did.
+    async fn lease(&self) -> Result<Option<LeaseHolder>, StoreError>;
     /// Subscribes to changes of desired rows. Subscribed once this returns.
     async fn watch_desired(&self) -> Result<NotifyStream, StoreError>;
 }

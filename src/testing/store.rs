@@ -2,6 +2,7 @@
 
 use super::Faults;
 use crate::domain::id::SandboxId;
+use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use crate::ports::store::{NotifyStream, Store, StoreError};
@@ -10,6 +11,8 @@ use futures::channel::mpsc;
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// The store's operations, for fault injection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,6 +25,7 @@ pub(crate) enum StoreOp {
     WriteStatus,
     DeleteStatus,
     Watch,
+    Lease,
 }
 
 #[derive(Default)]
@@ -30,6 +34,32 @@ struct Tables {
     status: BTreeMap<SandboxId, SandboxStatus>,
     subscribers: Vec<mpsc::UnboundedSender<Result<String, StoreError>>>,
     status_writes: u32,
+    lease: Option<FakeLease>,
+}
+
+/// The lease row, with its expiry on tokio's clock (so paused-time tests
+/// can let it run out).
+#[derive(Debug, Clone)]
+struct FakeLease {
+    holder: String,
+    term: Term,
+    expires: Instant,
+}
+
+impl Tables {
+    fn lease_valid(&self, term: Term) -> bool {
+        self.lease
+            .as_ref()
+            .is_some_and(|l| l.term == term && l.expires > Instant::now())
+    }
+
+    fn fenced(&self, term: Term) -> Result<(), StoreError> {
+        if self.lease_valid(term) {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced { term })
+        }
+    }
 }
 
 /// A store that keeps its rows in memory and notifies like the triggers do.
@@ -77,6 +107,25 @@ impl FakeStore {
     /// The phase of `id`'s status, if any.
     pub(crate) fn phase_of(&self, id: &SandboxId) -> Option<Phase> {
         self.status_of(id).map(|s| s.phase)
+    }
+
+    /// Another process takes the lease now (the next term), as if this
+    /// one's had run out.
+    pub(crate) fn steal_lease(&self, holder: &str, duration: Duration) -> Term {
+        let mut t = self.tables.lock().unwrap();
+        let term = Term(t.lease.as_ref().map_or(1, |l| l.term.0 + 1));
+        t.lease = Some(FakeLease {
+            holder: holder.into(),
+            term,
+            expires: Instant::now() + duration,
+        });
+        term
+    }
+
+    /// The holder and term of the lease, if any.
+    pub(crate) fn lease_of(&self) -> Option<(String, Term)> {
+        let t = self.tables.lock().unwrap();
+        t.lease.as_ref().map(|l| (l.holder.clone(), l.term))
     }
 
     /// How many status writes succeeded.
@@ -142,12 +191,18 @@ impl Store for FakeStore {
             .collect())
     }
 
-    async fn write_status(&self, id: &SandboxId, update: &StatusUpdate) -> Result<(), StoreError> {
+    async fn write_status(
+        &self,
+        id: &SandboxId,
+        update: &StatusUpdate,
+        term: Term,
+    ) -> Result<(), StoreError> {
         self.faults
             .check(StoreOp::WriteStatus)
             .await
             .map_err(|e| injected("write status row", e))?;
         let mut t = self.tables.lock().unwrap();
+        t.fenced(term)?;
         t.status_writes += 1;
         t.status.insert(
             id.clone(),
@@ -164,13 +219,79 @@ impl Store for FakeStore {
         Ok(())
     }
 
-    async fn delete_status(&self, id: &SandboxId) -> Result<(), StoreError> {
+    async fn delete_status(&self, id: &SandboxId, term: Term) -> Result<(), StoreError> {
         self.faults
             .check(StoreOp::DeleteStatus)
             .await
             .map_err(|e| injected("delete status row", e))?;
-        self.tables.lock().unwrap().status.remove(id);
+        let mut t = self.tables.lock().unwrap();
+        t.fenced(term)?;
+        t.status.remove(id);
         Ok(())
+    }
+
+    async fn acquire_lease(
+        &self,
+        holder: &str,
+        duration: Duration,
+    ) -> Result<Option<Term>, StoreError> {
+        self.faults
+            .check(StoreOp::Lease)
+            .await
+            .map_err(|e| injected("acquire the leader lease", e))?;
+        let mut t = self.tables.lock().unwrap();
+        if t.lease.as_ref().is_some_and(|l| l.expires > Instant::now()) {
+            return Ok(None);
+        }
+        let term = Term(t.lease.as_ref().map_or(1, |l| l.term.0 + 1));
+        t.lease = Some(FakeLease {
+            holder: holder.into(),
+            term,
+            expires: Instant::now() + duration,
+        });
+        Ok(Some(term))
+    }
+
+    async fn renew_lease(
+        &self,
+        holder: &str,
+        term: Term,
+        duration: Duration,
+    ) -> Result<bool, StoreError> {
+        self.faults
+            .check(StoreOp::Lease)
+            .await
+            .map_err(|e| injected("renew the leader lease", e))?;
+        let mut t = self.tables.lock().unwrap();
+        let valid = t.lease_valid(term);
+        match t.lease.as_mut() {
+            Some(l) if valid && l.holder == holder => {
+                l.expires = Instant::now() + duration;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn release_lease(&self, holder: &str, term: Term) -> Result<(), StoreError> {
+        let mut t = self.tables.lock().unwrap();
+        if let Some(l) = t.lease.as_mut() {
+            if l.holder == holder && l.term == term {
+                l.expires = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    async fn lease(&self) -> Result<Option<LeaseHolder>, StoreError> {
+        let t = self.tables.lock().unwrap();
+        Ok(t.lease.as_ref().map(|l| LeaseHolder {
+            holder: l.holder.clone(),
+            term: l.term,
+            expires_at: chrono::Utc::now()
+                + chrono::Duration::from_std(l.expires.saturating_duration_since(Instant::now()))
+                    .unwrap_or_default(),
+        }))
     }
 
     async fn watch_desired(&self) -> Result<NotifyStream, StoreError> {

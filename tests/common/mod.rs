@@ -11,6 +11,7 @@ use sandboxd::config::{ControllerConfig, Images};
 use sandboxd::controller::{Controller, Readiness};
 use sandboxd::domain::clock::SystemClock;
 use sandboxd::domain::container::ObservedContainer;
+use sandboxd::domain::lease::LeasePolicy;
 use sandboxd::domain::{Deployment, SandboxId};
 use sandboxd::metrics::Metrics;
 use sandboxd::ports::Runtime;
@@ -230,6 +231,7 @@ impl TestEnv {
         c.pull_timeout = Duration::from_secs(5);
         c.limits.memory_bytes = 256 * 1024 * 1024;
         c.limits.tmpfs_bytes = 256 * 1024 * 1024;
+        c.lease = LeasePolicy::new(TEST_LEASE).expect("test lease");
         c
     }
 
@@ -384,6 +386,21 @@ where
     }
 }
 
+/// Takes the leader lease for an hour as the holder `test` (tests that
+/// write `sandbox_status` rows themselves must lead, like sandboxd) and
+/// returns its term.
+pub async fn hold_lease(pool: &PgPool) -> i64 {
+    sqlx::query_scalar::<_, Option<i64>>("SELECT sandbox_lease_acquire('test', 3600000)")
+        .fetch_one(pool)
+        .await
+        .expect("acquire the lease")
+        .expect("the lease is free")
+}
+
+/// The leader lease of tests' controllers: short, so that a test that
+/// kills one need not wait long for the next to lead.
+pub const TEST_LEASE: Duration = Duration::from_secs(4);
+
 /// A unique sandbox id for a test.
 pub fn sandbox_id(prefix: &str) -> SandboxId {
     SandboxId::parse(&format!("{prefix}-{}", random_suffix())).unwrap()
@@ -433,6 +450,10 @@ impl TestEnv {
             .env("SANDBOXD_IMAGES", test_images())
             .env("SANDBOXD_FEATURES_IMAGES", test_features_images())
             .env("SANDBOXD_GRACE", "0s")
+            .env(
+                "SANDBOXD_LEASE_DURATION",
+                format!("{}ms", TEST_LEASE.as_millis()),
+            )
             .env("SANDBOXD_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit());

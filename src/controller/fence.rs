@@ -1,0 +1,235 @@
+//! The fence: what lets this process change Docker and write statuses, and
+//! only while it leads.
+//!
+//! The elector ([`super::leader`]) grants the fence a term and a moment
+//! until which the lease may be trusted (by this process's own monotonic
+//! clock, a margin before the database can give the lease to someone
+//! else), extends it at every renewal and revokes it when the lease is
+//! lost. [`FencedRuntime`] checks it before every call that changes
+//! Docker; the reconciler takes the term from it for every status write,
+//! which the database checks once more.
+
+use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
+use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::lease::Term;
+use crate::metrics::Metrics;
+use crate::ports::runtime::{
+    ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime, RuntimeError,
+};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// This process may not act: it does not lead, or no longer trusts its
+/// lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Fenced {
+    /// It never led, or lost the lease.
+    #[error("this sandboxd is not the leader (it stands by while another holds the lease)")]
+    NotLeader,
+    /// It led, but its last renewal is too old to trust the lease.
+    #[error("this sandboxd's leader lease of term {0} could not be renewed in time; it stops acting until it leads again")]
+    Expired(Term),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    term: Term,
+    until: Instant,
+}
+
+/// Shared and cheap to clone: the term this process leads in, and until
+/// when it trusts that.
+#[derive(Debug, Clone, Default)]
+pub struct Fence(Arc<Mutex<Option<Grant>>>);
+
+impl Fence {
+    /// Leads in `term` until `until`; a later renewal moves `until`.
+    pub(crate) fn grant(&self, term: Term, until: Instant) {
+        *self.lock() = Some(Grant { term, until });
+    }
+
+    /// Stops acting at once.
+    pub(crate) fn revoke(&self) {
+        *self.lock() = None;
+    }
+
+    /// The term to act in, if this process leads and still trusts its lease.
+    pub fn check(&self) -> Result<Term, Fenced> {
+        match *self.lock() {
+            None => Err(Fenced::NotLeader),
+            Some(g) if Instant::now() < g.until => Ok(g.term),
+            Some(g) => Err(Fenced::Expired(g.term)),
+        }
+    }
+
+    /// The term held, trusted or not.
+    pub fn term(&self) -> Option<Term> {
+        self.lock().map(|g| g.term)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Grant>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A [`Runtime`] that refuses every call changing Docker unless the fence
+/// lets this process act; reads always pass.
+pub(crate) struct FencedRuntime {
+    inner: Arc<dyn Runtime>,
+    fence: Fence,
+    metrics: Arc<Metrics>,
+}
+
+impl FencedRuntime {
+    /// Fences the mutations of `inner`.
+    pub(crate) fn new(inner: Arc<dyn Runtime>, fence: Fence, metrics: Arc<Metrics>) -> Self {
+        Self {
+            inner,
+            fence,
+            metrics,
+        }
+    }
+
+    fn admit(&self, op: &'static str, target: &str) -> Result<(), RuntimeError> {
+        self.fence.check().map(drop).map_err(|why| {
+            self.metrics.fenced("docker");
+            tracing::warn!(op, target, reason = %why, "docker change refused: not leading");
+            RuntimeError::Refused(format!("docker {op} for {target} refused: {why}"))
+        })
+    }
+}
+
+#[async_trait]
+impl Runtime for FencedRuntime {
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.inner.ping().await
+    }
+
+    async fn list(
+        &self,
+        deployment: &Deployment,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Vec<ObservedContainer>, RuntimeError> {
+        self.inner.list(deployment, sandbox).await
+    }
+
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
+        self.admit("network create", &spec.name)?;
+        self.inner.ensure_network(spec).await
+    }
+
+    async fn networks(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        self.inner.networks(deployment).await
+    }
+
+    async fn remove_network(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+    ) -> Result<(), RuntimeError> {
+        self.admit("network remove", name)?;
+        self.inner.remove_network(name, deployment).await
+    }
+
+    async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError> {
+        self.inner.network_members(network).await
+    }
+
+    async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        self.admit("network connect", container)?;
+        self.inner.connect(network, container).await
+    }
+
+    async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        self.admit("network disconnect", container)?;
+        self.inner.disconnect(network, container).await
+    }
+
+    async fn volumes(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        self.inner.volumes(deployment).await
+    }
+
+    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
+        self.admit("volume remove", name)?;
+        self.inner.remove_volume(name, deployment).await
+    }
+
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+        self.inner.image_labels(image).await
+    }
+
+    async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
+        // Fetching an image changes no sandbox.
+        self.inner.pull(image).await
+    }
+
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        self.admit("create", &spec.name)?;
+        self.inner.create_and_start(spec).await
+    }
+
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
+        self.inner.published_port(id).await
+    }
+
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
+        self.inner.inspect(id).await
+    }
+
+    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
+        self.admit("remove", id.as_str())?;
+        self.inner.remove(id, stop_timeout).await
+    }
+
+    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
+        self.inner.logs_tail(id, lines).await
+    }
+
+    async fn exec(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        env: Vec<String>,
+    ) -> Result<ExecOutput, RuntimeError> {
+        // Setting up users and databases inside an engine changes it.
+        self.admit("exec", id.as_str())?;
+        self.inner.exec(id, cmd, env).await
+    }
+
+    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
+        self.inner.events(deployment, since)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fence_admits_its_term_until_the_trusted_moment_and_nothing_after() {
+        let fence = Fence::default();
+        assert_eq!(fence.check(), Err(Fenced::NotLeader));
+        fence.grant(Term(3), Instant::now() + Duration::from_secs(10));
+        assert_eq!(fence.check(), Ok(Term(3)));
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert_eq!(fence.check(), Ok(Term(3)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(fence.check(), Err(Fenced::Expired(Term(3))));
+        fence.grant(Term(3), Instant::now() + Duration::from_secs(10));
+        assert_eq!(fence.check(), Ok(Term(3)));
+        fence.revoke();
+        assert_eq!(fence.check(), Err(Fenced::NotLeader));
+    }
+}
