@@ -97,6 +97,11 @@ pub enum Command {
     /// sandbox_desired, read sandbox_status and the allowlist, nothing else.
     /// Run with the controller's DATABASE_URL (the owner of the tables).
     GrantOrchestrator(GrantArgs),
+    /// Resume reaping after the circuit breaker paused it (too many rows
+    /// went missing at once): the sandboxes whose rows are missing now are
+    /// torn down as usual. Check sandbox_desired first. Run with the
+    /// controller's DATABASE_URL.
+    ResumeReaping,
     /// Take back everything grant-orchestrator gave a role.
     RevokeOrchestrator {
         /// The role's name.
@@ -235,8 +240,25 @@ pub struct RunArgs {
     #[arg(long, env = "SANDBOXD_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
     /// This process's name in the lease row (default: host:pid:random).
-    #[arg(long, env = "SANDBOXD_HOLDER")]
+    #[arg(long, env = "SANDBOXD_HOLDER", value_parser = parse_holder)]
     pub holder: Option<String>,
+    /// Reaping of deleted rows pauses when more than this share of the
+    /// sandboxes with containers lose their rows at once (1: never).
+    #[arg(long, env = "SANDBOXD_REAP_BREAKER_SHARE", default_value_t = 0.5)]
+    pub reap_breaker_share: f64,
+    /// ...and at least this many.
+    #[arg(long, env = "SANDBOXD_REAP_BREAKER_MIN", default_value_t = 5)]
+    pub reap_breaker_min: usize,
+}
+
+/// A lease holder name: 1 to 200 printable characters.
+fn parse_holder(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 200 || s.chars().any(char::is_control) {
+        return Err(format!(
+            "invalid holder {s:?}: use 1 to 200 printable characters (default: host:pid:random)"
+        ));
+    }
+    Ok(s.to_owned())
 }
 
 impl RunArgs {
@@ -278,6 +300,10 @@ impl RunArgs {
         c.image_build_command = self.image_build_command.clone();
         c.build_timeout = self.build_timeout;
         c.lease = crate::domain::lease::LeasePolicy::new(self.lease_duration)?;
+        c.breaker = crate::domain::breaker::BreakerPolicy::new(
+            self.reap_breaker_share,
+            self.reap_breaker_min,
+        )?;
         if let Some(holder) = &self.holder {
             c.holder.clone_from(holder);
         }
@@ -605,6 +631,23 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 "granted {:?}: it may write sandbox_desired and read sandbox_status ({rows})",
                 args.role
             );
+            Ok(())
+        }
+        Command::ResumeReaping => {
+            let store = PgStore::connect(&url, 1).await?;
+            match store.resume_reaping().await? {
+                Some(pause) => {
+                    let since = pause
+                        .paused_at
+                        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                        .unwrap_or_default();
+                    say!(
+                        "reaping resumed; it had been paused since {since}: {}",
+                        pause.reason
+                    );
+                }
+                None => say!("reaping was not paused; nothing to resume"),
+            }
             Ok(())
         }
         Command::RevokeOrchestrator { role } => {

@@ -1,5 +1,6 @@
 //! Controller configuration, independent of how it was parsed (see `cli`).
 
+use crate::domain::breaker::{BreakerError, BreakerPolicy};
 use crate::domain::crash_loop::CrashLoopPolicy;
 use crate::domain::id::{Deployment, EngineName};
 use crate::domain::lease::{LeaseError, LeasePolicy};
@@ -29,6 +30,9 @@ pub enum ConfigError {
     /// The lease duration is unusable.
     #[error(transparent)]
     Lease(#[from] LeaseError),
+    /// The reap breaker's share is unusable.
+    #[error(transparent)]
+    Breaker(#[from] BreakerError),
 }
 
 /// Readiness deadlines by engine name, checked against the registry.
@@ -188,6 +192,8 @@ pub struct ControllerConfig {
     pub lease: LeasePolicy,
     /// This process's name in the lease row (unique per process).
     pub holder: String,
+    /// When the reaping circuit breaker trips.
+    pub breaker: BreakerPolicy,
 }
 
 impl ControllerConfig {
@@ -222,6 +228,7 @@ impl ControllerConfig {
             crash_loop: CrashLoopPolicy::default(),
             lease: LeasePolicy::default(),
             holder: crate::controller::default_holder(),
+            breaker: BreakerPolicy::default(),
         }
     }
 

@@ -135,6 +135,8 @@ pub struct Metrics {
     leader_losses: IntCounter,
     lease_renewals: IntCounterVec,
     fenced: IntCounterVec,
+    reaping_paused: IntGauge,
+    rows_missing: IntGauge,
 }
 
 fn ready_buckets() -> Vec<f64> {
@@ -360,6 +362,14 @@ impl Metrics {
                 Opts::new("sandboxd_fenced_total", "Docker changes and status writes refused because this process did not lead, by call (docker, status)"),
                 &["call"]
             )),
+            reaping_paused: reg!(IntGauge::new(
+                "sandboxd_reaping_paused",
+                "1 while the reaping circuit breaker holds back the reaping of deleted rows (sandboxd resume-reaping resumes it)"
+            )),
+            rows_missing: reg!(IntGauge::new(
+                "sandboxd_sandboxes_row_missing",
+                "Sandboxes with containers whose desired row is missing, at the last relist"
+            )),
             registry: registry.clone(),
         };
         for result in ["ok", "error", "lost"] {
@@ -367,6 +377,10 @@ impl Metrics {
         }
         for call in ["docker", "status"] {
             m.fenced.with_label_values(&[call]);
+        }
+        // The reap-burst alert needs its series before the first reap.
+        for reason in [ReapReason::Deleted, ReapReason::Orphan] {
+            m.reaps.with_label_values(&[reason.as_str()]);
         }
         for result in ["success", "error", "requeue", "requeue_after"] {
             m.reconcile_total.with_label_values(&[CONTROLLER, result]);
@@ -471,6 +485,13 @@ impl Metrics {
     /// One lease renewal: `ok`, `error` or `lost`.
     pub(crate) fn lease_renewal(&self, result: &'static str) {
         self.lease_renewals.with_label_values(&[result]).inc();
+    }
+
+    /// What the reaping breaker saw at a relist.
+    pub(crate) fn reaping(&self, paused: bool, rows_missing: usize) {
+        self.reaping_paused.set(i64::from(paused));
+        self.rows_missing
+            .set(i64::try_from(rows_missing).unwrap_or(i64::MAX));
     }
 
     /// One call refused by the fence: `docker` or `status`.

@@ -194,3 +194,92 @@ fn relists(metrics: &Metrics) -> f64 {
         })
         .expect("sandboxd_relists_total is exported")
 }
+
+/// A sample of the controller's metrics.
+fn metric(metrics: &Metrics, name: &str) -> f64 {
+    metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+#[tokio::test]
+async fn truncating_the_desired_table_of_many_sandboxes_pauses_reaping_until_resume_reaping() {
+    let env = TestEnv::new().await;
+    let controller = env.start(config(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let mut sandboxes = Vec::new();
+    for _ in 0..5 {
+        let id = sandbox_id("burst");
+        client.apply(&id, &request(&["redis"], &[])).await.unwrap();
+        sandboxes.push(id);
+    }
+    for id in &sandboxes {
+        client.wait_ready(id, 1, READY).await.unwrap();
+    }
+    let containers: Vec<ObservedContainer> = {
+        let mut v = Vec::new();
+        for id in &sandboxes {
+            v.push(running(&env, id).await.expect("running"));
+        }
+        v
+    };
+
+    sqlx::query("TRUNCATE sandbox_desired")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    eventually("reaping paused", Duration::from_secs(10), || async {
+        (metric(&controller.metrics, "sandboxd_reaping_paused") == 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        metric(&controller.metrics, "sandboxd_sandboxes_row_missing"),
+        5.0
+    );
+    let (paused, reason): (bool, String) =
+        sqlx::query_as("SELECT paused, reason FROM sandbox_reaping")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert!(paused);
+    assert!(reason.contains("5 of 5 sandboxes"), "{reason}");
+
+    // Well past the grace window: nothing was removed.
+    tokio::time::sleep(GRACE * 2).await;
+    for (id, container) in sandboxes.iter().zip(&containers) {
+        still_running(&env, id, container, "while reaping is paused").await;
+    }
+
+    // The operator checked: the deletions are real.
+    let out = std::process::Command::new(common::BIN)
+        .arg("resume-reaping")
+        .env("DATABASE_URL", &env.url)
+        .output()
+        .expect("run sandboxd resume-reaping");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("reaping resumed; it had been paused since"),
+        "{said}"
+    );
+    assert!(said.contains("5 of 5 sandboxes"), "{said}");
+    for id in &sandboxes {
+        reaped(&env, id).await;
+    }
+    assert_eq!(metric(&controller.metrics, "sandboxd_reaping_paused"), 0.0);
+
+    // A second resume has nothing to do, and says so.
+    let out = std::process::Command::new(common::BIN)
+        .arg("resume-reaping")
+        .env("DATABASE_URL", &env.url)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("reaping was not paused"));
+    controller.stop().await;
+}

@@ -2,6 +2,7 @@
 //! turn a call that does not answer in time into a `Timeout` error, so a
 //! stuck Docker daemon or a lock in Postgres costs one retry, not a worker.
 
+use crate::domain::breaker::ReapingState;
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::lease::{LeaseHolder, Term};
@@ -232,6 +233,19 @@ impl Store for BoundedStore {
 
     async fn list_ids(&self) -> Result<Vec<String>, StoreError> {
         store_call("list ids", self.after, self.inner.list_ids()).await
+    }
+
+    async fn desired_ids(&self) -> Result<Vec<String>, StoreError> {
+        store_call("list desired ids", self.after, self.inner.desired_ids()).await
+    }
+
+    async fn reaping(&self) -> Result<ReapingState, StoreError> {
+        store_call("read the reaping breaker", self.after, self.inner.reaping()).await
+    }
+
+    async fn pause_reaping(&self, reason: &str) -> Result<(), StoreError> {
+        let call = self.inner.pause_reaping(reason);
+        store_call("pause reaping", self.after, call).await
     }
 
     async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError> {

@@ -9,6 +9,7 @@
 //! comes back with [`DesiredSandbox::invalid`] set instead of failing the
 //! read or panicking in a decoder.
 
+use crate::domain::breaker::ReapingState;
 use crate::domain::id::{EngineName, SandboxId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
@@ -188,6 +189,22 @@ impl PgStore {
         .await
         .map_err(query("sync features"))?;
         tx.commit().await.map_err(query("commit"))
+    }
+
+    /// Resumes reaping after the breaker paused it (`sandbox_resume_reaping`,
+    /// which wakes the controller): what the pause was, if reaping was
+    /// paused. Only the owner of sandboxd's tables may do this.
+    pub async fn resume_reaping(&self) -> Result<Option<ReapingState>, StoreError> {
+        let row = sqlx::query("SELECT was_paused, reason, paused_at FROM sandbox_resume_reaping()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query("resume reaping"))?;
+        let paused: bool = row.get("was_paused");
+        Ok(paused.then(|| ReapingState {
+            paused,
+            reason: row.get("reason"),
+            paused_at: row.get("paused_at"),
+        }))
     }
 
     /// Registers `role` as an orchestrator (`sandbox_grant_orchestrator`):
@@ -676,6 +693,34 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(query("list ids"))
+    }
+
+    async fn desired_ids(&self) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar("SELECT id FROM sandbox_desired")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query("list desired ids"))
+    }
+
+    async fn reaping(&self) -> Result<ReapingState, StoreError> {
+        let row = sqlx::query("SELECT paused, reason, paused_at FROM sandbox_reaping")
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query("read the reaping breaker"))?;
+        Ok(row.map_or_else(ReapingState::default, |r| ReapingState {
+            paused: r.get("paused"),
+            reason: r.get("reason"),
+            paused_at: r.get("paused_at"),
+        }))
+    }
+
+    async fn pause_reaping(&self, reason: &str) -> Result<(), StoreError> {
+        sqlx::query("SELECT sandbox_pause_reaping($1)")
+            .bind(reason)
+            .execute(&self.pool)
+            .await
+            .map_err(query("pause reaping"))?;
+        Ok(())
     }
 
     async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError> {

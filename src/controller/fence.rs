@@ -65,6 +65,11 @@ impl Fence {
         }
     }
 
+    /// Until when the lease is trusted, if one is held.
+    pub(crate) fn until(&self) -> Option<Instant> {
+        self.lock().map(|g| g.until)
+    }
+
     /// The term held, trusted or not.
     pub fn term(&self) -> Option<Term> {
         self.lock().map(|g| g.term)

@@ -1,6 +1,7 @@
 //! The controller: watches as hints, relists as the truth, and a work queue
 //! that runs `reconcile(id)` one key at a time.
 
+mod breaker;
 mod crash_loops;
 mod fence;
 mod gone;
@@ -19,6 +20,7 @@ pub use self::image::ImageError;
 pub use self::leader::default_holder;
 pub use self::provision::ProvisionError;
 
+use self::breaker::ReapBreaker;
 use self::crash_loops::CrashLoops;
 use self::fence::FencedRuntime;
 use self::gone::GoneSince;
@@ -92,6 +94,10 @@ pub(crate) struct Context {
     pub(crate) crash_loops: CrashLoops,
     /// Whether this process may act, and in which term.
     pub(crate) fence: Fence,
+    /// The reaping circuit breaker.
+    pub(crate) breaker: ReapBreaker,
+    /// Asks for a relist now.
+    pub(crate) relist_now: Arc<Notify>,
 }
 
 impl Context {
@@ -186,6 +192,7 @@ impl Controller {
             },
         ));
         let fence = Fence::default();
+        let relist_now = Arc::new(Notify::new());
         let runtime = Arc::new(FencedRuntime::new(runtime, fence.clone(), metrics.clone()));
         let store: Arc<dyn Store> = Arc::new(BoundedStore::new(store, config.store_timeout));
         let elector = Arc::new(Elector::new(
@@ -208,11 +215,13 @@ impl Controller {
                 gone: GoneSince::default(),
                 crash_loops: CrashLoops::default(),
                 fence,
+                breaker: ReapBreaker::default(),
+                relist_now: relist_now.clone(),
             }),
             queue,
             readiness: Readiness::default(),
             known: Arc::new(KnownContainers::default()),
-            relist_now: Arc::new(Notify::new()),
+            relist_now,
         }
     }
 

@@ -68,6 +68,9 @@ impl Probes for ControllerProbes {
         if !self.readiness.is_ready() {
             return Err("initial lists not loaded yet".into());
         }
+        if let Some(reason) = self.ctx.breaker.paused() {
+            return Err(format!("reaping paused: {reason}"));
+        }
         match tokio::time::timeout(PROBE_TIMEOUT, self.ctx.store.ping()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(format!("state database unreachable: {e}")),

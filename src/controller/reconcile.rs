@@ -3,6 +3,7 @@
 //! the pure core ([`plan`](crate::domain::plan) and
 //! [`status`](crate::domain::status)); this module only does what they say.
 
+use super::breaker::Held;
 use super::Context;
 use super::{network, provision, volume};
 use crate::domain::crash_loop::{self, HealGate};
@@ -78,6 +79,9 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         None => Vec::new(),
     };
     tracing::debug!(actions = plan.actions.len(), held = held.len(), "planned");
+    if let Some(held) = hold_reaping(ctx, id, &plan, gone_since) {
+        return Ok(held);
+    }
     let causes = heal_causes(ctx, &plan).await;
 
     let teardown = teardown(ctx, &plan).await;
@@ -197,6 +201,32 @@ fn hold_crash_loops(
         }
     });
     held
+}
+
+/// Holds back the reap of a deleted row while the reaping breaker is open,
+/// or until a relist has looked at the fleet since the row went missing
+/// (asking for one): when to look again, if held.
+fn hold_reaping(
+    ctx: &Context,
+    id: &SandboxId,
+    plan: &Plan,
+    gone_since: Option<chrono::DateTime<chrono::Utc>>,
+) -> Option<Next> {
+    let since = gone_since?;
+    if plan.wanted != Wanted::Deleted || plan.teardowns().next().is_none() {
+        return None;
+    }
+    match ctx.breaker.may_reap(id, since) {
+        Ok(()) => None,
+        Err(Held::Paused(_)) => {
+            tracing::debug!("reap held back: reaping is paused");
+            Some(Next::After(ctx.config.relist_interval))
+        }
+        Err(Held::Unconfirmed) => {
+            ctx.relist_now.notify_one();
+            Some(Next::After(Duration::from_secs(1)))
+        }
+    }
 }
 
 /// How the row's owner container is doing.

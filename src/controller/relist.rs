@@ -5,7 +5,9 @@
 //! backoff is cut short: what failed while Docker or the database was away
 //! is tried again now, not minutes later.
 
+use super::breaker::Change;
 use super::{Context, ControllerError};
+use crate::domain::container::ObservedContainer;
 use crate::domain::id::SandboxId;
 use crate::sched::WorkQueue;
 use crate::watch::KnownContainers;
@@ -53,6 +55,7 @@ pub(crate) async fn relist(
             "relist found container changes the event stream missed"
         );
     }
+    breaker_look(ctx, &containers).await?;
     for raw in &ids {
         match SandboxId::parse(raw) {
             Ok(id) if enqueue == Enqueue::Fresh => queue.add_fresh(id),
@@ -68,6 +71,48 @@ pub(crate) async fn relist(
         containers = containers.len(),
         "relisted"
     );
+    Ok(())
+}
+
+/// Looks at the fleet for the reaping circuit breaker (before anything is
+/// enqueued, so that no reconcile reaps ahead of it) and records a trip.
+async fn breaker_look(
+    ctx: &Context,
+    containers: &[ObservedContainer],
+) -> Result<(), ControllerError> {
+    let desired: BTreeSet<String> = ctx.store.desired_ids().await?.into_iter().collect();
+    let fleet: BTreeSet<&SandboxId> = containers.iter().map(|c| &c.labels.sandbox).collect();
+    let missing: BTreeSet<SandboxId> = fleet
+        .iter()
+        .filter(|id| !desired.contains(id.as_str()))
+        .map(|id| (*id).clone())
+        .collect();
+    let recorded = ctx.store.reaping().await?;
+    let change = ctx.breaker.look(
+        &ctx.config.breaker,
+        &recorded,
+        fleet.len(),
+        &missing,
+        ctx.clock.now(),
+    );
+    match change {
+        Change::Tripped(reason) => {
+            tracing::error!(missing = missing.len(), fleet = fleet.len(), reason = %reason, "reaping paused: too many desired rows missing at once");
+            ctx.store.pause_reaping(&reason).await?;
+        }
+        Change::Resumed(released) => {
+            tracing::warn!(
+                released,
+                "reaping resumed by an operator; the sandboxes whose rows are missing now go"
+            );
+        }
+        Change::Adopted => {
+            tracing::warn!(reason = %recorded.reason, "reaping is paused (recorded in the state database); `sandboxd resume-reaping` resumes it");
+        }
+        Change::None => {}
+    }
+    ctx.metrics
+        .reaping(ctx.breaker.paused().is_some(), missing.len());
     Ok(())
 }
 

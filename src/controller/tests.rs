@@ -88,6 +88,18 @@ impl Harness {
         ctx
     }
 
+    /// What a relist does for the reaping breaker: one look at the fleet
+    /// (a hundred sandboxes, none missing), at the injected clock's now.
+    fn look(&self, ctx: &Context) {
+        ctx.breaker.look(
+            &ctx.config.breaker,
+            &Default::default(),
+            100,
+            &Default::default(),
+            self.clock.now(),
+        );
+    }
+
     /// Ends the lease [`Harness::context`] took, so that a controller can lead.
     async fn step_down(&self) {
         let (holder, term) = self.store.lease_of().expect("a lease");
@@ -312,6 +324,8 @@ async fn a_deleted_row_is_reaped_only_once_the_injected_clock_passes_the_grace_w
     assert_eq!(h.containers(&id("a")).len(), 1);
 
     h.clock.advance(chrono::Duration::seconds(180));
+
+    h.look(&ctx);
     assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
     assert!(h.containers(&id("a")).is_empty());
     assert!(h.store.status_of(&id("a")).is_none());
@@ -327,12 +341,14 @@ async fn a_row_deleted_long_after_its_containers_were_created_is_kept_for_the_gr
     reconcile(&ctx, &id("a")).await.unwrap();
     let (container, _) = h.published(&id("a"));
     h.clock.advance(chrono::Duration::hours(1));
+    h.look(&ctx);
     h.store.delete_desired(&id("a"));
 
     let next = reconcile(&ctx, &id("a")).await.unwrap();
     assert_eq!(next, Next::After(Duration::from_secs(180)));
     assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Terminating));
     h.clock.advance(chrono::Duration::seconds(179));
+    h.look(&ctx);
     assert_eq!(
         reconcile(&ctx, &id("a")).await.unwrap(),
         Next::After(Duration::from_secs(1)),
@@ -341,6 +357,8 @@ async fn a_row_deleted_long_after_its_containers_were_created_is_kept_for_the_gr
     assert_eq!(h.containers(&id("a"))[0].0, container, "still there");
 
     h.clock.advance(chrono::Duration::seconds(1));
+
+    h.look(&ctx);
     assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
     assert!(h.containers(&id("a")).is_empty());
     assert!(h.store.status_of(&id("a")).is_none());
@@ -411,6 +429,7 @@ async fn each_sandbox_gets_its_own_network_which_goes_with_the_sandbox() {
     reconcile(&ctx, &id("a")).await.unwrap();
     assert_eq!(h.networks().await.len(), 2, "kept while a container waits");
     h.clock.advance(chrono::Duration::seconds(3600));
+    h.look(&ctx);
     reconcile(&ctx, &id("a")).await.unwrap();
     assert!(h.containers(&id("a")).is_empty());
     assert_eq!(h.networks().await, ["sandboxd.test.b"]);
@@ -517,6 +536,7 @@ async fn a_failed_teardown_is_retried_and_keeps_the_status() {
     h.store.delete_desired(&id("a"));
     reconcile(&ctx, &id("a")).await.unwrap();
     h.clock.advance(chrono::Duration::seconds(600));
+    h.look(&ctx);
     h.runtime.faults.set(RuntimeOp::Remove, Fault::Fail(1));
     let err = reconcile(&ctx, &id("a")).await.unwrap_err();
     assert!(matches!(err, ReconcileError::Teardown(_)), "{err}");
@@ -791,6 +811,7 @@ async fn a_persistent_sandbox_keeps_its_volume_until_its_row_is_deleted() {
         "kept while its container waits out the grace window"
     );
     h.clock.advance(chrono::Duration::seconds(600));
+    h.look(&ctx);
     reconcile(&ctx, &id("a")).await.unwrap();
     assert!(h.containers(&id("a")).is_empty());
     assert!(
@@ -1030,6 +1051,73 @@ async fn a_leader_whose_lease_was_taken_changes_nothing_and_stands_by() {
     .await;
     assert_eq!(h.metric("sandboxd_leader"), 1.0);
     assert_eq!(h.metric("sandboxd_leader_term"), 3.0);
+    drop(stop);
+    let _ = task.await;
+}
+
+// ---------------------------------------------------------------------------
+// The reaping circuit breaker
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_truncated_desired_table_pauses_reaping_until_an_operator_resumes_it() {
+    let mut h = Harness::new();
+    h.config.grace = Duration::ZERO;
+    let controller = h.controller();
+    let probes = controller.probes();
+    let (stop, task) = start(controller);
+    let names: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+    for n in &names {
+        h.store.put_desired(row(n));
+    }
+    until("all six ready", || {
+        names
+            .iter()
+            .all(|n| h.store.phase_of(&id(n)) == Some(Phase::Ready))
+    })
+    .await;
+
+    h.store.truncate_desired();
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    for n in &names {
+        assert_eq!(h.containers(&id(n)).len(), 1, "{n} is kept while paused");
+    }
+    assert!(h.store.reaping_paused(), "the pause is recorded");
+    assert_eq!(h.metric("sandboxd_reaping_paused"), 1.0);
+    assert_eq!(h.metric("sandboxd_sandboxes_row_missing"), 6.0);
+    let why = probes.ready().await.unwrap_err();
+    assert!(why.contains("reaping paused: 6 of 6 sandboxes"), "{why}");
+    assert!(why.contains("sandboxd resume-reaping"), "{why}");
+
+    h.store.resume_reaping();
+    until("all six reaped after the resume", || {
+        names.iter().all(|n| h.containers(&id(n)).is_empty())
+    })
+    .await;
+    assert_eq!(h.metric("sandboxd_reaping_paused"), 0.0);
+    assert!(probes.ready().await.is_ok());
+    drop(stop);
+    let _ = task.await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_one_row_among_many_reaps_it_without_pausing() {
+    let mut h = Harness::new();
+    h.config.grace = Duration::ZERO;
+    let (stop, task) = start(h.controller());
+    for n in ["a", "b", "c"] {
+        h.store.put_desired(row(n));
+    }
+    until("all ready", || {
+        ["a", "b", "c"]
+            .iter()
+            .all(|n| h.store.phase_of(&id(n)) == Some(Phase::Ready))
+    })
+    .await;
+    h.store.delete_desired(&id("a"));
+    until("a reaped", || h.containers(&id("a")).is_empty()).await;
+    assert_eq!(h.containers(&id("b")).len(), 1);
+    assert!(!h.store.reaping_paused());
     drop(stop);
     let _ = task.await;
 }

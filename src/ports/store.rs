@@ -2,6 +2,7 @@
 //! sandboxd's own database.
 
 use super::BoxError;
+use crate::domain::breaker::ReapingState;
 use crate::domain::id::SandboxId;
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
@@ -81,6 +82,12 @@ pub trait Store: Send + Sync + 'static {
     async fn fetch_status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, StoreError>;
     /// Ids of every desired row and every status row, raw as stored.
     async fn list_ids(&self) -> Result<Vec<String>, StoreError>;
+    /// Ids of every desired row, raw as stored.
+    async fn desired_ids(&self) -> Result<Vec<String>, StoreError>;
+    /// Whether reaping is paused (the breaker), and why.
+    async fn reaping(&self) -> Result<ReapingState, StoreError>;
+    /// Records that reaping is paused, and why (kept from the first trip).
+    async fn pause_reaping(&self, reason: &str) -> Result<(), StoreError>;
     /// Every status row, ordered by id.
     async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError>;
     /// Writes a status row as the leader of `term`; unchanged content is

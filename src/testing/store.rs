@@ -1,6 +1,7 @@
 //! An in-memory state store.
 
 use super::Faults;
+use crate::domain::breaker::ReapingState;
 use crate::domain::id::SandboxId;
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
@@ -35,6 +36,7 @@ struct Tables {
     subscribers: Vec<mpsc::UnboundedSender<Result<String, StoreError>>>,
     status_writes: u32,
     lease: Option<FakeLease>,
+    reaping: ReapingState,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -128,6 +130,28 @@ impl FakeStore {
         t.lease.as_ref().map(|l| (l.holder.clone(), l.term))
     }
 
+    /// What `sandboxd resume-reaping` does: reaping resumes, and every
+    /// subscriber is told to relist.
+    pub(crate) fn resume_reaping(&self) {
+        let mut t = self.tables.lock().unwrap();
+        t.reaping.paused = false;
+        t.subscribers
+            .retain(|tx| tx.unbounded_send(Ok("*".into())).is_ok());
+    }
+
+    /// Deletes every desired row at once, as `TRUNCATE` does.
+    pub(crate) fn truncate_desired(&self) {
+        let mut t = self.tables.lock().unwrap();
+        t.desired.clear();
+        t.subscribers
+            .retain(|tx| tx.unbounded_send(Ok("*".into())).is_ok());
+    }
+
+    /// Whether reaping is paused.
+    pub(crate) fn reaping_paused(&self) -> bool {
+        self.tables.lock().unwrap().reaping.paused
+    }
+
     /// How many status writes succeeded.
     pub(crate) fn status_writes(&self) -> u32 {
         self.tables.lock().unwrap().status_writes
@@ -174,6 +198,31 @@ impl Store for FakeStore {
         ids.sort();
         ids.dedup();
         Ok(ids)
+    }
+
+    async fn desired_ids(&self) -> Result<Vec<String>, StoreError> {
+        self.faults
+            .check(StoreOp::ListIds)
+            .await
+            .map_err(|e| injected("list desired ids", e))?;
+        let t = self.tables.lock().unwrap();
+        Ok(t.desired.keys().map(|id| id.to_string()).collect())
+    }
+
+    async fn reaping(&self) -> Result<ReapingState, StoreError> {
+        Ok(self.tables.lock().unwrap().reaping.clone())
+    }
+
+    async fn pause_reaping(&self, reason: &str) -> Result<(), StoreError> {
+        let mut t = self.tables.lock().unwrap();
+        if !t.reaping.paused {
+            t.reaping = ReapingState {
+                paused: true,
+                reason: reason.into(),
+                paused_at: Some(chrono::Utc::now()),
+            };
+        }
+        Ok(())
     }
 
     async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError> {
