@@ -102,11 +102,52 @@ pub enum Command {
     /// torn down as usual. Check sandbox_desired first. Run with the
     /// controller's DATABASE_URL.
     ResumeReaping,
+    /// Inject faults at random into one deployment's ready sandbox
+    /// containers (kill, stop, remove, OOM), then check that sandboxd healed
+    /// them: one container per desired engine, none leaked, every ready
+    /// status's credentials log in, nothing of another deployment touched.
+    /// For staging: it refuses to run without --yes. Exit 0 when every
+    /// invariant held, 3 when one did not.
+    Chaos(ChaosArgs),
     /// Take back everything grant-orchestrator gave a role.
     RevokeOrchestrator {
         /// The role's name.
         role: String,
     },
+}
+
+/// Flags of `sandboxd chaos`.
+#[derive(Debug, Args)]
+pub struct ChaosArgs {
+    /// The deployment whose containers are hit; no other is touched.
+    #[arg(long, env = "SANDBOXD_DEPLOYMENT", default_value = "default")]
+    pub deployment: Deployment,
+    /// How many faults (at most 1000).
+    #[arg(long, default_value_t = 20)]
+    pub faults: usize,
+    /// Spread over this long (at most 1h).
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Which faults, comma-separated: kill, stop, remove, oom.
+    #[arg(long, value_delimiter = ',', default_value = "kill,stop,remove,oom", value_parser = parse_fault)]
+    pub kinds: Vec<crate::adapters::chaos::Fault>,
+    /// Seed of the random choices (default: random; printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// How long the fleet may take to settle after the last fault.
+    #[arg(long, default_value = "3m", value_parser = parse_duration)]
+    pub settle: Duration,
+    /// Write the report (JSON) here as well as to standard output.
+    #[arg(long)]
+    pub results: Option<std::path::PathBuf>,
+    /// Yes, kill this deployment's containers.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+fn parse_fault(s: &str) -> Result<crate::adapters::chaos::Fault, String> {
+    crate::adapters::chaos::Fault::parse(s.trim())
+        .ok_or_else(|| format!("unknown fault {s:?}: use kill, stop, remove or oom"))
 }
 
 /// Flags of `sandboxd grant-orchestrator`.
@@ -510,6 +551,12 @@ pub enum CliError {
     /// HTTP server failures.
     #[error(transparent)]
     Http(#[from] http::HttpError),
+    /// A chaos run could not run.
+    #[error("{0}")]
+    Chaos(String),
+    /// A chaos run found an invariant broken (the report says which).
+    #[error("chaos: an invariant did not hold (see unhealed, leaked, duplicate, lost_credentials, unconverged, others_touched in the report)")]
+    ChaosFound,
     /// The sandbox does not exist.
     #[error("no status for sandbox {0}: it was never applied, or sandboxd has not seen it yet")]
     NotFound(SandboxId),
@@ -534,6 +581,7 @@ impl CliError {
         match self {
             CliError::Client(ClientError::Failed { .. }) => EXIT_FAILED,
             CliError::Client(ClientError::Timeout { .. }) => EXIT_TIMED_OUT,
+            CliError::ChaosFound => EXIT_FAILED,
             _ => 1,
         }
     }
@@ -633,6 +681,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             );
             Ok(())
         }
+        Command::Chaos(args) => chaos(&url, args).await,
         Command::ResumeReaping => {
             let store = PgStore::connect(&url, 1).await?;
             match store.resume_reaping().await? {
@@ -659,6 +708,48 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
+    }
+}
+
+async fn chaos(url: &str, args: ChaosArgs) -> Result<(), CliError> {
+    if !args.yes {
+        return Err(CliError::Chaos(format!(
+            "sandboxd chaos kills, stops and removes the containers of deployment {:?}; run it against staging, and pass --yes",
+            args.deployment.as_str()
+        )));
+    }
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let options = crate::chaos::ChaosOptions {
+        deployment: args.deployment.clone(),
+        faults: args.faults,
+        duration: args.duration,
+        kinds: args.kinds.clone(),
+        seed,
+        settle: args.settle,
+    };
+    let chaos_error = |e: crate::chaos::ChaosError| CliError::Chaos(e.to_string());
+    let docker = crate::adapters::DockerRuntime::connect().await?;
+    let store = std::sync::Arc::new(PgStore::connect(url, 4).await?);
+    let run = crate::chaos::Chaos::new(docker, store, options).map_err(chaos_error)?;
+    let others = run.others().await.map_err(chaos_error)?;
+    eprintln!(
+        "chaos: {} faults over {:?} in deployment {} (seed {seed})",
+        args.faults,
+        args.duration,
+        args.deployment.as_str()
+    );
+    let records = run.inject().await;
+    let report = run.check(records, &others).await.map_err(chaos_error)?;
+    let json = serde_json::to_string_pretty(&report).expect("the report is JSON");
+    if let Some(path) = &args.results {
+        std::fs::write(path, &json)
+            .map_err(|e| CliError::Chaos(format!("cannot write {}: {e}", path.display())))?;
+    }
+    say!("{json}");
+    if report.passed() {
+        Ok(())
+    } else {
+        Err(CliError::ChaosFound)
     }
 }
 

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod adapters;
+pub mod chaos;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -89,6 +89,11 @@ impl DockerRuntime {
         })
     }
 
+    /// The Docker client (for the chaos tool's faults, `adapters::chaos`).
+    pub(crate) fn client(&self) -> &Docker {
+        &self.docker
+    }
+
     /// Ids of the networks called exactly `name`.
     /// Creates the volume unless it exists; refuses one whose labels say
     /// another deployment or sandbox created it.

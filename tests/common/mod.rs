@@ -140,6 +140,26 @@ impl StatePostgres {
     }
 }
 
+impl TestEnv {
+    /// Freezes the state Postgres (`docker pause`) for `d`: every
+    /// connection stalls, nothing answers, then it goes on.
+    pub async fn pause_state_database(&self, d: Duration) {
+        let docker = |verb: &str| {
+            let out = std::process::Command::new("docker")
+                .args([verb, self.state.id()])
+                .output()
+                .expect("run docker");
+            assert!(
+                out.status.success(),
+                "docker {verb} the state database failed"
+            );
+        };
+        docker("pause");
+        tokio::time::sleep(d).await;
+        docker("unpause");
+    }
+}
+
 /// One test's world: its own state database and deployment label.
 pub struct TestEnv {
     /// Connections as the controller's role (`sandboxd`, not a superuser).
