@@ -10,10 +10,12 @@ mod probes;
 pub mod provision;
 mod reconcile;
 mod relist;
+mod rotation;
 pub mod volume;
 
 pub use self::image::ImageError;
 pub use self::provision::ProvisionError;
+pub use self::rotation::SwitchError;
 
 use self::crash_loops::CrashLoops;
 use self::gone::GoneSince;

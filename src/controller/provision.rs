@@ -3,12 +3,14 @@
 
 use super::image::{self, ImageError};
 use super::network::{self, Placement};
+use super::rotation::{self, Commit, SwitchError};
 use super::volume;
 use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
 use crate::domain::container::ExecOutput;
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::labels::ContainerLabels;
+use crate::domain::network::candidate_name;
 use crate::domain::plan::{HealCause, Provision, ProvisionReason};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
@@ -74,6 +76,13 @@ pub enum ProvisionError {
         /// What its label lists.
         ships: String,
     },
+    /// A rotation's new container could not be had or did not become
+    /// ready: it was removed, and the running container was not touched.
+    #[error("{0}; the rotation was abandoned: the running container keeps serving the published credentials and its data")]
+    RotationAbandoned(#[source] Box<ProvisionError>),
+    /// A rotation's new container is ready, but switching to it failed.
+    #[error(transparent)]
+    Switch(#[from] SwitchError),
 }
 
 /// A fresh credential-set token (see [`crate::domain::labels::INSTANCE`]).
@@ -133,7 +142,9 @@ pub fn container_spec(
 
 /// Provisions one engine as planned and records what happened. `new_request`
 /// is true when it answers a desired-row change not yet observed; `cause`
-/// says why a heal is needed (see [`heal_cause`]).
+/// says why a heal is needed (see [`heal_cause`]). A rotation that keeps
+/// the running container until the new one is ready publishes the new one
+/// through `commit`, then switches to it ([`rotation`]).
 #[tracing::instrument(name = "provision", skip_all, fields(engine = %p.engine, reason = p.reason.as_str()))]
 pub(crate) async fn provision(
     ctx: &Context,
@@ -141,6 +152,7 @@ pub(crate) async fn provision(
     p: &Provision,
     new_request: bool,
     cause: Option<HealCause>,
+    commit: &Commit,
 ) -> Result<ServiceStatus, ProvisionError> {
     let engine = ctx
         .engines
@@ -158,7 +170,16 @@ pub(crate) async fn provision(
     }
     let started = Instant::now();
     tracing::info!("provisioning");
-    let result = create(ctx, desired, engine, p).await;
+    let result = match (create(ctx, desired, engine, p).await, &p.retire) {
+        (Ok((_, status)), None) => Ok(status),
+        (Ok((new, status)), Some(old)) => {
+            rotation::switch(ctx, commit, p.engine, &new, old, status)
+                .await
+                .map_err(ProvisionError::from)
+        }
+        (Err(e), Some(_)) => Err(ProvisionError::RotationAbandoned(Box::new(e))),
+        (Err(e), None) => Err(e),
+    };
     ctx.metrics
         .provision_finished(p.engine, p.reason, result.is_ok(), started.elapsed());
     match &result {
@@ -190,13 +211,17 @@ pub(crate) async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) 
 }
 
 /// Creates the container and brings it up; on failure the new container is
-/// removed, so nothing leaks.
+/// removed, so nothing leaks. A rotation's new container (`p.retire` is
+/// set) is built next to the running one: under a temporary name, without
+/// the engine's network alias and on a host port of its own, so that
+/// clients keep reaching the old one. Returns the container and its
+/// status (published under the engine's name and alias).
 async fn create(
     ctx: &Context,
     desired: &DesiredSandbox,
     engine: &'static dyn Engine,
     p: &Provision,
-) -> Result<ServiceStatus, ProvisionError> {
+) -> Result<(ContainerId, ServiceStatus), ProvisionError> {
     let config = &ctx.config;
     let runtime = ctx.runtime.as_ref();
     let image = config.images.image_for(engine, !p.features.is_empty());
@@ -234,7 +259,12 @@ async fn create(
     }
 
     let placement = network::placement(config, &desired.id, p.engine);
-    let name = placement.container.clone();
+    let mut build = placement.clone();
+    if p.retire.is_some() {
+        build.container = candidate_name(&placement.container, &instance);
+        build.aliases = Vec::new();
+    }
+    let name = build.container.clone();
     let labels = ContainerLabels {
         deployment: config.deployment.clone(),
         sandbox: desired.id.clone(),
@@ -250,7 +280,7 @@ async fn create(
     let mut spec = container_spec(
         config,
         engine,
-        &placement,
+        &build,
         &image,
         &credentials,
         &p.features,
@@ -274,7 +304,7 @@ async fn create(
         Ok((host_port, available)) => {
             let host = placement.host;
             let port = engine.port();
-            Ok(ServiceStatus {
+            let status = ServiceStatus {
                 url: engine.url(&host, port, &credentials),
                 env: engine::env_vars(engine, &config.env_prefix, &host, port, &credentials),
                 host,
@@ -291,7 +321,8 @@ async fn create(
                     (Some(s), _) => s.heals,
                     (None, _) => 0,
                 },
-            })
+            };
+            Ok((id, status))
         }
         Err(e) => {
             if let Err(cleanup) = runtime.remove(&id, Duration::ZERO).await {
