@@ -383,3 +383,49 @@ async fn a_published_new_container_left_under_its_temporary_name_is_switched_to_
     assert!(aliases.contains("\"postgres\""), "{aliases}");
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn a_persistent_sandboxs_failed_rotation_restores_its_old_credentials_and_keeps_its_data() {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    // An image that is no sandboxd engine image (no sandbox-mode label):
+    // Docker refuses the new container, after the old one went (one data
+    // volume holds one server at a time).
+    config.images = Images::new(
+        &[common::test_images()],
+        &["postgres=sandboxd/debian-base:trixie".to_owned()],
+    )
+    .unwrap();
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("keep");
+    let mut req = request(&["postgres"], &[]);
+    req.persistent = true;
+    let first = client.provision(&id, &req, READY).await.unwrap();
+    write_data(&pg_url(&first)).await;
+
+    let mut req = request(&["postgres"], &[("postgres", "citext")]);
+    req.persistent = true;
+    let generation = client.apply(&id, &req).await.unwrap();
+    let status = failed_at(&client, &id, generation).await;
+    for part in ["sandbox-mode", "the rotation was rolled back"] {
+        assert!(status.message.contains(part), "{part}: {}", status.message);
+    }
+    let pg = &status.services["postgres"];
+    assert_eq!(
+        pg.password, first.services["postgres"].password,
+        "the old credentials"
+    );
+    let left = containers(&env, &id).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        left[0].2, pg.instance,
+        "the restored container is published"
+    );
+    assert_eq!(
+        read_data(&pg_url(&status)).await,
+        42,
+        "its data and credentials work"
+    );
+    controller.stop().await;
+}

@@ -83,6 +83,33 @@ pub enum ProvisionError {
     /// A rotation's new container is ready, but switching to it failed.
     #[error(transparent)]
     Switch(#[from] SwitchError),
+    /// A persistent sandbox's rotation failed after its old container was
+    /// removed (its volume holds one server at a time): the old
+    /// credentials and features were restored on the volume.
+    #[error("{0}; the rotation was rolled back: the old credentials and features were restored on the sandbox's volume, with its data")]
+    RotationRolledBack(#[source] Box<ProvisionError>),
+    /// A persistent sandbox's rotation failed, and so did restoring the
+    /// old credentials.
+    #[error("{failure}; restoring the old credentials failed too ({rollback}); the data is kept on the sandbox's volume and the next attempt rotates again")]
+    RollbackFailed {
+        /// Why the rotation failed.
+        failure: Box<ProvisionError>,
+        /// Why the restore failed.
+        rollback: Box<ProvisionError>,
+    },
+}
+
+impl ProvisionError {
+    /// Whether the failure came before anything was removed or created
+    /// (the image, or an unknown engine).
+    fn changed_nothing(&self) -> bool {
+        matches!(
+            self,
+            ProvisionError::Image(_)
+                | ProvisionError::ImageLacksFeatures { .. }
+                | ProvisionError::UnknownEngine(_)
+        )
+    }
 }
 
 /// A fresh credential-set token (see [`crate::domain::labels::INSTANCE`]).
@@ -178,6 +205,13 @@ pub(crate) async fn provision(
                 .map_err(ProvisionError::from)
         }
         (Err(e), Some(_)) => Err(ProvisionError::RotationAbandoned(Box::new(e))),
+        (Err(e), None)
+            if p.reason == ProvisionReason::Rotate
+                && desired.persistent
+                && !e.changed_nothing() =>
+        {
+            Err(roll_back(ctx, desired, engine, p, e, commit).await)
+        }
         (Err(e), None) => Err(e),
     };
     ctx.metrics
@@ -196,6 +230,50 @@ pub(crate) async fn provision(
         Err(e) => tracing::warn!(error = %e, "provisioning failed"),
     }
     result
+}
+
+/// A persistent sandbox's rotation failed after its old container was
+/// removed: re-creates what was published before (credentials, features,
+/// host port) on the sandbox's volume, so its data and credentials work
+/// again, and publishes it. Returns the error to report.
+async fn roll_back(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    engine: &'static dyn Engine,
+    p: &Provision,
+    failure: ProvisionError,
+    commit: &Commit,
+) -> ProvisionError {
+    let Some(old) = commit.standing(p.engine).await else {
+        return failure;
+    };
+    tracing::warn!(error = %failure, "rotation failed; restoring the old credentials");
+    let restore = Provision {
+        engine: p.engine,
+        features: old.available_extensions.iter().cloned().collect(),
+        host_port: Some(old.host_port),
+        reuse: Some(old),
+        replace: Vec::new(),
+        retire: None,
+        reason: ProvisionReason::Rotate,
+    };
+    let restored = match create(ctx, desired, engine, &restore).await {
+        Ok((_, restored)) => restored,
+        Err(e) => {
+            return ProvisionError::RollbackFailed {
+                failure: Box::new(failure),
+                rollback: Box::new(e),
+            }
+        }
+    };
+    let note = "the rotation failed; the old credentials were restored";
+    match commit.publish(ctx, p.engine, &restored, note).await {
+        Ok(()) => ProvisionError::RotationRolledBack(Box::new(failure)),
+        Err(e) => ProvisionError::RollbackFailed {
+            failure: Box::new(failure),
+            rollback: Box::new(e.into()),
+        },
+    }
 }
 
 /// Why a container needs healing: it is gone (`removed`), the kernel

@@ -20,6 +20,11 @@
 //! container published: the next reconcile plans
 //! [`Action::Promote`](crate::domain::plan::Action::Promote) and finishes
 //! steps 2 to 5.
+//!
+//! A persistent sandbox's data volume holds one server at a time, so there
+//! the old container goes first; if the new one fails, the old credentials
+//! and features are re-created on the volume and published the same way
+//! ([`Commit::publish`]), so its data and credentials work again.
 
 use super::network;
 use super::Context;
@@ -81,18 +86,26 @@ impl Commit {
         }
     }
 
-    /// Publishes `service` as `engine`'s: the commit point of its rotation.
-    async fn publish(
+    /// What was published for `engine` before this reconcile changed it.
+    pub(crate) async fn standing(&self, engine: EngineName) -> Option<ServiceStatus> {
+        let row = self.row.lock().await;
+        row.as_ref()?.services.get(engine.as_str()).cloned()
+    }
+
+    /// Publishes `service` as `engine`'s (`note` says why): the commit
+    /// point of its rotation.
+    pub(crate) async fn publish(
         &self,
         ctx: &Context,
         engine: EngineName,
         service: &ServiceStatus,
+        note: &str,
     ) -> Result<(), SwitchError> {
         let mut row = self.row.lock().await;
         let Some(current) = row.as_ref() else {
             return Err(SwitchError::NotWanted { engine });
         };
-        let next = status::switching(current.clone(), engine, service.clone());
+        let next = status::switching(current.clone(), engine, service.clone(), note);
         ctx.store
             .write_status(&self.id, &next)
             .await
@@ -135,7 +148,8 @@ pub(crate) async fn switch(
     old: &ContainerId,
     service: ServiceStatus,
 ) -> Result<ServiceStatus, SwitchError> {
-    if let Err(e) = commit.publish(ctx, engine, &service).await {
+    let note = "the new container is ready; switching to it";
+    if let Err(e) = commit.publish(ctx, engine, &service, note).await {
         if matches!(e, SwitchError::NotWanted { .. }) {
             if let Err(cleanup) = ctx.runtime.remove(new, std::time::Duration::ZERO).await {
                 tracing::warn!(error = %cleanup, "could not remove the unpublished new container; the next reconcile will");

@@ -1071,6 +1071,66 @@ async fn a_persistent_sandbox_rotates_on_its_volume_after_removing_the_old_conta
     assert_eq!(after.host_port, before.host_port, "it kept the host port");
 }
 
+#[tokio::test]
+async fn a_persistent_sandboxs_failed_rotation_restores_the_old_credentials_on_its_volume() {
+    let h = Harness::new();
+    let ctx = h.context();
+    let mut r = row("a");
+    r.persistent = true;
+    h.store.put_desired(r);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (old, before) = h.published(&id("a"));
+    let volume = fake(&h, &old).spec.volume.expect("a data volume");
+
+    // The new container fails once it exists (after the old one went).
+    h.runtime
+        .faults
+        .set(RuntimeOp::PublishedPort, Fault::Fail(1));
+    let mut r2 = with_alpha("a");
+    r2.persistent = true;
+    h.store.put_desired(r2);
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    assert!(
+        err.to_string().contains("the rotation was rolled back"),
+        "{err}"
+    );
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    assert!(
+        status
+            .message
+            .ends_with("restored on the sandbox's volume, with its data"),
+        "{}",
+        status.message
+    );
+    let containers = h.containers(&id("a"));
+    let [(restored, instance)] = containers.as_slice() else {
+        panic!("one container: {containers:?}");
+    };
+    let published = &status.services[ENGINE.as_str()];
+    assert_eq!(
+        &published.instance, instance,
+        "the restored container is published"
+    );
+    assert_eq!(
+        published.password, before.password,
+        "with the old credentials"
+    );
+    assert_eq!(
+        published.host_port, before.host_port,
+        "on the old host port"
+    );
+    let c = fake(&h, restored);
+    assert_eq!(c.spec.volume, Some(volume), "on the same data");
+    assert!(c.labels.features.is_empty(), "with the old features");
+
+    // A later attempt rotates from the restored container.
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (_, after) = h.published(&id("a"));
+    assert_ne!(after.password, before.password);
+    assert_eq!(after.available_extensions, ["alpha"]);
+}
+
 // ---------------------------------------------------------------------------
 // Deletion safety: an empty or restored state database reaps nothing at once
 // ---------------------------------------------------------------------------

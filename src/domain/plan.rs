@@ -110,8 +110,9 @@ pub struct Provision {
     /// A rotation's running, published container: it keeps serving while
     /// the new one is built next to it, and is removed only once the new
     /// one is ready and published; if the new one fails it stays as it is.
-    /// `None` for a persistent sandbox (its data volume holds one server at
-    /// a time, so the old container is in `replace`).
+    /// `None` for a persistent sandbox: its data volume holds one server at
+    /// a time, so the old container is in `replace` (if the new one fails,
+    /// the controller restores the old credentials on the volume).
     pub retire: Option<ContainerId>,
     /// Why.
     pub reason: ProvisionReason,

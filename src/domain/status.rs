@@ -176,16 +176,19 @@ pub fn while_provisioning(
 /// The status published once a rotation's new container for `engine` is
 /// ready and verified, while the old one still runs: `update` (the status
 /// written while provisioning, or the last such switch) with the new
-/// container's credentials. This write is the rotation's commit point:
-/// from it on the new container is the live one, and a restarted
-/// controller finishes the switch instead of building again.
+/// container's credentials, and `note` (what happened) after `engine` in
+/// the message. This write is the rotation's commit point: from it on the
+/// new container is the live one, and a restarted controller finishes the
+/// switch instead of building again. (A persistent sandbox's failed
+/// rotation publishes its restored old credentials the same way.)
 pub fn switching(
     mut update: StatusUpdate,
     engine: EngineName,
     service: ServiceStatus,
+    note: &str,
 ) -> StatusUpdate {
     update.services.insert(engine.as_str().to_owned(), service);
-    let note = format!("{engine}: the new container is ready; switching to it");
+    let note = format!("{engine}: {note}");
     update.message = [update.message, note]
         .into_iter()
         .filter(|m| !m.is_empty())

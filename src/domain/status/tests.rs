@@ -404,7 +404,12 @@ fn switching_publishes_the_new_container_and_keeps_the_rest_of_the_status() {
     let prev = published(2, &[("postgres", "p1"), ("redis", "r1")]);
     let update =
         while_provisioning(&p, Some(&d), Some(&prev), &BTreeMap::new()).expect("an update");
-    let switched = switching(update.clone(), engine("postgres"), service("p2"));
+    let switched = switching(
+        update.clone(),
+        engine("postgres"),
+        service("p2"),
+        "the new container is ready; switching to it",
+    );
     assert_eq!(
         switched.phase,
         Phase::Provisioning,
