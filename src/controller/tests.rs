@@ -890,6 +890,28 @@ async fn a_rotation_switches_to_the_new_container_under_the_engines_name_and_ali
     assert_eq!(h.published(&id("a")).1, after);
 }
 
+#[tokio::test]
+async fn in_the_shared_network_layout_a_rotation_hands_over_the_container_name_clients_use() {
+    let mut h = Harness::new();
+    h.config.network = crate::config::NetworkLayout::Shared {
+        name: "shared".into(),
+    };
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (old, before) = h.published(&id("a"));
+    assert_eq!(before.host, fake(&h, &old).name, "clients use the name");
+
+    h.store.put_desired(with_alpha("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (new, after) = h.published(&id("a"));
+    assert_ne!(new, old);
+    assert_eq!(after.host, before.host);
+    let c = fake(&h, &new);
+    assert_eq!(c.name, before.host, "the new container took the name");
+    assert!(c.spec.aliases.is_empty());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_new_container_that_never_becomes_ready_leaves_the_old_one_serving() {
     let h = Harness::new();
