@@ -36,6 +36,8 @@ pub enum DockerCall {
     Inspect,
     /// Container stop and remove.
     Remove,
+    /// Container rename.
+    Rename,
     /// Container logs.
     Logs,
     /// Exec in a container.
@@ -55,6 +57,7 @@ impl DockerCall {
             DockerCall::Create => "create",
             DockerCall::Inspect => "inspect",
             DockerCall::Remove => "remove",
+            DockerCall::Rename => "rename",
             DockerCall::Logs => "logs",
             DockerCall::Exec => "exec",
             DockerCall::Volume => "volume",

@@ -156,6 +156,21 @@ impl Runtime for BoundedRuntime {
         runtime_call("create", &spec.name, self.deadlines.call, call).await
     }
 
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        let call = self.inner.rename(id, name);
+        runtime_call("rename", id.as_str(), self.deadlines.call, call).await
+    }
+
+    async fn rejoin(
+        &self,
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        let call = self.inner.rejoin(network, id, aliases);
+        runtime_call("rejoin network", id.as_str(), self.deadlines.call, call).await
+    }
+
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
         let call = self.inner.published_port(id);
         runtime_call("inspect", id.as_str(), self.deadlines.call, call).await

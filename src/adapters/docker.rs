@@ -27,7 +27,7 @@ use bollard::query_parameters::{
     EventsOptionsBuilder, InspectContainerOptions, InspectNetworkOptions,
     ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListVolumesOptionsBuilder,
     LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptions,
-    StopContainerOptionsBuilder,
+    RenameContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use bollard::Docker;
 use chrono::{TimeZone, Utc};
@@ -729,6 +729,44 @@ impl Runtime for DockerRuntime {
             return Err(e);
         }
         Ok(ContainerId::new(created.id))
+    }
+
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Rename);
+        let options = RenameContainerOptionsBuilder::default().name(name).build();
+        self.docker
+            .rename_container(id.as_str(), options)
+            .await
+            .map_err(api("rename", name))
+    }
+
+    async fn rejoin(
+        &self,
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        let disconnect = NetworkDisconnectRequest {
+            container: id.as_str().to_owned(),
+            force: Some(true),
+        };
+        match self.docker.disconnect_network(network, disconnect).await {
+            Ok(()) => {}
+            Err(e) if e.to_string().contains("is not connected") => {}
+            Err(e) => return Err(api("disconnect from network", id.as_str())(e)),
+        }
+        let connect = NetworkConnectRequest {
+            container: id.as_str().to_owned(),
+            endpoint_config: Some(EndpointSettings {
+                aliases: Some(aliases.to_vec()),
+                ..Default::default()
+            }),
+        };
+        self.docker
+            .connect_network(network, connect)
+            .await
+            .map_err(api("connect to network", id.as_str()))
     }
 
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {

@@ -185,6 +185,21 @@ impl Runtime for FencedRuntime {
         self.inner.create_and_start(spec).await
     }
 
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        self.admit("rename", id.as_str())?;
+        self.inner.rename(id, name).await
+    }
+
+    async fn rejoin(
+        &self,
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        self.admit("network rejoin", id.as_str())?;
+        self.inner.rejoin(network, id, aliases).await
+    }
+
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
         self.inner.published_port(id).await
     }

@@ -13,12 +13,14 @@ mod probes;
 pub mod provision;
 mod reconcile;
 mod relist;
+mod rotation;
 pub mod volume;
 
 pub use self::fence::{Fence, Fenced};
 pub use self::image::ImageError;
 pub use self::leader::default_holder;
 pub use self::provision::ProvisionError;
+pub use self::rotation::SwitchError;
 
 use self::breaker::ReapBreaker;
 use self::crash_loops::CrashLoops;

@@ -3,12 +3,14 @@
 
 use super::image::{self, ImageError};
 use super::network::{self, Placement};
+use super::rotation::{self, Commit, SwitchError};
 use super::volume;
 use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
 use crate::domain::container::ExecOutput;
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::labels::ContainerLabels;
+use crate::domain::network::candidate_name;
 use crate::domain::plan::{HealCause, Provision, ProvisionReason};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
@@ -74,6 +76,40 @@ pub enum ProvisionError {
         /// What its label lists.
         ships: String,
     },
+    /// A rotation's new container could not be had or did not become
+    /// ready: it was removed, and the running container was not touched.
+    #[error("{0}; the rotation was abandoned: the running container keeps serving the published credentials and its data")]
+    RotationAbandoned(#[source] Box<ProvisionError>),
+    /// A rotation's new container is ready, but switching to it failed.
+    #[error(transparent)]
+    Switch(#[from] SwitchError),
+    /// A persistent sandbox's rotation failed after its old container was
+    /// removed (its volume holds one server at a time): the old
+    /// credentials and features were restored on the volume.
+    #[error("{0}; the rotation was rolled back: the old credentials and features were restored on the sandbox's volume, with its data")]
+    RotationRolledBack(#[source] Box<ProvisionError>),
+    /// A persistent sandbox's rotation failed, and so did restoring the
+    /// old credentials.
+    #[error("{failure}; restoring the old credentials failed too ({rollback}); the data is kept on the sandbox's volume and the next attempt rotates again")]
+    RollbackFailed {
+        /// Why the rotation failed.
+        failure: Box<ProvisionError>,
+        /// Why the restore failed.
+        rollback: Box<ProvisionError>,
+    },
+}
+
+impl ProvisionError {
+    /// Whether the failure came before anything was removed or created
+    /// (the image, or an unknown engine).
+    fn changed_nothing(&self) -> bool {
+        matches!(
+            self,
+            ProvisionError::Image(_)
+                | ProvisionError::ImageLacksFeatures { .. }
+                | ProvisionError::UnknownEngine(_)
+        )
+    }
 }
 
 /// A fresh credential-set token (see [`crate::domain::labels::INSTANCE`]).
@@ -133,7 +169,9 @@ pub fn container_spec(
 
 /// Provisions one engine as planned and records what happened. `new_request`
 /// is true when it answers a desired-row change not yet observed; `cause`
-/// says why a heal is needed (see [`heal_cause`]).
+/// says why a heal is needed (see [`heal_cause`]). A rotation that keeps
+/// the running container until the new one is ready publishes the new one
+/// through `commit`, then switches to it ([`rotation`]).
 #[tracing::instrument(name = "provision", skip_all, fields(engine = %p.engine, reason = p.reason.as_str()))]
 pub(crate) async fn provision(
     ctx: &Context,
@@ -141,6 +179,7 @@ pub(crate) async fn provision(
     p: &Provision,
     new_request: bool,
     cause: Option<HealCause>,
+    commit: &Commit,
 ) -> Result<ServiceStatus, ProvisionError> {
     let engine = ctx
         .engines
@@ -158,7 +197,23 @@ pub(crate) async fn provision(
     }
     let started = Instant::now();
     tracing::info!("provisioning");
-    let result = create(ctx, desired, engine, p).await;
+    let result = match (create(ctx, desired, engine, p).await, &p.retire) {
+        (Ok((_, status)), None) => Ok(status),
+        (Ok((new, status)), Some(old)) => {
+            rotation::switch(ctx, commit, p.engine, &new, old, status)
+                .await
+                .map_err(ProvisionError::from)
+        }
+        (Err(e), Some(_)) => Err(ProvisionError::RotationAbandoned(Box::new(e))),
+        (Err(e), None)
+            if p.reason == ProvisionReason::Rotate
+                && desired.persistent
+                && !e.changed_nothing() =>
+        {
+            Err(roll_back(ctx, desired, engine, p, e, commit).await)
+        }
+        (Err(e), None) => Err(e),
+    };
     ctx.metrics
         .provision_finished(p.engine, p.reason, result.is_ok(), started.elapsed());
     match &result {
@@ -177,6 +232,50 @@ pub(crate) async fn provision(
     result
 }
 
+/// A persistent sandbox's rotation failed after its old container was
+/// removed: re-creates what was published before (credentials, features,
+/// host port) on the sandbox's volume, so its data and credentials work
+/// again, and publishes it. Returns the error to report.
+async fn roll_back(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    engine: &'static dyn Engine,
+    p: &Provision,
+    failure: ProvisionError,
+    commit: &Commit,
+) -> ProvisionError {
+    let Some(old) = commit.standing(p.engine).await else {
+        return failure;
+    };
+    tracing::warn!(error = %failure, "rotation failed; restoring the old credentials");
+    let restore = Provision {
+        engine: p.engine,
+        features: old.available_extensions.iter().cloned().collect(),
+        host_port: Some(old.host_port),
+        reuse: Some(old),
+        replace: Vec::new(),
+        retire: None,
+        reason: ProvisionReason::Rotate,
+    };
+    let restored = match create(ctx, desired, engine, &restore).await {
+        Ok((_, restored)) => restored,
+        Err(e) => {
+            return ProvisionError::RollbackFailed {
+                failure: Box::new(failure),
+                rollback: Box::new(e),
+            }
+        }
+    };
+    let note = "the rotation failed; the old credentials were restored";
+    match commit.publish(ctx, p.engine, &restored, note).await {
+        Ok(()) => ProvisionError::RotationRolledBack(Box::new(failure)),
+        Err(e) => ProvisionError::RollbackFailed {
+            failure: Box::new(failure),
+            rollback: Box::new(e.into()),
+        },
+    }
+}
+
 /// Why a container needs healing: it is gone (`removed`), the kernel
 /// killed it for memory (`oom`), or it stopped otherwise (`exited`).
 pub(crate) async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) -> HealCause {
@@ -190,13 +289,17 @@ pub(crate) async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) 
 }
 
 /// Creates the container and brings it up; on failure the new container is
-/// removed, so nothing leaks.
+/// removed, so nothing leaks. A rotation's new container (`p.retire` is
+/// set) is built next to the running one: under a temporary name, without
+/// the engine's network alias and on a host port of its own, so that
+/// clients keep reaching the old one. Returns the container and its
+/// status (published under the engine's name and alias).
 async fn create(
     ctx: &Context,
     desired: &DesiredSandbox,
     engine: &'static dyn Engine,
     p: &Provision,
-) -> Result<ServiceStatus, ProvisionError> {
+) -> Result<(ContainerId, ServiceStatus), ProvisionError> {
     let config = &ctx.config;
     let runtime = ctx.runtime.as_ref();
     let image = config.images.image_for(engine, !p.features.is_empty());
@@ -234,7 +337,12 @@ async fn create(
     }
 
     let placement = network::placement(config, &desired.id, p.engine);
-    let name = placement.container.clone();
+    let mut build = placement.clone();
+    if p.retire.is_some() {
+        build.container = candidate_name(&placement.container, &instance);
+        build.aliases = Vec::new();
+    }
+    let name = build.container.clone();
     let labels = ContainerLabels {
         deployment: config.deployment.clone(),
         sandbox: desired.id.clone(),
@@ -250,7 +358,7 @@ async fn create(
     let mut spec = container_spec(
         config,
         engine,
-        &placement,
+        &build,
         &image,
         &credentials,
         &p.features,
@@ -278,7 +386,7 @@ async fn create(
         Ok((host_port, available)) => {
             let host = placement.host;
             let port = engine.port();
-            Ok(ServiceStatus {
+            let status = ServiceStatus {
                 url: engine.url(&host, port, &credentials),
                 env: engine::env_vars(engine, &config.env_prefix, &host, port, &credentials),
                 host,
@@ -295,7 +403,8 @@ async fn create(
                     (Some(s), _) => s.heals,
                     (None, _) => 0,
                 },
-            })
+            };
+            Ok((id, status))
         }
         Err(e) => {
             if let Err(cleanup) = runtime.remove(&id, Duration::ZERO).await {

@@ -4,6 +4,7 @@
 //! [`status`](crate::domain::status)); this module only does what they say.
 
 use super::breaker::Held;
+use super::rotation::{self, Commit};
 use super::Context;
 use super::{network, provision, volume};
 use crate::domain::crash_loop::{self, HealGate};
@@ -90,11 +91,11 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         .as_ref()
         .filter(|d| plan.wanted == Wanted::Yes && d.invalid.is_none());
     let network_name = Some(network::sandbox_network(ctx, id));
-    if let Some(mut update) =
-        status::while_provisioning(&plan, desired.as_ref(), previous.as_ref(), &causes)
-    {
+    let mut update =
+        status::while_provisioning(&plan, desired.as_ref(), previous.as_ref(), &causes);
+    if let Some(update) = &mut update {
         update.network.clone_from(&network_name);
-        ctx.store.write_status(id, &update, ctx.term()?).await?;
+        ctx.store.write_status(id, update, ctx.term()?).await?;
     }
     if converging.is_some() {
         network::ensure(ctx, id).await?;
@@ -102,10 +103,17 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     let new_request = desired
         .as_ref()
         .is_some_and(|d| status::is_new_request(d, previous.as_ref()));
-    let provisioned = match &desired {
-        Some(d) => provision_all(ctx, d, &plan, new_request, &causes).await,
+    // Rotations publish their new containers through `commit` before the
+    // old ones go; the decision below builds on what it wrote last.
+    let commit = Commit::new(id.clone(), update);
+    let mut provisioned = match converging {
+        Some(_) => promote_all(ctx, id, &plan).await,
         None => Vec::new(),
     };
+    if let Some(d) = &desired {
+        provisioned.extend(provision_all(ctx, d, &plan, new_request, &causes, &commit).await);
+    }
+    let previous = commit.published(previous).await;
     let attach = match converging {
         Some(d) => network::sync_attached(ctx, d).await?,
         None => Vec::new(),
@@ -258,11 +266,27 @@ async fn provision_all(
     plan: &Plan,
     new_request: bool,
     causes: &BTreeMap<EngineName, HealCause>,
+    commit: &Commit,
 ) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
     join_all(plan.provisions().map(|p| async move {
         let cause = causes.get(&p.engine).copied();
-        let result = provision::provision(ctx, desired, p, new_request, cause).await;
+        let result = provision::provision(ctx, desired, p, new_request, cause, commit).await;
         (p.engine, result.map_err(|e| e.to_string()))
+    }))
+    .await
+}
+
+/// Finishes the switches to rotations' new containers that were published
+/// before the controller stopped (the old containers went as duplicates).
+async fn promote_all(
+    ctx: &Context,
+    id: &SandboxId,
+    plan: &Plan,
+) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
+    join_all(plan.promotions().map(|(engine, container, status)| async move {
+        tracing::info!(%engine, %container, "finishing the switch to a rotation's published new container");
+        let result = rotation::promote(ctx, id, engine, container, None, status.clone()).await;
+        (engine, result.map_err(|e| e.to_string()))
     }))
     .await
 }

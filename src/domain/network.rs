@@ -16,6 +16,14 @@ pub fn container_name(deployment: &Deployment, sandbox: &SandboxId, engine: Engi
     format!("sandboxd.{deployment}.{sandbox}.{engine}")
 }
 
+/// The temporary name of a rotation's new container, built next to the
+/// running one (whose name and network alias it takes once it is ready):
+/// the engine's container name and `.next-` and the new container's
+/// instance token, lower-cased (a DNS name).
+pub fn candidate_name(canonical: &str, instance: &str) -> String {
+    format!("{canonical}.next-{}", instance.to_ascii_lowercase())
+}
+
 /// The network of one sandbox (in the per-sandbox network layout).
 pub fn network_name(deployment: &Deployment, sandbox: &SandboxId) -> String {
     format!("sandboxd.{deployment}.{sandbox}")
@@ -215,6 +223,16 @@ mod tests {
         assert_ne!(network_name(&a, &bc), network_name(&ab, &c));
         assert_eq!(container_name(&a, &bc, pg), "sandboxd.a.b-c.postgres");
         assert_eq!(network_name(&ab, &c), "sandboxd.a-b.c");
+    }
+
+    #[test]
+    fn a_rotation_candidate_is_named_after_its_engine_container_and_its_token() {
+        let name = candidate_name("sandboxd.a.b-c.postgres", "AbC123");
+        assert_eq!(name, "sandboxd.a.b-c.postgres.next-abc123");
+        assert!(
+            name.starts_with("sandboxd.a.b-c."),
+            "an attach sync keeps it"
+        );
     }
 
     #[test]

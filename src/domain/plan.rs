@@ -3,6 +3,7 @@
 
 use super::container::{ContainerState, ObservedContainer};
 use super::id::{ContainerId, EngineName};
+use super::network::container_name;
 use super::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,7 +16,9 @@ pub enum ProvisionReason {
     Create,
     /// The container died or vanished: same credentials and endpoint.
     Heal,
-    /// The requested features grew: the union, fresh credentials.
+    /// The requested features grew: the union, fresh credentials. The
+    /// running container keeps serving until the new one is ready
+    /// ([`Provision::retire`]).
     Rotate,
     /// A running container whose credentials were never published
     /// (the controller stopped mid-provision): replaced with fresh ones.
@@ -104,6 +107,13 @@ pub struct Provision {
     pub host_port: Option<u16>,
     /// Containers of this engine to remove first.
     pub replace: Vec<ContainerId>,
+    /// A rotation's running, published container: it keeps serving while
+    /// the new one is built next to it, and is removed only once the new
+    /// one is ready and published; if the new one fails it stays as it is.
+    /// `None` for a persistent sandbox: its data volume holds one server at
+    /// a time, so the old container is in `replace` (if the new one fails,
+    /// the controller restores the old credentials on the volume).
+    pub retire: Option<ContainerId>,
     /// Why.
     pub reason: ProvisionReason,
 }
@@ -131,6 +141,17 @@ pub enum Action {
     },
     /// Create the engine's container, removing `replace` first.
     Provision(Provision),
+    /// The published container is a rotation's new one still under its
+    /// temporary name (the controller stopped while switching to it): give
+    /// it the engine's container name and network alias, then publish it.
+    Promote {
+        /// The engine.
+        engine: EngineName,
+        /// The container.
+        container: ContainerId,
+        /// Its published status.
+        status: ServiceStatus,
+    },
     /// Remove a container now.
     Teardown(Teardown),
     /// A container to reap that is still inside the grace window.
@@ -166,6 +187,18 @@ impl Plan {
     pub fn kept(&self) -> impl Iterator<Item = (EngineName, &ServiceStatus)> {
         self.actions.iter().filter_map(|a| match a {
             Action::Keep { engine, status } => Some((*engine, status)),
+            _ => None,
+        })
+    }
+
+    /// The published containers to switch to (see [`Action::Promote`]).
+    pub fn promotions(&self) -> impl Iterator<Item = (EngineName, &ContainerId, &ServiceStatus)> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::Promote {
+                engine,
+                container,
+                status,
+            } => Some((*engine, container, status)),
             _ => None,
         })
     }
@@ -440,6 +473,7 @@ pub fn plan(
             &wanted_features,
             &containers,
             published,
+            desired.persistent,
         ));
     }
     Plan {
@@ -455,6 +489,7 @@ fn plan_engine(
     wanted: &BTreeSet<String>,
     containers: &[&ObservedContainer],
     published: Option<&ServiceStatus>,
+    persistent: bool,
 ) -> Vec<Action> {
     let all_ids = |except: Option<&ContainerId>| -> Vec<ContainerId> {
         containers
@@ -471,17 +506,34 @@ fn plan_engine(
         published.is_some_and(|p| !p.instance.is_empty() && p.instance == c.labels.instance)
     };
 
+    let canonical = |c: &ObservedContainer| {
+        c.name == container_name(&c.labels.deployment, &c.labels.sandbox, engine)
+    };
+
     // A running container whose credentials we published and that has every
-    // wanted feature: keep it, remove any others.
+    // wanted feature: keep it (one under the engine's name first), remove
+    // any others. The published container is the live one: a rotation's
+    // new container still under its temporary name was published while
+    // the old one still ran, so it takes over.
+    let serves = |c: &ObservedContainer| is_published(c) && wanted.is_subset(&c.labels.features);
     if let (Some(good), Some(status)) = (
         running
             .iter()
-            .find(|c| is_published(c) && wanted.is_subset(&c.labels.features)),
+            .find(|c| serves(c) && canonical(c))
+            .or_else(|| running.iter().find(|c| serves(c))),
         published,
     ) {
-        let mut actions = vec![Action::Keep {
-            engine,
-            status: status.clone(),
+        let mut actions = vec![if canonical(good) {
+            Action::Keep {
+                engine,
+                status: status.clone(),
+            }
+        } else {
+            Action::Promote {
+                engine,
+                container: good.id.clone(),
+                status: status.clone(),
+            }
         }];
         actions.extend(all_ids(Some(&good.id)).into_iter().map(|id| {
             Action::Teardown(Teardown {
@@ -493,15 +545,35 @@ fn plan_engine(
         return actions;
     }
 
-    // A running published container that lacks a wanted feature: rotate.
+    // A running published container that lacks a wanted feature: rotate,
+    // building the new container before the old one goes (any other
+    // container of the engine, such as an earlier attempt's, goes first).
+    // A persistent sandbox's volume holds one server: there the old
+    // container goes first and the new one tries to keep its host port.
     if let Some(old) = running.iter().find(|c| is_published(c)) {
-        return vec![Action::Provision(Provision {
-            engine,
-            features: wanted.union(&old.labels.features).cloned().collect(),
-            reuse: None,
-            host_port: old.host_port.or(published.map(|p| p.host_port)),
-            replace: all_ids(None),
-            reason: ProvisionReason::Rotate,
+        let features = wanted.union(&old.labels.features).cloned().collect();
+        return vec![Action::Provision(if persistent {
+            Provision {
+                engine,
+                features,
+                reuse: None,
+                host_port: old.host_port.or(published.map(|p| p.host_port)),
+                replace: all_ids(None),
+                retire: None,
+                reason: ProvisionReason::Rotate,
+            }
+        } else {
+            Provision {
+                engine,
+                features,
+                reuse: None,
+                // The old container holds its port until the new one is
+                // ready: the new one gets its own.
+                host_port: None,
+                replace: all_ids(Some(&old.id)),
+                retire: Some(old.id.clone()),
+                reason: ProvisionReason::Rotate,
+            }
         })];
     }
 
@@ -517,6 +589,7 @@ fn plan_engine(
                 reuse: Some(p.clone()),
                 host_port: Some(p.host_port),
                 replace: all_ids(None),
+                retire: None,
                 reason: ProvisionReason::Heal,
             })];
         }
@@ -529,6 +602,7 @@ fn plan_engine(
                 reuse: None,
                 host_port: Some(p.host_port),
                 replace: all_ids(None),
+                retire: None,
                 reason: ProvisionReason::Rotate,
             })];
         }
@@ -547,6 +621,7 @@ fn plan_engine(
         reuse: None,
         host_port: published.map(|p| p.host_port),
         replace: all_ids(None),
+        retire: None,
         reason,
     })]
 }

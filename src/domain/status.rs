@@ -124,15 +124,18 @@ pub fn while_provisioning(
     let desired = wanted_row(plan, desired)?;
     let mut healing = Vec::new();
     let mut others = Vec::new();
+    let mut rotating = Vec::new();
     for p in plan.provisions() {
         if p.reason == ProvisionReason::Heal {
             let cause = causes.get(&p.engine).copied().unwrap_or(HealCause::Exited);
             healing.push(format!("{} ({})", p.engine, heal_message(cause)));
+        } else if p.retire.is_some() {
+            rotating.push(p.engine.as_str().to_owned());
         } else {
             others.push(p.engine.as_str().to_owned());
         }
     }
-    let (phase, mut message) = match (healing.is_empty(), others.is_empty()) {
+    let (phase, message) = match (healing.is_empty(), others.is_empty() && rotating.is_empty()) {
         (true, true) => return None,
         (true, false) => (Phase::Provisioning, String::new()),
         (false, _) => (
@@ -148,13 +151,19 @@ pub fn while_provisioning(
             ),
         ),
     };
-    if !others.is_empty() {
-        message = [message, format!("provisioning {}", others.join(", "))]
-            .into_iter()
-            .filter(|m| !m.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
-    }
+    let others = (!others.is_empty()).then(|| format!("provisioning {}", others.join(", ")));
+    let rotating = (!rotating.is_empty()).then(|| {
+        format!(
+            "rotating {}: a new container is built next to the running one, which serves the published credentials until the new one is ready",
+            rotating.join(", ")
+        )
+    });
+    let message = [Some(message), others, rotating]
+        .into_iter()
+        .flatten()
+        .filter(|m| !m.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
     Some(StatusUpdate {
         phase,
         observed_generation: observed_generation(previous),
@@ -162,6 +171,30 @@ pub fn while_provisioning(
         services: standing_services(plan, desired, previous),
         network: None,
     })
+}
+
+/// The status published once a rotation's new container for `engine` is
+/// ready and verified, while the old one still runs: `update` (the status
+/// written while provisioning, or the last such switch) with the new
+/// container's credentials, and `note` (what happened) after `engine` in
+/// the message. This write is the rotation's commit point: from it on the
+/// new container is the live one, and a restarted controller finishes the
+/// switch instead of building again. (A persistent sandbox's failed
+/// rotation publishes its restored old credentials the same way.)
+pub fn switching(
+    mut update: StatusUpdate,
+    engine: EngineName,
+    service: ServiceStatus,
+    note: &str,
+) -> StatusUpdate {
+    update.services.insert(engine.as_str().to_owned(), service);
+    let note = format!("{engine}: {note}");
+    update.message = [update.message, note]
+        .into_iter()
+        .filter(|m| !m.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    update
 }
 
 /// Why an engine is being healed, for the status message.

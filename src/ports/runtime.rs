@@ -300,6 +300,20 @@ pub trait Runtime: Send + Sync + 'static {
     /// if it is missing (refusing one another deployment created), then
     /// creates and starts the container and writes `spec.stdin` to it.
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError>;
+    /// Renames the sandboxd container `id` to `name`; fails if another
+    /// container is called `name`.
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError>;
+    /// Makes the sandboxd container `id`, already on `network`, answer to
+    /// `aliases` there. Docker cannot change an endpoint's aliases, so the
+    /// container is disconnected and connected again: its published port
+    /// is bound anew (to another host port unless the container asked for
+    /// a fixed one).
+    async fn rejoin(
+        &self,
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError>;
     /// The host port published for the container's engine port.
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError>;
     /// How the container's last run is doing; `None` if it no longer exists.

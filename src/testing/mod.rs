@@ -9,7 +9,7 @@ mod runtime;
 mod store;
 
 pub(crate) use self::engine::{FakeEngine, FAKE_ENGINES};
-pub(crate) use self::runtime::{FakeRuntime, RuntimeOp};
+pub(crate) use self::runtime::{FakeContainer, FakeRuntime, RuntimeOp};
 pub(crate) use self::store::{FakeStore, StoreOp};
 
 /// What an injected fault does to a call.

@@ -26,6 +26,7 @@ pub(crate) enum RuntimeOp {
     ImageLabels,
     Pull,
     Create,
+    Rename,
     PublishedPort,
     Inspect,
     Remove,
@@ -426,6 +427,52 @@ impl Runtime for FakeRuntime {
         emit(&mut w, &id, ContainerAction::Create, Some(sandbox.clone()));
         emit(&mut w, &id, ContainerAction::Start, Some(sandbox));
         Ok(id)
+    }
+
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Rename)
+            .await
+            .map_err(|e| injected("rename", e))?;
+        let mut w = self.world.lock().unwrap();
+        if w.containers
+            .iter()
+            .any(|(other, c)| other != id && c.name == name)
+        {
+            return Err(injected("rename", format!("the name {name} is in use")));
+        }
+        let c = w
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| injected("rename", format!("no container {id}")))?;
+        c.name = name.to_owned();
+        c.spec.name = name.to_owned();
+        Ok(())
+    }
+
+    /// Like Docker: the port is bound anew, to another host port unless
+    /// the container asked for a fixed one.
+    async fn rejoin(
+        &self,
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Network)
+            .await
+            .map_err(|e| injected("rejoin", e))?;
+        let mut w = self.world.lock().unwrap();
+        w.next += 1;
+        let port = 40_000 + w.next as u16;
+        let c = w
+            .containers
+            .get_mut(id)
+            .filter(|c| c.spec.network == network)
+            .ok_or_else(|| injected("rejoin", format!("no container {id} on {network}")))?;
+        c.spec.aliases = aliases.to_vec();
+        c.host_port = c.spec.host_port.unwrap_or(port);
+        Ok(())
     }
 
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {

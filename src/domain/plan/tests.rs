@@ -4,6 +4,7 @@
 use super::*;
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::labels::ContainerLabels;
+use crate::domain::network::candidate_name;
 use crate::domain::sandbox::Phase;
 use crate::domain::secret::Secret;
 use chrono::TimeZone;
@@ -105,7 +106,19 @@ fn expiring(mut d: DesiredSandbox, at: DateTime<Utc>) -> DesiredSandbox {
     d
 }
 
-/// A container of `engine` created `age` seconds before `now()`.
+fn persistent(mut d: DesiredSandbox) -> DesiredSandbox {
+    d.persistent = true;
+    d
+}
+
+/// The name sandboxd gives the container of `engine`
+/// ([`crate::domain::network::container_name`]).
+fn engine_container_name(engine: &str) -> String {
+    format!("sandboxd.test.sb-1.{engine}")
+}
+
+/// A container of `engine` created `age` seconds before `now()`, under
+/// the engine's container name.
 fn container(
     id: &str,
     engine: &str,
@@ -116,7 +129,7 @@ fn container(
 ) -> ObservedContainer {
     ObservedContainer {
         id: ContainerId::new(id),
-        name: format!("sandboxd-test-sb-1-{engine}"),
+        name: engine_container_name(engine),
         labels: ContainerLabels {
             deployment: Deployment::parse("test").unwrap(),
             sandbox: SandboxId::parse("sb-1").unwrap(),
@@ -138,6 +151,12 @@ fn running(id: &str, engine: &str, features: &[&str], instance: &str) -> Observe
 
 fn exited(id: &str, engine: &str, features: &[&str], instance: &str) -> ObservedContainer {
     container(id, engine, ContainerState::Exited, features, instance, OLD)
+}
+
+/// A rotation's new container, still under its temporary name.
+fn candidate(mut c: ObservedContainer) -> ObservedContainer {
+    c.name = candidate_name(&c.name, &c.labels.instance);
+    c
 }
 
 /// The port a published status carries for `engine` (distinct from
@@ -207,15 +226,24 @@ fn summary(action: &Action) -> String {
             reuse,
             host_port,
             replace,
+            retire,
             reason,
         }) => format!(
-            "provision {engine} {} features={} reuse={} port={} replace={}",
+            "provision {engine} {} features={} reuse={} port={} replace={}{}",
             reason.as_str(),
             list(features),
             reuse.as_ref().map_or("no", |s| s.instance.as_str()),
             host_port.map_or("-".to_owned(), |p| p.to_string()),
             list(replace.iter().map(ContainerId::as_str)),
+            retire
+                .as_ref()
+                .map_or(String::new(), |c| format!(" then retire={c}")),
         ),
+        Action::Promote {
+            engine,
+            container,
+            status,
+        } => format!("promote {engine} {container} instance={}", status.instance),
         Action::Teardown(Teardown {
             container, reason, ..
         }) => format!("teardown {container} {}", reason.as_str()),
@@ -330,14 +358,14 @@ fn table() -> Vec<Row> {
         ),
         // --- rotate --------------------------------------------------------
         (
-            "a feature superset rotates with the union and the container's host port",
+            "a feature superset builds the union next to the running container which goes once it is ready",
             Some(desired(&[pg], &[(pg, &["citext"])])),
             vec![running("c1", pg, &["pg_trgm"], "p1")],
             Some(status(&[(pg, "p1", &["pg_trgm"])])),
-            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=49001 replace=[c1]"],
+            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=- replace=[] then retire=c1"],
         ),
         (
-            "a rotation also removes the engine's other containers",
+            "a rotation removes the engine's other containers first and the published one last",
             Some(desired(&[pg], &[(pg, &["citext", "pg_trgm"])])),
             vec![
                 exited("c0", pg, &["pg_trgm"], "old"),
@@ -345,7 +373,14 @@ fn table() -> Vec<Row> {
                 running("c2", pg, &["citext", "pg_trgm"], "x2"),
             ],
             Some(status(&[(pg, "p1", &["pg_trgm"])])),
-            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=49001 replace=[c0,c1,c2]"],
+            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=- replace=[c0,c2] then retire=c1"],
+        ),
+        (
+            "a persistent sandbox rotates after removing the old container and keeps its host port",
+            Some(persistent(desired(&[pg], &[(pg, &["citext"])]))),
+            vec![running("c1", pg, &["pg_trgm"], "p1")],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=49001 replace=[c1]"],
         ),
         (
             "a vanished container whose features grew is a rotation with fresh credentials",
@@ -360,6 +395,83 @@ fn table() -> Vec<Row> {
             vec![exited("c1", pg, &["pg_trgm"], "p1")],
             Some(status(&[(pg, "p1", &["pg_trgm"])])),
             &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=55432 replace=[c1]"],
+        ),
+        // --- a rotation interrupted (a crash, a failure) -------------------
+        // The status's instance token says which container is live: the
+        // old one until the new one is published, the new one from then on.
+        (
+            "a crash while the new container was built keeps the old one and builds again",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![
+                running("c1", pg, &["pg_trgm"], "p1"),
+                candidate(running("c2", pg, &["citext", "pg_trgm"], "x2")),
+            ],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=- replace=[c2] then retire=c1"],
+        ),
+        (
+            "a failed rotation's leftover new container is removed before the next attempt",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![
+                running("c1", pg, &["pg_trgm"], "p1"),
+                candidate(exited("c2", pg, &["citext", "pg_trgm"], "x2")),
+            ],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["provision postgres rotate features=[citext,pg_trgm] reuse=no port=- replace=[c2] then retire=c1"],
+        ),
+        (
+            "a crash after the new container was published switches to it and removes the old one",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![
+                running("c1", pg, &["pg_trgm"], "p1"),
+                candidate(running("c2", pg, &["citext", "pg_trgm"], "p2")),
+            ],
+            Some(status(&[(pg, "p2", &["citext", "pg_trgm"])])),
+            &["promote postgres c2 instance=p2", "teardown c1 duplicate"],
+        ),
+        (
+            "a crash after the old container was removed switches to the published new one",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![candidate(running("c2", pg, &["citext", "pg_trgm"], "p2"))],
+            Some(status(&[(pg, "p2", &["citext", "pg_trgm"])])),
+            &["promote postgres c2 instance=p2"],
+        ),
+        (
+            "a crash after the switch renamed the new container keeps it",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![running("c2", pg, &["citext", "pg_trgm"], "p2")],
+            Some(status(&[(pg, "p2", &["citext", "pg_trgm"])])),
+            &["keep postgres instance=p2"],
+        ),
+        (
+            "a published new container that died before the switch is healed under the engine's name",
+            Some(desired(&[pg], &[(pg, &["citext"])])),
+            vec![
+                running("c1", pg, &["pg_trgm"], "p1"),
+                candidate(exited("c2", pg, &["citext", "pg_trgm"], "p2")),
+            ],
+            Some(status(&[(pg, "p2", &["citext", "pg_trgm"])])),
+            &["provision postgres heal features=[citext,pg_trgm] reuse=p2 port=55432 replace=[c1,c2]"],
+        ),
+        (
+            "a row that dropped the new features mid rotation keeps the old container",
+            Some(desired(&[pg], &[(pg, &["pg_trgm"])])),
+            vec![
+                running("c1", pg, &["pg_trgm"], "p1"),
+                candidate(running("c2", pg, &["citext", "pg_trgm"], "x2")),
+            ],
+            Some(status(&[(pg, "p1", &["pg_trgm"])])),
+            &["keep postgres instance=p1", "teardown c2 duplicate"],
+        ),
+        (
+            "of two published copies the one under the engine's name is kept",
+            Some(desired(&[pg], &[])),
+            vec![
+                candidate(running("c1", pg, &[], "p1")),
+                running("c2", pg, &[], "p1"),
+            ],
+            Some(status(&[(pg, "p1", &[])])),
+            &["keep postgres instance=p1", "teardown c1 duplicate"],
         ),
         // --- heal ----------------------------------------------------------
         (
@@ -641,7 +753,7 @@ fn table() -> Vec<Row> {
             Some(status(&[(pg, "p1", &[]), (rd, "r1", &["search"])])),
             &[
                 "provision mongo replace features=[] reuse=no port=- replace=[c3]",
-                "provision postgres rotate features=[citext] reuse=no port=49001 replace=[c1]",
+                "provision postgres rotate features=[citext] reuse=no port=- replace=[] then retire=c1",
                 "provision redis heal features=[search] reuse=r1 port=56379 replace=[c2]",
             ],
         ),
@@ -718,8 +830,8 @@ fn a_heal_reuses_the_published_credentials_verbatim() {
 }
 
 #[test]
-fn a_rotation_keeps_the_running_container_host_port_not_the_published_one() {
-    let d = desired(&["postgres"], &[("postgres", &["citext"])]);
+fn a_persistent_rotation_keeps_the_running_container_host_port_not_the_published_one() {
+    let d = persistent(desired(&["postgres"], &[("postgres", &["citext"])]));
     let s = status(&[("postgres", "p1", &[])]);
     let mut c = running("c1", "postgres", &[], "p1");
     c.host_port = Some(41_000);
@@ -731,8 +843,8 @@ fn a_rotation_keeps_the_running_container_host_port_not_the_published_one() {
 }
 
 #[test]
-fn a_rotation_of_a_container_without_a_host_port_keeps_the_published_one() {
-    let d = desired(&["postgres"], &[("postgres", &["citext"])]);
+fn a_persistent_rotation_of_a_container_without_a_host_port_keeps_the_published_one() {
+    let d = persistent(desired(&["postgres"], &[("postgres", &["citext"])]));
     let s = status(&[("postgres", "p1", &[])]);
     let mut c = running("c1", "postgres", &[], "p1");
     c.host_port = None;
@@ -791,7 +903,7 @@ fn the_order_of_services_in_the_row_does_not_change_the_plan() {
         plans[0],
         [
             "provision mongo create features=[] reuse=no port=- replace=[]",
-            "provision postgres rotate features=[citext,pg_trgm] reuse=no port=49001 replace=[c1]",
+            "provision postgres rotate features=[citext,pg_trgm] reuse=no port=- replace=[] then retire=c1",
             "provision redis heal features=[] reuse=r1 port=56379 replace=[c2,c4]",
         ]
     );
@@ -1063,16 +1175,28 @@ impl World {
                 Action::Keep { engine, status } => {
                     services.insert(engine.as_str().to_owned(), status.clone());
                 }
+                Action::Promote {
+                    engine,
+                    container,
+                    status,
+                } => {
+                    for c in self.observed.iter_mut().filter(|c| &c.id == container) {
+                        c.name = engine_container_name(engine.as_str());
+                    }
+                    services.insert(engine.as_str().to_owned(), status.clone());
+                }
                 Action::Provision(Provision {
                     engine,
                     features,
                     reuse,
                     host_port,
                     replace,
+                    retire,
                     ..
                 }) => {
                     let engine = engine.as_str();
-                    self.observed.retain(|c| !replace.contains(&c.id));
+                    self.observed
+                        .retain(|c| !replace.contains(&c.id) && Some(&c.id) != retire.as_ref());
                     self.minted += 1;
                     let id = format!("n{}", self.minted);
                     let instance = reuse
@@ -1154,6 +1278,7 @@ fn every_table_row_converges_to_a_fixed_point_within_three_rounds() {
                     let s = &world.status.as_ref().unwrap().services[engine.as_str()];
                     assert_eq!(c.state, ContainerState::Running, "{name}");
                     assert_eq!(c.labels.instance, s.instance, "{name}: {engine}");
+                    assert_eq!(c.name, engine_container_name(engine.as_str()), "{name}");
                     assert!(
                         d.features_for(engine).is_subset(&c.labels.features),
                         "{name}: {engine} lacks wanted features"

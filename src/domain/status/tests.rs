@@ -82,6 +82,7 @@ fn provision(name: &'static str) -> Action {
         reuse: None,
         host_port: None,
         replace: Vec::new(),
+        retire: None,
         reason: ProvisionReason::Create,
     })
 }
@@ -360,6 +361,94 @@ fn provisioning_is_announced_at_the_previous_generation_with_the_engines_named()
         .collect();
     // The kept status wins; the engine being re-provisioned keeps its old one.
     assert_eq!(instances, [("postgres", "p2"), ("redis", "r1")]);
+}
+
+fn rotation(name: &'static str, old: &str) -> Action {
+    match provision(name) {
+        Action::Provision(p) => Action::Provision(Provision {
+            reason: ProvisionReason::Rotate,
+            retire: Some(ContainerId::new(old)),
+            ..p
+        }),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn a_rotation_is_announced_with_the_old_credentials_still_published() {
+    let p = plan(
+        Wanted::Yes,
+        vec![rotation("postgres", "c1"), provision("redis")],
+    );
+    let d = row(3, &["postgres", "redis"]);
+    let prev = published(2, &[("postgres", "p1")]);
+    let update =
+        while_provisioning(&p, Some(&d), Some(&prev), &BTreeMap::new()).expect("an update");
+    assert_eq!(update.phase, Phase::Provisioning);
+    assert_eq!(update.observed_generation, 2);
+    assert_eq!(
+        update.message,
+        "provisioning redis; rotating postgres: a new container is built next to the running one, \
+         which serves the published credentials until the new one is ready"
+    );
+    assert_eq!(update.services["postgres"].instance, "p1");
+}
+
+#[test]
+fn switching_publishes_the_new_container_and_keeps_the_rest_of_the_status() {
+    let p = plan(
+        Wanted::Yes,
+        vec![keep("redis", "r1"), rotation("postgres", "c1")],
+    );
+    let d = row(3, &["postgres", "redis"]);
+    let prev = published(2, &[("postgres", "p1"), ("redis", "r1")]);
+    let update =
+        while_provisioning(&p, Some(&d), Some(&prev), &BTreeMap::new()).expect("an update");
+    let switched = switching(
+        update.clone(),
+        engine("postgres"),
+        service("p2"),
+        "the new container is ready; switching to it",
+    );
+    assert_eq!(
+        switched.phase,
+        Phase::Provisioning,
+        "not ready before the switch"
+    );
+    assert_eq!(
+        switched.observed_generation, 2,
+        "the new generation is not observed yet"
+    );
+    assert_eq!(switched.services["postgres"].instance, "p2");
+    assert_eq!(switched.services["redis"].instance, "r1");
+    assert!(
+        switched
+            .message
+            .ends_with("postgres: the new container is ready; switching to it"),
+        "{}",
+        switched.message
+    );
+    assert!(switched.message.starts_with(&update.message));
+}
+
+#[test]
+fn a_failed_rotation_keeps_the_old_credentials_published_and_says_why() {
+    let p = plan(Wanted::Yes, vec![rotation("postgres", "c1")]);
+    let d = row(3, &["postgres"]);
+    let prev = published(2, &[("postgres", "p1")]);
+    let o = outcomes(
+        vec![(engine("postgres"), Err("did not become ready".into()))],
+        None,
+    );
+    let v = decide(&p, Some(&d), Some(&prev), &o);
+    let Publish::Write(update) = &v.publish else {
+        panic!("a status is written");
+    };
+    assert_eq!(update.phase, Phase::Failed);
+    assert_eq!(update.observed_generation, 3);
+    assert_eq!(update.message, "postgres: did not become ready");
+    assert_eq!(update.services["postgres"].instance, "p1");
+    assert!(v.failure.is_some(), "retried with backoff");
 }
 
 #[test]
