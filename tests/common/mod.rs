@@ -44,6 +44,19 @@ fn random_suffix() -> String {
         .to_lowercase()
 }
 
+/// Where a state Postgres keeps its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateStorage {
+    /// On tmpfs, published on a port Docker picks: fast, lost on a restart.
+    Tmpfs,
+    /// On the image's volume and published on `port`, so that `docker
+    /// restart` brings the same database back at the same address.
+    Restartable {
+        /// The host port.
+        port: u16,
+    },
+}
+
 /// A throwaway Postgres for sandboxd's own state, removed when dropped.
 pub struct StatePostgres {
     /// `postgres://sandboxd:…@127.0.0.1:PORT/sandboxd`: the controller's
@@ -62,6 +75,11 @@ impl StatePostgres {
     /// `sandboxd` (no superuser, no CREATEROLE, no CREATEDB) and the
     /// database `sandboxd` owned by it.
     pub async fn start() -> Self {
+        Self::start_with(StateStorage::Tmpfs).await
+    }
+
+    /// Like [`StatePostgres::start`], with its data where `storage` says.
+    pub async fn start_with(storage: StateStorage) -> Self {
         let (name, tag) = state_image();
         let admin_password = random_suffix() + &random_suffix();
         let password = random_suffix() + &random_suffix();
@@ -73,19 +91,24 @@ impl StatePostgres {
             .with_cmd(["-c", "fsync=off", "-c", "max_connections=200"])
             .with_label(STATE_LABEL, "true")
             .with_startup_timeout(Duration::from_secs(120))
-            .with_host_config_modifier(|hc| {
+            .with_host_config_modifier(move |hc| {
                 hc.publish_all_ports = Some(false);
                 hc.port_bindings = Some(std::collections::HashMap::from([(
                     "5432/tcp".to_owned(),
                     Some(vec![bollard::models::PortBinding {
                         host_ip: Some("127.0.0.1".into()),
-                        host_port: Some(String::new()),
+                        host_port: Some(match storage {
+                            StateStorage::Tmpfs => String::new(),
+                            StateStorage::Restartable { port } => port.to_string(),
+                        }),
                     }]),
                 )]));
-                hc.tmpfs = Some(std::collections::HashMap::from([(
-                    "/var/lib/postgresql/data".to_owned(),
-                    "rw,size=512m".to_owned(),
-                )]));
+                if storage == StateStorage::Tmpfs {
+                    hc.tmpfs = Some(std::collections::HashMap::from([(
+                        "/var/lib/postgresql/data".to_owned(),
+                        "rw,size=512m".to_owned(),
+                    )]));
+                }
             })
             .start()
             .await
@@ -158,6 +181,19 @@ impl TestEnv {
         tokio::time::sleep(d).await;
         docker("unpause");
     }
+
+    /// Restarts the state Postgres (`docker restart`; start it with
+    /// [`StateStorage::Restartable`] to keep its data and address).
+    pub fn restart_state_database(&self) {
+        let out = std::process::Command::new("docker")
+            .args(["restart", "-t", "5", self.state.id()])
+            .output()
+            .expect("run docker");
+        assert!(
+            out.status.success(),
+            "docker restart the state database failed"
+        );
+    }
 }
 
 /// One test's world: its own state database and deployment label.
@@ -181,7 +217,12 @@ pub struct TestEnv {
 impl TestEnv {
     /// A fresh, migrated state database and a unique deployment.
     pub async fn new() -> Self {
-        let state = StatePostgres::start().await;
+        Self::new_with(StateStorage::Tmpfs).await
+    }
+
+    /// Like [`TestEnv::new`], the state database's data where `storage` says.
+    pub async fn new_with(storage: StateStorage) -> Self {
+        let state = StatePostgres::start_with(storage).await;
         let store = PgStore::connect(&state.url, 8)
             .await
             .expect("connect the test state database");
