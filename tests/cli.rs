@@ -218,7 +218,11 @@ async fn request_with_wait_and_export_prints_lines_a_shell_can_eval() {
 #[tokio::test(flavor = "multi_thread")]
 async fn request_touch_and_release_exit_with_codes_that_tell_failed_from_timed_out() {
     let env = TestEnv::new().await;
-    let controller = env.start(env.config());
+    let mut config = env.config();
+    // The row below names an owner container that does not exist: a grace
+    // window keeps it from being released before it is touched.
+    config.grace = Duration::from_secs(600);
+    let controller = env.start(config);
 
     // Failed (a container to attach that does not exist): exit 3.
     let failing = sandbox_id("fail");
