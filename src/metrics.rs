@@ -371,7 +371,7 @@ impl Metrics {
             )),
             rows_missing: reg!(IntGauge::new(
                 "sandboxd_sandboxes_row_missing",
-                "Sandboxes with containers whose desired row is missing, at the last relist"
+                "Sandboxes with containers whose desired row vanished without a DELETE (no tombstone), at the last relist"
             )),
             registry: registry.clone(),
         };

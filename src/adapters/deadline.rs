@@ -254,6 +254,11 @@ impl Store for BoundedStore {
         store_call("list desired ids", self.after, self.inner.desired_ids()).await
     }
 
+    async fn released_ids(&self, keep: Duration) -> Result<Vec<String>, StoreError> {
+        let call = self.inner.released_ids(keep);
+        store_call("list released ids", self.after, call).await
+    }
+
     async fn reaping(&self) -> Result<ReapingState, StoreError> {
         store_call("read the reaping breaker", self.after, self.inner.reaping()).await
     }

@@ -702,6 +702,18 @@ impl Store for PgStore {
             .map_err(query("list desired ids"))
     }
 
+    async fn released_ids(&self, keep: Duration) -> Result<Vec<String>, StoreError> {
+        sqlx::query("DELETE FROM sandbox_released WHERE released_at < now() - $1 * interval '1 millisecond'")
+            .bind(millis(keep))
+            .execute(&self.pool)
+            .await
+            .map_err(query("prune released ids"))?;
+        sqlx::query_scalar("SELECT id FROM sandbox_released")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query("list released ids"))
+    }
+
     async fn reaping(&self) -> Result<ReapingState, StoreError> {
         let row = sqlx::query("SELECT paused, reason, paused_at FROM sandbox_reaping")
             .fetch_optional(&self.pool)

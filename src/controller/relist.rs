@@ -74,13 +74,19 @@ pub(crate) async fn relist(
     Ok(())
 }
 
+/// How long the tombstone of a deleted row is kept.
+const TOMBSTONES_KEPT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
 /// Looks at the fleet for the reaping circuit breaker (before anything is
 /// enqueued, so that no reconcile reaps ahead of it) and records a trip.
 async fn breaker_look(
     ctx: &Context,
     containers: &[ObservedContainer],
 ) -> Result<(), ControllerError> {
-    let desired: BTreeSet<String> = ctx.store.desired_ids().await?.into_iter().collect();
+    let mut desired: BTreeSet<String> = ctx.store.desired_ids().await?.into_iter().collect();
+    // Rows deleted one by one were meant to go: only rows that vanished
+    // without a trace count.
+    desired.extend(ctx.store.released_ids(TOMBSTONES_KEPT).await?);
     let fleet: BTreeSet<&SandboxId> = containers.iter().map(|c| &c.labels.sandbox).collect();
     let missing: BTreeSet<SandboxId> = fleet
         .iter()

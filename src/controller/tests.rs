@@ -1429,3 +1429,32 @@ async fn deleting_one_row_among_many_reaps_it_without_pausing() {
     drop(stop);
     let _ = task.await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn releasing_every_sandbox_row_by_row_reaps_them_all_without_pausing() {
+    let mut h = Harness::new();
+    h.config.grace = Duration::ZERO;
+    let (stop, task) = start(h.controller());
+    let names: Vec<String> = (0..6).map(|i| format!("r{i}")).collect();
+    for n in &names {
+        h.store.put_desired(row(n));
+    }
+    until("all six ready", || {
+        names
+            .iter()
+            .all(|n| h.store.phase_of(&id(n)) == Some(Phase::Ready))
+    })
+    .await;
+    // DELETE, one row at a time: each leaves a tombstone.
+    for n in &names {
+        h.store.delete_desired(&id(n));
+    }
+    until("all six reaped", || {
+        names.iter().all(|n| h.containers(&id(n)).is_empty())
+    })
+    .await;
+    assert!(!h.store.reaping_paused());
+    assert_eq!(h.metric("sandboxd_reaping_paused"), 0.0);
+    drop(stop);
+    let _ = task.await;
+}

@@ -84,6 +84,9 @@ pub trait Store: Send + Sync + 'static {
     async fn list_ids(&self) -> Result<Vec<String>, StoreError>;
     /// Ids of every desired row, raw as stored.
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError>;
+    /// Ids whose desired row was deleted row by row (not truncated), and
+    /// forgets those older than `keep`.
+    async fn released_ids(&self, keep: Duration) -> Result<Vec<String>, StoreError>;
     /// Whether reaping is paused (the breaker), and why.
     async fn reaping(&self) -> Result<ReapingState, StoreError>;
     /// Records that reaping is paused, and why (kept from the first trip).

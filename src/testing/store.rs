@@ -37,6 +37,8 @@ struct Tables {
     status_writes: u32,
     lease: Option<FakeLease>,
     reaping: ReapingState,
+    /// Tombstones of rows deleted one by one.
+    released: std::collections::BTreeSet<String>,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -85,6 +87,7 @@ impl FakeStore {
     pub(crate) fn put_desired(&self, mut row: DesiredSandbox) -> i64 {
         let mut t = self.tables.lock().unwrap();
         row.generation = t.desired.get(&row.id).map_or(1, |d| d.generation + 1);
+        t.released.remove(row.id.as_str());
         let generation = row.generation;
         let id = row.id.clone();
         t.desired.insert(id.clone(), row);
@@ -93,10 +96,11 @@ impl FakeStore {
         generation
     }
 
-    /// Deletes a desired row and notifies.
+    /// Deletes a desired row (leaving a tombstone, like the trigger) and notifies.
     pub(crate) fn delete_desired(&self, id: &SandboxId) {
         let mut t = self.tables.lock().unwrap();
         t.desired.remove(id);
+        t.released.insert(id.to_string());
         t.subscribers
             .retain(|tx| tx.unbounded_send(Ok(id.to_string())).is_ok());
     }
@@ -207,6 +211,17 @@ impl Store for FakeStore {
             .map_err(|e| injected("list desired ids", e))?;
         let t = self.tables.lock().unwrap();
         Ok(t.desired.keys().map(|id| id.to_string()).collect())
+    }
+
+    async fn released_ids(&self, _keep: Duration) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .tables
+            .lock()
+            .unwrap()
+            .released
+            .iter()
+            .cloned()
+            .collect())
     }
 
     async fn reaping(&self) -> Result<ReapingState, StoreError> {
