@@ -128,6 +128,7 @@ pub struct Metrics {
     rotations: IntCounterVec,
     relists: IntCounter,
     stream_restarts: IntCounterVec,
+    foreign_containers: IntGauge,
 }
 
 fn ready_buckets() -> Vec<f64> {
@@ -325,6 +326,10 @@ impl Metrics {
                 ),
                 &["source"]
             )),
+            foreign_containers: reg!(IntGauge::new(
+                "sandboxd_foreign_containers",
+                "Containers of this deployment that belong to another state database (or predate identities and no status of this one publishes them): never torn down, healed or rotated; as of the last relist"
+            )),
             registry: registry.clone(),
         };
         for result in ["success", "error", "requeue", "requeue_after"] {
@@ -454,6 +459,11 @@ impl Metrics {
     pub(crate) fn relisted(&self, drift: usize) {
         self.relists.inc();
         self.relist_drift.inc_by(drift as u64);
+    }
+
+    /// How many containers of this deployment are another state database's.
+    pub(crate) fn foreign_containers(&self, n: usize) {
+        self.foreign_containers.set(n as i64);
     }
 
     /// How long the longest reconcile has been running, and the sum over all.

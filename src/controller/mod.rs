@@ -2,6 +2,7 @@
 //! that runs `reconcile(id)` one key at a time.
 
 mod crash_loops;
+mod foreign;
 mod gone;
 mod heal_loop;
 mod image;
@@ -16,6 +17,7 @@ pub use self::image::ImageError;
 pub use self::provision::ProvisionError;
 
 use self::crash_loops::CrashLoops;
+use self::foreign::Foreign;
 use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
 use self::probes::ControllerProbes;
@@ -25,6 +27,7 @@ use crate::adapters::http::Probes;
 use crate::config::ControllerConfig;
 use crate::domain::clock::Clock;
 use crate::domain::id::SandboxId;
+use crate::domain::identity::StateId;
 use crate::engine::{Registry, REGISTRY};
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
@@ -84,9 +87,19 @@ pub(crate) struct Context {
     pub(crate) gone: GoneSince,
     /// Recent heals per engine, for the crash loop back-off.
     pub(crate) crash_loops: CrashLoops,
+    /// This state database's identity, read once (at start, before the
+    /// initial lists) and kept: it never changes.
+    pub(crate) state: tokio::sync::OnceCell<StateId>,
+    /// Another state database's objects reported so far.
+    pub(crate) foreign: Foreign,
 }
 
 impl Context {
+    /// This state database's identity (read from the store the first time).
+    pub(crate) async fn state_id(&self) -> Result<&StateId, StoreError> {
+        self.state.get_or_try_init(|| self.store.state_id()).await
+    }
+
     /// Seconds on the injected clock since `t`, never negative.
     pub(crate) fn seconds_since(&self, t: DateTime<Utc>) -> f64 {
         (self.clock.now() - t)
@@ -180,6 +193,8 @@ impl Controller {
                 heal_loops: HealLoops::default(),
                 gone: GoneSince::default(),
                 crash_loops: CrashLoops::default(),
+                state: tokio::sync::OnceCell::new(),
+                foreign: Foreign::default(),
             }),
             queue,
             readiness: Readiness::default(),
@@ -238,9 +253,9 @@ impl Controller {
             sink,
         ));
 
-        // The initial lists, retried until they load (a state database that
-        // is locked or restarting must not end the controller): not ready
-        // meanwhile.
+        // The state database's identity, then the initial lists, retried
+        // until they load (a state database that is locked or restarting
+        // must not end the controller): not ready meanwhile.
         let mut shutdown = std::pin::pin!(shutdown);
         let mut delay = Duration::from_millis(200);
         while let Err(e) =

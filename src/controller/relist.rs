@@ -6,10 +6,13 @@
 //! is tried again now, not minutes later.
 
 use super::{Context, ControllerError};
+use crate::domain::container::ObservedContainer;
 use crate::domain::id::SandboxId;
+use crate::domain::identity;
+use crate::domain::sandbox::SandboxStatus;
 use crate::sched::WorkQueue;
 use crate::watch::KnownContainers;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -22,8 +25,10 @@ pub(crate) enum Enqueue {
     Fresh,
 }
 
-/// Lists both sides in full and enqueues every sandbox found. The first
-/// relist sets the baseline and counts no drift.
+/// Lists both sides in full and enqueues every sandbox found (another
+/// state database's containers are counted and reported, see
+/// `controller::foreign`). The first relist reads the state database's
+/// identity, sets the baseline and counts no drift.
 pub(crate) async fn relist(
     ctx: &Context,
     queue: &WorkQueue<SandboxId>,
@@ -31,6 +36,7 @@ pub(crate) async fn relist(
     count_drift: bool,
     enqueue: Enqueue,
 ) -> Result<(), ControllerError> {
+    let state = ctx.state_id().await?;
     let mut ids: BTreeSet<String> = ctx.store.list_ids().await?.into_iter().collect();
     let containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
     ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
@@ -61,6 +67,13 @@ pub(crate) async fn relist(
         }
     }
     let statuses = ctx.store.list_status().await?;
+    let by_id: HashMap<&SandboxId, &SandboxStatus> = statuses.iter().map(|s| (&s.id, s)).collect();
+    let foreign: Vec<&ObservedContainer> = containers
+        .iter()
+        .filter(|c| !identity::is_ours(c, state, by_id.get(&c.labels.sandbox).copied()))
+        .collect();
+    ctx.foreign.report(state, &foreign, &networks, &volumes);
+    ctx.metrics.foreign_containers(foreign.len());
     ctx.metrics.fleet(ctx.engines, &statuses, &containers);
     ctx.metrics.relisted(drift);
     tracing::debug!(

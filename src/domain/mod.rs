@@ -9,6 +9,7 @@ pub mod clock;
 pub mod container;
 pub mod crash_loop;
 pub mod id;
+pub mod identity;
 pub mod labels;
 pub mod limits;
 pub mod network;
@@ -18,6 +19,7 @@ pub mod secret;
 pub mod status;
 
 pub use self::id::{ContainerId, Deployment, EngineName, IdError, SandboxId};
+pub use self::identity::{Incarnation, StateId};
 pub use self::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 pub use self::secret::Secret;
 

@@ -3,6 +3,7 @@
 
 use super::BoxError;
 use crate::domain::id::SandboxId;
+use crate::domain::identity::StateId;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use async_trait::async_trait;
@@ -40,6 +41,9 @@ pub enum StoreError {
     /// The database rejected a desired row (see the message for what is allowed).
     #[error("{0}")]
     Rejected(String),
+    /// The state database has no readable identity.
+    #[error("the state database has no identity ({0}): table sandbox_identity must hold the one row its migration created; run `sandboxd migrate` on this database, or restore that row from a backup (a new identity makes every existing container another database's)")]
+    NoIdentity(String),
     /// A stored row could not be read back.
     #[error("row {id:?} in {table} is malformed: {reason}")]
     Malformed {
@@ -67,6 +71,8 @@ pub type NotifyStream = BoxStream<'static, Result<String, StoreError>>;
 pub trait Store: Send + Sync + 'static {
     /// Whether the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// The identity of this state database (`sandbox_identity`).
+    async fn state_id(&self) -> Result<StateId, StoreError>;
     /// One desired row, engine names resolved against the registry.
     async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError>;
     /// One status row.
