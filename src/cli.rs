@@ -763,6 +763,7 @@ fn print_status(s: &SandboxStatus) {
         "id": s.id.as_str(),
         "phase": s.phase,
         "observed_generation": s.observed_generation,
+        "incarnation": s.incarnation.as_ref().map(|i| i.as_str()),
         "message": s.message,
         "services": services,
         "network": s.network,
@@ -785,10 +786,10 @@ async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
         owner_container: args.owner_container,
     };
     let client = Client::connect(url).await?;
-    let generation = client.apply(&args.id, &req).await?;
+    let revision = client.apply(&args.id, &req).await?;
     match args.wait {
-        Some(timeout) => print_status(&client.wait_ready(&args.id, generation, timeout).await?),
-        None => say!("applied {} at generation {generation}", args.id),
+        Some(timeout) => print_status(&client.wait_ready(&args.id, &revision, timeout).await?),
+        None => say!("applied {} at generation {}", args.id, revision.generation),
     }
     Ok(())
 }
@@ -804,10 +805,10 @@ async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
         attach: args.attach,
     };
     let client = Client::connect(url).await?;
-    let generation = client.request(&args.id, &req).await?;
+    let revision = client.request(&args.id, &req).await?;
     match args.wait {
         Some(timeout) => {
-            let status = client.wait_ready(&args.id, generation, timeout).await?;
+            let status = client.wait_ready(&args.id, &revision, timeout).await?;
             if args.export {
                 for line in export_lines(&status)? {
                     say!("{line}");
@@ -816,7 +817,11 @@ async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
                 print_status(&status);
             }
         }
-        None => say!("requested {} at generation {generation}", args.id),
+        None => say!(
+            "requested {} at generation {}",
+            args.id,
+            revision.generation
+        ),
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 
 use crate::adapters::postgres::{self, PgStore, STATUS_CHANNEL};
 use crate::domain::id::SandboxId;
+use crate::domain::identity::Incarnation;
 use crate::domain::sandbox::{Phase, SandboxStatus};
 use crate::ports::store::{Store, StoreError, NOTIFY_EVERY_ROW};
 use chrono::{DateTime, Utc};
@@ -25,6 +26,12 @@ pub enum ClientError {
         id: SandboxId,
         /// The controller's message.
         message: String,
+    },
+    /// The row was deleted (or deleted and inserted again) while waiting.
+    #[error("sandbox {id} was released while waiting (its row is gone, or was deleted and created again as another incarnation): request it again and wait for that")]
+    Released {
+        /// Sandbox id.
+        id: SandboxId,
     },
     /// The sandbox did not become ready in time.
     #[error("sandbox {id} was not ready within {timeout:?} (last phase: {phase}); is sandboxd running? see `sandboxd get {id}`")]
@@ -116,10 +123,47 @@ fn query(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     }
 }
 
-/// What a status says to a client waiting for `generation`: ready (the
-/// status), failed (an error), or not yet (`None`).
-fn settled(status: &SandboxStatus, generation: i64) -> Option<Result<SandboxStatus, ClientError>> {
-    if status.observed_generation < generation {
+/// What a write of a desired row returns and a waiter waits for: the
+/// row's incarnation (set by the database when the row was inserted) and
+/// the generation the write made (or found).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revision {
+    /// `sandbox_desired.generation` after the write.
+    pub generation: i64,
+    /// `sandbox_desired.incarnation`: which life of the id this row is.
+    pub incarnation: Incarnation,
+}
+
+impl Revision {
+    fn read(id: &SandboxId, generation: i64, incarnation: &str) -> Result<Self, StoreError> {
+        Ok(Self {
+            generation,
+            incarnation: incarnation_of(id, incarnation)?,
+        })
+    }
+}
+
+/// The incarnation `text` read from `id`'s desired row.
+fn incarnation_of(id: &SandboxId, text: &str) -> Result<Incarnation, StoreError> {
+    Incarnation::parse(text).map_err(|e| StoreError::Malformed {
+        table: "sandbox_desired",
+        id: id.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// What a status says to a client waiting for `revision`: ready (the
+/// status), failed (an error), or not yet (`None`). Only a status of the
+/// row's incarnation that observed its generation counts: one of an
+/// earlier incarnation of the id (deleted and inserted again) carries
+/// another sandbox's credentials.
+fn settled(
+    status: &SandboxStatus,
+    revision: &Revision,
+) -> Option<Result<SandboxStatus, ClientError>> {
+    if status.incarnation.as_ref() != Some(&revision.incarnation)
+        || status.observed_generation < revision.generation
+    {
         return None;
     }
     match status.phase {
@@ -154,11 +198,16 @@ impl Client {
     }
 
     /// Writes (inserts or replaces) the desired row, the declarative upsert;
-    /// returns its generation. An unchanged row keeps its generation (and
-    /// only records a use, like [`Client::touch`]).
-    pub async fn apply(&self, id: &SandboxId, req: &SandboxRequest) -> Result<i64, ClientError> {
+    /// returns its incarnation and generation to wait for. An unchanged row
+    /// keeps its generation (and only records a use, like
+    /// [`Client::touch`]); an existing row keeps its incarnation.
+    pub async fn apply(
+        &self,
+        id: &SandboxId,
+        req: &SandboxRequest,
+    ) -> Result<Revision, ClientError> {
         let features = serde_json::json!(req.features);
-        Ok(sqlx::query_scalar(
+        let (generation, incarnation): (i64, String) = sqlx::query_as(
             "INSERT INTO sandbox_desired (id, owner, services, features, attach, expires_at,
                                           idle_timeout, persistent, owner_container)
              VALUES ($1, coalesce(nullif($2, ''), current_user), $3, $4, $5, $6, $7, $8, $9)
@@ -167,7 +216,7 @@ impl Client {
                  expires_at = EXCLUDED.expires_at, idle_timeout = EXCLUDED.idle_timeout,
                  persistent = EXCLUDED.persistent, owner_container = EXCLUDED.owner_container,
                  last_used_at = now()
-             RETURNING generation",
+             RETURNING generation, incarnation::text",
         )
         .bind(id.as_str())
         .bind(&req.owner)
@@ -180,15 +229,25 @@ impl Client {
         .bind(&req.owner_container)
         .fetch_one(self.store.pool())
         .await
-        .map_err(query("write desired row"))?)
+        .map_err(query("write desired row"))?;
+        Ok(Revision::read(id, generation, &incarnation)?)
     }
 
     /// Adds to the sandbox, creating it if absent (`sandbox_request`, the
-    /// additive verb); returns the generation to wait for. Every call makes
-    /// a new generation, so a sandbox that failed is retried at once.
-    pub async fn request(&self, id: &SandboxId, req: &Request) -> Result<i64, ClientError> {
+    /// additive verb); returns its incarnation and the generation to wait
+    /// for. Every call makes a new generation, so a sandbox that failed is
+    /// retried at once.
+    pub async fn request(&self, id: &SandboxId, req: &Request) -> Result<Revision, ClientError> {
         let features = serde_json::json!(req.features);
-        Ok(
+        // One transaction: the row stays locked from the request until its
+        // incarnation is read, so no delete and insert can come between.
+        let mut tx = self
+            .store
+            .pool()
+            .begin()
+            .await
+            .map_err(query("request sandbox"))?;
+        let generation: i64 =
             sqlx::query_scalar("SELECT sandbox_request($1, $2, $3, $4, $5, $6, $7, $8)")
                 .bind(id.as_str())
                 .bind(&req.owner)
@@ -198,10 +257,17 @@ impl Client {
                 .bind(req.persistent)
                 .bind(&req.owner_container)
                 .bind(&req.attach)
-                .fetch_one(self.store.pool())
+                .fetch_one(&mut *tx)
                 .await
-                .map_err(query("request sandbox"))?,
-        )
+                .map_err(query("request sandbox"))?;
+        let incarnation: String =
+            sqlx::query_scalar("SELECT incarnation::text FROM sandbox_desired WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query("read the requested row"))?;
+        tx.commit().await.map_err(query("request sandbox"))?;
+        Ok(Revision::read(id, generation, &incarnation)?)
     }
 
     /// Records a use of the sandbox (`sandbox_touch`): its idle timeout
@@ -215,12 +281,15 @@ impl Client {
             .map_err(query("touch sandbox"))?)
     }
 
-    /// Waits until the status reflects `generation` and is ready (returned)
-    /// or failed (an error), or `timeout` passes.
+    /// Waits until the status is of `revision`'s incarnation, reflects its
+    /// generation and is ready (returned) or failed (an error), or `timeout`
+    /// passes. A status of another incarnation of the id is never accepted;
+    /// a row released meanwhile ends the wait with
+    /// [`ClientError::Released`].
     pub async fn wait_ready(
         &self,
         id: &SandboxId,
-        generation: i64,
+        revision: &Revision,
         timeout: Duration,
     ) -> Result<SandboxStatus, ClientError> {
         // The listener has its own connection, outside the pool: waiters
@@ -233,9 +302,12 @@ impl Client {
             // NOTIFY lost to a reconnect costs at most one tick.
             if let Some(s) = self.store.fetch_status(id).await? {
                 last_phase = s.phase.to_string();
-                if let Some(outcome) = settled(&s, generation) {
+                if let Some(outcome) = settled(&s, revision) {
                     return outcome;
                 }
+            }
+            if self.incarnation(id).await?.as_ref() != Some(&revision.incarnation) {
+                return Err(ClientError::Released { id: id.clone() });
             }
             let wait = deadline
                 .saturating_duration_since(tokio::time::Instant::now())
@@ -273,20 +345,20 @@ impl Client {
         req: &SandboxRequest,
         timeout: Duration,
     ) -> Result<SandboxStatus, ClientError> {
-        let generation = self.apply(id, req).await?;
-        self.wait_ready(id, generation, timeout).await
+        let revision = self.apply(id, req).await?;
+        self.wait_ready(id, &revision, timeout).await
     }
 
     /// Requests (see [`Client::request`]) and waits for the sandbox to be
-    /// ready at the returned generation.
+    /// ready at the returned incarnation and generation.
     pub async fn request_and_wait(
         &self,
         id: &SandboxId,
         req: &Request,
         timeout: Duration,
     ) -> Result<SandboxStatus, ClientError> {
-        let generation = self.request(id, req).await?;
-        self.wait_ready(id, generation, timeout).await
+        let revision = self.request(id, req).await?;
+        self.wait_ready(id, &revision, timeout).await
     }
 
     /// Deletes the desired row (`sandbox_release`); sandboxd tears the
@@ -297,6 +369,17 @@ impl Client {
             .fetch_one(self.store.pool())
             .await
             .map_err(query("release sandbox"))?)
+    }
+
+    /// The incarnation of the sandbox's desired row, if it exists.
+    pub async fn incarnation(&self, id: &SandboxId) -> Result<Option<Incarnation>, ClientError> {
+        let text: Option<String> =
+            sqlx::query_scalar("SELECT incarnation::text FROM sandbox_desired WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_optional(self.store.pool())
+                .await
+                .map_err(query("read desired row"))?;
+        Ok(text.map(|t| incarnation_of(id, &t)).transpose()?)
     }
 
     /// The current status, if any.
@@ -314,7 +397,14 @@ impl Client {
 mod tests {
     use super::*;
 
+    const NEW: &str = "0a0b0c0d-0000-4000-8000-000000000002";
+    const OLD: &str = "0a0b0c0d-0000-4000-8000-000000000001";
+
     fn status(phase: Phase, observed_generation: i64) -> SandboxStatus {
+        of(NEW, phase, observed_generation)
+    }
+
+    fn of(incarnation: &str, phase: Phase, observed_generation: i64) -> SandboxStatus {
         SandboxStatus {
             id: SandboxId::parse("agent-7").unwrap(),
             phase,
@@ -323,23 +413,52 @@ mod tests {
             services: BTreeMap::new(),
             updated_at: None,
             network: None,
+            incarnation: Incarnation::parse(incarnation).ok(),
+        }
+    }
+
+    fn at(generation: i64) -> Revision {
+        Revision {
+            generation,
+            incarnation: Incarnation::parse(NEW).unwrap(),
         }
     }
 
     #[test]
     fn a_waiter_settles_only_on_ready_or_failed_at_its_generation_or_later() {
-        assert!(settled(&status(Phase::Ready, 1), 2).is_none());
-        assert!(settled(&status(Phase::Failed, 1), 2).is_none());
-        assert!(settled(&status(Phase::Provisioning, 2), 2).is_none());
-        assert!(settled(&status(Phase::Terminating, 3), 2).is_none());
-        assert!(matches!(settled(&status(Phase::Ready, 2), 2), Some(Ok(_))));
-        assert!(matches!(settled(&status(Phase::Ready, 3), 2), Some(Ok(_))));
-        match settled(&status(Phase::Failed, 2), 2) {
+        assert!(settled(&status(Phase::Ready, 1), &at(2)).is_none());
+        assert!(settled(&status(Phase::Failed, 1), &at(2)).is_none());
+        assert!(settled(&status(Phase::Provisioning, 2), &at(2)).is_none());
+        assert!(settled(&status(Phase::Terminating, 3), &at(2)).is_none());
+        assert!(matches!(
+            settled(&status(Phase::Ready, 2), &at(2)),
+            Some(Ok(_))
+        ));
+        assert!(matches!(
+            settled(&status(Phase::Ready, 3), &at(2)),
+            Some(Ok(_))
+        ));
+        match settled(&status(Phase::Failed, 2), &at(2)) {
             Some(Err(ClientError::Failed { id, message })) => {
                 assert_eq!(id.as_str(), "agent-7");
                 assert_eq!(message, "why");
             }
             other => panic!("expected a failure, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_waiter_never_accepts_a_status_of_another_incarnation_whatever_its_generation() {
+        // The id was deleted and inserted again: the old incarnation's
+        // status is further along, and ready, with the old credentials.
+        assert!(settled(&of(OLD, Phase::Ready, 7), &at(1)).is_none());
+        assert!(settled(&of(OLD, Phase::Failed, 7), &at(1)).is_none());
+        let mut before_incarnations = of(NEW, Phase::Ready, 7);
+        before_incarnations.incarnation = None;
+        assert!(settled(&before_incarnations, &at(1)).is_none());
+        assert!(matches!(
+            settled(&of(NEW, Phase::Ready, 1), &at(1)),
+            Some(Ok(_))
+        ));
     }
 }

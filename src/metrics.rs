@@ -140,6 +140,7 @@ pub struct Metrics {
     fenced: IntCounterVec,
     reaping_paused: IntGauge,
     rows_missing: IntGauge,
+    foreign_containers: IntGauge,
 }
 
 fn ready_buckets() -> Vec<f64> {
@@ -373,6 +374,10 @@ impl Metrics {
                 "sandboxd_sandboxes_row_missing",
                 "Sandboxes with containers whose desired row vanished without a DELETE (no tombstone), at the last relist"
             )),
+            foreign_containers: reg!(IntGauge::new(
+                "sandboxd_foreign_containers",
+                "Containers of this deployment that belong to another state database (or predate identities and no status of this one publishes them): never torn down, healed or rotated; as of the last relist"
+            )),
             registry: registry.clone(),
         };
         for result in ["ok", "error", "lost"] {
@@ -550,6 +555,11 @@ impl Metrics {
     pub(crate) fn relisted(&self, drift: usize) {
         self.relists.inc();
         self.relist_drift.inc_by(drift as u64);
+    }
+
+    /// How many containers of this deployment are another state database's.
+    pub(crate) fn foreign_containers(&self, n: usize) {
+        self.foreign_containers.set(n as i64);
     }
 
     /// How long the longest reconcile has been running, and the sum over all.

@@ -25,7 +25,7 @@ async fn a_lock_held_on_sandbox_status_times_statements_out_on_the_server_and_pr
         .execute(&mut *lock)
         .await
         .unwrap();
-    let generation = client.apply(&id, &request(&["redis"], &[])).await.unwrap();
+    let revision = client.apply(&id, &request(&["redis"], &[])).await.unwrap();
 
     // The controller keeps trying, but none of its sessions waits on the
     // lock for longer than its lock timeout (1 s): the server cancels them.
@@ -55,7 +55,7 @@ async fn a_lock_held_on_sandbox_status_times_statements_out_on_the_server_and_pr
 
     // Progress resumes: the sandbox becomes ready.
     let status = client
-        .wait_ready(&id, generation, Duration::from_secs(60))
+        .wait_ready(&id, &revision, Duration::from_secs(60))
         .await
         .expect("ready once the lock is gone");
     assert_eq!(status.phase, Phase::Ready);

@@ -87,6 +87,7 @@ async fn under_chaos_nothing_leaks_nothing_is_duplicated_and_no_credential_is_lo
     let port = free_port();
     let mut controller = env.spawn_binary(port, &[("SANDBOXD_RELIST_INTERVAL", "5s")]);
     let mut fleet: Vec<SandboxId> = Vec::new();
+    let mut revisions = Vec::new();
     for services in [
         &["redis"][..],
         &["redis"],
@@ -96,12 +97,12 @@ async fn under_chaos_nothing_leaks_nothing_is_duplicated_and_no_credential_is_lo
         &["postgres", "redis"],
     ] {
         let id = sandbox_id("chaos");
-        client.apply(&id, &request(services, &[])).await.unwrap();
+        revisions.push(client.apply(&id, &request(services, &[])).await.unwrap());
         fleet.push(id);
     }
-    for id in &fleet {
+    for (id, revision) in fleet.iter().zip(&revisions) {
         client
-            .wait_ready(id, 1, Duration::from_secs(120))
+            .wait_ready(id, revision, Duration::from_secs(120))
             .await
             .unwrap();
     }

@@ -128,6 +128,7 @@ async fn the_database_refuses_status_writes_and_deletes_of_a_term_that_no_longer
         message: message.into(),
         services: Default::default(),
         network: None,
+        incarnation: None,
     };
 
     let first = store.acquire_lease("a", minute).await.unwrap().unwrap();
@@ -214,7 +215,7 @@ async fn three_replicas_elect_one_leader_and_a_killed_leader_is_replaced_within_
         .apply(&first, &request(&["postgres"], &[]))
         .await
         .unwrap();
-    let before = client.wait_ready(&first, generation, READY).await.unwrap();
+    let before = client.wait_ready(&first, &generation, READY).await.unwrap();
 
     a.process.signal("KILL");
     let killed = tokio::time::Instant::now();
@@ -237,7 +238,10 @@ async fn three_replicas_elect_one_leader_and_a_killed_leader_is_replaced_within_
         .apply(&second, &request(&["redis"], &[]))
         .await
         .unwrap();
-    client.wait_ready(&second, generation, READY).await.unwrap();
+    client
+        .wait_ready(&second, &generation, READY)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let after = client.status(&first).await.unwrap().unwrap();
@@ -270,7 +274,7 @@ async fn a_leader_paused_past_its_lease_and_resumed_changes_no_container_and_wri
         .apply(&first, &request(&["redis"], &[]))
         .await
         .unwrap();
-    let before = client.wait_ready(&first, generation, READY).await.unwrap();
+    let before = client.wait_ready(&first, &generation, READY).await.unwrap();
     let first_term = status_term(&env, &first).await;
 
     // a stops (SIGSTOP) past its lease; a standby takes over...
@@ -293,7 +297,10 @@ async fn a_leader_paused_past_its_lease_and_resumed_changes_no_container_and_wri
     a.process.signal("CONT");
 
     // The third replica takes over once the second's lease lapses.
-    let status = client.wait_ready(&second, generation, READY).await.unwrap();
+    let status = client
+        .wait_ready(&second, &generation, READY)
+        .await
+        .unwrap();
     assert_eq!(lease(&env).await, Some((last.name.to_owned(), 3)));
     assert_eq!(
         status_term(&env, &second).await,

@@ -526,7 +526,7 @@ async fn a_controller_killed_mid_provision_and_restarted_converges_to_one_contai
     let port = free_port();
     let first = env.spawn_binary(port, &[]);
     // postgis makes provisioning long enough to be caught in the middle.
-    let generation = client
+    let revision = client
         .apply(
             &id,
             &request(
@@ -551,7 +551,7 @@ async fn a_controller_killed_mid_provision_and_restarted_converges_to_one_contai
 
     let _second = env.spawn_binary(port, &[]);
     let status = client
-        .wait_ready(&id, generation, READY)
+        .wait_ready(&id, &revision, READY)
         .await
         .expect("converges after the restart");
     let containers = env.containers(Some(&id)).await;
@@ -630,7 +630,7 @@ async fn a_container_killed_every_second_is_healed_with_back_off_then_failed_as_
     );
 
     // Asking again brings it back.
-    let generation = client
+    let revision = client
         .apply(&id, &{
             let mut r = request(&["redis"], &[]);
             r.idle_timeout = Some(Duration::from_secs(3600));
@@ -638,6 +638,6 @@ async fn a_container_killed_every_second_is_healed_with_back_off_then_failed_as_
         })
         .await
         .unwrap();
-    client.wait_ready(&id, generation, READY).await.unwrap();
+    client.wait_ready(&id, &revision, READY).await.unwrap();
     controller.stop().await;
 }

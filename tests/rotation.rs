@@ -7,7 +7,7 @@
 mod common;
 
 use common::{eventually, exec_in, host_pg_url, request, sandbox_id, Agent, TestEnv};
-use sandboxd::client::{Client, ClientError};
+use sandboxd::client::{Client, ClientError, Revision};
 use sandboxd::config::Images;
 use sandboxd::domain::container::ContainerState;
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
@@ -69,7 +69,7 @@ async fn containers(env: &TestEnv, id: &SandboxId) -> Vec<(String, String, Strin
 }
 
 /// Waits for the status of `generation` to be `failed`, and returns it.
-async fn failed_at(client: &Client, id: &SandboxId, generation: i64) -> SandboxStatus {
+async fn failed_at(client: &Client, id: &SandboxId, generation: &Revision) -> SandboxStatus {
     match client.wait_ready(id, generation, READY).await {
         Err(ClientError::Failed { .. }) => client.status(id).await.unwrap().unwrap(),
         other => panic!("expected a failed rotation, got {other:?}"),
@@ -112,7 +112,7 @@ async fn asking_for_a_feature_the_image_lacks_leaves_the_old_container_data_and_
         )
         .await
         .unwrap();
-    let status = failed_at(&client, &id, generation).await;
+    let status = failed_at(&client, &id, &generation).await;
     for part in [
         "postgres",
         "postgis",
@@ -172,7 +172,7 @@ async fn a_new_container_that_is_not_ready_in_time_leaves_the_old_one_serving_an
         .apply(&id, &request(&["postgres"], &[("postgres", "citext")]))
         .await
         .unwrap();
-    let status = failed_at(&client, &id, generation).await;
+    let status = failed_at(&client, &id, &generation).await;
     for part in [
         "postgres",
         "did not become ready",
@@ -194,7 +194,7 @@ async fn a_new_container_that_is_not_ready_in_time_leaves_the_old_one_serving_an
     let controller = env.start(env.config());
     let rotated = eventually("the rotation retried and ready", READY, || async {
         let s = client.status(&id).await.unwrap()?;
-        (s.phase == Phase::Ready && s.observed_generation >= generation).then_some(s)
+        (s.phase == Phase::Ready && s.observed_generation >= generation.generation).then_some(s)
     })
     .await;
     assert_ne!(
@@ -407,7 +407,7 @@ async fn a_persistent_sandboxs_failed_rotation_restores_its_old_credentials_and_
     let mut req = request(&["postgres"], &[("postgres", "citext")]);
     req.persistent = true;
     let generation = client.apply(&id, &req).await.unwrap();
-    let status = failed_at(&client, &id, generation).await;
+    let status = failed_at(&client, &id, &generation).await;
     for part in ["sandbox-mode", "the rotation was rolled back"] {
         assert!(status.message.contains(part), "{part}: {}", status.message);
     }

@@ -5,6 +5,7 @@
 use crate::domain::breaker::ReapingState;
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::identity::StateId;
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
@@ -236,6 +237,10 @@ impl BoundedStore {
 impl Store for BoundedStore {
     async fn ping(&self) -> Result<(), StoreError> {
         store_call("ping", self.after, self.inner.ping()).await
+    }
+
+    async fn state_id(&self) -> Result<StateId, StoreError> {
+        store_call("read identity", self.after, self.inner.state_id()).await
     }
 
     async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError> {

@@ -4,6 +4,7 @@
 
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
 use crate::domain::network::Ipv4Net;
 use crate::domain::secret::Secret;
@@ -96,22 +97,22 @@ impl DockerRuntime {
 
     /// Ids of the networks called exactly `name`.
     /// Creates the volume unless it exists; refuses one whose labels say
-    /// another deployment or sandbox created it.
+    /// another deployment, sandbox, state database or incarnation of the
+    /// row created it (its data is never mounted into this one).
     async fn ensure_volume(&self, volume: &Volume) -> Result<(), RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Volume);
         match self.docker.inspect_volume(&volume.name).await {
             Ok(info) => {
-                let ours = [labels::DEPLOYMENT, labels::SANDBOX]
-                    .iter()
-                    .all(|k| info.labels.get(*k) == volume.labels.get(*k));
-                return if ours {
+                return if identity::may_mount(&info.labels, &volume.labels) {
                     Ok(())
                 } else {
                     Err(RuntimeError::Refused(format!(
-                        "volume {} exists but was not created for this sandbox (its labels say deployment {:?}, sandbox {:?}); remove or rename it",
+                        "volume {} exists but was not created for this sandbox (its labels say deployment {:?}, sandbox {:?}, state database {:?}, incarnation {:?}); sandboxd never mounts another's data: remove or rename it",
                         volume.name,
                         info.labels.get(labels::DEPLOYMENT),
-                        info.labels.get(labels::SANDBOX)
+                        info.labels.get(labels::SANDBOX),
+                        info.labels.get(labels::STATE_ID),
+                        info.labels.get(labels::INCARNATION)
                     )))
                 };
             }
@@ -244,17 +245,15 @@ impl DockerRuntime {
             Err(e) => return Err(api("inspect", &spec.name)(e)),
         };
         let theirs = info.config.and_then(|c| c.labels).unwrap_or_default();
-        let same = [labels::DEPLOYMENT, labels::SANDBOX, labels::ENGINE]
-            .iter()
-            .all(|key| theirs.contains_key(*key) && theirs.get(*key) == spec.labels.get(*key));
-        if same {
+        if identity::may_replace(&theirs, &spec.labels) {
             Ok(())
         } else {
             Err(RuntimeError::Refused(format!(
-                "the container name {} is taken by a container that is not this sandbox's (its labels name deployment {:?}, sandbox {:?}); sandboxd leaves it alone: rename or remove it",
+                "the container name {} is taken by a container that is not this sandbox's (its labels name deployment {:?}, sandbox {:?}, state database {:?}); sandboxd leaves it alone: rename or remove it",
                 spec.name,
                 theirs.get(labels::DEPLOYMENT),
-                theirs.get(labels::SANDBOX)
+                theirs.get(labels::SANDBOX),
+                theirs.get(labels::STATE_ID)
             )))
         }
     }

@@ -11,6 +11,7 @@
 
 use crate::domain::breaker::ReapingState;
 use crate::domain::id::{EngineName, SandboxId};
+use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 use crate::domain::status::StatusUpdate;
@@ -315,6 +316,13 @@ impl PgStore {
             .column::<DateTime<Utc>>(row, "updated_at")
             .unwrap_or(DateTime::UNIX_EPOCH);
         let generation = problems.column::<i64>(row, "generation").unwrap_or(0);
+        let incarnation = problems
+            .column::<Option<String>>(row, "incarnation")
+            .flatten()
+            .and_then(|text| Incarnation::parse(&text).ok());
+        if incarnation.is_none() {
+            problems.push("incarnation is not a uuid".into());
+        }
         // A missing or unreadable time of last use counts as the last change.
         let last_used_at = problems
             .column::<Option<DateTime<Utc>>>(row, "last_used_at")
@@ -363,6 +371,7 @@ impl PgStore {
             invalid: problems.into_reason(),
             expires_at,
             generation,
+            incarnation,
             updated_at,
             last_used_at,
             idle_timeout,
@@ -483,7 +492,7 @@ const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     EXTRACT(EPOCH FROM idle_timeout)::float8 AS idle_timeout_secs,
     persistent,
     left(owner_container, 129) AS owner_container,
-    generation";
+    generation, incarnation::text AS incarnation";
 
 /// What is wrong with a desired row, collected while reading it.
 #[derive(Default)]
@@ -635,6 +644,7 @@ fn status_from_row(row: &PgRow) -> Result<SandboxStatus, StoreError> {
     let services: String = row.try_get("services").map_err(column)?;
     let services: BTreeMap<String, ServiceStatus> =
         serde_json::from_str(&services).map_err(|e| malformed(e.to_string()))?;
+    let incarnation: Option<String> = row.try_get("incarnation").map_err(column)?;
     Ok(SandboxStatus {
         id: SandboxId::parse(&raw_id).map_err(|e| malformed(e.to_string()))?,
         phase: Phase::parse(&phase).ok_or_else(|| malformed(format!("unknown phase {phase:?}")))?,
@@ -643,13 +653,17 @@ fn status_from_row(row: &PgRow) -> Result<SandboxStatus, StoreError> {
         services,
         network: row.try_get("network").map_err(column)?,
         updated_at: row.try_get("updated_at").map_err(column)?,
+        incarnation: incarnation
+            .map(|text| Incarnation::parse(&text))
+            .transpose()
+            .map_err(|e| malformed(e.to_string()))?,
     })
 }
 
 /// The columns of `sandbox_status`; `services` as text, parsed into its
 /// type directly, and `updated_at` only when the decoder takes it.
 const STATUS_COLUMNS: &str = "id, phase, observed_generation, message, services::text AS services,
-    network,
+    network, incarnation::text AS incarnation,
     CASE WHEN isfinite(updated_at) AND updated_at < '10000-01-01 00:00:00+00' THEN updated_at END
         AS updated_at";
 
@@ -661,6 +675,30 @@ impl Store for PgStore {
             .await
             .map_err(query("ping"))?;
         Ok(())
+    }
+
+    async fn state_id(&self) -> Result<StateId, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar("SELECT state_id::text FROM sandbox_identity")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(
+                |e| match e.as_database_error().and_then(|d| d.code()).as_deref() {
+                    Some("42P01") => {
+                        StoreError::NoIdentity("table sandbox_identity does not exist".into())
+                    }
+                    _ => query("read identity")(e),
+                },
+            )?;
+        match ids.as_slice() {
+            [one] => StateId::parse(one).map_err(|e| StoreError::NoIdentity(e.to_string())),
+            [] => Err(StoreError::NoIdentity(
+                "table sandbox_identity is empty".into(),
+            )),
+            more => Err(StoreError::NoIdentity(format!(
+                "table sandbox_identity holds {} rows",
+                more.len()
+            ))),
+        }
     }
 
     async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError> {
@@ -755,17 +793,19 @@ impl Store for PgStore {
     ) -> Result<(), StoreError> {
         let services = serde_json::json!(update.services);
         sqlx::query(
-            "INSERT INTO sandbox_status (id, phase, observed_generation, message, services, network, updated_at, leader_term)
-             VALUES ($1, $2, $3, $4, $5, $6, now(), $7)
+            "INSERT INTO sandbox_status (id, phase, observed_generation, message, services, network,
+                                         incarnation, updated_at, leader_term)
+             VALUES ($1, $2, $3, $4, $5, $6, $7::uuid, now(), $8)
              ON CONFLICT (id) DO UPDATE SET phase = EXCLUDED.phase,
                  observed_generation = EXCLUDED.observed_generation, message = EXCLUDED.message,
-                 services = EXCLUDED.services, network = EXCLUDED.network, updated_at = now(),
+                 services = EXCLUDED.services, network = EXCLUDED.network,
+                 incarnation = EXCLUDED.incarnation, updated_at = now(),
                  leader_term = EXCLUDED.leader_term
              WHERE (sandbox_status.phase, sandbox_status.observed_generation, sandbox_status.message,
-                    sandbox_status.services, sandbox_status.network)
+                    sandbox_status.services, sandbox_status.network, sandbox_status.incarnation)
                    IS DISTINCT FROM
                    (EXCLUDED.phase, EXCLUDED.observed_generation, EXCLUDED.message, EXCLUDED.services,
-                    EXCLUDED.network)",
+                    EXCLUDED.network, EXCLUDED.incarnation)",
         )
         .bind(id.as_str())
         .bind(update.phase.as_str())
@@ -773,6 +813,7 @@ impl Store for PgStore {
         .bind(&update.message)
         .bind(services)
         .bind(update.network.as_deref())
+        .bind(update.incarnation.as_ref().map(Incarnation::as_str))
         .bind(term.0)
         .execute(&self.pool)
         .await

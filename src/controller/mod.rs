@@ -4,6 +4,7 @@
 mod breaker;
 mod crash_loops;
 mod fence;
+mod foreign;
 mod gone;
 mod heal_loop;
 mod image;
@@ -25,6 +26,7 @@ pub use self::rotation::SwitchError;
 use self::breaker::ReapBreaker;
 use self::crash_loops::CrashLoops;
 use self::fence::FencedRuntime;
+use self::foreign::Foreign;
 use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
 use self::leader::Elector;
@@ -35,6 +37,7 @@ use crate::adapters::http::Probes;
 use crate::config::ControllerConfig;
 use crate::domain::clock::Clock;
 use crate::domain::id::SandboxId;
+use crate::domain::identity::StateId;
 use crate::engine::{Registry, REGISTRY};
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
@@ -100,6 +103,11 @@ pub(crate) struct Context {
     pub(crate) breaker: ReapBreaker,
     /// Asks for a relist now.
     pub(crate) relist_now: Arc<Notify>,
+    /// This state database's identity, read once (at start, before the
+    /// initial lists) and kept: it never changes.
+    pub(crate) state: tokio::sync::OnceCell<StateId>,
+    /// Another state database's objects reported so far.
+    pub(crate) foreign: Foreign,
 }
 
 impl Context {
@@ -109,6 +117,11 @@ impl Context {
         self.fence
             .check()
             .inspect_err(|_| self.metrics.fenced("status"))
+    }
+
+    /// This state database's identity (read from the store the first time).
+    pub(crate) async fn state_id(&self) -> Result<&StateId, StoreError> {
+        self.state.get_or_try_init(|| self.store.state_id()).await
     }
 
     /// Seconds on the injected clock since `t`, never negative.
@@ -219,6 +232,8 @@ impl Controller {
                 fence,
                 breaker: ReapBreaker::default(),
                 relist_now: relist_now.clone(),
+                state: tokio::sync::OnceCell::new(),
+                foreign: Foreign::default(),
             }),
             queue,
             readiness: Readiness::default(),
@@ -331,9 +346,9 @@ impl Controller {
             sink,
         ));
 
-        // The initial lists, retried until they load (a state database that
-        // is locked or restarting must not end the controller): not ready
-        // meanwhile.
+        // The state database's identity, then the initial lists, retried
+        // until they load (a state database that is locked or restarting
+        // must not end the controller): not ready meanwhile.
         let mut shutdown = std::pin::pin!(shutdown);
         let mut delay = Duration::from_millis(200);
         while let Err(e) =

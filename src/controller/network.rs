@@ -5,6 +5,7 @@
 use super::Context;
 use crate::config::{ControllerConfig, NetworkLayout};
 use crate::domain::id::{EngineName, SandboxId};
+use crate::domain::identity::{self, StateId};
 use crate::domain::labels;
 use crate::domain::network::{bridge_name, container_name, network_name};
 use crate::domain::sandbox::DesiredSandbox;
@@ -83,12 +84,19 @@ pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId) -> Option<Network
     })
 }
 
-/// Makes sure the sandbox's own network exists, with sandboxd's container
-/// on it when it probes by name. Nothing to do in the shared layout.
-pub(crate) async fn ensure(ctx: &Context, id: &SandboxId) -> Result<(), RuntimeError> {
-    let Some(spec) = sandbox_spec(&ctx.config, id) else {
+/// Makes sure the sandbox's own network exists (labelled with the state
+/// database's identity `state`), with sandboxd's container on it when it
+/// probes by name. Nothing to do in the shared layout.
+pub(crate) async fn ensure(
+    ctx: &Context,
+    id: &SandboxId,
+    state: &StateId,
+) -> Result<(), RuntimeError> {
+    let Some(mut spec) = sandbox_spec(&ctx.config, id) else {
         return Ok(());
     };
+    spec.labels
+        .insert(labels::STATE_ID.to_owned(), state.to_string());
     let name = spec.name.clone();
     ctx.runtime.ensure_network(&spec).await?;
     if let Some(me) = &ctx.config.controller_container {
@@ -141,12 +149,29 @@ pub(crate) async fn sync_attached(
     Ok(problems)
 }
 
-/// Removes the sandbox's network (disconnecting whatever is still on it).
-pub(crate) async fn remove(ctx: &Context, id: &SandboxId) -> Result<(), RuntimeError> {
+/// Removes the sandbox's network (disconnecting whatever is still on it),
+/// unless it carries another state database's identity `state`.
+pub(crate) async fn remove(
+    ctx: &Context,
+    id: &SandboxId,
+    state: &StateId,
+) -> Result<(), RuntimeError> {
     if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(());
     }
     let name = network_name(&ctx.config.deployment, id);
+    let listed = ctx.runtime.networks(&ctx.config.deployment).await?;
+    if let Some(theirs) = listed
+        .iter()
+        .find(|n| n.name == name && !identity::resource_is_ours(n.state_id.as_deref(), state))
+    {
+        tracing::debug!(
+            network = name,
+            their_state_id = theirs.state_id.as_deref().unwrap_or_default(),
+            "another state database's network: left alone"
+        );
+        return Ok(());
+    }
     ctx.runtime
         .remove_network(&name, &ctx.config.deployment)
         .await

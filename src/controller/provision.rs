@@ -351,10 +351,13 @@ async fn create(
         generation: desired.generation,
         features: p.features.clone(),
         instance: instance.clone(),
+        // Read by the reconcile before anything is planned.
+        state_id: ctx.state.get().map(ToString::to_string),
+        incarnation: desired.incarnation.as_ref().map(ToString::to_string),
     };
     let volume = desired
         .persistent
-        .then(|| volume::data_volume(config, &desired.id, engine));
+        .then(|| volume::data_volume(config, &labels, engine));
     let mut spec = container_spec(
         config,
         engine,

@@ -9,7 +9,10 @@ use super::Context;
 use super::{network, provision, volume};
 use crate::domain::crash_loop::{self, HealGate};
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
-use crate::domain::plan::{self, Action, HealCause, OwnerState, Plan, ProvisionReason, Wanted};
+use crate::domain::identity;
+use crate::domain::plan::{
+    self, Action, HealCause, OwnerState, Plan, ProvisionReason, ReapReason, Wanted,
+};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::status::{self, Failure, Outcomes, Publish};
 use crate::ports::runtime::RuntimeError;
@@ -50,9 +53,15 @@ pub(crate) enum Next {
 /// Converges one sandbox: read → plan → act → publish.
 #[tracing::instrument(name = "reconcile", skip_all, fields(sandbox = %id))]
 pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
+    let state = ctx.state_id().await?;
     let desired = ctx.store.fetch_desired(id).await?;
     let observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
     let previous = ctx.store.fetch_status(id).await?;
+    // Another state database's containers are not this one's to touch:
+    // left out of the plan (relists count and report them).
+    let (observed, foreign) = identity::partition(observed, state, previous.as_ref());
+    // A status of an earlier incarnation of the row vouches for nothing.
+    let previous = status::of_incarnation(previous.as_ref(), desired.as_ref()).cloned();
     let owner = match desired.as_ref().and_then(|d| d.owner_container.as_deref()) {
         Some(name) => Some(owner_state(ctx, name).await?),
         None => None,
@@ -75,10 +84,16 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         now,
         &ctx.config.policy(),
     );
+    if plan.teardowns().any(|t| t.reason == ReapReason::Superseded) {
+        // The row was deleted and inserted again: the heals of the earlier
+        // incarnation are not this one's.
+        ctx.crash_loops.forget(id);
+    }
     let held = match &desired {
         Some(d) => hold_crash_loops(ctx, d, &mut plan, now),
         None => Vec::new(),
     };
+    let names_held = identity::hold_names_held_by_foreign(&mut plan, &foreign, state);
     tracing::debug!(actions = plan.actions.len(), held = held.len(), "planned");
     if let Some(held) = hold_reaping(ctx, id, &plan, gone_since) {
         return Ok(held);
@@ -97,8 +112,12 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         update.network.clone_from(&network_name);
         ctx.store.write_status(id, update, ctx.term()?).await?;
     }
-    if converging.is_some() {
-        network::ensure(ctx, id).await?;
+    if let Some(d) = converging {
+        network::ensure(ctx, id, state).await?;
+        if d.persistent && plan.provisions().next().is_some() {
+            // Never mount an earlier incarnation's data.
+            volume::remove_superseded(ctx, d, state).await?;
+        }
     }
     let new_request = desired
         .as_ref()
@@ -113,20 +132,32 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     if let Some(d) = &desired {
         provisioned.extend(provision_all(ctx, d, &plan, new_request, &causes, &commit).await);
     }
+    provisioned.extend(
+        names_held
+            .into_iter()
+            .map(|(engine, why)| (engine, Err(why))),
+    );
     let previous = commit.published(previous).await;
     let attach = match converging {
         Some(d) => network::sync_attached(ctx, d).await?,
         None => Vec::new(),
     };
     if plan.wanted != Wanted::Yes && !plan.is_waiting() && teardown.is_none() {
-        // No container of the sandbox is left: its network goes too, and
-        // once the row is deleted and its grace has passed since it was
-        // seen gone, the data of a persistent one.
-        network::remove(ctx, id).await?;
-        if plan.wanted == Wanted::Deleted && plan.data_kept_until.is_none() {
-            volume::remove_all(ctx, id).await?;
-            ctx.gone.forget(id);
-            ctx.crash_loops.forget(id);
+        if foreign.is_empty() {
+            // No container of the sandbox is left: its network goes too,
+            // and once the row is deleted and its grace has passed since
+            // it was seen gone, the data of a persistent one.
+            network::remove(ctx, id, state).await?;
+            if plan.wanted == Wanted::Deleted && plan.data_kept_until.is_none() {
+                volume::remove_all(ctx, id, state).await?;
+                ctx.gone.forget(id);
+                ctx.crash_loops.forget(id);
+            }
+        } else {
+            tracing::debug!(
+                foreign = foreign.len(),
+                "another state database's containers use the sandbox's network and volumes: left alone"
+            );
         }
     }
 

@@ -9,9 +9,11 @@ use super::breaker::Change;
 use super::{Context, ControllerError};
 use crate::domain::container::ObservedContainer;
 use crate::domain::id::SandboxId;
+use crate::domain::identity;
+use crate::domain::sandbox::SandboxStatus;
 use crate::sched::WorkQueue;
 use crate::watch::KnownContainers;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -24,8 +26,10 @@ pub(crate) enum Enqueue {
     Fresh,
 }
 
-/// Lists both sides in full and enqueues every sandbox found. The first
-/// relist sets the baseline and counts no drift.
+/// Lists both sides in full and enqueues every sandbox found (another
+/// state database's containers are counted and reported, see
+/// `controller::foreign`). The first relist reads the state database's
+/// identity, sets the baseline and counts no drift.
 pub(crate) async fn relist(
     ctx: &Context,
     queue: &WorkQueue<SandboxId>,
@@ -33,6 +37,7 @@ pub(crate) async fn relist(
     count_drift: bool,
     enqueue: Enqueue,
 ) -> Result<(), ControllerError> {
+    let state = ctx.state_id().await?;
     let mut ids: BTreeSet<String> = ctx.store.list_ids().await?.into_iter().collect();
     let containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
     ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
@@ -55,7 +60,14 @@ pub(crate) async fn relist(
             "relist found container changes the event stream missed"
         );
     }
-    breaker_look(ctx, &containers).await?;
+    let statuses = ctx.store.list_status().await?;
+    let by_id: HashMap<&SandboxId, &SandboxStatus> = statuses.iter().map(|s| (&s.id, s)).collect();
+    let (ours, foreign): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = containers
+        .iter()
+        .partition(|c| identity::is_ours(c, state, by_id.get(&c.labels.sandbox).copied()));
+    // Another state database's containers are never reaped: the breaker
+    // weighs this one's only.
+    breaker_look(ctx, &ours).await?;
     for raw in &ids {
         match SandboxId::parse(raw) {
             Ok(id) if enqueue == Enqueue::Fresh => queue.add_fresh(id),
@@ -63,7 +75,8 @@ pub(crate) async fn relist(
             Err(e) => tracing::warn!(error = %e, "skipping a row with an invalid id"),
         }
     }
-    let statuses = ctx.store.list_status().await?;
+    ctx.foreign.report(state, &foreign, &networks, &volumes);
+    ctx.metrics.foreign_containers(foreign.len());
     ctx.metrics.fleet(ctx.engines, &statuses, &containers);
     ctx.metrics.relisted(drift);
     tracing::debug!(
@@ -81,7 +94,7 @@ const TOMBSTONES_KEPT: std::time::Duration = std::time::Duration::from_secs(7 * 
 /// enqueued, so that no reconcile reaps ahead of it) and records a trip.
 async fn breaker_look(
     ctx: &Context,
-    containers: &[ObservedContainer],
+    containers: &[&ObservedContainer],
 ) -> Result<(), ControllerError> {
     let mut desired: BTreeSet<String> = ctx.store.desired_ids().await?.into_iter().collect();
     // Rows deleted one by one were meant to go: only rows that vanished

@@ -137,6 +137,7 @@ impl Commit {
             services: row.services,
             network: row.network,
             updated_at: None,
+            incarnation: row.incarnation,
         })
     }
 }

@@ -34,6 +34,7 @@ fn row(name: &str) -> DesiredSandbox {
         features: BTreeMap::new(),
         expires_at: None,
         generation: 0,
+        incarnation: None,
         updated_at: created(),
         last_used_at: created(),
         idle_timeout: None,
@@ -1457,4 +1458,163 @@ async fn releasing_every_sandbox_row_by_row_reaps_them_all_without_pausing() {
     assert_eq!(h.metric("sandboxd_reaping_paused"), 0.0);
     drop(stop);
     let _ = task.await;
+}
+
+// ---------------------------------------------------------------------------
+// State database identity and incarnations
+// ---------------------------------------------------------------------------
+
+/// Another state database's identity.
+const THEIRS: &str = "7b7b7b7b-0000-4000-8000-000000000002";
+
+#[tokio::test(start_paused = true)]
+async fn another_state_databases_container_is_never_reaped_or_healed_and_a_row_wanting_its_name_fails_saying_why(
+) {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (container, _) = h.published(&id("a"));
+    // It is another state database's now, and this one knows nothing of it.
+    h.runtime
+        .set_label(&container, crate::domain::labels::STATE_ID, THEIRS);
+    h.store.delete_desired(&id("a"));
+    let term = ctx.fence.check().unwrap();
+    h.store.delete_status(&id("a"), term).await.unwrap();
+    h.runtime.kill(&container, false);
+    h.clock.advance(chrono::Duration::hours(1));
+
+    // Dead and long past every grace window, counted from its creation
+    // and from when its row was seen gone: neither reaped nor healed.
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.clock.advance(chrono::Duration::seconds(181));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    let left = h.runtime.containers_of(&id("a"));
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].0, container, "never reaped");
+    assert_eq!(
+        left[0].1.state,
+        crate::domain::container::ContainerState::Exited,
+        "never healed"
+    );
+    assert!(h.store.status_of(&id("a")).is_none());
+    assert_eq!(
+        h.networks().await.len(),
+        1,
+        "the network its container is on stays"
+    );
+
+    // This database asks for the same sandbox: the name is taken.
+    h.store.put_desired(row("a"));
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    assert!(matches!(err, ReconcileError::Provision(_)), "{err}");
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    for fragment in [
+        "held by container",
+        THEIRS,
+        crate::testing::FAKE_STATE_ID,
+        "docker rm -f",
+    ] {
+        assert!(
+            status.message.contains(fragment),
+            "{fragment}: {}",
+            status.message
+        );
+    }
+    assert!(status.services.is_empty());
+    let left = h.runtime.containers_of(&id("a"));
+    assert_eq!(left.len(), 1, "nothing created beside it");
+    assert_eq!(left[0].0, container, "not replaced");
+
+    // Every relist counts it.
+    h.step_down().await;
+    let (stop, task) = start(h.controller());
+    until("the foreign container is counted", || {
+        h.metric("sandboxd_foreign_containers") == 1.0
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_re_inserted_row_never_inherits_the_earlier_incarnations_container_or_credentials() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (old, old_service) = h.published(&id("a"));
+    let old_incarnation = h.store.incarnation_of(&id("a")).unwrap();
+
+    // Released: its container waits out the grace window.
+    h.store.delete_desired(&id("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Terminating));
+    assert_eq!(h.containers(&id("a"))[0].0, old);
+
+    // Inserted again, well within the grace window.
+    h.store.put_desired(row("a"));
+    let incarnation = h.store.incarnation_of(&id("a")).unwrap();
+    assert_ne!(incarnation, old_incarnation);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (new, service) = h.published(&id("a"));
+    assert_ne!(new, old);
+    assert!(
+        !h.runtime.containers().contains_key(&old),
+        "torn down at once"
+    );
+    assert_ne!(service.password.expose(), old_service.password.expose());
+    assert_ne!(service.instance, old_service.instance);
+    assert_eq!(
+        h.runtime.containers()[&new].labels.incarnation.as_deref(),
+        Some(incarnation.as_str())
+    );
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.incarnation, Some(incarnation));
+    assert_eq!(status.observed_generation, 1);
+    assert_eq!(h.metric("sandboxd_reaps_total{reason=\"superseded\"}"), 1.0);
+}
+
+#[tokio::test]
+async fn a_re_inserted_persistent_row_never_mounts_the_earlier_incarnations_data() {
+    let h = Harness::new();
+    let ctx = h.context();
+    let persistent = || {
+        let mut r = row("a");
+        r.persistent = true;
+        r
+    };
+    h.store.put_desired(persistent());
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (old, _) = h.published(&id("a"));
+    let volume = h.runtime.containers()[&old].spec.volume.clone().unwrap();
+    let label = |labels: Option<std::collections::HashMap<String, String>>| {
+        labels.and_then(|l| l.get(crate::domain::labels::INCARNATION).cloned())
+    };
+    let first = h.store.incarnation_of(&id("a")).unwrap();
+    assert_eq!(
+        label(h.runtime.volume_labels(&volume.name)).as_deref(),
+        Some(first.as_str())
+    );
+
+    h.store.delete_desired(&id("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.store.put_desired(persistent());
+    let second = h.store.incarnation_of(&id("a")).unwrap();
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (new, _) = h.published(&id("a"));
+    assert_eq!(
+        h.runtime.containers()[&new]
+            .spec
+            .volume
+            .as_ref()
+            .map(|v| &v.name),
+        Some(&volume.name)
+    );
+    assert_eq!(
+        label(h.runtime.volume_labels(&volume.name)).as_deref(),
+        Some(second.as_str()),
+        "the earlier incarnation's volume was removed and a fresh one made"
+    );
 }

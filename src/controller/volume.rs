@@ -1,37 +1,111 @@
 //! Persistent sandboxes' data: one named volume per engine, created with
 //! the container that mounts it and removed only once the row is deleted
-//! and no container of the sandbox is left.
+//! and no container of the sandbox is left. A volume is labelled with its
+//! state database's identity and its row's incarnation: another
+//! database's is never removed, and an earlier incarnation's is never
+//! mounted (it is removed once that incarnation's containers are gone).
 
 use super::Context;
 use crate::config::ControllerConfig;
 use crate::domain::id::SandboxId;
-use crate::domain::labels;
+use crate::domain::identity::{self, StateId};
+use crate::domain::labels::ContainerLabels;
 use crate::domain::network::container_name;
+use crate::domain::sandbox::DesiredSandbox;
 use crate::engine::Engine;
-use crate::ports::runtime::{RuntimeError, Volume};
+use crate::ports::runtime::{ObservedResource, RuntimeError, Volume};
 
-/// The named volume holding `engine`'s data for a persistent sandbox: named
-/// like its container, labelled like its network.
+/// The named volume holding `engine`'s data for the persistent sandbox
+/// whose container carries `labels`: named like its container, labelled
+/// like its network plus the container's state database and incarnation.
 pub fn data_volume(
     config: &ControllerConfig,
-    id: &SandboxId,
+    labels: &ContainerLabels,
     engine: &'static dyn Engine,
 ) -> Volume {
     Volume {
-        name: container_name(&config.deployment, id, engine.name()),
+        name: data_volume_name(config, &labels.sandbox, engine),
         path: engine.data_path().to_owned(),
-        labels: labels::of_sandbox(&config.deployment, id),
+        labels: labels.of_volume(),
     }
 }
 
-/// Removes the data volumes of the deleted sandbox `id` (those of every
-/// engine this controller knows; a missing one is success).
-pub(crate) async fn remove_all(ctx: &Context, id: &SandboxId) -> Result<(), RuntimeError> {
-    for engine in ctx.engines.iter() {
-        let volume = data_volume(&ctx.config, id, engine);
+/// The name of `engine`'s data volume for sandbox `id`.
+fn data_volume_name(
+    config: &ControllerConfig,
+    id: &SandboxId,
+    engine: &'static dyn Engine,
+) -> String {
+    container_name(&config.deployment, id, engine.name())
+}
+
+/// The data volumes of sandbox `id` that this state database (`state`)
+/// may remove: those of every engine this controller knows that carry its
+/// identity, or none (created before identities).
+async fn removable(
+    ctx: &Context,
+    id: &SandboxId,
+    state: &StateId,
+) -> Result<Vec<ObservedResource>, RuntimeError> {
+    let names: Vec<String> = ctx
+        .engines
+        .iter()
+        .map(|engine| data_volume_name(&ctx.config, id, engine))
+        .collect();
+    Ok(ctx
+        .runtime
+        .volumes(&ctx.config.deployment)
+        .await?
+        .into_iter()
+        .filter(|v| names.contains(&v.name))
+        .filter(|v| {
+            let ours = identity::resource_is_ours(v.state_id.as_deref(), state);
+            if !ours {
+                tracing::debug!(volume = %v.name, "another state database's volume: left alone");
+            }
+            ours
+        })
+        .collect())
+}
+
+/// Removes the data volumes of the deleted sandbox `id` (a missing one is
+/// success; another state database's is left alone).
+pub(crate) async fn remove_all(
+    ctx: &Context,
+    id: &SandboxId,
+    state: &StateId,
+) -> Result<(), RuntimeError> {
+    for volume in removable(ctx, id, state).await? {
         ctx.runtime
             .remove_volume(&volume.name, &ctx.config.deployment)
             .await?;
+    }
+    Ok(())
+}
+
+/// Removes the data volumes an earlier incarnation of `desired`'s id left
+/// (its containers must be gone: a volume in use is not removed), so the
+/// row's own containers start on empty data. Volumes from before
+/// incarnations are the row's.
+pub(crate) async fn remove_superseded(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    state: &StateId,
+) -> Result<(), RuntimeError> {
+    let Some(row) = &desired.incarnation else {
+        return Ok(());
+    };
+    for volume in removable(ctx, &desired.id, state).await? {
+        if volume
+            .incarnation
+            .as_deref()
+            .is_some_and(|theirs| theirs != row.as_str())
+        {
+            ctx.runtime
+                .remove_volume(&volume.name, &ctx.config.deployment)
+                .await?;
+            tracing::info!(volume = %volume.name, "an earlier incarnation's data volume removed");
+        }
     }
     Ok(())
 }

@@ -24,6 +24,14 @@ pub const FEATURES: &str = "io.sandboxd.features";
 /// published container from one a crash left half-done. Not derived from
 /// the credentials.
 pub const INSTANCE: &str = "io.sandboxd.instance";
+/// The identity of the state database whose controller created the
+/// container, network or volume (`sandbox_identity.state_id`): a controller
+/// never touches what carries another.
+pub const STATE_ID: &str = "io.sandboxd.state-id";
+/// The incarnation of the desired row a container or data volume was
+/// created for (`sandbox_desired.incarnation`): a row deleted and inserted
+/// again never inherits them.
+pub const INCARNATION: &str = "io.sandboxd.incarnation";
 /// Labels that mark containers sandboxd runs itself (engines, its state
 /// databases, their test copies): never connected to a sandbox network.
 pub const OWN_CONTAINERS: &[&str] = &[
@@ -67,13 +75,19 @@ pub struct ContainerLabels {
     pub features: BTreeSet<String>,
     /// Credential-set token (see [`INSTANCE`]).
     pub instance: String,
+    /// The state database's identity (see [`STATE_ID`]); `None` on
+    /// containers created before identities existed.
+    pub state_id: Option<String>,
+    /// The row's incarnation (see [`INCARNATION`]); `None` on containers
+    /// created before incarnations existed.
+    pub incarnation: Option<String>,
 }
 
 impl ContainerLabels {
     /// The labels to put on a new container.
     pub fn to_map(&self) -> HashMap<String, String> {
         let features: Vec<&str> = self.features.iter().map(String::as_str).collect();
-        HashMap::from([
+        let mut map = HashMap::from([
             (MANAGED_BY.to_owned(), MANAGER.to_owned()),
             (DEPLOYMENT.to_owned(), self.deployment.to_string()),
             (SANDBOX.to_owned(), self.sandbox.to_string()),
@@ -85,7 +99,26 @@ impl ContainerLabels {
             (GENERATION.to_owned(), self.generation.to_string()),
             (FEATURES.to_owned(), features.join(",")),
             (INSTANCE.to_owned(), self.instance.clone()),
-        ])
+        ]);
+        for (key, value) in [(STATE_ID, &self.state_id), (INCARNATION, &self.incarnation)] {
+            if let Some(value) = value {
+                map.insert(key.to_owned(), value.clone());
+            }
+        }
+        map
+    }
+
+    /// The labels of the data volume mounted into this container: its
+    /// sandbox's, and its state database's and incarnation's, so that the
+    /// data is never mounted into another incarnation's container.
+    pub fn of_volume(&self) -> HashMap<String, String> {
+        let mut map = of_sandbox(&self.deployment, &self.sandbox);
+        for (key, value) in [(STATE_ID, &self.state_id), (INCARNATION, &self.incarnation)] {
+            if let Some(value) = value {
+                map.insert(key.to_owned(), value.clone());
+            }
+        }
+        map
     }
 
     /// Reads labels back; `None` when the container is not a well-formed
@@ -110,6 +143,8 @@ impl ContainerLabels {
                 })
                 .unwrap_or_default(),
             instance: map.get(INSTANCE).cloned().unwrap_or_default(),
+            state_id: map.get(STATE_ID).cloned(),
+            incarnation: map.get(INCARNATION).cloned(),
         })
     }
 }
@@ -147,9 +182,35 @@ mod tests {
             generation: 3,
             features: BTreeSet::from(["citext".into(), "pg_trgm".into()]),
             instance: "0123abcd".into(),
+            state_id: Some("5f0c7e3a-9b1d-4c2e-8f00-1a2b3c4d5e6f".into()),
+            incarnation: Some("0a0b0c0d-0000-4000-8000-000000000001".into()),
         };
         let map = l.to_map();
         assert_eq!(map[FEATURES], "citext,pg_trgm");
+        assert_eq!(ContainerLabels::parse(&map), Some(l.clone()));
+
+        let volume = l.of_volume();
+        assert_eq!(volume[STATE_ID], "5f0c7e3a-9b1d-4c2e-8f00-1a2b3c4d5e6f");
+        assert_eq!(volume[INCARNATION], "0a0b0c0d-0000-4000-8000-000000000001");
+        assert_eq!(volume[SANDBOX], "agent-1");
+        assert!(!volume.contains_key(INSTANCE));
+    }
+
+    #[test]
+    fn containers_from_before_identities_read_back_without_them() {
+        let l = ContainerLabels {
+            deployment: Deployment::parse("prod").unwrap(),
+            sandbox: SandboxId::parse("agent-1").unwrap(),
+            owner: "ci".into(),
+            engine: "redis".into(),
+            generation: 1,
+            features: BTreeSet::new(),
+            instance: "0123abcd".into(),
+            state_id: None,
+            incarnation: None,
+        };
+        let map = l.to_map();
+        assert!(!map.contains_key(STATE_ID) && !map.contains_key(INCARNATION));
         assert_eq!(ContainerLabels::parse(&map), Some(l));
     }
 

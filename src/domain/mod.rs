@@ -10,6 +10,7 @@ pub mod clock;
 pub mod container;
 pub mod crash_loop;
 pub mod id;
+pub mod identity;
 pub mod labels;
 pub mod lease;
 pub mod limits;
@@ -20,6 +21,7 @@ pub mod secret;
 pub mod status;
 
 pub use self::id::{ContainerId, Deployment, EngineName, IdError, SandboxId};
+pub use self::identity::{Incarnation, StateId};
 pub use self::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 pub use self::secret::Secret;
 

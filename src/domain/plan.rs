@@ -77,6 +77,9 @@ pub enum ReapReason {
     Idle,
     /// The agent container the row names as its owner is gone.
     OwnerGone,
+    /// An earlier incarnation's container: the row was deleted and inserted
+    /// again, which is the explicit signal; torn down at once.
+    Superseded,
 }
 
 impl ReapReason {
@@ -90,6 +93,7 @@ impl ReapReason {
             ReapReason::Duplicate => "duplicate",
             ReapReason::Idle => "idle",
             ReapReason::OwnerGone => "owner_gone",
+            ReapReason::Superseded => "superseded",
         }
     }
 }
@@ -377,6 +381,32 @@ fn reap(
     }
 }
 
+/// Whether `c` was made for another incarnation of `desired`'s id than
+/// `desired` (a container without the label predates incarnations and is
+/// judged as before, by the status's instance token). Never for a row that
+/// cannot be read: it keeps every container.
+fn is_superseded(c: &ObservedContainer, desired: Option<&DesiredSandbox>) -> bool {
+    let Some(row) = desired
+        .filter(|d| d.invalid.is_none())
+        .and_then(|d| d.incarnation.as_ref())
+    else {
+        return false;
+    };
+    c.labels
+        .incarnation
+        .as_deref()
+        .is_some_and(|theirs| theirs != row.as_str())
+}
+
+/// Tears down an earlier incarnation's container now, whatever its age.
+fn supersede(c: &ObservedContainer) -> Action {
+    Action::Teardown(Teardown {
+        container: c.id.clone(),
+        engine: c.labels.engine.clone(),
+        reason: ReapReason::Superseded,
+    })
+}
+
 /// Computes the actions for one sandbox.
 ///
 /// `observed` are this deployment's containers for the sandbox; `status`
@@ -387,8 +417,10 @@ fn reap(
 /// row's or an orphan's containers are kept for the grace window after
 /// that as well as after their creation, so that an emptied or restored
 /// state database does not reap at once what is older than the grace
-/// window. `None` for a missing row counts from `now`. Engines are visited
-/// in sorted order.
+/// window. `None` for a missing row counts from `now`. `status` must be of
+/// the row's incarnation (see `status::of_incarnation`); a container of
+/// another incarnation of an existing row is torn down at once and never
+/// counts as the row's. Engines are visited in sorted order.
 pub fn plan(
     desired: Option<&DesiredSandbox>,
     observed: &[ObservedContainer],
@@ -399,10 +431,11 @@ pub fn plan(
     policy: &Policy,
 ) -> Plan {
     let grace = policy.grace;
-    let live: Vec<&ObservedContainer> = observed
+    let (superseded, live): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = observed
         .iter()
         .filter(|c| c.state != ContainerState::Removing)
-        .collect();
+        .partition(|c| is_superseded(c, desired));
+    let superseded = superseded.into_iter().map(supersede);
     let mut by_engine: BTreeMap<&str, Vec<&ObservedContainer>> = BTreeMap::new();
     for c in &live {
         by_engine
@@ -425,9 +458,8 @@ pub fn plan(
             // Only a missing row counts from when it was seen gone: the
             // other releases are decided from the row itself.
             let gone_since = desired.is_none().then(|| gone_since.unwrap_or(now));
-            let actions = live
-                .iter()
-                .map(|c| reap(c, reason, now, grace, gone_since))
+            let actions = superseded
+                .chain(live.iter().map(|c| reap(c, reason, now, grace, gone_since)))
                 .collect();
             return Plan {
                 wanted: why,
@@ -448,7 +480,7 @@ pub fn plan(
             data_kept_until: None,
         };
     }
-    let mut actions = Vec::new();
+    let mut actions: Vec<Action> = superseded.collect();
     for (engine, containers) in &by_engine {
         // Containers of an engine the row names but this binary does not
         // know are kept: the row still wants them.

@@ -2,6 +2,7 @@
 //! observed.
 
 use super::id::{EngineName, SandboxId};
+use super::identity::Incarnation;
 use super::secret::Secret;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -45,6 +46,10 @@ pub struct DesiredSandbox {
     pub owner_container: Option<String>,
     /// Bumped by the database on every change.
     pub generation: i64,
+    /// Which incarnation of the id this row is (set by the database on
+    /// insert, kept while the row exists); `None` only when the stored
+    /// value cannot be read (the row is then `invalid`).
+    pub incarnation: Option<Incarnation>,
     /// When the row last changed (set by the database).
     pub updated_at: DateTime<Utc>,
 }
@@ -207,4 +212,8 @@ pub struct SandboxStatus {
     pub network: Option<String>,
     /// Last write.
     pub updated_at: Option<DateTime<Utc>>,
+    /// The incarnation of the row this status is about (`None`: written
+    /// before incarnations, or for no row); a client waiting for its row
+    /// accepts only a status of the row's incarnation.
+    pub incarnation: Option<Incarnation>,
 }

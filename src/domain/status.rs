@@ -4,6 +4,7 @@
 
 use super::crash_loop::HealGate;
 use super::id::EngineName;
+use super::identity::Incarnation;
 use super::plan::{HealCause, Plan, ProvisionReason, Wanted};
 use super::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 use std::collections::BTreeMap;
@@ -22,6 +23,8 @@ pub struct StatusUpdate {
     /// The Docker network the engines are reachable on; the core leaves it
     /// `None` and the controller names the network it manages.
     pub network: Option<String>,
+    /// The incarnation of the row the status is about.
+    pub incarnation: Option<Incarnation>,
 }
 
 /// What to do with the status row.
@@ -100,6 +103,23 @@ fn wanted_row<'a>(plan: &Plan, desired: Option<&'a DesiredSandbox>) -> Option<&'
     desired.filter(|_| plan.wanted == Wanted::Yes)
 }
 
+/// The previous status as far as `desired` is concerned: the one of the
+/// row's incarnation, or none. A status of another incarnation (the id was
+/// deleted and inserted again) or written before incarnations vouches for
+/// nothing the row has (no credentials, no generation) and is replaced by
+/// the row's own. For a deleted row, whatever status is left; for a row
+/// whose incarnation cannot be read (it is invalid and keeps everything),
+/// the status as it is.
+pub fn of_incarnation<'a>(
+    previous: Option<&'a SandboxStatus>,
+    desired: Option<&DesiredSandbox>,
+) -> Option<&'a SandboxStatus> {
+    match desired.and_then(|d| d.incarnation.as_ref()) {
+        None => previous,
+        Some(row) => previous.filter(|p| p.incarnation.as_ref() == Some(row)),
+    }
+}
+
 /// The generation a status row already reports (0 if there is none).
 pub fn observed_generation(previous: Option<&SandboxStatus>) -> i64 {
     previous.map_or(0, |s| s.observed_generation)
@@ -170,6 +190,7 @@ pub fn while_provisioning(
         message,
         services: standing_services(plan, desired, previous),
         network: None,
+        incarnation: desired.incarnation.clone(),
     })
 }
 
@@ -279,6 +300,7 @@ pub fn decide(
             message,
             services,
             network: None,
+            incarnation: desired.incarnation.clone(),
         }),
         failure,
     }
@@ -321,6 +343,10 @@ fn decide_unwanted(
             },
             services: BTreeMap::new(),
             network: None,
+            incarnation: match desired {
+                Some(d) => d.incarnation.clone(),
+                None => previous.and_then(|p| p.incarnation.clone()),
+            },
         }),
     };
     Verdict {

@@ -138,6 +138,12 @@ pub struct ObservedResource {
     pub name: String,
     /// The sandbox its labels name, if valid.
     pub sandbox: Option<SandboxId>,
+    /// The state database identity its labels name (see
+    /// [`labels::STATE_ID`]); `None` if it predates identities.
+    pub state_id: Option<String>,
+    /// The incarnation its labels name (volumes; see
+    /// [`labels::INCARNATION`]).
+    pub incarnation: Option<String>,
 }
 
 impl ObservedResource {
@@ -153,6 +159,8 @@ impl ObservedResource {
             sandbox: labels
                 .get(labels::SANDBOX)
                 .and_then(|s| SandboxId::parse(s).ok()),
+            state_id: labels.get(labels::STATE_ID).cloned(),
+            incarnation: labels.get(labels::INCARNATION).cloned(),
         })
     }
 }

@@ -4,6 +4,7 @@
 use super::BoxError;
 use crate::domain::breaker::ReapingState;
 use crate::domain::id::SandboxId;
+use crate::domain::identity::StateId;
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
@@ -49,6 +50,9 @@ pub enum StoreError {
         /// The refused term.
         term: Term,
     },
+    /// The state database has no readable identity.
+    #[error("the state database has no identity ({0}): table sandbox_identity must hold the one row its migration created; run `sandboxd migrate` on this database, or restore that row from a backup (a new identity makes every existing container another database's)")]
+    NoIdentity(String),
     /// A stored row could not be read back.
     #[error("row {id:?} in {table} is malformed: {reason}")]
     Malformed {
@@ -76,6 +80,8 @@ pub type NotifyStream = BoxStream<'static, Result<String, StoreError>>;
 pub trait Store: Send + Sync + 'static {
     /// Whether the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// The identity of this state database (`sandbox_identity`).
+    async fn state_id(&self) -> Result<StateId, StoreError>;
     /// One desired row, engine names resolved against the registry.
     async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError>;
     /// One status row.

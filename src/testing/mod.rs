@@ -10,7 +10,7 @@ mod store;
 
 pub(crate) use self::engine::{FakeEngine, FAKE_ENGINES};
 pub(crate) use self::runtime::{FakeContainer, FakeRuntime, RuntimeOp};
-pub(crate) use self::store::{FakeStore, StoreOp};
+pub(crate) use self::store::{FakeStore, StoreOp, FAKE_STATE_ID};
 
 /// What an injected fault does to a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

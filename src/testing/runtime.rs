@@ -3,6 +3,7 @@
 use super::Faults;
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::identity;
 use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::ports::runtime::{
@@ -118,6 +119,20 @@ impl FakeRuntime {
     /// Names of the volumes that exist.
     pub(crate) fn volume_names(&self) -> Vec<String> {
         self.world.lock().unwrap().volumes.keys().cloned().collect()
+    }
+
+    /// The labels of the volume `name`, if it exists.
+    pub(crate) fn volume_labels(&self, name: &str) -> Option<HashMap<String, String>> {
+        self.world.lock().unwrap().volumes.get(name).cloned()
+    }
+
+    /// Sets the label `key` of a container to `value`, as if another
+    /// controller had created it so.
+    pub(crate) fn set_label(&self, id: &ContainerId, key: &str, value: &str) {
+        let mut w = self.world.lock().unwrap();
+        let c = w.containers.get_mut(id).expect("the container exists");
+        c.spec.labels.insert(key.to_owned(), value.to_owned());
+        c.labels = ContainerLabels::parse(&c.spec.labels).expect("well-formed labels");
     }
 
     /// Makes listing `sandbox`'s containers panic (a bug in one reconcile).
@@ -400,6 +415,27 @@ impl Runtime for FakeRuntime {
             .filter(|(_, c)| c.name == spec.name)
             .map(|(id, _)| id.clone())
             .collect();
+        // As the Docker adapter: never another state database's container,
+        // never another incarnation's data.
+        if taken
+            .iter()
+            .any(|id| !identity::may_replace(&w.containers[id].spec.labels, &spec.labels))
+        {
+            return Err(RuntimeError::Refused(format!(
+                "the container name {} is taken by another state database's container",
+                spec.name
+            )));
+        }
+        if let Some(v) = &spec.volume {
+            if let Some(existing) = w.volumes.get(&v.name) {
+                if !identity::may_mount(existing, &v.labels) {
+                    return Err(RuntimeError::Refused(format!(
+                        "volume {} holds another incarnation's data",
+                        v.name
+                    )));
+                }
+            }
+        }
         for id in taken {
             w.containers.remove(&id);
         }

@@ -3,6 +3,7 @@
 use super::Faults;
 use crate::domain::breaker::ReapingState;
 use crate::domain::id::SandboxId;
+use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
 use crate::domain::status::StatusUpdate;
@@ -19,6 +20,7 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum StoreOp {
     Ping,
+    StateId,
     FetchDesired,
     FetchStatus,
     ListIds,
@@ -74,6 +76,22 @@ pub(crate) struct FakeStore {
     pub(crate) faults: Faults<StoreOp>,
 }
 
+/// The identity every fake store has.
+pub(crate) const FAKE_STATE_ID: &str = "5a5a5a5a-0000-4000-8000-000000000001";
+
+/// A random uuid in Postgres's text form.
+fn random_uuid() -> String {
+    let hex = format!("{:032x}", rand::random::<u128>());
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
 fn injected(op: &'static str, reason: String) -> StoreError {
     StoreError::Query {
         op,
@@ -82,12 +100,17 @@ fn injected(op: &'static str, reason: String) -> StoreError {
 }
 
 impl FakeStore {
-    /// Inserts or replaces a desired row, bumping its generation like the
-    /// database does, and notifies.
+    /// Inserts or replaces a desired row, bumping its generation and
+    /// owning its incarnation like the database does (a new one on insert,
+    /// the row's on update), and notifies.
     pub(crate) fn put_desired(&self, mut row: DesiredSandbox) -> i64 {
         let mut t = self.tables.lock().unwrap();
         row.generation = t.desired.get(&row.id).map_or(1, |d| d.generation + 1);
         t.released.remove(row.id.as_str());
+        row.incarnation = Some(match t.desired.get(&row.id) {
+            Some(d) => d.incarnation.clone().expect("rows carry an incarnation"),
+            None => Incarnation::parse(&random_uuid()).expect("a uuid"),
+        });
         let generation = row.generation;
         let id = row.id.clone();
         t.desired.insert(id.clone(), row);
@@ -103,6 +126,12 @@ impl FakeStore {
         t.released.insert(id.to_string());
         t.subscribers
             .retain(|tx| tx.unbounded_send(Ok(id.to_string())).is_ok());
+    }
+
+    /// The incarnation of `id`'s desired row, if there is one.
+    pub(crate) fn incarnation_of(&self, id: &SandboxId) -> Option<Incarnation> {
+        let t = self.tables.lock().unwrap();
+        t.desired.get(id).and_then(|d| d.incarnation.clone())
     }
 
     /// The status row of `id`.
@@ -169,6 +198,14 @@ impl Store for FakeStore {
             .check(StoreOp::Ping)
             .await
             .map_err(|e| injected("ping", e))
+    }
+
+    async fn state_id(&self) -> Result<StateId, StoreError> {
+        self.faults
+            .check(StoreOp::StateId)
+            .await
+            .map_err(|e| injected("read identity", e))?;
+        Ok(StateId::parse(FAKE_STATE_ID).expect("a uuid"))
     }
 
     async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError> {
@@ -278,6 +315,7 @@ impl Store for FakeStore {
                 services: update.services.clone(),
                 updated_at: None,
                 network: update.network.clone(),
+                incarnation: update.incarnation.clone(),
             },
         );
         Ok(())

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::domain::id::{Deployment, SandboxId};
+use crate::domain::identity::Incarnation;
 use crate::domain::labels::ContainerLabels;
 use crate::domain::network::candidate_name;
 use crate::domain::sandbox::Phase;
@@ -73,6 +74,18 @@ const SEEN_GONE: i64 = 3600;
 /// Host port every observed container is bound to (unless overridden).
 const CONTAINER_PORT: u16 = 49_001;
 
+/// The incarnation of the table's rows, and of the containers and statuses
+/// made for them.
+const ROW: &str = "0a0b0c0d-0000-4000-8000-000000000002";
+/// An earlier incarnation of the same id (deleted and inserted again).
+const EARLIER: &str = "0a0b0c0d-0000-4000-8000-000000000001";
+/// The state database the table's containers belong to.
+const STATE: &str = "5a5a5a5a-0000-4000-8000-000000000001";
+
+fn incarnation(text: &str) -> Incarnation {
+    Incarnation::parse(text).unwrap()
+}
+
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap()
 }
@@ -93,6 +106,7 @@ fn desired(services: &[&'static str], features: &[(&'static str, &[&str])]) -> D
         features: features.iter().map(|(e, f)| (engine(e), set(f))).collect(),
         expires_at: None,
         generation: 1,
+        incarnation: Some(incarnation(ROW)),
         updated_at: now() - chrono::Duration::seconds(5),
         last_used_at: now() - chrono::Duration::seconds(5),
         idle_timeout: None,
@@ -138,6 +152,8 @@ fn container(
             generation: 1,
             features: set(features),
             instance: instance.into(),
+            state_id: Some(STATE.into()),
+            incarnation: Some(ROW.into()),
         },
         state,
         created: now() - chrono::Duration::seconds(age),
@@ -202,6 +218,7 @@ fn status(entries: &[(&str, &str, &[&str])]) -> SandboxStatus {
             .collect(),
         updated_at: Some(now()),
         network: None,
+        incarnation: Some(incarnation(ROW)),
     }
 }
 
@@ -1614,4 +1631,192 @@ fn a_deleted_rows_data_is_kept_for_the_grace_window_from_when_it_was_seen_gone()
         &Policy::with_grace(GRACE),
     );
     assert_eq!(live.data_kept_until, None);
+}
+
+// ---------------------------------------------------------------------------
+// Incarnations: a row deleted and inserted again never inherits containers
+// ---------------------------------------------------------------------------
+
+/// `c` as made for the earlier incarnation of the row.
+fn earlier(mut c: ObservedContainer) -> ObservedContainer {
+    c.labels.incarnation = Some(EARLIER.into());
+    c
+}
+
+/// `c` as made before incarnations existed (no label).
+fn unlabelled(mut c: ObservedContainer) -> ObservedContainer {
+    c.labels.incarnation = None;
+    c
+}
+
+/// (name, row, observed, status of the row's incarnation, expected).
+/// The status passed is what the reconcile keeps after
+/// `status::of_incarnation`: an earlier incarnation's is none.
+fn incarnation_table() -> Vec<Row> {
+    let pg = "postgres";
+    let rd = "redis";
+    let invalid = |mut d: DesiredSandbox| {
+        d.invalid = Some("services is NULL".into());
+        d
+    };
+    vec![
+        (
+            "an earlier incarnation's published container is torn down at once and the row provisioned fresh",
+            Some(desired(&[pg], &[])),
+            vec![earlier(running("c1", pg, &[], "p1"))],
+            None,
+            &[
+                "teardown c1 superseded",
+                "provision postgres create features=[] reuse=no port=- replace=[]",
+            ],
+        ),
+        (
+            "an earlier incarnation's container younger than the grace window goes too",
+            Some(desired(&[pg], &[])),
+            vec![earlier(container("c1", pg, ContainerState::Running, &[], "p1", 1))],
+            None,
+            &[
+                "teardown c1 superseded",
+                "provision postgres create features=[] reuse=no port=- replace=[]",
+            ],
+        ),
+        (
+            "an earlier incarnation's engine the row no longer wants goes at once, not after the grace window",
+            Some(desired(&[pg], &[])),
+            vec![
+                earlier(container("c1", rd, ContainerState::Running, &[], "r1", YOUNG)),
+                running("c2", pg, &[], "p2"),
+            ],
+            Some(status(&[(pg, "p2", &[])])),
+            &["teardown c1 superseded", "keep postgres instance=p2"],
+        ),
+        (
+            "the row's own container is kept beside an earlier incarnation's of the same engine",
+            Some(desired(&[pg], &[])),
+            vec![earlier(running("c1", pg, &[], "p1")), running("c2", pg, &[], "p2")],
+            Some(status(&[(pg, "p2", &[])])),
+            &["teardown c1 superseded", "keep postgres instance=p2"],
+        ),
+        (
+            "a container from before incarnations that the row's status publishes is kept",
+            Some(desired(&[pg], &[])),
+            vec![unlabelled(running("c1", pg, &[], "p1"))],
+            Some(status(&[(pg, "p1", &[])])),
+            &["keep postgres instance=p1"],
+        ),
+        (
+            "a container from before incarnations that no status of the row publishes is replaced",
+            Some(desired(&[pg], &[])),
+            vec![unlabelled(running("c1", pg, &[], "p1"))],
+            None,
+            &["provision postgres replace features=[] reuse=no port=- replace=[c1]"],
+        ),
+        (
+            "an unreadable row keeps even an earlier incarnation's container",
+            Some(invalid(desired(&[pg], &[]))),
+            vec![earlier(running("c1", pg, &[], "p1"))],
+            None,
+            &[],
+        ),
+        (
+            "a deleted row's containers of any incarnation wait for the grace window",
+            None,
+            vec![
+                earlier(container("c1", pg, ContainerState::Running, &[], "p1", YOUNG)),
+                container("c2", rd, ContainerState::Running, &[], "r1", YOUNG),
+            ],
+            None,
+            &["wait c1 +60s", "wait c2 +60s"],
+        ),
+        (
+            "an expired row's earlier incarnation goes at once, its own containers by their age",
+            Some(expiring(desired(&[pg], &[]), ago(1))),
+            vec![
+                earlier(container("c1", pg, ContainerState::Running, &[], "p1", YOUNG)),
+                container("c2", pg, ContainerState::Running, &[], "p2", YOUNG),
+            ],
+            Some(status(&[(pg, "p2", &[])])),
+            &["teardown c1 superseded", "wait c2 +60s"],
+        ),
+    ]
+}
+
+#[test]
+fn the_incarnation_table_holds() {
+    let mut failures = Vec::new();
+    for (name, desired, observed, status, expected) in incarnation_table() {
+        let got = plan_at(desired.as_ref(), &observed, status.as_ref());
+        if got != expected {
+            failures.push(format!(
+                "{name}\n  expected: {expected:#?}\n  got:      {got:#?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn incarnation_table_names_are_unique() {
+    let table = incarnation_table();
+    let names: BTreeSet<&str> = table.iter().map(|r| r.0).collect();
+    assert_eq!(names.len(), table.len());
+}
+
+#[test]
+fn a_re_inserted_row_converges_to_containers_and_credentials_of_its_own_incarnation_only() {
+    for (name, desired, observed, status, _) in incarnation_table() {
+        let Some(d) = desired.filter(|d| d.invalid.is_none() && !d.is_expired(now())) else {
+            continue;
+        };
+        let mut world = World {
+            now: now(),
+            observed,
+            status,
+            minted: 0,
+        };
+        for round in 0.. {
+            let actions = plan(
+                Some(&d),
+                &world.observed,
+                world.status.as_ref(),
+                world.now,
+                GRACE,
+            );
+            if actions.iter().all(|a| matches!(a, Action::Keep { .. })) {
+                break;
+            }
+            assert!(round < 3, "{name}: still acting: {:?}", summaries(&actions));
+            world.apply(Some(&d), &actions);
+        }
+        let status = world.status.as_ref().expect("a status");
+        for c in &world.observed {
+            assert_ne!(
+                c.labels.incarnation.as_deref(),
+                Some(EARLIER),
+                "{name}: {c:?}"
+            );
+            assert_eq!(
+                status.services[c.labels.engine.as_str()].instance,
+                c.labels.instance,
+                "{name}"
+            );
+        }
+        assert_eq!(world.observed.len(), d.services.len(), "{name}");
+    }
+}
+
+#[test]
+fn an_earlier_incarnations_credentials_are_never_reused_even_by_a_heal() {
+    // The earlier incarnation's container died; its status (of that
+    // incarnation) is not passed to the plan: a fresh create, never a heal.
+    let d = desired(&["postgres"], &[]);
+    let dead = earlier(exited("c1", "postgres", &[], "p1"));
+    let actions = plan(Some(&d), &[dead], None, now(), GRACE);
+    assert_eq!(
+        summaries(&actions),
+        [
+            "teardown c1 superseded",
+            "provision postgres create features=[] reuse=no port=- replace=[]"
+        ]
+    );
 }

@@ -3,9 +3,19 @@
 use super::*;
 use crate::domain::crash_loop::HealGate;
 use crate::domain::id::{ContainerId, SandboxId};
+use crate::domain::identity::Incarnation;
 use crate::domain::plan::{Action, Provision, ProvisionReason, ReapReason, Teardown};
 use crate::domain::secret::Secret;
 use chrono::{DateTime, TimeZone, Utc};
+
+/// The incarnation of the table's rows.
+const ROW: &str = "0a0b0c0d-0000-4000-8000-000000000002";
+/// An earlier incarnation of the same id.
+const EARLIER: &str = "0a0b0c0d-0000-4000-8000-000000000001";
+
+fn incarnation(text: &str) -> Incarnation {
+    Incarnation::parse(text).unwrap()
+}
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap()
@@ -44,6 +54,7 @@ fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
         features: BTreeMap::new(),
         expires_at: None,
         generation,
+        incarnation: Some(incarnation(ROW)),
         updated_at: now(),
         last_used_at: now(),
         idle_timeout: None,
@@ -65,6 +76,7 @@ fn published(generation: i64, entries: &[(&str, &str)]) -> SandboxStatus {
             .collect(),
         updated_at: Some(now()),
         network: None,
+        incarnation: Some(incarnation(ROW)),
     }
 }
 
@@ -535,4 +547,147 @@ fn a_row_is_a_new_request_until_a_status_observes_its_generation() {
     assert!(is_new_request(&d, None));
     assert!(is_new_request(&d, Some(&published(1, &[]))));
     assert!(!is_new_request(&d, Some(&published(2, &[]))));
+}
+
+// ---------------------------------------------------------------------------
+// Incarnations: an earlier incarnation's status never looks current
+// ---------------------------------------------------------------------------
+
+/// `status` as published for the earlier incarnation of the id.
+fn of_earlier(mut status: SandboxStatus) -> SandboxStatus {
+    status.incarnation = Some(incarnation(EARLIER));
+    status
+}
+
+#[test]
+fn the_previous_status_table_holds() {
+    let unreadable = {
+        let mut d = row(1, &["postgres"]);
+        d.incarnation = None;
+        d.invalid = Some("incarnation is not a uuid".into());
+        d
+    };
+    let before_incarnations = {
+        let mut s = published(4, &[("postgres", "p1")]);
+        s.incarnation = None;
+        s
+    };
+    let table: Vec<(&str, Option<DesiredSandbox>, Option<SandboxStatus>, bool)> = vec![
+        (
+            "the row's own incarnation's status counts",
+            Some(row(1, &["postgres"])),
+            Some(published(1, &[("postgres", "p1")])),
+            true,
+        ),
+        (
+            "an earlier incarnation's status vouches for nothing",
+            Some(row(1, &["postgres"])),
+            Some(of_earlier(published(7, &[("postgres", "p1")]))),
+            false,
+        ),
+        (
+            "a status from before incarnations vouches for nothing of a row",
+            Some(row(1, &["postgres"])),
+            Some(before_incarnations.clone()),
+            false,
+        ),
+        (
+            "a deleted row's status is whatever is left",
+            None,
+            Some(of_earlier(published(7, &[("postgres", "p1")]))),
+            true,
+        ),
+        (
+            "a row whose incarnation cannot be read keeps its status (it keeps everything)",
+            Some(unreadable),
+            Some(before_incarnations),
+            true,
+        ),
+        (
+            "no status is no status",
+            Some(row(1, &["postgres"])),
+            None,
+            false,
+        ),
+    ];
+    for (name, desired, previous, kept) in table {
+        assert_eq!(
+            of_incarnation(previous.as_ref(), desired.as_ref()).is_some(),
+            kept,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_re_inserted_row_is_a_new_request_announced_and_published_as_its_own_incarnation() {
+    // The earlier incarnation got to generation 7 and is still published;
+    // the re-inserted row is at generation 1.
+    let d = row(1, &["postgres", "redis"]);
+    let old = of_earlier(published(7, &[("postgres", "p1"), ("redis", "r1")]));
+    let previous = of_incarnation(Some(&old), Some(&d));
+    assert!(previous.is_none());
+    assert!(is_new_request(&d, previous));
+
+    let p = plan(Wanted::Yes, vec![provision("postgres"), provision("redis")]);
+    let announced =
+        while_provisioning(&p, Some(&d), previous, &BTreeMap::new()).expect("an update");
+    assert_eq!(announced.incarnation, Some(incarnation(ROW)));
+    assert_eq!(
+        announced.observed_generation, 0,
+        "nothing of this row observed yet"
+    );
+    assert!(
+        announced.services.is_empty(),
+        "no credentials of the earlier incarnation stay published"
+    );
+
+    let v = decide(
+        &p,
+        Some(&d),
+        previous,
+        &outcomes(vec![ok("postgres", "p9"), ok("redis", "r9")], None),
+    );
+    let Publish::Write(update) = &v.publish else {
+        panic!("a status is written");
+    };
+    assert_eq!(update.phase, Phase::Ready);
+    assert_eq!(update.incarnation, Some(incarnation(ROW)));
+    assert_eq!(update.observed_generation, 1);
+    let instances: Vec<&str> = update
+        .services
+        .values()
+        .map(|s| s.instance.as_str())
+        .collect();
+    assert_eq!(instances, ["p9", "r9"]);
+}
+
+#[test]
+fn a_terminating_status_keeps_the_incarnation_it_is_about() {
+    // A deleted row: the status left is the row's that was deleted.
+    let old = of_earlier(published(3, &[("postgres", "p1")]));
+    let v = decide(
+        &plan(Wanted::Deleted, vec![wait("c1")]),
+        None,
+        Some(&old),
+        &outcomes(vec![], None),
+    );
+    let Publish::Write(update) = &v.publish else {
+        panic!("a terminating status is written");
+    };
+    assert_eq!(update.phase, Phase::Terminating);
+    assert_eq!(update.incarnation, Some(incarnation(EARLIER)));
+
+    // An expired row: its own.
+    let d = row(5, &["postgres"]);
+    let v = decide(
+        &plan(Wanted::Expired, vec![wait("c1")]),
+        Some(&d),
+        None,
+        &outcomes(vec![], None),
+    );
+    let Publish::Write(update) = &v.publish else {
+        panic!("a terminating status is written");
+    };
+    assert_eq!(update.incarnation, Some(incarnation(ROW)));
 }
