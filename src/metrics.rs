@@ -104,6 +104,7 @@ pub struct Metrics {
     reconcile_errors: IntCounterVec,
     reconcile_panics: IntCounterVec,
     reconcile_time: HistogramVec,
+    reconcile_timeouts: IntCounter,
     active_workers: IntGaugeVec,
     max_concurrent: IntGaugeVec,
     queue_depth: IntGaugeVec,
@@ -194,6 +195,10 @@ impl Metrics {
                 )
                 .buckets(latency_buckets()),
                 c
+            )),
+            reconcile_timeouts: reg!(IntCounter::new(
+                "sandboxd_reconcile_timeouts_total",
+                "Reconciles abandoned at --reconcile-timeout (retried with backoff)"
             )),
             active_workers: reg!(IntGaugeVec::new(
                 Opts::new(
@@ -455,6 +460,11 @@ impl Metrics {
     /// Seconds from a desired-row change to a status observing its generation.
     pub(crate) fn generation_lag(&self, seconds: f64) {
         self.generation_lag.observe(seconds);
+    }
+
+    /// One reconcile abandoned at its deadline.
+    pub(crate) fn reconcile_timed_out(&self) {
+        self.reconcile_timeouts.inc();
     }
 
     /// One heal of `engine`.

@@ -29,7 +29,7 @@ use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
 use self::leader::Elector;
 use self::probes::ControllerProbes;
-use self::reconcile::{reconcile, Next};
+use self::reconcile::Next;
 use crate::adapters::deadline::{BoundedRuntime, BoundedStore, RuntimeDeadlines};
 use crate::adapters::http::Probes;
 use crate::config::ControllerConfig;
@@ -369,7 +369,7 @@ impl Controller {
         let handler = move |id: SandboxId| {
             let ctx = handler_ctx.clone();
             async move {
-                match reconcile(&ctx, &id).await {
+                match reconcile::bounded(&ctx, &id).await {
                     Ok(Next::Idle) => Outcome::Done {
                         requeue_after: None,
                     },

@@ -36,6 +36,9 @@ pub(crate) enum ReconcileError {
     /// This process does not lead (any more).
     #[error(transparent)]
     Fenced(#[from] super::Fenced),
+    /// The reconcile did not finish within its deadline and was abandoned.
+    #[error("the reconcile did not finish within {0:?} (--reconcile-timeout) and was abandoned; it is retried with backoff (if this repeats, look for a stuck Docker daemon or state database, or raise --reconcile-timeout)")]
+    TimedOut(Duration),
 }
 
 /// What a successful reconcile asks of the queue.
@@ -45,6 +48,23 @@ pub(crate) enum Next {
     Idle,
     /// Look again after this long (a reap waiting for its grace window).
     After(Duration),
+}
+
+/// [`reconcile`] within `--reconcile-timeout`: past it the reconcile is
+/// dropped where it waits (a container it created but did not publish is
+/// replaced by the next one), counted, and reported as
+/// [`ReconcileError::TimedOut`], so its worker slot is freed and the key
+/// is retried with backoff.
+pub(crate) async fn bounded(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
+    let after = ctx.config.reconcile_timeout;
+    match tokio::time::timeout(after, reconcile(ctx, id)).await {
+        Ok(result) => result,
+        Err(_) => {
+            // The queue's handler logs it with the sandbox id.
+            ctx.metrics.reconcile_timed_out();
+            Err(ReconcileError::TimedOut(after))
+        }
+    }
 }
 
 /// Converges one sandbox: read → plan → act → publish.

@@ -696,6 +696,51 @@ async fn a_create_stuck_for_one_sandbox_costs_it_a_failed_status_while_others_be
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_reconcile_stuck_past_its_deadline_is_abandoned_counted_and_retried_while_its_slot_serves_others(
+) {
+    let mut h = Harness::new();
+    h.config.concurrency = 1;
+    // One Docker call may take long (a slow daemon), but no reconcile may
+    // take longer than its own deadline.
+    h.config.docker_timeout = Duration::from_secs(600);
+    h.config.reconcile_timeout = Duration::from_secs(20);
+    h.runtime.hang_when_creating(&id("stuck"));
+    let (stop, task) = start(h.controller());
+    h.store.put_desired(row("stuck"));
+    until("stuck is provisioning", || {
+        h.store.phase_of(&id("stuck")) == Some(Phase::Provisioning)
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    h.store.put_desired(row("fine"));
+    until("fine is ready", || {
+        h.store.phase_of(&id("fine")) == Some(Phase::Ready)
+    })
+    .await;
+    assert!(
+        started.elapsed() <= h.config.reconcile_timeout,
+        "the only worker was freed at the reconcile deadline, not the Docker one ({:?})",
+        started.elapsed()
+    );
+    assert_eq!(h.metric("sandboxd_reconcile_timeouts_total"), 1.0);
+    assert!(h.metric("workqueue_retries_total{name=\"sandbox\"}") >= 1.0);
+    assert!(h.containers(&id("stuck")).is_empty());
+    // Retried with backoff, abandoned again each time, and the queue keeps
+    // serving the others between its tries.
+    until("stuck was retried", || {
+        h.metric("sandboxd_reconcile_timeouts_total") >= 2.0
+    })
+    .await;
+    h.store.put_desired(row("later"));
+    until("later is ready", || {
+        h.store.phase_of(&id("later")) == Some(Phase::Ready)
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_docker_list_that_fails_for_a_while_is_retried_with_backoff_until_ready() {
     let h = Harness::new();
     let (stop, task) = start(h.controller());
