@@ -839,7 +839,9 @@ async fn run_controller(url: &str, args: &RunArgs) -> Result<(), CliError> {
         config.store_timeout,
     )
     .await?;
-    let docker = DockerRuntime::connect().await?;
+    let docker = DockerRuntime::connect()
+        .await?
+        .with_stream_timeout(config.docker_timeout);
     let metrics = Arc::new(Metrics::new());
     let controller = Controller::new(
         Arc::new(docker),

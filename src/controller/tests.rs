@@ -223,6 +223,39 @@ async fn a_create_that_hangs_past_its_deadline_fails_the_sandbox_with_the_reason
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_readiness_probe_that_hangs_gives_up_at_the_engines_deadline_and_leaves_nothing_behind() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    // The fake engine probes through exec, which now never answers (a
+    // paused container, a wedged daemon).
+    h.runtime.faults.set(RuntimeOp::Exec, Fault::Hang);
+    let started = tokio::time::Instant::now();
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    let deadline = crate::engine::Engine::readiness_deadline(&FakeEngine);
+    assert_eq!(
+        started.elapsed(),
+        deadline,
+        "bounded by the engine's readiness deadline, not the exec's {:?}",
+        h.config.docker_timeout
+    );
+    assert!(
+        err.to_string()
+            .contains("did not become ready within 5s (fakedb is not answering yet: the probe did not answer within 5s)"),
+        "{err}"
+    );
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Failed));
+    assert!(
+        h.containers(&id("a")).is_empty(),
+        "the new container is removed"
+    );
+
+    h.runtime.faults.clear(RuntimeOp::Exec);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_state_database_that_hangs_costs_a_retry_not_a_worker() {
     let h = Harness::new();
     let ctx = h.context();
