@@ -125,6 +125,7 @@ pub struct Metrics {
     teardown_failures: IntCounter,
     image_pulls: IntCounterVec,
     image_builds: IntCounterVec,
+    image_fetches: IntGauge,
     notify_wakeups: IntCounter,
     docker_events: IntCounterVec,
     relist_drift: IntCounter,
@@ -310,6 +311,10 @@ impl Metrics {
                     "Image pulls attempted, by result"
                 ),
                 &["result"]
+            )),
+            image_fetches: reg!(IntGauge::new(
+                "sandboxd_image_fetches",
+                "Absent images being pulled or built in the background now (one fetch per image, outside the worker slots)"
             )),
             notify_wakeups: reg!(IntCounter::new(
                 "sandboxd_notify_wakeups_total",
@@ -535,6 +540,11 @@ impl Metrics {
     /// One image build run by the build command.
     pub(crate) fn image_built(&self, ok: bool) {
         self.image_builds.with_label_values(&[outcome(ok)]).inc();
+    }
+
+    /// How many image fetches run in the background.
+    pub(crate) fn image_fetches(&self, running: usize) {
+        self.image_fetches.set(running as i64);
     }
 
     /// One Docker event received.

@@ -211,3 +211,84 @@ async fn a_paused_engine_container_makes_its_readiness_probe_give_up_by_its_dead
     assert_eq!(one, 1);
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn an_image_being_built_holds_no_worker_slot_and_two_sandboxes_waiting_for_it_cause_one_pull_and_one_build(
+) {
+    let env = TestEnv::new().await;
+    // No registry answers (port 9 refuses at once), so the pull fails and
+    // the build command makes the image: it waits for the test's go, then
+    // tags the local Redis image under the missing name.
+    let image = format!("127.0.0.1:9/sandboxd/slow-build:{}", env.deployment);
+    let gate = std::env::temp_dir().join(format!("sandboxd-build-gate-{}", env.deployment));
+    let mut config = env.config();
+    config.concurrency = 1;
+    config.images = sandboxd::config::Images::new(&[format!("redis={image}")], &[]).unwrap();
+    config.image_build_command = Some(format!(
+        r#"while [ ! -e '{}' ]; do sleep 0.1; done; docker tag sandboxd/redis:8 "$1""#,
+        gate.display()
+    ));
+    config.build_timeout = Duration::from_secs(120);
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let waiting: Vec<_> = (0..2).map(|_| sandbox_id("built")).collect();
+    let mut generations = Vec::new();
+    for id in &waiting {
+        generations.push(client.apply(id, &request(&["redis"], &[])).await.unwrap());
+    }
+    for id in &waiting {
+        let status = eventually(
+            "it waits for the build",
+            Duration::from_secs(60),
+            || async {
+                client.status(id).await.unwrap().filter(|s| {
+                    s.phase == Phase::Provisioning
+                        && s.message
+                            .contains("is being built by --image-build-command")
+                })
+            },
+        )
+        .await;
+        assert!(status.message.contains(&image), "{}", status.message);
+    }
+
+    // The one worker serves a sandbox on a present image meanwhile.
+    let other = sandbox_id("other");
+    let generation = client
+        .apply(&other, &request(&["postgres"], &[]))
+        .await
+        .unwrap();
+    let status = client
+        .wait_ready(&other, generation, Duration::from_secs(60))
+        .await
+        .expect("ready while the build runs");
+    assert_eq!(status.phase, Phase::Ready);
+    for id in &waiting {
+        let status = client.status(id).await.unwrap().unwrap();
+        assert_eq!(status.phase, Phase::Provisioning, "{}", status.message);
+    }
+
+    // The build ends: both become ready on the built image.
+    std::fs::write(&gate, b"go").unwrap();
+    for (id, generation) in waiting.iter().zip(generations) {
+        let status = client
+            .wait_ready(id, generation, Duration::from_secs(60))
+            .await
+            .expect("ready once the image is built");
+        assert_eq!(status.phase, Phase::Ready);
+    }
+    let metrics = controller.metrics.render();
+    for line in [
+        "sandboxd_image_pulls_total{result=\"error\"} 1",
+        "sandboxd_image_builds_total{result=\"success\"} 1",
+        "sandboxd_image_fetches 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    controller.stop().await;
+    drop(env);
+    let _ = std::fs::remove_file(&gate);
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", &image])
+        .output();
+}

@@ -100,6 +100,8 @@ pub(crate) struct Context {
     pub(crate) breaker: ReapBreaker,
     /// Asks for a relist now.
     pub(crate) relist_now: Arc<Notify>,
+    /// Absent images being pulled or built in the background.
+    pub(crate) images: Arc<image::Fetches>,
 }
 
 impl Context {
@@ -197,6 +199,7 @@ impl Controller {
         let relist_now = Arc::new(Notify::new());
         let runtime = Arc::new(FencedRuntime::new(runtime, fence.clone(), metrics.clone()));
         let store: Arc<dyn Store> = Arc::new(BoundedStore::new(store, config.store_timeout));
+        let images = image::Fetches::new(runtime.clone(), &config, metrics.clone(), queue.clone());
         let elector = Arc::new(Elector::new(
             store.clone(),
             config.lease,
@@ -219,6 +222,7 @@ impl Controller {
                 fence,
                 breaker: ReapBreaker::default(),
                 relist_now: relist_now.clone(),
+                images,
             }),
             queue,
             readiness: Readiness::default(),

@@ -303,7 +303,8 @@ async fn create(
     let config = &ctx.config;
     let runtime = ctx.runtime.as_ref();
     let image = config.images.image_for(engine, !p.features.is_empty());
-    let image_labels = image::ensure(runtime, config, &ctx.metrics, &image).await?;
+    // Present: the reconcile fetched it in the background first.
+    let image_labels = image::labels(runtime, &image).await?;
     let missing = image::missing_features(&image_labels, &p.features);
     if !missing.is_empty() {
         // Before anything is removed: a rotation to an image that cannot

@@ -5,6 +5,7 @@
 
 use super::breaker::Held;
 use super::rotation::{self, Commit};
+use super::image::Availability;
 use super::Context;
 use super::{network, provision, volume};
 use crate::domain::crash_loop::{self, HealGate};
@@ -95,6 +96,10 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         now,
         &ctx.config.policy(),
     );
+    let (awaiting, image_failures) = match &desired {
+        Some(d) => await_images(ctx, d, &mut plan).await,
+        None => Default::default(),
+    };
     let held = match &desired {
         Some(d) => hold_crash_loops(ctx, d, &mut plan, now),
         None => Vec::new(),
@@ -134,6 +139,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         provisioned.extend(provision_all(ctx, d, &plan, new_request, &causes, &commit).await);
     }
     let previous = commit.published(previous).await;
+    provisioned.extend(image_failures);
     let attach = match converging {
         Some(d) => network::sync_attached(ctx, d).await?,
         None => Vec::new(),
@@ -157,11 +163,13 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
             _ => None,
         })
         .min();
+    let waiting_for_images = !awaiting.is_empty();
     let outcomes = Outcomes {
         provisioned,
         teardown,
         attach,
         held,
+        awaiting,
     };
     let mut verdict = status::decide(&plan, desired.as_ref(), previous.as_ref(), &outcomes);
     if let Publish::Write(update) = &mut verdict.publish {
@@ -174,7 +182,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     }
     if let Some(d) = desired
         .as_ref()
-        .filter(|_| new_request && plan.wanted == Wanted::Yes)
+        .filter(|_| new_request && plan.wanted == Wanted::Yes && !waiting_for_images)
     {
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
@@ -186,6 +194,49 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         Some(Failure::Teardown(e)) => Err(ReconcileError::Teardown(e)),
         Some(Failure::Provision(message)) => Err(ReconcileError::Provision(message)),
     }
+}
+
+/// Takes out of the plan every provision whose image is absent: its fetch
+/// runs in the background (started here or joined) and wakes the sandbox
+/// when it ends, so no worker slot waits for a pull or a build. Returns a
+/// line per engine waiting, and a failure per engine whose fetch failed
+/// (reported like any provisioning failure, and retried with backoff).
+async fn await_images(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    plan: &mut Plan,
+) -> (
+    Vec<String>,
+    Vec<(EngineName, Result<ServiceStatus, String>)>,
+) {
+    let mut verdicts = BTreeMap::new();
+    for p in plan.provisions() {
+        // An engine this binary lacks is reported by provisioning.
+        let Some(engine) = ctx.engines.get(p.engine) else {
+            continue;
+        };
+        let image = ctx.config.images.image_for(engine, !p.features.is_empty());
+        match ctx.images.need(&image, &desired.id).await {
+            Availability::Go => {}
+            other => {
+                verdicts.insert(p.engine, other);
+            }
+        }
+    }
+    plan.actions.retain(|a| match a {
+        Action::Provision(p) => !verdicts.contains_key(&p.engine),
+        _ => true,
+    });
+    let mut awaiting = Vec::new();
+    let mut failed = Vec::new();
+    for (engine, verdict) in verdicts {
+        match verdict {
+            Availability::Fetching(why) => awaiting.push(format!("{engine}: {why}")),
+            Availability::Failed(why) => failed.push((engine, Err(why))),
+            Availability::Go => {}
+        }
+    }
+    (awaiting, failed)
 }
 
 /// Applies the crash loop back-off to the heals the plan wants: a heal

@@ -537,12 +537,30 @@ async fn an_unreadable_row_fails_with_its_reason_and_keeps_the_containers() {
     );
 }
 
-#[tokio::test]
-async fn an_image_that_cannot_be_had_fails_the_sandbox_naming_the_image() {
+#[tokio::test(start_paused = true)]
+async fn an_absent_image_is_fetched_in_the_background_and_a_fetch_that_fails_fails_the_sandbox_naming_the_image(
+) {
     let h = Harness::new();
     let ctx = h.context();
     h.runtime.remove_image("fakedb:1");
     h.store.put_desired(row("a"));
+    // The reconcile does not wait for the pull: it says so and returns.
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Provisioning);
+    assert_eq!(status.observed_generation, 0, "not observed yet");
+    assert!(
+        status
+            .message
+            .contains("fakedb: waiting for image fakedb:1: it is being pulled"),
+        "{}",
+        status.message
+    );
+    // The pull fails; the sandbox, enqueued again, is told why.
+    until("the pull failed", || {
+        h.metric("sandboxd_image_pulls_total{result=\"error\"}") == 1.0
+    })
+    .await;
     let err = reconcile(&ctx, &id("a")).await.unwrap_err();
     let status = h.store.status_of(&id("a")).unwrap();
     assert_eq!(status.phase, Phase::Failed);
@@ -554,10 +572,104 @@ async fn an_image_that_cannot_be_had_fails_the_sandbox_naming_the_image() {
         status.message
     );
     assert!(err.to_string().contains("fakedb:1"), "{err}");
+
+    // Its retry fetches the image again, and then it is used.
+    h.runtime.publish_image("fakedb:1", Duration::from_secs(1));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Provisioning));
+    until("the pull succeeded", || {
+        h.metric("sandboxd_image_pulls_total{result=\"success\"}") == 1.0
+    })
+    .await;
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+    assert_eq!(h.runtime.pulls_of("fakedb:1"), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_that_hangs_holds_no_worker_while_a_sandbox_on_another_image_becomes_ready() {
+    let mut h = Harness::new();
+    h.config.concurrency = 1;
+    h.config.pull_timeout = Duration::from_secs(40);
+    let image = h.config.images.image_for(&FakeEngine, true);
+    h.runtime.remove_image(&image);
+    h.runtime.faults.set(RuntimeOp::Pull, Fault::Hang);
+    let (stop, task) = start(h.controller());
+    let mut a = row("a");
+    a.features = BTreeMap::from([(ENGINE, ["alpha".to_owned()].into())]);
+    h.store.put_desired(a);
+    until("a waits for its image", || {
+        h.store.status_of(&id("a")).is_some_and(|s| {
+            s.phase == Phase::Provisioning
+                && s.message
+                    .contains(&format!("waiting for image {image}: it is being pulled"))
+        })
+    })
+    .await;
+
+    // The only worker is free: a sandbox on a present image is served.
+    h.store.put_desired(row("b"));
+    until("b is ready", || {
+        h.store.phase_of(&id("b")) == Some(Phase::Ready)
+    })
+    .await;
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Provisioning));
+    assert_eq!(h.metric("sandboxd_image_fetches"), 1.0);
+
+    // The pull gives up at --pull-timeout: reported in a's status, retried
+    // with backoff; once the registry answers, a is served.
+    until("a's pull timed out", || {
+        h.store.status_of(&id("a")).is_some_and(|s| {
+            s.phase == Phase::Failed && s.message.contains("pull timed out after 40s")
+        })
+    })
+    .await;
+    h.runtime.faults.clear(RuntimeOp::Pull);
+    h.runtime.publish_image(&image, Duration::from_secs(1));
+    until("a is ready", || {
+        h.store.phase_of(&id("a")) == Some(Phase::Ready)
+    })
+    .await;
     assert_eq!(
-        h.metric("sandboxd_image_pulls_total{result=\"error\"}"),
+        h.runtime.pulls_of(&image),
+        2,
+        "the hung one and the retry's"
+    );
+    assert_eq!(h.metric("sandboxd_image_fetches"), 0.0);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_sandboxes_waiting_for_one_absent_image_cause_one_pull_and_all_become_ready() {
+    let h = Harness::new();
+    h.runtime.remove_image("fakedb:1");
+    h.runtime.publish_image("fakedb:1", Duration::from_secs(10));
+    let (stop, task) = start(h.controller());
+    let ids: Vec<SandboxId> = (0..10).map(|i| id(&format!("s{i}"))).collect();
+    for i in &ids {
+        h.store.put_desired(row(i.as_str()));
+    }
+    until("all ten wait for the image", || {
+        ids.iter().all(|i| {
+            h.store
+                .status_of(i)
+                .is_some_and(|s| s.message.contains("waiting for image fakedb:1"))
+        })
+    })
+    .await;
+    until("all ten are ready", || {
+        ids.iter()
+            .all(|i| h.store.phase_of(i) == Some(Phase::Ready))
+    })
+    .await;
+    assert_eq!(h.runtime.pulls_of("fakedb:1"), 1);
+    assert_eq!(
+        h.metric("sandboxd_image_pulls_total{result=\"success\"}"),
         1.0
     );
+    stop.send(()).unwrap();
+    task.await.unwrap();
 }
 
 #[tokio::test]

@@ -62,6 +62,10 @@ struct World {
     subscribers: Vec<mpsc::UnboundedSender<Result<RuntimeEvent, RuntimeError>>>,
     panic_listing: BTreeSet<SandboxId>,
     hang_creating: BTreeSet<SandboxId>,
+    /// Absent images a pull fetches, and how long it takes.
+    pullable: BTreeMap<String, Duration>,
+    /// Pulls asked for, by image.
+    pulls: BTreeMap<String, u32>,
 }
 
 /// A runtime that keeps its containers in memory; every container "runs"
@@ -89,6 +93,26 @@ impl FakeRuntime {
             .unwrap()
             .missing_images
             .insert(image.into());
+    }
+
+    /// Lets a pull of the absent `image` fetch it, taking `after`.
+    pub(crate) fn publish_image(&self, image: &str, after: Duration) {
+        self.world
+            .lock()
+            .unwrap()
+            .pullable
+            .insert(image.into(), after);
+    }
+
+    /// How many pulls of `image` were asked for.
+    pub(crate) fn pulls_of(&self, image: &str) -> u32 {
+        self.world
+            .lock()
+            .unwrap()
+            .pulls
+            .get(image)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Gives `image` these labels.
@@ -367,14 +391,27 @@ impl Runtime for FakeRuntime {
     }
 
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
+        *self
+            .world
+            .lock()
+            .unwrap()
+            .pulls
+            .entry(image.into())
+            .or_default() += 1;
         self.faults
             .check(RuntimeOp::Pull)
             .await
             .map_err(|e| injected("pull", e))?;
-        Err(RuntimeError::ImageUnavailable {
-            image: image.into(),
-            reason: "no registry in the fake".into(),
-        })
+        let takes = self.world.lock().unwrap().pullable.get(image).copied();
+        let Some(takes) = takes else {
+            return Err(RuntimeError::ImageUnavailable {
+                image: image.into(),
+                reason: "no registry in the fake".into(),
+            });
+        };
+        tokio::time::sleep(takes).await;
+        self.world.lock().unwrap().missing_images.remove(image);
+        Ok(())
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
