@@ -126,6 +126,8 @@ pub struct Metrics {
     image_pulls: IntCounterVec,
     image_builds: IntCounterVec,
     image_fetches: IntGauge,
+    networks_recreated: IntCounter,
+    network_reconnects: IntCounter,
     notify_wakeups: IntCounter,
     docker_events: IntCounterVec,
     relist_drift: IntCounter,
@@ -315,6 +317,14 @@ impl Metrics {
             image_fetches: reg!(IntGauge::new(
                 "sandboxd_image_fetches",
                 "Absent images being pulled or built in the background now (one fetch per image, outside the worker slots)"
+            )),
+            networks_recreated: reg!(IntCounter::new(
+                "sandboxd_networks_recreated_total",
+                "Sandbox (or shared) networks created again after they were removed or pruned out of band"
+            )),
+            network_reconnects: reg!(IntCounter::new(
+                "sandboxd_network_reconnects_total",
+                "Engine containers put back on their network, under their names, after they lost it"
             )),
             notify_wakeups: reg!(IntCounter::new(
                 "sandboxd_notify_wakeups_total",
@@ -545,6 +555,16 @@ impl Metrics {
     /// How many image fetches run in the background.
     pub(crate) fn image_fetches(&self, running: usize) {
         self.image_fetches.set(running as i64);
+    }
+
+    /// One network created again.
+    pub(crate) fn network_recreated(&self) {
+        self.networks_recreated.inc();
+    }
+
+    /// One engine container put back on its network.
+    pub(crate) fn network_reconnected(&self) {
+        self.network_reconnects.inc();
     }
 
     /// One Docker event received.

@@ -9,8 +9,8 @@ use crate::domain::network::Ipv4Net;
 use crate::domain::secret::Secret;
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime,
-    RuntimeError, RuntimeEvent, Volume,
+    ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
+    Runtime, RuntimeError, RuntimeEvent, Volume,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -460,10 +460,11 @@ impl Runtime for DockerRuntime {
     /// Docker allows two networks with one name, so concurrent creators may
     /// race: afterwards every creator keeps the network with the smallest id
     /// and removes the others, so all converge on the same one.
-    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Network);
         let mut ids = self.networks_named(&spec.name).await?;
-        if ids.is_empty() {
+        let created = ids.is_empty();
+        if created {
             self.create_network(spec).await?;
             ids = self.networks_named(&spec.name).await?;
         }
@@ -475,7 +476,7 @@ impl Runtime for DockerRuntime {
                 Err(e) => return Err(api("remove duplicate network", &spec.name)(e)),
             }
         }
-        Ok(())
+        Ok(created)
     }
 
     async fn networks(
@@ -769,16 +770,32 @@ impl Runtime for DockerRuntime {
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
             .build();
+        // Docker 20.10 creates a container on a missing network and refuses
+        // to start it; either way it says "network … not found" (404).
+        let gone = |op: &'static str| {
+            move |e: DockerError| {
+                if is_status(&e, &[404])
+                    && e.to_string()
+                        .contains(&format!("network {} not found", spec.network))
+                {
+                    RuntimeError::NetworkGone {
+                        network: spec.network.clone(),
+                    }
+                } else {
+                    api(op, &spec.name)(e)
+                }
+            }
+        };
         let created = self
             .docker
             .create_container(Some(options), body)
             .await
-            .map_err(api("create", &spec.name))?;
+            .map_err(gone("create"))?;
         let started = async {
             self.docker
                 .start_container(&created.id, None)
                 .await
-                .map_err(api("start", &spec.name))?;
+                .map_err(gone("start"))?;
             if let Some(secret) = &spec.stdin {
                 self.send_stdin(&created.id, &spec.name, secret).await?;
             }
@@ -983,6 +1000,26 @@ impl Runtime for DockerRuntime {
                             time: event.time,
                         }))
                     }
+                }
+            })
+            .boxed()
+    }
+
+    fn removed_networks(&self) -> NetworkStream {
+        let filters = HashMap::from([
+            ("type", vec!["network".to_owned()]),
+            ("event", vec!["destroy".to_owned()]),
+        ]);
+        let options = EventsOptionsBuilder::default().filters(&filters).build();
+        let connect_within = self.stream_timeout.max(Duration::from_secs(1));
+        self.docker
+            .clone()
+            .with_timeout(connect_within)
+            .events(Some(options))
+            .filter_map(|item| async move {
+                match item {
+                    Err(e) => Some(Err(api("events", "the network event stream")(e))),
+                    Ok(event) => event.actor?.attributes?.get("name").cloned().map(Ok),
                 }
             })
             .boxed()

@@ -40,7 +40,7 @@ use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
 use crate::ports::store::{Store, StoreError};
 use crate::sched::{Outcome, QueueConfig, WorkQueue};
-use crate::watch::{self, DesiredRows, DockerEvents, KnownContainers, Sink};
+use crate::watch::{self, DesiredRows, DockerEvents, KnownContainers, RemovedNetworks, Sink};
 use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -328,6 +328,16 @@ impl Controller {
             ctx.metrics.clone(),
             sink.clone(),
         ));
+        let network_watch = tokio::spawn(watch::follow(
+            RemovedNetworks::new(
+                ctx.runtime.clone(),
+                ctx.config.deployment.clone(),
+                network::shared_spec(&ctx).map(|n| n.name),
+            ),
+            None,
+            ctx.metrics.clone(),
+            sink.clone(),
+        ));
         let pg_watch = tokio::spawn(watch::follow(
             DesiredRows::new(ctx.store.clone(), ctx.metrics.clone()),
             Some(notifications),
@@ -351,6 +361,7 @@ impl Controller {
             tokio::select! {
                 () = &mut shutdown => {
                     docker_watch.abort();
+                    network_watch.abort();
                     pg_watch.abort();
                     return Ok(());
                 }
@@ -390,6 +401,7 @@ impl Controller {
         let abandoned = self.queue.run(handler, shutdown).await;
         self.readiness.set(false);
         docker_watch.abort();
+        network_watch.abort();
         pg_watch.abort();
         relister.abort();
         if abandoned > 0 {

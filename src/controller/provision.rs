@@ -371,14 +371,14 @@ async fn create(
         spec.labels
             .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
     }
-    let id = match runtime.create_and_start(&spec).await {
+    let id = match network::create_and_start(ctx, &desired.id, &spec).await {
         Ok(id) => id,
         Err(e) if spec.host_port.is_some() => {
             // The old host port may be taken by now: take any port rather
             // than fail (the status publishes the new one).
             tracing::warn!(container = %name, error = %e, "could not keep the host port; using a new one");
             spec.host_port = None;
-            runtime.create_and_start(&spec).await?
+            network::create_and_start(ctx, &desired.id, &spec).await?
         }
         Err(e) => return Err(e.into()),
     };

@@ -4,8 +4,8 @@
 //! [`status`](crate::domain::status)); this module only does what they say.
 
 use super::breaker::Held;
-use super::rotation::{self, Commit};
 use super::image::Availability;
+use super::rotation::{self, Commit};
 use super::Context;
 use super::{network, provision, volume};
 use crate::domain::crash_loop::{self, HealGate};
@@ -123,7 +123,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         ctx.store.write_status(id, update, ctx.term()?).await?;
     }
     if converging.is_some() {
-        network::ensure(ctx, id).await?;
+        network::ensure(ctx, id, &observed, &mut plan).await?;
     }
     let new_request = desired
         .as_ref()

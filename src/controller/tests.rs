@@ -468,6 +468,72 @@ async fn each_sandbox_gets_its_own_network_which_goes_with_the_sandbox() {
     assert_eq!(h.networks().await, ["sandboxd.test.b"]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_network_removed_out_of_band_is_created_again_with_its_engines_and_agents_back_on_it(
+) {
+    let mut h = Harness::new();
+    // Only the removal's event can wake the sandbox within the test.
+    h.config.relist_interval = Duration::from_secs(3600);
+    let (stop, task) = start(h.controller());
+    let mut d = row("a");
+    d.attach = vec!["agent-1".into()];
+    h.store.put_desired(d);
+    until("a is ready", || {
+        h.store.phase_of(&id("a")) == Some(Phase::Ready)
+    })
+    .await;
+    let (container, before) = h.published(&id("a"));
+
+    // `docker network disconnect` of everything, then `docker network rm`.
+    h.runtime
+        .remove_network("sandboxd.test.a", &h.config.deployment)
+        .await
+        .unwrap();
+    assert!(!h.runtime.has_network("sandboxd.test.a"));
+    until(
+        "the network is back with the engine and the agent on it",
+        || {
+            let members = futures::executor::block_on(h.runtime.network_members("sandboxd.test.a"));
+            members.ok().flatten().is_some_and(|mut m| {
+                m.sort();
+                m == ["agent-1", "sandboxd.test.a.fakedb"]
+            })
+        },
+    )
+    .await;
+    until("the new host port is published", || {
+        h.store.status_of(&id("a")).is_some_and(|s| {
+            s.services[ENGINE.as_str()].host_port == h.runtime.containers()[&container].host_port
+        })
+    })
+    .await;
+    let (same, after) = h.published(&id("a"));
+    assert_eq!(same, container, "the engine was not replaced");
+    assert_eq!(after.password, before.password);
+    assert_eq!(after.instance, before.instance);
+    assert_ne!(
+        after.host_port, before.host_port,
+        "joining the network again bound the port anew"
+    );
+    assert_eq!(h.metric("sandboxd_networks_recreated_total"), 1.0);
+    assert_eq!(h.metric("sandboxd_network_reconnects_total"), 1.0);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_create_that_finds_its_network_gone_creates_the_network_again_and_retries_once() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    // Removed between the reconcile's check and the create.
+    h.runtime.lose_network_at_next_create();
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+    assert!(h.runtime.has_network("sandboxd.test.a"));
+    assert_eq!(h.metric("sandboxd_networks_recreated_total"), 1.0);
+}
+
 #[tokio::test]
 async fn containers_named_in_attach_are_connected_and_dropped_ones_disconnected() {
     let h = Harness::new();

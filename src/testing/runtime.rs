@@ -6,8 +6,8 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime,
-    RuntimeError, RuntimeEvent,
+    ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
+    Runtime, RuntimeError, RuntimeEvent,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -62,6 +62,11 @@ struct World {
     subscribers: Vec<mpsc::UnboundedSender<Result<RuntimeEvent, RuntimeError>>>,
     panic_listing: BTreeSet<SandboxId>,
     hang_creating: BTreeSet<SandboxId>,
+    /// Engine containers cut off from their network (it was removed).
+    detached: BTreeSet<(String, String)>,
+    /// Whether the next create finds its network gone.
+    lose_network: bool,
+    network_subscribers: Vec<mpsc::UnboundedSender<Result<String, RuntimeError>>>,
     /// Absent images a pull fetches, and how long it takes.
     pullable: BTreeMap<String, Duration>,
     /// Pulls asked for, by image.
@@ -136,7 +141,20 @@ impl FakeRuntime {
 
     /// Ends every event stream, as a daemon restart does (watchers reconnect).
     pub(crate) fn cut_events(&self) {
-        self.world.lock().unwrap().subscribers.clear();
+        let mut w = self.world.lock().unwrap();
+        w.subscribers.clear();
+        w.network_subscribers.clear();
+    }
+
+    /// Makes the next create find its network gone (removed between the
+    /// reconcile's check and the create).
+    pub(crate) fn lose_network_at_next_create(&self) {
+        self.world.lock().unwrap().lose_network = true;
+    }
+
+    /// Whether the network `name` exists.
+    pub(crate) fn has_network(&self, name: &str) -> bool {
+        self.world.lock().unwrap().networks.contains_key(name)
     }
 
     /// Names of the volumes that exist.
@@ -237,16 +255,17 @@ impl Runtime for FakeRuntime {
             .collect())
     }
 
-    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
         self.faults
             .check(RuntimeOp::Network)
             .await
             .map_err(|e| injected("network", e))?;
         let mut w = self.world.lock().unwrap();
-        w.networks
-            .entry(spec.name.clone())
-            .or_insert_with(|| spec.clone());
-        Ok(())
+        if w.networks.contains_key(&spec.name) {
+            return Ok(false);
+        }
+        w.networks.insert(spec.name.clone(), spec.clone());
+        Ok(true)
     }
 
     async fn networks(
@@ -284,6 +303,15 @@ impl Runtime for FakeRuntime {
         }
         w.networks.remove(name);
         w.attached.retain(|(n, _)| n != name);
+        let cut: Vec<(String, String)> = w
+            .containers
+            .values()
+            .filter(|c| c.spec.network == name)
+            .map(|c| (name.to_owned(), c.name.clone()))
+            .collect();
+        w.detached.extend(cut);
+        w.network_subscribers
+            .retain(|tx| tx.unbounded_send(Ok(name.to_owned())).is_ok());
         Ok(())
     }
 
@@ -300,6 +328,7 @@ impl Runtime for FakeRuntime {
             .containers
             .values()
             .filter(|c| c.spec.network == network)
+            .filter(|c| !w.detached.contains(&(network.to_owned(), c.name.clone())))
             .map(|c| c.name.clone())
             .collect();
         members.extend(
@@ -431,6 +460,15 @@ impl Runtime for FakeRuntime {
             std::future::pending::<()>().await;
         }
         let mut w = self.world.lock().unwrap();
+        if std::mem::take(&mut w.lose_network) {
+            w.networks.remove(&spec.network);
+        }
+        if !w.networks.contains_key(&spec.network) {
+            return Err(RuntimeError::NetworkGone {
+                network: spec.network.clone(),
+            });
+        }
+        w.detached.retain(|(_, c)| c != &spec.name);
         let taken: Vec<ContainerId> = w
             .containers
             .iter()
@@ -500,6 +538,9 @@ impl Runtime for FakeRuntime {
             .await
             .map_err(|e| injected("rejoin", e))?;
         let mut w = self.world.lock().unwrap();
+        if !w.networks.contains_key(network) {
+            return Err(injected("rejoin", format!("no network {network}")));
+        }
         w.next += 1;
         let port = 40_000 + w.next as u16;
         let c = w
@@ -509,6 +550,8 @@ impl Runtime for FakeRuntime {
             .ok_or_else(|| injected("rejoin", format!("no container {id} on {network}")))?;
         c.spec.aliases = aliases.to_vec();
         c.host_port = c.spec.host_port.unwrap_or(port);
+        let name = c.name.clone();
+        w.detached.remove(&(network.to_owned(), name));
         Ok(())
     }
 
@@ -590,6 +633,12 @@ impl Runtime for FakeRuntime {
     fn events(&self, _deployment: &Deployment, _since: Option<i64>) -> EventStream {
         let (tx, rx) = mpsc::unbounded();
         self.world.lock().unwrap().subscribers.push(tx);
+        rx.boxed()
+    }
+
+    fn removed_networks(&self) -> NetworkStream {
+        let (tx, rx) = mpsc::unbounded();
+        self.world.lock().unwrap().network_subscribers.push(tx);
         rx.boxed()
     }
 }
