@@ -243,6 +243,11 @@ pub struct RunArgs {
     /// Bound on every state database call.
     #[arg(long, env = "SANDBOXD_STORE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub store_timeout: Duration,
+    /// Bound on one whole reconcile (it must cover the longest readiness
+    /// timeout plus --docker-timeout): past it the reconcile is abandoned
+    /// and retried with backoff.
+    #[arg(long, env = "SANDBOXD_RECONCILE_TIMEOUT", default_value = "180s", value_parser = parse_duration)]
+    pub reconcile_timeout: Duration,
     /// SIGTERM-to-SIGKILL time when tearing a container down.
     #[arg(long, env = "SANDBOXD_STOP_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub stop_timeout: Duration,
@@ -334,6 +339,7 @@ impl RunArgs {
         c.idle_timeout = self.idle_timeout.filter(|d| !d.is_zero());
         c.docker_timeout = self.docker_timeout;
         c.store_timeout = self.store_timeout;
+        c.reconcile_timeout = self.reconcile_timeout;
         c.stop_timeout = self.stop_timeout;
         c.probe_via = self.probe_via;
         c.metrics_addr = self.metrics_addr;
@@ -348,6 +354,7 @@ impl RunArgs {
         if let Some(holder) = &self.holder {
             c.holder.clone_from(holder);
         }
+        c.check_reconcile_timeout(crate::engine::REGISTRY)?;
         Ok(c)
     }
 }
@@ -837,7 +844,9 @@ async fn run_controller(url: &str, args: &RunArgs) -> Result<(), CliError> {
         config.store_timeout,
     )
     .await?;
-    let docker = DockerRuntime::connect().await?;
+    let docker = DockerRuntime::connect()
+        .await?
+        .with_stream_timeout(config.docker_timeout);
     let metrics = Arc::new(Metrics::new());
     let controller = Controller::new(
         Arc::new(docker),

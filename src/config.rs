@@ -7,7 +7,7 @@ use crate::domain::lease::{LeaseError, LeasePolicy};
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
 use crate::domain::plan::Policy;
-use crate::engine::{self, Engine, REGISTRY};
+use crate::engine::{self, Engine, Registry, REGISTRY};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -33,6 +33,18 @@ pub enum ConfigError {
     /// The reap breaker's share is unusable.
     #[error(transparent)]
     Breaker(#[from] BreakerError),
+    /// A reconcile would be abandoned before an engine could become ready.
+    #[error("--reconcile-timeout {reconcile:?} does not cover {engine}'s readiness timeout ({readiness:?}) plus --docker-timeout ({docker:?}): every reconcile that waits for {engine} could be abandoned; raise --reconcile-timeout")]
+    ReconcileTimeout {
+        /// The reconcile deadline.
+        reconcile: Duration,
+        /// The engine with the longest readiness deadline.
+        engine: EngineName,
+        /// Its readiness deadline.
+        readiness: Duration,
+        /// The deadline of one Docker call.
+        docker: Duration,
+    },
 }
 
 /// Readiness deadlines by engine name, checked against the registry.
@@ -166,6 +178,9 @@ pub struct ControllerConfig {
     pub docker_timeout: Duration,
     /// Bound on every state database call.
     pub store_timeout: Duration,
+    /// Bound on one whole reconcile: past it the reconcile is abandoned
+    /// and retried with backoff, and its worker slot is freed.
+    pub reconcile_timeout: Duration,
     /// SIGTERM-to-SIGKILL time when tearing a container down.
     pub stop_timeout: Duration,
     /// How readiness checks reach containers.
@@ -217,6 +232,10 @@ impl ControllerConfig {
             pull_timeout: Duration::from_secs(300),
             docker_timeout: Duration::from_secs(30),
             store_timeout: Duration::from_secs(10),
+            // Three times the longest default readiness deadline (60 s):
+            // room for the wait, the Docker calls around it and the
+            // status writes.
+            reconcile_timeout: Duration::from_secs(180),
             stop_timeout: Duration::from_secs(2),
             probe_via: ProbeVia::Host,
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9187)),
@@ -238,6 +257,24 @@ impl ControllerConfig {
             .get(&engine.name())
             .copied()
             .unwrap_or_else(|| engine.readiness_deadline())
+    }
+
+    /// Refuses a reconcile deadline that does not cover the longest
+    /// readiness deadline of `engines` plus one Docker call.
+    pub fn check_reconcile_timeout(&self, engines: Registry) -> Result<(), ConfigError> {
+        let Some(engine) = engines.iter().max_by_key(|e| self.readiness_deadline(*e)) else {
+            return Ok(());
+        };
+        let readiness = self.readiness_deadline(engine);
+        if self.reconcile_timeout > readiness.saturating_add(self.docker_timeout) {
+            return Ok(());
+        }
+        Err(ConfigError::ReconcileTimeout {
+            reconcile: self.reconcile_timeout,
+            engine: engine.name(),
+            readiness,
+            docker: self.docker_timeout,
+        })
     }
 
     /// What the plan weighs besides rows and containers.
@@ -294,6 +331,30 @@ mod tests {
         assert!(parse_env_prefix("roboco").is_err());
         assert!(parse_env_prefix("1X").is_err());
         assert!(parse_env_prefix("A-B").is_err());
+    }
+
+    #[test]
+    fn a_reconcile_timeout_must_cover_the_longest_readiness_wait_and_one_docker_call() {
+        let mut c = ControllerConfig::new(Deployment::parse("d").unwrap());
+        assert_eq!(
+            c.check_reconcile_timeout(REGISTRY),
+            Ok(()),
+            "the defaults fit"
+        );
+        c.reconcile_timeout = Duration::from_secs(90);
+        let err = c.check_reconcile_timeout(REGISTRY).unwrap_err();
+        assert!(
+            err.to_string().contains("raise --reconcile-timeout"),
+            "{err}"
+        );
+        c.reconcile_timeout = Duration::from_secs(91);
+        assert_eq!(c.check_reconcile_timeout(REGISTRY), Ok(()));
+        c.readiness = readiness_overrides(&[("redis".into(), Duration::from_secs(120))]).unwrap();
+        let err = c.check_reconcile_timeout(REGISTRY).unwrap_err();
+        assert!(
+            err.to_string().contains("redis's readiness timeout (120s)"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -104,6 +104,7 @@ pub struct Metrics {
     reconcile_errors: IntCounterVec,
     reconcile_panics: IntCounterVec,
     reconcile_time: HistogramVec,
+    reconcile_timeouts: IntCounter,
     active_workers: IntGaugeVec,
     max_concurrent: IntGaugeVec,
     queue_depth: IntGaugeVec,
@@ -124,6 +125,9 @@ pub struct Metrics {
     teardown_failures: IntCounter,
     image_pulls: IntCounterVec,
     image_builds: IntCounterVec,
+    image_fetches: IntGauge,
+    networks_recreated: IntCounter,
+    network_reconnects: IntCounter,
     notify_wakeups: IntCounter,
     docker_events: IntCounterVec,
     relist_drift: IntCounter,
@@ -195,6 +199,10 @@ impl Metrics {
                 )
                 .buckets(latency_buckets()),
                 c
+            )),
+            reconcile_timeouts: reg!(IntCounter::new(
+                "sandboxd_reconcile_timeouts_total",
+                "Reconciles abandoned at --reconcile-timeout (retried with backoff)"
             )),
             active_workers: reg!(IntGaugeVec::new(
                 Opts::new(
@@ -306,6 +314,18 @@ impl Metrics {
                     "Image pulls attempted, by result"
                 ),
                 &["result"]
+            )),
+            image_fetches: reg!(IntGauge::new(
+                "sandboxd_image_fetches",
+                "Absent images being pulled or built in the background now (one fetch per image, outside the worker slots)"
+            )),
+            networks_recreated: reg!(IntCounter::new(
+                "sandboxd_networks_recreated_total",
+                "Sandbox (or shared) networks created again after they were removed or pruned out of band"
+            )),
+            network_reconnects: reg!(IntCounter::new(
+                "sandboxd_network_reconnects_total",
+                "Engine containers put back on their network, under their names, after they lost it"
             )),
             notify_wakeups: reg!(IntCounter::new(
                 "sandboxd_notify_wakeups_total",
@@ -462,6 +482,11 @@ impl Metrics {
         self.generation_lag.observe(seconds);
     }
 
+    /// One reconcile abandoned at its deadline.
+    pub(crate) fn reconcile_timed_out(&self) {
+        self.reconcile_timeouts.inc();
+    }
+
     /// One heal of `engine`.
     pub(crate) fn healed(&self, engine: EngineName, cause: HealCause) {
         self.heals
@@ -530,6 +555,21 @@ impl Metrics {
     /// One image build run by the build command.
     pub(crate) fn image_built(&self, ok: bool) {
         self.image_builds.with_label_values(&[outcome(ok)]).inc();
+    }
+
+    /// How many image fetches run in the background.
+    pub(crate) fn image_fetches(&self, running: usize) {
+        self.image_fetches.set(running as i64);
+    }
+
+    /// One network created again.
+    pub(crate) fn network_recreated(&self) {
+        self.networks_recreated.inc();
+    }
+
+    /// One engine container put back on its network.
+    pub(crate) fn network_reconnected(&self) {
+        self.network_reconnects.inc();
     }
 
     /// One Docker event received.

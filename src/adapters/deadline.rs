@@ -10,7 +10,7 @@ use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use crate::ports::runtime::{
-    ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime, RuntimeError,
+    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime, RuntimeError,
 };
 use crate::ports::store::{NotifyStream, Store, StoreError};
 use async_trait::async_trait;
@@ -71,7 +71,7 @@ impl Runtime for BoundedRuntime {
         runtime_call("list", deployment.as_str(), self.deadlines.call, call).await
     }
 
-    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
         let call = self.inner.ensure_network(spec);
         runtime_call("network", &spec.name, self.deadlines.call, call).await
     }
@@ -207,6 +207,12 @@ impl Runtime for BoundedRuntime {
         // A stream has no deadline: it is meant to stay open. The watcher
         // reconnects when it ends.
         self.inner.events(deployment, since)
+    }
+
+    fn removed_networks(&self) -> NetworkStream {
+        // As the event stream: open for good, its connect bounded by the
+        // adapter.
+        self.inner.removed_networks()
     }
 }
 

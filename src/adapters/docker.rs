@@ -10,8 +10,8 @@ use crate::domain::network::Ipv4Net;
 use crate::domain::secret::Secret;
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime,
-    RuntimeError, RuntimeEvent, Volume,
+    ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
+    Runtime, RuntimeError, RuntimeEvent, Volume,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -67,6 +67,28 @@ fn is_status(e: &DockerError, codes: &[u16]) -> bool {
     matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
 }
 
+/// How long a stream may stay silent by default (`--docker-timeout`'s
+/// default).
+const STREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The next item of `stream` within `after`: a stream that stops talking
+/// (the output of an exec in a paused container, a stuck daemon) is a
+/// [`RuntimeError::Timeout`], not a wait without end.
+async fn next_within<S: futures::Stream + Unpin>(
+    stream: &mut S,
+    after: Duration,
+    op: &'static str,
+    target: &str,
+) -> Result<Option<S::Item>, RuntimeError> {
+    tokio::time::timeout(after, stream.next())
+        .await
+        .map_err(|_| RuntimeError::Timeout {
+            op,
+            target: target.to_owned(),
+            after,
+        })
+}
+
 /// The local Docker daemon as a [`Runtime`].
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
@@ -74,6 +96,10 @@ pub struct DockerRuntime {
     /// Held while a subnet is chosen and its network created, so this
     /// process never hands one subnet out twice.
     subnet_lock: Arc<tokio::sync::Mutex<()>>,
+    /// How long any stream may stay silent: each read of an exec's or a
+    /// log's output and each progress message of a pull, the event
+    /// stream's connect, writing a container's secrets.
+    stream_timeout: Duration,
 }
 
 impl DockerRuntime {
@@ -87,12 +113,22 @@ impl DockerRuntime {
         Ok(Self {
             docker,
             subnet_lock: Arc::default(),
+            stream_timeout: STREAM_TIMEOUT,
         })
     }
 
     /// The Docker client (for the chaos tool's faults, `adapters::chaos`).
     pub(crate) fn client(&self) -> &Docker {
         &self.docker
+    }
+
+    /// Bounds every read of a stream by `after` (default 30 s; `sandboxd
+    /// run` passes `--docker-timeout`): each chunk of an exec's or a log's
+    /// output, each progress message of a pull, the event stream's
+    /// connect, and writing a container's secrets.
+    pub fn with_stream_timeout(mut self, after: Duration) -> Self {
+        self.stream_timeout = after;
+        self
     }
 
     /// Ids of the networks called exactly `name`.
@@ -278,8 +314,22 @@ impl DockerRuntime {
         }
     }
 
-    /// Writes `secret` to the container's standard input and closes it.
+    /// Writes `secret` to the container's standard input and closes it,
+    /// within the stream timeout.
     async fn send_stdin(&self, id: &str, name: &str, secret: &Secret) -> Result<(), RuntimeError> {
+        let after = self.stream_timeout;
+        tokio::time::timeout(after, self.write_stdin(id, name, secret))
+            .await
+            .unwrap_or_else(|_| {
+                Err(RuntimeError::Timeout {
+                    op: "write secrets to",
+                    target: name.to_owned(),
+                    after,
+                })
+            })
+    }
+
+    async fn write_stdin(&self, id: &str, name: &str, secret: &Secret) -> Result<(), RuntimeError> {
         let options = AttachContainerOptionsBuilder::default()
             .stdin(true)
             .stream(true)
@@ -409,10 +459,11 @@ impl Runtime for DockerRuntime {
     /// Docker allows two networks with one name, so concurrent creators may
     /// race: afterwards every creator keeps the network with the smallest id
     /// and removes the others, so all converge on the same one.
-    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Network);
         let mut ids = self.networks_named(&spec.name).await?;
-        if ids.is_empty() {
+        let created = ids.is_empty();
+        if created {
             self.create_network(spec).await?;
             ids = self.networks_named(&spec.name).await?;
         }
@@ -424,7 +475,7 @@ impl Runtime for DockerRuntime {
                 Err(e) => return Err(api("remove duplicate network", &spec.name)(e)),
             }
         }
-        Ok(())
+        Ok(created)
     }
 
     async fn networks(
@@ -616,7 +667,18 @@ impl Runtime for DockerRuntime {
             .build();
         let _timer = metrics::time_docker_call(DockerCall::Pull);
         let mut stream = self.docker.create_image(Some(options), None, None);
-        while let Some(item) = stream.next().await {
+        // A pull that reports no progress for the stream timeout is stuck.
+        let silent = |_| RuntimeError::ImageUnavailable {
+            image: image.to_owned(),
+            reason: format!(
+                "the pull reported no progress for {:?}",
+                self.stream_timeout
+            ),
+        };
+        while let Some(item) = next_within(&mut stream, self.stream_timeout, "pull", image)
+            .await
+            .map_err(silent)?
+        {
             item.map_err(|e| RuntimeError::ImageUnavailable {
                 image: image.to_owned(),
                 reason: e.to_string(),
@@ -707,16 +769,32 @@ impl Runtime for DockerRuntime {
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
             .build();
+        // Docker 20.10 creates a container on a missing network and refuses
+        // to start it; either way it says "network … not found" (404).
+        let gone = |op: &'static str| {
+            move |e: DockerError| {
+                if is_status(&e, &[404])
+                    && e.to_string()
+                        .contains(&format!("network {} not found", spec.network))
+                {
+                    RuntimeError::NetworkGone {
+                        network: spec.network.clone(),
+                    }
+                } else {
+                    api(op, &spec.name)(e)
+                }
+            }
+        };
         let created = self
             .docker
             .create_container(Some(options), body)
             .await
-            .map_err(api("create", &spec.name))?;
+            .map_err(gone("create"))?;
         let started = async {
             self.docker
                 .start_container(&created.id, None)
                 .await
-                .map_err(api("start", &spec.name))?;
+                .map_err(gone("start"))?;
             if let Some(secret) = &spec.stdin {
                 self.send_stdin(&created.id, &spec.name, secret).await?;
             }
@@ -823,7 +901,9 @@ impl Runtime for DockerRuntime {
             .build();
         let mut out = String::new();
         let mut stream = self.docker.logs(id.as_str(), Some(options));
-        while let Some(chunk) = stream.next().await {
+        while let Some(chunk) =
+            next_within(&mut stream, self.stream_timeout, "logs", id.as_str()).await?
+        {
             let chunk = chunk.map_err(api("logs", id.as_str()))?;
             out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
         }
@@ -860,7 +940,9 @@ impl Runtime for DockerRuntime {
             .await
             .map_err(api("exec", id.as_str()))?
         {
-            while let Some(Ok(chunk)) = stream.next().await {
+            while let Some(Ok(chunk)) =
+                next_within(&mut stream, self.stream_timeout, "exec", id.as_str()).await?
+            {
                 output.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
             }
         }
@@ -891,7 +973,13 @@ impl Runtime for DockerRuntime {
             // Ask Docker to replay what its buffer still has since then.
             options = options.since(&t.to_string());
         }
+        // The stream stays open while nothing happens, but its connect (the
+        // daemon's answer to the request) gets the stream timeout: a stuck
+        // daemon ends the stream with an error and the watcher reconnects.
+        let connect_within = self.stream_timeout.max(Duration::from_secs(1));
         self.docker
+            .clone()
+            .with_timeout(connect_within)
             .events(Some(options.build()))
             .filter_map(|item| async move {
                 match item {
@@ -915,6 +1003,26 @@ impl Runtime for DockerRuntime {
             })
             .boxed()
     }
+
+    fn removed_networks(&self) -> NetworkStream {
+        let filters = HashMap::from([
+            ("type", vec!["network".to_owned()]),
+            ("event", vec!["destroy".to_owned()]),
+        ]);
+        let options = EventsOptionsBuilder::default().filters(&filters).build();
+        let connect_within = self.stream_timeout.max(Duration::from_secs(1));
+        self.docker
+            .clone()
+            .with_timeout(connect_within)
+            .events(Some(options))
+            .filter_map(|item| async move {
+                match item {
+                    Err(e) => Some(Err(api("events", "the network event stream")(e))),
+                    Ok(event) => event.actor?.attributes?.get("name").cloned().map(Ok),
+                }
+            })
+            .boxed()
+    }
 }
 
 /// Splits `repo[:tag]` (registry ports and digests included) into name and tag.
@@ -931,6 +1039,83 @@ fn split_reference(image: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+
+    /// A Docker daemon on a Unix socket that never finishes an answer: the
+    /// event stream gets no answer at all, every other request the headers
+    /// of a streamed answer and then silence (as a paused container's exec
+    /// or a wedged daemon gives). Connections stay open until the process
+    /// ends.
+    fn silent_daemon() -> std::path::PathBuf {
+        use rand::distr::{Alphanumeric, SampleString};
+        let path = std::env::temp_dir().join(format!(
+            "sandboxd-silent-{}.sock",
+            Alphanumeric.sample_string(&mut rand::rng(), 12)
+        ));
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std::thread::spawn(move || {
+            let mut open = Vec::new();
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                    request.push(byte[0]);
+                }
+                let line = String::from_utf8_lossy(&request);
+                if !line.lines().next().unwrap_or_default().contains("/events") {
+                    let _ = conn.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+                    );
+                }
+                open.push(conn);
+            }
+        });
+        path
+    }
+
+    /// `call`, or a panic if it takes a minute: the test fails, not hangs.
+    async fn bounded<T>(call: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(60), call)
+            .await
+            .expect("a streamed call gave up by itself")
+    }
+
+    #[tokio::test]
+    async fn a_daemon_that_stops_talking_costs_every_streamed_call_a_timeout_not_a_hang() {
+        let after = Duration::from_secs(1);
+        let socket = silent_daemon();
+        let docker =
+            Docker::connect_with_unix(&socket.to_string_lossy(), 120, bollard::API_DEFAULT_VERSION)
+                .unwrap();
+        let runtime = DockerRuntime {
+            docker,
+            subnet_lock: Arc::default(),
+            stream_timeout: STREAM_TIMEOUT,
+        }
+        .with_stream_timeout(after);
+
+        let err = bounded(runtime.logs_tail(&ContainerId::new("c1"), 5))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::Timeout { op: "logs", .. }),
+            "{err}"
+        );
+        let err = bounded(runtime.pull("sandboxd/none:1")).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the pull reported no progress for 1s"),
+            "{err}"
+        );
+        let deployment = Deployment::parse("silent").unwrap();
+        let first = bounded(runtime.events(&deployment, None).next()).await;
+        assert!(
+            matches!(first, Some(Err(RuntimeError::Api { op: "events", .. }))),
+            "the event stream's connect is bounded: {first:?}"
+        );
+        let _ = std::fs::remove_file(socket);
+    }
 
     #[test]
     fn image_references_split_into_name_and_tag() {

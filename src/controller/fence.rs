@@ -14,7 +14,7 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::lease::Term;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
-    ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime, RuntimeError,
+    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime, RuntimeError,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -121,7 +121,7 @@ impl Runtime for FencedRuntime {
         self.inner.list(deployment, sandbox).await
     }
 
-    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
         self.admit("network create", &spec.name)?;
         self.inner.ensure_network(spec).await
     }
@@ -230,6 +230,10 @@ impl Runtime for FencedRuntime {
 
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
         self.inner.events(deployment, since)
+    }
+
+    fn removed_networks(&self) -> NetworkStream {
+        self.inner.removed_networks()
     }
 }
 

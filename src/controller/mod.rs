@@ -31,7 +31,7 @@ use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
 use self::leader::Elector;
 use self::probes::ControllerProbes;
-use self::reconcile::{reconcile, Next};
+use self::reconcile::Next;
 use crate::adapters::deadline::{BoundedRuntime, BoundedStore, RuntimeDeadlines};
 use crate::adapters::http::Probes;
 use crate::config::ControllerConfig;
@@ -43,7 +43,7 @@ use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
 use crate::ports::store::{Store, StoreError};
 use crate::sched::{Outcome, QueueConfig, WorkQueue};
-use crate::watch::{self, DesiredRows, DockerEvents, KnownContainers, Sink};
+use crate::watch::{self, DesiredRows, DockerEvents, KnownContainers, RemovedNetworks, Sink};
 use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,6 +108,8 @@ pub(crate) struct Context {
     pub(crate) state: tokio::sync::OnceCell<StateId>,
     /// Another state database's objects reported so far.
     pub(crate) foreign: Foreign,
+    /// Absent images being pulled or built in the background.
+    pub(crate) images: Arc<image::Fetches>,
 }
 
 impl Context {
@@ -210,6 +212,7 @@ impl Controller {
         let relist_now = Arc::new(Notify::new());
         let runtime = Arc::new(FencedRuntime::new(runtime, fence.clone(), metrics.clone()));
         let store: Arc<dyn Store> = Arc::new(BoundedStore::new(store, config.store_timeout));
+        let images = image::Fetches::new(runtime.clone(), &config, metrics.clone(), queue.clone());
         let elector = Arc::new(Elector::new(
             store.clone(),
             config.lease,
@@ -234,6 +237,7 @@ impl Controller {
                 relist_now: relist_now.clone(),
                 state: tokio::sync::OnceCell::new(),
                 foreign: Foreign::default(),
+                images,
             }),
             queue,
             readiness: Readiness::default(),
@@ -339,6 +343,16 @@ impl Controller {
             ctx.metrics.clone(),
             sink.clone(),
         ));
+        let network_watch = tokio::spawn(watch::follow(
+            RemovedNetworks::new(
+                ctx.runtime.clone(),
+                ctx.config.deployment.clone(),
+                network::shared_spec(&ctx).map(|n| n.name),
+            ),
+            None,
+            ctx.metrics.clone(),
+            sink.clone(),
+        ));
         let pg_watch = tokio::spawn(watch::follow(
             DesiredRows::new(ctx.store.clone(), ctx.metrics.clone()),
             Some(notifications),
@@ -362,6 +376,7 @@ impl Controller {
             tokio::select! {
                 () = &mut shutdown => {
                     docker_watch.abort();
+                    network_watch.abort();
                     pg_watch.abort();
                     return Ok(());
                 }
@@ -384,7 +399,7 @@ impl Controller {
         let handler = move |id: SandboxId| {
             let ctx = handler_ctx.clone();
             async move {
-                match reconcile(&ctx, &id).await {
+                match reconcile::bounded(&ctx, &id).await {
                     Ok(Next::Idle) => Outcome::Done {
                         requeue_after: None,
                     },
@@ -401,6 +416,7 @@ impl Controller {
         let abandoned = self.queue.run(handler, shutdown).await;
         self.readiness.set(false);
         docker_watch.abort();
+        network_watch.abort();
         pg_watch.abort();
         relister.abort();
         if abandoned > 0 {

@@ -1,15 +1,18 @@
-//! Sandbox networks: one bridge per sandbox (or one shared network), the
-//! orchestrator's containers attached to it, and its removal once the
+//! Sandbox networks: one bridge per sandbox (or one shared network),
+//! created again with its engines put back when it was removed out of band,
+//! the orchestrator's containers attached to it, and its removal once the
 //! sandbox is gone.
 
 use super::Context;
 use crate::config::{ControllerConfig, NetworkLayout};
-use crate::domain::id::{EngineName, SandboxId};
+use crate::domain::container::ObservedContainer;
+use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{self, StateId};
 use crate::domain::labels;
 use crate::domain::network::{bridge_name, container_name, network_name};
+use crate::domain::plan::{Action, Plan};
 use crate::domain::sandbox::DesiredSandbox;
-use crate::ports::runtime::{NetworkSpec, RuntimeError};
+use crate::ports::runtime::{ContainerSpec, NetworkSpec, RuntimeError};
 use std::collections::{BTreeSet, HashMap};
 
 /// Where one engine container of a sandbox lives on the network.
@@ -84,25 +87,106 @@ pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId) -> Option<Network
     })
 }
 
-/// Makes sure the sandbox's own network exists (labelled with the state
-/// database's identity `state`), with sandboxd's container on it when it
-/// probes by name. Nothing to do in the shared layout.
+/// The network the sandbox's engines are on: its own (labelled with the
+/// state database's identity once it is known) or the shared one.
+fn spec_of(ctx: &Context, id: &SandboxId) -> Option<NetworkSpec> {
+    match sandbox_spec(&ctx.config, id) {
+        Some(mut spec) => {
+            if let Some(state) = ctx.state.get() {
+                spec.labels
+                    .insert(labels::STATE_ID.to_owned(), state.to_string());
+            }
+            Some(spec)
+        }
+        None => shared_spec(ctx),
+    }
+}
+
+/// Makes sure the sandbox's network (its own, or the shared one) exists,
+/// creating it again if it was removed or pruned out of band, with
+/// sandboxd's container on it when it probes by name; then puts back on it
+/// every engine the plan keeps that is not on it any more, under its
+/// aliases, and refreshes the host port Docker gave it anew (published
+/// ports are re-bound when a container joins a network again).
 pub(crate) async fn ensure(
     ctx: &Context,
     id: &SandboxId,
-    state: &StateId,
+    observed: &[ObservedContainer],
+    plan: &mut Plan,
 ) -> Result<(), RuntimeError> {
-    let Some(mut spec) = sandbox_spec(&ctx.config, id) else {
+    let Some(spec) = spec_of(ctx, id) else {
         return Ok(());
     };
-    spec.labels
-        .insert(labels::STATE_ID.to_owned(), state.to_string());
-    let name = spec.name.clone();
-    ctx.runtime.ensure_network(&spec).await?;
-    if let Some(me) = &ctx.config.controller_container {
-        ctx.runtime.connect(&name, me).await?;
+    // Engines that ran on it (or the shared network, created at start): its
+    // creation now is a re-creation.
+    let was_there =
+        plan.kept().next().is_some() || matches!(ctx.config.network, NetworkLayout::Shared { .. });
+    create(ctx, id, &spec, was_there).await?;
+    let Some(members) = ctx.runtime.network_members(&spec.name).await? else {
+        return Ok(());
+    };
+    for action in plan.actions.iter_mut() {
+        let Action::Keep { engine, status } = action else {
+            continue;
+        };
+        let Some(kept) = observed
+            .iter()
+            .find(|c| c.labels.engine == engine.as_str() && c.labels.instance == status.instance)
+        else {
+            continue;
+        };
+        if members.contains(&kept.name) {
+            continue;
+        }
+        let place = placement(&ctx.config, id, *engine);
+        ctx.runtime
+            .rejoin(&place.network, &kept.id, &place.aliases)
+            .await?;
+        ctx.metrics.network_reconnected();
+        if let Some(port) = ctx.runtime.published_port(&kept.id).await? {
+            status.host_port = port;
+        }
+        tracing::warn!(sandbox = %id, engine = %engine, network = place.network, host_port = status.host_port, "engine was off its network; put back on it under its names");
     }
     Ok(())
+}
+
+/// Creates the network of `spec` unless it exists, counting a
+/// re-creation, and connects sandboxd's own container to it.
+async fn create(
+    ctx: &Context,
+    id: &SandboxId,
+    spec: &NetworkSpec,
+    recreating: bool,
+) -> Result<(), RuntimeError> {
+    if ctx.runtime.ensure_network(spec).await? && recreating {
+        ctx.metrics.network_recreated();
+        tracing::warn!(sandbox = %id, network = spec.name, "the network was gone (removed or pruned out of band); created it again");
+    }
+    if let Some(me) = &ctx.config.controller_container {
+        ctx.runtime.connect(&spec.name, me).await?;
+    }
+    Ok(())
+}
+
+/// Creates and starts the container of `spec` (an engine of sandbox `id`);
+/// when its network turns out to be gone, creates the network again and
+/// tries once more.
+pub(crate) async fn create_and_start(
+    ctx: &Context,
+    id: &SandboxId,
+    container: &ContainerSpec,
+) -> Result<ContainerId, RuntimeError> {
+    match ctx.runtime.create_and_start(container).await {
+        Err(RuntimeError::NetworkGone { network }) => {
+            tracing::warn!(sandbox = %id, network, container = container.name, "network gone at create; creating it again and retrying once");
+            if let Some(spec) = spec_of(ctx, id) {
+                create(ctx, id, &spec, true).await?;
+            }
+            ctx.runtime.create_and_start(container).await
+        }
+        other => other,
+    }
 }
 
 /// Connects the containers the row names in `attach` and disconnects the

@@ -303,7 +303,8 @@ async fn create(
     let config = &ctx.config;
     let runtime = ctx.runtime.as_ref();
     let image = config.images.image_for(engine, !p.features.is_empty());
-    let image_labels = image::ensure(runtime, config, &ctx.metrics, &image).await?;
+    // Present: the reconcile fetched it in the background first.
+    let image_labels = image::labels(runtime, &image).await?;
     let missing = image::missing_features(&image_labels, &p.features);
     if !missing.is_empty() {
         // Before anything is removed: a rotation to an image that cannot
@@ -373,14 +374,14 @@ async fn create(
         spec.labels
             .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
     }
-    let id = match runtime.create_and_start(&spec).await {
+    let id = match network::create_and_start(ctx, &desired.id, &spec).await {
         Ok(id) => id,
         Err(e) if spec.host_port.is_some() => {
             // The old host port may be taken by now: take any port rather
             // than fail (the status publishes the new one).
             tracing::warn!(container = %name, error = %e, "could not keep the host port; using a new one");
             spec.host_port = None;
-            runtime.create_and_start(&spec).await?
+            network::create_and_start(ctx, &desired.id, &spec).await?
         }
         Err(e) => return Err(e.into()),
     };
@@ -446,9 +447,16 @@ async fn bring_up(
         // Nothing to enable or verify: spare the engine two more logins.
         return Ok((host_port, Vec::new()));
     }
-    let available = engine
-        .verify_features(&target, features)
+    // A paused or wedged engine must not hold the reconcile: the check
+    // gets the engine's readiness deadline once more.
+    let available = tokio::time::timeout(deadline, engine.verify_features(&target, features))
         .await
+        .unwrap_or_else(|_| {
+            Err(EngineError::Client {
+                engine: engine.name(),
+                reason: format!("no answer to the feature check within {deadline:?}"),
+            })
+        })
         .map_err(|e| ProvisionError::Feature(e, image.to_owned()))?;
     Ok((host_port, available))
 }
@@ -471,7 +479,8 @@ impl Exec for InContainer<'_> {
 
 /// Polls `engine`'s probe of the container `id` (called `name`), reached at
 /// `host:port`, until it passes (returning how many probes failed first),
-/// the container exits, or the engine's own deadline passes.
+/// the container exits, or the engine's own deadline passes (a probe that
+/// hangs, say on a paused container, is cut off at the deadline).
 pub async fn wait_ready(
     runtime: &dyn Runtime,
     engine: &'static dyn Engine,
@@ -513,7 +522,17 @@ async fn poll_ready(
     let mut delay = Duration::from_millis(50);
     let mut attempts = 0u32;
     loop {
-        let last = match engine.probe(target).await {
+        // No probe outlives the deadline, whatever the engine's client does.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let probe = tokio::time::timeout(left, engine.probe(target))
+            .await
+            .unwrap_or_else(|_| {
+                Err(EngineError::NotReady {
+                    engine: engine.name(),
+                    reason: format!("the probe did not answer within {left:?}"),
+                })
+            });
+        let last = match probe {
             Ok(()) => {
                 tracing::Span::current().record("attempts", attempts);
                 tracing::debug!(

@@ -4,6 +4,7 @@
 //! [`status`](crate::domain::status)); this module only does what they say.
 
 use super::breaker::Held;
+use super::image::Availability;
 use super::rotation::{self, Commit};
 use super::Context;
 use super::{network, provision, volume};
@@ -39,6 +40,9 @@ pub(crate) enum ReconcileError {
     /// This process does not lead (any more).
     #[error(transparent)]
     Fenced(#[from] super::Fenced),
+    /// The reconcile did not finish within its deadline and was abandoned.
+    #[error("the reconcile did not finish within {0:?} (--reconcile-timeout) and was abandoned; it is retried with backoff (if this repeats, look for a stuck Docker daemon or state database, or raise --reconcile-timeout)")]
+    TimedOut(Duration),
 }
 
 /// What a successful reconcile asks of the queue.
@@ -48,6 +52,23 @@ pub(crate) enum Next {
     Idle,
     /// Look again after this long (a reap waiting for its grace window).
     After(Duration),
+}
+
+/// [`reconcile`] within `--reconcile-timeout`: past it the reconcile is
+/// dropped where it waits (a container it created but did not publish is
+/// replaced by the next one), counted, and reported as
+/// [`ReconcileError::TimedOut`], so its worker slot is freed and the key
+/// is retried with backoff.
+pub(crate) async fn bounded(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
+    let after = ctx.config.reconcile_timeout;
+    match tokio::time::timeout(after, reconcile(ctx, id)).await {
+        Ok(result) => result,
+        Err(_) => {
+            // The queue's handler logs it with the sandbox id.
+            ctx.metrics.reconcile_timed_out();
+            Err(ReconcileError::TimedOut(after))
+        }
+    }
 }
 
 /// Converges one sandbox: read → plan → act → publish.
@@ -89,6 +110,10 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         // incarnation are not this one's.
         ctx.crash_loops.forget(id);
     }
+    let (awaiting, image_failures) = match &desired {
+        Some(d) => await_images(ctx, d, &mut plan).await,
+        None => Default::default(),
+    };
     let held = match &desired {
         Some(d) => hold_crash_loops(ctx, d, &mut plan, now),
         None => Vec::new(),
@@ -113,7 +138,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         ctx.store.write_status(id, update, ctx.term()?).await?;
     }
     if let Some(d) = converging {
-        network::ensure(ctx, id, state).await?;
+        network::ensure(ctx, id, &observed, &mut plan).await?;
         if d.persistent && plan.provisions().next().is_some() {
             // Never mount an earlier incarnation's data.
             volume::remove_superseded(ctx, d, state).await?;
@@ -138,6 +163,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
             .map(|(engine, why)| (engine, Err(why))),
     );
     let previous = commit.published(previous).await;
+    provisioned.extend(image_failures);
     let attach = match converging {
         Some(d) => network::sync_attached(ctx, d).await?,
         None => Vec::new(),
@@ -168,11 +194,13 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
             _ => None,
         })
         .min();
+    let waiting_for_images = !awaiting.is_empty();
     let outcomes = Outcomes {
         provisioned,
         teardown,
         attach,
         held,
+        awaiting,
     };
     let mut verdict = status::decide(&plan, desired.as_ref(), previous.as_ref(), &outcomes);
     if let Publish::Write(update) = &mut verdict.publish {
@@ -185,7 +213,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     }
     if let Some(d) = desired
         .as_ref()
-        .filter(|_| new_request && plan.wanted == Wanted::Yes)
+        .filter(|_| new_request && plan.wanted == Wanted::Yes && !waiting_for_images)
     {
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
@@ -197,6 +225,49 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         Some(Failure::Teardown(e)) => Err(ReconcileError::Teardown(e)),
         Some(Failure::Provision(message)) => Err(ReconcileError::Provision(message)),
     }
+}
+
+/// Takes out of the plan every provision whose image is absent: its fetch
+/// runs in the background (started here or joined) and wakes the sandbox
+/// when it ends, so no worker slot waits for a pull or a build. Returns a
+/// line per engine waiting, and a failure per engine whose fetch failed
+/// (reported like any provisioning failure, and retried with backoff).
+async fn await_images(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    plan: &mut Plan,
+) -> (
+    Vec<String>,
+    Vec<(EngineName, Result<ServiceStatus, String>)>,
+) {
+    let mut verdicts = BTreeMap::new();
+    for p in plan.provisions() {
+        // An engine this binary lacks is reported by provisioning.
+        let Some(engine) = ctx.engines.get(p.engine) else {
+            continue;
+        };
+        let image = ctx.config.images.image_for(engine, !p.features.is_empty());
+        match ctx.images.need(&image, &desired.id).await {
+            Availability::Go => {}
+            other => {
+                verdicts.insert(p.engine, other);
+            }
+        }
+    }
+    plan.actions.retain(|a| match a {
+        Action::Provision(p) => !verdicts.contains_key(&p.engine),
+        _ => true,
+    });
+    let mut awaiting = Vec::new();
+    let mut failed = Vec::new();
+    for (engine, verdict) in verdicts {
+        match verdict {
+            Availability::Fetching(why) => awaiting.push(format!("{engine}: {why}")),
+            Availability::Failed(why) => failed.push((engine, Err(why))),
+            Availability::Go => {}
+        }
+    }
+    (awaiting, failed)
 }
 
 /// Applies the crash loop back-off to the heals the plan wants: a heal

@@ -224,6 +224,39 @@ async fn a_create_that_hangs_past_its_deadline_fails_the_sandbox_with_the_reason
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_readiness_probe_that_hangs_gives_up_at_the_engines_deadline_and_leaves_nothing_behind() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    // The fake engine probes through exec, which now never answers (a
+    // paused container, a wedged daemon).
+    h.runtime.faults.set(RuntimeOp::Exec, Fault::Hang);
+    let started = tokio::time::Instant::now();
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    let deadline = crate::engine::Engine::readiness_deadline(&FakeEngine);
+    assert_eq!(
+        started.elapsed(),
+        deadline,
+        "bounded by the engine's readiness deadline, not the exec's {:?}",
+        h.config.docker_timeout
+    );
+    assert!(
+        err.to_string()
+            .contains("did not become ready within 5s (fakedb is not answering yet: the probe did not answer within 5s)"),
+        "{err}"
+    );
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Failed));
+    assert!(
+        h.containers(&id("a")).is_empty(),
+        "the new container is removed"
+    );
+
+    h.runtime.faults.clear(RuntimeOp::Exec);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_state_database_that_hangs_costs_a_retry_not_a_worker() {
     let h = Harness::new();
     let ctx = h.context();
@@ -436,6 +469,72 @@ async fn each_sandbox_gets_its_own_network_which_goes_with_the_sandbox() {
     assert_eq!(h.networks().await, ["sandboxd.test.b"]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_network_removed_out_of_band_is_created_again_with_its_engines_and_agents_back_on_it(
+) {
+    let mut h = Harness::new();
+    // Only the removal's event can wake the sandbox within the test.
+    h.config.relist_interval = Duration::from_secs(3600);
+    let (stop, task) = start(h.controller());
+    let mut d = row("a");
+    d.attach = vec!["agent-1".into()];
+    h.store.put_desired(d);
+    until("a is ready", || {
+        h.store.phase_of(&id("a")) == Some(Phase::Ready)
+    })
+    .await;
+    let (container, before) = h.published(&id("a"));
+
+    // `docker network disconnect` of everything, then `docker network rm`.
+    h.runtime
+        .remove_network("sandboxd.test.a", &h.config.deployment)
+        .await
+        .unwrap();
+    assert!(!h.runtime.has_network("sandboxd.test.a"));
+    until(
+        "the network is back with the engine and the agent on it",
+        || {
+            let members = futures::executor::block_on(h.runtime.network_members("sandboxd.test.a"));
+            members.ok().flatten().is_some_and(|mut m| {
+                m.sort();
+                m == ["agent-1", "sandboxd.test.a.fakedb"]
+            })
+        },
+    )
+    .await;
+    until("the new host port is published", || {
+        h.store.status_of(&id("a")).is_some_and(|s| {
+            s.services[ENGINE.as_str()].host_port == h.runtime.containers()[&container].host_port
+        })
+    })
+    .await;
+    let (same, after) = h.published(&id("a"));
+    assert_eq!(same, container, "the engine was not replaced");
+    assert_eq!(after.password, before.password);
+    assert_eq!(after.instance, before.instance);
+    assert_ne!(
+        after.host_port, before.host_port,
+        "joining the network again bound the port anew"
+    );
+    assert_eq!(h.metric("sandboxd_networks_recreated_total"), 1.0);
+    assert_eq!(h.metric("sandboxd_network_reconnects_total"), 1.0);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_create_that_finds_its_network_gone_creates_the_network_again_and_retries_once() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    // Removed between the reconcile's check and the create.
+    h.runtime.lose_network_at_next_create();
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+    assert!(h.runtime.has_network("sandboxd.test.a"));
+    assert_eq!(h.metric("sandboxd_networks_recreated_total"), 1.0);
+}
+
 #[tokio::test]
 async fn containers_named_in_attach_are_connected_and_dropped_ones_disconnected() {
     let h = Harness::new();
@@ -505,12 +604,30 @@ async fn an_unreadable_row_fails_with_its_reason_and_keeps_the_containers() {
     );
 }
 
-#[tokio::test]
-async fn an_image_that_cannot_be_had_fails_the_sandbox_naming_the_image() {
+#[tokio::test(start_paused = true)]
+async fn an_absent_image_is_fetched_in_the_background_and_a_fetch_that_fails_fails_the_sandbox_naming_the_image(
+) {
     let h = Harness::new();
     let ctx = h.context();
     h.runtime.remove_image("fakedb:1");
     h.store.put_desired(row("a"));
+    // The reconcile does not wait for the pull: it says so and returns.
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Provisioning);
+    assert_eq!(status.observed_generation, 0, "not observed yet");
+    assert!(
+        status
+            .message
+            .contains("fakedb: waiting for image fakedb:1: it is being pulled"),
+        "{}",
+        status.message
+    );
+    // The pull fails; the sandbox, enqueued again, is told why.
+    until("the pull failed", || {
+        h.metric("sandboxd_image_pulls_total{result=\"error\"}") == 1.0
+    })
+    .await;
     let err = reconcile(&ctx, &id("a")).await.unwrap_err();
     let status = h.store.status_of(&id("a")).unwrap();
     assert_eq!(status.phase, Phase::Failed);
@@ -522,10 +639,104 @@ async fn an_image_that_cannot_be_had_fails_the_sandbox_naming_the_image() {
         status.message
     );
     assert!(err.to_string().contains("fakedb:1"), "{err}");
+
+    // Its retry fetches the image again, and then it is used.
+    h.runtime.publish_image("fakedb:1", Duration::from_secs(1));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Provisioning));
+    until("the pull succeeded", || {
+        h.metric("sandboxd_image_pulls_total{result=\"success\"}") == 1.0
+    })
+    .await;
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+    assert_eq!(h.runtime.pulls_of("fakedb:1"), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_that_hangs_holds_no_worker_while_a_sandbox_on_another_image_becomes_ready() {
+    let mut h = Harness::new();
+    h.config.concurrency = 1;
+    h.config.pull_timeout = Duration::from_secs(40);
+    let image = h.config.images.image_for(&FakeEngine, true);
+    h.runtime.remove_image(&image);
+    h.runtime.faults.set(RuntimeOp::Pull, Fault::Hang);
+    let (stop, task) = start(h.controller());
+    let mut a = row("a");
+    a.features = BTreeMap::from([(ENGINE, ["alpha".to_owned()].into())]);
+    h.store.put_desired(a);
+    until("a waits for its image", || {
+        h.store.status_of(&id("a")).is_some_and(|s| {
+            s.phase == Phase::Provisioning
+                && s.message
+                    .contains(&format!("waiting for image {image}: it is being pulled"))
+        })
+    })
+    .await;
+
+    // The only worker is free: a sandbox on a present image is served.
+    h.store.put_desired(row("b"));
+    until("b is ready", || {
+        h.store.phase_of(&id("b")) == Some(Phase::Ready)
+    })
+    .await;
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Provisioning));
+    assert_eq!(h.metric("sandboxd_image_fetches"), 1.0);
+
+    // The pull gives up at --pull-timeout: reported in a's status, retried
+    // with backoff; once the registry answers, a is served.
+    until("a's pull timed out", || {
+        h.store.status_of(&id("a")).is_some_and(|s| {
+            s.phase == Phase::Failed && s.message.contains("pull timed out after 40s")
+        })
+    })
+    .await;
+    h.runtime.faults.clear(RuntimeOp::Pull);
+    h.runtime.publish_image(&image, Duration::from_secs(1));
+    until("a is ready", || {
+        h.store.phase_of(&id("a")) == Some(Phase::Ready)
+    })
+    .await;
     assert_eq!(
-        h.metric("sandboxd_image_pulls_total{result=\"error\"}"),
+        h.runtime.pulls_of(&image),
+        2,
+        "the hung one and the retry's"
+    );
+    assert_eq!(h.metric("sandboxd_image_fetches"), 0.0);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_sandboxes_waiting_for_one_absent_image_cause_one_pull_and_all_become_ready() {
+    let h = Harness::new();
+    h.runtime.remove_image("fakedb:1");
+    h.runtime.publish_image("fakedb:1", Duration::from_secs(10));
+    let (stop, task) = start(h.controller());
+    let ids: Vec<SandboxId> = (0..10).map(|i| id(&format!("s{i}"))).collect();
+    for i in &ids {
+        h.store.put_desired(row(i.as_str()));
+    }
+    until("all ten wait for the image", || {
+        ids.iter().all(|i| {
+            h.store
+                .status_of(i)
+                .is_some_and(|s| s.message.contains("waiting for image fakedb:1"))
+        })
+    })
+    .await;
+    until("all ten are ready", || {
+        ids.iter()
+            .all(|i| h.store.phase_of(i) == Some(Phase::Ready))
+    })
+    .await;
+    assert_eq!(h.runtime.pulls_of("fakedb:1"), 1);
+    assert_eq!(
+        h.metric("sandboxd_image_pulls_total{result=\"success\"}"),
         1.0
     );
+    stop.send(()).unwrap();
+    task.await.unwrap();
 }
 
 #[tokio::test]
@@ -687,6 +898,51 @@ async fn a_create_stuck_for_one_sandbox_costs_it_a_failed_status_while_others_be
     })
     .await;
     // Its worker was freed: a later row is served while it keeps retrying.
+    h.store.put_desired(row("later"));
+    until("later is ready", || {
+        h.store.phase_of(&id("later")) == Some(Phase::Ready)
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_stuck_past_its_deadline_is_abandoned_counted_and_retried_while_its_slot_serves_others(
+) {
+    let mut h = Harness::new();
+    h.config.concurrency = 1;
+    // One Docker call may take long (a slow daemon), but no reconcile may
+    // take longer than its own deadline.
+    h.config.docker_timeout = Duration::from_secs(600);
+    h.config.reconcile_timeout = Duration::from_secs(20);
+    h.runtime.hang_when_creating(&id("stuck"));
+    let (stop, task) = start(h.controller());
+    h.store.put_desired(row("stuck"));
+    until("stuck is provisioning", || {
+        h.store.phase_of(&id("stuck")) == Some(Phase::Provisioning)
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    h.store.put_desired(row("fine"));
+    until("fine is ready", || {
+        h.store.phase_of(&id("fine")) == Some(Phase::Ready)
+    })
+    .await;
+    assert!(
+        started.elapsed() <= h.config.reconcile_timeout,
+        "the only worker was freed at the reconcile deadline, not the Docker one ({:?})",
+        started.elapsed()
+    );
+    assert_eq!(h.metric("sandboxd_reconcile_timeouts_total"), 1.0);
+    assert!(h.metric("workqueue_retries_total{name=\"sandbox\"}") >= 1.0);
+    assert!(h.containers(&id("stuck")).is_empty());
+    // Retried with backoff, abandoned again each time, and the queue keeps
+    // serving the others between its tries.
+    until("stuck was retried", || {
+        h.metric("sandboxd_reconcile_timeouts_total") >= 2.0
+    })
+    .await;
     h.store.put_desired(row("later"));
     until("later is ready", || {
         h.store.phase_of(&id("later")) == Some(Phase::Ready)

@@ -29,6 +29,16 @@ pub fn network_name(deployment: &Deployment, sandbox: &SandboxId) -> String {
     format!("sandboxd.{deployment}.{sandbox}")
 }
 
+/// The sandbox whose own network is called `name`, if `deployment` named
+/// it (the inverse of [`network_name`]; anything else is `None`).
+pub fn sandbox_of_network(deployment: &Deployment, name: &str) -> Option<SandboxId> {
+    let id = name
+        .strip_prefix("sandboxd.")?
+        .strip_prefix(deployment.as_str())?
+        .strip_prefix('.')?;
+    SandboxId::parse(id).ok()
+}
+
 /// Prefix of the Linux bridges of sandbox networks without egress, which
 /// the host guard (`deploy/host-firewall.sh`) keeps from forwarding to or
 /// from any other interface.
@@ -233,6 +243,29 @@ mod tests {
             name.starts_with("sandboxd.a.b-c."),
             "an attach sync keeps it"
         );
+    }
+
+    #[test]
+    fn a_network_name_gives_back_its_sandbox_only_for_its_own_deployment() {
+        let a = Deployment::parse("a").unwrap();
+        let id = |s: &str| SandboxId::parse(s).ok();
+        let table = [
+            ("sandboxd.a.b-c", id("b-c")),
+            ("sandboxd.a.x", id("x")),
+            // Another deployment's, whose name merely starts like ours.
+            ("sandboxd.a-b.c", None),
+            // A container's name, not a network's.
+            ("sandboxd.a.b-c.postgres", None),
+            ("sandboxd.a.", None),
+            ("sandboxd.a", None),
+            ("other.a.b", None),
+            ("bridge", None),
+        ];
+        for (name, want) in table {
+            assert_eq!(sandbox_of_network(&a, name), want, "{name}");
+        }
+        let c = SandboxId::parse("c").unwrap();
+        assert_eq!(sandbox_of_network(&a, &network_name(&a, &c)), Some(c));
     }
 
     #[test]

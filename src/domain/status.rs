@@ -68,6 +68,9 @@ pub struct Outcomes {
     /// Engines that died again and were not healed: backing off until a
     /// time, or given up on (a crash loop).
     pub held: Vec<(EngineName, HealGate)>,
+    /// Engines not provisioned yet because their image is being pulled or
+    /// built in the background, one line each saying so.
+    pub awaiting: Vec<String>,
 }
 
 /// The services a wanted sandbox publishes before anything new is
@@ -274,9 +277,20 @@ pub fn decide(
             HealGate::Now => {}
         }
     }
+    // Waiting for an image: not failed, not retried (the image's fetch
+    // wakes the sandbox), and the row's generation is not observed yet.
+    let awaiting = failures.is_empty() && crash_loops.is_empty() && !outcomes.awaiting.is_empty();
+    if !failures.is_empty() {
+        failures.extend(outcomes.awaiting.iter().cloned());
+    }
     let (phase, message, failure) = match (failures.is_empty(), &outcomes.teardown) {
         // Settled until the row changes: nothing to retry.
         (true, _) if !crash_loops.is_empty() => (Phase::Failed, crash_loops.join("\n"), None),
+        (true, teardown) if awaiting => (
+            Phase::Provisioning,
+            outcomes.awaiting.join("\n"),
+            teardown.clone().map(Failure::Teardown),
+        ),
         (true, None) if !waiting.is_empty() => (Phase::Healing, waiting.join("\n"), None),
         (true, None) => (Phase::Ready, String::new(), None),
         (true, Some(e)) => (
@@ -296,7 +310,11 @@ pub fn decide(
     Verdict {
         publish: Publish::Write(StatusUpdate {
             phase,
-            observed_generation: desired.generation,
+            observed_generation: if awaiting {
+                observed_generation(previous)
+            } else {
+                desired.generation
+            },
             message,
             services,
             network: None,

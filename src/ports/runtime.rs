@@ -41,6 +41,13 @@ pub enum RuntimeError {
     /// Docker works, but sandboxd will not do what was asked.
     #[error("{0}")]
     Refused(String),
+    /// A container could not start because its network is gone (removed
+    /// or pruned out of band).
+    #[error("network {network} is gone (removed or pruned behind sandboxd's back); sandboxd creates it again")]
+    NetworkGone {
+        /// The network's name.
+        network: String,
+    },
     /// An API call did not answer within its deadline.
     #[error("docker {op} for {target} did not answer within {after:?}; is the Docker daemon overloaded or stuck? (`docker info`, `systemctl status docker`)")]
     Timeout {
@@ -257,6 +264,10 @@ pub struct RuntimeEvent {
 /// connection drops.
 pub type EventStream = BoxStream<'static, Result<RuntimeEvent, RuntimeError>>;
 
+/// A stream of network names; it ends (or yields an error) when the
+/// connection drops.
+pub type NetworkStream = BoxStream<'static, Result<String, RuntimeError>>;
+
 /// The container runtime. Every method may fail; none may be trusted to
 /// return promptly (the controller bounds each call).
 #[async_trait]
@@ -270,9 +281,10 @@ pub trait Runtime: Send + Sync + 'static {
         deployment: &Deployment,
         sandbox: Option<&SandboxId>,
     ) -> Result<Vec<ObservedContainer>, RuntimeError>;
-    /// Creates the network unless one of that name exists; a per-sandbox
-    /// network takes the first free subnet of its pool.
-    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError>;
+    /// Creates the network unless one of that name exists (true when it
+    /// created it); a per-sandbox network takes the first free subnet of
+    /// its pool.
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError>;
     /// The networks `deployment` created.
     async fn networks(
         &self,
@@ -341,6 +353,9 @@ pub trait Runtime: Send + Sync + 'static {
     /// Container events of `deployment`, replayed from `since` (seconds
     /// since the epoch) as far as the runtime still has them.
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream;
+    /// The names of networks as they are removed, any owner's (Docker's
+    /// network events carry no labels: the watcher picks its own by name).
+    fn removed_networks(&self) -> NetworkStream;
 }
 
 #[cfg(test)]

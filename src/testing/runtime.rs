@@ -7,8 +7,8 @@ use crate::domain::identity;
 use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, NetworkSpec, ObservedResource, Runtime,
-    RuntimeError, RuntimeEvent,
+    ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
+    Runtime, RuntimeError, RuntimeEvent,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -63,6 +63,15 @@ struct World {
     subscribers: Vec<mpsc::UnboundedSender<Result<RuntimeEvent, RuntimeError>>>,
     panic_listing: BTreeSet<SandboxId>,
     hang_creating: BTreeSet<SandboxId>,
+    /// Engine containers cut off from their network (it was removed).
+    detached: BTreeSet<(String, String)>,
+    /// Whether the next create finds its network gone.
+    lose_network: bool,
+    network_subscribers: Vec<mpsc::UnboundedSender<Result<String, RuntimeError>>>,
+    /// Absent images a pull fetches, and how long it takes.
+    pullable: BTreeMap<String, Duration>,
+    /// Pulls asked for, by image.
+    pulls: BTreeMap<String, u32>,
 }
 
 /// A runtime that keeps its containers in memory; every container "runs"
@@ -92,6 +101,26 @@ impl FakeRuntime {
             .insert(image.into());
     }
 
+    /// Lets a pull of the absent `image` fetch it, taking `after`.
+    pub(crate) fn publish_image(&self, image: &str, after: Duration) {
+        self.world
+            .lock()
+            .unwrap()
+            .pullable
+            .insert(image.into(), after);
+    }
+
+    /// How many pulls of `image` were asked for.
+    pub(crate) fn pulls_of(&self, image: &str) -> u32 {
+        self.world
+            .lock()
+            .unwrap()
+            .pulls
+            .get(image)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Gives `image` these labels.
     pub(crate) fn label_image(&self, image: &str, labels: HashMap<String, String>) {
         self.world
@@ -113,7 +142,20 @@ impl FakeRuntime {
 
     /// Ends every event stream, as a daemon restart does (watchers reconnect).
     pub(crate) fn cut_events(&self) {
-        self.world.lock().unwrap().subscribers.clear();
+        let mut w = self.world.lock().unwrap();
+        w.subscribers.clear();
+        w.network_subscribers.clear();
+    }
+
+    /// Makes the next create find its network gone (removed between the
+    /// reconcile's check and the create).
+    pub(crate) fn lose_network_at_next_create(&self) {
+        self.world.lock().unwrap().lose_network = true;
+    }
+
+    /// Whether the network `name` exists.
+    pub(crate) fn has_network(&self, name: &str) -> bool {
+        self.world.lock().unwrap().networks.contains_key(name)
     }
 
     /// Names of the volumes that exist.
@@ -228,16 +270,17 @@ impl Runtime for FakeRuntime {
             .collect())
     }
 
-    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
         self.faults
             .check(RuntimeOp::Network)
             .await
             .map_err(|e| injected("network", e))?;
         let mut w = self.world.lock().unwrap();
-        w.networks
-            .entry(spec.name.clone())
-            .or_insert_with(|| spec.clone());
-        Ok(())
+        if w.networks.contains_key(&spec.name) {
+            return Ok(false);
+        }
+        w.networks.insert(spec.name.clone(), spec.clone());
+        Ok(true)
     }
 
     async fn networks(
@@ -275,6 +318,15 @@ impl Runtime for FakeRuntime {
         }
         w.networks.remove(name);
         w.attached.retain(|(n, _)| n != name);
+        let cut: Vec<(String, String)> = w
+            .containers
+            .values()
+            .filter(|c| c.spec.network == name)
+            .map(|c| (name.to_owned(), c.name.clone()))
+            .collect();
+        w.detached.extend(cut);
+        w.network_subscribers
+            .retain(|tx| tx.unbounded_send(Ok(name.to_owned())).is_ok());
         Ok(())
     }
 
@@ -291,6 +343,7 @@ impl Runtime for FakeRuntime {
             .containers
             .values()
             .filter(|c| c.spec.network == network)
+            .filter(|c| !w.detached.contains(&(network.to_owned(), c.name.clone())))
             .map(|c| c.name.clone())
             .collect();
         members.extend(
@@ -382,14 +435,27 @@ impl Runtime for FakeRuntime {
     }
 
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
+        *self
+            .world
+            .lock()
+            .unwrap()
+            .pulls
+            .entry(image.into())
+            .or_default() += 1;
         self.faults
             .check(RuntimeOp::Pull)
             .await
             .map_err(|e| injected("pull", e))?;
-        Err(RuntimeError::ImageUnavailable {
-            image: image.into(),
-            reason: "no registry in the fake".into(),
-        })
+        let takes = self.world.lock().unwrap().pullable.get(image).copied();
+        let Some(takes) = takes else {
+            return Err(RuntimeError::ImageUnavailable {
+                image: image.into(),
+                reason: "no registry in the fake".into(),
+            });
+        };
+        tokio::time::sleep(takes).await;
+        self.world.lock().unwrap().missing_images.remove(image);
+        Ok(())
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
@@ -409,6 +475,15 @@ impl Runtime for FakeRuntime {
             std::future::pending::<()>().await;
         }
         let mut w = self.world.lock().unwrap();
+        if std::mem::take(&mut w.lose_network) {
+            w.networks.remove(&spec.network);
+        }
+        if !w.networks.contains_key(&spec.network) {
+            return Err(RuntimeError::NetworkGone {
+                network: spec.network.clone(),
+            });
+        }
+        w.detached.retain(|(_, c)| c != &spec.name);
         let taken: Vec<ContainerId> = w
             .containers
             .iter()
@@ -499,6 +574,9 @@ impl Runtime for FakeRuntime {
             .await
             .map_err(|e| injected("rejoin", e))?;
         let mut w = self.world.lock().unwrap();
+        if !w.networks.contains_key(network) {
+            return Err(injected("rejoin", format!("no network {network}")));
+        }
         w.next += 1;
         let port = 40_000 + w.next as u16;
         let c = w
@@ -508,6 +586,8 @@ impl Runtime for FakeRuntime {
             .ok_or_else(|| injected("rejoin", format!("no container {id} on {network}")))?;
         c.spec.aliases = aliases.to_vec();
         c.host_port = c.spec.host_port.unwrap_or(port);
+        let name = c.name.clone();
+        w.detached.remove(&(network.to_owned(), name));
         Ok(())
     }
 
@@ -589,6 +669,12 @@ impl Runtime for FakeRuntime {
     fn events(&self, _deployment: &Deployment, _since: Option<i64>) -> EventStream {
         let (tx, rx) = mpsc::unbounded();
         self.world.lock().unwrap().subscribers.push(tx);
+        rx.boxed()
+    }
+
+    fn removed_networks(&self) -> NetworkStream {
+        let (tx, rx) = mpsc::unbounded();
+        self.world.lock().unwrap().network_subscribers.push(tx);
         rx.boxed()
     }
 }

@@ -1,10 +1,13 @@
-//! The runtime's event stream as hints: every event of this deployment's
+//! The runtime's event streams as hints: every event of this deployment's
 //! containers wakes its sandbox, and events whose effect the container list
-//! shows late wake it once more after the list settled.
+//! shows late wake it once more after the list settled; a sandbox network
+//! removed out of band wakes its sandbox (the shared one: every sandbox),
+//! which creates it again.
 
 use super::follow::Subscription;
 use super::{KnownContainers, Sink};
 use crate::domain::id::Deployment;
+use crate::domain::network::sandbox_of_network;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError, RuntimeEvent};
 use crate::ports::StreamSource;
@@ -74,6 +77,53 @@ impl Subscription for DockerEvents {
                 }
             }
             sink.hint(sandbox);
+        }
+    }
+}
+
+/// The names of networks as Docker removes them: this deployment's wake
+/// their sandbox, the shared network's removal asks for a relist.
+pub(crate) struct RemovedNetworks {
+    runtime: Arc<dyn Runtime>,
+    deployment: Deployment,
+    /// The shared network's name, in that layout.
+    shared: Option<String>,
+}
+
+impl RemovedNetworks {
+    /// Removals of `deployment`'s networks (and of `shared`) from `runtime`.
+    pub(crate) fn new(
+        runtime: Arc<dyn Runtime>,
+        deployment: Deployment,
+        shared: Option<String>,
+    ) -> Self {
+        Self {
+            runtime,
+            deployment,
+            shared,
+        }
+    }
+}
+
+#[async_trait]
+impl Subscription for RemovedNetworks {
+    type Item = String;
+    type Error = RuntimeError;
+    const SOURCE: StreamSource = StreamSource::Docker;
+
+    async fn connect(
+        &mut self,
+    ) -> Result<BoxStream<'static, Result<String, RuntimeError>>, RuntimeError> {
+        Ok(self.runtime.removed_networks())
+    }
+
+    fn on_item(&mut self, network: String, sink: &dyn Sink) {
+        if let Some(sandbox) = sandbox_of_network(&self.deployment, &network) {
+            tracing::info!(sandbox = %sandbox, network, "sandbox network removed");
+            sink.hint(sandbox);
+        } else if self.shared.as_deref() == Some(network.as_str()) {
+            tracing::warn!(network, "shared network removed; looking at every sandbox");
+            sink.relist();
         }
     }
 }

@@ -10,7 +10,7 @@ mod follow;
 mod known;
 
 pub(crate) use self::desired::DesiredRows;
-pub(crate) use self::docker::DockerEvents;
+pub(crate) use self::docker::{DockerEvents, RemovedNetworks};
 pub(crate) use self::follow::follow;
 pub(crate) use self::known::KnownContainers;
 

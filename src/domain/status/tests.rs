@@ -177,6 +177,18 @@ fn outcomes(
         teardown: teardown.map(String::from),
         attach: Vec::new(),
         held: Vec::new(),
+        awaiting: Vec::new(),
+    }
+}
+
+/// Like [`outcomes`], with redis waiting for its image.
+fn waiting_for_an_image(
+    provisioned: Vec<(EngineName, Result<ServiceStatus, String>)>,
+    teardown: Option<&str>,
+) -> Outcomes {
+    Outcomes {
+        awaiting: vec!["redis: waiting for image r:1 (pulling)".into()],
+        ..outcomes(provisioned, teardown)
     }
 }
 
@@ -272,6 +284,38 @@ fn table() -> Vec<Row> {
             Some(published(2, &[("redis", "r1")])),
             outcomes(vec![], None),
             "write failed gen=3 services=[redis:r1] msg=\"the desired row is invalid: services is not a one-dimensional list; rewrite it (the database's checks say what is allowed)\"; retry provision: the desired row is invalid: services is not a one-dimensional list; rewrite it (the database's checks say what is allowed)",
+        ),
+        (
+            "an engine waiting for its image is provisioning at the previous generation, without a retry",
+            plan(Wanted::Yes, vec![keep("postgres", "p1")]),
+            Some(row(2, &["postgres", "redis"])),
+            Some(published(1, &[("postgres", "p1")])),
+            waiting_for_an_image(vec![], None),
+            r#"write provisioning gen=1 services=[postgres:p1] msg="redis: waiting for image r:1 (pulling)""#,
+        ),
+        (
+            "a rotation waiting for its image keeps publishing the old credentials",
+            plan(Wanted::Yes, vec![]),
+            Some(row(2, &["redis"])),
+            Some(published(1, &[("redis", "r1")])),
+            waiting_for_an_image(vec![], None),
+            r#"write provisioning gen=1 services=[redis:r1] msg="redis: waiting for image r:1 (pulling)""#,
+        ),
+        (
+            "a failed engine wins over one waiting for its image, and both are named",
+            plan(Wanted::Yes, vec![provision("postgres")]),
+            Some(row(2, &["postgres", "redis"])),
+            None,
+            waiting_for_an_image(vec![failed("postgres", "x")], None),
+            "write failed gen=2 services=[] msg=\"postgres: x\\nredis: waiting for image r:1 (pulling)\"; retry provision: postgres: x\nredis: waiting for image r:1 (pulling)",
+        ),
+        (
+            "a failed teardown while waiting for an image is retried",
+            plan(Wanted::Yes, vec![teardown("c2")]),
+            Some(row(2, &["redis"])),
+            None,
+            waiting_for_an_image(vec![], Some("busy")),
+            r#"write provisioning gen=0 services=[] msg="redis: waiting for image r:1 (pulling)"; retry teardown: busy"#,
         ),
         // --- deleted ---------------------------------------------------------
         (
