@@ -68,6 +68,16 @@ async fn wait_standby(r: &Replica, leader: &str) {
     .await;
 }
 
+/// Replicas a, b and c: a leads, b and c stand by.
+async fn three_replicas(env: &TestEnv) -> [Replica; 3] {
+    let a = replica(env, "a");
+    wait_leading(&a).await;
+    let (b, c) = (replica(env, "b"), replica(env, "c"));
+    wait_standby(&b, "a").await;
+    wait_standby(&c, "a").await;
+    [a, b, c]
+}
+
 /// (holder, term) of the lease row.
 async fn lease(env: &TestEnv) -> Option<(String, i64)> {
     sqlx::query_as("SELECT holder, term FROM sandbox_leader")
@@ -202,20 +212,15 @@ async fn three_replicas_elect_one_leader_and_a_killed_leader_is_replaced_within_
     let env = TestEnv::new().await;
     let client = Client::from_pool(env.pool.clone());
     let started = Utc::now().timestamp() - 1;
-    let a = replica(&env, "a");
-    wait_leading(&a).await;
-    let (b, c) = (replica(&env, "b"), replica(&env, "c"));
-    wait_standby(&b, "a").await;
-    wait_standby(&c, "a").await;
+    let [a, b, c] = three_replicas(&env).await;
     assert_eq!(metric(&b, "sandboxd_leader").await, Some(0.0));
     assert_eq!(metric(&a, "sandboxd_leader").await, Some(1.0));
 
     let first = sandbox_id("lead");
-    let generation = client
-        .apply(&first, &request(&["postgres"], &[]))
+    let before = client
+        .provision(&first, &request(&["postgres"], &[]), READY)
         .await
         .unwrap();
-    let before = client.wait_ready(&first, &generation, READY).await.unwrap();
 
     a.process.signal("KILL");
     let killed = tokio::time::Instant::now();
@@ -234,12 +239,8 @@ async fn three_replicas_elect_one_leader_and_a_killed_leader_is_replaced_within_
     wait_leading(leader).await;
 
     let second = sandbox_id("lead");
-    let generation = client
-        .apply(&second, &request(&["redis"], &[]))
-        .await
-        .unwrap();
     client
-        .wait_ready(&second, &generation, READY)
+        .provision(&second, &request(&["redis"], &[]), READY)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -263,18 +264,13 @@ async fn a_leader_paused_past_its_lease_and_resumed_changes_no_container_and_wri
     let env = TestEnv::new().await;
     let client = Client::from_pool(env.pool.clone());
     let started = Utc::now().timestamp() - 1;
-    let a = replica(&env, "a");
-    wait_leading(&a).await;
-    let (b, c) = (replica(&env, "b"), replica(&env, "c"));
-    wait_standby(&b, "a").await;
-    wait_standby(&c, "a").await;
+    let [a, b, c] = three_replicas(&env).await;
 
     let first = sandbox_id("pause");
-    let generation = client
-        .apply(&first, &request(&["redis"], &[]))
+    let before = client
+        .provision(&first, &request(&["redis"], &[]), READY)
         .await
         .unwrap();
-    let before = client.wait_ready(&first, &generation, READY).await.unwrap();
     let first_term = status_term(&env, &first).await;
 
     // a stops (SIGSTOP) past its lease; a standby takes over...

@@ -1543,6 +1543,25 @@ async fn an_engine_that_keeps_dying_is_healed_with_back_off_then_failed_as_a_cra
 // One leader: the lease and its fence
 // ---------------------------------------------------------------------------
 
+/// Puts a row for each of `names` and waits (in virtual time) until every
+/// one is ready.
+async fn all_ready(h: &Harness, names: &[String]) {
+    for n in names {
+        h.store.put_desired(row(n));
+    }
+    until("all ready", || {
+        names
+            .iter()
+            .all(|n| h.store.phase_of(&id(n)) == Some(Phase::Ready))
+    })
+    .await;
+}
+
+/// `n` sandbox names starting with `prefix`.
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
 /// Provisions of the fake engine so far, by every controller of the harness.
 fn provisions(h: &Harness) -> f64 {
     h.metric("sandboxd_provisions_total{engine=\"fakedb\",reason=\"create\",result=\"success\"}")
@@ -1553,19 +1572,12 @@ async fn two_controllers_on_one_state_database_provision_each_sandbox_once() {
     let h = Harness::new();
     let (stop_a, task_a) = start(h.controller());
     let (stop_b, task_b) = start(h.controller());
-    for name in ["a", "b", "c"] {
-        h.store.put_desired(row(name));
-    }
-    until("all three ready", || {
-        ["a", "b", "c"]
-            .iter()
-            .all(|n| h.store.phase_of(&id(n)) == Some(Phase::Ready))
-    })
-    .await;
+    let fleet = names("s", 3);
+    all_ready(&h, &fleet).await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(provisions(&h), 3.0, "each sandbox provisioned exactly once");
     assert_eq!(h.metric("sandboxd_leader_acquisitions_total"), 1.0);
-    for name in ["a", "b", "c"] {
+    for name in &fleet {
         h.published(&id(name));
     }
     drop((stop_a, stop_b));
@@ -1631,16 +1643,8 @@ async fn a_truncated_desired_table_pauses_reaping_until_an_operator_resumes_it()
     let controller = h.controller();
     let probes = controller.probes();
     let (stop, task) = start(controller);
-    let names: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
-    for n in &names {
-        h.store.put_desired(row(n));
-    }
-    until("all six ready", || {
-        names
-            .iter()
-            .all(|n| h.store.phase_of(&id(n)) == Some(Phase::Ready))
-    })
-    .await;
+    let names = names("s", 6);
+    all_ready(&h, &names).await;
 
     h.store.truncate_desired();
     tokio::time::sleep(Duration::from_secs(120)).await;
@@ -1670,15 +1674,7 @@ async fn deleting_one_row_among_many_reaps_it_without_pausing() {
     let mut h = Harness::new();
     h.config.grace = Duration::ZERO;
     let (stop, task) = start(h.controller());
-    for n in ["a", "b", "c"] {
-        h.store.put_desired(row(n));
-    }
-    until("all ready", || {
-        ["a", "b", "c"]
-            .iter()
-            .all(|n| h.store.phase_of(&id(n)) == Some(Phase::Ready))
-    })
-    .await;
+    all_ready(&h, &["a".into(), "b".into(), "c".into()]).await;
     h.store.delete_desired(&id("a"));
     until("a reaped", || h.containers(&id("a")).is_empty()).await;
     assert_eq!(h.containers(&id("b")).len(), 1);
@@ -1692,16 +1688,8 @@ async fn releasing_every_sandbox_row_by_row_reaps_them_all_without_pausing() {
     let mut h = Harness::new();
     h.config.grace = Duration::ZERO;
     let (stop, task) = start(h.controller());
-    let names: Vec<String> = (0..6).map(|i| format!("r{i}")).collect();
-    for n in &names {
-        h.store.put_desired(row(n));
-    }
-    until("all six ready", || {
-        names
-            .iter()
-            .all(|n| h.store.phase_of(&id(n)) == Some(Phase::Ready))
-    })
-    .await;
+    let names = names("r", 6);
+    all_ready(&h, &names).await;
     // DELETE, one row at a time: each leaves a tombstone.
     for n in &names {
         h.store.delete_desired(&id(n));
