@@ -246,7 +246,7 @@ impl ControllerConfig {
             readiness: BTreeMap::new(),
             crash_loop: CrashLoopPolicy::default(),
             lease: LeasePolicy::default(),
-            holder: crate::controller::default_holder(),
+            holder: default_holder(),
             breaker: BreakerPolicy::default(),
         }
     }
@@ -284,6 +284,18 @@ impl ControllerConfig {
             idle_timeout: self.idle_timeout,
         }
     }
+}
+
+/// A name for this process in the lease row: host, process id and a
+/// random part (two processes never share one, even across restarts).
+pub fn default_holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "sandboxd".into());
+    let random: u32 = rand::random();
+    format!("{host}:{}:{random:08x}", std::process::id())
 }
 
 /// Validates an environment variable prefix such as `SANDBOX` or `ROBOCO_TEST`.

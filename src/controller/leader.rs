@@ -220,18 +220,6 @@ impl Elector {
     }
 }
 
-/// A name for this process in the lease row: host, process id and a
-/// random part (two processes never share one, even across restarts).
-pub fn default_holder() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "sandboxd".into());
-    let random: u32 = rand::random();
-    format!("{host}:{}:{random:08x}", std::process::id())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,6 @@ pub mod volume;
 
 pub use self::fence::{Fence, Fenced};
 pub use self::image::ImageError;
-pub use self::leader::default_holder;
 pub use self::provision::ProvisionError;
 pub use self::rotation::SwitchError;
 
