@@ -144,9 +144,12 @@ async fn a_killed_container_leaves_ready_at_once_and_comes_back_with_its_heal_co
         },
     )
     .await;
+    // Event-driven, not a relist (an hour here): well under the relist
+    // interval. The bound is loose so that a loaded machine passes; how fast
+    // it is belongs in the benchmark.
     let left_after = killed.elapsed();
     assert!(
-        left_after < Duration::from_secs(1),
+        left_after < Duration::from_secs(3),
         "the status stayed ready for {left_after:?} after the kill"
     );
     assert_eq!(healing.phase, Phase::Healing, "{}", healing.message);
