@@ -17,94 +17,11 @@
 
 use super::container::ObservedContainer;
 use super::id::EngineName;
+pub use super::id::{IdentityError, Incarnation, StateId};
 use super::labels;
 use super::plan::{Action, Plan};
 use super::sandbox::SandboxStatus;
 use std::collections::HashMap;
-use std::fmt;
-
-/// Why a state database identity or an incarnation was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum IdentityError {
-    /// Not a uuid in its canonical text form.
-    #[error("invalid {kind} {value:?}: expected a uuid such as 5f0c7e3a-9b1d-4c2e-8f00-1a2b3c4d5e6f (is the state database migrated? run `sandboxd migrate`)")]
-    NotAUuid {
-        /// What was being parsed ("state database identity", "incarnation").
-        kind: &'static str,
-        /// The offending value, cut to 80 characters.
-        value: String,
-    },
-}
-
-/// Whether `s` is a uuid as Postgres prints one: 8-4-4-4-12 lowercase hex.
-fn is_uuid(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 36
-        && b.iter().enumerate().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => *c == b'-',
-            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(c),
-        })
-}
-
-fn parse(kind: &'static str, s: &str) -> Result<String, IdentityError> {
-    if is_uuid(s) {
-        Ok(s.to_owned())
-    } else {
-        Err(IdentityError::NotAUuid {
-            kind,
-            value: s.chars().take(80).collect(),
-        })
-    }
-}
-
-/// The identity of a state database (`sandbox_identity.state_id`): a
-/// random uuid its migration created. A restored dump keeps it; a new
-/// database has another.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct StateId(String);
-
-impl StateId {
-    /// Validates `s` as a state database identity.
-    pub fn parse(s: &str) -> Result<Self, IdentityError> {
-        parse("state database identity", s).map(Self)
-    }
-
-    /// The identity as text (as in the label).
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for StateId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// One incarnation of a desired row (`sandbox_desired.incarnation`): a
-/// random uuid the database sets when the row is inserted and keeps while
-/// it exists, so a row deleted and inserted again under the same id is
-/// another incarnation.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct Incarnation(String);
-
-impl Incarnation {
-    /// Validates `s` as an incarnation.
-    pub fn parse(s: &str) -> Result<Self, IdentityError> {
-        parse("incarnation", s).map(Self)
-    }
-
-    /// The incarnation as text (as in the label and the status).
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Incarnation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// Whether `c` belongs to the state database `state`: its
 /// `io.sandboxd.state-id` label says so; or it has no such label (it was

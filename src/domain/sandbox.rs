@@ -1,8 +1,8 @@
 //! The rows of the orchestrator contract: what is desired and what was
 //! observed.
 
+use super::id::Incarnation;
 use super::id::{EngineName, SandboxId};
-use super::identity::Incarnation;
 use super::secret::Secret;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

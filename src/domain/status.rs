@@ -4,7 +4,7 @@
 
 use super::crash_loop::HealGate;
 use super::id::EngineName;
-use super::identity::Incarnation;
+use super::id::Incarnation;
 use super::plan::{HealCause, Plan, ProvisionReason, Wanted};
 use super::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 use std::collections::BTreeMap;
