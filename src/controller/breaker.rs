@@ -30,6 +30,9 @@ pub(crate) enum Held {
 struct State {
     /// Paused, and why.
     paused: Option<String>,
+    /// The pause is recorded in the state database (so a database that
+    /// says "not paused" now means an operator resumed).
+    recorded: bool,
     /// Sandboxes the operator let go by resuming.
     approved: BTreeSet<SandboxId>,
     /// When a relist last looked.
@@ -68,17 +71,25 @@ impl ReapBreaker {
         let mut st = self.lock();
         st.looked_at = Some(now);
         st.approved.retain(|id| missing.contains(id));
-        let change = match (&st.paused, recorded.paused) {
-            (Some(_), false) => {
+        let change = match (st.paused.clone(), recorded.paused) {
+            (Some(_), true) => {
+                st.recorded = true;
+                Change::None
+            }
+            (Some(_), false) if st.recorded => {
                 st.approved.extend(missing.iter().cloned());
                 st.paused = None;
+                st.recorded = false;
                 Change::Resumed(missing.len())
             }
+            // Tripped, but recording it failed: record it again.
+            (Some(reason), false) => Change::Tripped(reason),
             (None, true) => {
                 st.paused = Some(recorded.reason.clone());
+                st.recorded = true;
                 Change::Adopted
             }
-            _ => Change::None,
+            (None, false) => Change::None,
         };
         if change != Change::None || st.paused.is_some() {
             return change;
@@ -93,6 +104,14 @@ impl ReapBreaker {
             Change::Tripped(reason)
         } else {
             Change::None
+        }
+    }
+
+    /// The pause is now recorded in the state database.
+    pub(crate) fn recorded(&self) {
+        let mut st = self.lock();
+        if st.paused.is_some() {
+            st.recorded = true;
         }
     }
 
@@ -157,6 +176,7 @@ mod tests {
         };
         assert!(matches!(b.may_reap(&id, at(0)), Err(Held::Paused(r)) if r == reason));
         // Recorded; still paused at the next look.
+        b.recorded();
         assert_eq!(
             b.look(&p, &paused(&reason), 10, &missing, at(2)),
             Change::None
@@ -183,6 +203,7 @@ mod tests {
             b.look(&p, &ReapingState::default(), 10, &first, at(1)),
             Change::Tripped(_)
         ));
+        b.recorded();
         b.look(&p, &ReapingState::default(), 10, &first, at(2));
         // The first six are gone; a new fleet of ten loses six rows again.
         let second: BTreeSet<SandboxId> = (10..16)
@@ -192,6 +213,29 @@ mod tests {
             b.look(&p, &ReapingState::default(), 10, &second, at(3)),
             Change::Tripped(_)
         ));
+    }
+
+    #[test]
+    fn a_pause_that_could_not_be_recorded_is_recorded_again_not_taken_for_a_resume() {
+        let b = ReapBreaker::default();
+        let p = BreakerPolicy::default();
+        let missing = ids(6);
+        assert!(matches!(
+            b.look(&p, &ReapingState::default(), 10, &missing, at(1)),
+            Change::Tripped(_)
+        ));
+        // The write failed: the database still says "not paused".
+        assert!(matches!(
+            b.look(&p, &ReapingState::default(), 10, &missing, at(2)),
+            Change::Tripped(_)
+        ));
+        assert!(b.paused().is_some());
+        // Written now; an operator's resume after that is a resume.
+        b.recorded();
+        assert_eq!(
+            b.look(&p, &ReapingState::default(), 10, &missing, at(3)),
+            Change::Resumed(6)
+        );
     }
 
     #[test]

@@ -118,6 +118,7 @@ async fn breaker_look(
         Change::Tripped(reason) => {
             tracing::error!(missing = missing.len(), fleet = fleet.len(), reason = %reason, "reaping paused: too many desired rows missing at once");
             ctx.store.pause_reaping(&reason).await?;
+            ctx.breaker.recorded();
         }
         Change::Resumed(released) => {
             tracing::warn!(
