@@ -98,12 +98,48 @@ impl FencedRuntime {
         }
     }
 
-    fn admit(&self, op: &'static str, target: &str) -> Result<(), RuntimeError> {
-        self.fence.check().map(drop).map_err(|why| {
+    fn admit(&self, op: &'static str, target: &str) -> Result<Instant, RuntimeError> {
+        let refused = |why: Fenced| {
             self.metrics.fenced("docker");
             tracing::warn!(op, target, reason = %why, "docker change refused: not leading");
             RuntimeError::Refused(format!("docker {op} for {target} refused: {why}"))
-        })
+        };
+        self.fence.check().map_err(refused)?;
+        self.fence.until().ok_or_else(|| refused(Fenced::NotLeader))
+    }
+
+    /// Runs the change `call` if this process may act, and only while it
+    /// trusts its lease (renewals extend that as the call goes on): a
+    /// change still under way when trust runs out is given up, as far as
+    /// Docker lets a request be given up.
+    async fn fenced<T>(
+        &self,
+        op: &'static str,
+        target: &str,
+        call: impl std::future::Future<Output = Result<T, RuntimeError>>,
+    ) -> Result<T, RuntimeError> {
+        let mut until = self.admit(op, target)?;
+        let mut call = std::pin::pin!(call);
+        loop {
+            tokio::select! {
+                result = &mut call => return result,
+                () = tokio::time::sleep_until(until) => {}
+            }
+            match (self.fence.check(), self.fence.until()) {
+                (Ok(_), Some(later)) if later > until => until = later,
+                _ => {
+                    self.metrics.fenced("docker");
+                    tracing::warn!(
+                        op,
+                        target,
+                        "docker change given up: the leader lease ran out while it was under way"
+                    );
+                    return Err(RuntimeError::Refused(format!(
+                        "docker {op} for {target} given up: this sandboxd's leader lease ran out while it was under way"
+                    )));
+                }
+            }
+        }
     }
 }
 
@@ -122,8 +158,12 @@ impl Runtime for FencedRuntime {
     }
 
     async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
-        self.admit("network create", &spec.name)?;
-        self.inner.ensure_network(spec).await
+        self.fenced(
+            "network create",
+            &spec.name,
+            self.inner.ensure_network(spec),
+        )
+        .await
     }
 
     async fn networks(
@@ -138,8 +178,12 @@ impl Runtime for FencedRuntime {
         name: &str,
         deployment: &Deployment,
     ) -> Result<(), RuntimeError> {
-        self.admit("network remove", name)?;
-        self.inner.remove_network(name, deployment).await
+        self.fenced(
+            "network remove",
+            name,
+            self.inner.remove_network(name, deployment),
+        )
+        .await
     }
 
     async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError> {
@@ -147,13 +191,21 @@ impl Runtime for FencedRuntime {
     }
 
     async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
-        self.admit("network connect", container)?;
-        self.inner.connect(network, container).await
+        self.fenced(
+            "network connect",
+            container,
+            self.inner.connect(network, container),
+        )
+        .await
     }
 
     async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
-        self.admit("network disconnect", container)?;
-        self.inner.disconnect(network, container).await
+        self.fenced(
+            "network disconnect",
+            container,
+            self.inner.disconnect(network, container),
+        )
+        .await
     }
 
     async fn volumes(
@@ -164,8 +216,12 @@ impl Runtime for FencedRuntime {
     }
 
     async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
-        self.admit("volume remove", name)?;
-        self.inner.remove_volume(name, deployment).await
+        self.fenced(
+            "volume remove",
+            name,
+            self.inner.remove_volume(name, deployment),
+        )
+        .await
     }
 
     async fn image_labels(
@@ -181,13 +237,13 @@ impl Runtime for FencedRuntime {
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
-        self.admit("create", &spec.name)?;
-        self.inner.create_and_start(spec).await
+        self.fenced("create", &spec.name, self.inner.create_and_start(spec))
+            .await
     }
 
     async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
-        self.admit("rename", id.as_str())?;
-        self.inner.rename(id, name).await
+        self.fenced("rename", id.as_str(), self.inner.rename(id, name))
+            .await
     }
 
     async fn rejoin(
@@ -196,8 +252,12 @@ impl Runtime for FencedRuntime {
         id: &ContainerId,
         aliases: &[String],
     ) -> Result<(), RuntimeError> {
-        self.admit("network rejoin", id.as_str())?;
-        self.inner.rejoin(network, id, aliases).await
+        self.fenced(
+            "network rejoin",
+            id.as_str(),
+            self.inner.rejoin(network, id, aliases),
+        )
+        .await
     }
 
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
@@ -209,8 +269,8 @@ impl Runtime for FencedRuntime {
     }
 
     async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
-        self.admit("remove", id.as_str())?;
-        self.inner.remove(id, stop_timeout).await
+        self.fenced("remove", id.as_str(), self.inner.remove(id, stop_timeout))
+            .await
     }
 
     async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
@@ -224,8 +284,8 @@ impl Runtime for FencedRuntime {
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
         // Setting up users and databases inside an engine changes it.
-        self.admit("exec", id.as_str())?;
-        self.inner.exec(id, cmd, env).await
+        self.fenced("exec", id.as_str(), self.inner.exec(id, cmd, env))
+            .await
     }
 
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
@@ -240,6 +300,64 @@ impl Runtime for FencedRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::FakeRuntime;
+
+    fn fenced_runtime(fence: &Fence) -> FencedRuntime {
+        FencedRuntime::new(
+            Arc::new(FakeRuntime::default()),
+            fence.clone(),
+            Arc::new(Metrics::new()),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_under_way_when_the_lease_runs_out_is_given_up() {
+        let fence = Fence::default();
+        let rt = fenced_runtime(&fence);
+        fence.grant(Term(1), Instant::now() + Duration::from_secs(10));
+        let started = Instant::now();
+        let result = rt
+            .fenced(
+                "create",
+                "c",
+                std::future::pending::<Result<(), RuntimeError>>(),
+            )
+            .await;
+        assert!(matches!(result, Err(RuntimeError::Refused(m)) if m.contains("given up")));
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_change_goes_on_while_renewals_keep_the_lease_trusted() {
+        let fence = Fence::default();
+        let rt = fenced_runtime(&fence);
+        fence.grant(Term(1), Instant::now() + Duration::from_secs(10));
+        let renewer = tokio::spawn({
+            let fence = fence.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    fence.grant(Term(1), Instant::now() + Duration::from_secs(10));
+                }
+            }
+        });
+        let long = async {
+            tokio::time::sleep(Duration::from_secs(25)).await;
+            Ok::<_, RuntimeError>(7)
+        };
+        assert_eq!(rt.fenced("exec", "c", long).await.unwrap(), 7);
+        renewer.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_change_starts_without_the_lease() {
+        let fence = Fence::default();
+        let rt = fenced_runtime(&fence);
+        let result = rt
+            .remove(&ContainerId::new("c"), Duration::from_secs(1))
+            .await;
+        assert!(matches!(result, Err(RuntimeError::Refused(m)) if m.contains("not the leader")));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_fence_admits_its_term_until_the_trusted_moment_and_nothing_after() {
