@@ -562,7 +562,7 @@ pub enum CliError {
     #[error("{0}")]
     Chaos(String),
     /// A chaos run found an invariant broken (the report says which).
-    #[error("chaos: an invariant did not hold (see unhealed, leaked, duplicate, lost_credentials, unconverged, others_touched in the report)")]
+    #[error("chaos: an invariant did not hold (see unhealed, leaked, duplicate, lost_credentials and unconverged in the report)")]
     ChaosFound,
     /// The sandbox does not exist.
     #[error("no status for sandbox {0}: it was never applied, or sandboxd has not seen it yet")]

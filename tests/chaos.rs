@@ -194,6 +194,8 @@ async fn under_chaos_nothing_leaks_nothing_is_duplicated_and_no_credential_is_lo
         report.unconverged
     );
     assert_eq!(report.unhealed, 0, "unhealed faults");
+    // Other tests' containers come and go on this host; the canary is the
+    // one nothing else touches.
     assert!(
         !report.others_touched.contains(&canary.0),
         "another deployment's container was touched"
