@@ -11,12 +11,9 @@ use common::{eventually, request, sandbox_id, StatePostgres, TestEnv};
 use sandboxd::adapters::PgStore;
 use sandboxd::client::Client;
 use sandboxd::config::ControllerConfig;
-use sandboxd::controller::Controller;
-use sandboxd::domain::clock::SystemClock;
 use sandboxd::domain::container::{ContainerState, ObservedContainer};
 use sandboxd::domain::{Phase, SandboxId};
 use sandboxd::metrics::Metrics;
-use std::sync::Arc;
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(90);
@@ -145,27 +142,11 @@ async fn a_second_controller_on_an_empty_state_database_never_reaps_the_first_on
         .await
         .expect("migrate the empty state database");
     let started = Utc::now();
-    let second = Controller::new(
-        env.runtime.clone(),
-        Arc::new(store),
-        config(&env),
-        Arc::new(SystemClock),
-        Arc::new(Metrics::new()),
-    );
-    let readiness = second.readiness();
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        second
-            .run(async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("the second controller runs");
-    });
+    let second = env.start_with_store(config(&env), store);
     eventually(
         "the second controller is ready",
         Duration::from_secs(10),
-        || async { readiness.is_ready().then_some(()) },
+        || async { second.readiness.is_ready().then_some(()) },
     )
     .await;
     sleep_until(Utc::now() + Duration::from_secs(1)).await;
@@ -175,8 +156,7 @@ async fn a_second_controller_on_an_empty_state_database_never_reaps_the_first_on
 
     sleep_until(started + GRACE * 3).await;
     still_running(&env, &id, &container, "well past the grace window").await;
-    stop.send(()).unwrap();
-    task.await.unwrap();
+    second.stop().await;
 }
 
 /// `sandboxd_relists_total` of a running controller.

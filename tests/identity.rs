@@ -11,13 +11,10 @@ use common::{eventually, request, sandbox_id, StatePostgres, TestEnv};
 use sandboxd::adapters::PgStore;
 use sandboxd::client::{Client, ClientError};
 use sandboxd::config::ControllerConfig;
-use sandboxd::controller::Controller;
-use sandboxd::domain::clock::SystemClock;
 use sandboxd::domain::container::ContainerState;
 use sandboxd::domain::labels;
 use sandboxd::domain::{Phase, SandboxStatus};
 use sandboxd::metrics::Metrics;
-use std::sync::Arc;
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(90);
@@ -115,28 +112,12 @@ async fn a_controller_on_another_state_database_never_removes_the_first_ones_san
         .await
         .unwrap();
     assert_ne!(other, state_id, "a new database has an identity of its own");
-    let metrics = Arc::new(Metrics::new());
-    let second = Controller::new(
-        env.runtime.clone(),
-        Arc::new(store.clone()),
-        config(&env),
-        Arc::new(SystemClock),
-        metrics.clone(),
-    );
-    let readiness = second.readiness();
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        second
-            .run(async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("the second controller runs");
-    });
+    let second = env.start_with_store(config(&env), store.clone());
+    let metrics = second.metrics.clone();
     eventually(
         "the second controller is ready",
         Duration::from_secs(10),
-        || async { readiness.is_ready().then_some(()) },
+        || async { second.readiness.is_ready().then_some(()) },
     )
     .await;
     eventually(
@@ -192,8 +173,7 @@ async fn a_controller_on_another_state_database_never_removes_the_first_ones_san
     assert_eq!(still.services, status.services);
     redis_answers(&still).await;
 
-    stop.send(()).unwrap();
-    task.await.unwrap();
+    second.stop().await;
     first.stop().await;
 }
 
