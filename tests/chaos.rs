@@ -67,10 +67,7 @@ async fn heals_counted(port: u16) -> f64 {
     let Some((_, body)) = http_get(port, "/metrics").await else {
         return 0.0;
     };
-    body.lines()
-        .filter(|l| l.starts_with("sandboxd_heals_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    common::total(&body, "sandboxd_heals_total")
 }
 
 #[tokio::test]

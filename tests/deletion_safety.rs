@@ -159,27 +159,14 @@ async fn a_second_controller_on_an_empty_state_database_never_reaps_the_first_on
     second.stop().await;
 }
 
-/// `sandboxd_relists_total` of a running controller.
-fn relists(metrics: &Metrics) -> f64 {
-    metrics
-        .render()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("sandboxd_relists_total ")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .expect("sandboxd_relists_total is exported")
-}
-
 /// A sample of the controller's metrics.
 fn metric(metrics: &Metrics, name: &str) -> f64 {
-    metrics
-        .render()
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name}"))
+    common::sample(&metrics.render(), name).unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+/// `sandboxd_relists_total` of a running controller.
+fn relists(metrics: &Metrics) -> f64 {
+    metric(metrics, "sandboxd_relists_total")
 }
 
 #[tokio::test]

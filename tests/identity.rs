@@ -31,19 +31,12 @@ fn config(env: &TestEnv) -> ControllerConfig {
 /// The value of the metric line starting with `name ` (no labels).
 fn metric(metrics: &Metrics, name: &str) -> f64 {
     let text = metrics.render();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} "))?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
+    common::sample(&text, name).unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
 }
 
 /// The sum of a labelled counter over its label values.
 fn total(metrics: &Metrics, name: &str) -> f64 {
-    metrics
-        .render()
-        .lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    common::total(&metrics.render(), name)
 }
 
 /// Logs in to the sandbox's Redis with its published credentials.

@@ -43,8 +43,7 @@ async fn readyz(r: &Replica) -> Option<(u16, String)> {
 /// One sample of a replica's `/metrics`.
 async fn metric(r: &Replica, name: &str) -> Option<f64> {
     let (_, body) = http_get(r.port, "/metrics").await?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    common::sample(&body, name)
 }
 
 async fn wait_leading(r: &Replica) {

@@ -71,11 +71,7 @@ async fn restarting_the_state_postgres_brings_every_sandbox_back_to_ready() {
     eprintln!(
         "every sandbox ready {took:?} after the state database came back (relist {relist:?})"
     );
-    let leading = controller
-        .metrics
-        .render()
-        .lines()
-        .any(|l| l == "sandboxd_leader 1");
-    assert!(leading, "the controller leads again");
+    let leading = common::sample(&controller.metrics.render(), "sandboxd_leader");
+    assert_eq!(leading, Some(1.0), "the controller leads again");
     controller.stop().await;
 }

@@ -462,6 +462,20 @@ pub async fn hold_lease(pool: &PgPool) -> i64 {
 /// kills one need not wait long for the next to lead.
 pub const TEST_LEASE: Duration = Duration::from_secs(4);
 
+/// The value of the unlabelled series `name` in a `/metrics` text.
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The sum of the labelled series `name{…}` in a `/metrics` text.
+pub fn total(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A unique sandbox id for a test.
 pub fn sandbox_id(prefix: &str) -> SandboxId {
     SandboxId::parse(&format!("{prefix}-{}", random_suffix())).unwrap()
