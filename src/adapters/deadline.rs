@@ -257,10 +257,6 @@ impl Store for BoundedStore {
         store_call("read status row", self.after, self.inner.fetch_status(id)).await
     }
 
-    async fn list_ids(&self) -> Result<Vec<String>, StoreError> {
-        store_call("list ids", self.after, self.inner.list_ids()).await
-    }
-
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError> {
         store_call("list desired ids", self.after, self.inner.desired_ids()).await
     }

@@ -726,13 +726,6 @@ impl Store for PgStore {
         row.as_ref().map(status_from_row).transpose()
     }
 
-    async fn list_ids(&self) -> Result<Vec<String>, StoreError> {
-        sqlx::query_scalar("SELECT id FROM sandbox_desired UNION SELECT id FROM sandbox_status")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query("list ids"))
-    }
-
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError> {
         sqlx::query_scalar("SELECT id FROM sandbox_desired")
             .fetch_all(&self.pool)

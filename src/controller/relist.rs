@@ -38,7 +38,8 @@ pub(crate) async fn relist(
     enqueue: Enqueue,
 ) -> Result<(), ControllerError> {
     let state = ctx.state_id().await?;
-    let mut ids: BTreeSet<String> = ctx.store.list_ids().await?.into_iter().collect();
+    let desired: BTreeSet<String> = ctx.store.desired_ids().await?.into_iter().collect();
+    let mut ids = desired.clone();
     let containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
     ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
     // A network whose sandbox is gone is removed by that sandbox's reconcile.
@@ -61,13 +62,14 @@ pub(crate) async fn relist(
         );
     }
     let statuses = ctx.store.list_status().await?;
+    ids.extend(statuses.iter().map(|s| s.id.to_string()));
     let by_id: HashMap<&SandboxId, &SandboxStatus> = statuses.iter().map(|s| (&s.id, s)).collect();
     let (ours, foreign): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = containers
         .iter()
         .partition(|c| identity::is_ours(c, state, by_id.get(&c.labels.sandbox).copied()));
     // Another state database's containers are never reaped: the breaker
     // weighs this one's only.
-    breaker_look(ctx, &ours).await?;
+    breaker_look(ctx, desired, &ours).await?;
     for raw in &ids {
         match SandboxId::parse(raw) {
             Ok(id) if enqueue == Enqueue::Fresh => queue.add_fresh(id),
@@ -94,9 +96,9 @@ const TOMBSTONES_KEPT: std::time::Duration = std::time::Duration::from_secs(7 * 
 /// enqueued, so that no reconcile reaps ahead of it) and records a trip.
 async fn breaker_look(
     ctx: &Context,
+    mut desired: BTreeSet<String>,
     containers: &[&ObservedContainer],
 ) -> Result<(), ControllerError> {
-    let mut desired: BTreeSet<String> = ctx.store.desired_ids().await?.into_iter().collect();
     // Rows deleted one by one were meant to go: only rows that vanished
     // without a trace count.
     desired.extend(ctx.store.released_ids(TOMBSTONES_KEPT).await?);

@@ -86,8 +86,6 @@ pub trait Store: Send + Sync + 'static {
     async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError>;
     /// One status row.
     async fn fetch_status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, StoreError>;
-    /// Ids of every desired row and every status row, raw as stored.
-    async fn list_ids(&self) -> Result<Vec<String>, StoreError>;
     /// Ids of every desired row, raw as stored.
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError>;
     /// Ids whose desired row was deleted row by row (not truncated), and

@@ -224,23 +224,6 @@ impl Store for FakeStore {
         Ok(self.status_of(id))
     }
 
-    async fn list_ids(&self) -> Result<Vec<String>, StoreError> {
-        self.faults
-            .check(StoreOp::ListIds)
-            .await
-            .map_err(|e| injected("list ids", e))?;
-        let t = self.tables.lock().unwrap();
-        let mut ids: Vec<String> = t
-            .desired
-            .keys()
-            .chain(t.status.keys())
-            .map(|id| id.to_string())
-            .collect();
-        ids.sort();
-        ids.dedup();
-        Ok(ids)
-    }
-
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError> {
         self.faults
             .check(StoreOp::ListIds)
