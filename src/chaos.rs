@@ -455,12 +455,7 @@ impl HealWatch {
                 }
                 Err(_) => {}
             }
-            if let Ok(false) = self
-                .store
-                .desired_ids()
-                .await
-                .map(|ids| ids.contains(&self.sandbox.to_string()))
-            {
+            if let Ok(None) = self.store.fetch_desired(&self.sandbox).await {
                 record.released = true;
                 return record;
             }
