@@ -273,6 +273,14 @@ pub struct RunArgs {
     /// Bound on the image build command.
     #[arg(long, env = "SANDBOXD_BUILD_TIMEOUT", default_value = "15m", value_parser = parse_duration)]
     pub build_timeout: Duration,
+    /// Start non-persistent sandboxes from pre-initialised templates
+    /// (built once per engine image and feature set, in the background):
+    /// `on` or `off`.
+    #[arg(long, env = "SANDBOXD_TEMPLATES", default_value = "on", value_parser = parse_switch)]
+    pub templates: bool,
+    /// Bound on one template job (initialising a template's data directory).
+    #[arg(long, env = "SANDBOXD_TEMPLATE_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
+    pub template_timeout: Duration,
     /// How long SIGTERM waits for in-flight reconciles before exiting.
     #[arg(long, env = "SANDBOXD_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
@@ -295,6 +303,15 @@ pub struct RunArgs {
     /// ...and at least this many.
     #[arg(long, env = "SANDBOXD_REAP_BREAKER_MIN", default_value_t = 5)]
     pub reap_breaker_min: usize,
+}
+
+/// `on` or `off` (also `true`/`false`, `1`/`0`).
+fn parse_switch(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?} is neither on nor off")),
+    }
 }
 
 /// A lease holder name: 1 to 200 printable characters.
@@ -346,6 +363,8 @@ impl RunArgs {
         c.shutdown_grace = self.shutdown_grace;
         c.image_build_command = self.image_build_command.clone();
         c.build_timeout = self.build_timeout;
+        c.templates = self.templates;
+        c.template_timeout = self.template_timeout;
         c.lease = crate::domain::lease::LeasePolicy::new(self.lease_duration)?;
         c.breaker = crate::domain::breaker::BreakerPolicy::new(
             self.reap_breaker_share,

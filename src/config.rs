@@ -194,6 +194,11 @@ pub struct ControllerConfig {
     pub image_build_command: Option<String>,
     /// Bound on the build command.
     pub build_timeout: Duration,
+    /// Whether non-persistent sandboxes start from pre-initialised
+    /// templates (see `controller::template`).
+    pub templates: bool,
+    /// Bound on one template job.
+    pub template_timeout: Duration,
     /// Idle timeout of rows that set none (`None`: sandboxes never go idle
     /// unless their row says so).
     pub idle_timeout: Option<Duration>,
@@ -242,6 +247,8 @@ impl ControllerConfig {
             shutdown_grace: Duration::from_secs(30),
             image_build_command: None,
             build_timeout: Duration::from_secs(900),
+            templates: true,
+            template_timeout: Duration::from_secs(120),
             idle_timeout: None,
             readiness: BTreeMap::new(),
             crash_loop: CrashLoopPolicy::default(),

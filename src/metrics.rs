@@ -126,6 +126,9 @@ pub struct Metrics {
     image_pulls: IntCounterVec,
     image_builds: IntCounterVec,
     image_fetches: IntGauge,
+    template_builds: IntCounterVec,
+    templates_ready: IntGauge,
+    container_starts: IntCounterVec,
     networks_recreated: IntCounter,
     network_reconnects: IntCounter,
     notify_wakeups: IntCounter,
@@ -318,6 +321,24 @@ impl Metrics {
             image_fetches: reg!(IntGauge::new(
                 "sandboxd_image_fetches",
                 "Absent images being pulled or built in the background now (one fetch per image, outside the worker slots)"
+            )),
+            template_builds: reg!(IntCounterVec::new(
+                Opts::new(
+                    "sandboxd_template_builds_total",
+                    "Template jobs run, by engine and result (ok, failed); a job that finds its template built already counts as ok"
+                ),
+                &["engine", "result"]
+            )),
+            templates_ready: reg!(IntGauge::new(
+                "sandboxd_templates_ready",
+                "Pre-initialised templates this process has ready (one per engine image and feature set in use)"
+            )),
+            container_starts: reg!(IntCounterVec::new(
+                Opts::new(
+                    "sandboxd_container_starts_total",
+                    "Engine containers created for sandboxes, by engine and what they started from (template: a copy of a pre-initialised data directory; cold: initialised at start)"
+                ),
+                &["engine", "from"]
             )),
             networks_recreated: reg!(IntCounter::new(
                 "sandboxd_networks_recreated_total",
@@ -560,6 +581,26 @@ impl Metrics {
     /// How many image fetches run in the background.
     pub(crate) fn image_fetches(&self, running: usize) {
         self.image_fetches.set(running as i64);
+    }
+
+    /// One template job ended.
+    pub(crate) fn template_built(&self, engine: EngineName, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.template_builds
+            .with_label_values(&[engine.as_str(), result])
+            .inc();
+    }
+
+    /// How many templates are ready.
+    pub(crate) fn templates_ready(&self, n: usize) {
+        self.templates_ready.set(n as i64);
+    }
+
+    /// One engine container created, from a template or cold.
+    pub(crate) fn container_started(&self, engine: EngineName, from: &'static str) {
+        self.container_starts
+            .with_label_values(&[engine.as_str(), from])
+            .inc();
     }
 
     /// One network created again.

@@ -10,7 +10,8 @@ use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use crate::ports::runtime::{
-    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime, RuntimeError,
+    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
+    RuntimeError, TemplateJob,
 };
 use crate::ports::store::{NotifyStream, Store, StoreError};
 use async_trait::async_trait;
@@ -26,6 +27,8 @@ pub struct RuntimeDeadlines {
     pub call: Duration,
     /// Pulling an image.
     pub pull: Duration,
+    /// Running a template job (`--template-timeout`).
+    pub job: Duration,
 }
 
 async fn runtime_call<T>(
@@ -139,6 +142,16 @@ impl Runtime for BoundedRuntime {
     async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
         let call = self.inner.remove_volume(name, deployment);
         runtime_call("remove volume", name, self.deadlines.call, call).await
+    }
+
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        let call = self.inner.image_id(image);
+        runtime_call("inspect image", image, self.deadlines.call, call).await
+    }
+
+    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
+        let call = self.inner.run_template_job(job);
+        runtime_call("template job", &job.name, self.deadlines.job, call).await
     }
 
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {

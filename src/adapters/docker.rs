@@ -6,12 +6,13 @@ use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, Ru
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
+use crate::domain::limits::Limits;
 use crate::domain::network::Ipv4Net;
 use crate::domain::secret::Secret;
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
     ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
-    Runtime, RuntimeError, RuntimeEvent, Volume,
+    Runtime, RuntimeError, RuntimeEvent, TemplateJob, Tmpfs, Volume,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -28,7 +29,7 @@ use bollard::query_parameters::{
     EventsOptionsBuilder, InspectContainerOptions, InspectNetworkOptions,
     ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListVolumesOptionsBuilder,
     LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptions,
-    RenameContainerOptionsBuilder, StopContainerOptionsBuilder,
+    RenameContainerOptionsBuilder, StopContainerOptionsBuilder, WaitContainerOptions,
 };
 use bollard::Docker;
 use chrono::{TimeZone, Utc};
@@ -37,6 +38,52 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
+
+/// The host configuration every sandboxd container shares: caps, no
+/// capabilities, no new privileges, a read-only root with `tmpfs` owned by
+/// `user`, and bounded logs.
+fn hardened(user: &str, limits: &Limits, tmpfs: &[Tmpfs]) -> HostConfig {
+    let owner = user.replace(':', ",gid=");
+    let tmpfs = tmpfs
+        .iter()
+        .map(|t| {
+            (
+                t.path.clone(),
+                format!("rw,noexec,nosuid,nodev,size={},uid={owner}", t.bytes),
+            )
+        })
+        .collect();
+    HostConfig {
+        memory: Some(limits.memory_bytes),
+        memory_swap: Some(limits.memory_bytes),
+        nano_cpus: Some(limits.nano_cpus),
+        pids_limit: Some(limits.pids),
+        oom_score_adj: Some(limits.oom_score_adj),
+        security_opt: Some(vec!["no-new-privileges:true".into()]),
+        cap_drop: Some(vec!["ALL".into()]),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(tmpfs),
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: Some(HashMap::from([
+                ("max-size".to_owned(), limits.log_bytes.to_string()),
+                ("max-file".to_owned(), limits.log_files.to_string()),
+            ])),
+        }),
+        ..Default::default()
+    }
+}
+
+/// `volume` mounted at its path.
+fn mount(volume: &Volume, read_only: bool) -> Mount {
+    Mount {
+        target: Some(volume.path.clone()),
+        source: Some(volume.name.clone()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
 
 fn api<'a>(op: &'static str, target: &'a str) -> impl FnOnce(DockerError) -> RuntimeError + 'a {
     move |source| RuntimeError::Api {
@@ -165,6 +212,39 @@ impl DockerRuntime {
             .await
             .map(drop)
             .map_err(api("create volume", &volume.name))
+    }
+
+    /// Refuses a template volume that is missing (Docker would create an
+    /// empty, unlabelled one) or that `template`'s labels do not match.
+    async fn check_template(&self, template: &Volume) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Volume);
+        match self.docker.inspect_volume(&template.name).await {
+            Ok(info) if identity::may_mount(&info.labels, &template.labels) => Ok(()),
+            Ok(_) => Err(RuntimeError::Refused(format!(
+                "template volume {} exists but its labels are not the ones sandboxd gives its templates; remove it and sandboxd builds it again",
+                template.name
+            ))),
+            Err(e) if is_status(&e, &[404]) => Err(RuntimeError::Refused(format!(
+                "template volume {} is gone (removed behind sandboxd's back); sandboxd builds it again",
+                template.name
+            ))),
+            Err(e) => Err(api("inspect volume", &template.name)(e)),
+        }
+    }
+
+    /// Waits for the container `name` to exit and returns its exit code.
+    async fn wait_exit(&self, name: &str) -> Result<i64, RuntimeError> {
+        let mut stream = self
+            .docker
+            .wait_container(name, None::<WaitContainerOptions>);
+        match stream.next().await {
+            Some(Ok(response)) => Ok(response.status_code),
+            Some(Err(DockerError::DockerContainerWaitError { code, .. })) => Ok(code),
+            Some(Err(e)) => Err(api("wait", name)(e)),
+            None => Err(RuntimeError::Refused(format!(
+                "docker ended the wait for {name} without an exit code"
+            ))),
+        }
     }
 
     async fn networks_named(&self, name: &str) -> Result<Vec<String>, RuntimeError> {
@@ -659,6 +739,68 @@ impl Runtime for DockerRuntime {
         }
     }
 
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::InspectImage);
+        match self.docker.inspect_image(image).await {
+            Ok(info) => Ok(info.id),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(api("inspect image", image)(e)),
+        }
+    }
+
+    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
+        self.remove_any(&job.name, Duration::ZERO).await?;
+        self.ensure_volume(&job.volume).await?;
+        let _timer = metrics::time_docker_call(DockerCall::Create);
+        let body = ContainerCreateBody {
+            image: Some(job.image.clone()),
+            user: Some(job.user.clone()),
+            env: Some(job.env.clone()),
+            cmd: (!job.cmd.is_empty()).then(|| job.cmd.clone()),
+            labels: Some(job.labels.clone()),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                mounts: Some(vec![mount(&job.volume, false)]),
+                network_mode: Some("none".into()),
+                ..hardened(&job.user, &job.limits, &job.tmpfs)
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&job.name)
+            .build();
+        self.docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(api("create", &job.name))?;
+        let ran = async {
+            self.docker
+                .start_container(&job.name, None)
+                .await
+                .map_err(api("start", &job.name))?;
+            self.wait_exit(&job.name).await
+        }
+        .await;
+        let outcome = match ran {
+            Ok(0) => Ok(()),
+            Ok(code) => Err(RuntimeError::TemplateJob {
+                name: job.name.clone(),
+                code,
+                logs: self
+                    .logs_tail(&ContainerId::new(job.name.clone()), 15)
+                    .await
+                    .unwrap_or_else(|e| format!("(logs unavailable: {e})")),
+            }),
+            Err(e) => Err(e),
+        };
+        // The job's container is removed whatever happened; a failure to
+        // remove it is left to the next job of that name.
+        if let Err(e) = self.remove_any(&job.name, Duration::ZERO).await {
+            tracing::warn!(container = %job.name, error = %e, "could not remove a template job's container");
+        }
+        outcome
+    }
+
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
         let (name, tag) = split_reference(image);
         let options = CreateImageOptionsBuilder::default()
@@ -696,53 +838,22 @@ impl Runtime for DockerRuntime {
         if let Some(volume) = &spec.volume {
             self.ensure_volume(volume).await?;
         }
+        if let Some(template) = &spec.template {
+            self.check_template(template).await?;
+        }
         let _timer = metrics::time_docker_call(DockerCall::Create);
         let port_key = format!("{}/tcp", spec.port);
         let binding = PortBinding {
             host_ip: Some("127.0.0.1".into()),
             host_port: Some(spec.host_port.map(|p| p.to_string()).unwrap_or_default()),
         };
-        let owner = spec.user.replace(':', ",gid=");
-        let tmpfs = spec
-            .tmpfs
-            .iter()
-            .map(|t| {
-                (
-                    t.path.clone(),
-                    format!("rw,noexec,nosuid,nodev,size={},uid={owner}", t.bytes),
-                )
-            })
-            .collect();
-        let limits = &spec.limits;
+        let mut mounts: Vec<Mount> = spec.volume.iter().map(|v| mount(v, false)).collect();
+        mounts.extend(spec.template.iter().map(|t| mount(t, true)));
         let host_config = HostConfig {
-            memory: Some(limits.memory_bytes),
-            memory_swap: Some(limits.memory_bytes),
-            nano_cpus: Some(limits.nano_cpus),
-            pids_limit: Some(limits.pids),
-            oom_score_adj: Some(limits.oom_score_adj),
-            security_opt: Some(vec!["no-new-privileges:true".into()]),
-            cap_drop: Some(vec!["ALL".into()]),
-            readonly_rootfs: Some(true),
-            tmpfs: Some(tmpfs),
-            mounts: spec.volume.as_ref().map(|v| {
-                vec![Mount {
-                    target: Some(v.path.clone()),
-                    source: Some(v.name.clone()),
-                    typ: Some(MountType::VOLUME),
-                    read_only: Some(false),
-                    ..Default::default()
-                }]
-            }),
-            log_config: Some(HostConfigLogConfig {
-                typ: Some("json-file".into()),
-                config: Some(HashMap::from([
-                    ("max-size".to_owned(), limits.log_bytes.to_string()),
-                    ("max-file".to_owned(), limits.log_files.to_string()),
-                ])),
-            }),
+            mounts: Some(mounts),
             port_bindings: Some(HashMap::from([(port_key.clone(), Some(vec![binding]))])),
             network_mode: Some(spec.network.clone()),
-            ..Default::default()
+            ..hardened(&spec.user, &spec.limits, &spec.tmpfs)
         };
         let endpoint = EndpointSettings {
             aliases: Some(spec.aliases.clone()),

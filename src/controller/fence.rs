@@ -14,7 +14,8 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::lease::Term;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
-    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime, RuntimeError,
+    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
+    RuntimeError, TemplateJob,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -231,9 +232,18 @@ impl Runtime for FencedRuntime {
         self.inner.image_labels(image).await
     }
 
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        self.inner.image_id(image).await
+    }
+
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
         // Fetching an image changes no sandbox.
         self.inner.pull(image).await
+    }
+
+    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
+        self.fenced("template job", &job.name, self.inner.run_template_job(job))
+            .await
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {

@@ -15,6 +15,7 @@ pub mod provision;
 mod reconcile;
 mod relist;
 mod rotation;
+pub mod template;
 pub mod volume;
 
 pub use self::fence::{Fence, Fenced};
@@ -109,6 +110,8 @@ pub(crate) struct Context {
     pub(crate) foreign: Foreign,
     /// Absent images being pulled or built in the background.
     pub(crate) images: Arc<image::Fetches>,
+    /// Pre-initialised templates.
+    pub(crate) templates: template::Templates,
 }
 
 impl Context {
@@ -205,6 +208,7 @@ impl Controller {
             RuntimeDeadlines {
                 call: config.docker_timeout,
                 pull: config.pull_timeout,
+                job: config.template_timeout,
             },
         ));
         let fence = Fence::default();
@@ -237,6 +241,7 @@ impl Controller {
                 state: tokio::sync::OnceCell::new(),
                 foreign: Foreign::default(),
                 images,
+                templates: template::Templates::default(),
             }),
             queue,
             readiness: Readiness::default(),
@@ -385,6 +390,7 @@ impl Controller {
         }
         // Readiness gate: only now may anything be reaped or provisioned.
         self.readiness.set(true);
+        template::prepare(&ctx).await;
         tracing::info!(deployment = %ctx.config.deployment, "initial lists loaded; controller ready");
 
         let relister = tokio::spawn(relist::relist_loop(

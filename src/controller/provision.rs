@@ -4,6 +4,7 @@
 use super::image::{self, ImageError};
 use super::network::{self, Placement};
 use super::rotation::{self, Commit, SwitchError};
+use super::template;
 use super::volume;
 use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
@@ -162,6 +163,7 @@ pub fn container_spec(
         limits: config.limits,
         tmpfs,
         volume,
+        template: None,
         stdin: Some(engine.secrets(credentials)),
         image_label: engine.image_label().map(str::to_owned),
     }
@@ -370,6 +372,12 @@ async fn create(
         volume,
     );
     spec.host_port = p.host_port;
+    if !desired.persistent {
+        spec.template = template::for_container(ctx, engine, &image, &p.features).await;
+    }
+    if spec.template.is_some() {
+        spec.env.push("SANDBOXD_TEMPLATE=use".to_owned());
+    }
     if let Some(term) = ctx.fence.term() {
         spec.labels
             .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
@@ -383,11 +391,20 @@ async fn create(
             spec.host_port = None;
             network::create_and_start(ctx, &desired.id, &spec).await?
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            forget_template(ctx, &spec);
+            return Err(e.into());
+        }
     };
 
     match bring_up(ctx, engine, &id, &name, &credentials, &p.features, &image).await {
         Ok((host_port, available)) => {
+            let from = if spec.template.is_some() {
+                "template"
+            } else {
+                "cold"
+            };
+            ctx.metrics.container_started(p.engine, from);
             let host = placement.host;
             let port = engine.port();
             let status = ServiceStatus {
@@ -411,11 +428,20 @@ async fn create(
             Ok((id, status))
         }
         Err(e) => {
+            forget_template(ctx, &spec);
             if let Err(cleanup) = runtime.remove(&id, Duration::ZERO).await {
                 tracing::warn!(container = %name, error = %cleanup, "could not remove the failed container; the next reconcile will");
             }
             Err(e)
         }
+    }
+}
+
+/// A container from a template failed: the next one starts cold while
+/// the template job checks (and if need be rebuilds) the template.
+fn forget_template(ctx: &Context, spec: &ContainerSpec) {
+    if let Some(template) = &spec.template {
+        ctx.templates.forget(&template.name);
     }
 }
 

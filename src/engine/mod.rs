@@ -183,6 +183,13 @@ pub trait Engine: Send + Sync + 'static {
     fn readiness_deadline(&self) -> Duration {
         Duration::from_secs(60)
     }
+    /// Where a template volume is mounted (the image fills it with
+    /// `SANDBOXD_TEMPLATE=build` and starts from it with
+    /// `SANDBOXD_TEMPLATE=use`); `None`: the engine starts fast enough
+    /// without one.
+    fn template_dir(&self) -> Option<&'static str> {
+        None
+    }
     /// The login for a container with this password.
     fn credentials(&self, password: Secret) -> Credentials;
     /// Environment of a sandbox container: never a credential. `persistent`:

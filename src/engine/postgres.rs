@@ -62,6 +62,9 @@ impl Engine for Postgres {
     fn data_path(&self) -> &'static str {
         "/var/lib/postgresql/data"
     }
+    fn template_dir(&self) -> Option<&'static str> {
+        Some("/var/lib/postgresql/template")
+    }
     fn credentials(&self, password: Secret) -> Credentials {
         Credentials {
             user: USER.into(),

@@ -48,6 +48,16 @@ pub enum RuntimeError {
         /// The network's name.
         network: String,
     },
+    /// A template job exited with an error.
+    #[error("template job {name} exited with code {code}; last log lines:\n{logs}")]
+    TemplateJob {
+        /// The job's container name.
+        name: String,
+        /// Its exit code.
+        code: i64,
+        /// The tail of its output (a template holds no credential).
+        logs: String,
+    },
     /// An API call did not answer within its deadline.
     #[error("docker {op} for {target} did not answer within {after:?}; is the Docker daemon overloaded or stuck? (`docker info`, `systemctl status docker`)")]
     Timeout {
@@ -114,6 +124,9 @@ pub struct ContainerSpec {
     pub tmpfs: Vec<Tmpfs>,
     /// The data directory of a persistent sandbox.
     pub volume: Option<Volume>,
+    /// A pre-initialised template mounted read-only (see
+    /// [`TemplateJob`]); it must exist, or the container is not created.
+    pub template: Option<Volume>,
     /// Written to the container's standard input once it has started, then
     /// closed: the only way credentials reach a container.
     pub stdin: Option<Secret>,
@@ -121,6 +134,34 @@ pub struct ContainerSpec {
     /// created: an image that does not read its secrets from standard input
     /// would otherwise start without a password.
     pub image_label: Option<String>,
+}
+
+/// A one-off container that fills a template volume and exits: no
+/// network, no published port, no standard input, the same hardening as a
+/// sandbox container (read-only root, no capabilities, caps, tmpfs), and
+/// the volume read-write at its mount point. Running the job on a volume
+/// that holds a complete template must succeed without changing it, so a
+/// template is built once however often the job runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateJob {
+    /// Container name.
+    pub name: String,
+    /// The engine image.
+    pub image: String,
+    /// Environment (never a credential: a template holds none).
+    pub env: Vec<String>,
+    /// Arguments to the image's entrypoint.
+    pub cmd: Vec<String>,
+    /// Container labels (so a crashed job's container is found and removed).
+    pub labels: HashMap<String, String>,
+    /// `uid:gid` the container runs as.
+    pub user: String,
+    /// Resource caps.
+    pub limits: Limits,
+    /// tmpfs mounts (`/tmp`, runtime directories).
+    pub tmpfs: Vec<Tmpfs>,
+    /// The template volume, created with its labels if missing.
+    pub volume: Volume,
 }
 
 /// A network for sandbox containers.
@@ -313,8 +354,14 @@ pub trait Runtime: Send + Sync + 'static {
         &self,
         image: &str,
     ) -> Result<Option<HashMap<String, String>>, RuntimeError>;
+    /// The id of `image` if it is present locally, `None` if not.
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError>;
     /// Pulls `image`.
     async fn pull(&self, image: &str) -> Result<(), RuntimeError>;
+    /// Runs `job` to its end (creating its volume if missing) and removes
+    /// its container; fails with the exit code and the last lines of its
+    /// output unless it exits 0.
+    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError>;
     /// Removes any container called `spec.name` (refusing if its labels say
     /// it belongs to another sandbox or deployment), creates `spec.volume`
     /// if it is missing (refusing one another deployment created), then

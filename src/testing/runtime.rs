@@ -8,7 +8,7 @@ use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::ports::runtime::{
     ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
-    Runtime, RuntimeError, RuntimeEvent,
+    Runtime, RuntimeError, RuntimeEvent, TemplateJob,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -26,6 +26,7 @@ pub(crate) enum RuntimeOp {
     Network,
     ImageLabels,
     Pull,
+    TemplateJob,
     Create,
     Rename,
     PublishedPort,
@@ -53,6 +54,8 @@ struct World {
     missing_images: BTreeSet<String>,
     networks: BTreeMap<String, NetworkSpec>,
     volumes: BTreeMap<String, HashMap<String, String>>,
+    /// Template jobs run.
+    template_jobs: usize,
     /// Other containers (agents), by name.
     agents: BTreeMap<String, RunState>,
     /// Labels of every image (absent: no labels).
@@ -432,6 +435,28 @@ impl Runtime for FakeRuntime {
         let w = self.world.lock().unwrap();
         Ok((!w.missing_images.contains(image))
             .then(|| w.image_labels.get(image).cloned().unwrap_or_default()))
+    }
+
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::ImageLabels)
+            .await
+            .map_err(|e| injected("inspect image", e))?;
+        let w = self.world.lock().unwrap();
+        Ok((!w.missing_images.contains(image)).then(|| format!("sha256:fake-{image}")))
+    }
+
+    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::TemplateJob)
+            .await
+            .map_err(|e| injected("template job", e))?;
+        let mut w = self.world.lock().unwrap();
+        w.volumes
+            .entry(job.volume.name.clone())
+            .or_insert_with(|| job.volume.labels.clone());
+        w.template_jobs += 1;
+        Ok(())
     }
 
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {

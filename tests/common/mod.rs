@@ -293,6 +293,9 @@ impl TestEnv {
         c.limits.memory_bytes = 256 * 1024 * 1024;
         c.limits.tmpfs_bytes = 256 * 1024 * 1024;
         c.lease = LeasePolicy::new(TEST_LEASE).expect("test lease");
+        // A template job per test deployment would cost every test an
+        // initdb; tests/templates.rs turns them on.
+        c.templates = false;
         c
     }
 
@@ -525,6 +528,7 @@ impl TestEnv {
             .env("SANDBOXD_IMAGES", test_images())
             .env("SANDBOXD_FEATURES_IMAGES", test_features_images())
             .env("SANDBOXD_GRACE", "0s")
+            .env("SANDBOXD_TEMPLATES", "off")
             .env(
                 "SANDBOXD_LEASE_DURATION",
                 format!("{}ms", TEST_LEASE.as_millis()),

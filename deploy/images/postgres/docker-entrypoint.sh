@@ -27,8 +27,17 @@
 # dir is a named volume kept across containers of one sandbox: an empty one
 # is initialised as above (with fsync), one holding a cluster is reused (the
 # role gets the password from stdin, a missing role, database or extension
-# is created). Exit 64: bad input (stdin, env, arguments, data dir, started
-# as root); 65: a feature is not available.
+# is created). Templates (SANDBOXD_TEMPLATE, with a named volume on
+# /var/lib/postgresql/template): `build` (the volume read-write, no stdin)
+# initialises a cluster with the role (no password), the database and the
+# features in the volume's `cluster` directory and exits 0; it is
+# crash-safe (built aside, renamed into place last) and exits 0 at once on
+# a volume that already holds the template. `use` (the volume read-only)
+# copies that cluster into the empty $PGDATA tmpfs, gives the role the
+# password from stdin in single-user mode and execs postgres: no initdb, no
+# temporary server. Exit 64: bad
+# input (stdin, env, arguments, data dir, started as root); 65: a feature
+# is not available.
 # The password only ever lives in shell variables and pipes: it is never an
 # argument of any program, never in the environment, never printed.
 set -Eeuo pipefail
@@ -126,7 +135,7 @@ sb_read_stdin() {
 sb_stop_tmp() { pg_ctl -D "$PGDATA" -m fast -w stop >&2 || :; }
 
 sandbox_main() {
-	local user db features f err persistent existing=0 v
+	local user db features f err persistent template existing=0 v
 	local -a feats=()
 
 	if [[ "$(id -u)" == 0 ]]; then
@@ -138,7 +147,14 @@ sandbox_main() {
 		fi
 	done
 
-	sb_read_stdin
+	template=${SANDBOXD_TEMPLATE:-}
+	case $template in
+	'' | build | use) ;;
+	*) sb_die 64 "SANDBOXD_TEMPLATE must be build (make a template), use (start from this image's template) or unset" ;;
+	esac
+	if [[ $template != build ]]; then
+		sb_read_stdin
+	fi
 
 	user=${SANDBOXD_USER:-sandbox}
 	db=${SANDBOXD_DATABASE:-sandbox}
@@ -160,6 +176,13 @@ sandbox_main() {
 	persistent=${SANDBOXD_PERSISTENT:-}
 	if [[ -n $persistent && $persistent != 1 ]]; then
 		sb_die 64 "SANDBOXD_PERSISTENT must be 1 (data on a named volume, kept) or unset"
+	fi
+	if [[ -n $template && $persistent == 1 ]]; then
+		sb_die 64 "SANDBOXD_TEMPLATE cannot be combined with SANDBOXD_PERSISTENT=1: a template seeds a throwaway data dir"
+	fi
+	if [[ $template == build ]]; then
+		sb_template_build_start
+		PGDATA=$SB_TEMPLATE/.build
 	fi
 
 	# The data dir: a tmpfs, or with SANDBOXD_PERSISTENT=1 a named volume,
@@ -185,6 +208,9 @@ sandbox_main() {
 	fi
 	chmod 0700 "$PGDATA"
 	chmod 0755 /var/run/postgresql
+	if [[ $template == use ]]; then
+		sb_start_from_template "$@"
+	fi
 
 	# Superuser postgres without a password: peer on the Unix socket only.
 	local -a initdb_args=(--username=postgres --auth-local=peer --auth-host=scram-sha-256)
@@ -200,14 +226,7 @@ sandbox_main() {
 		initdb "${initdb_args[@]}" --no-sync >&2
 	fi
 	# Every start, so that a kept cluster has this image's rules too.
-	cat >"$PGDATA/pg_hba.conf" <<-'EOF'
-		# sandboxd sandbox mode: the superuser only on the Unix socket (peer),
-		# every other role with a password over TCP, no replication.
-		# TYPE  DATABASE  USER      ADDRESS  METHOD
-		local   all       all                peer
-		host    all       postgres  all      reject
-		host    all       all       all      scram-sha-256
-	EOF
+	sb_write_hba
 
 	# Temporary server: the container's postgres arguments, then Unix socket only.
 	local -a tmp_opts=("${@:2}" -c "listen_addresses=" -p 5432)
@@ -224,6 +243,10 @@ sandbox_main() {
 	fi
 	local role_sql='CREATE ROLE "%s"'
 	if [[ $have_role == t ]]; then role_sql='ALTER ROLE "%s" WITH'; fi
+	# A template's role has no password (no login works until a sandbox
+	# started from it sets one).
+	local password_sql="PASSWORD NULL"
+	if [[ $template != build ]]; then password_sql="PASSWORD '$sb_password'"; fi
 	# One session; nothing it runs may log or show the statement that holds
 	# the password (whatever the container's postgres arguments say).
 	if ! {
@@ -239,17 +262,17 @@ sandbox_main() {
 			"SET track_activities = off;" \
 			"SET password_encryption = 'scram-sha-256';"
 		# shellcheck disable=SC2059 # role_sql is one of the two formats above
-		printf "$role_sql"' LOGIN CREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT PASSWORD '\''%s'\'';\n' \
-			"$user" "$sb_password"
+		printf "$role_sql"' LOGIN CREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT %s;\n' \
+			"$user" "$password_sql"
 		printf '%s\n' "RESET track_activities;"
 		if [[ $have_db != t ]]; then printf '%s\n' "CREATE DATABASE \"$db\" OWNER \"$user\";"; fi
 		printf '%s\n' "REVOKE CONNECT ON DATABASE postgres FROM PUBLIC;"
 	} | "${psql_su[@]}" -d postgres >&2; then
-		sb_password=
+		sb_password= password_sql=
 		sb_stop_tmp
 		sb_die 1 "creating role $user and database $db failed"
 	fi
-	sb_password=
+	sb_password= password_sql=
 	if [[ $have_db != t ]]; then
 		"${psql_su[@]}" -d "$db" -c "ALTER SCHEMA public OWNER TO \"$user\";" >&2
 	fi
@@ -266,7 +289,84 @@ sandbox_main() {
 
 	pg_ctl -D "$PGDATA" -m fast -w stop >&2
 	unset PGUSER PGHOST PGPORT
+	if [[ $template == build ]]; then
+		# What the template was made for; a start from it must ask for the same.
+		printf '%s\n' "$(sb_template_stamp)" >"$PGDATA/$SB_STAMP"
+		sync -f "$PGDATA"
+		mv "$PGDATA" "$SB_TEMPLATE/cluster"
+		sync -f "$SB_TEMPLATE"
+		log "sandbox mode: template of role $user, database $db${features:+, features $features} built"
+		exit 0
+	fi
 	log "sandbox mode: role $user, database $db${features:+, features $features}; ready for start up."
+	exec "$@" </dev/null
+}
+
+# Where the template volume is mounted (its cluster is in `cluster`), and
+# the file in the cluster naming what the template was made for.
+SB_TEMPLATE=/var/lib/postgresql/template
+SB_STAMP=.sandboxd-template
+
+# sb_template_build_start: exits 0 if the volume holds this template
+# already; otherwise clears what an interrupted build left.
+sb_template_build_start() {
+	local stamp
+	if [[ ! -d $SB_TEMPLATE || ! -w $SB_TEMPLATE ]]; then
+		sb_die 64 "SANDBOXD_TEMPLATE=build needs a writable named volume on $SB_TEMPLATE"
+	fi
+	if [[ -f $SB_TEMPLATE/cluster/$SB_STAMP ]]; then
+		stamp=$(<"$SB_TEMPLATE/cluster/$SB_STAMP")
+		if [[ $stamp == "$(sb_template_stamp)" ]]; then
+			log "sandbox mode: the template is built already"
+			exit 0
+		fi
+		sb_die 64 "the volume on $SB_TEMPLATE holds a template for ${stamp:0:300}, not for $(sb_template_stamp): use one volume per template"
+	fi
+	rm -rf "$SB_TEMPLATE/.build" "$SB_TEMPLATE/cluster"
+	mkdir -m 0700 "$SB_TEMPLATE/.build"
+}
+
+sb_template_stamp() { printf 'user=%s database=%s features=%s' "$user" "$db" "$features"; }
+
+# sb_write_hba: the superuser only on the Unix socket (peer), every other
+# role with a password over TCP, no replication.
+sb_write_hba() {
+	cat >"$PGDATA/pg_hba.conf" <<-'EOF'
+		# sandboxd sandbox mode: the superuser only on the Unix socket (peer),
+		# every other role with a password over TCP, no replication.
+		# TYPE  DATABASE  USER      ADDRESS  METHOD
+		local   all       all                peer
+		host    all       postgres  all      reject
+		host    all       all       all      scram-sha-256
+	EOF
+}
+
+# sb_start_from_template POSTGRES ARGS...: copies the image's template
+# cluster into the empty $PGDATA, sets the role's password in single-user
+# mode (the statement reaches postgres on a pipe and is never logged), then
+# execs the server. The template's role has no password: only the one set
+# here logs in.
+sb_start_from_template() {
+	local stamp err
+	if [[ ! -f $SB_TEMPLATE/cluster/$SB_STAMP ]]; then
+		sb_die 64 "SANDBOXD_TEMPLATE=use, but no template is mounted on $SB_TEMPLATE: mount a volume that SANDBOXD_TEMPLATE=build filled"
+	fi
+	stamp=$(<"$SB_TEMPLATE/cluster/$SB_STAMP")
+	if [[ $stamp != "$(sb_template_stamp)" ]]; then
+		sb_die 64 "the mounted template was made for ${stamp:0:300}, but the container asks for $(sb_template_stamp): mount the template made for these features"
+	fi
+	# tar, not cp: several times faster for a cluster's many small files.
+	tar -C "$SB_TEMPLATE/cluster" --exclude="./$SB_STAMP" -cf - . | tar -C "$PGDATA" -xf -
+	sb_write_hba
+	if ! err=$(printf 'ALTER ROLE "%s" WITH PASSWORD '\''%s'\'';\n' "$user" "$sb_password" |
+		postgres --single -D "$PGDATA" "${@:2}" -c log_statement=none \
+			-c log_min_error_statement=panic -c password_encryption=scram-sha-256 \
+			postgres 2>&1 >/dev/null) || [[ $err == *ERROR* || $err == *FATAL* ]]; then
+		sb_password=
+		sb_die 1 "setting the password of role $user in the template's copy failed: ${err//$'\n'/ }"
+	fi
+	sb_password=
+	log "sandbox mode: role $user, database $db${features:+, features $features} from the template; ready for start up."
 	exec "$@" </dev/null
 }
 

@@ -1,0 +1,351 @@
+//! Pre-initialised templates: per engine image and feature set, a volume
+//! holding an initialised data directory (the features' extensions
+//! created, no credential at all), filled once by a template job in the
+//! background and mounted read-only into each new container of that image
+//! and feature set, whose entrypoint copies it into its tmpfs and sets the
+//! sandbox's fresh password (the images' `SANDBOXD_TEMPLATE`).
+//!
+//! A sandbox never waits for a template: until its template is ready it
+//! starts cold, as without templates. The volume's name carries the
+//! image's id, so an image that changes gets a new template; the old one is
+//! removed after the new one is built, once no container mounts it.
+//! Persistent sandboxes never use templates (their data is a volume).
+
+use super::Context;
+use crate::config::ControllerConfig;
+use crate::domain::id::EngineName;
+use crate::domain::labels;
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+use crate::ports::runtime::{Runtime, TemplateJob, Tmpfs, Volume};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+/// The label naming the engine a template volume is for.
+pub const TEMPLATE: &str = "io.sandboxd.template";
+/// The label naming the image id a template volume was built from.
+pub const TEMPLATE_IMAGE: &str = "io.sandboxd.template-image";
+
+/// How long a failed template build is not tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// What is known of one template volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Its job runs.
+    Building,
+    /// Filled: containers may mount it.
+    Ready,
+    /// Its job failed; not tried again before then.
+    Failed { retry_at: Instant },
+}
+
+/// The templates of this controller (memory only: after a restart, the
+/// first sandbox of each kind runs the job again, which finds the volume
+/// filled and exits at once).
+pub(crate) struct Templates {
+    slots: Arc<Mutex<HashMap<String, Slot>>>,
+    /// One template job at a time: they compete with sandboxes for the CPU.
+    jobs: Arc<Semaphore>,
+}
+
+impl Default for Templates {
+    fn default() -> Self {
+        Self {
+            slots: Arc::default(),
+            jobs: Arc::new(Semaphore::new(1)),
+        }
+    }
+}
+
+/// Which template a container would use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TemplateKey {
+    /// The engine.
+    pub(crate) engine: EngineName,
+    /// The image reference the container runs.
+    pub(crate) image: String,
+    /// That image's id.
+    pub(crate) image_id: String,
+    /// The features created in the template.
+    pub(crate) features: BTreeSet<String>,
+}
+
+impl TemplateKey {
+    /// The volume name: deployment, engine, features and a short image id,
+    /// so it is the same in every process and new for a changed image.
+    fn volume_name(&self, config: &ControllerConfig) -> String {
+        format!("{}-{}", self.prefix(config), short_id(&self.image_id))
+    }
+
+    /// What every template volume of this engine and feature set is
+    /// called up to the image id.
+    fn prefix(&self, config: &ControllerConfig) -> String {
+        let features = if self.features.is_empty() {
+            "plain".to_owned()
+        } else {
+            self.features.iter().cloned().collect::<Vec<_>>().join(".")
+        };
+        format!("{}-template-{}-{features}", config.deployment, self.engine)
+    }
+}
+
+/// The first 12 hex digits of an image id (`sha256:…`).
+fn short_id(id: &str) -> String {
+    let hex = id.strip_prefix("sha256:").unwrap_or(id);
+    hex.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(12)
+        .collect()
+}
+
+impl Templates {
+    /// The template volume a new container for `key` mounts, if it is
+    /// ready; otherwise `None` (the container starts cold) and, unless its
+    /// job runs or failed recently, the job starts in the background.
+    pub(crate) fn lookup(
+        &self,
+        ctx: &Context,
+        engine: &'static dyn Engine,
+        key: &TemplateKey,
+    ) -> Option<Volume> {
+        let mount = engine.template_dir()?;
+        let volume = template_volume(ctx, key, mount);
+        let mut slots = self.slots.lock().unwrap();
+        match slots.get(&volume.name) {
+            Some(Slot::Ready) => return Some(volume),
+            Some(Slot::Building) => return None,
+            Some(Slot::Failed { retry_at }) if Instant::now() < *retry_at => return None,
+            _ => {}
+        }
+        slots.insert(volume.name.clone(), Slot::Building);
+        drop(slots);
+        let job = template_job(ctx, engine, key, volume);
+        let prefix = key.prefix(&ctx.config);
+        tokio::spawn(build(
+            self.slots.clone(),
+            self.jobs.clone(),
+            ctx.runtime.clone(),
+            ctx.metrics.clone(),
+            ctx.config.deployment.clone(),
+            prefix,
+            engine.name(),
+            job,
+        ));
+        None
+    }
+
+    /// Forgets a template that turned out to be gone or broken: the next
+    /// container starts cold and the job runs again.
+    pub(crate) fn forget(&self, volume: &str) {
+        self.slots.lock().unwrap().remove(volume);
+    }
+}
+
+/// The template a new non-persistent container of `engine` from `image`
+/// with `features` mounts: `None` when templates are off, the engine has
+/// none, the image's id cannot be read, or the template is not ready yet
+/// (its job then starts).
+pub(crate) async fn for_container(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    image: &str,
+    features: &BTreeSet<String>,
+) -> Option<Volume> {
+    if !ctx.config.templates || engine.template_dir().is_none() {
+        return None;
+    }
+    let image_id = match ctx.runtime.image_id(image).await {
+        Ok(Some(id)) => id,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::debug!(image, error = %e, "image id unreadable; starting cold");
+            return None;
+        }
+    };
+    let key = TemplateKey {
+        engine: engine.name(),
+        image: image.to_owned(),
+        image_id,
+        features: features.clone(),
+    };
+    ctx.templates.lookup(ctx, engine, &key)
+}
+
+/// Starts the jobs of the templates of every engine's plain image, so
+/// that the first sandboxes need not start cold.
+pub(crate) async fn prepare(ctx: &Context) {
+    for engine in ctx.engines.iter() {
+        let image = ctx.config.images.image_for(engine, false);
+        let _ = for_container(ctx, engine, &image, &BTreeSet::new()).await;
+    }
+}
+
+/// The labels and mount of `key`'s volume.
+fn template_volume(ctx: &Context, key: &TemplateKey, mount: &str) -> Volume {
+    let mut labels = HashMap::from([
+        (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+        (
+            labels::DEPLOYMENT.to_owned(),
+            ctx.config.deployment.to_string(),
+        ),
+        (TEMPLATE.to_owned(), key.engine.to_string()),
+        (TEMPLATE_IMAGE.to_owned(), key.image_id.clone()),
+        (
+            labels::FEATURES.to_owned(),
+            key.features.iter().cloned().collect::<Vec<_>>().join(","),
+        ),
+    ]);
+    if let Some(state) = ctx.state.get() {
+        labels.insert(labels::STATE_ID.to_owned(), state.to_string());
+    }
+    Volume {
+        name: key.volume_name(&ctx.config),
+        path: mount.to_owned(),
+        labels,
+    }
+}
+
+/// The job that fills `volume` for `key`: the engine's sandbox-mode
+/// environment and arguments with `SANDBOXD_TEMPLATE=build`, no password.
+fn template_job(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    key: &TemplateKey,
+    volume: Volume,
+) -> TemplateJob {
+    let config = &ctx.config;
+    // Only the user and database names are read from these; the password
+    // is never sent (a template holds none).
+    let names = engine.credentials(crate::domain::secret::Secret::generate());
+    let mut env = engine.container_env(&names, &key.features, false);
+    env.push("SANDBOXD_TEMPLATE=build".to_owned());
+    let scratch = |path: &str| Tmpfs {
+        path: path.to_owned(),
+        bytes: config.limits.scratch_bytes,
+    };
+    let mut tmpfs = vec![scratch("/tmp")];
+    tmpfs.extend(engine.runtime_dirs().iter().map(|d| scratch(d)));
+    let mut job_labels = volume.labels.clone();
+    job_labels.remove(TEMPLATE_IMAGE);
+    TemplateJob {
+        name: format!("{}-job", volume.name),
+        image: key.image.clone(),
+        env,
+        cmd: engine.container_args(&key.features, false),
+        labels: job_labels,
+        user: engine.user().to_owned(),
+        limits: config.limits,
+        tmpfs,
+        volume,
+    }
+}
+
+/// Runs `job` (one at a time), records the outcome, and removes the
+/// templates of the same engine and features built from other images.
+#[allow(clippy::too_many_arguments)]
+async fn build(
+    slots: Arc<Mutex<HashMap<String, Slot>>>,
+    jobs: Arc<Semaphore>,
+    runtime: Arc<dyn Runtime>,
+    metrics: Arc<Metrics>,
+    deployment: crate::domain::id::Deployment,
+    prefix: String,
+    engine: EngineName,
+    job: TemplateJob,
+) {
+    let Ok(_permit) = jobs.acquire().await else {
+        return;
+    };
+    let name = job.volume.name.clone();
+    let started = Instant::now();
+    let outcome = runtime.run_template_job(&job).await;
+    metrics.template_built(engine, outcome.is_ok());
+    let slot = match &outcome {
+        Ok(()) => {
+            tracing::info!(
+                template = %name,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "template ready"
+            );
+            Slot::Ready
+        }
+        Err(e) => {
+            tracing::warn!(template = %name, error = %e, "template build failed; sandboxes start cold");
+            Slot::Failed {
+                retry_at: Instant::now() + RETRY_AFTER,
+            }
+        }
+    };
+    let ready = {
+        let mut slots = slots.lock().unwrap();
+        slots.insert(name.clone(), slot);
+        slots.values().filter(|s| **s == Slot::Ready).count()
+    };
+    metrics.templates_ready(ready);
+    if outcome.is_ok() {
+        prune(runtime.as_ref(), &deployment, &prefix, &name).await;
+    }
+}
+
+/// Removes this deployment's template volumes called `prefix-…` but not
+/// `keep`: those of an older image. One still mounted is left for the
+/// next build of its kind.
+async fn prune(
+    runtime: &dyn Runtime,
+    deployment: &crate::domain::id::Deployment,
+    prefix: &str,
+    keep: &str,
+) {
+    let Ok(volumes) = runtime.volumes(deployment).await else {
+        return;
+    };
+    let stale = volumes.into_iter().filter(|v| {
+        v.sandbox.is_none()
+            && v.name != keep
+            && v.name
+                .strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with('-') && !rest[1..].contains('-'))
+    });
+    for volume in stale {
+        match runtime.remove_volume(&volume.name, deployment).await {
+            Ok(()) => {
+                tracing::info!(template = %volume.name, "removed the template of an older image")
+            }
+            Err(e) => {
+                tracing::debug!(template = %volume.name, error = %e, "an older template is still in use")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_volume_is_named_by_deployment_engine_features_and_image() {
+        let config = ControllerConfig::new("ci".parse().unwrap());
+        let key = TemplateKey {
+            engine: EngineName::of_engine("postgres"),
+            image: "sandboxd/postgres-ext:17".into(),
+            image_id: "sha256:3e6d1f6a4780aaaabbbbcccc".into(),
+            features: ["vector".to_owned(), "citext".to_owned()].into(),
+        };
+        assert_eq!(
+            key.volume_name(&config),
+            "ci-template-postgres-citext.vector-3e6d1f6a4780"
+        );
+        let plain = TemplateKey {
+            features: BTreeSet::new(),
+            ..key
+        };
+        assert_eq!(
+            plain.volume_name(&config),
+            "ci-template-postgres-plain-3e6d1f6a4780"
+        );
+    }
+}
