@@ -23,6 +23,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/measure.rs"]
+mod measure;
 
 use common::{sandbox_id, TestEnv};
 use futures::future::join_all;
@@ -401,6 +403,188 @@ fn remove_floor_networks(tag: &str) {
 }
 
 // ---------------------------------------------------------------------------
+// Controllers with other settings, heals, and an idle fleet.
+
+/// Starts a controller with `config` and waits until it is ready.
+async fn start_controller(env: &TestEnv, config: ControllerConfig) -> common::RunningController {
+    let controller = env.start(config);
+    common::eventually("controller ready", Duration::from_secs(60), || async {
+        controller.readiness.is_ready().then_some(())
+    })
+    .await;
+    controller
+}
+
+/// Waits until `n` Postgres template jobs have succeeded.
+async fn templates_built(controller: &common::RunningController, n: f64) {
+    common::eventually("templates built", READY_TIMEOUT, || async {
+        let built = common::sample(
+            &controller.metrics.render(),
+            "sandboxd_template_builds_total{engine=\"postgres\",result=\"ok\"}",
+        );
+        (built.unwrap_or(0.0) >= n).then_some(())
+    })
+    .await;
+}
+
+/// `iters` times: a one-engine sandbox is provisioned, its container
+/// killed (`docker kill`), and the time from the kill until the status
+/// says ready again with one more heal is taken. Each sandbox is released.
+async fn heals(bench: &Bench, engine: &str, iters: usize) -> Vec<Duration> {
+    use bollard::query_parameters::KillContainerOptions;
+    let mut times = Vec::new();
+    for _ in 0..iters {
+        let id = sandbox_id("bench-heal");
+        let before = bench
+            .client
+            .provision(&id, &request(engine), READY_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("sandbox {id}: {e}"));
+        let heals = before.services[engine].heals;
+        let victim = bench.env.containers(Some(&id)).await.remove(0);
+        tokio::time::sleep(SETTLE).await;
+        let t0 = Instant::now();
+        bench
+            .env
+            .docker
+            .kill_container(victim.id.as_str(), None::<KillContainerOptions>)
+            .await
+            .expect("docker kill");
+        loop {
+            let s = bench.client.status(&id).await.expect("status");
+            if let Some(s) = s {
+                if s.phase == sandboxd::domain::Phase::Ready && s.services[engine].heals > heals {
+                    break;
+                }
+            }
+            assert!(t0.elapsed() < READY_TIMEOUT, "{id} was not healed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        times.push(t0.elapsed());
+        bench.client.release(&id).await.expect("release");
+        common::eventually("teardown", GONE_TIMEOUT, || async {
+            bench
+                .env
+                .containers(Some(&id))
+                .await
+                .is_empty()
+                .then_some(())
+        })
+        .await;
+    }
+    times
+}
+
+/// What a fleet of idle sandboxes costs.
+struct Idle {
+    /// Sandboxes per engine.
+    sandboxes: Vec<(String, usize)>,
+    /// From the inserts until all were ready.
+    provision_wall: Duration,
+    /// How long they idled.
+    idled: Duration,
+    /// This process's CPU seconds while they idled (the controller runs
+    /// in it; the bench only sleeps meanwhile).
+    cpu_seconds: f64,
+    /// Docker API calls per minute while they idled.
+    docker_calls_per_minute: f64,
+    /// This process's resident memory after the idle time, and its peak.
+    rss: u64,
+    peak_rss: u64,
+    /// Memory of each engine's containers after the idle time.
+    memory: BTreeMap<String, Vec<u64>>,
+}
+
+/// Provisions `per_engine` sandboxes at once, lets them idle for `hold`,
+/// measures, and releases them.
+async fn idle_fleet(
+    bench: &Bench,
+    controller: &common::RunningController,
+    per_engine: &[(&str, usize)],
+    hold: Duration,
+) -> Idle {
+    let mut ids: Vec<(SandboxId, &str)> = Vec::new();
+    for (engine, n) in per_engine {
+        ids.extend((0..*n).map(|_| (sandbox_id("bench-idle"), *engine)));
+    }
+    let t0 = Instant::now();
+    for (id, engine) in &ids {
+        bench
+            .client
+            .apply(id, &request(engine))
+            .await
+            .expect("apply");
+    }
+    common::eventually(
+        "the idle fleet to be ready",
+        Duration::from_secs(900),
+        || async {
+            for (id, _) in &ids {
+                let s = bench.client.status(id).await.ok()??;
+                if s.phase != sandboxd::domain::Phase::Ready {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let provision_wall = t0.elapsed();
+    eprintln!(
+        "bench: {} idle sandboxes ready in {:.1}s; idling {}s",
+        ids.len(),
+        provision_wall.as_secs_f64(),
+        hold.as_secs()
+    );
+    // Let the provisioning's tail (status writes, relists) settle first.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let calls0 = measure::docker_calls(&controller.metrics.render());
+    let cpu0 = measure::process_cpu_seconds();
+    let t_idle = Instant::now();
+    tokio::time::sleep(hold).await;
+    let idled = t_idle.elapsed();
+    let cpu_seconds = measure::process_cpu_seconds() - cpu0;
+    let calls = measure::docker_calls(&controller.metrics.render()) - calls0;
+    let mut memory: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for c in bench.env.containers(None).await {
+        if let Some(m) = measure::container_memory(&bench.env.docker, c.id.as_str()).await {
+            memory.entry(c.labels.engine.clone()).or_default().push(m);
+        }
+    }
+    let out = Idle {
+        sandboxes: per_engine
+            .iter()
+            .map(|(e, n)| ((*e).to_owned(), *n))
+            .collect(),
+        provision_wall,
+        idled,
+        cpu_seconds,
+        docker_calls_per_minute: calls / idled.as_secs_f64() * 60.0,
+        rss: measure::rss_bytes(),
+        peak_rss: measure::peak_rss_bytes(),
+        memory,
+    };
+    for (id, _) in &ids {
+        bench.client.release(id).await.expect("release");
+    }
+    common::eventually("the idle fleet to go", Duration::from_secs(900), || async {
+        bench.env.containers(None).await.is_empty().then_some(())
+    })
+    .await;
+    out
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn median_u64(values: &[u64]) -> u64 {
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------
 // The bench.
 
 struct Bench {
@@ -712,6 +896,152 @@ fn report(scenarios: &[&Scenario], batch_size: usize, concurrency: usize) -> Str
     md
 }
 
+fn heal_report(cold: &Scenario, rows: &[(&str, &[Duration])]) -> String {
+    let mut md = String::new();
+    let floor = median(&cold.floor_totals).as_secs_f64();
+    let _ = writeln!(md, "\n## Heal after `docker kill`\n");
+    let _ = writeln!(
+        md,
+        "From the kill until the status says ready again with one more heal (same \
+         credentials), Postgres; the cold floor (create+start+ready) of this run is {floor:.3} s.\n"
+    );
+    let _ = writeln!(md, "| heal | p50 s | max s | n |");
+    let _ = writeln!(md, "|---|---:|---:|---:|");
+    for (name, times) in rows {
+        let max = times.iter().max().copied().unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "| {name} | {:.3} | {:.3} | {} |",
+            median(times).as_secs_f64(),
+            max.as_secs_f64(),
+            times.len()
+        );
+    }
+    md
+}
+
+fn idle_report(idle: &Idle) -> String {
+    let mut md = String::new();
+    let total: usize = idle.sandboxes.iter().map(|(_, n)| n).sum();
+    let fleet: Vec<String> = idle
+        .sandboxes
+        .iter()
+        .map(|(e, n)| format!("{n} {e}"))
+        .collect();
+    let _ = writeln!(md, "\n## {total} idle sandboxes\n");
+    let _ = writeln!(
+        md,
+        "{} sandboxes (templates on, production relist interval), ready {:.1} s after \
+         their inserts, then idle for {:.0} s. The controller runs in the benchmark's \
+         process, which only sleeps meanwhile: its CPU time and memory are the \
+         controller's (an upper bound).\n",
+        fleet.join(" + "),
+        idle.provision_wall.as_secs_f64(),
+        idle.idled.as_secs_f64()
+    );
+    let _ = writeln!(md, "| measure | value |");
+    let _ = writeln!(md, "|---|---:|");
+    let _ = writeln!(
+        md,
+        "| controller CPU, seconds per minute idle | {:.3} ({:.2} % of one core) |",
+        idle.cpu_seconds / idle.idled.as_secs_f64() * 60.0,
+        idle.cpu_seconds / idle.idled.as_secs_f64() * 100.0
+    );
+    let _ = writeln!(
+        md,
+        "| Docker API calls per minute idle | {:.1} |",
+        idle.docker_calls_per_minute
+    );
+    let _ = writeln!(
+        md,
+        "| controller resident memory (peak) | {:.1} MiB ({:.1} MiB) |",
+        mib(idle.rss),
+        mib(idle.peak_rss)
+    );
+    for (engine, values) in &idle.memory {
+        let max = values.iter().max().copied().unwrap_or(0);
+        let _ = writeln!(
+            md,
+            "| idle {engine} container memory, median (max) | {:.1} MiB ({:.1} MiB) |",
+            mib(median_u64(values)),
+            mib(max)
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nContainer memory is what `docker stats` shows: the cgroup's usage without \
+         its inactive file cache; tmpfs data counts."
+    );
+    md
+}
+
+/// What the targets are judged on.
+struct Figures<'a> {
+    cold_pg: &'a Scenario,
+    template: &'a Scenario,
+    burst: &'a Scenario,
+    heal_cold: &'a [Duration],
+    idle: &'a Idle,
+}
+
+fn targets(f: &Figures<'_>) -> String {
+    let mut md = String::new();
+    let cold_floor = median(&f.cold_pg.floor_totals).as_secs_f64();
+    let template = median(&f.template.totals).as_secs_f64();
+    let mut lines = Vec::new();
+    lines.push((
+        "template: Postgres request-to-ready under 0.6 s".to_owned(),
+        format!("{template:.3} s"),
+        template < 0.6,
+    ));
+    lines.push((
+        "template: at most 0.45 of the cold floor".to_owned(),
+        format!("{:.2} of {cold_floor:.3} s", template / cold_floor),
+        template / cold_floor <= 0.45,
+    ));
+    let burst =
+        median(&f.burst.row.sandboxd).as_secs_f64() / median(&f.burst.row.floor).as_secs_f64();
+    lines.push((
+        "burst of cold sandboxes: within 1.1 × the same containers started in parallel".to_owned(),
+        format!("{burst:.2}"),
+        burst <= 1.1,
+    ));
+    let heal = median(f.heal_cold).as_secs_f64();
+    lines.push((
+        "heal without a pool: within the cold floor + 200 ms".to_owned(),
+        format!("{heal:.3} s vs {:.3} s", cold_floor + 0.2),
+        heal <= cold_floor + 0.2,
+    ));
+    let idle = f.idle;
+    let cpu = idle.cpu_seconds / idle.idled.as_secs_f64() * 100.0;
+    lines.push((
+        "idle fleet: controller under 1 % of one core".to_owned(),
+        format!("{cpu:.2} %"),
+        cpu < 1.0,
+    ));
+    lines.push((
+        "idle fleet: controller under 100 MB resident".to_owned(),
+        format!("{:.1} MB", idle.rss as f64 / 1e6),
+        (idle.rss as f64) < 100e6,
+    ));
+    for (engine, cap) in [("postgres", 40.0), ("redis", 10.0)] {
+        let m = idle.memory.get(engine).map_or(0.0, |v| mib(median_u64(v)));
+        lines.push((
+            format!("idle {engine} sandbox under {cap:.0} MiB"),
+            format!("{m:.1} MiB"),
+            m > 0.0 && m < cap,
+        ));
+    }
+    let _ = writeln!(md, "\n## Targets\n");
+    let _ = writeln!(md, "| target | measured | met |");
+    let _ = writeln!(md, "|---|---:|:---:|");
+    for (target, measured, met) in lines {
+        let met = if met { "yes" } else { "**no**" };
+        let _ = writeln!(md, "| {target} | {measured} | {met} |");
+    }
+    md
+}
+
 fn output_path() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -733,7 +1063,15 @@ async fn run() {
         (
             env_usize("BENCH_ITERS", 7),
             env_usize("BENCH_BATCH_ITERS", 3),
-            env_usize("BENCH_BATCH", 8),
+            env_usize("BENCH_BATCH", 20),
+        )
+    };
+    let (idle_each, idle_hold) = if smoke {
+        (1, Duration::from_secs(3))
+    } else {
+        (
+            env_usize("BENCH_IDLE", 200) / 2,
+            Duration::from_secs(env_usize("BENCH_IDLE_SECONDS", 120) as u64),
         )
     };
     let started = Instant::now();
@@ -779,11 +1117,62 @@ async fn run() {
         bench.floor(e, 1).await;
         bench.sandboxd(e.name().as_str(), 1).await;
     }
+    let valkey = engine::lookup("valkey").expect("valkey engine");
     let pg = scenario(&mut bench, postgres, 1, iters).await;
     let rd = scenario(&mut bench, redis, 1, iters).await;
+    let vk = scenario(&mut bench, valkey, 1, iters).await;
     let many = scenario(&mut bench, postgres, batch_size, batch_iters).await;
+    eprintln!("bench: heals without templates");
+    let heal_cold = heals(&bench, "postgres", iters).await;
+    controller.stop().await;
 
-    let md = report(&[&pg, &rd, &many], batch_size, bench.config.concurrency);
+    // Templates (the default of `sandboxd run`).
+    let mut with_templates = bench.config.clone();
+    with_templates.templates = true;
+    let controller = start_controller(&bench.env, with_templates.clone()).await;
+    templates_built(&controller, 1.0).await;
+    bench.sandboxd("postgres", 1).await;
+    let mut tpl = scenario(&mut bench, postgres, 1, iters).await;
+    tpl.row.scenario = format!("postgres from a template, 1 sandbox (n={iters})");
+    tpl.column = "postgres, template".into();
+    eprintln!("bench: heals with templates");
+    let heal_tpl = heals(&bench, "postgres", iters).await;
+    controller.stop().await;
+
+    // An idle fleet under production relist timing.
+    let mut production = with_templates;
+    production.relist_interval =
+        ControllerConfig::new(bench.env.deployment.clone()).relist_interval;
+    let controller = start_controller(&bench.env, production).await;
+    templates_built(&controller, 1.0).await;
+    let idle = idle_fleet(
+        &bench,
+        &controller,
+        &[("postgres", idle_each), ("redis", idle_each)],
+        idle_hold,
+    )
+    .await;
+
+    let mut md = report(
+        &[&pg, &rd, &vk, &tpl, &many],
+        batch_size,
+        bench.config.concurrency,
+    );
+    md.push_str(&heal_report(
+        &pg,
+        &[
+            ("cold (no template, no pool)", &heal_cold),
+            ("from a template", &heal_tpl),
+        ],
+    ));
+    md.push_str(&idle_report(&idle));
+    md.push_str(&targets(&Figures {
+        cold_pg: &pg,
+        template: &tpl,
+        burst: &many,
+        heal_cold: &heal_cold,
+        idle: &idle,
+    }));
     println!("{md}");
     if smoke {
         controller.stop().await;
