@@ -10,7 +10,7 @@ use crate::domain::id::{Deployment, EngineName};
 use crate::domain::sandbox::{DesiredSandbox, Phase};
 use crate::testing::{FakeEngine, FakeRuntime, FakeStore, Fault, RuntimeOp, StoreOp, FAKE_ENGINES};
 use chrono::TimeZone;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 const ENGINE: EngineName = FakeEngine::NAME;
 
@@ -1861,4 +1861,51 @@ async fn a_re_inserted_persistent_row_never_mounts_the_earlier_incarnations_data
         Some(second.as_str()),
         "the earlier incarnation's volume was removed and a fresh one made"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_template_is_built_once_in_the_background_and_a_failed_build_is_retried_after_a_minute() {
+    let h = Harness::new();
+    let ctx = h.context();
+    let postgres = crate::engine::lookup("postgres").unwrap();
+    let key = template::TemplateKey {
+        engine: postgres.name(),
+        image: "sandboxd/postgres:17".into(),
+        image_id: "sha256:0123456789abcdef".into(),
+        features: BTreeSet::new(),
+    };
+    let settle = || tokio::time::sleep(Duration::from_millis(10));
+    h.runtime.faults.set(RuntimeOp::TemplateJob, Fault::Fail(1));
+    assert_eq!(
+        ctx.templates.lookup(&ctx, postgres, &key),
+        None,
+        "a sandbox starts cold while its template is built"
+    );
+    settle().await;
+    assert_eq!(h.runtime.template_jobs(), 0, "the first job failed");
+    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    settle().await;
+    assert_eq!(h.runtime.template_jobs(), 0, "not tried again at once");
+
+    tokio::time::advance(Duration::from_secs(61)).await;
+    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    settle().await;
+    assert_eq!(h.runtime.template_jobs(), 1, "tried again after a minute");
+    let volume = ctx
+        .templates
+        .lookup(&ctx, postgres, &key)
+        .expect("the template is ready");
+    assert_eq!(volume.name, "test-template-postgres-plain-0123456789ab");
+    assert_eq!(volume.path, "/var/lib/postgresql/template");
+    assert_eq!(
+        volume.labels.get("io.sandboxd.template").map(String::as_str),
+        Some("postgres")
+    );
+    settle().await;
+    assert_eq!(h.runtime.template_jobs(), 1, "built once");
+
+    ctx.templates.forget(&volume.name);
+    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    settle().await;
+    assert_eq!(h.runtime.template_jobs(), 2, "a forgotten template is checked again");
 }

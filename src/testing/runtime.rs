@@ -113,6 +113,11 @@ impl FakeRuntime {
             .insert(image.into(), after);
     }
 
+    /// How many template jobs succeeded.
+    pub(crate) fn template_jobs(&self) -> usize {
+        self.world.lock().unwrap().template_jobs
+    }
+
     /// How many pulls of `image` were asked for.
     pub(crate) fn pulls_of(&self, image: &str) -> u32 {
         self.world
