@@ -215,6 +215,11 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub features_images: Vec<String>,
+    /// Warm pool: ready, unclaimed containers kept per engine and feature
+    /// set, ENGINE=SIZE or ENGINE:FEATURE,FEATURE=SIZE (repeatable; in the
+    /// variable, separated by spaces or ';'). Off unless set.
+    #[arg(long = "warm-pool", env = "SANDBOXD_WARM_POOL", value_delimiter = ';')]
+    pub warm_pool: Vec<String>,
     /// Containers younger than this are not reaped, nor those of a row this
     /// sandboxd saw deleted more recently (e.g. 180s, 3m).
     #[arg(long, env = "SANDBOXD_GRACE", default_value = "180s", value_parser = parse_duration)]
@@ -331,6 +336,14 @@ impl RunArgs {
             oom_score_adj: self.oom_score_adj,
             ..Limits::default()
         };
+        c.warm_pool = crate::config::warm_pools(
+            &self
+                .warm_pool
+                .iter()
+                .flat_map(|e| e.split_whitespace())
+                .map(String::from)
+                .collect::<Vec<_>>(),
+        )?;
         c.grace = self.grace;
         c.relist_interval = self.relist_interval;
         c.concurrency = self.concurrency;

@@ -10,6 +10,7 @@ mod heal_loop;
 mod image;
 mod leader;
 pub mod network;
+mod pool;
 mod probes;
 pub mod provision;
 mod reconcile;
@@ -109,6 +110,8 @@ pub(crate) struct Context {
     pub(crate) foreign: Foreign,
     /// Absent images being pulled or built in the background.
     pub(crate) images: Arc<image::Fetches>,
+    /// The warm pool (empty unless configured).
+    pub(crate) pool: pool::Pool,
 }
 
 impl Context {
@@ -237,6 +240,7 @@ impl Controller {
                 state: tokio::sync::OnceCell::new(),
                 foreign: Foreign::default(),
                 images,
+                pool: pool::Pool::default(),
             }),
             queue,
             readiness: Readiness::default(),
@@ -337,7 +341,8 @@ impl Controller {
                 ctx.config.deployment.clone(),
                 self.known.clone(),
                 ctx.metrics.clone(),
-            ),
+            )
+            .with_claims(ctx.pool.index.clone()),
             None,
             ctx.metrics.clone(),
             sink.clone(),
@@ -383,6 +388,19 @@ impl Controller {
             }
             delay = (delay * 2).min(Duration::from_secs(5));
         }
+        // The warm pool of this term starts from what it lists.
+        while let Err(e) = pool::start_term(&ctx).await {
+            tracing::warn!(error = %e, "reading the warm pool failed; retrying");
+            tokio::select! {
+                () = &mut shutdown => {
+                    docker_watch.abort();
+                    network_watch.abort();
+                    pg_watch.abort();
+                    return Ok(());
+                }
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
         // Readiness gate: only now may anything be reaped or provisioned.
         self.readiness.set(true);
         tracing::info!(deployment = %ctx.config.deployment, "initial lists loaded; controller ready");
@@ -393,6 +411,8 @@ impl Controller {
             self.known.clone(),
             self.relist_now.clone(),
         ));
+
+        let refill = tokio::spawn(pool::refill_loop(ctx.clone(), self.queue.clone()));
 
         let handler_ctx = ctx.clone();
         let handler = move |id: SandboxId| {
@@ -418,6 +438,7 @@ impl Controller {
         network_watch.abort();
         pg_watch.abort();
         relister.abort();
+        refill.abort();
         if abandoned > 0 {
             tracing::warn!(
                 abandoned,

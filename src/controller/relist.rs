@@ -40,7 +40,10 @@ pub(crate) async fn relist(
     let state = ctx.state_id().await?;
     let desired: BTreeSet<String> = ctx.store.desired_ids().await?.into_iter().collect();
     let mut ids = desired.clone();
-    let containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
+    let mut containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
+    // Claimed warm-pool containers are their sandboxes'; unclaimed ones
+    // are nobody's (never reaped, healed or counted as orphans).
+    containers.extend(super::pool::relisted(ctx).await?);
     ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
     // A network whose sandbox is gone is removed by that sandbox's reconcile.
     let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
