@@ -7,9 +7,9 @@ use crate::domain::lease::{LeaseError, LeasePolicy};
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
 use crate::domain::plan::Policy;
-use crate::engine::{self, Engine, Registry, REGISTRY};
 use crate::domain::pool::PoolKey;
 use crate::domain::secret::Secret;
+use crate::engine::{self, Engine, Registry, REGISTRY};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -81,7 +81,13 @@ pub fn readiness_overrides(
 fn pool_engine_names() -> String {
     REGISTRY
         .iter()
-        .filter(|e| e.claim(&e.credentials(Secret::new("x")), &e.credentials(Secret::new("y"))).is_some())
+        .filter(|e| {
+            e.claim(
+                &e.credentials(Secret::new("x")),
+                &e.credentials(Secret::new("y")),
+            )
+            .is_some()
+        })
         .map(|e| e.name().as_str())
         .collect::<Vec<_>>()
         .join(", ")
@@ -422,7 +428,12 @@ mod tests {
 
     #[test]
     fn warm_pools_name_an_engine_with_a_pool_its_features_and_a_size() {
-        let pools = warm_pools(&["postgres=2".into(), "redis=1".into(), "postgres:vector,pg_trgm=1".into()]).unwrap();
+        let pools = warm_pools(&[
+            "postgres=2".into(),
+            "redis=1".into(),
+            "postgres:vector,pg_trgm=1".into(),
+        ])
+        .unwrap();
         assert_eq!(pools.len(), 3);
         let key = PoolKey {
             engine: engine::lookup("postgres").unwrap().name(),
@@ -430,8 +441,18 @@ mod tests {
         };
         assert_eq!(pools[&key], 1);
         assert!(warm_pools(&["redis=0".into()]).unwrap().is_empty());
-        for bad in ["postgres", "postgres=x", "postgres=33", "nosuch=1", "mongo=1"] {
-            assert_eq!(warm_pools(&[bad.into()]), Err(ConfigError::WarmPool(bad.into())), "{bad}");
+        for bad in [
+            "postgres",
+            "postgres=x",
+            "postgres=33",
+            "nosuch=1",
+            "mongo=1",
+        ] {
+            assert_eq!(
+                warm_pools(&[bad.into()]),
+                Err(ConfigError::WarmPool(bad.into())),
+                "{bad}"
+            );
         }
         assert!(matches!(
             warm_pools(&["postgres:nosuch=1".into()]),

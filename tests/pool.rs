@@ -165,7 +165,9 @@ async fn a_matching_sandbox_is_served_by_claims_and_the_pool_is_refilled_to_its_
     assert_eq!(later.len(), 4, "never above the size: {later:?}");
     let text = controller.metrics.render();
     assert_eq!(total(&text, "sandboxd_pool_claims_total"), 2.0);
-    assert!(text.contains("sandboxd_pool_claims_total{engine=\"postgres\",kind=\"create\",result=\"hit\"} 1"));
+    assert!(text.contains(
+        "sandboxd_pool_claims_total{engine=\"postgres\",kind=\"create\",result=\"hit\"} 1"
+    ));
     controller.stop().await;
 }
 
@@ -194,7 +196,7 @@ async fn a_controller_restart_keeps_the_claim_and_replaces_unclaimed_pool_contai
     let controller = env.start(config);
     // The spare's password died with the first process: replaced.
     let now = pool_ready(&env, &controller, &["postgres"], 1.0).await;
-    assert!(!now.iter().any(|c| c.id.as_str().to_owned() == spare[0]));
+    assert!(!now.iter().any(|c| c.id.as_str() == spare[0]));
     // The claimed container still serves the sandbox, untouched and ready.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let again = client.status(&id).await.unwrap().unwrap();
@@ -206,7 +208,7 @@ async fn a_controller_restart_keeps_the_claim_and_replaces_unclaimed_pool_contai
     assert_eq!(claimed_ids(&env, &again, &id).await, claimed);
     assert!(now
         .iter()
-        .any(|c| c.id.as_str().to_owned() == claimed[0] && c.state == ContainerState::Running));
+        .any(|c| c.id.as_str() == claimed[0] && c.state == ContainerState::Running));
     controller.stop().await;
 }
 
@@ -234,18 +236,26 @@ async fn a_heal_after_docker_kill_claims_from_the_pool_with_the_same_credentials
         .kill_container(&victim, None::<KillContainerOptions>)
         .await
         .unwrap();
-    let after = eventually("a healed, ready sandbox", Duration::from_secs(30), || async {
-        let s = client.status(&id).await.unwrap()?;
-        (s.phase == Phase::Ready
-            && s.services["postgres"].instance != before.services["postgres"].instance)
-            .then_some(s)
-    })
+    let after = eventually(
+        "a healed, ready sandbox",
+        Duration::from_secs(30),
+        || async {
+            let s = client.status(&id).await.unwrap()?;
+            (s.phase == Phase::Ready
+                && s.services["postgres"].instance != before.services["postgres"].instance)
+                .then_some(s)
+        },
+    )
     .await;
     assert_eq!(
         after.services["postgres"].password,
         before.services["postgres"].password
     );
-    assert_eq!(claimed_ids(&env, &after, &id).await, spare, "the heal claimed the spare");
+    assert_eq!(
+        claimed_ids(&env, &after, &id).await,
+        spare,
+        "the heal claimed the spare"
+    );
     let mut conn = sqlx::PgConnection::connect(&host_pg_url(&after.services["postgres"]))
         .await
         .expect("the same credentials work after the heal");
@@ -255,6 +265,8 @@ async fn a_heal_after_docker_kill_claims_from_the_pool_with_the_same_credentials
         .unwrap();
     assert_eq!(one, 1);
     let text = controller.metrics.render();
-    assert!(text.contains("sandboxd_pool_claims_total{engine=\"postgres\",kind=\"heal\",result=\"hit\"} 1"));
+    assert!(text.contains(
+        "sandboxd_pool_claims_total{engine=\"postgres\",kind=\"heal\",result=\"hit\"} 1"
+    ));
     controller.stop().await;
 }

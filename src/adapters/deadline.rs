@@ -8,8 +8,8 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity::StateId;
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::{PoolClaim, PooledContainer};
-use crate::domain::secret::Secret;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
+use crate::domain::secret::Secret;
 use crate::domain::status::StatusUpdate;
 use crate::ports::runtime::{
     ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime, RuntimeError,

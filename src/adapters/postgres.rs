@@ -11,9 +11,9 @@
 
 use crate::domain::breaker::ReapingState;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
-use crate::domain::pool::PoolClaim;
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
+use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};

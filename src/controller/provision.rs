@@ -338,8 +338,7 @@ async fn create(
     }
     // A ready warm-pool container of this engine and feature set, if there
     // is one (the cold path below otherwise).
-    if let Some(claimed) = super::pool::claim(ctx, desired, engine, p, &credentials, &image).await
-    {
+    if let Some(claimed) = super::pool::claim(ctx, desired, engine, p, &credentials, &image).await {
         return Ok(claimed);
     }
 

@@ -243,7 +243,8 @@ impl Engine for Resp {
             stdin: Secret::new(commands),
             // Errors are answers, not exit codes: OK, OK, 1.
             succeeded: |out| {
-                out.exit_code == 0 && out.output.split_whitespace().collect::<Vec<_>>() == ["OK", "OK", "1"]
+                out.exit_code == 0
+                    && out.output.split_whitespace().collect::<Vec<_>>() == ["OK", "OK", "1"]
             },
         })
     }

@@ -4,9 +4,9 @@
 use super::BoxError;
 use crate::domain::breaker::ReapingState;
 use crate::domain::id::{ContainerId, SandboxId};
-use crate::domain::pool::PoolClaim;
 use crate::domain::identity::StateId;
 use crate::domain::lease::{LeaseHolder, Term};
+use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use async_trait::async_trait;

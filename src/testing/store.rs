@@ -3,9 +3,9 @@
 use super::Faults;
 use crate::domain::breaker::ReapingState;
 use crate::domain::id::{ContainerId, SandboxId};
-use crate::domain::pool::PoolClaim;
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
+use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use crate::ports::store::{NotifyStream, Store, StoreError};
@@ -319,7 +319,14 @@ impl Store for FakeStore {
     }
 
     async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError> {
-        Ok(self.tables.lock().unwrap().claims.values().cloned().collect())
+        Ok(self
+            .tables
+            .lock()
+            .unwrap()
+            .claims
+            .values()
+            .cloned()
+            .collect())
     }
 
     async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError> {
