@@ -450,6 +450,20 @@ impl Metrics {
         for source in StreamSource::ALL {
             m.stream_restarts.with_label_values(&[source.as_str()]);
         }
+        // The warm-pool panels show zeros, not nothing, while no pool runs.
+        for engine in crate::engine::REGISTRY.iter() {
+            let name = engine.name().as_str();
+            for state in ["ready", "creating"] {
+                m.pool_size.with_label_values(&[name, state]);
+            }
+            for result in ["hit", "miss"] {
+                for kind in crate::domain::pool::ClaimKind::ALL {
+                    m.pool_claims
+                        .with_label_values(&[name, result, kind.as_str()]);
+                }
+            }
+            m.pool_claim_seconds.with_label_values(&[name]);
+        }
         #[cfg(target_os = "linux")]
         {
             let pc = prometheus::process_collector::ProcessCollector::for_self();
