@@ -93,9 +93,9 @@ fn pool_engine_names() -> String {
         .join(", ")
 }
 
-/// The warm pools (`--warm-pool ENGINE[:FEATURES]=SIZE`, repeatable or
-/// comma-separated between entries is not possible because features use
-/// commas): each engine and feature set once, engines with a pool only.
+/// The warm pools from `--warm-pool ENGINE[:FEATURE,FEATURE]=SIZE` entries
+/// (features are comma-separated, so entries are not): each engine and
+/// feature set at most once, engines that have a pool only; size 0 is off.
 pub fn warm_pools(entries: &[String]) -> Result<BTreeMap<PoolKey, usize>, ConfigError> {
     let mut pools = BTreeMap::new();
     for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
@@ -135,11 +135,7 @@ pub fn warm_pools(entries: &[String]) -> Result<BTreeMap<PoolKey, usize>, Config
         if pools.contains_key(&key) {
             return Err(ConfigError::WarmPoolTwice(key.to_string()));
         }
-        if size > 0 {
-            pools.insert(key, size);
-        } else {
-            pools.insert(key, 0);
-        }
+        pools.insert(key, size);
     }
     pools.retain(|_, size| *size > 0);
     Ok(pools)
