@@ -368,6 +368,21 @@ impl Controller {
         // until they load (a state database that is locked or restarting
         // must not end the controller): not ready meanwhile.
         let mut shutdown = std::pin::pin!(shutdown);
+        // The warm pool of this term starts from what it lists (before the
+        // initial lists, which then see claimed containers as their
+        // sandboxes').
+        while let Err(e) = pool::start_term(&ctx).await {
+            tracing::warn!(error = %e, "reading the warm pool failed; retrying");
+            tokio::select! {
+                () = &mut shutdown => {
+                    docker_watch.abort();
+                    network_watch.abort();
+                    pg_watch.abort();
+                    return Ok(());
+                }
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
         let mut delay = Duration::from_millis(200);
         while let Err(e) =
             relist::relist(&ctx, &self.queue, &self.known, false, relist::Enqueue::Hint).await
@@ -387,19 +402,6 @@ impl Controller {
                 () = tokio::time::sleep(delay) => {}
             }
             delay = (delay * 2).min(Duration::from_secs(5));
-        }
-        // The warm pool of this term starts from what it lists.
-        while let Err(e) = pool::start_term(&ctx).await {
-            tracing::warn!(error = %e, "reading the warm pool failed; retrying");
-            tokio::select! {
-                () = &mut shutdown => {
-                    docker_watch.abort();
-                    network_watch.abort();
-                    pg_watch.abort();
-                    return Ok(());
-                }
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
         }
         // Readiness gate: only now may anything be reaped or provisioned.
         self.readiness.set(true);

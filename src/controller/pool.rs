@@ -312,11 +312,13 @@ pub(crate) async fn observed_of(
     Ok(match_claims(ctx, claims, &listed).await)
 }
 
-/// Every claimed pool container as the planner sees it (for a relist),
-/// and the pool's memory brought in line with what is listed.
-pub(crate) async fn relisted(ctx: &Context) -> Result<Vec<ObservedContainer>, ControllerError> {
+/// What a relist sees of the pool: every claimed pool container as the
+/// planner sees it, and every pool container's state (for the drift
+/// count: the event stream reports them too). The pool's memory is
+/// brought in line with what is listed.
+pub(crate) async fn relisted(ctx: &Context) -> Result<Relisted, ControllerError> {
     if ctx.config.warm_pool.is_empty() && ctx.pool.claims.lock().unwrap().is_empty() {
-        return Ok(Vec::new());
+        return Ok(Relisted::default());
     }
     let listed = ctx.runtime.pool_containers(&ctx.config.deployment).await?;
     {
@@ -332,7 +334,19 @@ pub(crate) async fn relisted(ctx: &Context) -> Result<Vec<ObservedContainer>, Co
     }
     ctx.pool.report(ctx);
     let claims: Vec<PoolClaim> = ctx.pool.claims.lock().unwrap().values().cloned().collect();
-    Ok(match_claims(ctx, claims, &listed).await)
+    Ok(Relisted {
+        claimed: match_claims(ctx, claims, &listed).await,
+        states: listed.iter().map(|l| (l.id.clone(), l.state)).collect(),
+    })
+}
+
+/// What a relist sees of the pool (see [`relisted`]).
+#[derive(Debug, Default)]
+pub(crate) struct Relisted {
+    /// Claimed pool containers, as their sandboxes' containers.
+    pub(crate) claimed: Vec<ObservedContainer>,
+    /// Every pool container's state.
+    pub(crate) states: Vec<(ContainerId, ContainerState)>,
 }
 
 async fn match_claims(
