@@ -258,22 +258,33 @@ async fn take_over(
     ctx.pool.remember_claim(claim);
 
     let cmd: Vec<&str> = command.cmd.iter().map(String::as_str).collect();
-    let out = runtime.exec_stdin(id, &cmd, &command.stdin).await?;
-    if !(command.succeeded)(&out) {
-        return Err(PoolError::Credentials {
-            container: id.to_string(),
-            exit_code: out.exit_code,
-        });
-    }
     let placement: Placement = network::placement(&ctx.config, &desired.id, p.engine);
-    runtime.rename(id, &placement.container).await?;
     let pool_network = network_name(ctx);
-    if placement.network != pool_network {
-        runtime
-            .rejoin(&placement.network, id, &placement.aliases)
-            .await?;
-        runtime.disconnect(&pool_network, id.as_str()).await?;
-    }
+    // The credentials and the container's name and network are
+    // independent: changed at once (both done before anything is
+    // published).
+    let set_credentials = async {
+        let out = runtime.exec_stdin(id, &cmd, &command.stdin).await?;
+        if (command.succeeded)(&out) {
+            Ok(())
+        } else {
+            Err(PoolError::Credentials {
+                container: id.to_string(),
+                exit_code: out.exit_code,
+            })
+        }
+    };
+    let move_over = async {
+        runtime.rename(id, &placement.container).await?;
+        if placement.network != pool_network {
+            runtime
+                .rejoin(&placement.network, id, &placement.aliases)
+                .await?;
+            runtime.disconnect(&pool_network, id.as_str()).await?;
+        }
+        Ok::<(), PoolError>(())
+    };
+    tokio::try_join!(set_credentials, move_over)?;
     let (host_port, available) = bring_up(
         ctx,
         engine,
