@@ -1030,6 +1030,32 @@ mod tests {
     }
 
     #[test]
+    fn warm_pools_are_repeatable_flags_with_feature_sets() {
+        let config = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Run(r) => r.to_config(),
+            other => panic!("{other:?}"),
+        };
+        let c = config(&[
+            "sandboxd",
+            "run",
+            "--warm-pool",
+            "postgres=2",
+            "--warm-pool",
+            "postgres:vector,pg_trgm=1",
+            "--warm-pool",
+            "redis=2",
+        ])
+        .unwrap();
+        assert_eq!(c.warm_pool.values().sum::<usize>(), 5);
+        assert_eq!(c.warm_pool.len(), 3);
+        assert!(config(&["sandboxd", "run"]).unwrap().warm_pool.is_empty());
+        assert!(matches!(
+            config(&["sandboxd", "run", "--warm-pool", "postgres"]),
+            Err(crate::config::ConfigError::WarmPool(_))
+        ));
+    }
+
+    #[test]
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
