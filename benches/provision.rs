@@ -896,6 +896,67 @@ fn report(scenarios: &[&Scenario], batch_size: usize, concurrency: usize) -> Str
     md
 }
 
+/// Waits until the warm pool of `engine` holds a ready container.
+async fn pool_full(controller: &common::RunningController, engine: &str) {
+    common::eventually("the warm pool to refill", READY_TIMEOUT, || async {
+        let ready = common::sample(
+            &controller.metrics.render(),
+            &format!("sandboxd_pool_size{{engine=\"{engine}\",state=\"ready\"}}"),
+        );
+        (ready.unwrap_or(0.0) >= 1.0).then_some(())
+    })
+    .await;
+}
+
+/// `iters` sandboxes served by the warm pool, one at a time (the pool
+/// refilled before each): request-to-ready seen by the client.
+async fn pool_hits(
+    bench: &Bench,
+    controller: &common::RunningController,
+    engine: &str,
+    iters: usize,
+) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..iters {
+        pool_full(controller, engine).await;
+        tokio::time::sleep(SETTLE).await;
+        let (t0, _, done) = bench.sandboxd(engine, 1).await;
+        times.extend(done.iter().map(|(_, end)| *end - t0));
+    }
+    times
+}
+
+fn pool_report(rows: &[(&str, &Scenario, &[Duration])]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "\n## Warm pool\n");
+    let _ = writeln!(
+        md,
+        "One ready container per engine in reserve (templates on); each sandbox is \
+         requested once the pool has refilled. Request-to-ready seen by the client, \
+         against the cold sandboxes of this run.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| engine | pool hit p50 ms | max ms | cold p50 ms | faster | n |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+    for (engine, cold, hits) in rows {
+        let hit = median(hits).as_secs_f64();
+        let max = hits.iter().max().copied().unwrap_or_default().as_secs_f64();
+        let cold = median(&cold.totals).as_secs_f64();
+        let _ = writeln!(
+            md,
+            "| {engine} | {:.0} | {:.0} | {:.0} | {:.1} × | {} |",
+            hit * 1e3,
+            max * 1e3,
+            cold * 1e3,
+            cold / hit,
+            hits.len()
+        );
+    }
+    md
+}
+
 fn heal_report(cold: &Scenario, rows: &[(&str, &[Duration])]) -> String {
     let mut md = String::new();
     let floor = median(&cold.floor_totals).as_secs_f64();
@@ -981,6 +1042,8 @@ struct Figures<'a> {
     template: &'a Scenario,
     burst: &'a Scenario,
     heal_cold: &'a [Duration],
+    heal_pool: &'a [Duration],
+    pool: &'a [(&'a str, &'a Scenario, &'a [Duration])],
     idle: &'a Idle,
 }
 
@@ -1011,6 +1074,26 @@ fn targets(f: &Figures<'_>) -> String {
         "heal without a pool: within the cold floor + 200 ms".to_owned(),
         format!("{heal:.3} s vs {:.3} s", cold_floor + 0.2),
         heal <= cold_floor + 0.2,
+    ));
+    for (engine, cold, hits) in f.pool {
+        let hit = median(hits).as_secs_f64();
+        let cold = median(&cold.totals).as_secs_f64();
+        lines.push((
+            format!("warm pool hit, {engine}: p50 under 100 ms"),
+            format!("{:.0} ms", hit * 1e3),
+            hit < 0.1,
+        ));
+        lines.push((
+            format!("warm pool hit, {engine}: at least 15 × faster than cold"),
+            format!("{:.1} ×", cold / hit),
+            cold / hit >= 15.0,
+        ));
+    }
+    let heal = median(f.heal_pool).as_secs_f64();
+    lines.push((
+        "heal with a pool: p50 under 0.5 s".to_owned(),
+        format!("{heal:.3} s"),
+        heal < 0.5,
     ));
     let idle = f.idle;
     let cpu = idle.cpu_seconds / idle.idled.as_secs_f64() * 100.0;
@@ -1139,6 +1222,18 @@ async fn run() {
     let heal_tpl = heals(&bench, "postgres", iters).await;
     controller.stop().await;
 
+    // A warm pool of one container per engine (templates on).
+    let mut with_pool = with_templates.clone();
+    with_pool.warm_pool = sandboxd::config::warm_pools(&["postgres=1".into(), "redis=1".into()])
+        .expect("pool configuration");
+    let controller = start_controller(&bench.env, with_pool).await;
+    let pool_pg = pool_hits(&bench, &controller, "postgres", iters).await;
+    let pool_rd = pool_hits(&bench, &controller, "redis", iters).await;
+    eprintln!("bench: heals with a pool");
+    pool_full(&controller, "postgres").await;
+    let heal_pool = heals(&bench, "postgres", iters).await;
+    controller.stop().await;
+
     // An idle fleet under production relist timing.
     let mut production = with_templates;
     production.relist_interval =
@@ -1163,14 +1258,21 @@ async fn run() {
         &[
             ("cold (no template, no pool)", &heal_cold),
             ("from a template", &heal_tpl),
+            ("from the warm pool", &heal_pool),
         ],
     ));
+    md.push_str(&pool_report(&[
+        ("postgres", &pg, &pool_pg),
+        ("redis", &rd, &pool_rd),
+    ]));
     md.push_str(&idle_report(&idle));
     md.push_str(&targets(&Figures {
         cold_pg: &pg,
         template: &tpl,
         burst: &many,
         heal_cold: &heal_cold,
+        heal_pool: &heal_pool,
+        pool: &[("postgres", &pg, &pool_pg), ("redis", &rd, &pool_rd)],
         idle: &idle,
     }));
     println!("{md}");

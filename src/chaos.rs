@@ -10,6 +10,7 @@
 use crate::adapters::chaos::{Fault, Injector};
 use crate::adapters::{DockerRuntime, PgStore};
 use crate::domain::container::ContainerState;
+use crate::domain::container::ObservedContainer;
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::sandbox::Phase;
 use crate::engine::{self, Credentials, Exec, Target};
@@ -245,7 +246,7 @@ impl Chaos {
         pick: u64,
     ) -> Result<Option<(FaultRecord, HealWatch)>, ChaosError> {
         let statuses = self.store.list_status().await?;
-        let containers = self.docker.list(&self.options.deployment, None).await?;
+        let containers = self.containers().await?;
         // Containers that are the published one of a ready engine.
         let mut targets = Vec::new();
         for s in statuses.iter().filter(|s| s.phase == Phase::Ready) {
@@ -334,10 +335,29 @@ impl Chaos {
         Ok(report)
     }
 
+    /// The deployment's sandbox containers, claimed warm-pool containers
+    /// included (their claims, in the state database, say whose they are).
+    async fn containers(&self) -> Result<Vec<ObservedContainer>, ChaosError> {
+        let mut containers = self.docker.list(&self.options.deployment, None).await?;
+        let claims = self.store.pool_claims().await?;
+        if !claims.is_empty() {
+            let pooled = self
+                .docker
+                .pool_containers(&self.options.deployment)
+                .await?;
+            for claim in &claims {
+                if let Some(l) = pooled.iter().find(|l| l.id == claim.container) {
+                    containers.push(claim.observed(l));
+                }
+            }
+        }
+        Ok(containers)
+    }
+
     /// The fleet's shape now: unconverged rows, leaked and duplicate containers.
     async fn look(&self) -> Result<Report, ChaosError> {
         let desired: BTreeSet<String> = self.store.desired_ids().await?.into_iter().collect();
-        let containers = self.docker.list(&self.options.deployment, None).await?;
+        let containers = self.containers().await?;
         let statuses = self.store.list_status().await?;
         let mut report = Report::default();
         let mut per_engine: BTreeMap<(String, String), usize> = BTreeMap::new();

@@ -215,6 +215,11 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub features_images: Vec<String>,
+    /// Warm pool: ready, unclaimed containers kept per engine and feature
+    /// set, ENGINE=SIZE or ENGINE:FEATURE,FEATURE=SIZE (repeatable; in the
+    /// variable, separated by spaces or ';'). Off unless set.
+    #[arg(long = "warm-pool", env = "SANDBOXD_WARM_POOL", value_delimiter = ';')]
+    pub warm_pool: Vec<String>,
     /// Containers younger than this are not reaped, nor those of a row this
     /// sandboxd saw deleted more recently (e.g. 180s, 3m).
     #[arg(long, env = "SANDBOXD_GRACE", default_value = "180s", value_parser = parse_duration)]
@@ -348,6 +353,14 @@ impl RunArgs {
             oom_score_adj: self.oom_score_adj,
             ..Limits::default()
         };
+        c.warm_pool = crate::config::warm_pools(
+            &self
+                .warm_pool
+                .iter()
+                .flat_map(|e| e.split_whitespace())
+                .map(String::from)
+                .collect::<Vec<_>>(),
+        )?;
         c.grace = self.grace;
         c.relist_interval = self.relist_interval;
         c.concurrency = self.concurrency;
@@ -1032,6 +1045,32 @@ mod tests {
                 .unwrap()
                 .command,
             Command::Release { .. }
+        ));
+    }
+
+    #[test]
+    fn warm_pools_are_repeatable_flags_with_feature_sets() {
+        let config = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Run(r) => r.to_config(),
+            other => panic!("{other:?}"),
+        };
+        let c = config(&[
+            "sandboxd",
+            "run",
+            "--warm-pool",
+            "postgres=2",
+            "--warm-pool",
+            "postgres:vector,pg_trgm=1",
+            "--warm-pool",
+            "redis=2",
+        ])
+        .unwrap();
+        assert_eq!(c.warm_pool.values().sum::<usize>(), 5);
+        assert_eq!(c.warm_pool.len(), 3);
+        assert!(config(&["sandboxd", "run"]).unwrap().warm_pool.is_empty());
+        assert!(matches!(
+            config(&["sandboxd", "run", "--warm-pool", "postgres"]),
+            Err(crate::config::ConfigError::WarmPool(_))
         ));
     }
 

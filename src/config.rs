@@ -7,8 +7,10 @@ use crate::domain::lease::{LeaseError, LeasePolicy};
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
 use crate::domain::plan::Policy;
+use crate::domain::pool::PoolKey;
+use crate::domain::secret::Secret;
 use crate::engine::{self, Engine, Registry, REGISTRY};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -33,6 +35,22 @@ pub enum ConfigError {
     /// The reap breaker's share is unusable.
     #[error(transparent)]
     Breaker(#[from] BreakerError),
+    /// A `--warm-pool` entry is malformed.
+    #[error("invalid --warm-pool {0:?}: use ENGINE=SIZE or ENGINE:FEATURE,FEATURE=SIZE (e.g. postgres=2, postgres:vector,pg_trgm=1) with SIZE 0 to 32 and ENGINE one of {engines}", engines = pool_engine_names())]
+    WarmPool(String),
+    /// A `--warm-pool` entry names features its engine does not offer.
+    #[error("invalid --warm-pool {entry:?}: {engine} offers the features {allowed:?} only")]
+    WarmPoolFeatures {
+        /// The entry.
+        entry: String,
+        /// The engine.
+        engine: EngineName,
+        /// What the engine offers.
+        allowed: Vec<String>,
+    },
+    /// Two `--warm-pool` entries name one pool.
+    #[error("--warm-pool names the pool {0} twice: give each engine and feature set one size")]
+    WarmPoolTwice(String),
     /// A reconcile would be abandoned before an engine could become ready.
     #[error("--reconcile-timeout {reconcile:?} does not cover {engine}'s readiness timeout ({readiness:?}) plus --docker-timeout ({docker:?}): every reconcile that waits for {engine} could be abandoned; raise --reconcile-timeout")]
     ReconcileTimeout {
@@ -58,6 +76,69 @@ pub fn readiness_overrides(
             _ => Err(ConfigError::ReadinessOverride(name.clone())),
         })
         .collect()
+}
+
+fn pool_engine_names() -> String {
+    REGISTRY
+        .iter()
+        .filter(|e| {
+            e.claim(
+                &e.credentials(Secret::new("x")),
+                &e.credentials(Secret::new("y")),
+            )
+            .is_some()
+        })
+        .map(|e| e.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The warm pools from `--warm-pool ENGINE[:FEATURE,FEATURE]=SIZE` entries
+/// (features are comma-separated, so entries are not): each engine and
+/// feature set at most once, engines that have a pool only; size 0 is off.
+pub fn warm_pools(entries: &[String]) -> Result<BTreeMap<PoolKey, usize>, ConfigError> {
+    let mut pools = BTreeMap::new();
+    for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        let bad = || ConfigError::WarmPool(entry.to_owned());
+        let (pool, size) = entry.rsplit_once('=').ok_or_else(bad)?;
+        let size: usize = size.trim().parse().map_err(|_| bad())?;
+        if size > 32 {
+            return Err(bad());
+        }
+        let (name, features) = match pool.split_once(':') {
+            Some((name, features)) => (name, features),
+            None => (pool, ""),
+        };
+        let engine = engine::lookup(name.trim()).ok_or_else(bad)?;
+        let probe = engine.credentials(Secret::new("x"));
+        if engine.claim(&probe, &probe).is_none() {
+            return Err(bad());
+        }
+        let features: BTreeSet<String> = features
+            .split(',')
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .map(String::from)
+            .collect();
+        let allowed = engine.allowed_features();
+        if features.iter().any(|f| !allowed.contains(&f.as_str())) {
+            return Err(ConfigError::WarmPoolFeatures {
+                entry: entry.to_owned(),
+                engine: engine.name(),
+                allowed: allowed.iter().map(|f| f.to_string()).collect(),
+            });
+        }
+        let key = PoolKey {
+            engine: engine.name(),
+            features,
+        };
+        if pools.contains_key(&key) {
+            return Err(ConfigError::WarmPoolTwice(key.to_string()));
+        }
+        pools.insert(key, size);
+    }
+    pools.retain(|_, size| *size > 0);
+    Ok(pools)
 }
 
 fn engine_names() -> String {
@@ -214,6 +295,9 @@ pub struct ControllerConfig {
     pub holder: String,
     /// When the reaping circuit breaker trips.
     pub breaker: BreakerPolicy,
+    /// Warm pools: ready, unclaimed containers kept per engine and
+    /// feature set (empty: off).
+    pub warm_pool: BTreeMap<PoolKey, usize>,
 }
 
 impl ControllerConfig {
@@ -255,6 +339,7 @@ impl ControllerConfig {
             lease: LeasePolicy::default(),
             holder: default_holder(),
             breaker: BreakerPolicy::default(),
+            warm_pool: BTreeMap::new(),
         }
     }
 
@@ -342,6 +427,44 @@ mod tests {
         let err = Images::new(&["no-such-engine=x:1".into()], &[]).unwrap_err();
         assert!(err.to_string().contains("postgres, redis, mongo"));
         assert!(Images::new(&["postgres".into()], &[]).is_err());
+    }
+
+    #[test]
+    fn warm_pools_name_an_engine_with_a_pool_its_features_and_a_size() {
+        let pools = warm_pools(&[
+            "postgres=2".into(),
+            "redis=1".into(),
+            "postgres:vector,pg_trgm=1".into(),
+        ])
+        .unwrap();
+        assert_eq!(pools.len(), 3);
+        let key = PoolKey {
+            engine: engine::lookup("postgres").unwrap().name(),
+            features: BTreeSet::from(["pg_trgm".into(), "vector".into()]),
+        };
+        assert_eq!(pools[&key], 1);
+        assert!(warm_pools(&["redis=0".into()]).unwrap().is_empty());
+        for bad in [
+            "postgres",
+            "postgres=x",
+            "postgres=33",
+            "nosuch=1",
+            "mongo=1",
+        ] {
+            assert_eq!(
+                warm_pools(&[bad.into()]),
+                Err(ConfigError::WarmPool(bad.into())),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            warm_pools(&["postgres:nosuch=1".into()]),
+            Err(ConfigError::WarmPoolFeatures { .. })
+        ));
+        assert!(matches!(
+            warm_pools(&["redis=1".into(), "redis=2".into()]),
+            Err(ConfigError::WarmPoolTwice(_))
+        ));
     }
 
     #[test]

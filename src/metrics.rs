@@ -148,6 +148,9 @@ pub struct Metrics {
     reaping_paused: IntGauge,
     rows_missing: IntGauge,
     foreign_containers: IntGauge,
+    pool_size: IntGaugeVec,
+    pool_claims: IntCounterVec,
+    pool_claim_seconds: HistogramVec,
 }
 
 fn ready_buckets() -> Vec<f64> {
@@ -419,6 +422,19 @@ impl Metrics {
                 "sandboxd_foreign_containers",
                 "Containers of this deployment that belong to another state database (or predate identities and no status of this one publishes them): never torn down, healed or rotated; as of the last relist"
             )),
+            pool_size: reg!(IntGaugeVec::new(
+                Opts::new("sandboxd_pool_size", "Warm-pool containers by engine and state (ready: unclaimed and ready; creating: being started)"),
+                &["engine", "state"]
+            )),
+            pool_claims: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_pool_claims_total", "Provisions that tried the warm pool, by engine, result (hit: served by a pool container; miss: none ready, or the claim failed and the cold path ran) and kind (create, heal)"),
+                &["engine", "result", "kind"]
+            )),
+            pool_claim_seconds: reg!(HistogramVec::new(
+                HistogramOpts::new("sandboxd_pool_claim_seconds", "Seconds a successful warm-pool claim took (credentials set, renamed, on the sandbox's network, ready), by engine")
+                    .buckets(latency_buckets()),
+                &["engine"]
+            )),
             registry: registry.clone(),
         };
         for result in ["ok", "error", "lost"] {
@@ -454,6 +470,20 @@ impl Metrics {
         }
         for source in StreamSource::ALL {
             m.stream_restarts.with_label_values(&[source.as_str()]);
+        }
+        // The warm-pool panels show zeros, not nothing, while no pool runs.
+        for engine in crate::engine::REGISTRY.iter() {
+            let name = engine.name().as_str();
+            for state in ["ready", "creating"] {
+                m.pool_size.with_label_values(&[name, state]);
+            }
+            for result in ["hit", "miss"] {
+                for kind in crate::domain::pool::ClaimKind::ALL {
+                    m.pool_claims
+                        .with_label_values(&[name, result, kind.as_str()]);
+                }
+            }
+            m.pool_claim_seconds.with_label_values(&[name]);
         }
         #[cfg(target_os = "linux")]
         {
@@ -601,6 +631,35 @@ impl Metrics {
         self.container_starts
             .with_label_values(&[engine.as_str(), from])
             .inc();
+    }
+
+    /// The warm pool of `engine` holds `ready` ready containers and is
+    /// starting `creating` more.
+    pub(crate) fn pool_size(&self, engine: EngineName, ready: usize, creating: usize) {
+        self.pool_size
+            .with_label_values(&[engine.as_str(), "ready"])
+            .set(ready as i64);
+        self.pool_size
+            .with_label_values(&[engine.as_str(), "creating"])
+            .set(creating as i64);
+    }
+
+    /// One provision that tried the warm pool of `engine`.
+    pub(crate) fn pool_claim(
+        &self,
+        engine: EngineName,
+        kind: crate::domain::pool::ClaimKind,
+        took: Option<Duration>,
+    ) {
+        let result = if took.is_some() { "hit" } else { "miss" };
+        self.pool_claims
+            .with_label_values(&[engine.as_str(), result, kind.as_str()])
+            .inc();
+        if let Some(took) = took {
+            self.pool_claim_seconds
+                .with_label_values(&[engine.as_str()])
+                .observe(took.as_secs_f64());
+        }
     }
 
     /// One network created again.

@@ -531,3 +531,18 @@ async fn the_request_functions_are_not_callable_by_a_role_that_is_not_registered
         assert_eq!(sqlstate(&mallory, sql).await, "42501", "{sql}");
     }
 }
+
+#[tokio::test]
+async fn an_orchestrator_role_cannot_read_or_write_pool_claims() {
+    let env = TestEnv::new().await;
+    let (orch, _) = env.create_login_role("orchestrator").await;
+    grant(&env, "orchestrator", false).await;
+    for sql in [
+        "SELECT * FROM sandbox_pool_claims",
+        "INSERT INTO sandbox_pool_claims (container, sandbox_id, engine, generation, instance) VALUES ('c', 'x', 'postgres', 1, 't')",
+        "DELETE FROM sandbox_pool_claims",
+        "TRUNCATE sandbox_pool_claims",
+    ] {
+        assert_eq!(sqlstate(&orch, sql).await, "42501", "{sql}");
+    }
+}

@@ -1114,3 +1114,31 @@ async fn assert_no_desired_rows(pool: &sqlx::PgPool) {
         .unwrap();
     assert_eq!(count, 0);
 }
+
+#[tokio::test]
+async fn pool_claims_are_written_only_by_the_current_leader_s_term() {
+    let env = TestEnv::new().await;
+    let term = hold_lease(&env.pool).await;
+    let insert = "INSERT INTO sandbox_pool_claims (container, sandbox_id, engine, generation, instance, leader_term)
+                  VALUES ('c1', 'agent-1', 'postgres', 1, 'tok', $1)";
+    sqlx::query(insert)
+        .bind(term)
+        .execute(&env.pool)
+        .await
+        .expect("the leader records a claim");
+    let err = sqlx::query(insert)
+        .bind(term + 1)
+        .execute(&env.pool)
+        .await
+        .expect_err("another term's claim is refused");
+    assert_eq!(
+        err.as_database_error().and_then(|d| d.code()).as_deref(),
+        Some("SX001")
+    );
+    let (code, _) = refusal(
+        &env.pool,
+        "UPDATE sandbox_pool_claims SET sandbox_id = 'agent-2', leader_term = NULL",
+    )
+    .await;
+    assert_eq!(code, "SX001");
+}

@@ -7,7 +7,9 @@ use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity::StateId;
 use crate::domain::lease::{LeaseHolder, Term};
+use crate::domain::pool::{PoolClaim, PooledContainer};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
+use crate::domain::secret::Secret;
 use crate::domain::status::StatusUpdate;
 use crate::ports::runtime::{
     ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
@@ -216,6 +218,24 @@ impl Runtime for BoundedRuntime {
         runtime_call("exec", id.as_str(), self.deadlines.call, call).await
     }
 
+    async fn exec_stdin(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        stdin: &Secret,
+    ) -> Result<ExecOutput, RuntimeError> {
+        let call = self.inner.exec_stdin(id, cmd, stdin);
+        runtime_call("exec", id.as_str(), self.deadlines.call, call).await
+    }
+
+    async fn pool_containers(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        let call = self.inner.pool_containers(deployment);
+        runtime_call("list", deployment.as_str(), self.deadlines.call, call).await
+    }
+
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
         // A stream has no deadline: it is meant to stay open. The watcher
         // reconnects when it ends.
@@ -305,6 +325,20 @@ impl Store for BoundedStore {
     async fn delete_status(&self, id: &SandboxId, term: Term) -> Result<(), StoreError> {
         let call = self.inner.delete_status(id, term);
         store_call("delete status row", self.after, call).await
+    }
+
+    async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError> {
+        store_call("read pool claims", self.after, self.inner.pool_claims()).await
+    }
+
+    async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError> {
+        let call = self.inner.record_claim(claim, term);
+        store_call("record a pool claim", self.after, call).await
+    }
+
+    async fn delete_claim(&self, container: &ContainerId, term: Term) -> Result<(), StoreError> {
+        let call = self.inner.delete_claim(container, term);
+        store_call("delete a pool claim", self.after, call).await
     }
 
     async fn acquire_lease(

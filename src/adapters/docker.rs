@@ -8,6 +8,7 @@ use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
 use crate::domain::limits::Limits;
 use crate::domain::network::Ipv4Net;
+use crate::domain::pool::{self, PooledContainer};
 use crate::domain::secret::Secret;
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
@@ -434,6 +435,71 @@ impl DockerRuntime {
         Ok(())
     }
 
+    /// Runs `cmd` in the container; `stdin`, when given, is written to the
+    /// command's standard input and closed.
+    async fn run_exec(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        env: Vec<String>,
+        stdin: Option<&Secret>,
+    ) -> Result<ExecOutput, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Exec);
+        let created = self
+            .docker
+            .create_exec(
+                id.as_str(),
+                CreateExecOptions {
+                    cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+                    env: Some(env),
+                    attach_stdin: Some(stdin.is_some()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(api("exec", id.as_str()))?;
+        let mut output = String::new();
+        if let StartExecResults::Attached {
+            output: mut stream,
+            mut input,
+        } = self
+            .docker
+            .start_exec(&created.id, None::<StartExecOptions>)
+            .await
+            .map_err(api("exec", id.as_str()))?
+        {
+            if let Some(secret) = stdin {
+                let io = |e: std::io::Error| RuntimeError::Api {
+                    op: "write the exec's standard input in",
+                    target: id.as_str().to_owned(),
+                    source: Box::new(e),
+                };
+                input
+                    .write_all(secret.expose().as_bytes())
+                    .await
+                    .map_err(io)?;
+                input.flush().await.map_err(io)?;
+                input.shutdown().await.map_err(io)?;
+            }
+            drop(input);
+            while let Some(Ok(chunk)) =
+                next_within(&mut stream, self.stream_timeout, "exec", id.as_str()).await?
+            {
+                output.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            }
+        }
+        let exit_code = self
+            .docker
+            .inspect_exec(&created.id)
+            .await
+            .map_err(api("exec inspect", id.as_str()))?
+            .exit_code
+            .unwrap_or(-1);
+        Ok(ExecOutput { exit_code, output })
+    }
+
     /// Stops and removes a container by id or name; a missing one is success.
     async fn remove_any(
         &self,
@@ -498,6 +564,50 @@ fn observed(
         state,
         created: Utc.timestamp_opt(summary.created?, 0).single()?,
         host_port,
+    })
+}
+
+/// A listed warm-pool container of `deployment`, if its labels say so.
+fn pooled(
+    summary: bollard::models::ContainerSummary,
+    deployment: &Deployment,
+) -> Option<PooledContainer> {
+    let map = summary.labels.as_ref()?;
+    if map.get(pool::POOL).map(String::as_str) != Some("1") || !labels::belongs_to(map, deployment)
+    {
+        return None;
+    }
+    let state = match summary.state? {
+        ContainerSummaryStateEnum::CREATED => ContainerState::Created,
+        ContainerSummaryStateEnum::RUNNING
+        | ContainerSummaryStateEnum::PAUSED
+        | ContainerSummaryStateEnum::RESTARTING => ContainerState::Running,
+        ContainerSummaryStateEnum::REMOVING => ContainerState::Removing,
+        _ => ContainerState::Exited,
+    };
+    Some(PooledContainer {
+        deployment: deployment.clone(),
+        engine: map.get(labels::ENGINE)?.clone(),
+        features: map
+            .get(labels::FEATURES)
+            .map(|f| {
+                f.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        state_id: map.get(labels::STATE_ID).cloned(),
+        instance: map.get(labels::INSTANCE).cloned().unwrap_or_default(),
+        host_port: summary
+            .ports
+            .unwrap_or_default()
+            .iter()
+            .find_map(|p| p.public_port),
+        id: ContainerId::new(summary.id?),
+        name: summary.names?.first()?.trim_start_matches('/').to_owned(),
+        state,
+        created: Utc.timestamp_opt(summary.created?, 0).single()?,
     })
 }
 
@@ -1027,44 +1137,44 @@ impl Runtime for DockerRuntime {
         cmd: &[&str],
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Exec);
-        let created = self
+        self.run_exec(id, cmd, env, None).await
+    }
+
+    async fn exec_stdin(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        stdin: &Secret,
+    ) -> Result<ExecOutput, RuntimeError> {
+        self.run_exec(id, cmd, Vec::new(), Some(stdin)).await
+    }
+
+    async fn pool_containers(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::List);
+        let filters = HashMap::from([(
+            "label",
+            vec![
+                format!("{}={}", labels::MANAGED_BY, labels::MANAGER),
+                labels::deployment_filter(deployment),
+                format!("{}=1", pool::POOL),
+            ],
+        )]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let summaries = self
             .docker
-            .create_exec(
-                id.as_str(),
-                CreateExecOptions {
-                    cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
-                    env: Some(env),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    ..Default::default()
-                },
-            )
+            .list_containers(Some(options))
             .await
-            .map_err(api("exec", id.as_str()))?;
-        let mut output = String::new();
-        if let StartExecResults::Attached {
-            output: mut stream, ..
-        } = self
-            .docker
-            .start_exec(&created.id, None::<StartExecOptions>)
-            .await
-            .map_err(api("exec", id.as_str()))?
-        {
-            while let Some(Ok(chunk)) =
-                next_within(&mut stream, self.stream_timeout, "exec", id.as_str()).await?
-            {
-                output.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
-            }
-        }
-        let exit_code = self
-            .docker
-            .inspect_exec(&created.id)
-            .await
-            .map_err(api("exec inspect", id.as_str()))?
-            .exit_code
-            .unwrap_or(-1);
-        Ok(ExecOutput { exit_code, output })
+            .map_err(api("list", deployment.as_str()))?;
+        Ok(summaries
+            .into_iter()
+            .filter_map(|s| pooled(s, deployment))
+            .collect())
     }
 
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {

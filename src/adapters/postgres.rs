@@ -10,9 +10,10 @@
 //! read or panicking in a decoder.
 
 use crate::domain::breaker::ReapingState;
-use crate::domain::id::{EngineName, SandboxId};
+use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
+use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};
@@ -827,6 +828,86 @@ impl Store for PgStore {
         .fetch_one(&self.pool)
         .await
         .map_err(query("delete status row"))?;
+        if valid {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced { term })
+        }
+    }
+
+    async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT container, sandbox_id, engine, generation, incarnation, owner, features, instance
+               FROM sandbox_pool_claims ORDER BY container",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query("read pool claims"))?;
+        rows.iter()
+            .map(|r| {
+                let container: String = r.get("container");
+                let raw: String = r.get("sandbox_id");
+                let sandbox = SandboxId::parse(&raw).map_err(|e| StoreError::Malformed {
+                    table: "sandbox_pool_claims",
+                    id: container.clone(),
+                    reason: e.to_string(),
+                })?;
+                let features: Vec<String> = r.get("features");
+                Ok(PoolClaim {
+                    container: ContainerId::new(container),
+                    sandbox,
+                    engine: r.get("engine"),
+                    generation: r.get("generation"),
+                    incarnation: r.get("incarnation"),
+                    owner: r.get("owner"),
+                    features: features.into_iter().collect(),
+                    instance: r.get("instance"),
+                })
+            })
+            .collect()
+    }
+
+    async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError> {
+        let features: Vec<&str> = claim.features.iter().map(String::as_str).collect();
+        sqlx::query(
+            "INSERT INTO sandbox_pool_claims
+                 (container, sandbox_id, engine, generation, incarnation, owner, features, instance, leader_term)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (container) DO UPDATE
+                 SET sandbox_id = EXCLUDED.sandbox_id, engine = EXCLUDED.engine,
+                     generation = EXCLUDED.generation, incarnation = EXCLUDED.incarnation,
+                     owner = EXCLUDED.owner, features = EXCLUDED.features,
+                     instance = EXCLUDED.instance, claimed_at = now(),
+                     leader_term = EXCLUDED.leader_term",
+        )
+        .bind(claim.container.as_str())
+        .bind(claim.sandbox.as_str())
+        .bind(&claim.engine)
+        .bind(claim.generation)
+        .bind(&claim.incarnation)
+        .bind(&claim.owner)
+        .bind(&features)
+        .bind(&claim.instance)
+        .bind(term.0)
+        .execute(&self.pool)
+        .await
+        .map_err(fenced(term, "record a pool claim"))?;
+        Ok(())
+    }
+
+    async fn delete_claim(&self, container: &ContainerId, term: Term) -> Result<(), StoreError> {
+        // As delete_status: a delete fires no row trigger that could see
+        // the term, so the statement checks the lease itself.
+        let valid: bool = sqlx::query_scalar(
+            "WITH lease AS (SELECT sandbox_lease_valid($2) AS valid),
+                  gone AS (DELETE FROM sandbox_pool_claims WHERE container = $1 AND (SELECT valid FROM lease))
+             SELECT valid FROM lease",
+        )
+        .bind(container.as_str())
+        .bind(term.0)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query("delete a pool claim"))?;
         if valid {
             Ok(())
         } else {

@@ -12,6 +12,8 @@
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::lease::Term;
+use crate::domain::pool::PooledContainer;
+use crate::domain::secret::Secret;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
     ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
@@ -296,6 +298,24 @@ impl Runtime for FencedRuntime {
         // Setting up users and databases inside an engine changes it.
         self.fenced("exec", id.as_str(), self.inner.exec(id, cmd, env))
             .await
+    }
+
+    async fn exec_stdin(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        stdin: &Secret,
+    ) -> Result<ExecOutput, RuntimeError> {
+        // Setting a claimed container's credentials changes it.
+        self.fenced("exec", id.as_str(), self.inner.exec_stdin(id, cmd, stdin))
+            .await
+    }
+
+    async fn pool_containers(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        self.inner.pool_containers(deployment).await
     }
 
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {

@@ -10,6 +10,7 @@ mod heal_loop;
 mod image;
 mod leader;
 pub mod network;
+mod pool;
 mod probes;
 pub mod provision;
 mod reconcile;
@@ -112,6 +113,8 @@ pub(crate) struct Context {
     pub(crate) images: Arc<image::Fetches>,
     /// Pre-initialised templates.
     pub(crate) templates: template::Templates,
+    /// The warm pool (empty unless configured).
+    pub(crate) pool: pool::Pool,
 }
 
 impl Context {
@@ -242,6 +245,7 @@ impl Controller {
                 foreign: Foreign::default(),
                 images,
                 templates: template::Templates::default(),
+                pool: pool::Pool::default(),
             }),
             queue,
             readiness: Readiness::default(),
@@ -342,7 +346,8 @@ impl Controller {
                 ctx.config.deployment.clone(),
                 self.known.clone(),
                 ctx.metrics.clone(),
-            ),
+            )
+            .with_claims(ctx.pool.index.clone()),
             None,
             ctx.metrics.clone(),
             sink.clone(),
@@ -368,6 +373,21 @@ impl Controller {
         // until they load (a state database that is locked or restarting
         // must not end the controller): not ready meanwhile.
         let mut shutdown = std::pin::pin!(shutdown);
+        // The warm pool of this term starts from what it lists (before the
+        // initial lists, which then see claimed containers as their
+        // sandboxes').
+        while let Err(e) = pool::start_term(&ctx).await {
+            tracing::warn!(error = %e, "reading the warm pool failed; retrying");
+            tokio::select! {
+                () = &mut shutdown => {
+                    docker_watch.abort();
+                    network_watch.abort();
+                    pg_watch.abort();
+                    return Ok(());
+                }
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
         let mut delay = Duration::from_millis(200);
         while let Err(e) =
             relist::relist(&ctx, &self.queue, &self.known, false, relist::Enqueue::Hint).await
@@ -400,6 +420,8 @@ impl Controller {
             self.relist_now.clone(),
         ));
 
+        let refill = tokio::spawn(pool::refill_loop(ctx.clone(), self.queue.clone()));
+
         let handler_ctx = ctx.clone();
         let handler = move |id: SandboxId| {
             let ctx = handler_ctx.clone();
@@ -424,6 +446,7 @@ impl Controller {
         network_watch.abort();
         pg_watch.abort();
         relister.abort();
+        refill.abort();
         if abandoned > 0 {
             tracing::warn!(
                 abandoned,

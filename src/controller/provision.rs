@@ -114,7 +114,7 @@ impl ProvisionError {
 }
 
 /// A fresh credential-set token (see [`crate::domain::labels::INSTANCE`]).
-fn new_instance() -> String {
+pub(crate) fn new_instance() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 16)
 }
 
@@ -338,6 +338,11 @@ async fn create(
     for id in &p.replace {
         runtime.remove(id, config.stop_timeout).await?;
     }
+    // A ready warm-pool container of this engine and feature set, if there
+    // is one (the cold path below otherwise).
+    if let Some(claimed) = super::pool::claim(ctx, desired, engine, p, &credentials, &image).await {
+        return Ok(claimed);
+    }
 
     let placement = network::placement(config, &desired.id, p.engine);
     let mut build = placement.clone();
@@ -405,26 +410,16 @@ async fn create(
                 "cold"
             };
             ctx.metrics.container_started(p.engine, from);
-            let host = placement.host;
-            let port = engine.port();
-            let status = ServiceStatus {
-                url: engine.url(&host, port, &credentials),
-                env: engine::env_vars(engine, &config.env_prefix, &host, port, &credentials),
-                host,
-                port,
+            let status = ready_status(
+                ctx,
+                engine,
+                p,
+                placement.host,
                 host_port,
-                user: credentials.user,
-                password: credentials.password,
-                database: credentials.database,
-                available_extensions: available,
+                credentials,
+                available,
                 instance,
-                ready_at: Some(ctx.clock.now()),
-                heals: match (&p.reuse, p.reason) {
-                    (Some(s), ProvisionReason::Heal) => s.heals.saturating_add(1),
-                    (Some(s), _) => s.heals,
-                    (None, _) => 0,
-                },
-            };
+            );
             Ok((id, status))
         }
         Err(e) => {
@@ -445,7 +440,41 @@ fn forget_template(ctx: &Context, spec: &ContainerSpec) {
     }
 }
 
-async fn bring_up(
+/// The status of a container of `engine` that is ready, reached by
+/// `host` on the sandbox's network and `host_port` on the host.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ready_status(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    p: &Provision,
+    host: String,
+    host_port: u16,
+    credentials: Credentials,
+    available: Vec<String>,
+    instance: String,
+) -> ServiceStatus {
+    let port = engine.port();
+    ServiceStatus {
+        url: engine.url(&host, port, &credentials),
+        env: engine::env_vars(engine, &ctx.config.env_prefix, &host, port, &credentials),
+        host,
+        port,
+        host_port,
+        user: credentials.user,
+        password: credentials.password,
+        database: credentials.database,
+        available_extensions: available,
+        instance,
+        ready_at: Some(ctx.clock.now()),
+        heals: match (&p.reuse, p.reason) {
+            (Some(s), ProvisionReason::Heal) => s.heals.saturating_add(1),
+            (Some(s), _) => s.heals,
+            (None, _) => 0,
+        },
+    }
+}
+
+pub(crate) async fn bring_up(
     ctx: &Context,
     engine: &'static dyn Engine,
     id: &ContainerId,

@@ -76,7 +76,17 @@ pub(crate) async fn bounded(ctx: &Context, id: &SandboxId) -> Result<Next, Recon
 pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
     let state = ctx.state_id().await?;
     let desired = ctx.store.fetch_desired(id).await?;
-    let observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
+    let mut observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
+    // Claimed warm-pool containers carry no sandbox label: their claims
+    // say whose they are.
+    observed.extend(
+        super::pool::observed_of(ctx, id)
+            .await
+            .map_err(|e| match e {
+                super::ControllerError::Store(e) => ReconcileError::Store(e),
+                super::ControllerError::Runtime(e) => ReconcileError::Runtime(e),
+            })?,
+    );
     let previous = ctx.store.fetch_status(id).await?;
     // Another state database's containers are not this one's to touch:
     // left out of the plan (relists count and report them).

@@ -40,7 +40,11 @@ pub(crate) async fn relist(
     let state = ctx.state_id().await?;
     let desired: BTreeSet<String> = ctx.store.desired_ids().await?.into_iter().collect();
     let mut ids = desired.clone();
-    let containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
+    let mut containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
+    // Claimed warm-pool containers are their sandboxes'; unclaimed ones
+    // are nobody's (never reaped, healed or counted as orphans).
+    let pooled = super::pool::relisted(ctx).await?;
+    containers.extend(pooled.claimed);
     ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
     // A network whose sandbox is gone is removed by that sandbox's reconcile.
     let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
@@ -52,7 +56,14 @@ pub(crate) async fn relist(
             .chain(&volumes)
             .filter_map(|n| Some(n.sandbox.as_ref()?.to_string())),
     );
-    let listed: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();
+    let mut listed: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();
+    // Unclaimed pool containers' events are recorded too.
+    listed.extend(
+        pooled
+            .states
+            .into_iter()
+            .filter(|(id, _)| !containers.iter().any(|c| &c.id == id)),
+    );
     let drift = known.reconcile_with(&listed);
     let drift = if count_drift { drift } else { 0 };
     if drift > 0 {

@@ -16,6 +16,7 @@ pub mod lease;
 pub mod limits;
 pub mod network;
 pub mod plan;
+pub mod pool;
 pub mod sandbox;
 pub mod secret;
 pub mod status;

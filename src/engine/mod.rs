@@ -79,6 +79,17 @@ impl fmt::Debug for Registry {
     }
 }
 
+/// A command that sets a claimant's credentials in a warm-pool container.
+#[derive(Debug, Clone)]
+pub struct ClaimCommand {
+    /// The command (never a secret).
+    pub cmd: Vec<String>,
+    /// Its standard input (the secrets), closed after.
+    pub stdin: Secret,
+    /// Whether its output says it worked (some clients exit 0 on errors).
+    pub succeeded: fn(&ExecOutput) -> bool,
+}
+
 /// Failures while probing an engine or checking its features.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -213,6 +224,18 @@ pub trait Engine: Send + Sync + 'static {
     /// replaces the entrypoint ([`Engine::entrypoint`]).
     fn image_label(&self) -> Option<&'static str> {
         Some(SANDBOX_MODE_LABEL)
+    }
+    /// Arguments a warm-pool container gets after
+    /// [`Engine::container_args`]: what [`Engine::claim`] needs to set a
+    /// claimant's credentials later (never a credential itself).
+    fn pool_args(&self, _pool: &Credentials) -> Vec<String> {
+        Vec::new()
+    }
+    /// How a ready warm-pool container started with `pool`'s credentials is
+    /// given `claimant`'s instead: a command run inside it and what it reads
+    /// on standard input (the secrets). `None`: this engine has no pool.
+    fn claim(&self, _pool: &Credentials, _claimant: &Credentials) -> Option<ClaimCommand> {
+        None
     }
     /// What the container reads on its standard input, then EOF: its
     /// secrets as `KEY=VALUE` lines (the images' "sandbox mode").

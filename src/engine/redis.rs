@@ -14,6 +14,7 @@ use crate::domain::secret::Secret;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
+use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ pub struct Resp {
     features: &'static [&'static str],
     /// The modules its images ship.
     modules: &'static [Module],
+    /// The command-line client its images ship (run at a pool claim).
+    cli: &'static str,
 }
 
 /// Redis, with the search, JSON and bloom modules.
@@ -38,6 +41,7 @@ pub static REDIS: Resp = Resp {
     features_image: "sandboxd/redis:8",
     features: &["search", "json", "bloom"],
     modules: MODULES,
+    cli: "redis-cli",
 };
 
 /// Valkey, with the same modules as Redis.
@@ -48,7 +52,12 @@ pub static VALKEY: Resp = Resp {
     features_image: "sandboxd/valkey:8",
     features: &["search", "json", "bloom"],
     modules: MODULES,
+    cli: "valkey-cli",
 };
+
+/// The ACL user a warm-pool container gets besides `default`, with the
+/// rights to change `default`'s password at a claim; the claim deletes it.
+const POOL_ADMIN: &str = "sandboxd-pool";
 
 /// Where sandboxd's images keep module files (Debian's packages do).
 const MODULE_DIR: &str = "/usr/lib/redis/modules";
@@ -210,6 +219,34 @@ impl Engine for Resp {
     }
     fn container_args(&self, features: &BTreeSet<String>, _persistent: bool) -> Vec<String> {
         self.module_args(features)
+    }
+    fn pool_args(&self, pool: &Credentials) -> Vec<String> {
+        // A second ACL user that may change `default`'s password, known by
+        // the SHA-256 of the pool password only (never the password).
+        let hash = Sha256::digest(pool.password.expose().as_bytes());
+        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+        ["--user", POOL_ADMIN, "on", &format!("#{hex}"), "+@all"]
+            .map(String::from)
+            .to_vec()
+    }
+    fn claim(&self, pool: &Credentials, claimant: &Credentials) -> Option<super::ClaimCommand> {
+        // The client reads the commands (and so the passwords) from
+        // standard input; the pool's admin user is deleted, so the pool
+        // password opens nothing afterwards.
+        let commands = format!(
+            "AUTH {POOL_ADMIN} {pool}\nACL SETUSER default resetpass >{new}\nACL DELUSER {POOL_ADMIN}\n",
+            pool = pool.password.expose(),
+            new = claimant.password.expose(),
+        );
+        Some(super::ClaimCommand {
+            cmd: vec![self.cli.to_owned()],
+            stdin: Secret::new(commands),
+            // Errors are answers, not exit codes: OK, OK, 1.
+            succeeded: |out| {
+                out.exit_code == 0
+                    && out.output.split_whitespace().collect::<Vec<_>>() == ["OK", "OK", "1"]
+            },
+        })
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         format!(

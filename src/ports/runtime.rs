@@ -6,6 +6,7 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::labels;
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
+use crate::domain::pool::PooledContainer;
 use crate::domain::secret::Secret;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -397,6 +398,21 @@ pub trait Runtime: Send + Sync + 'static {
         cmd: &[&str],
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError>;
+    /// Runs `cmd` inside the container with `stdin` written to its standard
+    /// input and then closed: the only way a secret reaches a command run
+    /// in a container (never its arguments or environment).
+    async fn exec_stdin(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        stdin: &Secret,
+    ) -> Result<ExecOutput, RuntimeError>;
+    /// The warm-pool containers of `deployment` (label
+    /// [`crate::domain::pool::POOL`]), claimed or not, stopped ones included.
+    async fn pool_containers(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError>;
     /// Container events of `deployment`, replayed from `since` (seconds
     /// since the epoch) as far as the runtime still has them.
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream;

@@ -3,9 +3,10 @@
 
 use super::BoxError;
 use crate::domain::breaker::ReapingState;
-use crate::domain::id::SandboxId;
+use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::identity::StateId;
 use crate::domain::lease::{LeaseHolder, Term};
+use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use async_trait::async_trait;
@@ -129,6 +130,13 @@ pub trait Store: Send + Sync + 'static {
     async fn release_lease(&self, holder: &str, term: Term) -> Result<(), StoreError>;
     /// Who holds the lease, if anyone ever did.
     async fn lease(&self) -> Result<Option<LeaseHolder>, StoreError>;
+    /// Every recorded claim of a warm-pool container.
+    async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError>;
+    /// Records a claim as the leader of `term` (fenced like
+    /// [`Store::write_status`]), before the container is changed.
+    async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError>;
+    /// Deletes the claim of `container` (it was removed), fenced.
+    async fn delete_claim(&self, container: &ContainerId, term: Term) -> Result<(), StoreError>;
     /// Subscribes to changes of desired rows. Subscribed once this returns.
     async fn watch_desired(&self) -> Result<NotifyStream, StoreError>;
 }

@@ -315,6 +315,13 @@ where
         self.lock().waiting.len()
     }
 
+    /// Number of keys due now and waiting for a worker (not those
+    /// scheduled for later): background work that must not starve
+    /// requests waits while this is not zero.
+    pub fn due(&self) -> usize {
+        self.lock().ready.len()
+    }
+
     /// Whether no key is waiting to run.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {

@@ -6,6 +6,8 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
 use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
+use crate::domain::pool::PooledContainer;
+use crate::domain::secret::Secret;
 use crate::ports::runtime::{
     ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
     Runtime, RuntimeError, RuntimeEvent, TemplateJob,
@@ -694,6 +696,23 @@ impl Runtime for FakeRuntime {
             exit_code: if running { 0 } else { 1 },
             output: String::new(),
         })
+    }
+
+    async fn exec_stdin(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        _stdin: &Secret,
+    ) -> Result<ExecOutput, RuntimeError> {
+        self.exec(id, cmd, Vec::new()).await
+    }
+
+    async fn pool_containers(
+        &self,
+        _deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        // The fake creates sandbox containers only.
+        Ok(Vec::new())
     }
 
     fn events(&self, _deployment: &Deployment, _since: Option<i64>) -> EventStream {

@@ -2,9 +2,10 @@
 
 use super::Faults;
 use crate::domain::breaker::ReapingState;
-use crate::domain::id::SandboxId;
+use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
+use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
 use crate::domain::status::StatusUpdate;
 use crate::ports::store::{NotifyStream, Store, StoreError};
@@ -41,6 +42,8 @@ struct Tables {
     reaping: ReapingState,
     /// Tombstones of rows deleted one by one.
     released: std::collections::BTreeSet<String>,
+    /// Claimed warm-pool containers.
+    claims: BTreeMap<ContainerId, PoolClaim>,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -312,6 +315,31 @@ impl Store for FakeStore {
         let mut t = self.tables.lock().unwrap();
         t.fenced(term)?;
         t.status.remove(id);
+        Ok(())
+    }
+
+    async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError> {
+        Ok(self
+            .tables
+            .lock()
+            .unwrap()
+            .claims
+            .values()
+            .cloned()
+            .collect())
+    }
+
+    async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError> {
+        let mut t = self.tables.lock().unwrap();
+        t.fenced(term)?;
+        t.claims.insert(claim.container.clone(), claim.clone());
+        Ok(())
+    }
+
+    async fn delete_claim(&self, container: &ContainerId, term: Term) -> Result<(), StoreError> {
+        let mut t = self.tables.lock().unwrap();
+        t.fenced(term)?;
+        t.claims.remove(container);
         Ok(())
     }
 

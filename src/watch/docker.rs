@@ -8,6 +8,7 @@ use super::follow::Subscription;
 use super::{KnownContainers, Sink};
 use crate::domain::id::Deployment;
 use crate::domain::network::sandbox_of_network;
+use crate::domain::pool::ClaimIndex;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError, RuntimeEvent};
 use crate::ports::StreamSource;
@@ -31,6 +32,8 @@ pub(crate) struct DockerEvents {
     metrics: Arc<Metrics>,
     /// Time of the last event, so a reconnect replays what Docker kept.
     since: Option<i64>,
+    /// Claimed warm-pool containers: their labels name no sandbox.
+    claims: Option<Arc<ClaimIndex>>,
 }
 
 impl DockerEvents {
@@ -47,7 +50,14 @@ impl DockerEvents {
             known,
             metrics,
             since: None,
+            claims: None,
         }
+    }
+
+    /// Also wakes the sandbox a claimed warm-pool container serves.
+    pub(crate) fn with_claims(mut self, claims: Arc<ClaimIndex>) -> Self {
+        self.claims = Some(claims);
+        self
     }
 }
 
@@ -69,7 +79,12 @@ impl Subscription for DockerEvents {
         }
         self.metrics.docker_event(event.action);
         self.known.record(&event.container, event.action);
-        if let Some(sandbox) = event.sandbox {
+        let sandbox = event.sandbox.or_else(|| {
+            self.claims
+                .as_ref()
+                .and_then(|c| c.sandbox_of(&event.container))
+        });
+        if let Some(sandbox) = sandbox {
             tracing::debug!(sandbox = %sandbox, action = %event.action, "docker event");
             if event.action.settles_late() {
                 for after in SETTLE {

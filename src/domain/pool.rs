@@ -1,0 +1,266 @@
+//! The warm pool's pure parts: what a pool container is, how many a refill
+//! may start, whether a provision may claim one, and which sandbox a
+//! claimed pool container serves (Docker labels cannot change, so a claim
+//! is recorded in the state database and read back from there).
+
+use super::container::{ContainerState, ObservedContainer};
+use super::id::{ContainerId, Deployment, EngineName, SandboxId};
+use super::labels::ContainerLabels;
+use super::plan::ProvisionReason;
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+/// Marks a warm-pool container (value `1`). Pool containers carry no
+/// sandbox label, so everything that reads sandbox containers skips them.
+pub const POOL: &str = "io.sandboxd.pool";
+
+/// One pool: an engine and a feature set.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    /// The engine.
+    pub engine: EngineName,
+    /// Its features, sorted.
+    pub features: BTreeSet<String>,
+}
+
+impl std::fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.engine.as_str())?;
+        if !self.features.is_empty() {
+            let features: Vec<&str> = self.features.iter().map(String::as_str).collect();
+            write!(f, ":{}", features.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+/// A pool container as the runtime lists it.
+#[derive(Debug, Clone)]
+pub struct PooledContainer {
+    /// Container id.
+    pub id: ContainerId,
+    /// Container name (changes when it is claimed).
+    pub name: String,
+    /// Its deployment.
+    pub deployment: Deployment,
+    /// Engine name, from its labels.
+    pub engine: String,
+    /// Features enabled in it, from its labels.
+    pub features: BTreeSet<String>,
+    /// The state database identity that created it.
+    pub state_id: Option<String>,
+    /// The token naming the pool container (its labels'; a claim gets a new one).
+    pub instance: String,
+    /// Its state.
+    pub state: ContainerState,
+    /// When the runtime created it.
+    pub created: DateTime<Utc>,
+    /// Its loopback host port.
+    pub host_port: Option<u16>,
+}
+
+/// A claimed pool container: the sandbox it serves now (recorded in the
+/// state database before the container was changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolClaim {
+    /// The container.
+    pub container: ContainerId,
+    /// The sandbox that claimed it.
+    pub sandbox: SandboxId,
+    /// Engine name.
+    pub engine: String,
+    /// The row's generation at the claim.
+    pub generation: i64,
+    /// The row's incarnation.
+    pub incarnation: Option<String>,
+    /// The row's owner.
+    pub owner: String,
+    /// Features enabled in the container.
+    pub features: BTreeSet<String>,
+    /// The new instance token (published once the claim finished).
+    pub instance: String,
+}
+
+impl PoolClaim {
+    /// The claimed container as the planner sees a sandbox container: the
+    /// labels it would carry had it been created for the sandbox.
+    pub fn observed(&self, listed: &PooledContainer) -> ObservedContainer {
+        ObservedContainer {
+            id: listed.id.clone(),
+            name: listed.name.clone(),
+            labels: ContainerLabels {
+                deployment: listed.deployment.clone(),
+                sandbox: self.sandbox.clone(),
+                owner: self.owner.clone(),
+                engine: self.engine.clone(),
+                generation: self.generation,
+                features: self.features.clone(),
+                instance: self.instance.clone(),
+                state_id: listed.state_id.clone(),
+                incarnation: self.incarnation.clone(),
+            },
+            state: listed.state,
+            created: listed.created,
+            host_port: listed.host_port,
+        }
+    }
+}
+
+/// Which kind of provision claims from the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimKind {
+    /// A new sandbox (or a replacement): fresh credentials.
+    Create,
+    /// A heal: the sandbox's existing credentials.
+    Heal,
+}
+
+impl ClaimKind {
+    /// Every kind, for metrics.
+    pub const ALL: [ClaimKind; 2] = [ClaimKind::Create, ClaimKind::Heal];
+
+    /// Label value for metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimKind::Create => "create",
+            ClaimKind::Heal => "heal",
+        }
+    }
+}
+
+/// Whether a provision may claim from the pool, and as which kind: creates,
+/// replacements and heals may; a rotation (it builds next to the running
+/// container and switches) and a persistent sandbox (its data lives on a
+/// volume a pool container does not have) never do.
+pub fn claim_kind(reason: ProvisionReason, persistent: bool, rotating: bool) -> Option<ClaimKind> {
+    if persistent || rotating {
+        return None;
+    }
+    match reason {
+        ProvisionReason::Create | ProvisionReason::Replace => Some(ClaimKind::Create),
+        ProvisionReason::Heal => Some(ClaimKind::Heal),
+        ProvisionReason::Rotate => None,
+    }
+}
+
+/// How many pool containers a refill starts now: up to `size` counting
+/// those `ready` and those being `creating`, and at most `at_once` being
+/// created at a time; none while `busy` (requests wait for a worker).
+pub fn to_start(size: usize, ready: usize, creating: usize, at_once: usize, busy: bool) -> usize {
+    if busy {
+        return 0;
+    }
+    let missing = size.saturating_sub(ready + creating);
+    missing.min(at_once.saturating_sub(creating))
+}
+
+/// Which sandbox each claimed pool container serves, for the event
+/// watcher (a pool container's events carry no sandbox label).
+#[derive(Debug, Default)]
+pub struct ClaimIndex(Mutex<HashMap<ContainerId, SandboxId>>);
+
+impl ClaimIndex {
+    /// Records that `container` serves `sandbox`.
+    pub fn insert(&self, container: ContainerId, sandbox: SandboxId) {
+        self.0.lock().unwrap().insert(container, sandbox);
+    }
+    /// Forgets `container`.
+    pub fn remove(&self, container: &ContainerId) {
+        self.0.lock().unwrap().remove(container);
+    }
+    /// Replaces everything (a new term reads the claims back).
+    pub fn replace(&self, claims: &[PoolClaim]) {
+        let mut map = self.0.lock().unwrap();
+        map.clear();
+        map.extend(
+            claims
+                .iter()
+                .map(|c| (c.container.clone(), c.sandbox.clone())),
+        );
+    }
+    /// The sandbox `container` serves, if it is a claimed pool container.
+    pub fn sandbox_of(&self, container: &ContainerId) -> Option<SandboxId> {
+        self.0.lock().unwrap().get(container).cloned()
+    }
+    /// Whether any claimed container serves `sandbox`.
+    pub fn serves(&self, sandbox: &SandboxId) -> bool {
+        self.0.lock().unwrap().values().any(|s| s == sandbox)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refill_never_goes_above_the_size_counting_containers_being_created() {
+        assert_eq!(to_start(2, 0, 0, 2, false), 2);
+        assert_eq!(to_start(2, 1, 0, 2, false), 1);
+        assert_eq!(to_start(2, 1, 1, 2, false), 0);
+        assert_eq!(to_start(2, 2, 0, 2, false), 0);
+        assert_eq!(to_start(2, 3, 0, 2, false), 0);
+        assert_eq!(to_start(1, 0, 1, 2, false), 0);
+    }
+
+    #[test]
+    fn a_refill_starts_at_most_a_few_at_a_time() {
+        assert_eq!(to_start(10, 0, 0, 2, false), 2);
+        assert_eq!(to_start(10, 0, 1, 2, false), 1);
+        assert_eq!(to_start(10, 0, 2, 2, false), 0);
+    }
+
+    #[test]
+    fn a_refill_waits_while_requests_wait_for_a_worker() {
+        assert_eq!(to_start(2, 0, 0, 2, true), 0);
+    }
+
+    #[test]
+    fn creates_and_heals_claim_but_rotations_and_persistent_sandboxes_never_do() {
+        use ProvisionReason::*;
+        assert_eq!(claim_kind(Create, false, false), Some(ClaimKind::Create));
+        assert_eq!(claim_kind(Replace, false, false), Some(ClaimKind::Create));
+        assert_eq!(claim_kind(Heal, false, false), Some(ClaimKind::Heal));
+        assert_eq!(claim_kind(Rotate, false, false), None);
+        assert_eq!(claim_kind(Create, true, false), None);
+        assert_eq!(claim_kind(Heal, true, false), None);
+        assert_eq!(claim_kind(Create, false, true), None);
+    }
+
+    #[test]
+    fn a_claimed_container_is_seen_as_its_sandbox_s() {
+        let listed = PooledContainer {
+            id: ContainerId::new("c1"),
+            name: "sandboxd.prod.agent-1.postgres".into(),
+            deployment: Deployment::parse("prod").unwrap(),
+            engine: "postgres".into(),
+            features: BTreeSet::new(),
+            state_id: Some("s".into()),
+            instance: "pool".into(),
+            state: ContainerState::Running,
+            created: Utc::now(),
+            host_port: Some(5000),
+        };
+        let claim = PoolClaim {
+            container: listed.id.clone(),
+            sandbox: SandboxId::parse("agent-1").unwrap(),
+            engine: "postgres".into(),
+            generation: 3,
+            incarnation: Some("i".into()),
+            owner: "ci".into(),
+            features: BTreeSet::new(),
+            instance: "claimed".into(),
+        };
+        let seen = claim.observed(&listed);
+        assert_eq!(seen.labels.sandbox.as_str(), "agent-1");
+        assert_eq!(seen.labels.instance, "claimed");
+        assert_eq!(seen.labels.generation, 3);
+        assert_eq!(seen.labels.state_id.as_deref(), Some("s"));
+        let index = ClaimIndex::default();
+        index.replace(std::slice::from_ref(&claim));
+        assert_eq!(index.sandbox_of(&listed.id), Some(claim.sandbox.clone()));
+        assert!(index.serves(&claim.sandbox));
+        index.remove(&listed.id);
+        assert_eq!(index.sandbox_of(&listed.id), None);
+    }
+}
