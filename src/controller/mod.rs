@@ -4,6 +4,7 @@
 mod breaker;
 mod crash_loops;
 mod fence;
+mod fleet;
 mod foreign;
 mod gone;
 mod heal_loop;
@@ -25,6 +26,7 @@ pub use self::rotation::SwitchError;
 use self::breaker::ReapBreaker;
 use self::crash_loops::CrashLoops;
 use self::fence::FencedRuntime;
+use self::fleet::FleetPhases;
 use self::foreign::Foreign;
 use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
@@ -109,6 +111,8 @@ pub(crate) struct Context {
     pub(crate) foreign: Foreign,
     /// Absent images being pulled or built in the background.
     pub(crate) images: Arc<image::Fetches>,
+    /// Each sandbox's last published phase, for the fleet gauges.
+    pub(crate) phases: FleetPhases,
 }
 
 impl Context {
@@ -237,6 +241,7 @@ impl Controller {
                 state: tokio::sync::OnceCell::new(),
                 foreign: Foreign::default(),
                 images,
+                phases: FleetPhases::default(),
             }),
             queue,
             readiness: Readiness::default(),
