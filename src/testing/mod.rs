@@ -6,6 +6,8 @@
 
 mod engine;
 mod runtime;
+#[cfg(feature = "simulation")]
+pub mod sim;
 mod store;
 
 pub(crate) use self::engine::{FakeEngine, FAKE_ENGINES};
