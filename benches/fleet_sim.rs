@@ -43,7 +43,11 @@ fn main() {
         std::env::var("FLEET_SIM_ROWS")
             .unwrap_or_else(|_| "10000,100000".into())
             .split(',')
-            .map(|n| n.trim().parse().expect("FLEET_SIM_ROWS is a list of row counts"))
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("FLEET_SIM_ROWS is a list of row counts")
+            })
             .collect()
     } else {
         from_args

@@ -54,6 +54,7 @@ struct World {
     /// `containers`, so that a fleet of 100 000 lists in constant time).
     by_sandbox: HashMap<SandboxId, BTreeSet<ContainerId>>,
     by_name: HashMap<String, BTreeSet<ContainerId>>,
+    by_network: HashMap<String, BTreeSet<ContainerId>>,
     missing_images: BTreeSet<String>,
     networks: BTreeMap<String, NetworkSpec>,
     volumes: BTreeMap<String, HashMap<String, String>>,
@@ -88,6 +89,10 @@ impl World {
             .entry(c.name.clone())
             .or_default()
             .insert(id.clone());
+        self.by_network
+            .entry(c.spec.network.clone())
+            .or_default()
+            .insert(id.clone());
         self.containers.insert(id, c);
     }
 
@@ -95,6 +100,7 @@ impl World {
         let c = self.containers.remove(id)?;
         unlist(&mut self.by_sandbox, &c.labels.sandbox, id);
         unlist(&mut self.by_name, &c.name, id);
+        unlist(&mut self.by_network, &c.spec.network, id);
         Some(c)
     }
 
@@ -403,10 +409,8 @@ impl Runtime for FakeRuntime {
         if !w.networks.contains_key(network) {
             return Ok(None);
         }
-        let mut members: Vec<String> = w
-            .containers
-            .values()
-            .filter(|c| c.spec.network == network)
+        let mut members: Vec<String> = (w.by_network.get(network).into_iter().flatten())
+            .map(|id| &w.containers[id])
             .filter(|c| !w.detached.contains(&(network.to_owned(), c.name.clone())))
             .map(|c| c.name.clone())
             .collect();

@@ -90,7 +90,10 @@ pub async fn run(rows: usize, concurrency: usize) -> Result<SimReport, SimError>
     );
     let done = "workqueue_work_duration_seconds_count{name=\"sandbox\"}";
     let started = Instant::now();
-    run_until(resync, "the resync", || gauge(&metrics, done) >= rows as f64).await?;
+    run_until(resync, "the resync", || {
+        gauge(&metrics, done) >= rows as f64
+    })
+    .await?;
     let resync_seconds = started.elapsed().as_secs_f64();
     let (rss_bytes, hwm_bytes) = memory();
     Ok(SimReport {
