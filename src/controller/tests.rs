@@ -1915,6 +1915,11 @@ async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_each_r
         "no further full list"
     );
     assert_eq!(h.runtime.containers().len(), 1000);
+    assert_eq!(
+        h.runtime.faults.calls(RuntimeOp::Create),
+        1000,
+        "the first provisions only"
+    );
     // The fake store counts same-content rewrites (the real one skips them).
     assert_eq!(h.store.status_writes(), writes + 1000);
 }
