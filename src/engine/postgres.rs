@@ -98,10 +98,10 @@ impl Engine for Postgres {
         }
         // Throwaway data on tmpfs: durability buys nothing, speed does.
         // And density: the data dir is tmpfs, counted in the container's
-        // memory with the server's processes, so the cluster keeps as
-        // little WAL as the server allows (two 16 MiB segments), no
-        // replication, few connection slots and workers, a small buffer
-        // pool and no JIT (docs/architecture.md, "Density").
+        // memory with the server's processes: minimal WAL (the image's
+        // entrypoint initialises such a cluster with 1 MB segments and
+        // keeps few), no replication, few connection slots and workers, a
+        // small buffer pool and no JIT (docs/architecture.md, "Density").
         [
             "fsync=off",
             "synchronous_commit=off",
@@ -109,8 +109,6 @@ impl Engine for Postgres {
             "wal_level=minimal",
             "max_wal_senders=0",
             "max_replication_slots=0",
-            "min_wal_size=32MB",
-            "max_wal_size=32MB",
             "shared_buffers=16MB",
             "max_connections=32",
             "max_worker_processes=2",

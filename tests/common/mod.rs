@@ -717,6 +717,9 @@ pub async fn container_memory(docker: &bollard::Docker, container: &str) -> Opti
     let memory = sample.memory_stats?;
     let usage = memory.usage?;
     let stats = memory.stats.unwrap_or_default();
+    if std::env::var_os("SANDBOXD_MEMORY_STATS").is_some() {
+        eprintln!("memory.stat of {container}: usage {usage} {stats:?}");
+    }
     // cgroup v2 reports inactive_file, v1 total_inactive_file.
     let inactive = stats
         .get("inactive_file")
