@@ -54,8 +54,8 @@ fn main() {
     };
     let me = std::env::current_exe().expect("the bench's own path");
     eprintln!(
-        "{:>8} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}",
-        "rows", "resync_s", "setup_s", "creates", "lists", "rss_MiB", "hwm_MiB"
+        "{:>8} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10} {:>10}",
+        "rows", "resync_s", "setup_s", "creates", "lists", "rss_MiB", "hwm_MiB", "pre_MiB"
     );
     let mut failed = false;
     for n in rows {
@@ -73,7 +73,7 @@ fn main() {
         let v: serde_json::Value = serde_json::from_str(json).expect("the child's JSON");
         let mib = |k: &str| v[k].as_f64().unwrap_or(0.0) / (1024.0 * 1024.0);
         eprintln!(
-            "{:>8} {:>10.3} {:>10.1} {:>8} {:>8} {:>10.1} {:>10.1}",
+            "{:>8} {:>10.3} {:>10.1} {:>8} {:>8} {:>10.1} {:>10.1} {:>10.1}",
             n,
             v["resync_seconds"].as_f64().unwrap_or(0.0),
             v["setup_seconds"].as_f64().unwrap_or(0.0),
@@ -81,6 +81,7 @@ fn main() {
             v["full_lists"],
             mib("rss_bytes"),
             mib("hwm_bytes"),
+            mib("rss_before_resync_bytes"),
         );
     }
     if failed {

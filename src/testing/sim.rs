@@ -34,6 +34,10 @@ pub struct SimReport {
     pub rss_bytes: u64,
     /// Peak resident memory of the process (VmHWM), bytes.
     pub hwm_bytes: u64,
+    /// Resident memory once the fleet was provisioned and the first
+    /// controller stopped (the fakes' fleet and the allocator's leftovers),
+    /// before the measured resync, bytes.
+    pub rss_before_resync_bytes: u64,
 }
 
 /// Why a simulation did not finish.
@@ -76,6 +80,7 @@ pub async fn run(rows: usize, concurrency: usize) -> Result<SimReport, SimError>
     })
     .await?;
     let setup_seconds = started.elapsed().as_secs_f64();
+    let (rss_before_resync_bytes, _) = memory();
 
     let creates = runtime.faults.calls(RuntimeOp::Create);
     let full_lists = runtime.full_lists();
@@ -104,6 +109,7 @@ pub async fn run(rows: usize, concurrency: usize) -> Result<SimReport, SimError>
         full_lists: runtime.full_lists() - full_lists,
         rss_bytes,
         hwm_bytes,
+        rss_before_resync_bytes,
     })
 }
 
