@@ -25,6 +25,9 @@ pub mod engine;
 pub mod metrics;
 pub mod ports;
 pub(crate) mod sched;
-#[cfg(test)]
-mod testing;
+/// In-memory fakes of Docker and the state store for the reconciler's
+/// unit tests, and (feature `simulation`) the scale simulation.
+#[cfg(any(test, feature = "simulation"))]
+#[cfg_attr(not(test), allow(dead_code, unused_imports))]
+pub mod testing;
 pub(crate) mod watch;

@@ -7,7 +7,7 @@
 use crate::domain::container::{ContainerState, ObservedContainer};
 use crate::domain::id::EngineName;
 use crate::domain::plan::{HealCause, ProvisionReason, ReapReason};
-use crate::domain::sandbox::{Phase, SandboxStatus};
+use crate::domain::sandbox::Phase;
 use crate::engine::Registry as Engines;
 use crate::ports::runtime::ContainerAction;
 use crate::ports::StreamSource;
@@ -261,7 +261,7 @@ impl Metrics {
             sandboxes: reg!(IntGaugeVec::new(
                 Opts::new(
                     "sandboxd_sandboxes",
-                    "Sandboxes by phase, as last published to sandbox_status"
+                    "Sandboxes by phase, as last published to sandbox_status (kept by the controller from its own status writes and relists)"
                 ),
                 &["phase"]
             )),
@@ -287,7 +287,7 @@ impl Metrics {
                     .buckets(ready_buckets())
             )),
             containers: reg!(IntGaugeVec::new(
-                Opts::new("sandboxd_containers", "Managed containers of this deployment, by engine and state"),
+                Opts::new("sandboxd_containers", "Managed containers of this deployment, by engine and state, as of the last relist"),
                 &["engine", "state"]
             )),
             heal_loops: reg!(IntGauge::new(
@@ -717,19 +717,17 @@ impl Metrics {
         self.heal_loops.set(n as i64);
     }
 
-    /// Sets the per-phase and per-engine/state gauges from full listings.
-    pub(crate) fn fleet(
-        &self,
-        engines: Engines,
-        statuses: &[SandboxStatus],
-        containers: &[ObservedContainer],
-    ) {
-        for phase in Phase::ALL {
-            let n = statuses.iter().filter(|s| s.phase == phase).count();
-            self.sandboxes
-                .with_label_values(&[phase.as_str()])
-                .set(n as i64);
-        }
+    /// Sets the gauge of sandboxes in `phase` (kept by
+    /// `controller::fleet`, which counts them without listing anything).
+    pub(crate) fn phase_count(&self, phase: Phase, n: usize) {
+        self.sandboxes
+            .with_label_values(&[phase.as_str()])
+            .set(n as i64);
+    }
+
+    /// Sets the per-engine/state container gauges from a relist's full
+    /// listing (they move at relists only).
+    pub(crate) fn containers(&self, engines: Engines, containers: &[ObservedContainer]) {
         for engine in engines.iter() {
             let name = engine.name().as_str();
             for state in ContainerState::ALL {

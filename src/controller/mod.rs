@@ -4,6 +4,7 @@
 mod breaker;
 mod crash_loops;
 mod fence;
+mod fleet;
 mod foreign;
 mod gone;
 mod heal_loop;
@@ -27,6 +28,7 @@ pub use self::rotation::SwitchError;
 use self::breaker::ReapBreaker;
 use self::crash_loops::CrashLoops;
 use self::fence::FencedRuntime;
+use self::fleet::FleetPhases;
 use self::foreign::Foreign;
 use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
@@ -115,6 +117,8 @@ pub(crate) struct Context {
     pub(crate) templates: template::Templates,
     /// The warm pool (empty unless configured).
     pub(crate) pool: pool::Pool,
+    /// Each sandbox's last published phase, for the fleet gauges.
+    pub(crate) phases: FleetPhases,
 }
 
 impl Context {
@@ -246,6 +250,7 @@ impl Controller {
                 images,
                 templates: template::Templates::default(),
                 pool: pool::Pool::default(),
+                phases: FleetPhases::default(),
             }),
             queue,
             readiness: Readiness::default(),

@@ -30,20 +30,8 @@ impl Probes for ControllerProbes {
             tracing::warn!(sandboxes = ?looping, "sandboxes in a heal loop");
         }
         m.sandboxes_in_heal_loop(looping.len());
-        // Fleet gauges; on a timeout or error the last values stay.
-        let fleet = async {
-            let statuses = self.ctx.store.list_status().await.ok()?;
-            let containers = self
-                .ctx
-                .runtime
-                .list(&self.ctx.config.deployment, None)
-                .await
-                .ok()?;
-            Some((statuses, containers))
-        };
-        if let Ok(Some((statuses, containers))) = tokio::time::timeout(PROBE_TIMEOUT, fleet).await {
-            m.fleet(self.ctx.engines, &statuses, &containers);
-        }
+        // The fleet gauges are kept by the relists and status writes
+        // (`controller::fleet`): a scrape makes no Docker or Postgres call.
     }
 
     async fn ready(&self) -> Result<(), String> {

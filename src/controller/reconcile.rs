@@ -146,6 +146,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     if let Some(update) = &mut update {
         update.network.clone_from(&network_name);
         ctx.store.write_status(id, update, ctx.term()?).await?;
+        ctx.phases.published(id, Some(update.phase), &ctx.metrics);
     }
     if let Some(d) = converging {
         network::ensure(ctx, id, &observed, &mut plan).await?;
@@ -217,8 +218,14 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         update.network = network_name;
     }
     match &verdict.publish {
-        Publish::Write(update) => ctx.store.write_status(id, update, ctx.term()?).await?,
-        Publish::Delete => ctx.store.delete_status(id, ctx.term()?).await?,
+        Publish::Write(update) => {
+            ctx.store.write_status(id, update, ctx.term()?).await?;
+            ctx.phases.published(id, Some(update.phase), &ctx.metrics);
+        }
+        Publish::Delete => {
+            ctx.store.delete_status(id, ctx.term()?).await?;
+            ctx.phases.published(id, None, &ctx.metrics);
+        }
         Publish::Nothing => {}
     }
     if let Some(d) = desired

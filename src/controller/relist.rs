@@ -90,7 +90,8 @@ pub(crate) async fn relist(
     }
     ctx.foreign.report(state, &foreign, &networks, &volumes);
     ctx.metrics.foreign_containers(foreign.len());
-    ctx.metrics.fleet(ctx.engines, &statuses, &containers);
+    ctx.phases.relisted(&statuses, &ctx.metrics);
+    ctx.metrics.containers(ctx.engines, &containers);
     ctx.metrics.relisted(drift);
     tracing::debug!(
         sandboxes = ids.len(),

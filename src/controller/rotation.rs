@@ -116,6 +116,8 @@ impl Commit {
             .write_status(&self.id, &next, term)
             .await
             .map_err(|source| SwitchError::Publish { engine, source })?;
+        ctx.phases
+            .published(&self.id, Some(next.phase), &ctx.metrics);
         *row = Some(next);
         self.switched
             .store(true, std::sync::atomic::Ordering::Release);

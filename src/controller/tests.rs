@@ -1985,3 +1985,64 @@ async fn a_sandbox_without_a_configured_pool_never_tries_one() {
     h.published(&id("n"));
     assert_eq!(pool_claims(&h, "miss", "create"), 0.0);
 }
+
+// ---------------------------------------------------------------------------
+// cost per relist and per converged row
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_each_reconcile_makes_four_calls(
+) {
+    let h = Harness::new();
+    let ctx = h.context();
+    let ids: Vec<SandboxId> = (0..1000).map(|i| id(&format!("s{i:04}"))).collect();
+    for sandbox in &ids {
+        h.store.put_desired(row(sandbox.as_str()));
+        reconcile(&ctx, sandbox).await.unwrap();
+    }
+    assert_eq!(h.metric("sandboxd_sandboxes{phase=\"ready\"}"), 1000.0);
+
+    let calls = h.runtime.faults.all_calls();
+    let full_lists = h.runtime.full_lists();
+    let queue = WorkQueue::new(QueueConfig::default(), h.metrics.clone());
+    let known = KnownContainers::default();
+    relist::relist(&ctx, &queue, &known, false, relist::Enqueue::Hint)
+        .await
+        .unwrap();
+    assert_eq!(h.runtime.full_lists(), full_lists + 1, "one full list");
+    let after = h.runtime.faults.all_calls();
+    let made = |op: RuntimeOp| after.get(&op).unwrap_or(&0) - calls.get(&op).unwrap_or(&0);
+    assert_eq!(made(RuntimeOp::List), 1, "one list, no per-sandbox list");
+    assert_eq!(made(RuntimeOp::Inspect), 0);
+    // The deployment's networks (volumes are listed without a fault hook).
+    assert_eq!(made(RuntimeOp::Network), 1);
+    assert_eq!(queue.len(), 1000, "every sandbox enqueued");
+
+    // Reconciling the converged rows: per row one list filtered to the
+    // sandbox and three calls for its network (ensure it, read its members
+    // for the engines, read them again for the attached agents); nothing
+    // is created, inspected or removed.
+    let writes = h.store.status_writes();
+    for sandbox in &ids {
+        assert_eq!(reconcile(&ctx, sandbox).await.unwrap(), Next::Idle);
+    }
+    let done = h.runtime.faults.all_calls();
+    let made = |op: RuntimeOp| done.get(&op).unwrap_or(&0) - after.get(&op).unwrap_or(&0);
+    assert_eq!(made(RuntimeOp::List), 1000);
+    assert_eq!(made(RuntimeOp::Network), 3000);
+    let total: u64 = done.values().sum::<u64>() - after.values().sum::<u64>();
+    assert_eq!(total, 4000, "no other Docker call: {done:?}");
+    assert_eq!(
+        h.runtime.full_lists(),
+        full_lists + 1,
+        "no further full list"
+    );
+    assert_eq!(h.runtime.containers().len(), 1000);
+    assert_eq!(
+        h.runtime.faults.calls(RuntimeOp::Create),
+        1000,
+        "the first provisions only"
+    );
+    // The fake store counts same-content rewrites (the real one skips them).
+    assert_eq!(h.store.status_writes(), writes + 1000);
+}

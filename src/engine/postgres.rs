@@ -100,16 +100,30 @@ impl Engine for Postgres {
             return Vec::new();
         }
         // Throwaway data on tmpfs: durability buys nothing, speed does.
+        // And density: the data dir is tmpfs, counted in the container's
+        // memory with the server's processes: minimal WAL (the image's
+        // entrypoint initialises such a cluster with 1 MB segments and
+        // keeps few), no replication, few connection slots and workers, a
+        // small buffer pool and no JIT (docs/architecture.md, "Density").
         [
-            "-c",
             "fsync=off",
-            "-c",
             "synchronous_commit=off",
-            "-c",
             "full_page_writes=off",
+            "wal_level=minimal",
+            "max_wal_senders=0",
+            "max_replication_slots=0",
+            "shared_buffers=16MB",
+            "max_connections=32",
+            "max_worker_processes=2",
+            "max_parallel_workers=0",
+            "max_parallel_workers_per_gather=0",
+            "autovacuum_max_workers=1",
+            "jit=off",
+            "huge_pages=off",
         ]
-        .map(String::from)
-        .to_vec()
+        .into_iter()
+        .flat_map(|setting| ["-c".to_owned(), setting.to_owned()])
+        .collect()
     }
     fn claim(&self, pool: &Credentials, claimant: &Credentials) -> Option<super::ClaimCommand> {
         // The same role and database in every container: only the password

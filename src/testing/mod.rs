@@ -6,6 +6,8 @@
 
 mod engine;
 mod runtime;
+#[cfg(feature = "simulation")]
+pub mod sim;
 mod store;
 
 pub(crate) use self::engine::{FakeEngine, FAKE_ENGINES};
@@ -25,32 +27,49 @@ pub(crate) enum Fault {
     Hang,
 }
 
-/// Faults per operation.
+/// Faults per operation, and how many calls each operation had.
 #[derive(Debug)]
-pub(crate) struct Faults<Op>(std::sync::Mutex<std::collections::HashMap<Op, Fault>>);
+pub(crate) struct Faults<Op> {
+    faults: std::sync::Mutex<std::collections::HashMap<Op, Fault>>,
+    calls: std::sync::Mutex<std::collections::HashMap<Op, u64>>,
+}
 
 impl<Op> Default for Faults<Op> {
     fn default() -> Self {
-        Self(Default::default())
+        Self {
+            faults: Default::default(),
+            calls: Default::default(),
+        }
     }
 }
 
 impl<Op: std::hash::Hash + Eq + Copy + std::fmt::Debug> Faults<Op> {
     /// Injects `fault` into every later call of `op`.
     pub(crate) fn set(&self, op: Op, fault: Fault) {
-        self.0.lock().unwrap().insert(op, fault);
+        self.faults.lock().unwrap().insert(op, fault);
     }
 
     /// Removes the fault of `op`.
     pub(crate) fn clear(&self, op: Op) {
-        self.0.lock().unwrap().remove(&op);
+        self.faults.lock().unwrap().remove(&op);
+    }
+
+    /// How many calls of `op` were made so far (failed ones included).
+    pub(crate) fn calls(&self, op: Op) -> u64 {
+        self.calls.lock().unwrap().get(&op).copied().unwrap_or(0)
+    }
+
+    /// Every operation called so far and how often.
+    pub(crate) fn all_calls(&self) -> std::collections::HashMap<Op, u64> {
+        self.calls.lock().unwrap().clone()
     }
 
     /// Applies the fault of `op`, if any: `Err` with a message for a
     /// failure; never returns for a hang.
     pub(crate) async fn check(&self, op: Op) -> Result<(), String> {
+        *self.calls.lock().unwrap().entry(op).or_default() += 1;
         let fault = {
-            let mut faults = self.0.lock().unwrap();
+            let mut faults = self.faults.lock().unwrap();
             match faults.get(&op).copied() {
                 Some(Fault::Fail(n)) if n <= 1 => {
                     faults.remove(&op);

@@ -53,6 +53,11 @@ pub(crate) struct FakeContainer {
 #[derive(Default)]
 struct World {
     containers: BTreeMap<ContainerId, FakeContainer>,
+    /// The containers of each sandbox and of each name (indexes of
+    /// `containers`, so that a fleet of 100 000 lists in constant time).
+    by_sandbox: HashMap<SandboxId, BTreeSet<ContainerId>>,
+    by_name: HashMap<String, BTreeSet<ContainerId>>,
+    by_network: HashMap<String, BTreeSet<ContainerId>>,
     missing_images: BTreeSet<String>,
     networks: BTreeMap<String, NetworkSpec>,
     volumes: BTreeMap<String, HashMap<String, String>>,
@@ -79,6 +84,53 @@ struct World {
     pulls: BTreeMap<String, u32>,
 }
 
+impl World {
+    fn add(&mut self, id: ContainerId, c: FakeContainer) {
+        self.by_sandbox
+            .entry(c.labels.sandbox.clone())
+            .or_default()
+            .insert(id.clone());
+        self.by_name
+            .entry(c.name.clone())
+            .or_default()
+            .insert(id.clone());
+        self.by_network
+            .entry(c.spec.network.clone())
+            .or_default()
+            .insert(id.clone());
+        self.containers.insert(id, c);
+    }
+
+    fn take(&mut self, id: &ContainerId) -> Option<FakeContainer> {
+        let c = self.containers.remove(id)?;
+        unlist(&mut self.by_sandbox, &c.labels.sandbox, id);
+        unlist(&mut self.by_name, &c.name, id);
+        unlist(&mut self.by_network, &c.spec.network, id);
+        Some(c)
+    }
+
+    fn named(&self, name: &str) -> Vec<ContainerId> {
+        self.by_name
+            .get(name)
+            .map(|ids| ids.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Takes `id` out of `key`'s entry of an index.
+fn unlist<K: std::hash::Hash + Eq>(
+    index: &mut HashMap<K, BTreeSet<ContainerId>>,
+    key: &K,
+    id: &ContainerId,
+) {
+    if let Some(ids) = index.get_mut(key) {
+        ids.remove(id);
+        if ids.is_empty() {
+            index.remove(key);
+        }
+    }
+}
+
 /// A runtime that keeps its containers in memory; every container "runs"
 /// until killed, and answers its probe while it runs.
 #[derive(Default)]
@@ -86,6 +138,7 @@ pub(crate) struct FakeRuntime {
     world: Mutex<World>,
     /// Faults to inject, by operation.
     pub(crate) faults: Faults<RuntimeOp>,
+    full_lists: std::sync::atomic::AtomicU64,
 }
 
 fn injected(op: &'static str, reason: String) -> RuntimeError {
@@ -182,9 +235,10 @@ impl FakeRuntime {
     /// controller had created it so.
     pub(crate) fn set_label(&self, id: &ContainerId, key: &str, value: &str) {
         let mut w = self.world.lock().unwrap();
-        let c = w.containers.get_mut(id).expect("the container exists");
+        let mut c = w.take(id).expect("the container exists");
         c.spec.labels.insert(key.to_owned(), value.to_owned());
         c.labels = ContainerLabels::parse(&c.spec.labels).expect("well-formed labels");
+        w.add(id.clone(), c);
     }
 
     /// Makes listing `sandbox`'s containers panic (a bug in one reconcile).
@@ -212,10 +266,19 @@ impl FakeRuntime {
 
     /// The containers of `sandbox`.
     pub(crate) fn containers_of(&self, sandbox: &SandboxId) -> Vec<(ContainerId, FakeContainer)> {
-        self.containers()
+        let w = self.world.lock().unwrap();
+        w.by_sandbox
+            .get(sandbox)
             .into_iter()
-            .filter(|(_, c)| &c.labels.sandbox == sandbox)
+            .flatten()
+            .map(|id| (id.clone(), w.containers[id].clone()))
             .collect()
+    }
+
+    /// How many times the whole deployment was listed (a `list` without a
+    /// sandbox); [`Faults::calls`] counts every `list`.
+    pub(crate) fn full_lists(&self) -> u64 {
+        self.full_lists.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Stops a container as if its process died (OOM-killed if `oom`).
@@ -264,11 +327,18 @@ impl Runtime for FakeRuntime {
             .check(RuntimeOp::List)
             .await
             .map_err(|e| injected("list", e))?;
+        if sandbox.is_none() {
+            self.full_lists
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let w = self.world.lock().unwrap();
-        Ok(w.containers
-            .iter()
+        let ids: Box<dyn Iterator<Item = &ContainerId>> = match sandbox {
+            Some(s) => Box::new(w.by_sandbox.get(s).into_iter().flatten()),
+            None => Box::new(w.containers.keys()),
+        };
+        Ok(ids
+            .map(|id| (id, &w.containers[id]))
             .filter(|(_, c)| &c.labels.deployment == deployment)
-            .filter(|(_, c)| sandbox.is_none_or(|s| &c.labels.sandbox == s))
             .map(|(id, c)| ObservedContainer {
                 id: id.clone(),
                 name: c.name.clone(),
@@ -349,10 +419,8 @@ impl Runtime for FakeRuntime {
         if !w.networks.contains_key(network) {
             return Ok(None);
         }
-        let mut members: Vec<String> = w
-            .containers
-            .values()
-            .filter(|c| c.spec.network == network)
+        let mut members: Vec<String> = (w.by_network.get(network).into_iter().flatten())
+            .map(|id| &w.containers[id])
             .filter(|c| !w.detached.contains(&(network.to_owned(), c.name.clone())))
             .map(|c| c.name.clone())
             .collect();
@@ -516,12 +584,7 @@ impl Runtime for FakeRuntime {
             });
         }
         w.detached.retain(|(_, c)| c != &spec.name);
-        let taken: Vec<ContainerId> = w
-            .containers
-            .iter()
-            .filter(|(_, c)| c.name == spec.name)
-            .map(|(id, _)| id.clone())
-            .collect();
+        let taken = w.named(&spec.name);
         // As the Docker adapter: never another state database's container,
         // never another incarnation's data.
         if taken
@@ -544,7 +607,7 @@ impl Runtime for FakeRuntime {
             }
         }
         for id in taken {
-            w.containers.remove(&id);
+            w.take(&id);
         }
         if let Some(v) = &spec.volume {
             w.volumes
@@ -555,7 +618,7 @@ impl Runtime for FakeRuntime {
         let id = ContainerId::new(format!("fake{:04}", w.next));
         let sandbox = labels.sandbox.clone();
         let host_port = spec.host_port.unwrap_or(40_000 + w.next as u16);
-        w.containers.insert(
+        w.add(
             id.clone(),
             FakeContainer {
                 name: spec.name.clone(),
@@ -578,18 +641,15 @@ impl Runtime for FakeRuntime {
             .await
             .map_err(|e| injected("rename", e))?;
         let mut w = self.world.lock().unwrap();
-        if w.containers
-            .iter()
-            .any(|(other, c)| other != id && c.name == name)
-        {
+        if w.named(name).iter().any(|other| other != id) {
             return Err(injected("rename", format!("the name {name} is in use")));
         }
-        let c = w
-            .containers
-            .get_mut(id)
+        let mut c = w
+            .take(id)
             .ok_or_else(|| injected("rename", format!("no container {id}")))?;
         c.name = name.to_owned();
         c.spec.name = name.to_owned();
+        w.add(id.clone(), c);
         Ok(())
     }
 
@@ -661,7 +721,7 @@ impl Runtime for FakeRuntime {
             .await
             .map_err(|e| injected("remove", e))?;
         let mut w = self.world.lock().unwrap();
-        if let Some(c) = w.containers.remove(id) {
+        if let Some(c) = w.take(id) {
             emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
         }
         Ok(())

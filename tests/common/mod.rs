@@ -686,3 +686,56 @@ impl Drop for Agent {
             .output();
     }
 }
+
+/// A container's memory as the cgroup counts it, from one Docker stats
+/// sample (`docker stats --no-stream`).
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryUsage {
+    /// What `docker stats` shows as MEM USAGE: the cgroup's usage minus
+    /// its inactive page cache (tmpfs pages stay counted: they are shmem).
+    pub bytes: u64,
+    /// Of which tmpfs (the cgroup's `shmem`, 0 when not reported).
+    pub shmem_bytes: u64,
+}
+
+impl MemoryUsage {
+    /// `bytes` in MiB.
+    pub fn mib(&self) -> f64 {
+        self.bytes as f64 / (1024.0 * 1024.0)
+    }
+}
+
+/// Reads `container`'s memory from a one-shot Docker stats sample (within
+/// 10 s); `None` if Docker does not report it.
+pub async fn container_memory(docker: &bollard::Docker, container: &str) -> Option<MemoryUsage> {
+    use futures::StreamExt;
+    let options = bollard::query_parameters::StatsOptions {
+        stream: false,
+        one_shot: true,
+    };
+    let mut stream = docker.stats(container, Some(options));
+    let sample = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .ok()??
+        .ok()?;
+    let memory = sample.memory_stats?;
+    let usage = memory.usage?;
+    let stats = memory.stats.unwrap_or_default();
+    if std::env::var_os("SANDBOXD_MEMORY_STATS").is_some() {
+        eprintln!("memory.stat of {container}: usage {usage} {stats:?}");
+    }
+    // cgroup v2 reports inactive_file, v1 total_inactive_file.
+    let inactive = stats
+        .get("inactive_file")
+        .or_else(|| stats.get("total_inactive_file"))
+        .copied()
+        .unwrap_or(0);
+    Some(MemoryUsage {
+        bytes: usage.saturating_sub(inactive),
+        shmem_bytes: stats
+            .get("shmem")
+            .or_else(|| stats.get("total_shmem"))
+            .copied()
+            .unwrap_or(0),
+    })
+}

@@ -222,8 +222,11 @@ sandbox_main() {
 		sb_initdb_persistent "${initdb_args[@]}"
 	else
 		log "sandbox mode: initialising database cluster in $PGDATA"
-		# --no-sync: the cluster lives on a throwaway tmpfs.
-		initdb "${initdb_args[@]}" --no-sync >&2
+		# --no-sync: the cluster lives on a throwaway tmpfs, which counts
+		# against the container's memory: 1 MB WAL segments, and as few kept
+		# as the server allows (a kept cluster's defaults stay).
+		initdb "${initdb_args[@]}" --no-sync --wal-segsize=1 \
+			-c min_wal_size=2MB -c max_wal_size=16MB >&2
 	fi
 	# Every start, so that a kept cluster has this image's rules too.
 	sb_write_hba

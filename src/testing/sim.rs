@@ -1,0 +1,179 @@
+//! Scale simulation: the controller core over the in-memory fakes with a
+//! fully converged fleet of `rows` sandboxes, to measure what a full
+//! resync costs in time and memory whatever Docker and Postgres cost.
+//! Built with the `simulation` feature; `benches/fleet_sim.rs` runs it.
+
+use super::{FakeRuntime, FakeStore, RuntimeOp, FAKE_ENGINES};
+use crate::config::ControllerConfig;
+use crate::controller::Controller;
+use crate::domain::clock::SystemClock;
+use crate::domain::id::{Deployment, SandboxId};
+use crate::domain::sandbox::DesiredSandbox;
+use crate::metrics::Metrics;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What one simulated resync measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SimReport {
+    /// Desired rows (each with one ready status row and one running,
+    /// matching container).
+    pub rows: usize,
+    /// Seconds from the controller's start (initial lists, then a relist
+    /// that enqueues every row) until every row was reconciled once.
+    pub resync_seconds: f64,
+    /// Seconds it took to provision the fleet through the controller
+    /// before the measured resync (not part of the target).
+    pub setup_seconds: f64,
+    /// Containers created during the resync (0: every reconcile a no-op).
+    pub creates: u64,
+    /// Docker lists of the whole deployment during the resync.
+    pub full_lists: u64,
+    /// Resident memory after the run (VmRSS), bytes.
+    pub rss_bytes: u64,
+    /// Peak resident memory of the process (VmHWM), bytes.
+    pub hwm_bytes: u64,
+    /// Resident memory once the fleet was provisioned and the first
+    /// controller stopped (the fakes' fleet and the allocator's leftovers),
+    /// before the measured resync, bytes.
+    pub rss_before_resync_bytes: u64,
+}
+
+/// Why a simulation did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The fleet did not converge, or the resync did not finish, in time.
+    #[error("{0} did not finish within {1:?}; lower the row count or look for a stuck reconcile")]
+    TimedOut(&'static str, Duration),
+}
+
+/// How long either phase may take before the run is abandoned.
+const PHASE_LIMIT: Duration = Duration::from_secs(1800);
+
+/// Provisions `rows` sandboxes through a first controller, stops it,
+/// then starts a second one over the same fakes as production starts
+/// (initial lists, watches, relist) and measures its full resync.
+pub async fn run(rows: usize, concurrency: usize) -> Result<SimReport, SimError> {
+    let runtime = Arc::new(FakeRuntime::default());
+    let store = Arc::new(FakeStore::default());
+    for i in 0..rows {
+        store.put_desired(row(&format!("sim{i:06}")));
+    }
+    let mut config = ControllerConfig::new(Deployment::parse("sim").expect("a valid deployment"));
+    config.concurrency = concurrency;
+    config.relist_interval = Duration::from_secs(3600);
+
+    let started = Instant::now();
+    let metrics = Arc::new(Metrics::new());
+    let setup = Controller::with_engines(
+        runtime.clone(),
+        store.clone(),
+        FAKE_ENGINES,
+        config.clone(),
+        Arc::new(SystemClock),
+        metrics.clone(),
+    );
+    let ready = "sandboxd_sandboxes{phase=\"ready\"}";
+    run_until(setup, "provisioning the fleet", || {
+        gauge(&metrics, ready) >= rows as f64
+    })
+    .await?;
+    let setup_seconds = started.elapsed().as_secs_f64();
+    let (rss_before_resync_bytes, _) = memory();
+
+    let creates = runtime.faults.calls(RuntimeOp::Create);
+    let full_lists = runtime.full_lists();
+    let metrics = Arc::new(Metrics::new());
+    let resync = Controller::with_engines(
+        runtime.clone(),
+        store.clone(),
+        FAKE_ENGINES,
+        config,
+        Arc::new(SystemClock),
+        metrics.clone(),
+    );
+    let done = "workqueue_work_duration_seconds_count{name=\"sandbox\"}";
+    let started = Instant::now();
+    run_until(resync, "the resync", || {
+        gauge(&metrics, done) >= rows as f64
+    })
+    .await?;
+    let resync_seconds = started.elapsed().as_secs_f64();
+    let (rss_bytes, hwm_bytes) = memory();
+    Ok(SimReport {
+        rows,
+        resync_seconds,
+        setup_seconds,
+        creates: runtime.faults.calls(RuntimeOp::Create) - creates,
+        full_lists: runtime.full_lists() - full_lists,
+        rss_bytes,
+        hwm_bytes,
+        rss_before_resync_bytes,
+    })
+}
+
+/// Runs `controller` until `done` holds (polled every millisecond), then
+/// shuts it down and waits for it to give its lease up.
+async fn run_until(
+    controller: Controller,
+    what: &'static str,
+    done: impl Fn() -> bool,
+) -> Result<(), SimError> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(async {
+        let _ = stopped.await;
+    }));
+    let waited = tokio::time::timeout(PHASE_LIMIT, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    let _ = stop.send(());
+    let _ = running.await;
+    waited.map_err(|_| SimError::TimedOut(what, PHASE_LIMIT))
+}
+
+/// The value of the sample whose line starts with `line_start`, or 0.
+fn gauge(metrics: &Metrics, line_start: &str) -> f64 {
+    metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// VmRSS and VmHWM of this process in bytes (0 where /proc is absent).
+pub fn memory() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn row(name: &str) -> DesiredSandbox {
+    let at = chrono::Utc::now();
+    DesiredSandbox {
+        id: SandboxId::parse(name).expect("a valid id"),
+        owner: "sim".into(),
+        services: vec![super::FakeEngine::NAME],
+        unknown_services: Vec::new(),
+        attach: Vec::new(),
+        invalid: None,
+        features: BTreeMap::new(),
+        expires_at: None,
+        generation: 0,
+        incarnation: None,
+        updated_at: at,
+        last_used_at: at,
+        idle_timeout: None,
+        persistent: false,
+        owner_container: None,
+    }
+}
