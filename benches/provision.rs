@@ -441,13 +441,17 @@ async fn heals(bench: &Bench, engine: &str, iters: usize) -> Vec<Duration> {
             .await
             .unwrap_or_else(|e| panic!("sandbox {id}: {e}"));
         let heals = before.services[engine].heals;
-        let victim = bench.env.containers(Some(&id)).await.remove(0);
+        // By name: a container claimed from the warm pool has no sandbox
+        // label, but it has the sandbox's container name.
+        let engine_name = engine::lookup(engine).expect("engine").name();
+        let victim =
+            sandboxd::controller::network::placement(&bench.config, &id, engine_name).container;
         tokio::time::sleep(SETTLE).await;
         let t0 = Instant::now();
         bench
             .env
             .docker
-            .kill_container(victim.id.as_str(), None::<KillContainerOptions>)
+            .kill_container(&victim, None::<KillContainerOptions>)
             .await
             .expect("docker kill");
         loop {

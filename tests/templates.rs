@@ -92,9 +92,10 @@ fn pg_url(s: &SandboxStatus) -> String {
     host_pg_url(&s.services["postgres"])
 }
 
-/// Whether any file in the volume holds `secret` (read on standard
-/// input by grep, so it is never an argument).
-fn volume_holds(volume: &str, secret: &str) -> bool {
+/// Runs `script` with bash in a throwaway container that mounts `volume`
+/// read-only on /t (no network), feeding it `stdin`; its exit code and
+/// output.
+fn on_volume(volume: &str, script: &str, stdin: &str) -> (Option<i32>, String) {
     let mut child = Command::new("docker")
         .args([
             "run",
@@ -110,7 +111,7 @@ fn volume_holds(volume: &str, secret: &str) -> bool {
             "bash",
             "sandboxd/postgres:17",
             "-c",
-            "test -f /t/cluster/PG_VERSION || exit 3; grep -rlF -f /dev/stdin /t; test $? = 1",
+            script,
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -120,40 +121,32 @@ fn volume_holds(volume: &str, secret: &str) -> bool {
         .stdin
         .take()
         .unwrap()
-        .write_all(format!("{secret}\n").as_bytes())
+        .write_all(stdin.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_ne!(out.status.code(), Some(3), "{volume} holds a cluster");
-    !out.status.success()
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+    )
+}
+
+/// Whether any file in the volume holds `secret` (read on standard
+/// input by grep, so it is never an argument).
+fn volume_holds(volume: &str, secret: &str) -> bool {
+    let script = "test -f /t/cluster/PG_VERSION || exit 3; grep -rlF -f /dev/stdin /t; test $? = 1";
+    let (code, _) = on_volume(volume, script, &format!("{secret}\n"));
+    assert_ne!(code, Some(3), "{volume} holds a cluster");
+    code != Some(0)
 }
 
 /// Whether the template's cluster has any role with a password (a SCRAM
 /// verifier in pg_authid, relation 1260).
 fn template_has_a_password(volume: &str) -> bool {
-    let out = Command::new("docker")
-        .args([
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "--user",
-            "999:999",
-            "-v",
-            &format!("{volume}:/t:ro"),
-            "--entrypoint",
-            "bash",
-            "sandboxd/postgres:17",
-            "-c",
-            "test -f /t/cluster/global/1260 || exit 3; grep -c SCRAM-SHA-256 /t/cluster/global/1260",
-        ])
-        .output()
-        .expect("docker run");
-    assert_ne!(
-        out.status.code(),
-        Some(3),
-        "pg_authid is where it should be"
-    );
-    String::from_utf8_lossy(&out.stdout).trim() != "0"
+    let script =
+        "test -f /t/cluster/global/1260 || exit 3; grep -c SCRAM-SHA-256 /t/cluster/global/1260";
+    let (code, out) = on_volume(volume, script, "");
+    assert_ne!(code, Some(3), "pg_authid is where it should be");
+    out != "0"
 }
 
 #[tokio::test]

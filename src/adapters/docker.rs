@@ -544,14 +544,7 @@ fn observed(
     if &labels.deployment != deployment {
         return None;
     }
-    let state = match summary.state? {
-        ContainerSummaryStateEnum::CREATED => ContainerState::Created,
-        ContainerSummaryStateEnum::RUNNING
-        | ContainerSummaryStateEnum::PAUSED
-        | ContainerSummaryStateEnum::RESTARTING => ContainerState::Running,
-        ContainerSummaryStateEnum::REMOVING => ContainerState::Removing,
-        _ => ContainerState::Exited,
-    };
+    let state = listed_state(summary.state?);
     let host_port = summary
         .ports
         .unwrap_or_default()
@@ -567,6 +560,19 @@ fn observed(
     })
 }
 
+/// What a listed container's state means to sandboxd (a paused or
+/// restarting container counts as running).
+fn listed_state(state: ContainerSummaryStateEnum) -> ContainerState {
+    match state {
+        ContainerSummaryStateEnum::CREATED => ContainerState::Created,
+        ContainerSummaryStateEnum::RUNNING
+        | ContainerSummaryStateEnum::PAUSED
+        | ContainerSummaryStateEnum::RESTARTING => ContainerState::Running,
+        ContainerSummaryStateEnum::REMOVING => ContainerState::Removing,
+        _ => ContainerState::Exited,
+    }
+}
+
 /// A listed warm-pool container of `deployment`, if its labels say so.
 fn pooled(
     summary: bollard::models::ContainerSummary,
@@ -577,14 +583,7 @@ fn pooled(
     {
         return None;
     }
-    let state = match summary.state? {
-        ContainerSummaryStateEnum::CREATED => ContainerState::Created,
-        ContainerSummaryStateEnum::RUNNING
-        | ContainerSummaryStateEnum::PAUSED
-        | ContainerSummaryStateEnum::RESTARTING => ContainerState::Running,
-        ContainerSummaryStateEnum::REMOVING => ContainerState::Removing,
-        _ => ContainerState::Exited,
-    };
+    let state = listed_state(summary.state?);
     Some(PooledContainer {
         deployment: deployment.clone(),
         engine: map.get(labels::ENGINE)?.clone(),
