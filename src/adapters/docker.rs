@@ -75,6 +75,26 @@ fn hardened(user: &str, limits: &Limits, tmpfs: &[Tmpfs]) -> HostConfig {
     }
 }
 
+/// Writes `secret` to a container's standard input and closes it.
+async fn write_secret(
+    input: &mut (impl tokio::io::AsyncWrite + Unpin),
+    secret: &Secret,
+    op: &'static str,
+    target: &str,
+) -> Result<(), RuntimeError> {
+    let io = |e: std::io::Error| RuntimeError::Api {
+        op,
+        target: target.to_owned(),
+        source: Box::new(e),
+    };
+    input
+        .write_all(secret.expose().as_bytes())
+        .await
+        .map_err(io)?;
+    input.flush().await.map_err(io)?;
+    input.shutdown().await.map_err(io)
+}
+
 /// `volume` mounted at its path.
 fn mount(volume: &Volume, read_only: bool) -> Mount {
     Mount {
@@ -421,18 +441,7 @@ impl DockerRuntime {
             .await
             .map_err(api("attach", name))?;
         drop(output);
-        let io = |e: std::io::Error| RuntimeError::Api {
-            op: "write secrets to",
-            target: name.to_owned(),
-            source: Box::new(e),
-        };
-        input
-            .write_all(secret.expose().as_bytes())
-            .await
-            .map_err(io)?;
-        input.flush().await.map_err(io)?;
-        input.shutdown().await.map_err(io)?;
-        Ok(())
+        write_secret(&mut input, secret, "write secrets to", name).await
     }
 
     /// Runs `cmd` in the container; `stdin`, when given, is written to the
@@ -471,17 +480,13 @@ impl DockerRuntime {
             .map_err(api("exec", id.as_str()))?
         {
             if let Some(secret) = stdin {
-                let io = |e: std::io::Error| RuntimeError::Api {
-                    op: "write the exec's standard input in",
-                    target: id.as_str().to_owned(),
-                    source: Box::new(e),
-                };
-                input
-                    .write_all(secret.expose().as_bytes())
-                    .await
-                    .map_err(io)?;
-                input.flush().await.map_err(io)?;
-                input.shutdown().await.map_err(io)?;
+                write_secret(
+                    &mut input,
+                    secret,
+                    "write the exec's standard input in",
+                    id.as_str(),
+                )
+                .await?;
             }
             drop(input);
             while let Some(Ok(chunk)) =
@@ -589,12 +594,7 @@ fn pooled(
         engine: map.get(labels::ENGINE)?.clone(),
         features: map
             .get(labels::FEATURES)
-            .map(|f| {
-                f.split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect()
-            })
+            .map(|f| labels::features(f))
             .unwrap_or_default(),
         state_id: map.get(labels::STATE_ID).cloned(),
         instance: map.get(labels::INSTANCE).cloned().unwrap_or_default(),

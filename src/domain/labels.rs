@@ -58,6 +58,15 @@ pub fn of_sandbox(deployment: &Deployment, sandbox: &SandboxId) -> HashMap<Strin
     ])
 }
 
+/// The features a [`FEATURES`] label lists.
+pub fn features(label: &str) -> BTreeSet<String> {
+    label
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// What a sandbox container's labels say about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerLabels {
@@ -133,15 +142,7 @@ impl ContainerLabels {
             owner: map.get(OWNER).cloned().unwrap_or_default(),
             engine: map.get(ENGINE)?.clone(),
             generation: map.get(GENERATION)?.parse().ok()?,
-            features: map
-                .get(FEATURES)
-                .map(|f| {
-                    f.split(',')
-                        .filter(|s| !s.is_empty())
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            features: map.get(FEATURES).map(|f| features(f)).unwrap_or_default(),
             instance: map.get(INSTANCE).cloned().unwrap_or_default(),
             state_id: map.get(STATE_ID).cloned(),
             incarnation: map.get(INCARNATION).cloned(),
