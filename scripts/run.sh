@@ -40,7 +40,7 @@ if [ -z "${DATABASE_URL:-}" ]; then
   log "  superuser: docker exec -it sandboxd-state psql -U postgres -d sandboxd"
 fi
 
-# A small warm pool: sandboxes answered in milliseconds (set
+# A small warm pool: new sandboxes are served by claiming a ready container (set
 # SANDBOXD_WARM_POOL= to turn it off).
 export SANDBOXD_WARM_POOL=${SANDBOXD_WARM_POOL-postgres=2 redis=2}
 
