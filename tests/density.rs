@@ -1,14 +1,14 @@
 //! Density: what an idle sandbox costs in memory, per engine, as Docker
-//! stats count it (usage minus inactive page cache, tmpfs included).
-//! Targets (issue 11): an idle Postgres sandbox under 40 MiB, an idle
-//! Redis/Valkey sandbox under 10 MiB. Redis meets its target; Postgres does
-//! not yet (about 71 MiB, see docs/architecture.md "Density"): this test
-//! holds it under 80 MiB so that it does not grow back (87.7 MiB before).
+//! stats count it (usage minus inactive page cache, tmpfs included), with
+//! the default configuration (Postgres from its template, whose binaries
+//! volume the containers share). Targets (issue 11): an idle Postgres
+//! sandbox under 40 MiB, an idle Redis/Valkey sandbox under 10 MiB (see
+//! docs/architecture.md "Density").
 //! `SANDBOXD_MEMORY_STATS=1` prints each container's memory.stat.
 
 mod common;
 
-use common::{container_memory, request, sandbox_id, TestEnv};
+use common::{container_memory, eventually, request, sample, sandbox_id, TestEnv};
 use sandboxd::client::Client;
 use std::time::Duration;
 
@@ -18,7 +18,21 @@ const MIB: f64 = 1024.0 * 1024.0;
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_postgres_and_redis_sandboxes_stay_within_their_memory_bounds() {
     let env = TestEnv::new().await;
-    let controller = env.start(env.config());
+    let mut config = env.config();
+    config.templates = true;
+    let controller = env.start(config);
+    eventually(
+        "the Postgres template to be built",
+        READY_TIMEOUT,
+        || async {
+            sample(
+                &controller.metrics.render(),
+                "sandboxd_template_builds_total{engine=\"postgres\",result=\"ok\"}",
+            )
+            .filter(|n| *n >= 1.0)
+        },
+    )
+    .await;
     let client = Client::from_pool(env.pool.clone());
     let mut ids = Vec::new();
     for (engine, n) in [("postgres", 3), ("redis", 3)] {
@@ -50,7 +64,15 @@ async fn idle_postgres_and_redis_sandboxes_stay_within_their_memory_bounds() {
         }
     }
     eprintln!("density: worst idle MiB per engine {worst:?}");
-    assert!(worst["postgres"] < 80.0, "postgres idle {worst:?}");
+    assert_eq!(
+        sample(
+            &controller.metrics.render(),
+            "sandboxd_container_starts_total{engine=\"postgres\",from=\"template\"}"
+        ),
+        Some(3.0),
+        "every Postgres sandbox started from the template"
+    );
+    assert!(worst["postgres"] < 40.0, "postgres idle {worst:?}");
     assert!(worst["redis"] < 10.0, "redis idle {worst:?}");
     controller.stop().await;
 }

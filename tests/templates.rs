@@ -11,7 +11,7 @@ use bollard::query_parameters::KillContainerOptions;
 use common::{eventually, host_pg_url, request, sample, sandbox_id, TestEnv};
 use sandboxd::client::Client;
 use sandboxd::config::{ControllerConfig, Images};
-use sandboxd::controller::template::TEMPLATE;
+use sandboxd::controller::template::{TEMPLATE, TEMPLATE_BINARIES};
 use sandboxd::domain::{SandboxId, SandboxStatus};
 use sqlx::{Connection, PgConnection};
 use std::io::Write;
@@ -32,6 +32,16 @@ fn with_templates(env: &TestEnv) -> ControllerConfig {
 
 /// The template volumes of this test's deployment.
 fn template_volumes(env: &TestEnv) -> Vec<String> {
+    labelled_volumes(env, TEMPLATE)
+}
+
+/// The template binaries volumes of this test's deployment.
+fn binaries_volumes(env: &TestEnv) -> Vec<String> {
+    labelled_volumes(env, TEMPLATE_BINARIES)
+}
+
+/// The volumes of this test's deployment that carry `label`.
+fn labelled_volumes(env: &TestEnv, label: &str) -> Vec<String> {
     let out = Command::new("docker")
         .args([
             "volume",
@@ -40,7 +50,7 @@ fn template_volumes(env: &TestEnv) -> Vec<String> {
             "--filter",
             &format!("label=io.sandboxd.deployment={}", env.deployment),
             "--filter",
-            &format!("label={TEMPLATE}"),
+            &format!("label={label}"),
         ])
         .output()
         .expect("docker volume ls");
@@ -55,6 +65,18 @@ fn template_volumes(env: &TestEnv) -> Vec<String> {
 /// The read-only template volume mounted into the sandbox's Postgres
 /// container, if any.
 async fn mounted_template(env: &TestEnv, id: &SandboxId) -> Option<String> {
+    mounted(env, id, "/var/lib/postgresql/template").await
+}
+
+/// The read-only volume with the image's binaries mounted over `/usr` in
+/// the sandbox's Postgres container, if any.
+async fn mounted_binaries(env: &TestEnv, id: &SandboxId) -> Option<String> {
+    mounted(env, id, "/usr").await
+}
+
+/// The read-only volume mounted on `destination` in the sandbox's
+/// container, if any.
+async fn mounted(env: &TestEnv, id: &SandboxId, destination: &str) -> Option<String> {
     let containers = env.containers(Some(id)).await;
     let container = containers.first().expect("the sandbox's container");
     let info = env
@@ -64,8 +86,8 @@ async fn mounted_template(env: &TestEnv, id: &SandboxId) -> Option<String> {
         .unwrap();
     info.mounts?
         .into_iter()
-        .find(|m| m.destination.as_deref() == Some("/var/lib/postgresql/template"))
-        .inspect(|m| assert_eq!(m.rw, Some(false), "a template is mounted read-only"))
+        .find(|m| m.destination.as_deref() == Some(destination))
+        .inspect(|m| assert_eq!(m.rw, Some(false), "{destination} is mounted read-only"))
         .and_then(|m| m.name)
 }
 
@@ -173,6 +195,16 @@ async fn a_postgres_sandbox_starts_from_a_template_with_fresh_credentials_the_te
         .expect("the sandbox's container mounts the template");
     assert_eq!(mounted_template(&env, &b).await.as_deref(), Some(&*volume));
     assert_eq!(template_volumes(&env), vec![volume.clone()]);
+    // The server runs from the image's binaries in a volume both share.
+    let binaries = mounted_binaries(&env, &a)
+        .await
+        .expect("the sandbox's container mounts the image's binaries");
+    assert!(binaries.contains("-binaries-postgres-plain-"), "{binaries}");
+    assert_eq!(
+        mounted_binaries(&env, &b).await.as_deref(),
+        Some(&*binaries)
+    );
+    assert_eq!(binaries_volumes(&env), vec![binaries.clone()]);
     assert_eq!(
         sample(
             &controller.metrics.render(),
@@ -216,6 +248,7 @@ async fn a_postgres_sandbox_starts_from_a_template_with_fresh_credentials_the_te
     persistent.persistent = true;
     client.provision(&kept, &persistent, READY).await.unwrap();
     assert_eq!(mounted_template(&env, &kept).await, None);
+    assert_eq!(mounted_binaries(&env, &kept).await, None);
     controller.stop().await;
 }
 
@@ -325,6 +358,9 @@ async fn a_feature_set_gets_its_own_template_and_a_changed_image_replaces_the_ol
     let old = mounted_template(&env, &plain)
         .await
         .expect("from a template");
+    let old_binaries = mounted_binaries(&env, &plain)
+        .await
+        .expect("with the image's binaries");
     client.release(&plain).await.unwrap();
     eventually("the first plain sandbox to go", READY, || async {
         env.containers(Some(&plain)).await.is_empty().then_some(())
@@ -346,8 +382,13 @@ async fn a_feature_set_gets_its_own_template_and_a_changed_image_replaces_the_ol
         .await
         .expect("from a template");
     assert_ne!(new, old, "a changed image has its own template");
+    let new_binaries = mounted_binaries(&env, &newer)
+        .await
+        .expect("with the image's binaries");
+    assert_ne!(new_binaries, old_binaries, "and its own binaries");
     eventually("the old template to be removed", READY, || async {
-        (!template_volumes(&env).contains(&old)).then_some(())
+        (!template_volumes(&env).contains(&old) && !binaries_volumes(&env).contains(&old_binaries))
+            .then_some(())
     })
     .await;
     assert!(template_volumes(&env).contains(&featured));

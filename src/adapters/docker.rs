@@ -235,8 +235,9 @@ impl DockerRuntime {
             .map_err(api("create volume", &volume.name))
     }
 
-    /// Refuses a template volume that is missing (Docker would create an
-    /// empty, unlabelled one) or that `template`'s labels do not match.
+    /// Refuses a template (or template binaries) volume that is missing
+    /// (Docker would create an empty, unlabelled one) or that `template`'s
+    /// labels do not match.
     async fn check_template(&self, template: &Volume) -> Result<(), RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Volume);
         match self.docker.inspect_volume(&template.name).await {
@@ -860,6 +861,13 @@ impl Runtime for DockerRuntime {
     async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
         self.remove_any(&job.name, Duration::ZERO).await?;
         self.ensure_volume(&job.volume).await?;
+        let mut mounts = vec![mount(&job.volume, false)];
+        if let Some(binaries) = &job.binaries {
+            // Empty when created: Docker copies the image's files into it
+            // when the job's container is created.
+            self.ensure_volume(binaries).await?;
+            mounts.push(mount(binaries, false));
+        }
         let _timer = metrics::time_docker_call(DockerCall::Create);
         let body = ContainerCreateBody {
             image: Some(job.image.clone()),
@@ -869,7 +877,7 @@ impl Runtime for DockerRuntime {
             labels: Some(job.labels.clone()),
             network_disabled: Some(true),
             host_config: Some(HostConfig {
-                mounts: Some(vec![mount(&job.volume, false)]),
+                mounts: Some(mounts),
                 network_mode: Some("none".into()),
                 ..hardened(&job.user, &job.limits, &job.tmpfs)
             }),
@@ -947,7 +955,7 @@ impl Runtime for DockerRuntime {
         if let Some(volume) = &spec.volume {
             self.ensure_volume(volume).await?;
         }
-        if let Some(template) = &spec.template {
+        for template in spec.template.iter().chain(&spec.binaries) {
             self.check_template(template).await?;
         }
         let _timer = metrics::time_docker_call(DockerCall::Create);
@@ -958,6 +966,7 @@ impl Runtime for DockerRuntime {
         };
         let mut mounts: Vec<Mount> = spec.volume.iter().map(|v| mount(v, false)).collect();
         mounts.extend(spec.template.iter().map(|t| mount(t, true)));
+        mounts.extend(spec.binaries.iter().map(|b| mount(b, true)));
         let host_config = HostConfig {
             mounts: Some(mounts),
             port_bindings: Some(HashMap::from([(port_key.clone(), Some(vec![binding]))])),

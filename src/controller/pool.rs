@@ -532,10 +532,7 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         None,
     );
     spec.cmd.extend(engine.pool_args(&credentials));
-    spec.template = super::template::for_container(ctx, engine, &image, &key.features).await;
-    if spec.template.is_some() {
-        spec.env.push("SANDBOXD_TEMPLATE=use".to_owned());
-    }
+    super::template::apply(ctx, engine, &key.features, &mut spec).await;
     let id = ctx.runtime.create_and_start(&spec).await?;
     match bring_up(ctx, engine, &id, &name, &credentials, &key.features, &image).await {
         Ok(_) => {

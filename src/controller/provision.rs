@@ -164,6 +164,7 @@ pub fn container_spec(
         tmpfs,
         volume,
         template: None,
+        binaries: None,
         stdin: Some(engine.secrets(credentials)),
         image_label: engine.image_label().map(str::to_owned),
     }
@@ -378,10 +379,7 @@ async fn create(
     );
     spec.host_port = p.host_port;
     if !desired.persistent {
-        spec.template = template::for_container(ctx, engine, &image, &p.features).await;
-    }
-    if spec.template.is_some() {
-        spec.env.push("SANDBOXD_TEMPLATE=use".to_owned());
+        template::apply(ctx, engine, &p.features, &mut spec).await;
     }
     if let Some(term) = ctx.fence.term() {
         spec.labels

@@ -10,6 +10,13 @@
 //! image's id, so an image that changes gets a new template; the old one is
 //! removed after the new one is built, once no container mounts it.
 //! Persistent sandboxes never use templates (their data is a volume).
+//!
+//! With the template, the job fills a second volume per image with the
+//! image's binaries (the engine's [`Engine::binaries_dir`]), which the
+//! containers mount read-only in their place: every container then shares
+//! one page cache of them instead of holding its own copy (about 20 MiB
+//! per Postgres container on fuse-overlayfs; docs/architecture.md,
+//! "Density").
 
 use super::Context;
 use crate::config::ControllerConfig;
@@ -17,7 +24,7 @@ use crate::domain::id::EngineName;
 use crate::domain::labels;
 use crate::engine::Engine;
 use crate::metrics::Metrics;
-use crate::ports::runtime::{Runtime, TemplateJob, Tmpfs, Volume};
+use crate::ports::runtime::{ContainerSpec, Runtime, TemplateJob, Tmpfs, Volume};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +35,8 @@ use tokio::time::Instant;
 pub const TEMPLATE: &str = "io.sandboxd.template";
 /// The label naming the image id a template volume was built from.
 pub const TEMPLATE_IMAGE: &str = "io.sandboxd.template-image";
+/// The label naming the engine a template binaries volume is for.
+pub const TEMPLATE_BINARIES: &str = "io.sandboxd.template-binaries";
 
 /// How long a failed template build is not tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -61,6 +70,15 @@ impl Default for Templates {
     }
 }
 
+/// What a container started from a template mounts, read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mounts {
+    /// The initialised data directory.
+    pub(crate) data: Volume,
+    /// The image's binaries, if the engine shares them.
+    pub(crate) binaries: Option<Volume>,
+}
+
 /// Which template a container would use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TemplateKey {
@@ -91,6 +109,27 @@ impl TemplateKey {
         };
         format!("{}-template-{}-{features}", config.deployment, self.engine)
     }
+
+    /// The binaries volume's name: one per image (the plain one or the
+    /// one with extensions), shared by its feature sets.
+    fn binaries_name(&self, config: &ControllerConfig) -> String {
+        format!(
+            "{}-{}",
+            self.binaries_prefix(config),
+            short_id(&self.image_id)
+        )
+    }
+
+    /// What every binaries volume of this engine's image kind is called
+    /// up to the image id.
+    fn binaries_prefix(&self, config: &ControllerConfig) -> String {
+        let kind = if self.features.is_empty() {
+            "plain"
+        } else {
+            "ext"
+        };
+        format!("{}-binaries-{}-{kind}", config.deployment, self.engine)
+    }
 }
 
 /// The first 12 hex digits of an image id (`sha256:…`).
@@ -103,7 +142,7 @@ fn short_id(id: &str) -> String {
 }
 
 impl Templates {
-    /// The template volume a new container for `key` mounts, if it is
+    /// The template volumes a new container for `key` mounts, if they are
     /// ready; otherwise `None` (the container starts cold) and, unless its
     /// job runs or failed recently, the job starts in the background.
     pub(crate) fn lookup(
@@ -111,27 +150,38 @@ impl Templates {
         ctx: &Context,
         engine: &'static dyn Engine,
         key: &TemplateKey,
-    ) -> Option<Volume> {
+    ) -> Option<Mounts> {
         let mount = engine.template_dir()?;
         let volume = template_volume(ctx, key, mount);
+        let binaries = engine
+            .binaries_dir()
+            .map(|dir| binaries_volume(ctx, key, dir));
         let mut slots = self.slots.lock().unwrap();
         match slots.get(&volume.name) {
-            Some(Slot::Ready) => return Some(volume),
+            Some(Slot::Ready) => {
+                return Some(Mounts {
+                    data: volume,
+                    binaries,
+                })
+            }
             Some(Slot::Building) => return None,
             Some(Slot::Failed { retry_at }) if Instant::now() < *retry_at => return None,
             _ => {}
         }
         slots.insert(volume.name.clone(), Slot::Building);
         drop(slots);
-        let job = template_job(ctx, engine, key, volume);
-        let prefix = key.prefix(&ctx.config);
+        let job = template_job(ctx, engine, key, volume, binaries);
+        let prefixes = Prefixes {
+            template: key.prefix(&ctx.config),
+            binaries: key.binaries_prefix(&ctx.config),
+        };
         tokio::spawn(build(
             self.slots.clone(),
             self.jobs.clone(),
             ctx.runtime.clone(),
             ctx.metrics.clone(),
             ctx.config.deployment.clone(),
-            prefix,
+            prefixes,
             engine.name(),
             job,
         ));
@@ -145,6 +195,22 @@ impl Templates {
     }
 }
 
+/// Makes the new non-persistent container of `spec` (`engine` with
+/// `features`) start from its template, if it is ready: mounts it and its
+/// binaries, and tells the image's entrypoint (`SANDBOXD_TEMPLATE=use`).
+pub(crate) async fn apply(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    features: &BTreeSet<String>,
+    spec: &mut ContainerSpec,
+) {
+    if let Some(mounts) = for_container(ctx, engine, &spec.image, features).await {
+        spec.template = Some(mounts.data);
+        spec.binaries = mounts.binaries;
+        spec.env.push("SANDBOXD_TEMPLATE=use".to_owned());
+    }
+}
+
 /// The template a new non-persistent container of `engine` from `image`
 /// with `features` mounts: `None` when templates are off, the engine has
 /// none, the image's id cannot be read, or the template is not ready yet
@@ -154,7 +220,7 @@ pub(crate) async fn for_container(
     engine: &'static dyn Engine,
     image: &str,
     features: &BTreeSet<String>,
-) -> Option<Volume> {
+) -> Option<Mounts> {
     if !ctx.config.templates || engine.template_dir().is_none() {
         return None;
     }
@@ -181,6 +247,28 @@ pub(crate) async fn prepare(ctx: &Context) {
     for engine in ctx.engines.iter() {
         let image = ctx.config.images.image_for(engine, false);
         let _ = for_container(ctx, engine, &image, &BTreeSet::new()).await;
+    }
+}
+
+/// The labels and mount of `key`'s binaries volume: the image's files
+/// under `dir`.
+fn binaries_volume(ctx: &Context, key: &TemplateKey, dir: &str) -> Volume {
+    let mut labels = HashMap::from([
+        (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+        (
+            labels::DEPLOYMENT.to_owned(),
+            ctx.config.deployment.to_string(),
+        ),
+        (TEMPLATE_BINARIES.to_owned(), key.engine.to_string()),
+        (TEMPLATE_IMAGE.to_owned(), key.image_id.clone()),
+    ]);
+    if let Some(state) = ctx.state.get() {
+        labels.insert(labels::STATE_ID.to_owned(), state.to_string());
+    }
+    Volume {
+        name: key.binaries_name(&ctx.config),
+        path: dir.to_owned(),
+        labels,
     }
 }
 
@@ -216,6 +304,7 @@ fn template_job(
     engine: &'static dyn Engine,
     key: &TemplateKey,
     volume: Volume,
+    binaries: Option<Volume>,
 ) -> TemplateJob {
     let config = &ctx.config;
     // Only the user and database names are read from these; the password
@@ -241,7 +330,15 @@ fn template_job(
         limits: config.limits,
         tmpfs,
         volume,
+        binaries,
     }
+}
+
+/// The name prefixes of a template's volumes of other images (see
+/// [`prune`]).
+struct Prefixes {
+    template: String,
+    binaries: String,
 }
 
 /// Runs `job` (one at a time), records the outcome, and removes the
@@ -253,7 +350,7 @@ async fn build(
     runtime: Arc<dyn Runtime>,
     metrics: Arc<Metrics>,
     deployment: crate::domain::id::Deployment,
-    prefix: String,
+    prefixes: Prefixes,
     engine: EngineName,
     job: TemplateJob,
 ) {
@@ -287,7 +384,16 @@ async fn build(
     };
     metrics.templates_ready(ready);
     if outcome.is_ok() {
-        prune(runtime.as_ref(), &deployment, &prefix, &name).await;
+        prune(runtime.as_ref(), &deployment, &prefixes.template, &name).await;
+        if let Some(binaries) = &job.binaries {
+            prune(
+                runtime.as_ref(),
+                &deployment,
+                &prefixes.binaries,
+                &binaries.name,
+            )
+            .await;
+        }
     }
 }
 

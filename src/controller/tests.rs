@@ -1891,12 +1891,20 @@ async fn a_template_is_built_once_in_the_background_and_a_failed_build_is_retrie
     assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
     settle().await;
     assert_eq!(h.runtime.template_jobs(), 1, "tried again after a minute");
-    let volume = ctx
+    let mounts = ctx
         .templates
         .lookup(&ctx, postgres, &key)
         .expect("the template is ready");
+    let volume = mounts.data;
     assert_eq!(volume.name, "test-template-postgres-plain-0123456789ab");
     assert_eq!(volume.path, "/var/lib/postgresql/template");
+    let binaries = mounts.binaries.expect("Postgres shares its binaries");
+    assert_eq!(binaries.name, "test-binaries-postgres-plain-0123456789ab");
+    assert_eq!(binaries.path, "/usr");
+    assert!(
+        h.runtime.volume_labels(&binaries.name).is_some(),
+        "the job made the binaries volume"
+    );
     assert_eq!(
         volume
             .labels

@@ -201,6 +201,13 @@ pub trait Engine: Send + Sync + 'static {
     fn template_dir(&self) -> Option<&'static str> {
         None
     }
+    /// Where the image keeps the binaries and libraries the engine runs,
+    /// shared between containers through a volume the template job fills
+    /// (`None`: the engine's binaries are small enough to leave in the
+    /// image). Only used with a template.
+    fn binaries_dir(&self) -> Option<&'static str> {
+        None
+    }
     /// The login for a container with this password.
     fn credentials(&self, password: Secret) -> Credentials;
     /// Environment of a sandbox container: never a credential. `persistent`:

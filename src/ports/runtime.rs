@@ -128,6 +128,11 @@ pub struct ContainerSpec {
     /// A pre-initialised template mounted read-only (see
     /// [`TemplateJob`]); it must exist, or the container is not created.
     pub template: Option<Volume>,
+    /// The image's binaries, copied into a volume by the template job and
+    /// mounted read-only over their place in the image (see
+    /// [`TemplateJob::binaries`]); it must exist, or the container is not
+    /// created.
+    pub binaries: Option<Volume>,
     /// Written to the container's standard input once it has started, then
     /// closed: the only way credentials reach a container.
     pub stdin: Option<Secret>,
@@ -163,6 +168,13 @@ pub struct TemplateJob {
     pub tmpfs: Vec<Tmpfs>,
     /// The template volume, created with its labels if missing.
     pub volume: Volume,
+    /// A volume for the image's binaries, created with its labels if
+    /// missing and mounted read-write, so that Docker fills it from the
+    /// image when it is empty. Containers that mount it read-only share
+    /// one page cache of the binaries instead of each reading its own copy
+    /// through the storage driver (which each container pays for in
+    /// memory on fuse-overlayfs).
+    pub binaries: Option<Volume>,
 }
 
 /// A network for sandbox containers.

@@ -527,9 +527,11 @@ impl Runtime for FakeRuntime {
             .await
             .map_err(|e| injected("template job", e))?;
         let mut w = self.world.lock().unwrap();
-        w.volumes
-            .entry(job.volume.name.clone())
-            .or_insert_with(|| job.volume.labels.clone());
+        for volume in std::iter::once(&job.volume).chain(&job.binaries) {
+            w.volumes
+                .entry(volume.name.clone())
+                .or_insert_with(|| volume.labels.clone());
+        }
         w.template_jobs += 1;
         Ok(())
     }

@@ -290,8 +290,22 @@ sandbox_main() {
 		done
 	fi
 
+	if [[ $persistent != 1 ]]; then
+		# Density: a throwaway cluster on tmpfs counts against the
+		# container's memory. Its `postgres` database (~7.5 MB) is out of
+		# the agent's reach anyway (CONNECT revoked above) and nothing of
+		# sandbox mode uses it; template0 and template1 stay (CREATE
+		# DATABASE needs them).
+		"${psql_su[@]}" -d "$db" -c "DROP DATABASE postgres;" >&2
+	fi
 	pg_ctl -D "$PGDATA" -m fast -w stop >&2
 	unset PGUSER PGHOST PGPORT
+	if [[ $persistent != 1 ]]; then
+		# Density: the WAL initdb and the set-up wrote (several 1 MB
+		# segments kept for reuse) is of no use to a cluster that was shut
+		# down cleanly; one segment stays.
+		pg_resetwal -D "$PGDATA" >&2
+	fi
 	if [[ $template == build ]]; then
 		# What the template was made for; a start from it must ask for the same.
 		printf '%s\n' "$(sb_template_stamp)" >"$PGDATA/$SB_STAMP"
@@ -364,7 +378,7 @@ sb_start_from_template() {
 	if ! err=$(printf 'ALTER ROLE "%s" WITH PASSWORD '\''%s'\'';\n' "$user" "$sb_password" |
 		postgres --single -D "$PGDATA" "${@:2}" -c log_statement=none \
 			-c log_min_error_statement=panic -c password_encryption=scram-sha-256 \
-			postgres 2>&1 >/dev/null) || [[ $err == *ERROR* || $err == *FATAL* ]]; then
+			"$db" 2>&1 >/dev/null) || [[ $err == *ERROR* || $err == *FATAL* ]]; then
 		sb_password=
 		sb_die 1 "setting the password of role $user in the template's copy failed: ${err//$'\n'/ }"
 	fi
