@@ -101,6 +101,32 @@ async fn assert_secret_not_in_inspect(env: &TestEnv, container: &str, secret: &s
     );
 }
 
+/// The networks `container` is on, with its aliases there.
+async fn networks_of(env: &TestEnv, container: &str) -> Vec<(String, Vec<String>)> {
+    let info = env
+        .docker
+        .inspect_container(container, None::<InspectContainerOptions>)
+        .await
+        .unwrap();
+    let mut networks: Vec<_> = info
+        .network_settings
+        .and_then(|n| n.networks)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, endpoint)| (name, endpoint.aliases.unwrap_or_default()))
+        .collect();
+    networks.sort();
+    networks
+}
+
+/// The names of the containers on `network`.
+async fn members(env: &TestEnv, network: &str) -> Option<Vec<String>> {
+    env.runtime
+        .network_members(network)
+        .await
+        .expect("inspect network")
+}
+
 #[tokio::test]
 async fn a_matching_sandbox_is_served_by_claims_and_the_pool_is_refilled_to_its_size() {
     let env = TestEnv::new().await;
@@ -152,6 +178,31 @@ async fn a_matching_sandbox_is_served_by_claims_and_the_pool_is_refilled_to_its_
     for (engine, c) in status.services.keys().zip(&serving) {
         assert_secret_not_in_inspect(&env, c, status.services[engine].password.expose()).await;
     }
+    // Each claimed container is on the sandbox's network under its
+    // engine's name, and otherwise only on its own pool network, alone.
+    let sandbox_network = format!("sandboxd.{}.{id}", env.deployment);
+    let mut pool_networks = Vec::new();
+    for c in &serving {
+        let networks = networks_of(&env, c).await;
+        assert_eq!(networks.len(), 2, "{networks:?}");
+        let on_sandbox = networks.iter().find(|(n, _)| *n == sandbox_network);
+        let (_, aliases) = on_sandbox.expect("on the sandbox's network");
+        assert!(
+            aliases.iter().any(|a| a == "postgres" || a == "redis"),
+            "{aliases:?}"
+        );
+        let (own, _) = networks
+            .iter()
+            .find(|(n, _)| *n != sandbox_network)
+            .unwrap();
+        assert!(
+            own.starts_with(&format!("sandboxd-pool.{}.", env.deployment)),
+            "{own}"
+        );
+        let on_own = members(&env, own).await.expect("the pool network exists");
+        assert_eq!(on_own.len(), 1, "alone on {own}: {on_own:?}");
+        pool_networks.push(own.clone());
+    }
 
     // Refilled to its size, never above it.
     let after = pool_ready(&env, &controller, &["postgres", "redis"], 1.0).await;
@@ -168,6 +219,18 @@ async fn a_matching_sandbox_is_served_by_claims_and_the_pool_is_refilled_to_its_
     assert!(text.contains(
         "sandboxd_pool_claims_total{engine=\"postgres\",kind=\"create\",result=\"hit\"} 1"
     ));
+
+    // Released: the claimed containers go, and their pool networks with
+    // them (at a relist).
+    client.release(&id).await.unwrap();
+    for network in &pool_networks {
+        eventually(
+            "the pool network of a removed container to go",
+            READY,
+            || async { members(&env, network).await.is_none().then_some(()) },
+        )
+        .await;
+    }
     controller.stop().await;
 }
 

@@ -5,7 +5,10 @@
 //! first (Docker labels cannot change), then the claimant's credentials are
 //! set inside the container (on standard input), the container takes the
 //! sandbox's container name and joins its network under the engine's host
-//! name, and it is probed with the new credentials. The pool is refilled in
+//! name, and it is probed with the new credentials. Each pool container
+//! waits on a network of its own, which it keeps when it is claimed (it is
+//! alone there): leaving a network costs Docker more than joining one, and
+//! a claim never waits for it. The pool is refilled in
 //! the background ([`refill_loop`]), never above its size and only while no
 //! request waits for a worker. Only the leader runs it: every Docker call
 //! goes through the fenced runtime, and a new term starts from what it
@@ -26,7 +29,7 @@ use crate::domain::secret::Secret;
 use crate::engine::{Credentials, Engine};
 use crate::ports::runtime::{NetworkSpec, RuntimeError};
 use crate::sched::WorkQueue;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -69,6 +72,8 @@ struct Ready {
     id: ContainerId,
     /// The pool password: known to this process only.
     credentials: Credentials,
+    /// Its own pool network.
+    network: String,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +93,8 @@ pub(crate) struct Pool {
     pub(crate) index: Arc<ClaimIndex>,
     /// Wakes the refill.
     wake: Notify,
+    /// Pool networks whose container is being created (not orphans).
+    creating_networks: Mutex<HashSet<String>>,
 }
 
 impl Pool {
@@ -133,20 +140,26 @@ impl Pool {
     }
 }
 
-/// The pool network of the deployment: internal like sandbox networks (a
-/// name no sandbox network can have).
-pub(crate) fn network_name(ctx: &Context) -> String {
+/// What every pool network of the deployment is called up to its
+/// container's token (a name no sandbox network can have).
+fn network_prefix(ctx: &Context) -> String {
+    format!("sandboxd-pool.{}.", ctx.config.deployment)
+}
+
+/// The network the pool container with `token` waits on: its own, internal
+/// like sandbox networks (or the shared network of the shared layout).
+fn network_name(ctx: &Context, token: &str) -> String {
     match &ctx.config.network {
-        NetworkLayout::PerSandbox { .. } => format!("sandboxd-pool.{}", ctx.config.deployment),
+        NetworkLayout::PerSandbox { .. } => format!("{}{token}", network_prefix(ctx)),
         NetworkLayout::Shared { name } => name.clone(),
     }
 }
 
-fn network_spec(ctx: &Context) -> Option<NetworkSpec> {
+fn network_spec(ctx: &Context, name: &str) -> Option<NetworkSpec> {
     let NetworkLayout::PerSandbox { subnets, egress } = &ctx.config.network else {
         return None;
     };
-    let name = network_name(ctx);
+    let name = name.to_owned();
     let mut labels = HashMap::from([
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
@@ -259,10 +272,9 @@ async fn take_over(
 
     let cmd: Vec<&str> = command.cmd.iter().map(String::as_str).collect();
     let placement: Placement = network::placement(&ctx.config, &desired.id, p.engine);
-    let pool_network = network_name(ctx);
-    // The credentials and the container's name and network are
-    // independent: changed at once (both done before anything is
-    // published).
+    // The credentials, the container's name and its network are
+    // independent: changed at once (all done before anything is
+    // published). It stays on its own pool network, where it is alone.
     let set_credentials = async {
         let out = runtime.exec_stdin(id, &cmd, &command.stdin).await?;
         if (command.succeeded)(&out) {
@@ -274,17 +286,19 @@ async fn take_over(
             })
         }
     };
-    let move_over = async {
+    let rename = async {
         runtime.rename(id, &placement.container).await?;
-        if placement.network != pool_network {
+        Ok::<(), PoolError>(())
+    };
+    let join = async {
+        if placement.network != ready.network {
             runtime
                 .rejoin(&placement.network, id, &placement.aliases)
                 .await?;
-            runtime.disconnect(&pool_network, id.as_str()).await?;
         }
         Ok::<(), PoolError>(())
     };
-    tokio::try_join!(set_credentials, move_over)?;
+    tokio::try_join!(set_credentials, rename, join)?;
     let (host_port, available) = bring_up(
         ctx,
         engine,
@@ -344,11 +358,52 @@ pub(crate) async fn relisted(ctx: &Context) -> Result<Relisted, ControllerError>
         }
     }
     ctx.pool.report(ctx);
+    remove_orphan_networks(ctx, &listed).await?;
     let claims: Vec<PoolClaim> = ctx.pool.claims.lock().unwrap().values().cloned().collect();
     Ok(Relisted {
         claimed: match_claims(ctx, claims, &listed).await,
         states: listed.iter().map(|l| (l.id.clone(), l.state)).collect(),
     })
+}
+
+/// Removes the pool networks whose container is gone (claimed or not) and
+/// that nothing is connected to any more.
+async fn remove_orphan_networks(
+    ctx: &Context,
+    listed: &[PooledContainer],
+) -> Result<(), RuntimeError> {
+    if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
+        return Ok(());
+    }
+    let prefix = network_prefix(ctx);
+    let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
+    for n in networks {
+        let Some(token) = n.name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let in_use = listed
+            .iter()
+            .any(|c| c.instance.eq_ignore_ascii_case(token))
+            || ctx.pool.creating_networks.lock().unwrap().contains(&n.name);
+        if in_use {
+            continue;
+        }
+        let members = ctx.runtime.network_members(&n.name).await?;
+        let alone = members.is_none_or(|m| {
+            m.iter()
+                .all(|c| ctx.config.controller_container.as_deref() == Some(c.as_str()))
+        });
+        if alone {
+            ctx.runtime
+                .remove_network(&n.name, &ctx.config.deployment)
+                .await?;
+            tracing::debug!(
+                network = n.name,
+                "removed the network of a pool container that is gone"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What a relist sees of the pool (see [`relisted`]).
@@ -482,9 +537,6 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         .get(key.engine)
         .ok_or(provision::ProvisionError::UnknownEngine(key.engine))
         .map_err(Box::new)?;
-    if let Some(spec) = network_spec(ctx) {
-        ctx.runtime.ensure_network(&spec).await?;
-    }
     let image = ctx
         .config
         .images
@@ -499,10 +551,52 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
     );
     let placement = Placement {
         container: name.clone(),
-        network: network_name(ctx),
+        network: network_name(ctx, &token.to_ascii_lowercase()),
         host: name.clone(),
         aliases: Vec::new(),
     };
+    ctx.pool
+        .creating_networks
+        .lock()
+        .unwrap()
+        .insert(placement.network.clone());
+    let started = start_one(ctx, engine, key, &image, &credentials, token, &placement).await;
+    ctx.pool
+        .creating_networks
+        .lock()
+        .unwrap()
+        .remove(&placement.network);
+    let id = started?;
+    match bring_up(ctx, engine, &id, &name, &credentials, &key.features, &image).await {
+        Ok(_) => {
+            tracing::info!(pool = %key, container = %id, "warm-pool container ready");
+            Ok(Ready {
+                id,
+                credentials,
+                network: placement.network,
+            })
+        }
+        Err(e) => {
+            let _ = ctx.runtime.remove(&id, Duration::ZERO).await;
+            Err(PoolError::Provision(Box::new(e)))
+        }
+    }
+}
+
+/// Creates the pool network of `placement` and starts a pool container of
+/// `key` on it.
+async fn start_one(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    key: &PoolKey,
+    image: &str,
+    credentials: &Credentials,
+    token: String,
+    placement: &Placement,
+) -> Result<ContainerId, PoolError> {
+    if let Some(spec) = network_spec(ctx, &placement.network) {
+        ctx.runtime.ensure_network(&spec).await?;
+    }
     let features: Vec<&str> = key.features.iter().map(String::as_str).collect();
     let mut labels = HashMap::from([
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
@@ -524,24 +618,14 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
     let mut spec = container_spec(
         &ctx.config,
         engine,
-        &placement,
-        &image,
-        &credentials,
+        placement,
+        image,
+        credentials,
         &key.features,
         labels,
         None,
     );
-    spec.cmd.extend(engine.pool_args(&credentials));
+    spec.cmd.extend(engine.pool_args(credentials));
     super::template::apply(ctx, engine, &key.features, &mut spec).await;
-    let id = ctx.runtime.create_and_start(&spec).await?;
-    match bring_up(ctx, engine, &id, &name, &credentials, &key.features, &image).await {
-        Ok(_) => {
-            tracing::info!(pool = %key, container = %id, "warm-pool container ready");
-            Ok(Ready { id, credentials })
-        }
-        Err(e) => {
-            let _ = ctx.runtime.remove(&id, Duration::ZERO).await;
-            Err(PoolError::Provision(Box::new(e)))
-        }
-    }
+    Ok(ctx.runtime.create_and_start(&spec).await?)
 }
