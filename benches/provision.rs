@@ -1046,6 +1046,7 @@ struct Figures<'a> {
     template: &'a Scenario,
     burst: &'a Scenario,
     heal_cold: &'a [Duration],
+    heal_template: &'a [Duration],
     heal_pool: &'a [Duration],
     pool: &'a [(&'a str, &'a Scenario, &'a [Duration])],
     idle: &'a Idle,
@@ -1073,12 +1074,19 @@ fn targets(f: &Figures<'_>) -> String {
         format!("{burst:.2}"),
         burst <= 1.1,
     ));
-    let heal = median(f.heal_cold).as_secs_f64();
-    lines.push((
-        "heal without a pool: within the cold floor + 200 ms".to_owned(),
-        format!("{heal:.3} s vs {:.3} s", cold_floor + 0.2),
-        heal <= cold_floor + 0.2,
-    ));
+    // Without a pool, `sandboxd run` heals from the template (its
+    // default); the cold heal (templates off) is judged too.
+    for (how, heals) in [
+        ("from the template (the default)", f.heal_template),
+        ("cold (templates off)", f.heal_cold),
+    ] {
+        let heal = median(heals).as_secs_f64();
+        lines.push((
+            format!("heal without a pool, {how}: within the cold floor + 200 ms"),
+            format!("{heal:.3} s vs {:.3} s", cold_floor + 0.2),
+            heal <= cold_floor + 0.2,
+        ));
+    }
     for (engine, cold, hits) in f.pool {
         let hit = median(hits).as_secs_f64();
         let cold = median(&cold.totals).as_secs_f64();
@@ -1275,6 +1283,7 @@ async fn run() {
         template: &tpl,
         burst: &many,
         heal_cold: &heal_cold,
+        heal_template: &heal_tpl,
         heal_pool: &heal_pool,
         pool: &[("postgres", &pg, &pool_pg), ("redis", &rd, &pool_rd)],
         idle: &idle,

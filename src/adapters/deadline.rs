@@ -39,13 +39,23 @@ async fn runtime_call<T>(
     after: Duration,
     call: impl Future<Output = Result<T, RuntimeError>>,
 ) -> Result<T, RuntimeError> {
-    tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
+    let started = tokio::time::Instant::now();
+    let result = tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
         Err(RuntimeError::Timeout {
             op,
             target: target.to_owned(),
             after,
         })
-    })
+    });
+    // Where a provision's time goes, call by call (RUST_LOG=...=trace).
+    tracing::trace!(
+        op,
+        target,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        ok = result.is_ok(),
+        "runtime call"
+    );
+    result
 }
 
 /// A [`Runtime`] whose every call has a deadline.

@@ -572,7 +572,9 @@ async fn poll_ready(
 ) -> Result<u32, ProvisionError> {
     let started = Instant::now();
     let deadline = started + within;
-    let mut delay = Duration::from_millis(50);
+    // Short first waits: a container started from a template answers
+    // within a few hundred milliseconds, and a failed probe is cheap.
+    let mut delay = Duration::from_millis(25);
     let mut attempts = 0u32;
     loop {
         // No probe outlives the deadline, whatever the engine's client does.
