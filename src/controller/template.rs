@@ -24,7 +24,7 @@ use crate::domain::id::EngineName;
 use crate::domain::labels;
 use crate::engine::Engine;
 use crate::metrics::Metrics;
-use crate::ports::runtime::{ContainerSpec, Runtime, TemplateJob, Tmpfs, Volume};
+use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, TemplateJob, Tmpfs, Volume};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -383,6 +383,20 @@ async fn build(
         slots.values().filter(|s| **s == Slot::Ready).count()
     };
     metrics.templates_ready(ready);
+    if let (Err(e), Some(binaries)) = (&outcome, &job.binaries) {
+        if !matches!(e, RuntimeError::TemplateJob { .. }) {
+            // The job never ran: Docker may have left the binaries half
+            // copied, and it fills only an empty volume. Unless a running
+            // container uses it, it goes, to be filled again at the retry.
+            if runtime
+                .remove_volume(&binaries.name, &deployment)
+                .await
+                .is_ok()
+            {
+                tracing::info!(volume = %binaries.name, "removed the binaries of a template job that did not run");
+            }
+        }
+    }
     if outcome.is_ok() {
         prune(runtime.as_ref(), &deployment, &prefixes.template, &name).await;
         if let Some(binaries) = &job.binaries {
