@@ -367,7 +367,8 @@ pub(crate) async fn relisted(ctx: &Context) -> Result<Relisted, ControllerError>
 }
 
 /// Removes the pool networks whose container is gone (claimed or not) and
-/// that nothing is connected to any more.
+/// that nothing is connected to any more. One that cannot be removed now is
+/// left for the next relist.
 async fn remove_orphan_networks(
     ctx: &Context,
     listed: &[PooledContainer],
@@ -393,14 +394,23 @@ async fn remove_orphan_networks(
             m.iter()
                 .all(|c| ctx.config.controller_container.as_deref() == Some(c.as_str()))
         });
-        if alone {
-            ctx.runtime
-                .remove_network(&n.name, &ctx.config.deployment)
-                .await?;
-            tracing::debug!(
-                network = n.name,
-                "removed the network of a pool container that is gone"
-            );
+        if !alone {
+            continue;
+        }
+        match ctx
+            .runtime
+            .remove_network(&n.name, &ctx.config.deployment)
+            .await
+        {
+            Ok(()) => {
+                tracing::debug!(
+                    network = n.name,
+                    "removed the network of a pool container that is gone"
+                )
+            }
+            Err(e) => {
+                tracing::warn!(network = n.name, error = %e, "could not remove the network of a pool container that is gone; the next relist tries again")
+            }
         }
     }
     Ok(())
