@@ -253,46 +253,56 @@ pub(crate) async fn prepare(ctx: &Context) {
 /// The labels and mount of `key`'s binaries volume: the image's files
 /// under `dir`.
 fn binaries_volume(ctx: &Context, key: &TemplateKey, dir: &str) -> Volume {
-    let mut labels = HashMap::from([
-        (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
-        (
-            labels::DEPLOYMENT.to_owned(),
-            ctx.config.deployment.to_string(),
-        ),
-        (TEMPLATE_BINARIES.to_owned(), key.engine.to_string()),
-        (TEMPLATE_IMAGE.to_owned(), key.image_id.clone()),
-    ]);
-    if let Some(state) = ctx.state.get() {
-        labels.insert(labels::STATE_ID.to_owned(), state.to_string());
-    }
-    Volume {
-        name: key.binaries_name(&ctx.config),
-        path: dir.to_owned(),
-        labels,
-    }
+    owned_volume(
+        ctx,
+        key.binaries_name(&ctx.config),
+        dir,
+        [
+            (TEMPLATE_BINARIES.to_owned(), key.engine.to_string()),
+            (TEMPLATE_IMAGE.to_owned(), key.image_id.clone()),
+        ],
+    )
 }
 
 /// The labels and mount of `key`'s volume.
 fn template_volume(ctx: &Context, key: &TemplateKey, mount: &str) -> Volume {
+    owned_volume(
+        ctx,
+        key.volume_name(&ctx.config),
+        mount,
+        [
+            (TEMPLATE.to_owned(), key.engine.to_string()),
+            (TEMPLATE_IMAGE.to_owned(), key.image_id.clone()),
+            (
+                labels::FEATURES.to_owned(),
+                key.features.iter().cloned().collect::<Vec<_>>().join(","),
+            ),
+        ],
+    )
+}
+
+/// A volume `name` mounted on `path`, labelled as this deployment's (and
+/// this state database's, once known) with `kind` on top.
+fn owned_volume<const N: usize>(
+    ctx: &Context,
+    name: String,
+    path: &str,
+    kind: [(String, String); N],
+) -> Volume {
     let mut labels = HashMap::from([
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
             labels::DEPLOYMENT.to_owned(),
             ctx.config.deployment.to_string(),
         ),
-        (TEMPLATE.to_owned(), key.engine.to_string()),
-        (TEMPLATE_IMAGE.to_owned(), key.image_id.clone()),
-        (
-            labels::FEATURES.to_owned(),
-            key.features.iter().cloned().collect::<Vec<_>>().join(","),
-        ),
     ]);
+    labels.extend(kind);
     if let Some(state) = ctx.state.get() {
         labels.insert(labels::STATE_ID.to_owned(), state.to_string());
     }
     Volume {
-        name: key.volume_name(&ctx.config),
-        path: mount.to_owned(),
+        name,
+        path: path.to_owned(),
         labels,
     }
 }
