@@ -1,8 +1,10 @@
 //! Scale simulation of the controller core: a fully converged fleet of N
-//! sandboxes over the in-memory fakes, one full resync (initial lists, a
-//! relist that enqueues every row, every row reconciled once), its time
-//! and the process's resident memory. Targets (issue 11): 100 000 rows
-//! resync in under 1 s and under 300 MB resident.
+//! sandboxes over the in-memory fakes, and the resync of a controller
+//! that starts over it (initial lists, a relist that plans every row from
+//! them, the rows not converged reconciled), its time and the process's
+//! resident memory (before the resync: the fakes holding the fleet; and
+//! the resync's peak). Targets (issue 11): 100 000 rows resync in under
+//! 1 s and under 300 MB resident.
 //!
 //! `cargo bench --bench fleet_sim --features simulation [-- 10000 100000]`
 //! (or `FLEET_SIM_ROWS=10000,100000`; `FLEET_SIM_CONCURRENCY`, default 8

@@ -227,6 +227,10 @@ pub struct RunArgs {
     /// How often both sides are listed in full.
     #[arg(long, env = "SANDBOXD_RELIST_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub relist_interval: Duration,
+    /// How often a relist reconciles every sandbox, not only those its
+    /// lists show changed (a full resync).
+    #[arg(long, env = "SANDBOXD_RESYNC_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub resync_interval: Duration,
     /// Most reconciles at once.
     #[arg(long, env = "SANDBOXD_CONCURRENCY", default_value_t = 8)]
     pub concurrency: usize,
@@ -363,6 +367,7 @@ impl RunArgs {
         )?;
         c.grace = self.grace;
         c.relist_interval = self.relist_interval;
+        c.resync_interval = self.resync_interval;
         c.concurrency = self.concurrency;
         c.pull_timeout = self.pull_timeout;
         c.readiness = crate::config::readiness_overrides(&self.readiness_timeouts)?;

@@ -251,6 +251,10 @@ pub struct ControllerConfig {
     pub grace: Duration,
     /// How often both sides are listed in full.
     pub relist_interval: Duration,
+    /// How often a relist reconciles every sandbox, even those its lists
+    /// show converged (what they cannot show: a stranger on a sandbox's
+    /// network, an attached container gone).
+    pub resync_interval: Duration,
     /// Most reconciles running at once.
     pub concurrency: usize,
     /// Bound on pulling an absent image.
@@ -315,6 +319,7 @@ impl ControllerConfig {
             limits: Limits::default(),
             grace: Duration::from_secs(180),
             relist_interval: Duration::from_secs(60),
+            resync_interval: Duration::from_secs(600),
             concurrency: 8,
             // A cold pull on slow storage takes minutes (the Python
             // provisioner's agents were stranded by a 20 s limit).

@@ -137,6 +137,7 @@ pub struct Metrics {
     heals: IntCounterVec,
     rotations: IntCounterVec,
     relists: IntCounter,
+    relist_converged: IntGauge,
     stream_restarts: IntCounterVec,
     leader: IntGauge,
     leader_term: IntGauge,
@@ -374,6 +375,10 @@ impl Metrics {
             relists: reg!(IntCounter::new(
                 "sandboxd_relists_total",
                 "Full relists of both sides"
+            )),
+            relist_converged: reg!(IntGauge::new(
+                "sandboxd_relist_converged_sandboxes",
+                "Sandboxes the last relist found converged in its lists and did not reconcile (0 after a full resync, which reconciles every one)"
             )),
             stream_restarts: reg!(IntCounterVec::new(
                 Opts::new(
@@ -695,6 +700,12 @@ impl Metrics {
     pub(crate) fn relisted(&self, drift: usize) {
         self.relists.inc();
         self.relist_drift.inc_by(drift as u64);
+    }
+
+    /// How many sandboxes the last relist left alone as converged.
+    pub(crate) fn relist_converged(&self, sandboxes: usize) {
+        self.relist_converged
+            .set(i64::try_from(sandboxes).unwrap_or(i64::MAX));
     }
 
     /// How many containers of this deployment are another state database's.

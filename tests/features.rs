@@ -38,7 +38,7 @@ async fn provision(env: &TestEnv, engine: &str, features: &[&str]) -> ServiceSta
             service.available_extensions
         );
     }
-    service
+    *service
 }
 
 #[tokio::test]

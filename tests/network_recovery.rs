@@ -137,3 +137,71 @@ async fn docker_network_rm_of_a_sandbox_network_is_followed_by_its_recreation_wi
     }
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn a_relist_leaves_converged_sandboxes_alone_and_puts_back_an_engine_disconnected_out_of_band(
+) {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.relist_interval = Duration::from_secs(2);
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let quiet = sandbox_id("quiet");
+    let cut = sandbox_id("cut");
+    for id in [&quiet, &cut] {
+        client
+            .provision(id, &request(&["redis"], &[]), Duration::from_secs(120))
+            .await
+            .expect("ready");
+    }
+    // Read back from Postgres and listed by Docker, both sandboxes are
+    // judged converged: a relist reconciles neither.
+    let converged = || {
+        common::sample(
+            &controller.metrics.render(),
+            "sandboxd_relist_converged_sandboxes",
+        )
+    };
+    eventually(
+        "a relist finds both sandboxes converged",
+        Duration::from_secs(30),
+        || async { (converged() == Some(2.0)).then_some(()) },
+    )
+    .await;
+    let before = client.status(&cut).await.unwrap().expect("a status");
+    let network = before
+        .network
+        .clone()
+        .expect("the status names its network");
+    let on_it = members(&env, &network).await.expect("the network exists");
+    assert_eq!(on_it.len(), 1, "the engine alone: {on_it:?}");
+
+    // Out of band, with no event sandboxd listens to: the next relist sees
+    // the engine off its network and puts it back under its name.
+    docker(&["network", "disconnect", "-f", &network, &on_it[0]]);
+    eventually(
+        "the engine is back on its network",
+        Duration::from_secs(30),
+        || async { members(&env, &network).await.filter(|m| m == &on_it) },
+    )
+    .await;
+    eventually(
+        "both sandboxes are converged again",
+        Duration::from_secs(30),
+        || async { (converged() == Some(2.0)).then_some(()) },
+    )
+    .await;
+    let after = client.status(&cut).await.unwrap().expect("a status");
+    assert_eq!(after.phase, Phase::Ready);
+    let (b, a) = (&before.services["redis"], &after.services["redis"]);
+    assert_eq!(a.password, b.password, "same credentials");
+    assert_eq!(a.instance, b.instance, "same container");
+    assert!(
+        controller
+            .metrics
+            .render()
+            .contains("sandboxd_network_reconnects_total 1"),
+        "one reconnect"
+    );
+    controller.stop().await;
+}

@@ -300,6 +300,10 @@ impl Store for BoundedStore {
         store_call("read status row", self.after, self.inner.fetch_status(id)).await
     }
 
+    async fn list_desired(&self) -> Result<Vec<DesiredSandbox>, StoreError> {
+        store_call("list desired rows", self.after, self.inner.list_desired()).await
+    }
+
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError> {
         store_call("list desired ids", self.after, self.inner.desired_ids()).await
     }

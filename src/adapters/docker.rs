@@ -551,12 +551,14 @@ fn observed(
         return None;
     }
     let state = listed_state(summary.state?);
+    let networks = network_names(&summary);
     let host_port = summary
         .ports
         .unwrap_or_default()
         .iter()
         .find_map(|p| p.public_port);
     Some(ObservedContainer {
+        networks,
         id: ContainerId::new(summary.id?),
         name: summary.names?.first()?.trim_start_matches('/').to_owned(),
         labels,
@@ -564,6 +566,16 @@ fn observed(
         created: Utc.timestamp_opt(summary.created?, 0).single()?,
         host_port,
     })
+}
+
+/// The networks a listed container is on, by name.
+fn network_names(summary: &bollard::models::ContainerSummary) -> Vec<String> {
+    summary
+        .network_settings
+        .as_ref()
+        .and_then(|s| s.networks.as_ref())
+        .map(|n| n.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// What a listed container's state means to sandboxd (a paused or
@@ -590,7 +602,9 @@ fn pooled(
         return None;
     }
     let state = listed_state(summary.state?);
+    let networks = network_names(&summary);
     Some(PooledContainer {
+        networks,
         deployment: deployment.clone(),
         engine: map.get(labels::ENGINE)?.clone(),
         features: map

@@ -14,7 +14,7 @@ use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
-use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
+use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, Services};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};
 use crate::ports::store::{NotifyStream, Store, StoreError};
@@ -477,11 +477,11 @@ const MAX_IDLE_TIMEOUT_SECS: f64 = 31_536_000.0;
 const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     cardinality(services) AS services_len, array_ndims(services) AS services_ndims,
     array_lower(services, 1) AS services_lower,
-    CASE WHEN cardinality(services) <= $2 THEN to_jsonb(services)::text END AS services,
-    CASE WHEN pg_column_size(features) <= $3 THEN features::text END AS features,
+    CASE WHEN cardinality(services) <= $1 THEN to_jsonb(services)::text END AS services,
+    CASE WHEN pg_column_size(features) <= $2 THEN features::text END AS features,
     cardinality(attach) AS attach_len, array_ndims(attach) AS attach_ndims,
     array_lower(attach, 1) AS attach_lower,
-    CASE WHEN cardinality(attach) <= $4 THEN to_jsonb(attach)::text END AS attach,
+    CASE WHEN cardinality(attach) <= $3 THEN to_jsonb(attach)::text END AS attach,
     expires_at IS NOT NULL AS has_expiry,
     CASE WHEN isfinite(expires_at) AND expires_at < '10000-01-01 00:00:00+00' THEN expires_at END
         AS expires_at,
@@ -643,7 +643,7 @@ fn status_from_row(row: &PgRow) -> Result<SandboxStatus, StoreError> {
     let column = |e: sqlx::Error| malformed(e.to_string());
     let phase: String = row.try_get("phase").map_err(column)?;
     let services: String = row.try_get("services").map_err(column)?;
-    let services: BTreeMap<String, ServiceStatus> =
+    let services: Services =
         serde_json::from_str(&services).map_err(|e| malformed(e.to_string()))?;
     let incarnation: Option<String> = row.try_get("incarnation").map_err(column)?;
     Ok(SandboxStatus {
@@ -704,16 +704,41 @@ impl Store for PgStore {
 
     async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError> {
         let row = sqlx::query(&format!(
-            "SELECT {DESIRED_COLUMNS} FROM sandbox_desired WHERE id = $1"
+            "SELECT {DESIRED_COLUMNS} FROM sandbox_desired WHERE id = $4"
         ))
-        .bind(id.as_str())
         .bind(MAX_SERVICES)
         .bind(MAX_FEATURES_BYTES)
         .bind(MAX_ATTACH)
+        .bind(id.as_str())
         .fetch_optional(&self.pool)
         .await
         .map_err(query("read desired row"))?;
         Ok(row.map(|r| self.desired_from_row(id, &r)))
+    }
+
+    async fn list_desired(&self) -> Result<Vec<DesiredSandbox>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT id, {DESIRED_COLUMNS} FROM sandbox_desired"
+        ))
+        .bind(MAX_SERVICES)
+        .bind(MAX_FEATURES_BYTES)
+        .bind(MAX_ATTACH)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query("list desired rows"))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let raw: String = r.get("id");
+                match SandboxId::parse(&raw) {
+                    Ok(id) => Some(self.desired_from_row(&id, r)),
+                    Err(e) => {
+                        tracing::warn!(id = shown(&raw), error = %e, "skipping a desired row with an invalid id");
+                        None
+                    }
+                }
+            })
+            .collect())
     }
 
     async fn fetch_status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, StoreError> {

@@ -95,6 +95,7 @@ mod tests {
             state: ContainerState::Running,
             created: chrono::DateTime::UNIX_EPOCH,
             host_port: None,
+            networks: Vec::new(),
         }
     }
 

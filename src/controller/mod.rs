@@ -394,8 +394,15 @@ impl Controller {
             }
         }
         let mut delay = Duration::from_millis(200);
-        while let Err(e) =
-            relist::relist(&ctx, &self.queue, &self.known, false, relist::Enqueue::Hint).await
+        while let Err(e) = relist::relist(
+            &ctx,
+            &self.queue,
+            &self.known,
+            false,
+            relist::Enqueue::Hint,
+            relist::Scope::Unconverged,
+        )
+        .await
         {
             tracing::warn!(
                 error = %e,

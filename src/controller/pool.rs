@@ -27,7 +27,7 @@ use crate::domain::pool::{self, ClaimIndex, PoolClaim, PoolKey, PooledContainer}
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
 use crate::engine::{Credentials, Engine};
-use crate::ports::runtime::{NetworkSpec, RuntimeError};
+use crate::ports::runtime::{NetworkSpec, ObservedResource, RuntimeError};
 use crate::sched::WorkQueue;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -341,7 +341,10 @@ pub(crate) async fn observed_of(
 /// planner sees it, and every pool container's state (for the drift
 /// count: the event stream reports them too). The pool's memory is
 /// brought in line with what is listed.
-pub(crate) async fn relisted(ctx: &Context) -> Result<Relisted, ControllerError> {
+pub(crate) async fn relisted(
+    ctx: &Context,
+    networks: &[ObservedResource],
+) -> Result<Relisted, ControllerError> {
     if ctx.config.warm_pool.is_empty() && ctx.pool.claims.lock().unwrap().is_empty() {
         return Ok(Relisted::default());
     }
@@ -358,7 +361,7 @@ pub(crate) async fn relisted(ctx: &Context) -> Result<Relisted, ControllerError>
         }
     }
     ctx.pool.report(ctx);
-    remove_orphan_networks(ctx, &listed).await?;
+    remove_orphan_networks(ctx, &listed, networks).await?;
     let claims: Vec<PoolClaim> = ctx.pool.claims.lock().unwrap().values().cloned().collect();
     Ok(Relisted {
         claimed: match_claims(ctx, claims, &listed).await,
@@ -366,18 +369,18 @@ pub(crate) async fn relisted(ctx: &Context) -> Result<Relisted, ControllerError>
     })
 }
 
-/// Removes the pool networks whose container is gone (claimed or not) and
-/// that nothing is connected to any more. One that cannot be removed now is
-/// left for the next relist.
+/// Removes the pool networks (of the deployment's `networks`) whose
+/// container is gone (claimed or not) and that nothing is connected to any
+/// more. One that cannot be removed now is left for the next relist.
 async fn remove_orphan_networks(
     ctx: &Context,
     listed: &[PooledContainer],
+    networks: &[ObservedResource],
 ) -> Result<(), RuntimeError> {
     if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(());
     }
     let prefix = network_prefix(ctx);
-    let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
     for n in networks {
         let Some(token) = n.name.strip_prefix(&prefix) else {
             continue;

@@ -1,21 +1,30 @@
-//! Relists: both sides listed in full, every sandbox found enqueued. They
-//! run at start (the readiness gate waits for the first), after a watch
-//! stream reconnects, and periodically; each counts the container changes
-//! the event stream had not reported (drift). After a reconnect every key's
-//! backoff is cut short: what failed while Docker or the database was away
-//! is tried again now, not minutes later.
+//! Relists: both sides listed in full, every sandbox found enqueued unless
+//! the lists show it converged (see [`crate::domain::resync`]): an idle
+//! fleet costs a few lists per relist, not a few Docker calls per sandbox.
+//! They run at start (the readiness gate waits for the first), after a
+//! watch stream reconnects, and periodically; each counts the container
+//! changes the event stream had not reported (drift). A full resync, which
+//! reconciles every sandbox whatever the lists show, runs every
+//! `--resync-interval` and after a reconnect. After a reconnect every key's
+//! backoff is cut short too: what failed while Docker or the database was
+//! away is tried again now, not minutes later.
 
 use super::breaker::Change;
 use super::{Context, ControllerError};
+use crate::config::NetworkLayout;
 use crate::domain::container::ObservedContainer;
 use crate::domain::id::SandboxId;
 use crate::domain::identity;
-use crate::domain::sandbox::SandboxStatus;
+use crate::domain::plan::Policy;
+use crate::domain::resync::{self, Snapshot};
+use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
+use crate::ports::runtime::ObservedResource;
 use crate::sched::WorkQueue;
 use crate::watch::KnownContainers;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// How a relist enqueues what it found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,41 +35,54 @@ pub(crate) enum Enqueue {
     Fresh,
 }
 
-/// Lists both sides in full and enqueues every sandbox found (another
-/// state database's containers are counted and reported, see
-/// `controller::foreign`). The first relist reads the state database's
-/// identity, sets the baseline and counts no drift.
+/// Which of the sandboxes found a relist reconciles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Every one (a full resync).
+    Every,
+    /// Those the lists do not show converged.
+    Unconverged,
+}
+
+/// Lists both sides in full and enqueues every sandbox found that `scope`
+/// asks for (another state database's containers are counted and
+/// reported, see `controller::foreign`). The first relist reads the state
+/// database's identity, sets the baseline and counts no drift.
 pub(crate) async fn relist(
     ctx: &Context,
     queue: &WorkQueue<SandboxId>,
     known: &KnownContainers,
     count_drift: bool,
     enqueue: Enqueue,
+    scope: Scope,
 ) -> Result<(), ControllerError> {
     let state = ctx.state_id().await?;
-    let desired: BTreeSet<String> = ctx.store.desired_ids().await?.into_iter().collect();
-    let mut ids = desired.clone();
-    let mut containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
-    // Claimed warm-pool containers are their sandboxes'; unclaimed ones
-    // are nobody's (never reaped, healed or counted as orphans).
-    let pooled = super::pool::relisted(ctx).await?;
-    containers.extend(pooled.claimed);
-    ids.extend(containers.iter().map(|c| c.labels.sandbox.to_string()));
-    // A network whose sandbox is gone is removed by that sandbox's reconcile.
-    let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
-    // So is a persistent sandbox's volume.
-    let volumes = ctx.runtime.volumes(&ctx.config.deployment).await?;
-    ids.extend(
-        networks
-            .iter()
-            .chain(&volumes)
-            .filter_map(|n| Some(n.sandbox.as_ref()?.to_string())),
-    );
+    // The state database is read while Docker is listed.
+    let store_side = async {
+        let rows = ctx.store.list_desired().await?;
+        let statuses = ctx.store.list_status().await?;
+        Ok::<_, ControllerError>((rows, statuses))
+    };
+    let docker_side = async {
+        let mut containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
+        // A network whose sandbox is gone is removed by that sandbox's
+        // reconcile; so is a persistent sandbox's volume.
+        let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
+        // Claimed warm-pool containers are their sandboxes'; unclaimed ones
+        // are nobody's (never reaped, healed or counted as orphans).
+        let pooled = super::pool::relisted(ctx, &networks).await?;
+        containers.extend(pooled.claimed);
+        let volumes = ctx.runtime.volumes(&ctx.config.deployment).await?;
+        Ok::<_, ControllerError>((containers, pooled.states, networks, volumes))
+    };
+    let ((rows, statuses), (mut containers, pool_states, networks, volumes)) =
+        tokio::try_join!(store_side, docker_side)?;
+    // Each sandbox's containers side by side, for the plans below.
+    containers.sort_unstable_by(|a, b| a.labels.sandbox.cmp(&b.labels.sandbox));
     let mut listed: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();
     // Unclaimed pool containers' events are recorded too.
     listed.extend(
-        pooled
-            .states
+        pool_states
             .into_iter()
             .filter(|(id, _)| !containers.iter().any(|c| &c.id == id)),
     );
@@ -72,33 +94,115 @@ pub(crate) async fn relist(
             "relist found container changes the event stream missed"
         );
     }
-    let statuses = ctx.store.list_status().await?;
-    ids.extend(statuses.iter().map(|s| s.id.to_string()));
     let by_id: HashMap<&SandboxId, &SandboxStatus> = statuses.iter().map(|s| (&s.id, s)).collect();
     let (ours, foreign): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = containers
         .iter()
         .partition(|c| identity::is_ours(c, state, by_id.get(&c.labels.sandbox).copied()));
+    let desired: HashSet<&SandboxId> = rows.iter().map(|d| &d.id).collect();
     // Another state database's containers are never reaped: the breaker
     // weighs this one's only.
-    breaker_look(ctx, desired, &ours).await?;
-    for raw in &ids {
-        match SandboxId::parse(raw) {
-            Ok(id) if enqueue == Enqueue::Fresh => queue.add_fresh(id),
-            Ok(id) => queue.add(id),
-            Err(e) => tracing::warn!(error = %e, "skipping a row with an invalid id"),
+    breaker_look(ctx, &desired, &ours).await?;
+    let mut due: BTreeSet<&SandboxId> = BTreeSet::new();
+    let mut converged = 0;
+    let judge = Judge::new(ctx, &containers, &foreign, &by_id, &networks);
+    for row in &rows {
+        if scope == Scope::Unconverged && judge.converged(row) {
+            converged += 1;
+        } else {
+            due.insert(&row.id);
         }
     }
+    // Sandboxes without a row: what is left of them goes.
+    due.extend(
+        containers
+            .iter()
+            .map(|c| &c.labels.sandbox)
+            .chain(statuses.iter().map(|s| &s.id))
+            .chain(
+                networks
+                    .iter()
+                    .chain(&volumes)
+                    .filter_map(|n| n.sandbox.as_ref()),
+            )
+            .filter(|id| !desired.contains(id)),
+    );
+    let sandboxes = converged + due.len();
+    for id in due {
+        match enqueue {
+            Enqueue::Fresh => queue.add_fresh(id.clone()),
+            Enqueue::Hint => queue.add(id.clone()),
+        }
+    }
+    ctx.metrics.relist_converged(converged);
     ctx.foreign.report(state, &foreign, &networks, &volumes);
     ctx.metrics.foreign_containers(foreign.len());
     ctx.phases.relisted(&statuses, &ctx.metrics);
     ctx.metrics.containers(ctx.engines, &containers);
     ctx.metrics.relisted(drift);
     tracing::debug!(
-        sandboxes = ids.len(),
+        sandboxes,
+        converged,
         containers = containers.len(),
+        full = scope == Scope::Every,
         "relisted"
     );
     Ok(())
+}
+
+/// Judges from a relist's lists which desired rows are converged:
+/// reconciling them now would change nothing.
+struct Judge<'a> {
+    ctx: &'a Context,
+    /// Each sandbox's containers (of this state database or not).
+    observed: HashMap<&'a SandboxId, &'a [ObservedContainer]>,
+    /// Sandboxes with another state database's containers.
+    foreign: HashSet<&'a SandboxId>,
+    statuses: &'a HashMap<&'a SandboxId, &'a SandboxStatus>,
+    /// The deployment's networks, by name.
+    networks: HashSet<&'a str>,
+    now: chrono::DateTime<chrono::Utc>,
+    policy: Policy,
+}
+
+impl<'a> Judge<'a> {
+    /// `containers` sorted by sandbox.
+    fn new(
+        ctx: &'a Context,
+        containers: &'a [ObservedContainer],
+        foreign: &[&'a ObservedContainer],
+        statuses: &'a HashMap<&'a SandboxId, &'a SandboxStatus>,
+        networks: &'a [ObservedResource],
+    ) -> Self {
+        Judge {
+            ctx,
+            observed: containers
+                .chunk_by(|a, b| a.labels.sandbox == b.labels.sandbox)
+                .map(|group| (&group[0].labels.sandbox, group))
+                .collect(),
+            foreign: foreign.iter().map(|c| &c.labels.sandbox).collect(),
+            statuses,
+            networks: networks.iter().map(|n| n.name.as_str()).collect(),
+            now: ctx.clock.now(),
+            policy: ctx.config.policy(),
+        }
+    }
+
+    fn converged(&self, row: &DesiredSandbox) -> bool {
+        let network = super::network::sandbox_network(self.ctx, &row.id);
+        let exists = match self.ctx.config.network {
+            NetworkLayout::PerSandbox { .. } => self.networks.contains(network.as_str()),
+            // Created at start; its engines' lists show it if it is there.
+            NetworkLayout::Shared { .. } => true,
+        };
+        let snapshot = Snapshot {
+            desired: Some(row),
+            observed: self.observed.get(&row.id).copied().unwrap_or_default(),
+            status: self.statuses.get(&row.id).copied(),
+            network: exists.then_some(network.as_str()),
+            foreign: self.foreign.contains(&row.id),
+        };
+        resync::converged(&snapshot, self.now, &self.policy)
+    }
 }
 
 /// How long the tombstone of a deleted row is kept.
@@ -108,16 +212,21 @@ const TOMBSTONES_KEPT: std::time::Duration = std::time::Duration::from_secs(7 * 
 /// enqueued, so that no reconcile reaps ahead of it) and records a trip.
 async fn breaker_look(
     ctx: &Context,
-    mut desired: BTreeSet<String>,
+    desired: &HashSet<&SandboxId>,
     containers: &[&ObservedContainer],
 ) -> Result<(), ControllerError> {
     // Rows deleted one by one were meant to go: only rows that vanished
     // without a trace count.
-    desired.extend(ctx.store.released_ids(TOMBSTONES_KEPT).await?);
-    let fleet: BTreeSet<&SandboxId> = containers.iter().map(|c| &c.labels.sandbox).collect();
+    let released: HashSet<String> = ctx
+        .store
+        .released_ids(TOMBSTONES_KEPT)
+        .await?
+        .into_iter()
+        .collect();
+    let fleet: HashSet<&SandboxId> = containers.iter().map(|c| &c.labels.sandbox).collect();
     let missing: BTreeSet<SandboxId> = fleet
         .iter()
-        .filter(|id| !desired.contains(id.as_str()))
+        .filter(|id| !desired.contains(*id) && !released.contains(id.as_str()))
         .map(|id| (*id).clone())
         .collect();
     let recorded = ctx.store.reaping().await?;
@@ -163,6 +272,7 @@ pub(crate) async fn relist_loop(
     tick.tick().await;
     // A reconnect's relist that failed is owed until one succeeds.
     let mut owed = Enqueue::Hint;
+    let mut resynced = Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -171,8 +281,20 @@ pub(crate) async fn relist_loop(
                 owed = Enqueue::Fresh;
             }
         }
-        match relist(&ctx, &queue, &known, true, owed).await {
-            Ok(()) => owed = Enqueue::Hint,
+        // What the lists cannot show (a stranger connected to a sandbox's
+        // network, say) is looked at by a full resync.
+        let scope = if owed == Enqueue::Fresh || resynced.elapsed() >= ctx.config.resync_interval {
+            Scope::Every
+        } else {
+            Scope::Unconverged
+        };
+        match relist(&ctx, &queue, &known, true, owed, scope).await {
+            Ok(()) => {
+                owed = Enqueue::Hint;
+                if scope == Scope::Every {
+                    resynced = Instant::now();
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "relist failed; will try again next interval");
             }

@@ -89,7 +89,10 @@ impl Commit {
     /// What was published for `engine` before this reconcile changed it.
     pub(crate) async fn standing(&self, engine: EngineName) -> Option<ServiceStatus> {
         let row = self.row.lock().await;
-        row.as_ref()?.services.get(engine.as_str()).cloned()
+        row.as_ref()?
+            .services
+            .get(engine.as_str())
+            .map(|s| ServiceStatus::clone(s))
     }
 
     /// Publishes `service` as `engine`'s (`note` says why): the commit

@@ -140,7 +140,7 @@ impl Harness {
         assert_eq!(status.phase, Phase::Ready, "{}", status.message);
         let service = status.services[ENGINE.as_str()].clone();
         assert_eq!(service.instance, containers[0].1);
-        (containers[0].0.clone(), service)
+        (containers[0].0.clone(), *service)
     }
 
     fn metric(&self, line_start: &str) -> f64 {
@@ -1231,7 +1231,7 @@ async fn a_new_container_that_never_becomes_ready_leaves_the_old_one_serving() {
     assert_eq!(status.phase, Phase::Failed);
     assert_eq!(&status.message, message);
     assert_eq!(
-        status.services[ENGINE.as_str()],
+        *status.services[ENGINE.as_str()],
         before,
         "the old credentials stay published"
     );
@@ -1273,7 +1273,7 @@ async fn a_new_container_that_fails_to_start_leaves_the_old_one_serving() {
     );
     let status = h.store.status_of(&id("a")).unwrap();
     assert_eq!(status.phase, Phase::Failed);
-    assert_eq!(status.services[ENGINE.as_str()], before);
+    assert_eq!(*status.services[ENGINE.as_str()], before);
     assert_eq!(h.containers(&id("a")), [(old, before.instance)]);
 }
 
@@ -1300,7 +1300,7 @@ async fn a_rotation_stopped_before_its_new_container_was_published_keeps_the_old
         "the new one is left to the next look: {containers:?}"
     );
     assert_eq!(
-        h.store.status_of(&id("a")).unwrap().services[ENGINE.as_str()],
+        *h.store.status_of(&id("a")).unwrap().services[ENGINE.as_str()],
         before,
         "the status still names the old container: it is the live one"
     );
@@ -1999,7 +1999,7 @@ async fn a_sandbox_without_a_configured_pool_never_tries_one() {
 // ---------------------------------------------------------------------------
 
 #[tokio::test]
-async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_each_reconcile_makes_four_calls(
+async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_reconciles_none_and_a_full_resync_makes_four_calls_each(
 ) {
     let h = Harness::new();
     let ctx = h.context();
@@ -2014,9 +2014,16 @@ async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_each_r
     let full_lists = h.runtime.full_lists();
     let queue = WorkQueue::new(QueueConfig::default(), h.metrics.clone());
     let known = KnownContainers::default();
-    relist::relist(&ctx, &queue, &known, false, relist::Enqueue::Hint)
-        .await
-        .unwrap();
+    relist::relist(
+        &ctx,
+        &queue,
+        &known,
+        false,
+        relist::Enqueue::Hint,
+        relist::Scope::Unconverged,
+    )
+    .await
+    .unwrap();
     assert_eq!(h.runtime.full_lists(), full_lists + 1, "one full list");
     let after = h.runtime.faults.all_calls();
     let made = |op: RuntimeOp| after.get(&op).unwrap_or(&0) - calls.get(&op).unwrap_or(&0);
@@ -2024,7 +2031,23 @@ async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_each_r
     assert_eq!(made(RuntimeOp::Inspect), 0);
     // The deployment's networks (volumes are listed without a fault hook).
     assert_eq!(made(RuntimeOp::Network), 1);
+    assert_eq!(queue.len(), 0, "every sandbox is converged: none enqueued");
+    assert_eq!(h.metric("sandboxd_relist_converged_sandboxes"), 1000.0);
+
+    // A full resync enqueues every one.
+    relist::relist(
+        &ctx,
+        &queue,
+        &known,
+        false,
+        relist::Enqueue::Hint,
+        relist::Scope::Every,
+    )
+    .await
+    .unwrap();
     assert_eq!(queue.len(), 1000, "every sandbox enqueued");
+    assert_eq!(h.metric("sandboxd_relist_converged_sandboxes"), 0.0);
+    let after = h.runtime.faults.all_calls();
 
     // Reconciling the converged rows: per row one list filtered to the
     // sandbox and three calls for its network (ensure it, read its members
@@ -2042,8 +2065,8 @@ async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_each_r
     assert_eq!(total, 4000, "no other Docker call: {done:?}");
     assert_eq!(
         h.runtime.full_lists(),
-        full_lists + 1,
-        "no further full list"
+        full_lists + 2,
+        "no full list but the two relists'"
     );
     assert_eq!(h.runtime.containers().len(), 1000);
     assert_eq!(
@@ -2053,4 +2076,39 @@ async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_each_r
     );
     // The fake store counts same-content rewrites (the real one skips them).
     assert_eq!(h.store.status_writes(), writes + 1000);
+}
+
+#[tokio::test]
+async fn a_relist_reconciles_the_sandboxes_its_lists_show_changed_and_leaves_the_converged_alone() {
+    let h = Harness::new();
+    let ctx = h.context();
+    for name in ["dead", "off-net", "fine", "grown"] {
+        h.store.put_desired(row(name));
+        reconcile(&ctx, &id(name)).await.unwrap();
+    }
+    // Changes no event reported: a container died, a network went, and a
+    // row changed without a NOTIFY.
+    let (dead, _) = h.runtime.containers_of(&id("dead")).remove(0);
+    h.runtime.kill(&dead, false);
+    h.runtime
+        .remove_network("sandboxd.test.off-net", &h.config.deployment)
+        .await
+        .unwrap();
+    let mut grown = row("grown");
+    grown.generation += 1;
+    h.store.put_desired(grown);
+
+    let queue = WorkQueue::new(QueueConfig::default(), h.metrics.clone());
+    relist::relist(
+        &ctx,
+        &queue,
+        &KnownContainers::default(),
+        false,
+        relist::Enqueue::Hint,
+        relist::Scope::Unconverged,
+    )
+    .await
+    .unwrap();
+    assert_eq!(queue.len(), 3, "dead, off-net and grown are enqueued");
+    assert_eq!(h.metric("sandboxd_relist_converged_sandboxes"), 1.0);
 }

@@ -53,6 +53,8 @@ pub struct ObservedContainer {
     pub created: DateTime<Utc>,
     /// Port published on the host for the engine port, if any.
     pub host_port: Option<u16>,
+    /// The networks it is on, by name, as the list saw them.
+    pub networks: Vec<String>,
 }
 
 /// Whether the last run of a container is alive, and how it ended.

@@ -17,6 +17,7 @@ pub mod limits;
 pub mod network;
 pub mod plan;
 pub mod pool;
+pub mod resync;
 pub mod sandbox;
 pub mod secret;
 pub mod status;

@@ -499,7 +499,7 @@ pub fn plan(
     for engine in services {
         let wanted_features = desired.features_for(engine);
         let containers = by_engine.get(engine.as_str()).cloned().unwrap_or_default();
-        let published = status.and_then(|s| s.services.get(engine.as_str()));
+        let published = status.and_then(|s| s.services.get(engine.as_str()).map(|s| &**s));
         actions.extend(plan_engine(
             engine,
             &wanted_features,

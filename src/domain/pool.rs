@@ -58,6 +58,8 @@ pub struct PooledContainer {
     pub created: DateTime<Utc>,
     /// Its loopback host port.
     pub host_port: Option<u16>,
+    /// The networks it is on, by name, as the list saw them.
+    pub networks: Vec<String>,
 }
 
 /// A claimed pool container: the sandbox it serves now (recorded in the
@@ -103,6 +105,7 @@ impl PoolClaim {
             state: listed.state,
             created: listed.created,
             host_port: listed.host_port,
+            networks: listed.networks.clone(),
         }
     }
 }
@@ -240,6 +243,7 @@ mod tests {
             state: ContainerState::Running,
             created: Utc::now(),
             host_port: Some(5000),
+            networks: Vec::new(),
         };
         let claim = PoolClaim {
             container: listed.id.clone(),

@@ -6,7 +6,7 @@ use super::crash_loop::HealGate;
 use super::id::EngineName;
 use super::id::Incarnation;
 use super::plan::{HealCause, Plan, ProvisionReason, Wanted};
-use super::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
+use super::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus, Services};
 use std::collections::BTreeMap;
 
 /// The content of one `sandbox_status` row.
@@ -19,7 +19,7 @@ pub struct StatusUpdate {
     /// Why the phase is what it is (empty when ready).
     pub message: String,
     /// Per-engine endpoints and credentials.
-    pub services: BTreeMap<String, ServiceStatus>,
+    pub services: Services,
     /// The Docker network the engines are reachable on; the core leaves it
     /// `None` and the controller names the network it manages.
     pub network: Option<String>,
@@ -83,21 +83,17 @@ fn standing_services(
     plan: &Plan,
     desired: &DesiredSandbox,
     previous: Option<&SandboxStatus>,
-) -> BTreeMap<String, ServiceStatus> {
-    let mut services: BTreeMap<String, ServiceStatus> = previous
-        .map(|s| {
-            s.services
-                .iter()
-                .filter(|(engine, _)| {
-                    desired.invalid.is_some()
-                        || desired.services.iter().any(|e| e == engine.as_str())
-                })
-                .map(|(e, s)| (e.clone(), s.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    for (engine, status) in plan.kept() {
-        services.insert(engine.as_str().to_owned(), status.clone());
+) -> Services {
+    let mut services: Services = plan
+        .kept()
+        .map(|(engine, status)| (engine.as_str().to_owned(), Box::new(status.clone())))
+        .collect();
+    let still_wanted =
+        |engine: &str| desired.invalid.is_some() || desired.services.iter().any(|e| e == engine);
+    for (engine, status) in previous.iter().flat_map(|s| &s.services) {
+        if still_wanted(engine) && !services.contains_key(engine) {
+            services.insert(engine.clone(), status.clone());
+        }
     }
     services
 }
@@ -121,6 +117,17 @@ pub fn of_incarnation<'a>(
         None => previous,
         Some(row) => previous.filter(|p| p.incarnation.as_ref() == Some(row)),
     }
+}
+
+/// Whether writing `update` would leave the status row `previous` as it
+/// is (the store skips such writes too).
+pub fn unchanged(update: &StatusUpdate, previous: &SandboxStatus) -> bool {
+    update.phase == previous.phase
+        && update.observed_generation == previous.observed_generation
+        && update.message == previous.message
+        && update.services == previous.services
+        && update.network == previous.network
+        && update.incarnation == previous.incarnation
 }
 
 /// The generation a status row already reports (0 if there is none).
@@ -211,7 +218,9 @@ pub fn switching(
     service: ServiceStatus,
     note: &str,
 ) -> StatusUpdate {
-    update.services.insert(engine.as_str().to_owned(), service);
+    update
+        .services
+        .insert(engine.as_str().to_owned(), Box::new(service));
     let note = format!("{engine}: {note}");
     update.message = [update.message, note]
         .into_iter()
@@ -256,7 +265,7 @@ pub fn decide(
     for (engine, result) in &outcomes.provisioned {
         match result {
             Ok(status) => {
-                services.insert(engine.as_str().to_owned(), status.clone());
+                services.insert(engine.as_str().to_owned(), Box::new(status.clone()));
             }
             Err(e) => failures.push(format!("{engine}: {e}")),
         }

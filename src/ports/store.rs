@@ -87,6 +87,9 @@ pub trait Store: Send + Sync + 'static {
     async fn fetch_desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, StoreError>;
     /// One status row.
     async fn fetch_status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, StoreError>;
+    /// Every desired row whose id is valid (the others are skipped with a
+    /// warning: no container or status can be made for them).
+    async fn list_desired(&self) -> Result<Vec<DesiredSandbox>, StoreError>;
     /// Ids of every desired row, raw as stored.
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError>;
     /// Ids whose desired row was deleted row by row (not truncated), and

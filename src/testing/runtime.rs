@@ -85,6 +85,24 @@ struct World {
 }
 
 impl World {
+    /// The networks `c` is on: its own, unless it was cut off from it
+    /// (plus any it was connected to later).
+    fn networks_of(&self, c: &FakeContainer) -> Vec<String> {
+        let own = &c.spec.network;
+        let mut on: Vec<String> = (self.networks.contains_key(own)
+            && !self.detached.contains(&(own.clone(), c.name.clone())))
+        .then(|| own.clone())
+        .into_iter()
+        .collect();
+        on.extend(
+            self.attached
+                .iter()
+                .filter(|(n, name)| name == &c.name && n != own)
+                .map(|(n, _)| n.clone()),
+        );
+        on
+    }
+
     fn add(&mut self, id: ContainerId, c: FakeContainer) {
         self.by_sandbox
             .entry(c.labels.sandbox.clone())
@@ -346,6 +364,7 @@ impl Runtime for FakeRuntime {
                 state: c.state,
                 created: c.created,
                 host_port: Some(c.host_port),
+                networks: w.networks_of(c),
             })
             .collect())
     }

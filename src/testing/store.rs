@@ -227,6 +227,21 @@ impl Store for FakeStore {
         Ok(self.status_of(id))
     }
 
+    async fn list_desired(&self) -> Result<Vec<DesiredSandbox>, StoreError> {
+        self.faults
+            .check(StoreOp::ListIds)
+            .await
+            .map_err(|e| injected("list desired rows", e))?;
+        Ok(self
+            .tables
+            .lock()
+            .unwrap()
+            .desired
+            .values()
+            .cloned()
+            .collect())
+    }
+
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError> {
         self.faults
             .check(StoreOp::ListIds)

@@ -42,6 +42,7 @@ fn container(id: &str, engine: &str, instance: &str, state_id: Option<&str>) -> 
         state: ContainerState::Running,
         created: Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap(),
         host_port: None,
+        networks: Vec::new(),
     }
 }
 
@@ -54,7 +55,7 @@ fn status(instance: &str) -> SandboxStatus {
         message: String::new(),
         services: BTreeMap::from([(
             "redis".to_owned(),
-            ServiceStatus {
+            Box::new(ServiceStatus {
                 host: "redis".into(),
                 port: 6379,
                 host_port: 1,
@@ -67,7 +68,7 @@ fn status(instance: &str) -> SandboxStatus {
                 instance: instance.into(),
                 ready_at: None,
                 heals: 0,
-            },
+            }),
         )]),
         network: None,
         updated_at: None,

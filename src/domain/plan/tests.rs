@@ -158,6 +158,7 @@ fn container(
         state,
         created: now() - chrono::Duration::seconds(age),
         host_port: Some(CONTAINER_PORT),
+        networks: Vec::new(),
     }
 }
 
@@ -214,7 +215,10 @@ fn status(entries: &[(&str, &str, &[&str])]) -> SandboxStatus {
         message: String::new(),
         services: entries
             .iter()
-            .map(|(engine, instance, f)| ((*engine).to_owned(), published(engine, instance, f)))
+            .map(|(engine, instance, f)| {
+                let service = published(engine, instance, f);
+                ((*engine).to_owned(), Box::new(service))
+            })
             .collect(),
         updated_at: Some(now()),
         network: None,
@@ -816,7 +820,7 @@ fn a_kept_engine_publishes_the_status_it_already_had() {
         actions,
         vec![Action::Keep {
             engine: engine("postgres"),
-            status: s.services["postgres"].clone(),
+            status: ServiceStatus::clone(&s.services["postgres"]),
         }]
     );
 }
@@ -841,7 +845,7 @@ fn a_heal_reuses_the_published_credentials_verbatim() {
     else {
         panic!("expected one heal, got {:?}", summaries(&actions));
     };
-    assert_eq!(reused, &s.services["postgres"]);
+    assert_eq!(reused, &*s.services["postgres"]);
     assert_eq!(reused.password.expose(), "pw-p1");
     assert_eq!(*host_port, Some(reused.host_port));
 }
@@ -1190,7 +1194,7 @@ impl World {
                     wake = Some(wake.map_or(*until, |w: DateTime<Utc>| w.min(*until)));
                 }
                 Action::Keep { engine, status } => {
-                    services.insert(engine.as_str().to_owned(), status.clone());
+                    services.insert(engine.as_str().to_owned(), Box::new(status.clone()));
                 }
                 Action::Promote {
                     engine,
@@ -1200,7 +1204,7 @@ impl World {
                     for c in self.observed.iter_mut().filter(|c| &c.id == container) {
                         c.name = engine_container_name(engine.as_str());
                     }
-                    services.insert(engine.as_str().to_owned(), status.clone());
+                    services.insert(engine.as_str().to_owned(), Box::new(status.clone()));
                 }
                 Action::Provision(Provision {
                     engine,
@@ -1228,7 +1232,7 @@ impl World {
                     let f: Vec<&str> = features.iter().map(String::as_str).collect();
                     let mut s = published(engine, &instance, &f);
                     s.host_port = port;
-                    services.insert(engine.to_owned(), s);
+                    services.insert(engine.to_owned(), Box::new(s));
                 }
             }
         }

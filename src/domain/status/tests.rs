@@ -72,7 +72,7 @@ fn published(generation: i64, entries: &[(&str, &str)]) -> SandboxStatus {
         message: String::new(),
         services: entries
             .iter()
-            .map(|(e, i)| ((*e).to_owned(), service(i)))
+            .map(|(e, i)| ((*e).to_owned(), Box::new(service(i))))
             .collect(),
         updated_at: Some(now()),
         network: None,

@@ -1,0 +1,92 @@
+//! Which sandboxes a relist must reconcile. A relist holds both sides of
+//! the whole fleet at once; a sandbox that this snapshot shows converged
+//! (its plan keeps every container, its status would not change, its
+//! engines are on their network) would only be read again, one sandbox at
+//! a time, by a reconcile that then does nothing. The relist skips it, so
+//! that an idle fleet costs a few lists per relist instead of a few Docker
+//! calls per sandbox. Everything else is reconciled, and a periodic full
+//! resync reconciles every sandbox whatever its snapshot says.
+
+use super::container::ObservedContainer;
+use super::plan::{self, Action, Policy, Wanted};
+use super::sandbox::{DesiredSandbox, Phase, SandboxStatus};
+use super::status::{self, Outcomes, Publish};
+use chrono::{DateTime, Utc};
+
+/// One sandbox as a relist saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// Its desired row, if there is one.
+    pub desired: Option<&'a DesiredSandbox>,
+    /// This state database's containers of the sandbox (claimed warm-pool
+    /// containers included).
+    pub observed: &'a [ObservedContainer],
+    /// Its status row, if there is one.
+    pub status: Option<&'a SandboxStatus>,
+    /// The network its engines must be on, if that network exists.
+    pub network: Option<&'a str>,
+    /// Whether another state database's containers carry its id.
+    pub foreign: bool,
+}
+
+/// Whether the snapshot shows the sandbox converged: a ready status of the
+/// row's incarnation and generation, every engine's container running and
+/// kept as published, on the sandbox's network, with nothing due later.
+/// A row that asks for more than the snapshot shows (attached containers,
+/// an owner container) or that is invalid is never judged converged here.
+pub fn converged(snapshot: &Snapshot<'_>, now: DateTime<Utc>, policy: &Policy) -> bool {
+    let Some(desired) = snapshot.desired else {
+        return false;
+    };
+    let Some(network) = snapshot.network else {
+        return false;
+    };
+    if snapshot.foreign
+        || desired.invalid.is_some()
+        || !desired.unknown_services.is_empty()
+        || !desired.attach.is_empty()
+        || desired.owner_container.is_some()
+    {
+        return false;
+    }
+    let Some(previous) = status::of_incarnation(snapshot.status, Some(desired)) else {
+        return false;
+    };
+    if previous.phase != Phase::Ready || previous.network.as_deref() != Some(network) {
+        return false;
+    }
+    let plan = plan::plan(
+        Some(desired),
+        snapshot.observed,
+        Some(previous),
+        None,
+        None,
+        now,
+        policy,
+    );
+    if plan.wanted != Wanted::Yes || plan.next_look().is_some() {
+        return false;
+    }
+    let all_kept_on_network = plan.actions.iter().all(|action| match action {
+        Action::Keep { engine, status } => snapshot.observed.iter().any(|c| {
+            c.labels.engine == engine.as_str()
+                && c.labels.instance == status.instance
+                && c.networks.iter().any(|n| n == network)
+        }),
+        _ => false,
+    });
+    if !all_kept_on_network {
+        return false;
+    }
+    let verdict = status::decide(&plan, Some(desired), Some(previous), &Outcomes::default());
+    match verdict.publish {
+        Publish::Write(mut update) if verdict.failure.is_none() => {
+            update.network = Some(network.to_owned());
+            status::unchanged(&update, previous)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;
