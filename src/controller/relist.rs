@@ -16,7 +16,7 @@ use crate::domain::container::ObservedContainer;
 use crate::domain::id::SandboxId;
 use crate::domain::identity;
 use crate::domain::plan::Policy;
-use crate::domain::resync::{self, Snapshot};
+use crate::domain::resync::{self, Judgement, Snapshot};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::ports::runtime::ObservedResource;
 use crate::sched::WorkQueue;
@@ -106,10 +106,24 @@ pub(crate) async fn relist(
     let mut converged = 0;
     let judge = Judge::new(ctx, &containers, &foreign, &by_id, &networks);
     for row in &rows {
-        if scope == Scope::Unconverged && judge.converged(row) {
-            converged += 1;
-        } else {
-            due.insert(&row.id);
+        match scope {
+            Scope::Every => {
+                due.insert(&row.id);
+            }
+            Scope::Unconverged => match judge.judge(row) {
+                Judgement::Reconcile => {
+                    due.insert(&row.id);
+                }
+                Judgement::Converged { recheck_at } => {
+                    converged += 1;
+                    // When it expires or may go idle (a reconcile would
+                    // have asked for the same look).
+                    if let Some(at) = recheck_at {
+                        let after = (at - judge.now).to_std().unwrap_or_default();
+                        queue.add_after(row.id.clone(), after);
+                    }
+                }
+            },
         }
     }
     // Sandboxes without a row: what is left of them goes.
@@ -149,8 +163,8 @@ pub(crate) async fn relist(
     Ok(())
 }
 
-/// Judges from a relist's lists which desired rows are converged:
-/// reconciling them now would change nothing.
+/// Judges from a relist's lists which desired rows are converged
+/// (reconciling them now would change nothing) and until when.
 struct Judge<'a> {
     ctx: &'a Context,
     /// Each sandbox's containers (of this state database or not).
@@ -187,7 +201,7 @@ impl<'a> Judge<'a> {
         }
     }
 
-    fn converged(&self, row: &DesiredSandbox) -> bool {
+    fn judge(&self, row: &DesiredSandbox) -> Judgement {
         let network = super::network::sandbox_network(self.ctx, &row.id);
         let exists = match self.ctx.config.network {
             NetworkLayout::PerSandbox { .. } => self.networks.contains(network.as_str()),
@@ -201,7 +215,7 @@ impl<'a> Judge<'a> {
             network: exists.then_some(network.as_str()),
             foreign: self.foreign.contains(&row.id),
         };
-        resync::converged(&snapshot, self.now, &self.policy)
+        resync::judge(&snapshot, self.now, &self.policy)
     }
 }
 

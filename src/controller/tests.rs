@@ -2082,8 +2082,12 @@ async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_reconc
 async fn a_relist_reconciles_the_sandboxes_its_lists_show_changed_and_leaves_the_converged_alone() {
     let h = Harness::new();
     let ctx = h.context();
-    for name in ["dead", "off-net", "fine", "grown"] {
-        h.store.put_desired(row(name));
+    for name in ["dead", "off-net", "fine", "grown", "expiring"] {
+        let mut d = row(name);
+        if name == "expiring" {
+            d.expires_at = Some(created() + chrono::Duration::hours(1));
+        }
+        h.store.put_desired(d);
         reconcile(&ctx, &id(name)).await.unwrap();
     }
     // Changes no event reported: a container died, a network went, and a
@@ -2109,6 +2113,11 @@ async fn a_relist_reconciles_the_sandboxes_its_lists_show_changed_and_leaves_the
     )
     .await
     .unwrap();
-    assert_eq!(queue.len(), 3, "dead, off-net and grown are enqueued");
-    assert_eq!(h.metric("sandboxd_relist_converged_sandboxes"), 1.0);
+    assert_eq!(queue.due(), 3, "dead, off-net and grown are due");
+    assert_eq!(
+        queue.len(),
+        4,
+        "and the expiring one is looked at when it expires"
+    );
+    assert_eq!(h.metric("sandboxd_relist_converged_sandboxes"), 2.0);
 }

@@ -2,10 +2,12 @@
 //! the whole fleet at once; a sandbox that this snapshot shows converged
 //! (its plan keeps every container, its status would not change, its
 //! engines are on their network) would only be read again, one sandbox at
-//! a time, by a reconcile that then does nothing. The relist skips it, so
-//! that an idle fleet costs a few lists per relist instead of a few Docker
-//! calls per sandbox. Everything else is reconciled, and a periodic full
-//! resync reconciles every sandbox whatever its snapshot says.
+//! a time, by a reconcile that then does nothing. The relist skips it (and
+//! asks for a look when the row expires or may go idle, as that reconcile
+//! would have), so that an idle fleet costs a few lists per relist instead
+//! of a few Docker calls per sandbox. Everything else is reconciled, and a
+//! periodic full resync reconciles every sandbox whatever its snapshot
+//! says.
 
 use super::container::ObservedContainer;
 use super::plan::{self, Action, Policy, Wanted};
@@ -29,31 +31,50 @@ pub struct Snapshot<'a> {
     pub foreign: bool,
 }
 
+/// What a relist does with one sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judgement {
+    /// Reconcile it now.
+    Reconcile,
+    /// Converged: nothing to do now. Look at it again at `recheck_at`, if
+    /// set (when the row expires or may go idle).
+    Converged {
+        /// When the row may stop being wanted.
+        recheck_at: Option<DateTime<Utc>>,
+    },
+}
+
 /// Whether the snapshot shows the sandbox converged: a ready status of the
 /// row's incarnation and generation, every engine's container running and
-/// kept as published, on the sandbox's network, with nothing due later.
-/// A row that asks for more than the snapshot shows (attached containers,
-/// an owner container) or that is invalid is never judged converged here.
-pub fn converged(snapshot: &Snapshot<'_>, now: DateTime<Utc>, policy: &Policy) -> bool {
-    let Some(desired) = snapshot.desired else {
-        return false;
-    };
-    let Some(network) = snapshot.network else {
-        return false;
-    };
+/// kept as published, on the sandbox's network. A row that asks for more
+/// than the snapshot shows (attached containers, an owner container) or
+/// that is invalid is never judged converged here.
+pub fn judge(snapshot: &Snapshot<'_>, now: DateTime<Utc>, policy: &Policy) -> Judgement {
+    match converged(snapshot, now, policy) {
+        Some(recheck_at) => Judgement::Converged { recheck_at },
+        None => Judgement::Reconcile,
+    }
+}
+
+/// `Some(recheck_at)` if converged.
+fn converged(
+    snapshot: &Snapshot<'_>,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Option<Option<DateTime<Utc>>> {
+    let desired = snapshot.desired?;
+    let network = snapshot.network?;
     if snapshot.foreign
         || desired.invalid.is_some()
         || !desired.unknown_services.is_empty()
         || !desired.attach.is_empty()
         || desired.owner_container.is_some()
     {
-        return false;
+        return None;
     }
-    let Some(previous) = status::of_incarnation(snapshot.status, Some(desired)) else {
-        return false;
-    };
+    let previous = status::of_incarnation(snapshot.status, Some(desired))?;
     if previous.phase != Phase::Ready || previous.network.as_deref() != Some(network) {
-        return false;
+        return None;
     }
     let plan = plan::plan(
         Some(desired),
@@ -64,8 +85,8 @@ pub fn converged(snapshot: &Snapshot<'_>, now: DateTime<Utc>, policy: &Policy) -
         now,
         policy,
     );
-    if plan.wanted != Wanted::Yes || plan.next_look().is_some() {
-        return false;
+    if plan.wanted != Wanted::Yes {
+        return None;
     }
     let all_kept_on_network = plan.actions.iter().all(|action| match action {
         Action::Keep { engine, status } => snapshot.observed.iter().any(|c| {
@@ -75,16 +96,16 @@ pub fn converged(snapshot: &Snapshot<'_>, now: DateTime<Utc>, policy: &Policy) -
         }),
         _ => false,
     });
-    if !all_kept_on_network {
-        return false;
+    if !all_kept_on_network || plan.next_wake().is_some() || plan.data_kept_until.is_some() {
+        return None;
     }
     let verdict = status::decide(&plan, Some(desired), Some(previous), &Outcomes::default());
     match verdict.publish {
         Publish::Write(mut update) if verdict.failure.is_none() => {
             update.network = Some(network.to_owned());
-            status::unchanged(&update, previous)
+            status::unchanged(&update, previous).then_some(plan.recheck_at)
         }
-        _ => false,
+        _ => None,
     }
 }
 

@@ -298,7 +298,6 @@ where
     /// Ask for `key` to be handled after `delay`. If the key is already
     /// waiting, the earlier of the two times wins, except that a key waiting
     /// in backoff is never moved.
-    #[cfg(test)]
     pub fn add_after(&self, key: K, delay: Duration) {
         self.add_at(key, delay);
     }

@@ -94,14 +94,14 @@ fn status() -> SandboxStatus {
     }
 }
 
-/// Whether the relist would leave the sandbox alone.
-fn left_alone(
+/// What the relist does with the sandbox.
+fn judged(
     desired: Option<&DesiredSandbox>,
     observed: &[ObservedContainer],
     status: Option<&SandboxStatus>,
     network: Option<&str>,
-) -> bool {
-    converged(
+) -> Judgement {
+    judge(
         &Snapshot {
             desired,
             observed,
@@ -112,6 +112,16 @@ fn left_alone(
         now(),
         &policy(),
     )
+}
+
+/// Whether the relist would leave the sandbox alone.
+fn left_alone(
+    desired: Option<&DesiredSandbox>,
+    observed: &[ObservedContainer],
+    status: Option<&SandboxStatus>,
+    network: Option<&str>,
+) -> bool {
+    judged(desired, observed, status, network) != Judgement::Reconcile
 }
 
 #[test]
@@ -205,17 +215,31 @@ fn a_changed_row_or_a_status_not_ready_is_reconciled() {
 }
 
 #[test]
-fn a_deleted_or_expiring_row_or_one_asking_for_attachments_is_reconciled() {
+fn a_converged_row_that_expires_is_left_alone_until_then_and_reconciled_once_expired() {
+    let at = now() + chrono::Duration::seconds(3600);
+    let mut expiring = row();
+    expiring.expires_at = Some(at);
+    assert_eq!(
+        judged(Some(&expiring), &[container()], Some(&status()), Some(NET)),
+        Judgement::Converged {
+            recheck_at: Some(at)
+        }
+    );
+    expiring.expires_at = Some(now() - chrono::Duration::seconds(1));
+    assert_eq!(
+        judged(Some(&expiring), &[container()], Some(&status()), Some(NET)),
+        Judgement::Reconcile
+    );
+    assert_eq!(
+        judged(Some(&row()), &[container()], Some(&status()), Some(NET)),
+        Judgement::Converged { recheck_at: None }
+    );
+}
+
+#[test]
+fn a_deleted_row_or_one_asking_for_attachments_or_an_owner_is_reconciled() {
     assert!(!left_alone(
         None,
-        &[container()],
-        Some(&status()),
-        Some(NET)
-    ));
-    let mut expiring = row();
-    expiring.expires_at = Some(now() + chrono::Duration::seconds(3600));
-    assert!(!left_alone(
-        Some(&expiring),
         &[container()],
         Some(&status()),
         Some(NET)
@@ -249,5 +273,5 @@ fn a_sandbox_whose_id_another_state_database_also_uses_is_reconciled() {
         network: Some(NET),
         foreign: true,
     };
-    assert!(!converged(&snapshot, now(), &policy()));
+    assert_eq!(judge(&snapshot, now(), &policy()), Judgement::Reconcile);
 }
