@@ -58,9 +58,7 @@ async fn wait_leading(r: &Replica) {
 async fn wait_standby(r: &Replica, leader: &str) {
     eventually(
         &format!("{} stands by for {leader}", r.name),
-        // As long as `wait_leading`: three binaries start at once, next to
-        // the other tests, and the point is what it says, not how soon.
-        Duration::from_secs(60),
+        Duration::from_secs(30),
         || async {
             let (code, body) = readyz(r).await?;
             (code == 503 && body.contains(&format!("standby: {leader} leads"))).then_some(())

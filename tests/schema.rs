@@ -1142,3 +1142,34 @@ async fn pool_claims_are_written_only_by_the_current_leader_s_term() {
     .await;
     assert_eq!(code, "SX001");
 }
+
+#[tokio::test]
+async fn replicas_starting_at_once_all_sync_the_engine_allowlist_without_colliding() {
+    let env = TestEnv::new().await;
+    let before: Vec<(String, String)> =
+        sqlx::query_as("SELECT engine, feature FROM sandbox_engine_features ORDER BY 1, 2")
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
+    assert!(!before.is_empty(), "the allowlist is filled");
+    // Each start migrates and rewrites the allowlist; eight at once, as
+    // replicas of a rollout do.
+    let starts = (0..8).map(|_| {
+        let url = env.url.clone();
+        tokio::spawn(async move {
+            let store = sandboxd::adapters::postgres::PgStore::connect(&url, 2)
+                .await
+                .expect("connect");
+            store.migrate().await
+        })
+    });
+    for result in futures::future::join_all(starts).await {
+        result.unwrap().expect("every replica starts");
+    }
+    let after: Vec<(String, String)> =
+        sqlx::query_as("SELECT engine, feature FROM sandbox_engine_features ORDER BY 1, 2")
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(after, before, "the same allowlist, once");
+}

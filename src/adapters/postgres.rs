@@ -150,6 +150,9 @@ impl PgStore {
 
     /// Makes `sandbox_engines` and `sandbox_engine_features` match the
     /// registry, so the database validates rows exactly as this binary would.
+    /// Replicas starting at once run it at once: every statement leaves
+    /// what another replica's just wrote (no delete-all then insert, whose
+    /// insert would collide with the other's).
     async fn sync_registry(&self) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await.map_err(query("begin"))?;
         let engines: Vec<String> = self
@@ -173,17 +176,24 @@ impl PgStore {
         .execute(&mut *tx)
         .await
         .map_err(query("sync engines"))?;
+        sqlx::query(
+            "DELETE FROM sandbox_engine_features f WHERE NOT EXISTS (
+                 SELECT 1 FROM unnest($1::text[], $2::text[]) AS w(engine, feature)
+                 WHERE w.engine = f.engine AND w.feature = f.feature)",
+        )
+        .bind(&feature_engines)
+        .bind(&features)
+        .execute(&mut *tx)
+        .await
+        .map_err(query("sync features"))?;
         sqlx::query("DELETE FROM sandbox_engines WHERE NOT (engine = ANY ($1))")
             .bind(&engines)
             .execute(&mut *tx)
             .await
             .map_err(query("sync engines"))?;
-        sqlx::query("DELETE FROM sandbox_engine_features")
-            .execute(&mut *tx)
-            .await
-            .map_err(query("sync features"))?;
         sqlx::query(
-            "INSERT INTO sandbox_engine_features (engine, feature) SELECT * FROM unnest($1::text[], $2::text[])",
+            "INSERT INTO sandbox_engine_features (engine, feature)
+             SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING",
         )
         .bind(&feature_engines)
         .bind(&features)
