@@ -1998,6 +1998,18 @@ async fn a_sandbox_without_a_configured_pool_never_tries_one() {
 // cost per relist and per converged row
 // ---------------------------------------------------------------------------
 
+/// One relist that enqueues as hints and counts no drift.
+async fn relist_once(
+    ctx: &Context,
+    queue: &WorkQueue<SandboxId>,
+    known: &KnownContainers,
+    scope: relist::Scope,
+) {
+    relist::relist(ctx, queue, known, false, relist::Enqueue::Hint, scope)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_reconciles_none_and_a_full_resync_makes_four_calls_each(
 ) {
@@ -2014,16 +2026,7 @@ async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_reconc
     let full_lists = h.runtime.full_lists();
     let queue = WorkQueue::new(QueueConfig::default(), h.metrics.clone());
     let known = KnownContainers::default();
-    relist::relist(
-        &ctx,
-        &queue,
-        &known,
-        false,
-        relist::Enqueue::Hint,
-        relist::Scope::Unconverged,
-    )
-    .await
-    .unwrap();
+    relist_once(&ctx, &queue, &known, relist::Scope::Unconverged).await;
     assert_eq!(h.runtime.full_lists(), full_lists + 1, "one full list");
     let after = h.runtime.faults.all_calls();
     let made = |op: RuntimeOp| after.get(&op).unwrap_or(&0) - calls.get(&op).unwrap_or(&0);
@@ -2035,16 +2038,7 @@ async fn a_relist_of_a_thousand_converged_sandboxes_lists_docker_once_and_reconc
     assert_eq!(h.metric("sandboxd_relist_converged_sandboxes"), 1000.0);
 
     // A full resync enqueues every one.
-    relist::relist(
-        &ctx,
-        &queue,
-        &known,
-        false,
-        relist::Enqueue::Hint,
-        relist::Scope::Every,
-    )
-    .await
-    .unwrap();
+    relist_once(&ctx, &queue, &known, relist::Scope::Every).await;
     assert_eq!(queue.len(), 1000, "every sandbox enqueued");
     assert_eq!(h.metric("sandboxd_relist_converged_sandboxes"), 0.0);
     let after = h.runtime.faults.all_calls();
@@ -2103,16 +2097,13 @@ async fn a_relist_reconciles_the_sandboxes_its_lists_show_changed_and_leaves_the
     h.store.put_desired(grown);
 
     let queue = WorkQueue::new(QueueConfig::default(), h.metrics.clone());
-    relist::relist(
+    relist_once(
         &ctx,
         &queue,
         &KnownContainers::default(),
-        false,
-        relist::Enqueue::Hint,
         relist::Scope::Unconverged,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(queue.due(), 3, "dead, off-net and grown are due");
     assert_eq!(
         queue.len(),
