@@ -445,7 +445,7 @@ async fn heals(bench: &Bench, engine: &str, iters: usize) -> Vec<Duration> {
         // label, but it has the sandbox's container name.
         let engine_name = engine::lookup(engine).expect("engine").name();
         let victim =
-            sandboxd::controller::network::placement(&bench.config, &id, engine_name).container;
+            sandboxd::domain::network::container_name(&bench.config.deployment, &id, engine_name);
         tokio::time::sleep(SETTLE).await;
         let t0 = Instant::now();
         bench

@@ -8,7 +8,6 @@ use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
 use crate::domain::plan::Policy;
 use crate::domain::pool::PoolKey;
-use crate::domain::secret::Secret;
 use crate::engine::{self, Engine, Registry, REGISTRY};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -81,13 +80,7 @@ pub fn readiness_overrides(
 fn pool_engine_names() -> String {
     REGISTRY
         .iter()
-        .filter(|e| {
-            e.claim(
-                &e.credentials(Secret::new("x")),
-                &e.credentials(Secret::new("y")),
-            )
-            .is_some()
-        })
+        .filter(|e| e.has_pool())
         .map(|e| e.name().as_str())
         .collect::<Vec<_>>()
         .join(", ")
@@ -110,8 +103,7 @@ pub fn warm_pools(entries: &[String]) -> Result<BTreeMap<PoolKey, usize>, Config
             None => (pool, ""),
         };
         let engine = engine::lookup(name.trim()).ok_or_else(bad)?;
-        let probe = engine.credentials(Secret::new("x"));
-        if engine.claim(&probe, &probe).is_none() {
+        if !engine.has_pool() {
             return Err(bad());
         }
         let features: BTreeSet<String> = features

@@ -178,31 +178,48 @@ async fn a_matching_sandbox_is_served_by_claims_and_the_pool_is_refilled_to_its_
     for (engine, c) in status.services.keys().zip(&serving) {
         assert_secret_not_in_inspect(&env, c, status.services[engine].password.expose()).await;
     }
-    // Each claimed container is on the sandbox's network under its
-    // engine's name, and otherwise only on its own pool network, alone.
-    let sandbox_network = format!("sandboxd.{}.{id}", env.deployment);
-    let mut pool_networks = Vec::new();
-    for c in &serving {
+    // The sandbox adopted the network of its first claim (postgres): no
+    // network was created for it. Each claimed container is on that
+    // network under its engine's name; the other one (redis) is otherwise
+    // only on its own pool network, alone.
+    let pool_prefix = format!("sandboxd-pool.{}.", env.deployment);
+    let sandbox_network = status
+        .network
+        .clone()
+        .expect("the status names the network");
+    assert!(
+        sandbox_network.starts_with(&pool_prefix),
+        "{sandbox_network}"
+    );
+    assert!(
+        members(&env, &format!("sandboxd.{}.{id}", env.deployment))
+            .await
+            .is_none(),
+        "no network of the sandbox's own name was created"
+    );
+    let mut pool_networks = vec![sandbox_network.clone()];
+    for (engine, c) in status.services.keys().zip(&serving) {
         let networks = networks_of(&env, c).await;
-        assert_eq!(networks.len(), 2, "{networks:?}");
         let on_sandbox = networks.iter().find(|(n, _)| *n == sandbox_network);
         let (_, aliases) = on_sandbox.expect("on the sandbox's network");
-        assert!(
-            aliases.iter().any(|a| a == "postgres" || a == "redis"),
-            "{aliases:?}"
-        );
-        let (own, _) = networks
-            .iter()
-            .find(|(n, _)| *n != sandbox_network)
-            .unwrap();
-        assert!(
-            own.starts_with(&format!("sandboxd-pool.{}.", env.deployment)),
-            "{own}"
-        );
-        let on_own = members(&env, own).await.expect("the pool network exists");
-        assert_eq!(on_own.len(), 1, "alone on {own}: {on_own:?}");
-        pool_networks.push(own.clone());
+        assert!(aliases.iter().any(|a| a == engine), "{aliases:?}");
+        match engine.as_str() {
+            "postgres" => assert_eq!(networks.len(), 1, "{networks:?}"),
+            _ => {
+                assert_eq!(networks.len(), 2, "{networks:?}");
+                let (own, _) = networks
+                    .iter()
+                    .find(|(n, _)| *n != sandbox_network)
+                    .unwrap();
+                assert!(own.starts_with(&pool_prefix), "{own}");
+                let on_own = members(&env, own).await.expect("the pool network exists");
+                assert_eq!(on_own.len(), 1, "alone on {own}: {on_own:?}");
+                pool_networks.push(own.clone());
+            }
+        }
     }
+    let on_sandbox = members(&env, &sandbox_network).await.unwrap();
+    assert_eq!(on_sandbox.len(), 2, "both engines: {on_sandbox:?}");
 
     // Refilled to its size, never above it.
     let after = pool_ready(&env, &controller, &["postgres", "redis"], 1.0).await;

@@ -9,7 +9,7 @@ use crate::domain::container::ObservedContainer;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{self, StateId};
 use crate::domain::labels;
-use crate::domain::network::{bridge_name, container_name, network_name};
+use crate::domain::network::{bridge_name, container_name};
 use crate::domain::plan::{Action, Plan};
 use crate::domain::sandbox::DesiredSandbox;
 use crate::ports::runtime::{ContainerSpec, NetworkSpec, RuntimeError};
@@ -28,12 +28,18 @@ pub struct Placement {
     pub aliases: Vec<String>,
 }
 
-/// Where `engine` of sandbox `id` goes.
-pub fn placement(config: &ControllerConfig, id: &SandboxId, engine: EngineName) -> Placement {
+/// Where `engine` of sandbox `id` goes, the sandbox being on `network` in
+/// the per-sandbox layout (see [`sandbox_network`]).
+pub fn placement(
+    config: &ControllerConfig,
+    id: &SandboxId,
+    engine: EngineName,
+    network: &str,
+) -> Placement {
     let container = container_name(&config.deployment, id, engine);
     match &config.network {
         NetworkLayout::PerSandbox { .. } => Placement {
-            network: network_name(&config.deployment, id),
+            network: network.to_owned(),
             host: engine.as_str().to_owned(),
             aliases: vec![engine.as_str().to_owned()],
             container,
@@ -47,10 +53,14 @@ pub fn placement(config: &ControllerConfig, id: &SandboxId, engine: EngineName) 
     }
 }
 
-/// The network the sandbox's engines are reachable on.
-pub(crate) fn sandbox_network(ctx: &Context, id: &SandboxId) -> String {
+/// The network the sandbox's engines are reachable on: the shared one, or
+/// in the per-sandbox layout its own or the warm-pool network it adopted,
+/// as its status (`recorded`) says.
+pub(crate) fn sandbox_network(ctx: &Context, id: &SandboxId, recorded: Option<&str>) -> String {
     match &ctx.config.network {
-        NetworkLayout::PerSandbox { .. } => network_name(&ctx.config.deployment, id),
+        NetworkLayout::PerSandbox { .. } => {
+            crate::domain::network::sandbox_network(&ctx.config.deployment, id, recorded)
+        }
         NetworkLayout::Shared { name } => name.clone(),
     }
 }
@@ -69,12 +79,13 @@ pub(crate) fn shared_spec(ctx: &Context) -> Option<NetworkSpec> {
     }
 }
 
-/// The sandbox's own network; `None` in the shared layout.
-pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId) -> Option<NetworkSpec> {
+/// The sandbox's own network, called `name` (its own name, or that of the
+/// warm-pool network it adopted); `None` in the shared layout.
+pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId, name: &str) -> Option<NetworkSpec> {
     let NetworkLayout::PerSandbox { subnets, egress } = &config.network else {
         return None;
     };
-    let name = network_name(&config.deployment, id);
+    let name = name.to_owned();
     Some(NetworkSpec {
         // Without egress the bridge is guarded on the host (see
         // `deploy/host-firewall.sh`): Docker's own isolation between
@@ -87,10 +98,10 @@ pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId) -> Option<Network
     })
 }
 
-/// The network the sandbox's engines are on: its own (labelled with the
-/// state database's identity once it is known) or the shared one.
-fn spec_of(ctx: &Context, id: &SandboxId) -> Option<NetworkSpec> {
-    match sandbox_spec(&ctx.config, id) {
+/// The network the sandbox's engines are on: its own `name` (labelled with
+/// the state database's identity once it is known) or the shared one.
+fn spec_of(ctx: &Context, id: &SandboxId, name: &str) -> Option<NetworkSpec> {
+    match sandbox_spec(&ctx.config, id, name) {
         Some(mut spec) => {
             if let Some(state) = ctx.state.get() {
                 spec.labels
@@ -111,10 +122,11 @@ fn spec_of(ctx: &Context, id: &SandboxId) -> Option<NetworkSpec> {
 pub(crate) async fn ensure(
     ctx: &Context,
     id: &SandboxId,
+    network: &str,
     observed: &[ObservedContainer],
     plan: &mut Plan,
 ) -> Result<(), RuntimeError> {
-    let Some(spec) = spec_of(ctx, id) else {
+    let Some(spec) = spec_of(ctx, id, network) else {
         return Ok(());
     };
     // Engines that ran on it (or the shared network, created at start): its
@@ -138,7 +150,7 @@ pub(crate) async fn ensure(
         if members.contains(&kept.name) {
             continue;
         }
-        let place = placement(&ctx.config, id, *engine);
+        let place = placement(&ctx.config, id, *engine, network);
         ctx.runtime
             .rejoin(&place.network, &kept.id, &place.aliases)
             .await?;
@@ -180,7 +192,7 @@ pub(crate) async fn create_and_start(
     match ctx.runtime.create_and_start(container).await {
         Err(RuntimeError::NetworkGone { network }) => {
             tracing::warn!(sandbox = %id, network, container = container.name, "network gone at create; creating it again and retrying once");
-            if let Some(spec) = spec_of(ctx, id) {
+            if let Some(spec) = spec_of(ctx, id, &container.network) {
                 create(ctx, id, &spec, true).await?;
             }
             ctx.runtime.create_and_start(container).await
@@ -195,6 +207,7 @@ pub(crate) async fn create_and_start(
 pub(crate) async fn sync_attached(
     ctx: &Context,
     desired: &DesiredSandbox,
+    network: &str,
 ) -> Result<Vec<String>, RuntimeError> {
     if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(if desired.attach.is_empty() {
@@ -203,8 +216,7 @@ pub(crate) async fn sync_attached(
             vec!["attach: the shared network layout attaches nothing; connect the containers to the shared network yourself".to_owned()]
         });
     }
-    let network = network_name(&ctx.config.deployment, &desired.id);
-    let Some(members) = ctx.runtime.network_members(&network).await? else {
+    let Some(members) = ctx.runtime.network_members(network).await? else {
         return Ok(Vec::new());
     };
     let own_prefix = format!("sandboxd.{}.{}.", ctx.config.deployment, desired.id);
@@ -214,7 +226,7 @@ pub(crate) async fn sync_attached(
         if members.iter().any(|m| m == name) {
             continue;
         }
-        match ctx.runtime.connect(&network, name).await {
+        match ctx.runtime.connect(network, name).await {
             Ok(()) => tracing::info!(container = name, network, "attached"),
             // The daemon is unwell: retry the whole reconcile.
             Err(e @ (RuntimeError::Connect(_) | RuntimeError::Timeout { .. })) => return Err(e),
@@ -226,24 +238,19 @@ pub(crate) async fn sync_attached(
         let ours = member.starts_with(&own_prefix)
             || ctx.config.controller_container.as_deref() == Some(member.as_str());
         if !ours && !wanted.contains(member.as_str()) {
-            ctx.runtime.disconnect(&network, member).await?;
+            ctx.runtime.disconnect(network, member).await?;
             tracing::info!(container = member, network, "detached");
         }
     }
     Ok(problems)
 }
 
-/// Removes the sandbox's network (disconnecting whatever is still on it),
-/// unless it carries another state database's identity `state`.
-pub(crate) async fn remove(
-    ctx: &Context,
-    id: &SandboxId,
-    state: &StateId,
-) -> Result<(), RuntimeError> {
+/// Removes the sandbox's network `name` (disconnecting whatever is still
+/// on it), unless it carries another state database's identity `state`.
+pub(crate) async fn remove(ctx: &Context, name: &str, state: &StateId) -> Result<(), RuntimeError> {
     if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(());
     }
-    let name = network_name(&ctx.config.deployment, id);
     let listed = ctx.runtime.networks(&ctx.config.deployment).await?;
     if let Some(theirs) = listed
         .iter()
@@ -257,6 +264,6 @@ pub(crate) async fn remove(
         return Ok(());
     }
     ctx.runtime
-        .remove_network(&name, &ctx.config.deployment)
+        .remove_network(name, &ctx.config.deployment)
         .await
 }

@@ -1,28 +1,30 @@
 //! The warm pool: per engine and feature set, ready containers nobody has
 //! claimed yet, started with a random pool password that lives only in
-//! this process's memory. A provision whose engine and feature set match
-//! claims one ([`claim`]): the claim is recorded in the state database
-//! first (Docker labels cannot change), then the claimant's credentials are
-//! set inside the container (on standard input), the container takes the
-//! sandbox's container name and joins its network under the engine's host
-//! name, and it is probed with the new credentials. Each pool container
-//! waits on a network of its own, which it keeps when it is claimed (it is
-//! alone there): leaving a network costs Docker more than joining one, and
-//! a claim never waits for it. The pool is refilled in
-//! the background ([`refill_loop`]), never above its size and only while no
+//! this process's memory, each on a network of its own under its engine's
+//! host name. A reconcile reserves one for each provision whose engine and
+//! feature set match ([`reserve`]), and a sandbox that has no network yet
+//! adopts the first one's: its claim then creates no network and joins
+//! none. The claim ([`claim`]) is recorded in the state database first
+//! (Docker labels cannot change), then the claimant's credentials are set
+//! over the engine's own protocol while the container takes the sandbox's
+//! container name; a container claimed into a sandbox that already has a
+//! network joins it under the engine's host name (and keeps its own, where
+//! it is alone: leaving a network costs Docker more than joining one). It
+//! is probed with the new credentials. The pool is refilled in the
+//! background ([`refill_loop`]), never above its size and only while no
 //! request waits for a worker. Only the leader runs it: every Docker call
 //! goes through the fenced runtime, and a new term starts from what it
 //! lists ([`start_term`]).
 
 use super::network::{self, Placement};
-use super::provision::{self, bring_up, container_spec, new_instance};
+use super::provision::{self, bring_up, bring_up_at, container_spec, new_instance};
 use super::{Context, ControllerError};
-use crate::config::NetworkLayout;
+use crate::config::{NetworkLayout, ProbeVia};
 use crate::domain::container::{ContainerState, ObservedContainer};
-use crate::domain::id::{ContainerId, SandboxId};
+use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::labels;
-use crate::domain::network::bridge_name;
-use crate::domain::plan::Provision;
+use crate::domain::network::{bridge_name, pool_network_prefix};
+use crate::domain::plan::{Plan, Provision};
 use crate::domain::pool::{self, ClaimIndex, PoolClaim, PoolKey, PooledContainer};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
@@ -57,14 +59,18 @@ pub(crate) enum PoolError {
     #[error(transparent)]
     Provision(#[from] Box<provision::ProvisionError>),
     /// Setting the claimant's credentials failed.
-    #[error("setting the claimant's credentials in pool container {container} failed (exit {exit_code}); the container was removed and the sandbox is provisioned cold")]
+    #[error("pool container {container}: {source}; the container is removed and the sandbox provisioned cold")]
     Credentials {
         /// The container.
         container: String,
-        /// The command's exit code.
-        exit_code: i64,
+        /// What the engine said.
+        #[source]
+        source: crate::engine::EngineError,
     },
 }
+
+/// How long setting a claimant's credentials may take.
+const CLAIM_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A ready, unclaimed pool container.
 #[derive(Debug, Clone)]
@@ -74,6 +80,10 @@ struct Ready {
     credentials: Credentials,
     /// Its own pool network.
     network: String,
+    /// Its name.
+    name: String,
+    /// The host port its engine port is published on.
+    host_port: u16,
 }
 
 #[derive(Debug, Default)]
@@ -140,17 +150,13 @@ impl Pool {
     }
 }
 
-/// What every pool network of the deployment is called up to its
-/// container's token (a name no sandbox network can have).
-fn network_prefix(ctx: &Context) -> String {
-    format!("sandboxd-pool.{}.", ctx.config.deployment)
-}
-
 /// The network the pool container with `token` waits on: its own, internal
 /// like sandbox networks (or the shared network of the shared layout).
 fn network_name(ctx: &Context, token: &str) -> String {
     match &ctx.config.network {
-        NetworkLayout::PerSandbox { .. } => format!("{}{token}", network_prefix(ctx)),
+        NetworkLayout::PerSandbox { .. } => {
+            format!("{}{token}", pool_network_prefix(&ctx.config.deployment))
+        }
         NetworkLayout::Shared { name } => name.clone(),
     }
 }
@@ -180,10 +186,92 @@ fn network_spec(ctx: &Context, name: &str) -> Option<NetworkSpec> {
     })
 }
 
-/// Serves `p` from the pool if it may claim and a container of its engine
-/// and feature set is ready; `None` sends it down the cold path (nothing
-/// of the sandbox was changed, and a container a failed claim changed is
-/// removed).
+/// The ready warm-pool containers one reconcile took for its provisions,
+/// by engine. Each is claimed by its engine's provision ([`claim`]); what
+/// is left when it is dropped (the reconcile failed or was cut off first)
+/// goes back to the pool.
+pub(crate) struct Reserved<'a> {
+    pool: &'a Pool,
+    entries: Mutex<BTreeMap<EngineName, (PoolKey, Ready)>>,
+}
+
+impl<'a> Reserved<'a> {
+    /// Nothing reserved.
+    pub(crate) fn none(pool: &'a Pool) -> Self {
+        Self {
+            pool,
+            entries: Mutex::default(),
+        }
+    }
+
+    /// The pool network of the first reserved container: a sandbox that
+    /// has no network yet adopts it, so that its first claim neither
+    /// creates a network nor joins one.
+    pub(crate) fn network(&self) -> Option<String> {
+        let entries = self.entries.lock().unwrap();
+        let (_, ready) = entries.values().next()?;
+        Some(ready.network.clone())
+    }
+
+    fn take(&self, engine: EngineName) -> Option<(PoolKey, Ready)> {
+        self.entries.lock().unwrap().remove(&engine)
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        let entries = std::mem::take(self.entries.get_mut().unwrap());
+        if entries.is_empty() {
+            return;
+        }
+        let mut st = self.pool.state.lock().unwrap();
+        for (_, (key, ready)) in entries {
+            st.ready.entry(key).or_default().push(ready);
+        }
+    }
+}
+
+/// Reserves a ready pool container for each provision of `plan` that may
+/// claim one (see [`pool::claim_kind`]) and whose engine and feature set
+/// has a pool; one that finds its pool empty is counted as a miss and
+/// wakes the refill.
+pub(crate) fn reserve<'a>(ctx: &'a Context, desired: &DesiredSandbox, plan: &Plan) -> Reserved<'a> {
+    let reserved = Reserved::none(&ctx.pool);
+    if ctx.config.warm_pool.is_empty() {
+        return reserved;
+    }
+    for p in plan.provisions() {
+        let Some(kind) = pool::claim_kind(p.reason, desired.persistent, p.retire.is_some()) else {
+            continue;
+        };
+        let key = PoolKey {
+            engine: p.engine,
+            features: p.features.clone(),
+        };
+        if !ctx.config.warm_pool.contains_key(&key) {
+            continue;
+        }
+        match ctx.pool.take(&key) {
+            Some(ready) => {
+                reserved
+                    .entries
+                    .lock()
+                    .unwrap()
+                    .insert(p.engine, (key, ready));
+            }
+            None => ctx.metrics.pool_claim(p.engine, kind, None),
+        }
+        ctx.pool.wake.notify_one();
+    }
+    ctx.pool.report(ctx);
+    reserved
+}
+
+/// Serves `p` from the pool container `reserved` holds for its engine, if
+/// any, on the sandbox's `network`; `None` sends it down the cold path
+/// (nothing of the sandbox was changed, and a container a failed claim
+/// changed is removed).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn claim(
     ctx: &Context,
     desired: &DesiredSandbox,
@@ -191,24 +279,13 @@ pub(crate) async fn claim(
     p: &Provision,
     credentials: &Credentials,
     image: &str,
+    network: &str,
+    reserved: &Reserved<'_>,
 ) -> Option<(ContainerId, ServiceStatus)> {
     let kind = pool::claim_kind(p.reason, desired.persistent, p.retire.is_some())?;
-    let key = PoolKey {
-        engine: p.engine,
-        features: p.features.clone(),
-    };
-    if !ctx.config.warm_pool.contains_key(&key) {
-        return None;
-    }
+    let (_, ready) = reserved.take(p.engine)?;
     let started = Instant::now();
-    let Some(ready) = ctx.pool.take(&key) else {
-        ctx.metrics.pool_claim(p.engine, kind, None);
-        ctx.pool.wake.notify_one();
-        return None;
-    };
-    ctx.pool.report(ctx);
-    ctx.pool.wake.notify_one();
-    match take_over(ctx, desired, engine, p, &ready, credentials, image).await {
+    match take_over(ctx, desired, engine, p, &ready, credentials, image, network).await {
         Ok(claimed) => {
             let took = started.elapsed();
             ctx.metrics.pool_claim(p.engine, kind, Some(took));
@@ -216,6 +293,7 @@ pub(crate) async fn claim(
                 container = %claimed.0,
                 kind = kind.as_str(),
                 elapsed_ms = took.as_millis() as u64,
+                adopted_network = ready.network == network,
                 "served from the warm pool"
             );
             Some(claimed)
@@ -235,8 +313,10 @@ pub(crate) async fn claim(
     }
 }
 
-/// Records the claim, then sets the credentials, renames, moves the
-/// container to the sandbox's network and probes it.
+/// Records the claim, then sets the credentials (over the engine's own
+/// protocol), renames the container, puts it on the sandbox's `network`
+/// unless it is there (adopted), and probes it with the new credentials.
+#[allow(clippy::too_many_arguments)]
 async fn take_over(
     ctx: &Context,
     desired: &DesiredSandbox,
@@ -245,15 +325,10 @@ async fn take_over(
     ready: &Ready,
     credentials: &Credentials,
     image: &str,
+    network: &str,
 ) -> Result<(ContainerId, ServiceStatus), PoolError> {
     let runtime = ctx.runtime.as_ref();
     let id = &ready.id;
-    let command = engine
-        .claim(&ready.credentials, credentials)
-        .ok_or_else(|| PoolError::Credentials {
-            container: id.to_string(),
-            exit_code: -1,
-        })?;
     let instance = new_instance();
     let claim = PoolClaim {
         container: id.clone(),
@@ -270,40 +345,61 @@ async fn take_over(
     ctx.store.record_claim(&claim, ctx.term()?).await?;
     ctx.pool.remember_claim(claim);
 
-    let cmd: Vec<&str> = command.cmd.iter().map(String::as_str).collect();
-    let placement: Placement = network::placement(&ctx.config, &desired.id, p.engine);
-    // The credentials, the container's name and its network are
-    // independent: changed at once (all done before anything is
-    // published). It stays on its own pool network, where it is alone.
+    let placement: Placement = network::placement(&ctx.config, &desired.id, p.engine, network);
     let set_credentials = async {
-        let out = runtime.exec_stdin(id, &cmd, &command.stdin).await?;
-        if (command.succeeded)(&out) {
-            Ok(())
-        } else {
-            Err(PoolError::Credentials {
-                container: id.to_string(),
-                exit_code: out.exit_code,
-            })
-        }
+        provision::claim_credentials(
+            ctx,
+            engine,
+            id,
+            &ready.name,
+            ready.host_port,
+            &ready.credentials,
+            credentials,
+            CLAIM_DEADLINE,
+        )
+        .await
+        .map_err(|source| PoolError::Credentials {
+            container: id.to_string(),
+            source,
+        })
     };
     let rename = async {
         runtime.rename(id, &placement.container).await?;
         Ok::<(), PoolError>(())
     };
+    let joins = placement.network != ready.network;
     let join = async {
-        if placement.network != ready.network {
+        if joins {
             runtime
                 .rejoin(&placement.network, id, &placement.aliases)
                 .await?;
         }
         Ok::<(), PoolError>(())
     };
-    tokio::try_join!(set_credentials, rename, join)?;
-    let (host_port, available) = bring_up(
+    if ctx.config.probe_via == ProbeVia::Host && !joins {
+        // The credentials (over the published port) and the container's
+        // name are independent: changed at once (both done before anything
+        // is published).
+        tokio::try_join!(set_credentials, rename, join)?;
+    } else {
+        // Reached by its name, which must not change meanwhile, or over a
+        // published port that joining a network binds anew (cutting the
+        // connection): the credentials first.
+        set_credentials.await?;
+        tokio::try_join!(rename, join)?;
+    }
+    // A container that joins a network has its ports bound again.
+    let host_port = if joins {
+        runtime.published_port(id).await?.unwrap_or(0)
+    } else {
+        ready.host_port
+    };
+    let (host_port, available) = bring_up_at(
         ctx,
         engine,
         id,
         &placement.container,
+        host_port,
         credentials,
         &p.features,
         image,
@@ -338,13 +434,9 @@ pub(crate) async fn observed_of(
 }
 
 /// What a relist sees of the pool: every claimed pool container as the
-/// planner sees it, and every pool container's state (for the drift
-/// count: the event stream reports them too). The pool's memory is
+/// planner sees it, and every pool container. The pool's memory is
 /// brought in line with what is listed.
-pub(crate) async fn relisted(
-    ctx: &Context,
-    networks: &[ObservedResource],
-) -> Result<Relisted, ControllerError> {
+pub(crate) async fn relisted(ctx: &Context) -> Result<Relisted, ControllerError> {
     if ctx.config.warm_pool.is_empty() && ctx.pool.claims.lock().unwrap().is_empty() {
         return Ok(Relisted::default());
     }
@@ -361,26 +453,27 @@ pub(crate) async fn relisted(
         }
     }
     ctx.pool.report(ctx);
-    remove_orphan_networks(ctx, &listed, networks).await?;
     let claims: Vec<PoolClaim> = ctx.pool.claims.lock().unwrap().values().cloned().collect();
     Ok(Relisted {
         claimed: match_claims(ctx, claims, &listed).await,
-        states: listed.iter().map(|l| (l.id.clone(), l.state)).collect(),
+        listed,
     })
 }
 
 /// Removes the pool networks (of the deployment's `networks`) whose
-/// container is gone (claimed or not) and that nothing is connected to any
-/// more. One that cannot be removed now is left for the next relist.
-async fn remove_orphan_networks(
+/// container is gone (claimed or not), that no sandbox's status names as
+/// its network (`adopted`), and that nothing is connected to any more.
+/// One that cannot be removed now is left for the next relist.
+pub(crate) async fn remove_orphan_networks(
     ctx: &Context,
     listed: &[PooledContainer],
     networks: &[ObservedResource],
+    adopted: &HashSet<&str>,
 ) -> Result<(), RuntimeError> {
     if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(());
     }
-    let prefix = network_prefix(ctx);
+    let prefix = pool_network_prefix(&ctx.config.deployment);
     for n in networks {
         let Some(token) = n.name.strip_prefix(&prefix) else {
             continue;
@@ -388,6 +481,7 @@ async fn remove_orphan_networks(
         let in_use = listed
             .iter()
             .any(|c| c.instance.eq_ignore_ascii_case(token))
+            || adopted.contains(n.name.as_str())
             || ctx.pool.creating_networks.lock().unwrap().contains(&n.name);
         if in_use {
             continue;
@@ -424,8 +518,8 @@ async fn remove_orphan_networks(
 pub(crate) struct Relisted {
     /// Claimed pool containers, as their sandboxes' containers.
     pub(crate) claimed: Vec<ObservedContainer>,
-    /// Every pool container's state.
-    pub(crate) states: Vec<(ContainerId, ContainerState)>,
+    /// Every pool container (claimed or not).
+    pub(crate) listed: Vec<PooledContainer>,
 }
 
 async fn match_claims(
@@ -562,11 +656,17 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         key.engine,
         token.to_ascii_lowercase()
     );
+    // On its own network under the engine's name already: the sandbox
+    // that claims it first adopts that network.
+    let aliases = match ctx.config.network {
+        NetworkLayout::PerSandbox { .. } => vec![key.engine.as_str().to_owned()],
+        NetworkLayout::Shared { .. } => Vec::new(),
+    };
     let placement = Placement {
         container: name.clone(),
         network: network_name(ctx, &token.to_ascii_lowercase()),
         host: name.clone(),
-        aliases: Vec::new(),
+        aliases,
     };
     ctx.pool
         .creating_networks
@@ -581,12 +681,14 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         .remove(&placement.network);
     let id = started?;
     match bring_up(ctx, engine, &id, &name, &credentials, &key.features, &image).await {
-        Ok(_) => {
+        Ok((host_port, _)) => {
             tracing::info!(pool = %key, container = %id, "warm-pool container ready");
             Ok(Ready {
                 id,
                 credentials,
                 network: placement.network,
+                name,
+                host_port,
             })
         }
         Err(e) => {
@@ -641,4 +743,53 @@ async fn start_one(
     spec.cmd.extend(engine.pool_args(credentials));
     super::template::apply(ctx, engine, &key.features, &mut spec).await;
     Ok(ctx.runtime.create_and_start(&spec).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(id: &str) -> Ready {
+        Ready {
+            id: ContainerId::new(id),
+            credentials: crate::engine::lookup("redis")
+                .unwrap()
+                .credentials(Secret::generate()),
+            network: format!("sandboxd-pool.d.{id}"),
+            name: id.to_owned(),
+            host_port: 1,
+        }
+    }
+
+    fn key(engine: &str) -> PoolKey {
+        PoolKey {
+            engine: crate::engine::lookup(engine).unwrap().name(),
+            features: Default::default(),
+        }
+    }
+
+    #[test]
+    fn what_a_reconcile_reserved_and_did_not_claim_goes_back_to_the_pool() {
+        let pool = Pool::default();
+        {
+            let reserved = Reserved::none(&pool);
+            for (engine, id) in [("postgres", "p1"), ("redis", "r1")] {
+                reserved
+                    .entries
+                    .lock()
+                    .unwrap()
+                    .insert(key(engine).engine, (key(engine), ready(id)));
+            }
+            // The first engine's network is the one a new sandbox adopts.
+            assert_eq!(reserved.network().as_deref(), Some("sandboxd-pool.d.p1"));
+            let (_, claimed) = reserved.take(key("postgres").engine).unwrap();
+            assert_eq!(claimed.id.as_str(), "p1");
+        }
+        assert!(
+            pool.take(&key("postgres")).is_none(),
+            "the claimed one is gone"
+        );
+        let back = pool.take(&key("redis")).expect("the unclaimed one is back");
+        assert_eq!(back.id.as_str(), "r1");
+    }
 }

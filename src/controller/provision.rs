@@ -3,6 +3,7 @@
 
 use super::image::{self, ImageError};
 use super::network::{self, Placement};
+use super::pool::Reserved;
 use super::rotation::{self, Commit, SwitchError};
 use super::template;
 use super::volume;
@@ -183,6 +184,7 @@ pub(crate) async fn provision(
     new_request: bool,
     cause: Option<HealCause>,
     commit: &Commit,
+    reserved: &Reserved<'_>,
 ) -> Result<ServiceStatus, ProvisionError> {
     let engine = ctx
         .engines
@@ -200,7 +202,10 @@ pub(crate) async fn provision(
     }
     let started = Instant::now();
     tracing::info!("provisioning");
-    let result = match (create(ctx, desired, engine, p).await, &p.retire) {
+    let result = match (
+        create(ctx, desired, engine, p, commit.network(), reserved).await,
+        &p.retire,
+    ) {
         (Ok((_, status)), None) => Ok(status),
         (Ok((new, status)), Some(old)) => {
             rotation::switch(ctx, commit, p.engine, &new, old, status)
@@ -260,7 +265,8 @@ async fn roll_back(
         retire: None,
         reason: ProvisionReason::Rotate,
     };
-    let restored = match create(ctx, desired, engine, &restore).await {
+    let none = Reserved::none(&ctx.pool);
+    let restored = match create(ctx, desired, engine, &restore, commit.network(), &none).await {
         Ok((_, restored)) => restored,
         Err(e) => {
             return ProvisionError::RollbackFailed {
@@ -291,8 +297,9 @@ pub(crate) async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) 
     }
 }
 
-/// Creates the container and brings it up; on failure the new container is
-/// removed, so nothing leaks. A rotation's new container (`p.retire` is
+/// Creates the container (or claims the warm-pool container `reserved`
+/// holds for its engine) on the sandbox's `network` and brings it up; on
+/// failure the new container is removed, so nothing leaks. A rotation's new container (`p.retire` is
 /// set) is built next to the running one: under a temporary name, without
 /// the engine's network alias and on a host port of its own, so that
 /// clients keep reaching the old one. Returns the container and its
@@ -302,6 +309,8 @@ async fn create(
     desired: &DesiredSandbox,
     engine: &'static dyn Engine,
     p: &Provision,
+    network: &str,
+    reserved: &Reserved<'_>,
 ) -> Result<(ContainerId, ServiceStatus), ProvisionError> {
     let config = &ctx.config;
     let runtime = ctx.runtime.as_ref();
@@ -339,13 +348,24 @@ async fn create(
     for id in &p.replace {
         runtime.remove(id, config.stop_timeout).await?;
     }
-    // A ready warm-pool container of this engine and feature set, if there
-    // is one (the cold path below otherwise).
-    if let Some(claimed) = super::pool::claim(ctx, desired, engine, p, &credentials, &image).await {
+    // The ready warm-pool container the reconcile reserved for this
+    // engine, if any (the cold path below otherwise).
+    if let Some(claimed) = super::pool::claim(
+        ctx,
+        desired,
+        engine,
+        p,
+        &credentials,
+        &image,
+        network,
+        reserved,
+    )
+    .await
+    {
         return Ok(claimed);
     }
 
-    let placement = network::placement(config, &desired.id, p.engine);
+    let placement = network::placement(config, &desired.id, p.engine, network);
     let mut build = placement.clone();
     if p.retire.is_some() {
         build.container = candidate_name(&placement.container, &instance);
@@ -481,12 +501,34 @@ pub(crate) async fn bring_up(
     features: &BTreeSet<String>,
     image: &str,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
+    let host_port = ctx.runtime.published_port(id).await?.unwrap_or(0);
+    bring_up_at(
+        ctx,
+        engine,
+        id,
+        name,
+        host_port,
+        credentials,
+        features,
+        image,
+    )
+    .await
+}
+
+/// [`bring_up`] of a container whose published port is known.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn bring_up_at(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    id: &ContainerId,
+    name: &str,
+    host_port: u16,
+    credentials: &Credentials,
+    features: &BTreeSet<String>,
+    image: &str,
+) -> Result<(u16, Vec<String>), ProvisionError> {
     let runtime = ctx.runtime.as_ref();
-    let host_port = runtime.published_port(id).await?.unwrap_or(0);
-    let (host, port) = match ctx.config.probe_via {
-        ProbeVia::Host => ("127.0.0.1".to_owned(), host_port),
-        ProbeVia::Network => (name.to_owned(), engine.port()),
-    };
+    let (host, port) = probe_address(ctx, engine, name, host_port);
     let exec = InContainer { runtime, id };
     let target = Target {
         host: &host,
@@ -512,6 +554,55 @@ pub(crate) async fn bring_up(
         })
         .map_err(|e| ProvisionError::Feature(e, image.to_owned()))?;
     Ok((host_port, available))
+}
+
+/// Where the controller reaches the container `name` whose engine port is
+/// published on `host_port` (`--probe-via`).
+fn probe_address(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    name: &str,
+    host_port: u16,
+) -> (String, u16) {
+    match ctx.config.probe_via {
+        ProbeVia::Host => ("127.0.0.1".to_owned(), host_port),
+        ProbeVia::Network => (name.to_owned(), engine.port()),
+    }
+}
+
+/// Gives the warm-pool container `id` (called `name`, its engine port
+/// published on `host_port`), logged in to with `pool`, `claimant`'s
+/// credentials ([`Engine::claim`]), within `deadline`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn claim_credentials(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    id: &ContainerId,
+    name: &str,
+    host_port: u16,
+    pool: &Credentials,
+    claimant: &Credentials,
+    deadline: Duration,
+) -> Result<(), EngineError> {
+    let (host, port) = probe_address(ctx, engine, name, host_port);
+    let exec = InContainer {
+        runtime: ctx.runtime.as_ref(),
+        id,
+    };
+    let target = Target {
+        host: &host,
+        port,
+        credentials: pool,
+        exec: &exec,
+    };
+    tokio::time::timeout(deadline, engine.claim(&target, claimant))
+        .await
+        .unwrap_or_else(|_| {
+            Err(EngineError::Client {
+                engine: engine.name(),
+                reason: format!("no answer to the claim within {deadline:?}"),
+            })
+        })
 }
 
 /// Commands inside one container, through the runtime.

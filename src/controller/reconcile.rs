@@ -7,7 +7,8 @@ use super::breaker::Held;
 use super::image::Availability;
 use super::rotation::{self, Commit};
 use super::Context;
-use super::{network, provision, volume};
+use super::{network, pool, provision, volume};
+use crate::config::NetworkLayout;
 use crate::domain::crash_loop::{self, HealGate};
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity;
@@ -140,7 +141,22 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     let converging = desired
         .as_ref()
         .filter(|d| plan.wanted == Wanted::Yes && d.invalid.is_none());
-    let network_name = Some(network::sandbox_network(ctx, id));
+    // Warm-pool containers for the provisions that may claim one, taken
+    // now: a sandbox without a network yet adopts the first one's.
+    let reserved = match converging {
+        Some(d) => pool::reserve(ctx, d, &plan),
+        None => pool::Reserved::none(&ctx.pool),
+    };
+    let recorded = previous.as_ref().and_then(|p| p.network.as_deref());
+    let adopted = match (recorded, plan.kept().next(), &ctx.config.network) {
+        (None, None, NetworkLayout::PerSandbox { .. }) => reserved.network(),
+        _ => None,
+    };
+    let network = match &adopted {
+        Some(n) => n.clone(),
+        None => network::sandbox_network(ctx, id, recorded),
+    };
+    let network_name = Some(network.clone());
     let mut update =
         status::while_provisioning(&plan, desired.as_ref(), previous.as_ref(), &causes);
     if let Some(update) = &mut update {
@@ -149,7 +165,13 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         ctx.phases.published(id, Some(update.phase), &ctx.metrics);
     }
     if let Some(d) = converging {
-        network::ensure(ctx, id, &observed, &mut plan).await?;
+        if adopted.is_none() {
+            network::ensure(ctx, id, &network, &observed, &mut plan).await?;
+        } else if let Some(me) = &ctx.config.controller_container {
+            // The adopted network exists (its pool container is on it):
+            // only sandboxd's own container may need to join it.
+            ctx.runtime.connect(&network, me).await?;
+        }
         if d.persistent && plan.provisions().next().is_some() {
             // Never mount an earlier incarnation's data.
             volume::remove_superseded(ctx, d, state).await?;
@@ -160,14 +182,16 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         .is_some_and(|d| status::is_new_request(d, previous.as_ref()));
     // Rotations publish their new containers through `commit` before the
     // old ones go; the decision below builds on what it wrote last.
-    let commit = Commit::new(id.clone(), update);
+    let commit = Commit::new(id.clone(), network.clone(), update);
     let mut provisioned = match converging {
-        Some(_) => promote_all(ctx, id, &plan).await,
+        Some(_) => promote_all(ctx, id, &network, &plan).await,
         None => Vec::new(),
     };
     if let Some(d) = &desired {
-        provisioned.extend(provision_all(ctx, d, &plan, new_request, &causes, &commit).await);
+        provisioned
+            .extend(provision_all(ctx, d, &plan, new_request, &causes, &commit, &reserved).await);
     }
+    drop(reserved);
     provisioned.extend(
         names_held
             .into_iter()
@@ -176,7 +200,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     let previous = commit.published(previous).await;
     provisioned.extend(image_failures);
     let attach = match converging {
-        Some(d) => network::sync_attached(ctx, d).await?,
+        Some(d) => network::sync_attached(ctx, d, &network).await?,
         None => Vec::new(),
     };
     if plan.wanted != Wanted::Yes && !plan.is_waiting() && teardown.is_none() {
@@ -184,7 +208,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
             // No container of the sandbox is left: its network goes too,
             // and once the row is deleted and its grace has passed since
             // it was seen gone, the data of a persistent one.
-            network::remove(ctx, id, state).await?;
+            network::remove(ctx, &network, state).await?;
             if plan.wanted == Wanted::Deleted && plan.data_kept_until.is_none() {
                 volume::remove_all(ctx, id, state).await?;
                 ctx.gone.forget(id);
@@ -386,10 +410,12 @@ async fn provision_all(
     new_request: bool,
     causes: &BTreeMap<EngineName, HealCause>,
     commit: &Commit,
+    reserved: &pool::Reserved<'_>,
 ) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
     join_all(plan.provisions().map(|p| async move {
         let cause = causes.get(&p.engine).copied();
-        let result = provision::provision(ctx, desired, p, new_request, cause, commit).await;
+        let result =
+            provision::provision(ctx, desired, p, new_request, cause, commit, reserved).await;
         (p.engine, result.map_err(|e| e.to_string()))
     }))
     .await
@@ -400,11 +426,13 @@ async fn provision_all(
 async fn promote_all(
     ctx: &Context,
     id: &SandboxId,
+    network: &str,
     plan: &Plan,
 ) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
     join_all(plan.promotions().map(|(engine, container, status)| async move {
         tracing::info!(%engine, %container, "finishing the switch to a rotation's published new container");
-        let result = rotation::promote(ctx, id, engine, container, None, status.clone()).await;
+        let result =
+            rotation::promote(ctx, id, network, engine, container, None, status.clone()).await;
         (engine, result.map_err(|e| e.to_string()))
     }))
     .await

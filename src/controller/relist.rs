@@ -70,21 +70,29 @@ pub(crate) async fn relist(
         let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
         // Claimed warm-pool containers are their sandboxes'; unclaimed ones
         // are nobody's (never reaped, healed or counted as orphans).
-        let pooled = super::pool::relisted(ctx, &networks).await?;
+        let pooled = super::pool::relisted(ctx).await?;
         containers.extend(pooled.claimed);
         let volumes = ctx.runtime.volumes(&ctx.config.deployment).await?;
-        Ok::<_, ControllerError>((containers, pooled.states, networks, volumes))
+        Ok::<_, ControllerError>((containers, pooled.listed, networks, volumes))
     };
-    let ((rows, statuses), (mut containers, pool_states, networks, volumes)) =
+    let ((rows, statuses), (mut containers, pooled, networks, volumes)) =
         tokio::try_join!(store_side, docker_side)?;
+    // A warm-pool network a sandbox adopted is its network while its
+    // status says so, whatever happens to the container it came with.
+    let adopted: HashSet<&str> = statuses
+        .iter()
+        .filter_map(|s| s.network.as_deref())
+        .collect();
+    super::pool::remove_orphan_networks(ctx, &pooled, &networks, &adopted).await?;
     // Each sandbox's containers side by side, for the plans below.
     containers.sort_unstable_by(|a, b| a.labels.sandbox.cmp(&b.labels.sandbox));
     let mut listed: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();
     // Unclaimed pool containers' events are recorded too.
     listed.extend(
-        pool_states
-            .into_iter()
-            .filter(|(id, _)| !containers.iter().any(|c| &c.id == id)),
+        pooled
+            .iter()
+            .filter(|p| !containers.iter().any(|c| c.id == p.id))
+            .map(|p| (p.id.clone(), p.state)),
     );
     let drift = known.reconcile_with(&listed);
     let drift = if count_drift { drift } else { 0 };
@@ -202,7 +210,12 @@ impl<'a> Judge<'a> {
     }
 
     fn judge(&self, row: &DesiredSandbox) -> Judgement {
-        let network = super::network::sandbox_network(self.ctx, &row.id);
+        let status = self.statuses.get(&row.id).copied();
+        let network = super::network::sandbox_network(
+            self.ctx,
+            &row.id,
+            status.and_then(|s| s.network.as_deref()),
+        );
         let exists = match self.ctx.config.network {
             NetworkLayout::PerSandbox { .. } => self.networks.contains(network.as_str()),
             // Created at start; its engines' lists show it if it is there.
@@ -211,7 +224,7 @@ impl<'a> Judge<'a> {
         let snapshot = Snapshot {
             desired: Some(row),
             observed: self.observed.get(&row.id).copied().unwrap_or_default(),
-            status: self.statuses.get(&row.id).copied(),
+            status,
             network: exists.then_some(network.as_str()),
             foreign: self.foreign.contains(&row.id),
         };

@@ -69,6 +69,8 @@ pub enum SwitchError {
 /// others', so that two engines switching at once do not undo each other.
 pub(crate) struct Commit {
     id: SandboxId,
+    /// The network the sandbox is on.
+    network: String,
     /// What was written while provisioning (`None` if the row is not
     /// wanted), then each switch on top of it.
     row: Mutex<Option<StatusUpdate>>,
@@ -77,13 +79,20 @@ pub(crate) struct Commit {
 }
 
 impl Commit {
-    /// Starts from `update`, the status written while provisioning.
-    pub(crate) fn new(id: SandboxId, update: Option<StatusUpdate>) -> Self {
+    /// Starts from `update`, the status written while provisioning, of
+    /// sandbox `id` on `network`.
+    pub(crate) fn new(id: SandboxId, network: String, update: Option<StatusUpdate>) -> Self {
         Self {
             id,
+            network,
             row: Mutex::new(update),
             switched: Default::default(),
         }
+    }
+
+    /// The network the sandbox is on.
+    pub(crate) fn network(&self) -> &str {
+        &self.network
     }
 
     /// What was published for `engine` before this reconcile changed it.
@@ -172,16 +181,27 @@ pub(crate) async fn switch(
         return Err(e);
     }
     tracing::info!("new container published; switching to it");
-    promote(ctx, &commit.id, engine, new, Some(old), service).await
+    promote(
+        ctx,
+        &commit.id,
+        &commit.network,
+        engine,
+        new,
+        Some(old),
+        service,
+    )
+    .await
 }
 
 /// Makes the published container `container` the engine's: removes `old`
-/// (if any), gives it the engine's network alias and container name, and
-/// returns `service` with the host port it is published on now.
+/// (if any), gives it the engine's alias on the sandbox's `network` and
+/// its container name, and returns `service` with the host port it is
+/// published on now.
 #[tracing::instrument(name = "promote", skip_all, fields(container = %container))]
 pub(crate) async fn promote(
     ctx: &Context,
     id: &SandboxId,
+    network: &str,
     engine: EngineName,
     container: &ContainerId,
     old: Option<&ContainerId>,
@@ -196,7 +216,7 @@ pub(crate) async fn promote(
             .map_err(failed)?;
         tracing::info!(old = %old, "old container removed");
     }
-    let placement = network::placement(&ctx.config, id, engine);
+    let placement = network::placement(&ctx.config, id, engine, network);
     if !placement.aliases.is_empty() {
         runtime
             .rejoin(&placement.network, container, &placement.aliases)

@@ -29,6 +29,24 @@ pub fn network_name(deployment: &Deployment, sandbox: &SandboxId) -> String {
     format!("sandboxd.{deployment}.{sandbox}")
 }
 
+/// What every warm-pool network of `deployment` is called up to its
+/// container's token (a name no sandbox's own network can have).
+pub fn pool_network_prefix(deployment: &Deployment) -> String {
+    format!("sandboxd-pool.{deployment}.")
+}
+
+/// The network sandbox `id` of `deployment` is on in the per-sandbox
+/// layout: the one its status records, when that is its own network or a
+/// warm-pool network it adopted with its first claim; its own network
+/// otherwise.
+pub fn sandbox_network(deployment: &Deployment, id: &SandboxId, recorded: Option<&str>) -> String {
+    let own = network_name(deployment, id);
+    match recorded {
+        Some(r) if r.starts_with(&pool_network_prefix(deployment)) => r.to_owned(),
+        _ => own,
+    }
+}
+
 /// The sandbox whose own network is called `name`, if `deployment` named
 /// it (the inverse of [`network_name`]; anything else is `None`).
 pub fn sandbox_of_network(deployment: &Deployment, name: &str) -> Option<SandboxId> {
@@ -323,5 +341,27 @@ mod tests {
         assert!(SubnetPool::new(net("10.213.0.0/16"), 12).is_err());
         assert!(SubnetPool::new(net("10.213.0.0/16"), 30).is_err());
         assert_eq!(SubnetPool::default().pool(), net("10.213.0.0/16"));
+    }
+
+    #[test]
+    fn a_sandbox_is_on_its_own_network_unless_its_status_records_an_adopted_pool_network() {
+        let a = Deployment::parse("a").unwrap();
+        let b = Deployment::parse("b").unwrap();
+        let id = SandboxId::parse("x").unwrap();
+        assert_eq!(sandbox_network(&a, &id, None), "sandboxd.a.x");
+        assert_eq!(
+            sandbox_network(&a, &id, Some("sandboxd-pool.a.tok")),
+            "sandboxd-pool.a.tok"
+        );
+        // Another deployment's pool network, or anything else, is not its.
+        assert_eq!(
+            sandbox_network(&a, &id, Some("sandboxd-pool.b.tok")),
+            "sandboxd.a.x"
+        );
+        assert_eq!(sandbox_network(&a, &id, Some("bridge")), "sandboxd.a.x");
+        assert_eq!(
+            sandbox_network(&b, &id, Some("sandboxd-pool.b.tok")),
+            "sandboxd-pool.b.tok"
+        );
     }
 }

@@ -11,6 +11,7 @@
 mod mongo;
 mod postgres;
 mod redis;
+mod scram;
 
 use crate::domain::container::ExecOutput;
 use crate::domain::id::EngineName;
@@ -77,17 +78,6 @@ impl fmt::Debug for Registry {
             .entries(self.iter().map(|e| e.name()))
             .finish()
     }
-}
-
-/// A command that sets a claimant's credentials in a warm-pool container.
-#[derive(Debug, Clone)]
-pub struct ClaimCommand {
-    /// The command (never a secret).
-    pub cmd: Vec<String>,
-    /// Its standard input (the secrets), closed after.
-    pub stdin: Secret,
-    /// Whether its output says it worked (some clients exit 0 on errors).
-    pub succeeded: fn(&ExecOutput) -> bool,
 }
 
 /// Failures while probing an engine or checking its features.
@@ -238,11 +228,21 @@ pub trait Engine: Send + Sync + 'static {
     fn pool_args(&self, _pool: &Credentials) -> Vec<String> {
         Vec::new()
     }
-    /// How a ready warm-pool container started with `pool`'s credentials is
-    /// given `claimant`'s instead: a command run inside it and what it reads
-    /// on standard input (the secrets). `None`: this engine has no pool.
-    fn claim(&self, _pool: &Credentials, _claimant: &Credentials) -> Option<ClaimCommand> {
-        None
+    /// Whether this engine has a warm pool (implements [`Engine::claim`]).
+    fn has_pool(&self) -> bool {
+        false
+    }
+    /// Gives a ready warm-pool container, reached at `pool` with the pool's
+    /// credentials, `claimant`'s instead, over the engine's own protocol
+    /// (no `docker exec`: a claim is on the request's path): afterwards
+    /// only `claimant`'s open it, and no session of the pool's is left.
+    /// Neither password is sent in clear where the engine can avoid it
+    /// (a verifier or a hash is), and none is ever logged.
+    async fn claim(&self, _pool: &Target<'_>, _claimant: &Credentials) -> Result<(), EngineError> {
+        Err(EngineError::Client {
+            engine: self.name(),
+            reason: "this engine has no warm pool".to_owned(),
+        })
     }
     /// What the container reads on its standard input, then EOF: its
     /// secrets as `KEY=VALUE` lines (the images' "sandbox mode").

@@ -132,48 +132,45 @@ impl Engine for Postgres {
         .flat_map(|setting| ["-c".to_owned(), setting.to_owned()])
         .collect()
     }
-    fn claim(&self, pool: &Credentials, claimant: &Credentials) -> Option<super::ClaimCommand> {
+    fn has_pool(&self) -> bool {
+        true
+    }
+    async fn claim(&self, pool: &Target<'_>, claimant: &Credentials) -> Result<(), EngineError> {
         // The same role and database in every container: only the password
-        // changes. As the peer superuser on the Unix socket (the image's
-        // sandbox mode), with nothing logged that shows the statement.
-        if pool.user != claimant.user || pool.database != claimant.database {
-            return None;
+        // changes, which any role may do to its own. The statement carries
+        // the SCRAM verifier, never the password.
+        let failed = |reason: String| EngineError::Client {
+            engine: NAME,
+            reason: format!("setting the claimant's password failed: {reason}"),
+        };
+        if pool.credentials.user != claimant.user || pool.credentials.database != claimant.database
+        {
+            return Err(failed(
+                "the pool's role or database is not the claimant's".into(),
+            ));
         }
-        let sql = format!(
-            "SET log_statement = 'none';\n\
-             SET log_min_error_statement = 'panic';\n\
-             SET log_min_duration_statement = -1;\n\
-             SET track_activities = off;\n\
-             SET password_encryption = 'scram-sha-256';\n\
-             ALTER ROLE \"{user}\" WITH PASSWORD '{password}';\n\
-             RESET track_activities;\n\
-             SELECT count(pg_catalog.pg_terminate_backend(pid)) FROM pg_catalog.pg_stat_activity WHERE usename = '{user}';\n",
-            user = claimant.user,
-            password = claimant.password.expose(),
-        );
-        // Into the sandbox's database: a throwaway cluster has no
-        // `postgres` database (the image drops it).
-        let mut cmd: Vec<String> = [
-            "psql",
-            "-X",
-            "-q",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "--no-password",
-            "-h",
-            "/var/run/postgresql",
-            "-U",
-            "postgres",
-            "-d",
-        ]
-        .map(String::from)
-        .to_vec();
-        cmd.push(claimant.database.clone());
-        Some(super::ClaimCommand {
-            cmd,
-            stdin: Secret::new(sql),
-            succeeded: |out| out.exit_code == 0,
-        })
+        let mut conn = self.connect(pool).await.map_err(failed)?;
+        let verifier = super::scram::verifier(claimant.password.expose());
+        // A verifier is base64, digits, `$`, `:` and letters: no quote can
+        // end the literal (and ALTER ROLE takes no parameters).
+        debug_assert!(!verifier.contains('\''));
+        let alter = format!("ALTER ROLE CURRENT_USER PASSWORD '{verifier}'");
+        let result = async {
+            sqlx::query(&alter)
+                .persistent(false)
+                .execute(&mut conn)
+                .await?;
+            // The pool's own sessions (none is expected) end here.
+            sqlx::query(
+                "SELECT count(pg_catalog.pg_terminate_backend(pid)) FROM pg_catalog.pg_stat_activity \
+                 WHERE usename = current_user AND pid <> pg_catalog.pg_backend_pid()",
+            )
+            .execute(&mut conn)
+            .await
+        }
+        .await;
+        let _ = conn.close().await;
+        result.map(|_| ()).map_err(|e| failed(e.to_string()))
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         format!(

@@ -29,8 +29,6 @@ pub struct Resp {
     features: &'static [&'static str],
     /// The modules its images ship.
     modules: &'static [Module],
-    /// The command-line client its images ship (run at a pool claim).
-    cli: &'static str,
 }
 
 /// Redis, with the search, JSON and bloom modules.
@@ -41,7 +39,6 @@ pub static REDIS: Resp = Resp {
     features_image: "sandboxd/redis:8",
     features: &["search", "json", "bloom"],
     modules: MODULES,
-    cli: "redis-cli",
 };
 
 /// Valkey, with the same modules as Redis.
@@ -52,7 +49,6 @@ pub static VALKEY: Resp = Resp {
     features_image: "sandboxd/valkey:8",
     features: &["search", "json", "bloom"],
     modules: MODULES,
-    cli: "valkey-cli",
 };
 
 /// The ACL user a warm-pool container gets besides `default`, with the
@@ -91,11 +87,20 @@ const MODULES: &[Module] = &[
 
 /// Logs in to the server with the target's password.
 async fn connect(target: &Target<'_>) -> Result<MultiplexedConnection, String> {
+    connect_as(target, None).await
+}
+
+/// Logs in to the server as `user` (`None`: `default`) with the target's
+/// password.
+async fn connect_as(
+    target: &Target<'_>,
+    user: Option<&str>,
+) -> Result<MultiplexedConnection, String> {
     let info = redis::ConnectionInfo {
         addr: redis::ConnectionAddr::Tcp(target.host.to_owned(), target.port),
         redis: redis::RedisConnectionInfo {
             db: 0,
-            username: None,
+            username: user.map(str::to_owned),
             password: Some(target.credentials.password.expose().to_owned()),
             ..Default::default()
         },
@@ -229,24 +234,40 @@ impl Engine for Resp {
             .map(String::from)
             .to_vec()
     }
-    fn claim(&self, pool: &Credentials, claimant: &Credentials) -> Option<super::ClaimCommand> {
-        // The client reads the commands (and so the passwords) from
-        // standard input; the pool's admin user is deleted, so the pool
-        // password opens nothing afterwards.
-        let commands = format!(
-            "AUTH {POOL_ADMIN} {pool}\nACL SETUSER default resetpass >{new}\nACL DELUSER {POOL_ADMIN}\n",
-            pool = pool.password.expose(),
-            new = claimant.password.expose(),
-        );
-        Some(super::ClaimCommand {
-            cmd: vec![self.cli.to_owned()],
-            stdin: Secret::new(commands),
-            // Errors are answers, not exit codes: OK, OK, 1.
-            succeeded: |out| {
-                out.exit_code == 0
-                    && out.output.split_whitespace().collect::<Vec<_>>() == ["OK", "OK", "1"]
-            },
-        })
+    fn has_pool(&self) -> bool {
+        true
+    }
+    async fn claim(&self, pool: &Target<'_>, claimant: &Credentials) -> Result<(), EngineError> {
+        // As the pool's admin user: `default` gets the claimant's password
+        // (as its SHA-256, never the password), and the admin user is
+        // deleted, so the pool password opens nothing afterwards.
+        let failed = |reason: String| EngineError::Client {
+            engine: self.name,
+            reason: format!("setting the claimant's password failed: {reason}"),
+        };
+        let mut con = connect_as(pool, Some(POOL_ADMIN)).await.map_err(failed)?;
+        let hash = Sha256::digest(claimant.password.expose().as_bytes());
+        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+        let set: String = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("resetpass")
+            .arg(format!("#{hex}"))
+            .query_async(&mut con)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let deleted: i64 = redis::cmd("ACL")
+            .arg("DELUSER")
+            .arg(POOL_ADMIN)
+            .query_async(&mut con)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        if set != "OK" || deleted != 1 {
+            return Err(failed(format!(
+                "the server answered {set} and {deleted} (expected OK and 1)"
+            )));
+        }
+        Ok(())
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         format!(
