@@ -150,6 +150,19 @@ pub(crate) async fn ensure(
         if members.contains(&kept.name) {
             continue;
         }
+        // Docker takes a dying container off its networks before its list
+        // shows it exited: one that is not running is left to the heal
+        // that the list's next look plans (the inspect waits until Docker
+        // has finished with the exit).
+        if !ctx
+            .runtime
+            .inspect(&kept.id)
+            .await?
+            .is_some_and(|run| run.running)
+        {
+            tracing::debug!(sandbox = %id, engine = %engine, "engine off its network is not running: left to its heal");
+            continue;
+        }
         let place = placement(&ctx.config, id, *engine, network);
         ctx.runtime
             .rejoin(&place.network, &kept.id, &place.aliases)

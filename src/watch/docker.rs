@@ -18,11 +18,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Docker reports `die` (and `kill`, `stop`, `oom`) before its container
-/// list shows the container as exited, so a reconcile woken by the event
-/// alone may still see it running: such actions are looked at again as
-/// the list settles, soon (so the status leaves `ready` well within a
-/// second) and once more later.
-const SETTLE: [Duration; 2] = [Duration::from_millis(200), Duration::from_secs(1)];
+/// list shows the container as exited (the daemon logs the event, then
+/// releases the container's mounts and network, then updates the list:
+/// 100–200 ms here), so a reconcile woken by the event alone may still see
+/// it running: such actions are looked at again as the list settles, at
+/// short intervals first (a heal starts within 50–100 ms of the list
+/// showing the exit), and once more later.
+const SETTLE: [Duration; 5] = [
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_secs(1),
+];
 
 /// The event stream of one deployment's containers.
 pub(crate) struct DockerEvents {
