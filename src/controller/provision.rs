@@ -299,10 +299,11 @@ pub(crate) async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) 
 
 /// Creates the container (or claims the warm-pool container `reserved`
 /// holds for its engine) on the sandbox's `network` and brings it up; on
-/// failure the new container is removed, so nothing leaks. A rotation's new container (`p.retire` is
-/// set) is built next to the running one: under a temporary name, without
-/// the engine's network alias and on a host port of its own, so that
-/// clients keep reaching the old one. Returns the container and its
+/// failure the new container is removed, so nothing leaks. A rotation's
+/// new container (`p.retire` is set) is built next to the running one:
+/// under a temporary name, without the engine's network alias and on a
+/// host port of its own, so that clients keep reaching the old one.
+/// Returns the container and its
 /// status (published under the engine's name and alias).
 async fn create(
     ctx: &Context,

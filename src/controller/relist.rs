@@ -79,9 +79,11 @@ pub(crate) async fn relist(
         tokio::try_join!(store_side, docker_side)?;
     // A warm-pool network a sandbox adopted is its network while its
     // status says so, whatever happens to the container it came with.
+    let pool_prefix = crate::domain::network::pool_network_prefix(&ctx.config.deployment);
     let adopted: HashSet<&str> = statuses
         .iter()
         .filter_map(|s| s.network.as_deref())
+        .filter(|n| n.starts_with(&pool_prefix))
         .collect();
     super::pool::remove_orphan_networks(ctx, &pooled, &networks, &adopted).await?;
     // Each sandbox's containers side by side, for the plans below.
