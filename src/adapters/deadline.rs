@@ -9,7 +9,6 @@ use crate::domain::identity::StateId;
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::{PoolClaim, PooledContainer};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
-use crate::domain::secret::Secret;
 use crate::domain::status::StatusUpdate;
 use crate::ports::runtime::{
     ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
@@ -225,16 +224,6 @@ impl Runtime for BoundedRuntime {
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
         let call = self.inner.exec(id, cmd, env);
-        runtime_call("exec", id.as_str(), self.deadlines.call, call).await
-    }
-
-    async fn exec_stdin(
-        &self,
-        id: &ContainerId,
-        cmd: &[&str],
-        stdin: &Secret,
-    ) -> Result<ExecOutput, RuntimeError> {
-        let call = self.inner.exec_stdin(id, cmd, stdin);
         runtime_call("exec", id.as_str(), self.deadlines.call, call).await
     }
 

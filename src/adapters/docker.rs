@@ -445,14 +445,12 @@ impl DockerRuntime {
         write_secret(&mut input, secret, "write secrets to", name).await
     }
 
-    /// Runs `cmd` in the container; `stdin`, when given, is written to the
-    /// command's standard input and closed.
+    /// Runs `cmd` in the container with extra environment `env`.
     async fn run_exec(
         &self,
         id: &ContainerId,
         cmd: &[&str],
         env: Vec<String>,
-        stdin: Option<&Secret>,
     ) -> Result<ExecOutput, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Exec);
         let created = self
@@ -462,7 +460,6 @@ impl DockerRuntime {
                 CreateExecOptions {
                     cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
                     env: Some(env),
-                    attach_stdin: Some(stdin.is_some()),
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
                     ..Default::default()
@@ -472,24 +469,13 @@ impl DockerRuntime {
             .map_err(api("exec", id.as_str()))?;
         let mut output = String::new();
         if let StartExecResults::Attached {
-            output: mut stream,
-            mut input,
+            output: mut stream, ..
         } = self
             .docker
             .start_exec(&created.id, None::<StartExecOptions>)
             .await
             .map_err(api("exec", id.as_str()))?
         {
-            if let Some(secret) = stdin {
-                write_secret(
-                    &mut input,
-                    secret,
-                    "write the exec's standard input in",
-                    id.as_str(),
-                )
-                .await?;
-            }
-            drop(input);
             while let Some(Ok(chunk)) =
                 next_within(&mut stream, self.stream_timeout, "exec", id.as_str()).await?
             {
@@ -1159,16 +1145,7 @@ impl Runtime for DockerRuntime {
         cmd: &[&str],
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
-        self.run_exec(id, cmd, env, None).await
-    }
-
-    async fn exec_stdin(
-        &self,
-        id: &ContainerId,
-        cmd: &[&str],
-        stdin: &Secret,
-    ) -> Result<ExecOutput, RuntimeError> {
-        self.run_exec(id, cmd, Vec::new(), Some(stdin)).await
+        self.run_exec(id, cmd, env).await
     }
 
     async fn pool_containers(

@@ -13,7 +13,6 @@ use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::lease::Term;
 use crate::domain::pool::PooledContainer;
-use crate::domain::secret::Secret;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
     ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
@@ -297,17 +296,6 @@ impl Runtime for FencedRuntime {
     ) -> Result<ExecOutput, RuntimeError> {
         // Setting up users and databases inside an engine changes it.
         self.fenced("exec", id.as_str(), self.inner.exec(id, cmd, env))
-            .await
-    }
-
-    async fn exec_stdin(
-        &self,
-        id: &ContainerId,
-        cmd: &[&str],
-        stdin: &Secret,
-    ) -> Result<ExecOutput, RuntimeError> {
-        // Setting a claimed container's credentials changes it.
-        self.fenced("exec", id.as_str(), self.inner.exec_stdin(id, cmd, stdin))
             .await
     }
 

@@ -410,15 +410,6 @@ pub trait Runtime: Send + Sync + 'static {
         cmd: &[&str],
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError>;
-    /// Runs `cmd` inside the container with `stdin` written to its standard
-    /// input and then closed: the only way a secret reaches a command run
-    /// in a container (never its arguments or environment).
-    async fn exec_stdin(
-        &self,
-        id: &ContainerId,
-        cmd: &[&str],
-        stdin: &Secret,
-    ) -> Result<ExecOutput, RuntimeError>;
     /// The warm-pool containers of `deployment` (label
     /// [`crate::domain::pool::POOL`]), claimed or not, stopped ones included.
     async fn pool_containers(

@@ -7,7 +7,6 @@ use crate::domain::identity;
 use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::domain::pool::PooledContainer;
-use crate::domain::secret::Secret;
 use crate::ports::runtime::{
     ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
     Runtime, RuntimeError, RuntimeEvent, TemplateJob,
@@ -777,15 +776,6 @@ impl Runtime for FakeRuntime {
             exit_code: if running { 0 } else { 1 },
             output: String::new(),
         })
-    }
-
-    async fn exec_stdin(
-        &self,
-        id: &ContainerId,
-        cmd: &[&str],
-        _stdin: &Secret,
-    ) -> Result<ExecOutput, RuntimeError> {
-        self.exec(id, cmd, Vec::new()).await
     }
 
     async fn pool_containers(
