@@ -85,6 +85,14 @@ const MODULES: &[Module] = &[
     },
 ];
 
+/// An ACL password rule that sets `password` by its SHA-256 (`#hex`), so
+/// that the password itself is never in a command or a configuration.
+fn acl_hash(password: &Secret) -> String {
+    let hash = Sha256::digest(password.expose().as_bytes());
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    format!("#{hex}")
+}
+
 /// Logs in to the server with the target's password.
 async fn connect(target: &Target<'_>) -> Result<MultiplexedConnection, String> {
     connect_as(target, None).await
@@ -228,11 +236,15 @@ impl Engine for Resp {
     fn pool_args(&self, pool: &Credentials) -> Vec<String> {
         // A second ACL user that may change `default`'s password, known by
         // the SHA-256 of the pool password only (never the password).
-        let hash = Sha256::digest(pool.password.expose().as_bytes());
-        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-        ["--user", POOL_ADMIN, "on", &format!("#{hex}"), "+@all"]
-            .map(String::from)
-            .to_vec()
+        [
+            "--user",
+            POOL_ADMIN,
+            "on",
+            &acl_hash(&pool.password),
+            "+@all",
+        ]
+        .map(String::from)
+        .to_vec()
     }
     fn has_pool(&self) -> bool {
         true
@@ -246,13 +258,11 @@ impl Engine for Resp {
             reason: format!("setting the claimant's password failed: {reason}"),
         };
         let mut con = connect_as(pool, Some(POOL_ADMIN)).await.map_err(failed)?;
-        let hash = Sha256::digest(claimant.password.expose().as_bytes());
-        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
         let set: String = redis::cmd("ACL")
             .arg("SETUSER")
             .arg("default")
             .arg("resetpass")
-            .arg(format!("#{hex}"))
+            .arg(acl_hash(&claimant.password))
             .query_async(&mut con)
             .await
             .map_err(|e| failed(e.to_string()))?;
