@@ -59,10 +59,13 @@ cargo bench --bench fleet_sim --features simulation >"$out/fleet_sim.json"
   printf 'The reconciler core (relist, plan, queue, status decisions) against the in-memory\n'
   printf 'fakes of Docker and Postgres, every row converged: the time for the resync of a\n'
   printf 'controller that starts over the fleet (initial lists, every row planned from\n'
-  printf 'them, the rows not converged reconciled) and the resident memory of the process:\n'
+  printf 'them, the rows not converged reconciled); the resident memory of the process\n'
   printf 'before the resync (the fakes holding the fleet, which in production lives in\n'
-  printf 'dockerd and Postgres) and at its peak.\n\n'
-  printf '| desired rows | resync s | left alone | reconciled | before MB | peak MB | peak less before MB | target |\n|---:|---:|---:|---:|---:|---:|---:|---|\n'
+  printf 'dockerd and Postgres) and at its peak; and, counted by the bench'"'"'s allocator in\n'
+  printf 'a second run, the live heap of the fakes and the most heap the controller held\n'
+  printf 'above it during the resync (its lists, plans and queue: what its own process\n'
+  printf 'would need).\n\n'
+  printf '| desired rows | resync s | left alone | reconciled | RSS before MB | RSS peak MB | fakes heap MB | controller heap MB | target |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|\n'
   python3 - "$out/fleet_sim.json" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
@@ -72,11 +75,13 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     rows, secs = r["rows"], r["resync_seconds"]
     before, hwm = r["rss_before_resync_bytes"] / 1e6, r["hwm_bytes"] / 1e6
+    fakes = (r.get("heap_before_resync_bytes") or 0) / 1e6
+    held = ((r.get("heap_peak_resync_bytes") or 0) - (r.get("heap_before_resync_bytes") or 0)) / 1e6
     target = ""
     if rows >= 100000:
-        met = secs < 1.0 and hwm < 300
-        target = f"under 1 s and 300 MB: {'yes' if met else '**no**'}"
-    print(f"| {rows} | {secs:.3f} | {r['converged']} | {r['reconciled']} | {before:.0f} | {hwm:.0f} | {hwm - before:.0f} | {target} |")
+        yes = lambda ok: "yes" if ok else "**no**"
+        target = f"under 1 s: {yes(secs < 1.0)}; controller under 300 MB: {yes(held < 300)}"
+    print(f"| {rows} | {secs:.3f} | {r['converged']} | {r['reconciled']} | {before:.0f} | {hwm:.0f} | {fakes:.0f} | {held:.0f} | {target} |")
 PY
 } >docs/benchmarks.md
 log "wrote docs/benchmarks.md"

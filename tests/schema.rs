@@ -779,6 +779,66 @@ async fn desired_notifications_fire_on_insert_delete_and_a_new_generation_only()
 }
 
 #[tokio::test]
+async fn the_relists_status_listing_carries_no_password_url_or_environment_and_everything_else_unchanged(
+) {
+    use sandboxd::adapters::PgStore;
+    use sandboxd::ports::store::Store;
+    let env = TestEnv::new().await;
+    let term = hold_lease(&env.pool).await;
+    let entry = |engine: &str| {
+        serde_json::json!({
+            "host": engine, "port": 5432, "host_port": 40000, "user": "sandbox",
+            "password": format!("{engine}-hunter2-secret"), "database": "sandbox",
+            "url": format!("postgres://sandbox:{engine}-hunter2-secret@{engine}:5432/sandbox"),
+            "env": {"SANDBOX_PG_PASSWORD": format!("{engine}-hunter2-secret")},
+            "available_extensions": ["citext"], "instance": "abc", "heals": 2
+        })
+    };
+    let services = serde_json::json!({"postgres": entry("postgres"), "redis": entry("redis")});
+    for (id, services) in [("two", services), ("none", serde_json::json!({}))] {
+        sqlx::query(
+            "INSERT INTO sandbox_status (id, phase, services, network, leader_term)
+             VALUES ($1, 'ready', $2, 'net', $3)",
+        )
+        .bind(id)
+        .bind(services)
+        .bind(term)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    }
+    let store = PgStore::from_pool(env.pool.clone());
+    let whole = store.list_status().await.unwrap();
+    let redacted = store.list_status_redacted().await.unwrap();
+    assert_eq!(redacted.len(), 2);
+    assert!(
+        !format!(
+            "{:?}",
+            redacted
+                .iter()
+                .map(|s| serde_json::to_string(&s.services).unwrap())
+                .collect::<Vec<_>>()
+        )
+        .contains("hunter2"),
+        "the redacted listing carries a secret: {redacted:?}"
+    );
+    for (whole, redacted) in whole.iter().zip(&redacted) {
+        let mut expected = whole.clone();
+        for entry in expected.services.values_mut() {
+            **entry = entry.redacted();
+        }
+        assert_eq!(&expected, redacted);
+    }
+    let two = &whole[1];
+    assert_eq!(two.id.as_str(), "two");
+    assert_eq!(
+        two.services["redis"].password.expose(),
+        "redis-hunter2-secret"
+    );
+    assert_eq!(redacted[1].services["redis"].heals, 2);
+}
+
+#[tokio::test]
 async fn the_healing_phase_is_accepted_in_statuses_and_an_unknown_phase_is_not() {
     let env = TestEnv::new().await;
     let term = hold_lease(&env.pool).await;

@@ -315,6 +315,11 @@ impl Store for BoundedStore {
         store_call("list status rows", self.after, self.inner.list_status()).await
     }
 
+    async fn list_status_redacted(&self) -> Result<Vec<SandboxStatus>, StoreError> {
+        let call = self.inner.list_status_redacted();
+        store_call("list status rows", self.after, call).await
+    }
+
     async fn write_status(
         &self,
         id: &SandboxId,

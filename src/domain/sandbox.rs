@@ -186,6 +186,27 @@ pub struct ServiceStatus {
     pub heals: u32,
 }
 
+impl ServiceStatus {
+    /// This entry without its secrets: `password`, `url` and `env` empty
+    /// (what [`crate::ports::store::Store::list_status_redacted`] gives).
+    pub fn redacted(&self) -> Self {
+        ServiceStatus {
+            host: self.host.clone(),
+            port: self.port,
+            host_port: self.host_port,
+            user: self.user.clone(),
+            password: Secret::new(String::new()),
+            database: self.database.clone(),
+            url: String::new(),
+            env: BTreeMap::new(),
+            available_extensions: self.available_extensions.clone(),
+            instance: self.instance.clone(),
+            ready_at: self.ready_at,
+            heals: self.heals,
+        }
+    }
+}
+
 impl fmt::Debug for ServiceStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServiceStatus")

@@ -101,6 +101,13 @@ pub trait Store: Send + Sync + 'static {
     async fn pause_reaping(&self, reason: &str) -> Result<(), StoreError>;
     /// Every status row, ordered by id.
     async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError>;
+    /// Every status row, ordered by id, without secrets: each engine's
+    /// `password`, `url` and `env` are empty (see
+    /// [`ServiceStatus::redacted`](crate::domain::sandbox::ServiceStatus::redacted)).
+    /// For looking at the whole fleet (a relist): a fraction of the
+    /// memory and bytes read, and no credential of the fleet held. Never
+    /// the basis of a status write; a reconcile reads its row whole.
+    async fn list_status_redacted(&self) -> Result<Vec<SandboxStatus>, StoreError>;
     /// Writes a status row as the leader of `term`; unchanged content is
     /// not rewritten. [`StoreError::Fenced`] when `term` is not the
     /// current, unexpired lease's.

@@ -293,6 +293,31 @@ impl Store for FakeStore {
             .collect())
     }
 
+    async fn list_status_redacted(&self) -> Result<Vec<SandboxStatus>, StoreError> {
+        self.faults
+            .check(StoreOp::ListStatus)
+            .await
+            .map_err(|e| injected("list status rows", e))?;
+        let t = self.tables.lock().unwrap();
+        Ok(t.status
+            .values()
+            .map(|s| SandboxStatus {
+                services: s
+                    .services
+                    .iter()
+                    .map(|(engine, entry)| (engine.clone(), Box::new(entry.redacted())))
+                    .collect(),
+                id: s.id.clone(),
+                phase: s.phase,
+                observed_generation: s.observed_generation,
+                message: s.message.clone(),
+                network: s.network.clone(),
+                updated_at: s.updated_at,
+                incarnation: s.incarnation.clone(),
+            })
+            .collect())
+    }
+
     async fn write_status(
         &self,
         id: &SandboxId,
