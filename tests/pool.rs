@@ -6,7 +6,9 @@
 mod common;
 
 use bollard::query_parameters::{InspectContainerOptions, KillContainerOptions};
-use common::{eventually, host_pg_url, request, sandbox_id, total, RunningController, TestEnv};
+use common::{
+    eventually, exec_in, host_pg_url, request, sandbox_id, total, Agent, RunningController, TestEnv,
+};
 use sandboxd::client::Client;
 use sandboxd::config::{warm_pools, ControllerConfig};
 use sandboxd::domain::container::ContainerState;
@@ -248,6 +250,63 @@ async fn a_matching_sandbox_is_served_by_claims_and_the_pool_is_refilled_to_its_
         )
         .await;
     }
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_pooled_postgres_a_cold_redis_and_an_attached_agent_share_the_adopted_pool_network() {
+    let env = TestEnv::new().await;
+    let controller = env.start(pooled(&env, &["postgres=1"]));
+    pool_ready(&env, &controller, &["postgres"], 1.0).await;
+    let client = Client::from_pool(env.pool.clone());
+    let agent = Agent::start(&format!("agent-{}", env.deployment));
+    let id = sandbox_id("poolmixed");
+    let mut req = request(&["postgres", "redis"], &[]);
+    req.attach = vec![agent.0.clone()];
+    let status = client.provision(&id, &req, READY).await.unwrap();
+    assert_eq!(status.phase, Phase::Ready, "{}", status.message);
+    let network = status
+        .network
+        .clone()
+        .expect("the status names the network");
+    assert!(
+        network.starts_with(&format!("sandboxd-pool.{}.", env.deployment)),
+        "the claimed postgres's pool network is the sandbox's: {network}"
+    );
+    // Both engines, the cold one too, answer the agent by their names.
+    let auth = format!(
+        "REDISCLI_AUTH={}",
+        status.services["redis"].password.expose()
+    );
+    let (code, out) = exec_in(&env, &agent.0, "redis-cli -h redis ping", vec![auth]).await;
+    assert_eq!(
+        (code, out.trim()),
+        (0, "PONG"),
+        "the cold redis from the agent"
+    );
+    let (code, out) = exec_in(
+        &env,
+        &agent.0,
+        "timeout 3 bash -c '</dev/tcp/postgres/5432' && echo connected",
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        (code, out.trim()),
+        (0, "connected"),
+        "the claimed postgres from the agent"
+    );
+    let mut on = members(&env, &network).await.expect("the network exists");
+    on.sort();
+    assert_eq!(on.len(), 3, "postgres, redis and the agent: {on:?}");
+    assert!(on.contains(&agent.0), "{on:?}");
+
+    // Released: the agent is let go and the adopted network goes.
+    client.release(&id).await.unwrap();
+    eventually("the adopted network to go", READY, || async {
+        members(&env, &network).await.is_none().then_some(())
+    })
+    .await;
     controller.stop().await;
 }
 
