@@ -823,11 +823,7 @@ async fn the_relists_status_listing_carries_no_password_url_or_environment_and_e
         "the redacted listing carries a secret: {redacted:?}"
     );
     for (whole, redacted) in whole.iter().zip(&redacted) {
-        let mut expected = whole.clone();
-        for entry in expected.services.values_mut() {
-            **entry = entry.redacted();
-        }
-        assert_eq!(&expected, redacted);
+        assert_eq!(&whole.redacted(), redacted);
     }
     let two = &whole[1];
     assert_eq!(two.id.as_str(), "two");

@@ -445,53 +445,6 @@ impl DockerRuntime {
         write_secret(&mut input, secret, "write secrets to", name).await
     }
 
-    /// Runs `cmd` in the container with extra environment `env`.
-    async fn run_exec(
-        &self,
-        id: &ContainerId,
-        cmd: &[&str],
-        env: Vec<String>,
-    ) -> Result<ExecOutput, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Exec);
-        let created = self
-            .docker
-            .create_exec(
-                id.as_str(),
-                CreateExecOptions {
-                    cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
-                    env: Some(env),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(api("exec", id.as_str()))?;
-        let mut output = String::new();
-        if let StartExecResults::Attached {
-            output: mut stream, ..
-        } = self
-            .docker
-            .start_exec(&created.id, None::<StartExecOptions>)
-            .await
-            .map_err(api("exec", id.as_str()))?
-        {
-            while let Some(Ok(chunk)) =
-                next_within(&mut stream, self.stream_timeout, "exec", id.as_str()).await?
-            {
-                output.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
-            }
-        }
-        let exit_code = self
-            .docker
-            .inspect_exec(&created.id)
-            .await
-            .map_err(api("exec inspect", id.as_str()))?
-            .exit_code
-            .unwrap_or(-1);
-        Ok(ExecOutput { exit_code, output })
-    }
-
     /// Stops and removes a container by id or name; a missing one is success.
     async fn remove_any(
         &self,
@@ -1145,7 +1098,44 @@ impl Runtime for DockerRuntime {
         cmd: &[&str],
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
-        self.run_exec(id, cmd, env).await
+        let _timer = metrics::time_docker_call(DockerCall::Exec);
+        let created = self
+            .docker
+            .create_exec(
+                id.as_str(),
+                CreateExecOptions {
+                    cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+                    env: Some(env),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(api("exec", id.as_str()))?;
+        let mut output = String::new();
+        if let StartExecResults::Attached {
+            output: mut stream, ..
+        } = self
+            .docker
+            .start_exec(&created.id, None::<StartExecOptions>)
+            .await
+            .map_err(api("exec", id.as_str()))?
+        {
+            while let Some(Ok(chunk)) =
+                next_within(&mut stream, self.stream_timeout, "exec", id.as_str()).await?
+            {
+                output.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            }
+        }
+        let exit_code = self
+            .docker
+            .inspect_exec(&created.id)
+            .await
+            .map_err(api("exec inspect", id.as_str()))?
+            .exit_code
+            .unwrap_or(-1);
+        Ok(ExecOutput { exit_code, output })
     }
 
     async fn pool_containers(

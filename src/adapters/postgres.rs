@@ -671,12 +671,16 @@ fn status_from_row(row: &PgRow) -> Result<SandboxStatus, StoreError> {
     })
 }
 
-/// The columns of `sandbox_status`; `services` as text, parsed into its
-/// type directly, and `updated_at` only when the decoder takes it.
-const STATUS_COLUMNS: &str = "id, phase, observed_generation, message, services::text AS services,
-    network, incarnation::text AS incarnation,
+/// The columns of `sandbox_status` but `services` (selected as
+/// [`SERVICES`] or [`REDACTED_SERVICES`]); `updated_at` only when the
+/// decoder takes it.
+const STATUS_COLUMNS: &str =
+    "id, phase, observed_generation, message, network, incarnation::text AS incarnation,
     CASE WHEN isfinite(updated_at) AND updated_at < '10000-01-01 00:00:00+00' THEN updated_at END
         AS updated_at";
+
+/// `services` as text, parsed into its type directly.
+const SERVICES: &str = "services::text AS services";
 
 /// `services` as text with each engine's `password`, `url` and `env`
 /// emptied (anything that is not an object of objects is left as it is,
@@ -763,7 +767,7 @@ impl Store for PgStore {
 
     async fn fetch_status(&self, id: &SandboxId) -> Result<Option<SandboxStatus>, StoreError> {
         let row = sqlx::query(&format!(
-            "SELECT {STATUS_COLUMNS} FROM sandbox_status WHERE id = $1"
+            "SELECT {STATUS_COLUMNS}, {SERVICES} FROM sandbox_status WHERE id = $1"
         ))
         .bind(id.as_str())
         .fetch_optional(&self.pool)
@@ -814,7 +818,7 @@ impl Store for PgStore {
 
     async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {STATUS_COLUMNS} FROM sandbox_status ORDER BY id"
+            "SELECT {STATUS_COLUMNS}, {SERVICES} FROM sandbox_status ORDER BY id"
         ))
         .fetch_all(&self.pool)
         .await
@@ -825,11 +829,12 @@ impl Store for PgStore {
     /// The secrets are blanked in the database, so they are neither sent
     /// nor parsed.
     async fn list_status_redacted(&self) -> Result<Vec<SandboxStatus>, StoreError> {
-        let columns = STATUS_COLUMNS.replace("services::text AS services", REDACTED_SERVICES);
-        let rows = sqlx::query(&format!("SELECT {columns} FROM sandbox_status ORDER BY id"))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(query("list status rows"))?;
+        let rows = sqlx::query(&format!(
+            "SELECT {STATUS_COLUMNS}, {REDACTED_SERVICES} FROM sandbox_status ORDER BY id"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query("list status rows"))?;
         rows.iter().map(status_from_row).collect()
     }
 

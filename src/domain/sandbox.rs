@@ -188,7 +188,7 @@ pub struct ServiceStatus {
 
 impl ServiceStatus {
     /// This entry without its secrets: `password`, `url` and `env` empty
-    /// (what [`crate::ports::store::Store::list_status_redacted`] gives).
+    /// (see [`SandboxStatus::redacted`]).
     pub fn redacted(&self) -> Self {
         ServiceStatus {
             host: self.host.clone(),
@@ -243,4 +243,26 @@ pub struct SandboxStatus {
     /// before incarnations, or for no row); a client waiting for its row
     /// accepts only a status of the row's incarnation.
     pub incarnation: Option<Incarnation>,
+}
+
+impl SandboxStatus {
+    /// This row without its secrets: every engine's entry
+    /// [`ServiceStatus::redacted`] (what
+    /// [`crate::ports::store::Store::list_status_redacted`] gives).
+    pub fn redacted(&self) -> Self {
+        SandboxStatus {
+            id: self.id.clone(),
+            phase: self.phase,
+            observed_generation: self.observed_generation,
+            message: self.message.clone(),
+            services: self
+                .services
+                .iter()
+                .map(|(engine, entry)| (engine.clone(), Box::new(entry.redacted())))
+                .collect(),
+            network: self.network.clone(),
+            updated_at: self.updated_at,
+            incarnation: self.incarnation.clone(),
+        }
+    }
 }

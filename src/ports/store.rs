@@ -103,7 +103,7 @@ pub trait Store: Send + Sync + 'static {
     async fn list_status(&self) -> Result<Vec<SandboxStatus>, StoreError>;
     /// Every status row, ordered by id, without secrets: each engine's
     /// `password`, `url` and `env` are empty (see
-    /// [`ServiceStatus::redacted`](crate::domain::sandbox::ServiceStatus::redacted)).
+    /// [`SandboxStatus::redacted`](crate::domain::sandbox::SandboxStatus::redacted)).
     /// For looking at the whole fleet (a relist): a fraction of the
     /// memory and bytes read, and no credential of the fleet held. Never
     /// the basis of a status write; a reconcile reads its row whole.

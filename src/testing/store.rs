@@ -299,23 +299,7 @@ impl Store for FakeStore {
             .await
             .map_err(|e| injected("list status rows", e))?;
         let t = self.tables.lock().unwrap();
-        Ok(t.status
-            .values()
-            .map(|s| SandboxStatus {
-                services: s
-                    .services
-                    .iter()
-                    .map(|(engine, entry)| (engine.clone(), Box::new(entry.redacted())))
-                    .collect(),
-                id: s.id.clone(),
-                phase: s.phase,
-                observed_generation: s.observed_generation,
-                message: s.message.clone(),
-                network: s.network.clone(),
-                updated_at: s.updated_at,
-                incarnation: s.incarnation.clone(),
-            })
-            .collect())
+        Ok(t.status.values().map(SandboxStatus::redacted).collect())
     }
 
     async fn write_status(
