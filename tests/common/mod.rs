@@ -508,13 +508,33 @@ impl Process {
     }
 }
 
-/// A free loopback port.
+/// A loopback port that is free now and that Docker will not take later.
+///
+/// Docker publishes container ports from the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`, 32768–60999 by default), and so does
+/// `bind(0)`: a port found that way and freed again (a controller killed
+/// and restarted on the same metrics port) could be handed to a sandbox of
+/// a test running alongside. So ports come from below that range, each
+/// test process starting at a random point of it and counting up, and the
+/// kernel confirms each is free.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        rand::random_range(0..SPAN),
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {LOW} and {}", LOW + SPAN);
 }
 
 impl TestEnv {
