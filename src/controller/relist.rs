@@ -21,7 +21,9 @@ use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::ports::runtime::ObservedResource;
 use crate::sched::WorkQueue;
 use crate::watch::KnownContainers;
-use std::collections::{BTreeSet, HashMap, HashSet};
+// Randomly seeded hash tables (ids are hashed several times per row).
+use foldhash::{HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -49,7 +51,7 @@ pub(crate) enum Scope {
 /// reported, see `controller::foreign`). The first relist reads the state
 /// database's identity, sets the baseline and counts no drift.
 pub(crate) async fn relist(
-    ctx: &Context,
+    ctx: &Arc<Context>,
     queue: &WorkQueue<SandboxId>,
     known: &KnownContainers,
     count_drift: bool,
@@ -57,32 +59,42 @@ pub(crate) async fn relist(
     scope: Scope,
 ) -> Result<(), ControllerError> {
     let state = ctx.state_id().await?;
-    // The state database is read while Docker is listed.
-    let store_side = async {
-        let rows = ctx.store.list_desired().await?;
-        // Without secrets: the judge needs none, and a fleet's credentials
-        // are most of its status rows' bytes.
-        let statuses = ctx.store.list_status_redacted().await?;
-        Ok::<_, ControllerError>((rows, statuses))
-    };
-    let docker_side = async {
-        let mut containers = ctx.runtime.list(&ctx.config.deployment, None).await?;
-        // A network whose sandbox is gone is removed by that sandbox's
-        // reconcile; so is a persistent sandbox's volume.
-        let networks = ctx.runtime.networks(&ctx.config.deployment).await?;
-        // Claimed warm-pool containers are their sandboxes'; unclaimed ones
-        // are nobody's (never reaped, healed or counted as orphans).
-        let pooled = super::pool::relisted(ctx).await?;
-        containers.extend(pooled.claimed);
-        let volumes = ctx.runtime.volumes(&ctx.config.deployment).await?;
-        Ok::<_, ControllerError>((containers, pooled.listed, networks, volumes))
-    };
+    // The state database is read while Docker is listed, each side on a
+    // task of its own: decoding a large fleet's lists is work, and two
+    // workers do it side by side.
+    let store_side = Side::spawn({
+        let ctx = ctx.clone();
+        async move {
+            let rows = ctx.store.list_desired().await?;
+            // Without secrets: the judge needs none, and a fleet's
+            // credentials are most of its status rows' bytes.
+            let statuses = ctx.store.list_status_redacted().await?;
+            Ok::<_, ControllerError>((rows, statuses))
+        }
+    });
+    let docker_side = Side::spawn({
+        let ctx = ctx.clone();
+        async move {
+            let deployment = &ctx.config.deployment;
+            let mut containers = ctx.runtime.list(deployment, None).await?;
+            // A network whose sandbox is gone is removed by that sandbox's
+            // reconcile; so is a persistent sandbox's volume.
+            let networks = ctx.runtime.networks(deployment).await?;
+            // Claimed warm-pool containers are their sandboxes'; unclaimed
+            // ones are nobody's (never reaped, healed or counted as
+            // orphans).
+            let pooled = super::pool::relisted(&ctx).await?;
+            containers.extend(pooled.claimed);
+            let volumes = ctx.runtime.volumes(deployment).await?;
+            Ok::<_, ControllerError>((containers, pooled.listed, networks, volumes))
+        }
+    });
     let ((rows, statuses), (mut containers, pooled, networks, volumes)) =
-        tokio::try_join!(store_side, docker_side)?;
+        tokio::try_join!(store_side.join(), docker_side.join())?;
     // A warm-pool network a sandbox adopted is its network while its
     // status says so, whatever happens to the container it came with.
     let pool_prefix = crate::domain::network::pool_network_prefix(&ctx.config.deployment);
-    let adopted: HashSet<&str> = statuses
+    let adopted: std::collections::HashSet<&str> = statuses
         .iter()
         .filter_map(|s| s.network.as_deref())
         .filter(|n| n.starts_with(&pool_prefix))
@@ -90,15 +102,13 @@ pub(crate) async fn relist(
     super::pool::remove_orphan_networks(ctx, &pooled, &networks, &adopted).await?;
     // Each sandbox's containers side by side, for the plans below.
     containers.sort_unstable_by(|a, b| a.labels.sandbox.cmp(&b.labels.sandbox));
-    let mut listed: Vec<_> = containers.iter().map(|c| (c.id.clone(), c.state)).collect();
-    // Unclaimed pool containers' events are recorded too.
-    listed.extend(
-        pooled
-            .iter()
-            .filter(|p| !containers.iter().any(|c| c.id == p.id))
-            .map(|p| (p.id.clone(), p.state)),
-    );
-    let drift = known.reconcile_with(&listed);
+    // Unclaimed pool containers' events are recorded too (a claimed one
+    // is in `containers` as well, and is counted once).
+    let listed = containers
+        .iter()
+        .map(|c| (&c.id, c.state))
+        .chain(pooled.iter().map(|p| (&p.id, p.state)));
+    let drift = known.reconcile_with(listed);
     let drift = if count_drift { drift } else { 0 };
     if drift > 0 {
         tracing::info!(
@@ -233,6 +243,33 @@ impl<'a> Judge<'a> {
             foreign: self.foreign.contains(&row.id),
         };
         resync::judge(&snapshot, self.now, &self.policy)
+    }
+}
+
+/// One side of a relist's lists, listed on a task of its own; aborted if
+/// the relist is dropped (at shutdown), so that no list outlives it.
+struct Side<T>(tokio::task::JoinHandle<T>);
+
+impl<T: Send + 'static> Side<T> {
+    fn spawn(list: impl std::future::Future<Output = T> + Send + 'static) -> Self {
+        Side(tokio::spawn(list))
+    }
+
+    /// The side's lists; a panic while listing goes on in the relist, as
+    /// it would have had the relist listed itself.
+    async fn join(mut self) -> T {
+        match (&mut self.0).await {
+            Ok(lists) => lists,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Only dropping the side aborts its task, and then nothing joins it.
+            Err(e) => unreachable!("a relist's list task was cancelled while joined: {e}"),
+        }
+    }
+}
+
+impl<T> Drop for Side<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -2000,7 +2000,7 @@ async fn a_sandbox_without_a_configured_pool_never_tries_one() {
 
 /// One relist that enqueues as hints and counts no drift.
 async fn relist_once(
-    ctx: &Context,
+    ctx: &Arc<Context>,
     queue: &WorkQueue<SandboxId>,
     known: &KnownContainers,
     scope: relist::Scope,

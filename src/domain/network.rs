@@ -16,6 +16,23 @@ pub fn container_name(deployment: &Deployment, sandbox: &SandboxId, engine: Engi
     format!("sandboxd.{deployment}.{sandbox}.{engine}")
 }
 
+/// Whether `name` is [`container_name`]`(deployment, sandbox, engine)`,
+/// told without building it (a relist asks for every container).
+pub fn is_container_name(
+    name: &str,
+    deployment: &Deployment,
+    sandbox: &SandboxId,
+    engine: EngineName,
+) -> bool {
+    (|| {
+        let rest = name.strip_prefix("sandboxd.")?;
+        let rest = rest.strip_prefix(deployment.as_str())?.strip_prefix('.')?;
+        let rest = rest.strip_prefix(sandbox.as_str())?.strip_prefix('.')?;
+        Some(rest == engine.as_str())
+    })()
+    .unwrap_or(false)
+}
+
 /// The temporary name of a rotation's new container, built next to the
 /// running one (whose name and network alias it takes once it is ready):
 /// the engine's container name and `.next-` and the new container's
@@ -250,6 +267,26 @@ mod tests {
         assert_ne!(container_name(&a, &bc, pg), container_name(&ab, &c, pg));
         assert_ne!(network_name(&a, &bc), network_name(&ab, &c));
         assert_eq!(container_name(&a, &bc, pg), "sandboxd.a.b-c.postgres");
+    }
+
+    #[test]
+    fn a_name_is_recognised_as_an_engines_container_name_exactly_when_it_is_one() {
+        let pg = EngineName::of_engine("postgres");
+        let redis = EngineName::of_engine("redis");
+        let a = Deployment::parse("a").unwrap();
+        let ab = Deployment::parse("a-b").unwrap();
+        let bc = SandboxId::parse("b-c").unwrap();
+        let c = SandboxId::parse("c").unwrap();
+        for (d, s, e) in [(&a, &bc, pg), (&ab, &c, pg), (&a, &bc, redis)] {
+            let name = container_name(d, s, e);
+            assert!(is_container_name(&name, d, s, e), "{name}");
+        }
+        let name = container_name(&a, &bc, pg);
+        assert!(!is_container_name(&name, &ab, &c, pg));
+        assert!(!is_container_name(&name, &a, &bc, redis));
+        assert!(!is_container_name(&format!("{name}.next-x"), &a, &bc, pg));
+        assert!(!is_container_name("sandboxd.a.b-c", &a, &bc, pg));
+        assert!(!is_container_name("", &a, &bc, pg));
         assert_eq!(network_name(&ab, &c), "sandboxd.a-b.c");
     }
 

@@ -3,7 +3,7 @@
 
 use super::container::{ContainerState, ObservedContainer};
 use super::id::{ContainerId, EngineName};
-use super::network::container_name;
+use super::network::is_container_name;
 use super::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -498,12 +498,14 @@ pub fn plan(
     services.dedup();
     for engine in services {
         let wanted_features = desired.features_for(engine);
-        let containers = by_engine.get(engine.as_str()).cloned().unwrap_or_default();
+        let containers = by_engine
+            .get(engine.as_str())
+            .map_or(&[][..], Vec::as_slice);
         let published = status.and_then(|s| s.services.get(engine.as_str()).map(|s| &**s));
         actions.extend(plan_engine(
             engine,
             &wanted_features,
-            &containers,
+            containers,
             published,
             desired.persistent,
         ));
@@ -539,7 +541,7 @@ fn plan_engine(
     };
 
     let canonical = |c: &ObservedContainer| {
-        c.name == container_name(&c.labels.deployment, &c.labels.sandbox, engine)
+        is_container_name(&c.name, &c.labels.deployment, &c.labels.sandbox, engine)
     };
 
     // A running container whose credentials we published and that has every

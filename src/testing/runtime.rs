@@ -16,7 +16,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use futures::channel::mpsc;
 use futures::StreamExt;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The runtime's operations, for fault injection.
@@ -69,14 +69,15 @@ struct World {
     /// (network, container) pairs connected after creation.
     attached: BTreeSet<(String, String)>,
     next: u32,
-    subscribers: Vec<mpsc::UnboundedSender<Result<RuntimeEvent, RuntimeError>>>,
+    /// Event streams, shared with the runtime (see [`FakeRuntime`]).
+    subscribers: Subscribers<RuntimeEvent>,
     panic_listing: BTreeSet<SandboxId>,
     hang_creating: BTreeSet<SandboxId>,
     /// Engine containers cut off from their network (it was removed).
     detached: BTreeSet<(String, String)>,
     /// Whether the next create finds its network gone.
     lose_network: bool,
-    network_subscribers: Vec<mpsc::UnboundedSender<Result<String, RuntimeError>>>,
+    network_subscribers: Subscribers<String>,
     /// Absent images a pull fetches, and how long it takes.
     pullable: BTreeMap<String, Duration>,
     /// Pulls asked for, by image.
@@ -148,14 +149,36 @@ fn unlist<K: std::hash::Hash + Eq>(
     }
 }
 
+/// The open streams of one kind of event.
+type Subscribers<T> = Arc<Mutex<Vec<mpsc::UnboundedSender<Result<T, RuntimeError>>>>>;
+
 /// A runtime that keeps its containers in memory; every container "runs"
 /// until killed, and answers its probe while it runs.
-#[derive(Default)]
+///
+/// Subscribing to its events takes a lock of its own, not the world's: a
+/// watcher starting while a list of a large fleet holds the world would
+/// otherwise block its whole worker thread, where Docker answers both at
+/// once.
 pub(crate) struct FakeRuntime {
     world: Mutex<World>,
+    subscribers: Subscribers<RuntimeEvent>,
+    network_subscribers: Subscribers<String>,
     /// Faults to inject, by operation.
     pub(crate) faults: Faults<RuntimeOp>,
     full_lists: std::sync::atomic::AtomicU64,
+}
+
+impl Default for FakeRuntime {
+    fn default() -> Self {
+        let world = World::default();
+        FakeRuntime {
+            subscribers: world.subscribers.clone(),
+            network_subscribers: world.network_subscribers.clone(),
+            world: Mutex::new(world),
+            faults: Faults::default(),
+            full_lists: std::sync::atomic::AtomicU64::default(),
+        }
+    }
 }
 
 fn injected(op: &'static str, reason: String) -> RuntimeError {
@@ -222,9 +245,8 @@ impl FakeRuntime {
 
     /// Ends every event stream, as a daemon restart does (watchers reconnect).
     pub(crate) fn cut_events(&self) {
-        let mut w = self.world.lock().unwrap();
-        w.subscribers.clear();
-        w.network_subscribers.clear();
+        self.subscribers.lock().unwrap().clear();
+        self.network_subscribers.lock().unwrap().clear();
     }
 
     /// Makes the next create find its network gone (removed between the
@@ -318,6 +340,8 @@ fn emit(w: &mut World, id: &ContainerId, action: ContainerAction, sandbox: Optio
         time: None,
     };
     w.subscribers
+        .lock()
+        .unwrap()
         .retain(|tx| tx.unbounded_send(Ok(event.clone())).is_ok());
 }
 
@@ -424,6 +448,8 @@ impl Runtime for FakeRuntime {
             .collect();
         w.detached.extend(cut);
         w.network_subscribers
+            .lock()
+            .unwrap()
             .retain(|tx| tx.unbounded_send(Ok(name.to_owned())).is_ok());
         Ok(())
     }
@@ -788,13 +814,13 @@ impl Runtime for FakeRuntime {
 
     fn events(&self, _deployment: &Deployment, _since: Option<i64>) -> EventStream {
         let (tx, rx) = mpsc::unbounded();
-        self.world.lock().unwrap().subscribers.push(tx);
+        self.subscribers.lock().unwrap().push(tx);
         rx.boxed()
     }
 
     fn removed_networks(&self) -> NetworkStream {
         let (tx, rx) = mpsc::unbounded();
-        self.world.lock().unwrap().network_subscribers.push(tx);
+        self.network_subscribers.lock().unwrap().push(tx);
         rx.boxed()
     }
 }

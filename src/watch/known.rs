@@ -4,12 +4,21 @@
 use crate::domain::container::ContainerState;
 use crate::domain::id::ContainerId;
 use crate::ports::runtime::ContainerAction;
-use std::collections::HashMap;
+// Randomly seeded (a relist looks up every container of the fleet).
+use foldhash::HashMap;
 use std::sync::Mutex;
 
 /// What the events said about each container.
 #[derive(Debug, Default)]
-pub(crate) struct KnownContainers(Mutex<HashMap<ContainerId, ContainerState>>);
+pub(crate) struct KnownContainers(Mutex<Known>);
+
+#[derive(Debug, Default)]
+struct Known {
+    /// Each container's state, and the relist that last listed it.
+    states: HashMap<ContainerId, (ContainerState, u64)>,
+    /// How many relists have been reconciled with.
+    relists: u64,
+}
 
 impl KnownContainers {
     /// Records one event.
@@ -26,32 +35,56 @@ impl KnownContainers {
         let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match state {
             Some(s) => {
-                known.insert(id.clone(), s);
+                let listed = known.relists;
+                known.states.insert(id.clone(), (s, listed));
             }
             None => {
-                known.remove(id);
+                known.states.remove(id);
             }
         }
     }
 
     /// Replaces what is known with a full listing and returns how many
     /// containers differ from what the events said (appeared, vanished or
-    /// changed state without an event).
-    pub(crate) fn reconcile_with(&self, listed: &[(ContainerId, ContainerState)]) -> usize {
-        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+    /// changed state without an event). Updated in place: a listing that
+    /// matches allocates nothing, whatever the fleet's size.
+    pub(crate) fn reconcile_with<'a>(
+        &self,
+        listed: impl IntoIterator<Item = (&'a ContainerId, ContainerState)>,
+    ) -> usize {
+        let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let known = &mut *guard;
+        known.relists += 1;
+        let this = known.relists;
+        let before = known.states.len();
         let mut drift = 0;
-        let mut fresh = HashMap::with_capacity(listed.len());
+        let mut still_there = 0;
         for (id, state) in listed {
-            if *state == ContainerState::Removing {
+            if state == ContainerState::Removing {
                 continue;
             }
-            if known.remove(id) != Some(*state) {
-                drift += 1;
+            match known.states.get_mut(id) {
+                // Listed twice: counted once.
+                Some((_, listed)) if *listed == this => {}
+                Some((known_state, listed)) => {
+                    still_there += 1;
+                    *listed = this;
+                    if *known_state != state {
+                        drift += 1;
+                        *known_state = state;
+                    }
+                }
+                None => {
+                    drift += 1;
+                    known.states.insert(id.clone(), (state, this));
+                }
             }
-            fresh.insert(id.clone(), *state);
         }
-        drift += known.len();
-        *known = fresh;
+        if still_there < before {
+            // What the events knew of and the list no longer shows.
+            known.states.retain(|_, (_, listed)| *listed == this);
+            drift += before - still_there;
+        }
         drift
     }
 }
@@ -71,11 +104,14 @@ mod tests {
         known.record(&id("a"), ContainerAction::Start);
         known.record(&id("b"), ContainerAction::Start);
         known.record(&id("b"), ContainerAction::Die);
-        let listed = vec![
+        let listed = [
             (id("a"), ContainerState::Running),
             (id("b"), ContainerState::Exited),
         ];
-        assert_eq!(known.reconcile_with(&listed), 0);
+        assert_eq!(
+            known.reconcile_with(listed.iter().map(|(id, s)| (id, *s))),
+            0
+        );
     }
 
     #[test]
@@ -85,12 +121,39 @@ mod tests {
         known.record(&id("vanished"), ContainerAction::Start);
         known.record(&id("destroyed"), ContainerAction::Start);
         known.record(&id("destroyed"), ContainerAction::Destroy);
-        let listed = vec![
+        let listed = [
             (id("running-then-silently-dead"), ContainerState::Exited),
             (id("appeared"), ContainerState::Running),
         ];
-        assert_eq!(known.reconcile_with(&listed), 3);
+        assert_eq!(
+            known.reconcile_with(listed.iter().map(|(id, s)| (id, *s))),
+            3
+        );
         // The listing is now the baseline.
-        assert_eq!(known.reconcile_with(&listed), 0);
+        assert_eq!(
+            known.reconcile_with(listed.iter().map(|(id, s)| (id, *s))),
+            0
+        );
+    }
+
+    #[test]
+    fn a_container_listed_twice_counts_once_and_one_being_removed_counts_as_gone() {
+        let known = KnownContainers::default();
+        known.record(&id("a"), ContainerAction::Start);
+        known.record(&id("going"), ContainerAction::Start);
+        let listed = [
+            (id("a"), ContainerState::Running),
+            (id("a"), ContainerState::Running),
+            (id("going"), ContainerState::Removing),
+        ];
+        assert_eq!(
+            known.reconcile_with(listed.iter().map(|(id, s)| (id, *s))),
+            1
+        );
+        assert_eq!(
+            known.reconcile_with([(&id("a"), ContainerState::Running)]),
+            0,
+            "what was being removed is no longer known"
+        );
     }
 }
