@@ -590,12 +590,18 @@ pub(crate) async fn start_term(ctx: &Context) -> Result<(), ControllerError> {
 
 /// Keeps every configured pool at its size while this process leads:
 /// starts at most [`AT_ONCE`] container per pool at a time, and none
-/// while a sandbox waits for a worker.
+/// while a sandbox waits for a worker. The containers being started are
+/// this loop's: aborting it when leadership ends aborts them too, rather
+/// than leaving them to be refused by the fence (what they leave behind
+/// the next leader removes, see [`start_term`]).
 pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domain::id::SandboxId>) {
     if ctx.config.warm_pool.is_empty() {
         return;
     }
+    let mut fills = tokio::task::JoinSet::new();
     loop {
+        // Finished fills report themselves; only their slots are freed here.
+        while fills.try_join_next().is_some() {}
         let busy = queue.due() > 0;
         for (key, size) in &ctx.config.warm_pool {
             let n = {
@@ -609,7 +615,7 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
             for _ in 0..n {
                 let ctx = ctx.clone();
                 let key = key.clone();
-                tokio::spawn(async move {
+                fills.spawn(async move {
                     let result = fill_one(&ctx, &key).await;
                     let mut st = ctx.pool.state.lock().unwrap();
                     if let Some(c) = st.creating.get_mut(&key) {
@@ -634,6 +640,33 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
         }
         // A failing refill must not spin.
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A pool network marked as being created (not an orphan) until dropped,
+/// also when the fill creating it is aborted.
+struct CreatingNetwork<'a> {
+    pool: &'a Pool,
+    network: &'a str,
+}
+
+impl<'a> CreatingNetwork<'a> {
+    fn mark(pool: &'a Pool, network: &'a str) -> Self {
+        pool.creating_networks
+            .lock()
+            .unwrap()
+            .insert(network.to_owned());
+        CreatingNetwork { pool, network }
+    }
+}
+
+impl Drop for CreatingNetwork<'_> {
+    fn drop(&mut self) {
+        self.pool
+            .creating_networks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(self.network);
     }
 }
 
@@ -668,17 +701,9 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         host: name.clone(),
         aliases,
     };
-    ctx.pool
-        .creating_networks
-        .lock()
-        .unwrap()
-        .insert(placement.network.clone());
+    let creating = CreatingNetwork::mark(&ctx.pool, &placement.network);
     let started = start_one(ctx, engine, key, &image, &credentials, token, &placement).await;
-    ctx.pool
-        .creating_networks
-        .lock()
-        .unwrap()
-        .remove(&placement.network);
+    drop(creating);
     let id = started?;
     match bring_up(ctx, engine, &id, &name, &credentials, &key.features, &image).await {
         Ok((host_port, _)) => {
