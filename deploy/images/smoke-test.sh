@@ -264,7 +264,10 @@ psql_sb "$sp" sandbox sandbox 'CREATE DATABASE x' >/dev/null || fail "CREATE DAT
 out=$(psql_sb "$sp" postgres postgres 'select 1' 2>&1) && fail "superuser logged in over TCP"
 [[ $out == *"pg_hba.conf rejects connection"* ]] || fail "superuser over TCP: $out"
 out=$(psql_sb "$sp" sandbox postgres 'select 1' 2>&1) && fail "sandbox role connected to database postgres"
-[[ $out == *"permission denied for database"* ]] || fail "database postgres: $out"
+# Sandbox clusters have no `postgres` database any more (one less database
+# in memory); where one exists, the role may not connect to it.
+[[ $out == *"permission denied for database"* || $out == *'database "postgres" does not exist'* ]] ||
+	fail "database postgres: $out"
 docker exec -i "$sp" bash -c 'PGPASSWORD=wrongwrongwrong psql -h 127.0.0.1 -U sandbox -d sandbox -c "select 1"' >/dev/null 2>&1 &&
 	fail "wrong password accepted"
 docker exec "$sp" pg_isready -q || fail "pg_isready via docker exec"

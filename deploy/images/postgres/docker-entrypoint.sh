@@ -19,7 +19,9 @@
 # Sandbox mode (SANDBOXD_SANDBOX=1), see "Sandbox mode" in
 # deploy/images/README.md: started as uid 999 (never root, no capability
 # needed), reads KEY=VALUE lines from standard input until EOF (only
-# SANDBOXD_PASSWORD, required), creates a fresh cluster whose superuser
+# SANDBOXD_PASSWORD, required), or from the file SANDBOXD_SECRETS_FILE names
+# when it is set (a path under /run/secrets/, where Docker Swarm mounts a
+# secret; standard input is then not read), creates a fresh cluster whose superuser
 # `postgres` has no password and exists only on the Unix socket, a
 # least-privileged login role SANDBOXD_USER (default sandbox) owning the
 # database SANDBOXD_DATABASE (default sandbox), the extensions named in
@@ -87,13 +89,33 @@ fi
 # environment, and is never printed.
 # ===========================================================================
 SB_KEYS="SANDBOXD_PASSWORD" # the keys accepted on standard input
+SB_FROM="standard input"     # where they are read from (see sb_read_secrets)
 
 sb_die() { # CODE MESSAGE
 	printf 'sandboxd: %s\n' "$2" >&2
 	exit "$1"
 }
 
-# sb_read_stdin: KEY=VALUE lines until EOF; sets sb_password.
+# sb_read_secrets: the secrets from standard input, or from the file
+# SANDBOXD_SECRETS_FILE names (a Swarm secret): sets sb_password.
+sb_read_secrets() {
+	local file=${SANDBOXD_SECRETS_FILE:-}
+	if [[ -z $file ]]; then
+		sb_read_stdin
+		return
+	fi
+	if [[ $file != /run/secrets/* || $file == *..* ]]; then
+		sb_die 64 "SANDBOXD_SECRETS_FILE must name a file under /run/secrets/ (where Docker mounts secrets)"
+	fi
+	if [[ ! -f $file || ! -r $file ]]; then
+		sb_die 64 "SANDBOXD_SECRETS_FILE names $file, which is not a file uid $(id -u) can read: mount the secret there, readable by that uid"
+	fi
+	SB_FROM=$file
+	sb_read_stdin <"$file"
+}
+
+# sb_read_stdin: KEY=VALUE lines until EOF from $SB_FROM on standard input;
+# sets sb_password.
 sb_read_stdin() {
 	local line key n=0 have=0
 	sb_password=
@@ -102,12 +124,12 @@ sb_read_stdin() {
 		[[ -n $line ]] || continue
 		if [[ $line != *=* ]]; then
 			line=
-			sb_die 64 "line $n of standard input is not KEY=VALUE (allowed keys: $SB_KEYS)"
+			sb_die 64 "line $n of $SB_FROM is not KEY=VALUE (allowed keys: $SB_KEYS)"
 		fi
 		key=${line%%=*}
 		case "$key" in
 		SANDBOXD_PASSWORD)
-			((have == 0)) || { line=; sb_die 64 "SANDBOXD_PASSWORD given twice on standard input"; }
+			((have == 0)) || { line=; sb_die 64 "SANDBOXD_PASSWORD given twice on $SB_FROM"; }
 			sb_password=${line#*=}
 			have=1
 			;;
@@ -116,19 +138,19 @@ sb_read_stdin() {
 			# Name the key only when it looks like one: [A-Za-z0-9_]{1,64}
 			# with a '_', which a password ([A-Za-z0-9]) never has.
 			if [[ $key =~ ^[A-Za-z0-9_]{1,64}$ && $key == *_* ]]; then
-				sb_die 64 "unknown key $key on standard input (allowed keys: $SB_KEYS)"
+				sb_die 64 "unknown key $key on $SB_FROM (allowed keys: $SB_KEYS)"
 			fi
-			sb_die 64 "unknown key on line $n of standard input (allowed keys: $SB_KEYS)"
+			sb_die 64 "unknown key on line $n of $SB_FROM (allowed keys: $SB_KEYS)"
 			;;
 		esac
 	done
 	line=
 	if ((have == 0)); then
-		sb_die 64 "no SANDBOXD_PASSWORD on standard input: in sandbox mode this image reads its secrets from stdin (see deploy/images/README.md)"
+		sb_die 64 "no SANDBOXD_PASSWORD on $SB_FROM: in sandbox mode this image reads its secrets from stdin or SANDBOXD_SECRETS_FILE (see deploy/images/README.md)"
 	fi
 	if ! [[ $sb_password =~ ^[A-Za-z0-9]{16,128}$ ]]; then
 		sb_password=
-		sb_die 64 "SANDBOXD_PASSWORD on standard input must be 16 to 128 characters from A-Z a-z 0-9"
+		sb_die 64 "SANDBOXD_PASSWORD on $SB_FROM must be 16 to 128 characters from A-Z a-z 0-9"
 	fi
 }
 
@@ -143,7 +165,7 @@ sandbox_main() {
 	fi
 	for v in SANDBOXD_PASSWORD POSTGRES_PASSWORD POSTGRES_PASSWORD_FILE; do
 		if [[ -n "${!v+x}" ]]; then
-			sb_die 64 "$v is in the environment: in sandbox mode secrets are read from standard input only"
+			sb_die 64 "$v is in the environment: in sandbox mode secrets are read from standard input or SANDBOXD_SECRETS_FILE only"
 		fi
 	done
 
@@ -153,7 +175,7 @@ sandbox_main() {
 	*) sb_die 64 "SANDBOXD_TEMPLATE must be build (make a template), use (start from this image's template) or unset" ;;
 	esac
 	if [[ $template != build ]]; then
-		sb_read_stdin
+		sb_read_secrets
 	fi
 
 	user=${SANDBOXD_USER:-sandbox}

@@ -9,7 +9,9 @@
 # Sandbox mode (SANDBOXD_SANDBOX=1), see "Sandbox mode" in
 # deploy/images/README.md: started as uid 999 (never root, no capability
 # needed), reads KEY=VALUE lines from standard input until EOF (only
-# SANDBOXD_PASSWORD, required), writes /run/sandboxd/server.conf (mode 0600:
+# SANDBOXD_PASSWORD, required), or from the file SANDBOXD_SECRETS_FILE names
+# when it is set (a path under /run/secrets/, where Docker Swarm mounts a
+# secret; standard input is then not read), writes /run/sandboxd/server.conf (mode 0600:
 # port 6379 on all interfaces, no persistence, MODULE/DEBUG commands and
 # protected configs disabled, one ACL user `default` with that password and
 # no administrative commands) and execs `$RESP_SERVER /run/sandboxd/server.conf`
@@ -58,51 +60,70 @@ if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = "$server" ]; then
 		sb_die 64 "sandbox mode never runs as root: start the container with --user 999:999"
 	fi
 	if [ -n "${SANDBOXD_PASSWORD+x}" ]; then
-		sb_die 64 "SANDBOXD_PASSWORD is in the environment: in sandbox mode secrets are read from standard input only"
+		sb_die 64 "SANDBOXD_PASSWORD is in the environment: in sandbox mode secrets are read from standard input or SANDBOXD_SECRETS_FILE only"
 	fi
 
-	# KEY=VALUE lines until EOF.
+	# KEY=VALUE lines until EOF, from standard input or the secret file
+	# (a function, so that its redirection keeps the variables it sets).
+	from="standard input"
 	pw= have=0 n=0
-	while IFS= read -r line || [ -n "$line" ]; do
-		n=$((n + 1))
-		[ -n "$line" ] || continue
-		case "$line" in
-		*=*) ;;
-		*) line=; sb_die 64 "line $n of standard input is not KEY=VALUE (allowed keys: $keys)" ;;
-		esac
-		key=${line%%=*}
-		case "$key" in
-		SANDBOXD_PASSWORD)
-			[ "$have" = 0 ] || { line=; sb_die 64 "SANDBOXD_PASSWORD given twice on standard input"; }
-			pw=${line#*=}
-			have=1
-			;;
-		*)
-			line=
-			# Name the key only when it looks like one: [A-Za-z0-9_]{1,64}
-			# with a '_', which a password ([A-Za-z0-9]) never has.
+	read_secrets() {
+		while IFS= read -r line || [ -n "$line" ]; do
+			n=$((n + 1))
+			[ -n "$line" ] || continue
+			case "$line" in
+			*=*) ;;
+			*) line=; sb_die 64 "line $n of $from is not KEY=VALUE (allowed keys: $keys)" ;;
+			esac
+			key=${line%%=*}
 			case "$key" in
-			*[!A-Za-z0-9_]*) ;;
-			*_*)
-				if [ "${#key}" -le 64 ]; then
-					sb_die 64 "unknown key $key on standard input (allowed keys: $keys)"
-				fi
+			SANDBOXD_PASSWORD)
+				[ "$have" = 0 ] || { line=; sb_die 64 "SANDBOXD_PASSWORD given twice on $from"; }
+				pw=${line#*=}
+				have=1
+				;;
+			*)
+				line=
+				# Name the key only when it looks like one: [A-Za-z0-9_]{1,64}
+				# with a '_', which a password ([A-Za-z0-9]) never has.
+				case "$key" in
+				*[!A-Za-z0-9_]*) ;;
+				*_*)
+					if [ "${#key}" -le 64 ]; then
+						sb_die 64 "unknown key $key on $from (allowed keys: $keys)"
+					fi
+					;;
+				esac
+				sb_die 64 "unknown key on line $n of $from (allowed keys: $keys)"
 				;;
 			esac
-			sb_die 64 "unknown key on line $n of standard input (allowed keys: $keys)"
-			;;
+		done
+	}
+	secrets=${SANDBOXD_SECRETS_FILE:-}
+	if [ -z "$secrets" ]; then
+		read_secrets
+	else
+		case "$secrets" in
+		*..*) sb_die 64 "SANDBOXD_SECRETS_FILE must name a file under /run/secrets/ (where Docker mounts secrets)" ;;
+		/run/secrets/*) ;;
+		*) sb_die 64 "SANDBOXD_SECRETS_FILE must name a file under /run/secrets/ (where Docker mounts secrets)" ;;
 		esac
-	done
+		if [ ! -f "$secrets" ] || [ ! -r "$secrets" ]; then
+			sb_die 64 "SANDBOXD_SECRETS_FILE names $secrets, which is not a file uid $(id -u) can read: mount the secret there, readable by that uid"
+		fi
+		from=$secrets
+		read_secrets <"$secrets"
+	fi
 	line=
 	if [ "$have" = 0 ]; then
-		sb_die 64 "no SANDBOXD_PASSWORD on standard input: in sandbox mode this image reads its secrets from stdin (see deploy/images/README.md)"
+		sb_die 64 "no SANDBOXD_PASSWORD on $from: in sandbox mode this image reads its secrets from stdin or SANDBOXD_SECRETS_FILE (see deploy/images/README.md)"
 	fi
 	case "$pw" in
 	*[!A-Za-z0-9]*) pw= ;;
 	esac
 	if [ "${#pw}" -lt 16 ] || [ "${#pw}" -gt 128 ]; then
 		pw=
-		sb_die 64 "SANDBOXD_PASSWORD on standard input must be 16 to 128 characters from A-Z a-z 0-9"
+		sb_die 64 "SANDBOXD_PASSWORD on $from must be 16 to 128 characters from A-Z a-z 0-9"
 	fi
 	case "${SANDBOXD_PERSISTENT:-}" in
 	'' | 1) ;;
