@@ -9,15 +9,10 @@
 
 mod common;
 
-use common::{eventually, sandbox_id, test_images};
-use sandboxd::config::{ControllerConfig, Images};
-use sandboxd::controller::network::Placement;
-use sandboxd::controller::provision;
-use sandboxd::domain::{Deployment, Secret};
-use sandboxd::engine::{self, Credentials};
+use common::{engine_container_spec, eventually, sandbox_id};
+use sandboxd::engine::Credentials;
 use sandboxd::ports::runtime::ContainerSpec;
 use sqlx::Connection;
-use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
@@ -25,30 +20,11 @@ use std::time::Duration;
 /// Where Swarm mounts a secret called `sandboxd`.
 const SECRET_PATH: &str = "/run/secrets/sandboxd";
 
-/// The container sandboxd would create for `engine`, and its credentials.
-fn spec_of(engine_name: &str) -> (ContainerSpec, Credentials) {
-    let engine = engine::lookup(engine_name).expect("a known engine");
-    let mut config = ControllerConfig::new(Deployment::parse("secretsfile").unwrap());
-    config.images = Images::new(&[test_images()], &[]).expect("test images");
-    let credentials = engine.credentials(Secret::generate());
-    let name = format!("sandboxd-secrets-file-{}", sandbox_id(engine_name));
-    let placement = Placement {
-        container: name.clone(),
-        network: "bridge".into(),
-        host: engine.name().as_str().to_owned(),
-        aliases: Vec::new(),
-    };
-    let spec = provision::container_spec(
-        &config,
-        engine,
-        &placement,
-        &config.images.image_for(engine, false),
-        &credentials,
-        &BTreeSet::new(),
-        HashMap::new(),
-        None,
-    );
-    (spec, credentials)
+/// The container sandboxd would create for `engine`, under a name of its
+/// own, and its credentials.
+fn spec_of(engine: &str) -> (ContainerSpec, Credentials) {
+    let name = format!("sandboxd-secrets-file-{}", sandbox_id(engine));
+    engine_container_spec(engine, &name)
 }
 
 /// A container removed when dropped, even after a failed assertion.
@@ -255,27 +231,23 @@ async fn a_redis_container_takes_its_password_from_a_secret_file_and_nothing_els
 
 #[tokio::test]
 async fn a_secrets_file_outside_run_secrets_or_missing_is_refused_before_anything_starts() {
+    let cases = [
+        (
+            "/etc/passwd",
+            "SANDBOXD_SECRETS_FILE must name a file under /run/secrets/",
+        ),
+        (
+            "/run/secrets/../../etc/passwd",
+            "must name a file under /run/secrets/",
+        ),
+        (SECRET_PATH, "which is not a file uid 999 can read"),
+    ];
     for engine in ["postgres", "redis"] {
-        let (spec, _) = spec_of(engine);
-        let (code, stderr) = refused(&spec, "/etc/passwd");
-        assert_eq!(code, Some(64), "{engine}: {stderr}");
-        assert!(
-            stderr.contains("SANDBOXD_SECRETS_FILE must name a file under /run/secrets/"),
-            "{engine}: {stderr}"
-        );
-        let (spec, _) = spec_of(engine);
-        let (code, stderr) = refused(&spec, "/run/secrets/../../etc/passwd");
-        assert_eq!(code, Some(64), "{engine}: {stderr}");
-        assert!(
-            stderr.contains("must name a file under /run/secrets/"),
-            "{engine}: {stderr}"
-        );
-        let (spec, _) = spec_of(engine);
-        let (code, stderr) = refused(&spec, SECRET_PATH);
-        assert_eq!(code, Some(64), "{engine}: {stderr}");
-        assert!(
-            stderr.contains("which is not a file uid 999 can read"),
-            "{engine}: {stderr}"
-        );
+        for (path, message) in cases {
+            let (spec, _) = spec_of(engine);
+            let (code, stderr) = refused(&spec, path);
+            assert_eq!(code, Some(64), "{engine}, {path}: {stderr}");
+            assert!(stderr.contains(message), "{engine}, {path}: {stderr}");
+        }
     }
 }

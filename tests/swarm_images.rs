@@ -13,14 +13,11 @@
 
 mod common;
 
-use common::{sandbox_id, test_images};
-use sandboxd::config::{ControllerConfig, Images};
-use sandboxd::controller::network::Placement;
-use sandboxd::controller::provision;
-use sandboxd::domain::{Deployment, Secret};
-use sandboxd::engine::{self, Credentials};
+use common::{
+    engine_container_spec, remove_containers_labelled, remove_networks_labelled,
+    remove_secrets_labelled, remove_services_labelled, remove_volumes_labelled, sandbox_id,
+};
 use sandboxd::ports::runtime::ContainerSpec;
-use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -78,62 +75,24 @@ struct Cleanup(String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let label = format!("label={LABEL}={}", self.0);
-        let list = |what: &[&str]| -> Vec<String> {
-            let out = docker(what);
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(str::to_owned)
-                .collect()
-        };
-        for s in list(&["service", "ls", "-q", "--filter", &label]) {
-            docker(&["service", "rm", &s]);
-        }
+        let label = format!("{LABEL}={}", self.0);
+        remove_services_labelled(&label);
         // The tasks' containers (labelled like the rest) go after the
         // services; their volumes are in use until then.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline && !list(&["ps", "-aq", "--filter", &label]).is_empty() {
+        while Instant::now() < deadline
+            && !docker(&["ps", "-aq", "--filter", &format!("label={label}")])
+                .stdout
+                .is_empty()
+        {
             std::thread::sleep(Duration::from_millis(200));
         }
         // Agents an aborted check left behind.
-        for c in list(&["ps", "-aq", "--filter", &label]) {
-            docker(&["rm", "-f", &c]);
-        }
-        for s in list(&["secret", "ls", "-q", "--filter", &label]) {
-            docker(&["secret", "rm", &s]);
-        }
-        for v in list(&["volume", "ls", "-q", "--filter", &label]) {
-            docker(&["volume", "rm", "-f", &v]);
-        }
-        for n in list(&["network", "ls", "-q", "--filter", &label]) {
-            docker(&["network", "rm", &n]);
-        }
+        remove_containers_labelled(&label);
+        remove_secrets_labelled(&label);
+        remove_volumes_labelled(&label);
+        remove_networks_labelled(&label);
     }
-}
-
-/// The container sandboxd would create for `engine`, and its credentials.
-fn spec_of(engine_name: &str, name: &str) -> (ContainerSpec, Credentials) {
-    let engine = engine::lookup(engine_name).expect("a known engine");
-    let mut config = ControllerConfig::new(Deployment::parse("swarmimages").unwrap());
-    config.images = Images::new(&[test_images()], &[]).expect("test images");
-    let credentials = engine.credentials(Secret::generate());
-    let placement = Placement {
-        container: name.to_owned(),
-        network: "unused".into(),
-        host: engine.name().as_str().to_owned(),
-        aliases: Vec::new(),
-    };
-    let spec = provision::container_spec(
-        &config,
-        engine,
-        &placement,
-        &config.images.image_for(engine, false),
-        &credentials,
-        &BTreeSet::new(),
-        HashMap::new(),
-        None,
-    );
-    (spec, credentials)
 }
 
 /// Creates the secret, the overlay and the one-replica service for `spec`
@@ -294,8 +253,8 @@ fn postgres_and_redis_run_as_hardened_swarm_services_with_their_passwords_from_s
         &format!("{LABEL}={run}"),
         &network,
     ]);
-    let (pg, pg_credentials) = spec_of("postgres", &format!("{run}-postgres"));
-    let (redis, redis_credentials) = spec_of("redis", &format!("{run}-redis"));
+    let (pg, pg_credentials) = engine_container_spec("postgres", &format!("{run}-postgres"));
+    let (redis, redis_credentials) = engine_container_spec("redis", &format!("{run}-redis"));
     let pg_password = pg_credentials.password.expose().to_owned();
     let redis_password = redis_credentials.password.expose().to_owned();
     create_service(&pg, &run, &network, "postgres");

@@ -368,6 +368,18 @@ pub fn remove_volumes_labelled(label: &str) {
     remove_labelled(&["volume", "ls", "-q"], &["volume", "rm", "-f"], label);
 }
 
+/// Removes every Swarm service carrying `label` (`key=value`); its tasks'
+/// containers go after it, asynchronously.
+pub fn remove_services_labelled(label: &str) {
+    remove_labelled(&["service", "ls", "-q"], &["service", "rm"], label);
+}
+
+/// Removes every Swarm secret carrying `label` (`key=value`), once the
+/// services using it are gone.
+pub fn remove_secrets_labelled(label: &str) {
+    remove_labelled(&["secret", "ls", "-q"], &["secret", "rm"], label);
+}
+
 /// `docker LIST --filter label=LABEL`, then `docker REMOVE` of what it listed.
 fn remove_labelled(list: &[&str], remove: &[&str], label: &str) {
     let ids = std::process::Command::new("docker")
@@ -393,6 +405,39 @@ impl Drop for TestEnv {
         remove_networks_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
         remove_volumes_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
     }
+}
+
+/// The container sandboxd would create for `engine` (without features,
+/// from the test images) under the name `name`, and its fresh credentials:
+/// for tests that run an engine image as sandboxd sets it up, by hand.
+pub fn engine_container_spec(
+    engine: &str,
+    name: &str,
+) -> (
+    sandboxd::ports::runtime::ContainerSpec,
+    sandboxd::engine::Credentials,
+) {
+    let engine = sandboxd::engine::lookup(engine).expect("a known engine");
+    let mut config = ControllerConfig::new(Deployment::parse("enginespec").unwrap());
+    config.images = Images::new(&[test_images()], &[]).expect("test images");
+    let credentials = engine.credentials(sandboxd::domain::Secret::generate());
+    let placement = sandboxd::controller::network::Placement {
+        container: name.to_owned(),
+        network: "unused".into(),
+        host: engine.name().as_str().to_owned(),
+        aliases: Vec::new(),
+    };
+    let spec = sandboxd::controller::provision::container_spec(
+        &config,
+        engine,
+        &placement,
+        &config.images.image_for(engine, false),
+        &credentials,
+        &std::collections::BTreeSet::new(),
+        std::collections::HashMap::new(),
+        None,
+    );
+    (spec, credentials)
 }
 
 /// Image overrides for engines without features (local Debian-built images).
