@@ -8,9 +8,11 @@
 //! not ready in time.
 
 use crate::adapters::postgres::RoleError;
-use crate::adapters::{http, DockerRuntime, PgStore};
+use crate::adapters::{http, DockerRuntime, PgStore, SwarmRuntime};
 use crate::client::{Client, ClientError, Request, SandboxRequest};
-use crate::config::{parse_env_prefix, ControllerConfig, Images, NetworkLayout, ProbeVia};
+use crate::config::{
+    parse_env_prefix, Backend, ControllerConfig, Images, NetworkLayout, ProbeVia, SwarmPublish,
+};
 use crate::controller::Controller;
 use crate::domain::clock::SystemClock;
 use crate::domain::id::{Deployment, SandboxId};
@@ -184,6 +186,18 @@ pub struct RunArgs {
     /// The network of the `shared` layout (created if missing).
     #[arg(long, env = "SANDBOXD_NETWORK", default_value = "sandboxd")]
     pub network: String,
+    /// Where sandbox engines run: `docker` (containers on this engine) or
+    /// `swarm` (one-replica services on the Swarm this engine manages, on
+    /// per-sandbox attachable overlays; templates and warm pools off,
+    /// persistent sandboxes refused; see docs/swarm.md).
+    #[arg(long, env = "SANDBOXD_BACKEND", default_value = "docker")]
+    pub backend: Backend,
+    /// Under `--backend swarm`: `none` (engines answer on their overlay
+    /// only) or `host` (each task publishes its engine port on its node's
+    /// every address, as Swarm's host mode does: WEAKER, firewall the
+    /// nodes; needed for --probe-via host).
+    #[arg(long, env = "SANDBOXD_SWARM_PUBLISH", default_value = "none")]
+    pub swarm_publish: SwarmPublish,
     /// Address range per-sandbox networks take their subnets from.
     #[arg(long, env = "SANDBOXD_SUBNET_POOL", default_value = "10.213.0.0/16")]
     pub subnet_pool: Ipv4Net,
@@ -391,8 +405,10 @@ impl RunArgs {
         if let Some(holder) = &self.holder {
             c.holder.clone_from(holder);
         }
+        c.backend = self.backend;
+        c.swarm_publish = self.swarm_publish;
         c.check_reconcile_timeout(crate::engine::REGISTRY)?;
-        Ok(c)
+        c.for_swarm()
     }
 }
 
@@ -884,9 +900,20 @@ async fn run_controller(url: &str, args: &RunArgs) -> Result<(), CliError> {
     let docker = DockerRuntime::connect()
         .await?
         .with_stream_timeout(config.docker_timeout);
+    let runtime: Arc<dyn crate::ports::Runtime> = match config.backend {
+        Backend::Docker => Arc::new(docker),
+        Backend::Swarm => {
+            tracing::info!(publish = ?config.swarm_publish, "backend: Swarm services");
+            let egress = match &config.network {
+                NetworkLayout::PerSandbox { egress, .. } => *egress,
+                NetworkLayout::Shared { .. } => true,
+            };
+            Arc::new(SwarmRuntime::connect(docker, config.swarm_publish, egress).await?)
+        }
+    };
     let metrics = Arc::new(Metrics::new());
     let controller = Controller::new(
-        Arc::new(docker),
+        runtime,
         Arc::new(store),
         config.clone(),
         Arc::new(SystemClock),

@@ -50,6 +50,9 @@ pub enum ConfigError {
     /// Two `--warm-pool` entries name one pool.
     #[error("--warm-pool names the pool {0} twice: give each engine and feature set one size")]
     WarmPoolTwice(String),
+    /// The Swarm backend was asked for something it cannot do.
+    #[error("--backend swarm: {0}")]
+    Swarm(&'static str),
     /// A reconcile would be abandoned before an engine could become ready.
     #[error("--reconcile-timeout {reconcile:?} does not cover {engine}'s readiness timeout ({readiness:?}) plus --docker-timeout ({docker:?}): every reconcile that waits for {engine} could be abandoned; raise --reconcile-timeout")]
     ReconcileTimeout {
@@ -201,6 +204,29 @@ pub enum ProbeVia {
     Network,
 }
 
+/// Where sandbox engines run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// Containers on the one Docker engine sandboxd talks to.
+    #[default]
+    Docker,
+    /// One-replica services on the Docker Swarm whose manager sandboxd
+    /// talks to (see docs/swarm.md).
+    Swarm,
+}
+
+/// Whether a Swarm service publishes its engine port on the host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SwarmPublish {
+    /// Nothing published: engines answer on their sandbox's overlay only.
+    #[default]
+    None,
+    /// The engine port on the node that runs the task, on every address
+    /// of that node (Swarm's host mode has no bind address): reachable by
+    /// whatever reaches the node. WEAKER; firewall the nodes.
+    Host,
+}
+
 /// How sandbox containers are networked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetworkLayout {
@@ -227,6 +253,10 @@ pub enum NetworkLayout {
 pub struct ControllerConfig {
     /// Label scope: containers of other deployments are invisible.
     pub deployment: Deployment,
+    /// Where sandbox engines run.
+    pub backend: Backend,
+    /// Under the Swarm backend, whether engine ports are published.
+    pub swarm_publish: SwarmPublish,
     /// How sandboxes are networked.
     pub network: NetworkLayout,
     /// sandboxd's own container, when it runs in one and probes sandboxes
@@ -301,6 +331,8 @@ impl ControllerConfig {
     pub fn new(deployment: Deployment) -> Self {
         Self {
             deployment,
+            backend: Backend::Docker,
+            swarm_publish: SwarmPublish::None,
             network: NetworkLayout::PerSandbox {
                 subnets: SubnetPool::default(),
                 egress: false,
@@ -371,7 +403,29 @@ impl ControllerConfig {
         Policy {
             grace: self.grace,
             idle_timeout: self.idle_timeout,
+            rotate_in_place: self.backend == Backend::Swarm,
         }
+    }
+
+    /// Adapts the configuration to the Swarm backend: templates off (a
+    /// template volume would live on one node), and refuses what it cannot
+    /// do (warm pools; probing at 127.0.0.1 when nothing is published).
+    pub fn for_swarm(mut self) -> Result<Self, ConfigError> {
+        if self.backend != Backend::Swarm {
+            return Ok(self);
+        }
+        if !self.warm_pool.is_empty() {
+            return Err(ConfigError::Swarm(
+                "warm pools are not available under Swarm yet: drop --warm-pool",
+            ));
+        }
+        if self.probe_via == ProbeVia::Host && self.swarm_publish == SwarmPublish::None {
+            return Err(ConfigError::Swarm(
+                "--probe-via host reaches engines at 127.0.0.1 on the port their task publishes, and nothing is published: pass --swarm-publish host (sandboxd on a single-node Swarm or a manager that runs the tasks), or run sandboxd in a container with --probe-via network --controller-container NAME",
+            ));
+        }
+        self.templates = false;
+        Ok(self)
     }
 }
 

@@ -89,6 +89,32 @@ pub(crate) fn time_docker_call(call: DockerCall) -> HistogramTimer {
         .start_timer()
 }
 
+/// Sandbox engines per Swarm node (the Swarm backend's placement), set at
+/// every full list; process-wide like [`DOCKER_API_SECONDS`].
+static SWARM_ENGINES: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    IntGaugeVec::new(
+        Opts::new(
+            "sandboxd_swarm_engines",
+            "Sandbox engines (Swarm services) whose current task is on a node, by node hostname and task state (running: alive in some form; exited)",
+        ),
+        &["node", "state"],
+    )
+    .expect("metric definition is valid")
+});
+
+/// Replaces the Swarm placement gauge with `counts` (node hostname and
+/// state to engines): nodes that no longer hold any drop out.
+pub(crate) fn set_swarm_placement(
+    counts: &std::collections::BTreeMap<(String, &'static str), i64>,
+) {
+    SWARM_ENGINES.reset();
+    for ((node, state), n) in counts {
+        SWARM_ENGINES
+            .with_label_values(&[node.as_str(), state])
+            .set(*n);
+    }
+}
+
 fn outcome(ok: bool) -> &'static str {
     if ok {
         "success"
@@ -466,6 +492,9 @@ impl Metrics {
         registry
             .register(Box::new(DOCKER_API_SECONDS.clone()))
             .expect("docker api metric registers once per registry");
+        registry
+            .register(Box::new(SWARM_ENGINES.clone()))
+            .expect("swarm placement metric registers once per registry");
         for phase in Phase::ALL {
             m.sandboxes.with_label_values(&[phase.as_str()]);
         }

@@ -106,7 +106,10 @@ fn mount(volume: &Volume, read_only: bool) -> Mount {
     }
 }
 
-fn api<'a>(op: &'static str, target: &'a str) -> impl FnOnce(DockerError) -> RuntimeError + 'a {
+pub(super) fn api<'a>(
+    op: &'static str,
+    target: &'a str,
+) -> impl FnOnce(DockerError) -> RuntimeError + 'a {
     move |source| RuntimeError::Api {
         op,
         target: target.to_owned(),
@@ -131,7 +134,7 @@ fn refuse_unless_ours(
     )))
 }
 
-fn is_status(e: &DockerError, codes: &[u16]) -> bool {
+pub(super) fn is_status(e: &DockerError, codes: &[u16]) -> bool {
     matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
 }
 
@@ -168,6 +171,17 @@ pub struct DockerRuntime {
     /// log's output and each progress message of a pull, the event
     /// stream's connect, writing a container's secrets.
     stream_timeout: Duration,
+    /// Networks are Swarm overlays (the Swarm backend's), not bridges.
+    overlay: Option<Overlay>,
+}
+
+/// How the Swarm backend's overlay networks are made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Overlay {
+    /// Whether a network without egress is made `internal` (no gateway
+    /// bridge: no route out). A task that publishes a port in host mode
+    /// needs the gateway bridge, so it may not be.
+    pub(crate) internal_without_egress: bool,
 }
 
 impl DockerRuntime {
@@ -182,6 +196,7 @@ impl DockerRuntime {
             docker,
             subnet_lock: Arc::default(),
             stream_timeout: STREAM_TIMEOUT,
+            overlay: None,
         })
     }
 
@@ -197,6 +212,17 @@ impl DockerRuntime {
     pub fn with_stream_timeout(mut self, after: Duration) -> Self {
         self.stream_timeout = after;
         self
+    }
+
+    /// Makes networks attachable Swarm overlays (the Swarm backend).
+    pub(crate) fn with_overlay_networks(mut self, overlay: Overlay) -> Self {
+        self.overlay = Some(overlay);
+        self
+    }
+
+    /// The stream timeout (see [`DockerRuntime::with_stream_timeout`]).
+    pub(crate) fn stream_timeout(&self) -> Duration {
+        self.stream_timeout
     }
 
     /// Ids of the networks called exactly `name`.
@@ -305,7 +331,10 @@ impl DockerRuntime {
     /// this host uses, trying the next when another creator took it first.
     async fn create_network(&self, spec: &NetworkSpec) -> Result<(), RuntimeError> {
         let mut options = HashMap::new();
-        if !spec.egress {
+        if self.overlay.is_some() {
+            // Overlays have neither option: their egress is the gateway
+            // bridge's, or none when internal.
+        } else if !spec.egress {
             // No masquerading: packets may leave the bridge but no answer
             // finds its way back, so nothing outside the host is reachable.
             options.insert(
@@ -313,12 +342,22 @@ impl DockerRuntime {
                 "false".to_owned(),
             );
         }
-        if let Some(bridge) = &spec.bridge {
+        if let (Some(bridge), None) = (&spec.bridge, self.overlay) {
             options.insert("com.docker.network.bridge.name".to_owned(), bridge.clone());
         }
+        let (driver, attachable, internal) = match self.overlay {
+            None => ("bridge", None, None),
+            Some(o) => (
+                "overlay",
+                Some(true),
+                Some(o.internal_without_egress && !spec.egress),
+            ),
+        };
         let request = |subnet: Option<Ipv4Net>| NetworkCreateRequest {
             name: spec.name.clone(),
-            driver: Some("bridge".into()),
+            driver: Some(driver.into()),
+            attachable,
+            internal,
             options: Some(options.clone()),
             labels: Some(spec.labels.clone()),
             ipam: subnet.map(|subnet| Ipam {
@@ -397,7 +436,11 @@ impl DockerRuntime {
     }
 
     /// Refuses an image without the label `key=value`.
-    async fn check_image_label(&self, image: &str, label: &str) -> Result<(), RuntimeError> {
+    pub(crate) async fn check_image_label(
+        &self,
+        image: &str,
+        label: &str,
+    ) -> Result<(), RuntimeError> {
         let info = self
             .docker
             .inspect_image(image)
@@ -1302,6 +1345,7 @@ mod tests {
             docker,
             subnet_lock: Arc::default(),
             stream_timeout: STREAM_TIMEOUT,
+            overlay: None,
         }
         .with_stream_timeout(after);
 

@@ -1,4 +1,4 @@
-//! Adapters at the edge: Docker and Postgres behind the ports' traits, the
+//! Adapters at the edge: Docker (containers or Swarm services) and Postgres behind the ports' traits, the
 //! deadlines every call gets, and the HTTP endpoints.
 
 pub mod chaos;
@@ -6,6 +6,8 @@ pub mod deadline;
 pub mod docker;
 pub mod http;
 pub mod postgres;
+pub mod swarm;
 
 pub use self::docker::DockerRuntime;
 pub use self::postgres::PgStore;
+pub use self::swarm::SwarmRuntime;

@@ -258,6 +258,11 @@ pub struct Policy {
     pub grace: Duration,
     /// The idle timeout of rows that set none (`None`: off).
     pub idle_timeout: Option<Duration>,
+    /// Whether a rotation removes the old container before it creates the
+    /// new one, as a persistent sandbox's always does: a runtime that
+    /// cannot rename what it runs (Swarm services) cannot build the new
+    /// one beside the old and give it the old one's name afterwards.
+    pub rotate_in_place: bool,
 }
 
 impl Policy {
@@ -266,6 +271,7 @@ impl Policy {
         Self {
             grace,
             idle_timeout: None,
+            rotate_in_place: false,
         }
     }
 }
@@ -507,7 +513,7 @@ pub fn plan(
             &wanted_features,
             containers,
             published,
-            desired.persistent,
+            desired.persistent || policy.rotate_in_place,
         ));
     }
     Plan {
@@ -523,7 +529,7 @@ fn plan_engine(
     wanted: &BTreeSet<String>,
     containers: &[&ObservedContainer],
     published: Option<&ServiceStatus>,
-    persistent: bool,
+    in_place: bool,
 ) -> Vec<Action> {
     let all_ids = |except: Option<&ContainerId>| -> Vec<ContainerId> {
         containers
@@ -582,11 +588,12 @@ fn plan_engine(
     // A running published container that lacks a wanted feature: rotate,
     // building the new container before the old one goes (any other
     // container of the engine, such as an earlier attempt's, goes first).
-    // A persistent sandbox's volume holds one server: there the old
+    // A persistent sandbox's volume holds one server, and a runtime that
+    // cannot rename (Swarm) cannot promote a second one: there the old
     // container goes first and the new one tries to keep its host port.
     if let Some(old) = running.iter().find(|c| is_published(c)) {
         let features = wanted.union(&old.labels.features).cloned().collect();
-        return vec![Action::Provision(if persistent {
+        return vec![Action::Provision(if in_place {
             Provision {
                 engine,
                 features,

@@ -315,9 +315,19 @@ impl TestEnv {
 
     /// Starts a controller on `store` in the background.
     pub fn start_with_store(&self, config: ControllerConfig, store: PgStore) -> RunningController {
+        self.start_on(self.runtime.clone(), config, store)
+    }
+
+    /// Starts a controller on `runtime` and `store` in the background.
+    pub fn start_on(
+        &self,
+        runtime: Arc<dyn sandboxd::ports::Runtime>,
+        config: ControllerConfig,
+        store: PgStore,
+    ) -> RunningController {
         let metrics = Arc::new(Metrics::new());
         let controller = Controller::new(
-            self.runtime.clone(),
+            runtime,
             Arc::new(store),
             config,
             Arc::new(SystemClock),

@@ -864,6 +864,23 @@ fn a_persistent_rotation_keeps_the_running_container_host_port_not_the_published
 }
 
 #[test]
+fn a_runtime_that_cannot_rename_rotates_in_place_keeping_the_host_port() {
+    let d = desired(&["postgres"], &[("postgres", &["citext"])]);
+    let s = status(&[("postgres", "p1", &[])]);
+    let mut c = running("c1", "postgres", &[], "p1");
+    c.host_port = Some(41_000);
+    let policy = Policy {
+        rotate_in_place: true,
+        ..Policy::with_grace(GRACE)
+    };
+    let actions = super::plan(Some(&d), &[c], Some(&s), None, None, now(), &policy).actions;
+    assert_eq!(
+        summaries(&actions),
+        ["provision postgres rotate features=[citext] reuse=no port=41000 replace=[c1]"]
+    );
+}
+
+#[test]
 fn a_persistent_rotation_of_a_container_without_a_host_port_keeps_the_published_one() {
     let d = persistent(desired(&["postgres"], &[("postgres", &["citext"])]));
     let s = status(&[("postgres", "p1", &[])]);
@@ -1332,6 +1349,7 @@ fn policy(idle_default: Option<u64>) -> Policy {
     Policy {
         grace: GRACE,
         idle_timeout: idle_default.map(secs),
+        rotate_in_place: false,
     }
 }
 

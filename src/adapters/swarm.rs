@@ -1,0 +1,1133 @@
+//! The Swarm adapter: [`Runtime`] over a Docker Swarm manager, each sandbox
+//! engine a one-replica service (see docs/swarm.md).
+//!
+//! The runtime's "container" is the service: its id is the service's id,
+//! its state that of the service's current task. Swarm never restarts a
+//! task (restart condition `none`): sandboxd heals a service whose task
+//! ended by removing it and creating it again with the same credentials,
+//! as it re-creates a dead container, and Swarm places the new task on a
+//! node that can take it (a drained node's task ends, so draining moves
+//! sandboxes). What only a node can do (volumes, `exec`, logs, images,
+//! attaching an agent's container to an overlay) goes to the node sandboxd
+//! talks to, through the container adapter.
+
+use super::docker::{api, is_status, DockerRuntime, Overlay};
+use crate::config::SwarmPublish;
+use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
+use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::identity;
+use crate::domain::labels::{self, ContainerLabels};
+use crate::domain::pool::PooledContainer;
+use crate::metrics::{self, DockerCall};
+use crate::ports::runtime::{
+    ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
+    Runtime, RuntimeError, RuntimeEvent, TemplateJob,
+};
+use async_trait::async_trait;
+use base64::Engine as _;
+use bollard::models::{
+    EndpointPortConfig, EndpointPortConfigProtocolEnum, EndpointPortConfigPublishModeEnum,
+    EndpointSpec, EndpointSpecModeEnum, Limit, Mount, MountType, MountVolumeOptions,
+    MountVolumeOptionsDriverConfig, NetworkAttachmentConfig, ResourceObject, SecretSpec,
+    ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, Task, TaskSpec, TaskSpecContainerSpec,
+    TaskSpecContainerSpecFile, TaskSpecContainerSpecSecrets, TaskSpecLogDriver, TaskSpecResources,
+    TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
+};
+use bollard::query_parameters::{
+    EventsOptionsBuilder, ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
+    ListSecretsOptionsBuilder, ListServicesOptionsBuilder, ListTasksOptionsBuilder,
+    ListVolumesOptionsBuilder, RemoveVolumeOptions,
+};
+use bollard::Docker;
+use futures::StreamExt;
+use sha2::Digest;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// The label naming the container name sandboxd gave a service (service
+/// names are shorter and have no dots; see [`service_name`]).
+const NAME: &str = "io.sandboxd.name";
+/// The label tying a secret or tmpfs volume to its service's name.
+const SERVICE: &str = "io.sandboxd.swarm-service";
+/// The label naming the deployment of a secret or tmpfs volume. Not
+/// [`labels::DEPLOYMENT`]: the controller's own volume collection must not
+/// take a running task's scratch space for a sandbox's data.
+const PART_OF: &str = "io.sandboxd.swarm-deployment";
+/// The label Docker gives a task's container: its service's id.
+const TASK_SERVICE_ID: &str = "com.docker.swarm.service.id";
+/// Where a service's secret file is mounted; the engine images read it
+/// when `SANDBOXD_SECRETS_FILE` names it.
+const SECRETS_FILE: &str = "/run/secrets/sandboxd";
+/// Secrets and volumes younger than this are never collected as orphans:
+/// a service being created has its secret before it exists.
+const ORPHAN_AGE: Duration = Duration::from_secs(120);
+
+/// The Swarm backend's runtime.
+pub struct SwarmRuntime {
+    docker: Docker,
+    node: DockerRuntime,
+    publish: SwarmPublish,
+    /// Docker names of the overlays this process created or listed, to
+    /// sandboxd's (for the network removal stream).
+    overlays: std::sync::Arc<std::sync::Mutex<HashMap<String, String>>>,
+}
+
+impl SwarmRuntime {
+    /// Uses the Swarm that `node` (connected to a manager) manages; refuses
+    /// an engine that is not a Swarm manager. Networks become attachable
+    /// overlays, internal unless `publish` needs the gateway bridge; then,
+    /// unless sandboxes may have `egress`, the gateway bridge must not
+    /// masquerade (see [`check_gateway_bridge`]).
+    pub async fn connect(
+        node: DockerRuntime,
+        publish: SwarmPublish,
+        egress: bool,
+    ) -> Result<Self, RuntimeError> {
+        let docker = node.client().clone();
+        let info = docker
+            .info()
+            .await
+            .map_err(|e| RuntimeError::Connect(Box::new(e)))?;
+        let manager = info
+            .swarm
+            .as_ref()
+            .and_then(|s| s.control_available)
+            .unwrap_or(false);
+        if !manager {
+            return Err(RuntimeError::Refused(
+                "--backend swarm needs a Swarm manager, and this Docker engine is none: run `docker swarm init` (or `docker swarm join` as a manager), or point DOCKER_HOST at a manager"
+                    .into(),
+            ));
+        }
+        if publish == SwarmPublish::Host && !egress {
+            check_gateway_bridge(&docker).await?;
+        }
+        let node = node.with_overlay_networks(Overlay {
+            internal_without_egress: publish == SwarmPublish::None,
+        });
+        Ok(Self {
+            docker,
+            node,
+            publish,
+            overlays: Default::default(),
+        })
+    }
+
+    /// The service called `name` (a Docker service name), if any.
+    async fn service_named(
+        &self,
+        name: &str,
+    ) -> Result<Option<bollard::models::Service>, RuntimeError> {
+        match self.docker.inspect_service(name, None).await {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(api("inspect service", name)(e)),
+        }
+    }
+
+    /// Remembers that the overlay sandboxd calls `name` is `docker`.
+    fn remember(&self, docker: String, name: String) {
+        if let Ok(mut map) = self.overlays.lock() {
+            map.insert(docker, name);
+        }
+    }
+
+    /// Overlay ids to sandboxd's names for them (a service's spec names
+    /// its networks by id).
+    async fn network_names(&self) -> Result<HashMap<String, String>, RuntimeError> {
+        let filters = HashMap::from([("driver", vec!["overlay".to_owned()])]);
+        let networks = self
+            .docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(api("list networks", "overlays"))?;
+        Ok(networks
+            .into_iter()
+            .filter_map(|n| {
+                let name = n
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(NAME).cloned())
+                    .or(n.name)?;
+                Some((n.id?, name))
+            })
+            .collect())
+    }
+
+    /// The tasks of the services `ids` (all tasks when there are many).
+    async fn tasks_of(&self, ids: &[&str]) -> Result<Vec<Task>, RuntimeError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut filters = HashMap::new();
+        if ids.len() <= 64 {
+            filters.insert("service", ids.iter().map(|s| (*s).to_owned()).collect());
+        }
+        let options = ListTasksOptionsBuilder::default().filters(&filters).build();
+        self.docker
+            .list_tasks(Some(options))
+            .await
+            .map_err(api("list tasks", "services"))
+    }
+
+    /// The local containers of the service `id`'s tasks, newest first.
+    async fn task_containers(
+        &self,
+        id: &ContainerId,
+        running: bool,
+    ) -> Result<Vec<String>, RuntimeError> {
+        let mut filters = HashMap::from([("label", vec![format!("{TASK_SERVICE_ID}={id}")])]);
+        if running {
+            filters.insert("status", vec!["running".to_owned()]);
+        }
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let mut found = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(api("list task containers", id.as_str()))?;
+        found.sort_by_key(|c| std::cmp::Reverse(c.created.unwrap_or_default()));
+        Ok(found.into_iter().filter_map(|c| c.id).collect())
+    }
+
+    /// Removes the secrets and this node's tmpfs volumes of the service
+    /// called `name`; what is still in use stays for the orphan collection.
+    async fn remove_parts(&self, name: &str) {
+        let filter = HashMap::from([("label", vec![format!("{SERVICE}={name}")])]);
+        let secrets = self
+            .docker
+            .list_secrets(Some(
+                ListSecretsOptionsBuilder::default()
+                    .filters(&filter)
+                    .build(),
+            ))
+            .await
+            .unwrap_or_default();
+        for id in secrets.into_iter().filter_map(|s| s.id) {
+            if let Err(e) = self.docker.delete_secret(&id).await {
+                tracing::debug!(service = name, error = %e, "secret not removed yet");
+            }
+        }
+        let volumes = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::default()
+                    .filters(&filter)
+                    .build(),
+            ))
+            .await
+            .map(|v| v.volumes.unwrap_or_default())
+            .unwrap_or_default();
+        for v in volumes {
+            if let Err(e) = self
+                .docker
+                .remove_volume(&v.name, None::<RemoveVolumeOptions>)
+                .await
+            {
+                tracing::debug!(service = name, volume = v.name, error = %e, "tmpfs volume not removed yet");
+            }
+        }
+    }
+
+    /// Removes `deployment`'s secrets and this node's tmpfs volumes whose
+    /// service is gone (a removal that could not finish, a crash between
+    /// creating a secret and its service), once older than [`ORPHAN_AGE`].
+    async fn collect_orphans(&self, deployment: &Deployment, services: &[String]) {
+        let filter = HashMap::from([("label", vec![format!("{PART_OF}={deployment}")])]);
+        let orphan = |labels: Option<&HashMap<String, String>>| {
+            labels
+                .and_then(|l| l.get(SERVICE))
+                .is_some_and(|s| !services.contains(s))
+        };
+        let old = |created: Option<chrono::DateTime<chrono::Utc>>| {
+            created.is_some_and(|c| {
+                (chrono::Utc::now() - c)
+                    .to_std()
+                    .is_ok_and(|age| age > ORPHAN_AGE)
+            })
+        };
+        let secrets = self
+            .docker
+            .list_secrets(Some(
+                ListSecretsOptionsBuilder::default()
+                    .filters(&filter)
+                    .build(),
+            ))
+            .await
+            .unwrap_or_default();
+        for s in secrets {
+            let labels = s.spec.as_ref().and_then(|s| s.labels.as_ref());
+            if orphan(labels) && old(time(s.created_at)) {
+                if let Some(id) = &s.id {
+                    if self.docker.delete_secret(id).await.is_ok() {
+                        tracing::info!(secret = id, "orphan swarm secret removed");
+                    }
+                }
+            }
+        }
+        let volumes = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::default()
+                    .filters(&filter)
+                    .build(),
+            ))
+            .await
+            .map(|v| v.volumes.unwrap_or_default())
+            .unwrap_or_default();
+        for v in volumes {
+            if orphan(Some(&v.labels)) && old(time(v.created_at)) {
+                // In use (a task still stopping) is refused: next time.
+                if self
+                    .docker
+                    .remove_volume(&v.name, None::<RemoveVolumeOptions>)
+                    .await
+                    .is_ok()
+                {
+                    tracing::info!(volume = v.name, "orphan swarm tmpfs volume removed");
+                }
+            }
+        }
+    }
+
+    /// Sets the placement gauge from `services` and their `tasks`.
+    async fn record_placement(&self, observed: &[(String, ContainerState, Option<String>)]) {
+        let nodes: HashMap<String, String> = self
+            .docker
+            .list_nodes(None)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|n| {
+                let host = n.description?.hostname?;
+                Some((n.id?, host))
+            })
+            .collect();
+        let mut counts = BTreeMap::new();
+        for (_, state, node) in observed {
+            let node = node
+                .as_ref()
+                .map(|id| nodes.get(id).cloned().unwrap_or_else(|| id.clone()))
+                .unwrap_or_else(|| "unassigned".to_owned());
+            let state = match state {
+                ContainerState::Exited => "exited",
+                _ => "running",
+            };
+            *counts.entry((node, state)).or_insert(0) += 1;
+        }
+        metrics::set_swarm_placement(&counts);
+    }
+
+    fn refuse(what: &str) -> RuntimeError {
+        RuntimeError::Refused(format!(
+            "{what} is not available under --backend swarm (see docs/swarm.md)"
+        ))
+    }
+}
+
+/// The bridge through which a task that publishes a port reaches
+/// anything beyond its overlay.
+pub const GATEWAY_BRIDGE: &str = "docker_gwbridge";
+
+/// Refuses a gateway bridge that masquerades (or allows traffic between
+/// its containers): every task that publishes a port is on it, so it would
+/// route sandboxes out, or to each other's published ports.
+async fn check_gateway_bridge(docker: &Docker) -> Result<(), RuntimeError> {
+    let how = "create it before the node joins the Swarm (or after `docker swarm leave`): docker network create --driver bridge --opt com.docker.network.bridge.name=docker_gwbridge --opt com.docker.network.bridge.enable_ip_masquerade=false --opt com.docker.network.bridge.enable_icc=false docker_gwbridge; or pass --allow-egress (WEAKER)";
+    let info = match docker
+        .inspect_network(
+            GATEWAY_BRIDGE,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+    {
+        Ok(info) => info,
+        Err(e) if is_status(&e, &[404]) => {
+            return Err(RuntimeError::Refused(format!(
+                "--swarm-publish host puts every task on the network {GATEWAY_BRIDGE}, which does not exist yet on this node: {how}"
+            )))
+        }
+        Err(e) => return Err(api("inspect network", GATEWAY_BRIDGE)(e)),
+    };
+    let options = info.options.unwrap_or_default();
+    let off = |key: &str| options.get(key).map(String::as_str) == Some("false");
+    if off("com.docker.network.bridge.enable_ip_masquerade")
+        && off("com.docker.network.bridge.enable_icc")
+    {
+        Ok(())
+    } else {
+        Err(RuntimeError::Refused(format!(
+            "--swarm-publish host puts every task on the network {GATEWAY_BRIDGE}, which masquerades or lets its containers reach each other: sandboxes would have a route out. Remove it and {how}"
+        )))
+    }
+}
+
+/// The Docker name of the service or overlay network sandboxd calls
+/// `name`: Swarm wants DNS name components (at most 63 characters, no
+/// dots), sandboxd's container and network names are dotted and may be
+/// longer. Readable, and unique by a digest of the whole name. Under
+/// Swarm, `docker network ls --filter label=io.sandboxd.sandbox=ID` finds
+/// a sandbox's overlay; the row's `attach` connects containers by itself.
+pub fn docker_name(name: &str) -> String {
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let readable: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(63 - 1 - hash.len())
+        .collect();
+    format!("{}-{hash}", readable.trim_matches('-'))
+}
+
+/// Whether a task has ended (or is being made to end): Swarm does not
+/// restart it, so its service is dead until sandboxd replaces it.
+fn ended(task: &Task) -> bool {
+    let state = task.status.as_ref().and_then(|s| s.state);
+    let terminal = matches!(
+        state,
+        Some(
+            TaskState::COMPLETE
+                | TaskState::SHUTDOWN
+                | TaskState::FAILED
+                | TaskState::REJECTED
+                | TaskState::REMOVE
+                | TaskState::ORPHANED
+        )
+    );
+    let told_to_stop = matches!(
+        task.desired_state,
+        Some(TaskState::SHUTDOWN | TaskState::REMOVE | TaskState::COMPLETE)
+    );
+    terminal || told_to_stop
+}
+
+/// The task that stands for its service: the newest.
+fn current<'a>(tasks: impl Iterator<Item = &'a Task>) -> Option<&'a Task> {
+    tasks.max_by_key(|t| t.version.as_ref().and_then(|v| v.index).unwrap_or(0))
+}
+
+/// The host port a task publishes (host mode).
+fn task_port(task: &Task) -> Option<u16> {
+    task.status
+        .as_ref()?
+        .port_status
+        .as_ref()?
+        .ports
+        .as_ref()?
+        .iter()
+        .find_map(|p| u16::try_from(p.published_port?).ok().filter(|p| *p != 0))
+}
+
+/// A service's state: its current task's; a service without a task yet
+/// is starting, which counts as alive.
+fn service_state(task: Option<&Task>) -> ContainerState {
+    match task {
+        Some(t) if ended(t) => ContainerState::Exited,
+        _ => ContainerState::Running,
+    }
+}
+
+/// One of Swarm's times as sandboxd's.
+fn time(t: Option<bollard::models::BollardDate>) -> Option<chrono::DateTime<chrono::Utc>> {
+    let nanos = t?.unix_timestamp_nanos();
+    let secs = i64::try_from(nanos.div_euclid(1_000_000_000)).ok()?;
+    let sub = u32::try_from(nanos.rem_euclid(1_000_000_000)).ok()?;
+    chrono::DateTime::from_timestamp(secs, sub)
+}
+
+/// The labels that tie a secret or volume to its service.
+fn part_labels(spec: &ContainerSpec, service: &str) -> HashMap<String, String> {
+    let mut l = HashMap::from([(SERVICE.to_owned(), service.to_owned())]);
+    if let Some(d) = spec.labels.get(labels::DEPLOYMENT) {
+        l.insert(PART_OF.to_owned(), d.clone());
+    }
+    if let Some(s) = spec.labels.get(labels::SANDBOX) {
+        l.insert(labels::SANDBOX.to_owned(), s.clone());
+    }
+    l.insert(labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned());
+    l
+}
+
+/// Builds the service for `spec`, its secret `secret` (id, name) mounted
+/// as [`SECRETS_FILE`] and its tmpfs directories on local volumes named
+/// after `instance`.
+fn service_spec(
+    spec: &ContainerSpec,
+    service: &str,
+    instance: &str,
+    secret: Option<(&str, &str)>,
+    publish: SwarmPublish,
+) -> Result<ServiceSpec, RuntimeError> {
+    let (uid, gid) = spec.user.split_once(':').ok_or_else(|| {
+        RuntimeError::Refused(format!(
+            "user {:?} of {} is not uid:gid",
+            spec.user, spec.name
+        ))
+    })?;
+    let parts = part_labels(spec, service);
+    let mounts = spec
+        .tmpfs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Mount {
+            target: Some(t.path.clone()),
+            source: Some(format!("{instance}-{i}")),
+            typ: Some(MountType::VOLUME),
+            read_only: Some(false),
+            volume_options: Some(MountVolumeOptions {
+                labels: Some(parts.clone()),
+                driver_config: Some(MountVolumeOptionsDriverConfig {
+                    name: Some("local".into()),
+                    options: Some(HashMap::from([
+                        ("type".to_owned(), "tmpfs".to_owned()),
+                        ("device".to_owned(), "tmpfs".to_owned()),
+                        (
+                            "o".to_owned(),
+                            format!(
+                                "size={},uid={uid},gid={gid},mode=0700,noexec,nosuid,nodev",
+                                t.bytes
+                            ),
+                        ),
+                    ])),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let mut env = spec.env.clone();
+    let mut secrets = Vec::new();
+    if let Some((id, name)) = secret {
+        env.push(format!("SANDBOXD_SECRETS_FILE={SECRETS_FILE}"));
+        secrets.push(TaskSpecContainerSpecSecrets {
+            file: Some(TaskSpecContainerSpecFile {
+                name: Some("sandboxd".into()),
+                uid: Some(uid.to_owned()),
+                gid: Some(gid.to_owned()),
+                mode: Some(0o400),
+            }),
+            secret_id: Some(id.to_owned()),
+            secret_name: Some(name.to_owned()),
+        });
+    }
+    let mut container_labels = spec.labels.clone();
+    container_labels.insert(NAME.to_owned(), spec.name.clone());
+    let mut aliases = spec.aliases.clone();
+    aliases.push(spec.name.clone());
+    let limits = &spec.limits;
+    let ports = match publish {
+        SwarmPublish::None => None,
+        SwarmPublish::Host => Some(vec![EndpointPortConfig {
+            protocol: Some(EndpointPortConfigProtocolEnum::TCP),
+            target_port: Some(i64::from(spec.port)),
+            published_port: spec.host_port.map(i64::from),
+            publish_mode: Some(EndpointPortConfigPublishModeEnum::HOST),
+            ..Default::default()
+        }]),
+    };
+    Ok(ServiceSpec {
+        name: Some(service.to_owned()),
+        labels: Some(container_labels.clone()),
+        mode: Some(ServiceSpecMode {
+            replicated: Some(ServiceSpecModeReplicated { replicas: Some(1) }),
+            ..Default::default()
+        }),
+        task_template: Some(TaskSpec {
+            container_spec: Some(TaskSpecContainerSpec {
+                image: Some(spec.image.clone()),
+                labels: Some(container_labels),
+                command: spec.entrypoint.clone(),
+                args: (!spec.cmd.is_empty()).then(|| spec.cmd.clone()),
+                env: Some(env),
+                user: Some(spec.user.clone()),
+                read_only: Some(true),
+                mounts: Some(mounts),
+                stop_grace_period: Some(2_000_000_000),
+                secrets: Some(secrets),
+                capability_drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            resources: Some(TaskSpecResources {
+                limits: Some(Limit {
+                    nano_cpus: Some(limits.nano_cpus),
+                    memory_bytes: Some(limits.memory_bytes),
+                    pids: Some(limits.pids),
+                }),
+                // Reserve what the caps allow, so Swarm never places more
+                // on a node than its memory holds.
+                reservations: Some(ResourceObject {
+                    memory_bytes: Some(limits.memory_bytes),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            restart_policy: Some(TaskSpecRestartPolicy {
+                condition: Some(TaskSpecRestartPolicyConditionEnum::NONE),
+                ..Default::default()
+            }),
+            networks: Some(vec![NetworkAttachmentConfig {
+                target: Some(docker_name(&spec.network)),
+                aliases: Some(aliases),
+                ..Default::default()
+            }]),
+            log_driver: Some(TaskSpecLogDriver {
+                name: Some("json-file".into()),
+                options: Some(HashMap::from([
+                    ("max-size".to_owned(), limits.log_bytes.to_string()),
+                    ("max-file".to_owned(), limits.log_files.to_string()),
+                ])),
+            }),
+            ..Default::default()
+        }),
+        endpoint_spec: Some(EndpointSpec {
+            mode: Some(EndpointSpecModeEnum::DNSRR),
+            ports,
+        }),
+        ..Default::default()
+    })
+}
+
+#[async_trait]
+impl Runtime for SwarmRuntime {
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.node.ping().await
+    }
+
+    async fn list(
+        &self,
+        deployment: &Deployment,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Vec<ObservedContainer>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::List);
+        let filters = HashMap::from([("label", labels::filters(deployment, sandbox))]);
+        let services = self
+            .docker
+            .list_services(Some(
+                ListServicesOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(api("list services", deployment.as_str()))?;
+        let ids: Vec<&str> = services.iter().filter_map(|s| s.id.as_deref()).collect();
+        let tasks = self.tasks_of(&ids).await?;
+        let mut by_service: HashMap<&str, Vec<&Task>> = HashMap::new();
+        for t in &tasks {
+            if let Some(s) = t.service_id.as_deref() {
+                by_service.entry(s).or_default().push(t);
+            }
+        }
+        let names = self.network_names().await?;
+        let mut observed = Vec::with_capacity(services.len());
+        let mut placement = Vec::new();
+        for s in &services {
+            let (Some(id), Some(spec)) = (s.id.as_deref(), s.spec.as_ref()) else {
+                continue;
+            };
+            let Some(l) = spec.labels.as_ref() else {
+                continue;
+            };
+            let Some(parsed) = ContainerLabels::parse(l) else {
+                continue;
+            };
+            if &parsed.deployment != deployment {
+                continue;
+            }
+            let task = current(by_service.get(id).into_iter().flatten().copied());
+            let state = service_state(task);
+            placement.push((id.to_owned(), state, task.and_then(|t| t.node_id.clone())));
+            let networks = spec
+                .task_template
+                .as_ref()
+                .and_then(|t| t.networks.as_ref())
+                .map(|n| {
+                    n.iter()
+                        .filter_map(|a| a.target.as_ref())
+                        .map(|t| names.get(t).unwrap_or(t).clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            observed.push(ObservedContainer {
+                id: ContainerId::new(id.to_owned()),
+                name: l
+                    .get(NAME)
+                    .cloned()
+                    .or_else(|| spec.name.clone())
+                    .unwrap_or_default(),
+                labels: parsed,
+                state,
+                created: time(s.created_at).unwrap_or_default(),
+                host_port: task.and_then(task_port),
+                networks,
+            });
+        }
+        if sandbox.is_none() {
+            self.record_placement(&placement).await;
+            let names: Vec<String> = services
+                .iter()
+                .filter_map(|s| s.spec.as_ref()?.name.clone())
+                .collect();
+            self.collect_orphans(deployment, &names).await;
+        }
+        Ok(observed)
+    }
+
+    /// An attachable overlay under its Docker name ([`docker_name`]),
+    /// labelled with sandboxd's.
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
+        let mut overlay = spec.clone();
+        overlay.name = docker_name(&spec.name);
+        overlay.labels.insert(NAME.to_owned(), spec.name.clone());
+        self.remember(overlay.name.clone(), spec.name.clone());
+        self.node.ensure_network(&overlay).await
+    }
+
+    async fn networks(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        let filters = HashMap::from([("label", vec![labels::deployment_filter(deployment)])]);
+        let networks = self
+            .docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(api("list networks", deployment.as_str()))?;
+        Ok(networks
+            .into_iter()
+            .filter_map(|n| {
+                let labels = n.labels.unwrap_or_default();
+                let docker = n.name?;
+                let name = labels.get(NAME).cloned().unwrap_or_else(|| docker.clone());
+                self.remember(docker, name.clone());
+                ObservedResource::of(name, &labels, deployment)
+            })
+            .collect())
+    }
+
+    async fn remove_network(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+    ) -> Result<(), RuntimeError> {
+        self.node
+            .remove_network(&docker_name(name), deployment)
+            .await
+    }
+
+    /// The containers on the overlay on this node, a task's under the
+    /// container name sandboxd gave its service, and the services attached
+    /// to it wherever their tasks run.
+    async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        let info = match self
+            .docker
+            .inspect_network(
+                &docker_name(network),
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) => return Ok(None),
+            Err(e) => return Err(api("inspect network", network)(e)),
+        };
+        let Some(id) = info.id else {
+            return Ok(None);
+        };
+        let filters = HashMap::from([("network", vec![id.clone()])]);
+        let local = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(api("list containers on", network))?;
+        let mut members: Vec<String> = local
+            .into_iter()
+            .filter_map(|c| {
+                c.labels
+                    .as_ref()
+                    .and_then(|l| l.get(NAME).cloned())
+                    .or_else(|| Some(c.names?.first()?.trim_start_matches('/').to_owned()))
+            })
+            .collect();
+        let services = self
+            .docker
+            .list_services(Some(
+                ListServicesOptionsBuilder::default()
+                    .filters(&HashMap::from([("label", vec![NAME.to_owned()])]))
+                    .build(),
+            ))
+            .await
+            .map_err(api("list services on", network))?;
+        for s in services {
+            let Some(spec) = s.spec else { continue };
+            let attached = spec
+                .task_template
+                .as_ref()
+                .and_then(|t| t.networks.as_ref())
+                .is_some_and(|n| {
+                    n.iter()
+                        .any(|a| a.target.as_deref().is_some_and(|t| t == id))
+                });
+            if let Some(name) = spec.labels.and_then(|mut l| l.remove(NAME)) {
+                if attached && !members.contains(&name) {
+                    members.push(name);
+                }
+            }
+        }
+        Ok(Some(members))
+    }
+
+    async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        self.node.connect(&docker_name(network), container).await
+    }
+
+    async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        self.node.disconnect(&docker_name(network), container).await
+    }
+
+    async fn volumes(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        self.node.volumes(deployment).await
+    }
+
+    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
+        self.node.remove_volume(name, deployment).await
+    }
+
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+        self.node.image_labels(image).await
+    }
+
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        self.node.image_id(image).await
+    }
+
+    async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
+        self.node.pull(image).await
+    }
+
+    async fn run_template_job(&self, _job: &TemplateJob) -> Result<(), RuntimeError> {
+        Err(Self::refuse("a template (a volume on one node)"))
+    }
+
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        if spec.volume.is_some() {
+            return Err(RuntimeError::Refused(
+                "a persistent sandbox keeps its data on a local volume, which would stay on one node while Swarm moves the task: persistent sandboxes are refused under --backend swarm".into(),
+            ));
+        }
+        if spec.template.is_some() || spec.binaries.is_some() {
+            return Err(Self::refuse("starting from a template"));
+        }
+        let _timer = metrics::time_docker_call(DockerCall::Create);
+        if let Some(label) = &spec.image_label {
+            self.node.check_image_label(&spec.image, label).await?;
+        }
+        let service = docker_name(&spec.name);
+        if let Some(existing) = self.service_named(&service).await? {
+            let theirs = existing
+                .spec
+                .as_ref()
+                .and_then(|s| s.labels.clone())
+                .unwrap_or_default();
+            if !identity::may_replace(&theirs, &spec.labels) {
+                return Err(RuntimeError::Refused(format!(
+                    "the service name {service} is taken by a service that is not this sandbox's (its labels name deployment {:?}, sandbox {:?}, state database {:?}); sandboxd leaves it alone: remove it",
+                    theirs.get(labels::DEPLOYMENT),
+                    theirs.get(labels::SANDBOX),
+                    theirs.get(labels::STATE_ID)
+                )));
+            }
+            if let Some(id) = existing.id {
+                self.remove(&ContainerId::new(id), Duration::ZERO).await?;
+            }
+        }
+        let nonce: String = (0..4)
+            .map(|_| format!("{:02x}", rand::random::<u8>()))
+            .collect();
+        // Secret names are at most 64 characters too.
+        let instance = docker_name(&format!("{}.{nonce}", spec.name));
+        let secret = match &spec.stdin {
+            None => None,
+            Some(s) => {
+                let created = self
+                    .docker
+                    .create_secret(SecretSpec {
+                        name: Some(instance.clone()),
+                        labels: Some(part_labels(spec, &service)),
+                        data: Some(
+                            base64::engine::general_purpose::STANDARD.encode(s.expose().as_bytes()),
+                        ),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(api("create secret for", &service))?;
+                Some(created.id)
+            }
+        };
+        let body = service_spec(
+            spec,
+            &service,
+            &instance,
+            secret.as_deref().map(|id| (id, instance.as_str())),
+            self.publish,
+        )?;
+        match self.docker.create_service(body, None).await {
+            Ok(created) => {
+                let id = created.id.ok_or_else(|| {
+                    RuntimeError::Refused(format!("docker created {service} without an id"))
+                })?;
+                tracing::debug!(service, id, "service created");
+                Ok(ContainerId::new(id))
+            }
+            Err(e) => {
+                if let Some(id) = &secret {
+                    let _ = self.docker.delete_secret(id).await;
+                }
+                Err(api("create service", &service)(e))
+            }
+        }
+    }
+
+    async fn rename(&self, _id: &ContainerId, _name: &str) -> Result<(), RuntimeError> {
+        Err(Self::refuse("renaming a service"))
+    }
+
+    async fn rejoin(
+        &self,
+        _network: &str,
+        _id: &ContainerId,
+        _aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        Err(Self::refuse("changing a running service's aliases"))
+    }
+
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
+        if self.publish == SwarmPublish::None {
+            return Ok(None);
+        }
+        let _timer = metrics::time_docker_call(DockerCall::Inspect);
+        // Host mode: the port is the task's, known once it runs.
+        for _ in 0..50 {
+            let tasks = self.tasks_of(&[id.as_str()]).await?;
+            match current(tasks.iter()) {
+                Some(t) if ended(t) => return Ok(None),
+                Some(t) => {
+                    if let Some(port) = task_port(t) {
+                        return Ok(Some(port));
+                    }
+                }
+                None => {}
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(None)
+    }
+
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Inspect);
+        if self.service_named(id.as_str()).await?.is_none() {
+            return Ok(None);
+        }
+        let tasks = self.tasks_of(&[id.as_str()]).await?;
+        let task = current(tasks.iter());
+        let running = service_state(task) == ContainerState::Running;
+        let status = task.and_then(|t| t.status.as_ref());
+        let oom_killed = status
+            .and_then(|s| s.err.as_deref())
+            .is_some_and(|e| e.contains("OOM"));
+        Ok(Some(RunState {
+            running,
+            oom_killed,
+            finished_at: if running {
+                None
+            } else {
+                time(status.and_then(|s| s.timestamp))
+            },
+        }))
+    }
+
+    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Remove);
+        let Some(service) = self.service_named(id.as_str()).await? else {
+            return Ok(());
+        };
+        let name = service
+            .spec
+            .and_then(|s| s.name)
+            .unwrap_or_else(|| id.to_string());
+        match self.docker.delete_service(id.as_str()).await {
+            Ok(()) => {}
+            Err(e) if is_status(&e, &[404]) => {}
+            Err(e) => return Err(api("remove service", &name)(e)),
+        }
+        // Swarm stops the task on its own time: wait (on this node) until
+        // its container is gone, so its host port and name are free and its
+        // volumes can go.
+        let until = tokio::time::Instant::now() + stop_timeout + Duration::from_secs(10);
+        while tokio::time::Instant::now() < until {
+            if self.task_containers(id, false).await?.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.remove_parts(&name).await;
+        Ok(())
+    }
+
+    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
+        if let Some(container) = self.task_containers(id, false).await?.into_iter().next() {
+            return self
+                .node
+                .logs_tail(&ContainerId::new(container), lines)
+                .await;
+        }
+        // The task runs on another node, or never started: say what Swarm says.
+        let tasks = self.tasks_of(&[id.as_str()]).await?;
+        Ok(current(tasks.iter())
+            .and_then(|t| t.status.as_ref())
+            .map(|s| {
+                format!(
+                    "(task on another node or not started) {} {}",
+                    s.message.as_deref().unwrap_or_default(),
+                    s.err.as_deref().unwrap_or_default()
+                )
+            })
+            .unwrap_or_default())
+    }
+
+    async fn exec(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        env: Vec<String>,
+    ) -> Result<ExecOutput, RuntimeError> {
+        let Some(container) = self.task_containers(id, true).await?.into_iter().next() else {
+            return Err(RuntimeError::Refused(format!(
+                "service {id} has no running task on the node sandboxd talks to: commands in an engine (Mongo's probe) reach this node only, so such engines need a single-node Swarm"
+            )));
+        };
+        self.node.exec(&ContainerId::new(container), cmd, env).await
+    }
+
+    async fn pool_containers(
+        &self,
+        _deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        Ok(Vec::new())
+    }
+
+    /// The container events of this node's tasks, each as its service's:
+    /// a task that dies elsewhere is seen at the next relist.
+    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
+        let filters = HashMap::from([
+            ("type", vec!["container".to_owned()]),
+            ("label", vec![labels::deployment_filter(deployment)]),
+            (
+                "event",
+                ContainerAction::ALL
+                    .iter()
+                    .map(|a| a.as_str().to_owned())
+                    .collect(),
+            ),
+        ]);
+        let mut options = EventsOptionsBuilder::default().filters(&filters);
+        if let Some(t) = since {
+            options = options.since(&t.to_string());
+        }
+        let connect_within = self.node.stream_timeout().max(Duration::from_secs(1));
+        self.docker
+            .clone()
+            .with_timeout(connect_within)
+            .events(Some(options.build()))
+            .filter_map(|item| async move {
+                match item {
+                    Err(e) => Some(Err(api("events", "the event stream")(e))),
+                    Ok(event) => {
+                        let action = ContainerAction::parse(event.action.as_deref()?)?;
+                        let attributes = event.actor?.attributes?;
+                        let service = attributes.get(TASK_SERVICE_ID)?;
+                        let sandbox = attributes
+                            .get(labels::SANDBOX)
+                            .and_then(|s| SandboxId::parse(s).ok());
+                        Some(Ok(RuntimeEvent {
+                            container: ContainerId::new(service.clone()),
+                            action,
+                            sandbox,
+                            time: event.time,
+                        }))
+                    }
+                }
+            })
+            .boxed()
+    }
+
+    /// Removed overlays under sandboxd's names for them, as far as this
+    /// process has seen them created or listed.
+    fn removed_networks(&self) -> NetworkStream {
+        let overlays = self.overlays.clone();
+        self.node
+            .removed_networks()
+            .map(move |item| {
+                item.map(|docker| {
+                    overlays
+                        .lock()
+                        .ok()
+                        .and_then(|m| m.get(&docker).cloned())
+                        .unwrap_or(docker)
+                })
+            })
+            .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_names_are_short_dotless_and_distinct_for_distinct_containers() {
+        let long = format!("sandboxd.{}.{}.postgres", "d".repeat(63), "s".repeat(63));
+        for name in [
+            "sandboxd.default.agent-7.postgres",
+            "sandboxd.a-b.c.redis",
+            long.as_str(),
+        ] {
+            let s = docker_name(name);
+            assert!(s.len() <= 63, "{s}");
+            assert!(!s.contains('.'), "{s}");
+            assert!(s.chars().next().unwrap().is_ascii_alphanumeric(), "{s}");
+        }
+        assert_ne!(
+            docker_name("sandboxd.a-b.c.redis"),
+            docker_name("sandboxd.a.b-c.redis")
+        );
+        assert_eq!(
+            docker_name("sandboxd.default.agent-7.postgres"),
+            docker_name("sandboxd.default.agent-7.postgres")
+        );
+        assert!(docker_name("sandboxd.default.agent-7.postgres")
+            .starts_with("sandboxd-default-agent-7-postgres-"));
+    }
+}
