@@ -457,6 +457,37 @@ pub fn parse_env_prefix(s: &str) -> Result<String, ConfigError> {
 mod tests {
     use super::*;
 
+    fn swarm() -> ControllerConfig {
+        let mut c = ControllerConfig::new(Deployment::parse("d").unwrap());
+        c.backend = Backend::Swarm;
+        c.swarm_publish = SwarmPublish::Host;
+        c
+    }
+
+    #[test]
+    fn the_swarm_backend_turns_templates_off_and_rotates_in_place() {
+        let c = swarm().for_swarm().unwrap();
+        assert!(!c.templates);
+        assert!(c.policy().rotate_in_place);
+        let docker = ControllerConfig::new(Deployment::parse("d").unwrap());
+        assert!(docker.clone().for_swarm().unwrap().templates);
+        assert!(!docker.policy().rotate_in_place);
+    }
+
+    #[test]
+    fn the_swarm_backend_refuses_warm_pools_and_host_probes_with_nothing_published() {
+        let mut pooled = swarm();
+        pooled.warm_pool = warm_pools(&["postgres=1".to_owned()]).unwrap();
+        let e = pooled.for_swarm().unwrap_err().to_string();
+        assert!(e.contains("--warm-pool"), "{e}");
+        let mut hidden = swarm();
+        hidden.swarm_publish = SwarmPublish::None;
+        let e = hidden.clone().for_swarm().unwrap_err().to_string();
+        assert!(e.contains("--swarm-publish host"), "{e}");
+        hidden.probe_via = ProbeVia::Network;
+        assert!(hidden.for_swarm().is_ok());
+    }
+
     #[test]
     fn images_default_to_upstream_and_follow_overrides() {
         let pg = engine::lookup("postgres").unwrap();

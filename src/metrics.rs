@@ -89,27 +89,26 @@ pub(crate) fn time_docker_call(call: DockerCall) -> HistogramTimer {
         .start_timer()
 }
 
-/// Sandbox engines per Swarm node (the Swarm backend's placement), set at
-/// every full list; process-wide like [`DOCKER_API_SECONDS`].
-static SWARM_ENGINES: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+/// Sandbox engines per node (the Swarm backend's placement; `local` for
+/// the container backend), set at every full list; process-wide like
+/// [`DOCKER_API_SECONDS`].
+static ENGINES_BY_NODE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     IntGaugeVec::new(
         Opts::new(
-            "sandboxd_swarm_engines",
-            "Sandbox engines (Swarm services) whose current task is on a node, by node hostname and task state (running: alive in some form; exited)",
+            "sandboxd_engines_by_node",
+            "Sandbox engines by the node they run on (Swarm: the hostname of the node of the service's current task, unassigned while pending; the container backend: local) and state (running: alive in some form; exited)",
         ),
         &["node", "state"],
     )
     .expect("metric definition is valid")
 });
 
-/// Replaces the Swarm placement gauge with `counts` (node hostname and
+/// Replaces the placement gauge with `counts` (node hostname and
 /// state to engines): nodes that no longer hold any drop out.
-pub(crate) fn set_swarm_placement(
-    counts: &std::collections::BTreeMap<(String, &'static str), i64>,
-) {
-    SWARM_ENGINES.reset();
+pub(crate) fn set_placement(counts: &std::collections::BTreeMap<(String, &'static str), i64>) {
+    ENGINES_BY_NODE.reset();
     for ((node, state), n) in counts {
-        SWARM_ENGINES
+        ENGINES_BY_NODE
             .with_label_values(&[node.as_str(), state])
             .set(*n);
     }
@@ -493,7 +492,7 @@ impl Metrics {
             .register(Box::new(DOCKER_API_SECONDS.clone()))
             .expect("docker api metric registers once per registry");
         registry
-            .register(Box::new(SWARM_ENGINES.clone()))
+            .register(Box::new(ENGINES_BY_NODE.clone()))
             .expect("swarm placement metric registers once per registry");
         for phase in Phase::ALL {
             m.sandboxes.with_label_values(&[phase.as_str()]);

@@ -201,6 +201,11 @@ impl Runtime for BoundedRuntime {
         runtime_call("inspect", id.as_str(), self.deadlines.call, call).await
     }
 
+    async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        let call = self.inner.published_host(id);
+        runtime_call("inspect", id.as_str(), self.deadlines.call, call).await
+    }
+
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
         let call = self.inner.inspect(id);
         runtime_call("inspect", id.as_str(), self.deadlines.call, call).await

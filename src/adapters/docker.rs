@@ -633,10 +633,26 @@ impl Runtime for DockerRuntime {
             .list_containers(Some(options))
             .await
             .map_err(api("list", deployment.as_str()))?;
-        Ok(summaries
+        let observed: Vec<ObservedContainer> = summaries
             .into_iter()
             .filter_map(|s| observed(s, deployment))
-            .collect())
+            .collect();
+        if sandbox.is_none() {
+            // Both states always, so the series exist with no sandbox.
+            let mut counts = std::collections::BTreeMap::from([
+                (("local".to_owned(), "running"), 0),
+                (("local".to_owned(), "exited"), 0),
+            ]);
+            for c in &observed {
+                let state = match c.state {
+                    ContainerState::Exited => "exited",
+                    _ => "running",
+                };
+                *counts.entry(("local".to_owned(), state)).or_insert(0) += 1;
+            }
+            metrics::set_placement(&counts);
+        }
+        Ok(observed)
     }
 
     /// Creates the network if it does not exist (a user-defined bridge, so

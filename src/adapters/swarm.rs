@@ -322,7 +322,7 @@ impl SwarmRuntime {
             };
             *counts.entry((node, state)).or_insert(0) += 1;
         }
-        metrics::set_swarm_placement(&counts);
+        metrics::set_placement(&counts);
     }
 
     fn refuse(what: &str) -> RuntimeError {
@@ -943,6 +943,28 @@ impl Runtime for SwarmRuntime {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Ok(None)
+    }
+
+    /// The address of the node that runs the service's task, unless it
+    /// is this host's loopback (a single-node Swarm advertised there).
+    async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        if self.publish == SwarmPublish::None {
+            return Ok(None);
+        }
+        let _timer = metrics::time_docker_call(DockerCall::Inspect);
+        let tasks = self.tasks_of(&[id.as_str()]).await?;
+        let Some(node) = current(tasks.iter()).and_then(|t| t.node_id.clone()) else {
+            return Ok(None);
+        };
+        let info = match self.docker.inspect_node(&node).await {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) => return Ok(None),
+            Err(e) => return Err(api("inspect node", &node)(e)),
+        };
+        Ok(info
+            .status
+            .and_then(|s| s.addr)
+            .filter(|a| !a.is_empty() && a != "127.0.0.1" && a != "0.0.0.0"))
     }
 
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {

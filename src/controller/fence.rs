@@ -275,6 +275,10 @@ impl Runtime for FencedRuntime {
         self.inner.published_port(id).await
     }
 
+    async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        self.inner.published_host(id).await
+    }
+
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
         self.inner.inspect(id).await
     }

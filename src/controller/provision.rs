@@ -529,7 +529,13 @@ pub(crate) async fn bring_up_at(
     image: &str,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
     let runtime = ctx.runtime.as_ref();
-    let (host, port) = probe_address(ctx, engine, name, host_port);
+    let (mut host, port) = probe_address(ctx, engine, name, host_port);
+    if ctx.config.probe_via == ProbeVia::Host {
+        // A Swarm task publishes on its node, which may not be this host.
+        if let Some(node) = runtime.published_host(id).await? {
+            host = node;
+        }
+    }
     let exec = InContainer { runtime, id };
     let target = Target {
         host: &host,

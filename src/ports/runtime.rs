@@ -396,6 +396,12 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> Result<(), RuntimeError>;
     /// The host port published for the container's engine port.
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError>;
+    /// Where sandboxd reaches that port when it is not 127.0.0.1: the
+    /// address of the Swarm node that runs the task. Containers on this
+    /// host: `None`.
+    async fn published_host(&self, _id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        Ok(None)
+    }
     /// How the container's last run is doing; `None` if it no longer exists.
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError>;
     /// Stops (SIGTERM, SIGKILL after `stop_timeout`) and removes the
