@@ -85,14 +85,15 @@ pub enum ProvisionError {
     /// A rotation's new container is ready, but switching to it failed.
     #[error(transparent)]
     Switch(#[from] SwitchError),
-    /// A persistent sandbox's rotation failed after its old container was
-    /// removed (its volume holds one server at a time): the old
-    /// credentials and features were restored on the volume.
-    #[error("{0}; the rotation was rolled back: the old credentials and features were restored on the sandbox's volume, with its data")]
+    /// A rotation in place failed after its old container was removed (a
+    /// persistent sandbox's volume holds one server at a time; a Swarm
+    /// service cannot be renamed): the old credentials and features were
+    /// restored (on the volume, with its data, if persistent).
+    #[error("{0}; the rotation was rolled back: the old credentials and features were restored (a persistent sandbox's on its volume, with its data)")]
     RotationRolledBack(#[source] Box<ProvisionError>),
-    /// A persistent sandbox's rotation failed, and so did restoring the
-    /// old credentials.
-    #[error("{failure}; restoring the old credentials failed too ({rollback}); the data is kept on the sandbox's volume and the next attempt rotates again")]
+    /// A rotation in place failed, and so did restoring the old
+    /// credentials.
+    #[error("{failure}; restoring the old credentials failed too ({rollback}); the next attempt rotates again (a persistent sandbox's data is kept on its volume)")]
     RollbackFailed {
         /// Why the rotation failed.
         failure: Box<ProvisionError>,
@@ -215,7 +216,7 @@ pub(crate) async fn provision(
         (Err(e), Some(_)) => Err(ProvisionError::RotationAbandoned(Box::new(e))),
         (Err(e), None)
             if p.reason == ProvisionReason::Rotate
-                && desired.persistent
+                && (desired.persistent || ctx.config.policy().rotate_in_place)
                 && !e.changed_nothing() =>
         {
             Err(roll_back(ctx, desired, engine, p, e, commit).await)
@@ -240,10 +241,11 @@ pub(crate) async fn provision(
     result
 }
 
-/// A persistent sandbox's rotation failed after its old container was
-/// removed: re-creates what was published before (credentials, features,
-/// host port) on the sandbox's volume, so its data and credentials work
-/// again, and publishes it. Returns the error to report.
+/// A rotation in place (a persistent sandbox's, or any under a runtime
+/// that cannot rename) failed after its old container was removed:
+/// re-creates what was published before (credentials, features, host
+/// port; on the sandbox's volume if persistent), so its credentials (and
+/// data) work again, and publishes it. Returns the error to report.
 async fn roll_back(
     ctx: &Context,
     desired: &DesiredSandbox,

@@ -1415,7 +1415,7 @@ async fn a_persistent_sandboxs_failed_rotation_restores_the_old_credentials_on_i
     assert!(
         status
             .message
-            .ends_with("restored on the sandbox's volume, with its data"),
+            .ends_with("restored (a persistent sandbox's on its volume, with its data)"),
         "{}",
         status.message
     );
@@ -1445,6 +1445,47 @@ async fn a_persistent_sandboxs_failed_rotation_restores_the_old_credentials_on_i
     let (_, after) = h.published(&id("a"));
     assert_ne!(after.password, before.password);
     assert_eq!(after.available_extensions, ["alpha"]);
+}
+
+#[tokio::test]
+async fn a_runtime_that_cannot_rename_rotates_in_place_and_a_failed_rotation_restores_the_old_credentials(
+) {
+    let mut h = Harness::new();
+    h.config.backend = crate::config::Backend::Swarm;
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (old, before) = h.published(&id("a"));
+    let name = fake(&h, &old).name;
+
+    // The new container fails once it exists (after the old one went).
+    h.runtime
+        .faults
+        .set(RuntimeOp::PublishedPort, Fault::Fail(1));
+    h.store.put_desired(with_alpha("a"));
+    let err = reconcile(&ctx, &id("a")).await.unwrap_err();
+    assert!(
+        err.to_string().contains("the rotation was rolled back"),
+        "{err}"
+    );
+    let containers = h.containers(&id("a"));
+    let [(restored, instance)] = containers.as_slice() else {
+        panic!("one container: {containers:?}");
+    };
+    assert_ne!(restored, &old, "the old container went first");
+    let status = h.store.status_of(&id("a")).unwrap();
+    let published = &status.services[ENGINE.as_str()];
+    assert_eq!(&published.instance, instance);
+    assert_eq!(published.password, before.password, "the old credentials");
+    assert_eq!(fake(&h, restored).name, name, "under its name");
+
+    // The next attempt rotates in place, never renaming.
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (new, after) = h.published(&id("a"));
+    assert_ne!(after.password, before.password);
+    assert_eq!(after.available_extensions, ["alpha"]);
+    assert_eq!(fake(&h, &new).name, name);
+    assert_eq!(h.containers(&id("a")).len(), 1);
 }
 
 // ---------------------------------------------------------------------------
