@@ -47,6 +47,16 @@ ensure_prometheus() {
   (command -v service >/dev/null 2>&1 && service prometheus stop >/dev/null 2>&1) || true
 }
 
+# Installs what the two-node Swarm test's worker needs (ip, nsenter,
+# unshare: tests/fixtures/swarm-worker.sh) if any is missing.
+ensure_netns_tools() {
+  if command -v ip >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 \
+    && command -v unshare >/dev/null 2>&1; then return 0; fi
+  log "installing iproute2 and util-linux from Debian's packages"
+  apt-get update -qq >/dev/null 2>&1 || true
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 util-linux >/dev/null
+}
+
 random_password() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 # start_state_db NAME PASSWORD [VOLUME]

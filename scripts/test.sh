@@ -13,6 +13,7 @@ ensure_docker
 ensure_host_firewall
 ensure_engine_images
 ensure_prometheus
+ensure_netns_tools
 
 cleanup() {
   # Anything a crashed test left behind (a killed test process drops
