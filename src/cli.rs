@@ -908,7 +908,11 @@ async fn run_controller(url: &str, args: &RunArgs) -> Result<(), CliError> {
                 NetworkLayout::PerSandbox { egress, .. } => *egress,
                 NetworkLayout::Shared { .. } => true,
             };
-            Arc::new(SwarmRuntime::connect(docker, config.swarm_publish, egress).await?)
+            Arc::new(
+                SwarmRuntime::connect(docker, config.swarm_publish, egress)
+                    .await?
+                    .with_stop_grace(config.stop_timeout),
+            )
         }
     };
     let metrics = Arc::new(Metrics::new());

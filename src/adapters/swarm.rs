@@ -67,6 +67,8 @@ pub struct SwarmRuntime {
     docker: Docker,
     node: DockerRuntime,
     publish: SwarmPublish,
+    /// SIGTERM-to-SIGKILL time of a service's task (`--stop-timeout`).
+    stop_grace: Duration,
     /// Docker names of the overlays this process created or listed, to
     /// sandboxd's (for the network removal stream).
     overlays: std::sync::Arc<std::sync::Mutex<HashMap<String, String>>>,
@@ -109,8 +111,16 @@ impl SwarmRuntime {
             docker,
             node,
             publish,
+            stop_grace: Duration::from_secs(2),
             overlays: Default::default(),
         })
+    }
+
+    /// Gives services' tasks `grace` between SIGTERM and SIGKILL (default
+    /// 2 s; `sandboxd run` passes `--stop-timeout`).
+    pub fn with_stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = grace;
+        self
     }
 
     /// The service called `name` (a Docker service name), if any.
@@ -464,6 +474,7 @@ fn service_spec(
     instance: &str,
     secret: Option<(&str, &str)>,
     publish: SwarmPublish,
+    stop_grace: Duration,
 ) -> Result<ServiceSpec, RuntimeError> {
     let (uid, gid) = spec.user.split_once(':').ok_or_else(|| {
         RuntimeError::Refused(format!(
@@ -549,7 +560,7 @@ fn service_spec(
                 user: Some(spec.user.clone()),
                 read_only: Some(true),
                 mounts: Some(mounts),
-                stop_grace_period: Some(2_000_000_000),
+                stop_grace_period: Some(i64::try_from(stop_grace.as_nanos()).unwrap_or(i64::MAX)),
                 secrets: Some(secrets),
                 capability_drop: Some(vec!["ALL".into()]),
                 ..Default::default()
@@ -892,6 +903,7 @@ impl Runtime for SwarmRuntime {
             &instance,
             secret.as_deref().map(|id| (id, instance.as_str())),
             self.publish,
+            self.stop_grace,
         )?;
         match self.docker.create_service(body, None).await {
             Ok(created) => {
