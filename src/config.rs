@@ -421,7 +421,7 @@ impl ControllerConfig {
         }
         if self.probe_via == ProbeVia::Host && self.swarm_publish == SwarmPublish::None {
             return Err(ConfigError::Swarm(
-                "--probe-via host reaches engines at 127.0.0.1 on the port their task publishes, and nothing is published: pass --swarm-publish host (sandboxd on a single-node Swarm or a manager that runs the tasks), or run sandboxd in a container with --probe-via network --controller-container NAME",
+                "--probe-via host reaches engines at 127.0.0.1 on the port their task publishes, and nothing is published: pass --swarm-publish host (sandboxd then reaches each task at its node's address), or run sandboxd in a container with --probe-via network --controller-container NAME",
             ));
         }
         self.templates = false;
