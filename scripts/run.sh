@@ -5,7 +5,8 @@
 #   - without DATABASE_URL, runs its own state Postgres as a labelled
 #     container with the volume `sandboxd-state` (fsync on); sandboxd connects as the
 #     ordinary role `sandboxd` that owns the database `sandboxd` (password
-#     kept in ${SANDBOXD_HOME:-~/.local/state/sandboxd}/state-password); the
+#     kept in ${SANDBOXD_HOME:-~/.local/state/sandboxd}/state-password, and
+#     the URL, which the CLI then uses by default, in database-url); the
 #     superuser `postgres` has no kept password and is reached only with
 #     `docker exec -it sandboxd-state psql -U postgres -d sandboxd`;
 #   - builds the engine images from Debian packages when they are missing or
@@ -36,7 +37,12 @@ if [ -z "${DATABASE_URL:-}" ]; then
   ensure_engine_images
   DATABASE_URL=$(start_state_db sandboxd-state "$(cat "$home/state-password")" sandboxd-state)
   export DATABASE_URL
+  # The CLI reads it from here when neither --database-url nor
+  # DATABASE_URL is given (its port is whatever Docker published).
+  (umask 077 && printf '%s\n' "$DATABASE_URL" >"$home/database-url.new" \
+    && mv -f "$home/database-url.new" "$home/database-url")
   log "state database: container sandboxd-state (volume sandboxd-state), role sandboxd;"
+  log "  its URL: $home/database-url (mode 0600), which the CLI uses by default (sandboxd -v says so)"
   log "  superuser: docker exec -it sandboxd-state psql -U postgres -d sandboxd"
 fi
 

@@ -37,9 +37,15 @@ pub const EXIT_TIMED_OUT: u8 = 4;
 #[derive(Debug, Parser)]
 #[command(name = "sandboxd", version, about)]
 pub struct Cli {
-    /// State database (holds sandbox_desired and sandbox_status).
+    /// State database (holds sandbox_desired and sandbox_status); without
+    /// it or DATABASE_URL, the URL scripts/run.sh recorded in
+    /// $SANDBOXD_HOME/database-url (default ~/.local/state/sandboxd).
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
+    /// Say on standard error which state database the command uses and
+    /// where its URL came from (the password left out).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
     /// Log format.
     #[arg(
         long,
@@ -584,9 +590,9 @@ pub fn export_lines(status: &SandboxStatus) -> Result<Vec<String>, CliError> {
 /// Errors surfaced by the CLI.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// No database URL.
-    #[error("no state database: set DATABASE_URL or pass --database-url (scripts/run.sh starts one for you)")]
-    NoDatabase,
+    /// No usable database URL.
+    #[error(transparent)]
+    NoDatabase(#[from] crate::state_url::StateUrlError),
     /// Bad flag values.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
@@ -662,7 +668,18 @@ macro_rules! say {
 
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
-    let url = cli.database_url.clone().ok_or(CliError::NoDatabase)?;
+    let variable = std::env::var("DATABASE_URL").ok();
+    let (url, source) = crate::state_url::resolve(
+        cli.database_url.clone(),
+        variable.as_deref(),
+        &crate::state_url::home(),
+    )?;
+    if cli.verbose {
+        eprintln!(
+            "sandboxd: state database {} (from {source})",
+            crate::state_url::redacted(&url)
+        );
+    }
     match cli.command {
         Command::Run(args) => run_controller(&url, &args).await,
         Command::Migrate => {
@@ -1053,7 +1070,11 @@ mod tests {
         assert_eq!(failed.exit_code(), EXIT_FAILED);
         assert_eq!(timed_out.exit_code(), EXIT_TIMED_OUT);
         assert_eq!(CliError::NotDesired(id).exit_code(), 1);
-        assert_eq!(CliError::NoDatabase.exit_code(), 1);
+        assert_eq!(
+            CliError::NoDatabase(crate::state_url::StateUrlError::Empty(Default::default()))
+                .exit_code(),
+            1
+        );
     }
 
     #[test]

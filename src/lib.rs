@@ -25,6 +25,7 @@ pub mod engine;
 pub mod metrics;
 pub mod ports;
 pub(crate) mod sched;
+pub mod state_url;
 /// In-memory fakes of Docker and the state store for the reconciler's
 /// unit tests, and (feature `simulation`) the scale simulation.
 #[cfg(any(test, feature = "simulation"))]

@@ -133,14 +133,83 @@ fn invalid_flags_and_rows_are_refused_with_messages_that_say_what_to_do() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("use 1 to 63 characters"), "{err}");
 
+    let empty = state_home("empty");
     let out = Command::new(BIN)
         .args(["list"])
         .env_remove("DATABASE_URL")
+        .env("SANDBOXD_HOME", &empty)
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("set DATABASE_URL"), "{err}");
+    assert!(err.contains("scripts/run.sh"), "{err}");
+}
+
+/// A fresh state directory for the CLI (`SANDBOXD_HOME`).
+fn state_home(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("sandboxd-home-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+// Multi-threaded: the controller runs in this process while the test
+// blocks on the binary.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_database_flag_or_variable_the_cli_uses_the_url_run_sh_recorded_and_says_so_with_v(
+) {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let home = state_home("recorded");
+    let file = home.join("database-url");
+    std::fs::write(&file, format!("{}\n", env.url)).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let id = sandbox_id("found");
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env("SANDBOXD_HOME", &home)
+            .output()
+            .expect("run sandboxd")
+    };
+    let out = run(&[
+        "-v",
+        "apply",
+        "--id",
+        id.as_str(),
+        "--services",
+        "redis",
+        "--wait",
+        "60s",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("(from {})", file.display())),
+        "-v names the file: {err}"
+    );
+    let password = env
+        .url
+        .split_once("://")
+        .and_then(|(_, r)| r.split_once('@'))
+        .and_then(|(u, _)| u.split_once(':'))
+        .map(|(_, p)| p.to_owned())
+        .expect("the test URL has a password");
+    assert!(!err.contains(&password), "-v shows no password: {err}");
+    let out = run(&["list"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains(id.as_str()));
+
+    // A URL file others can read is refused with the fix.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = run(&["list"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"));
+    let _ = std::fs::remove_dir_all(&home);
+    controller.stop().await;
 }
 
 /// Runs `sandboxd ARGS` against the test's database, whatever its outcome.

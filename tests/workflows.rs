@@ -182,10 +182,12 @@ async fn a_row_with_an_idle_timeout_is_released_after_it_and_a_touched_one_is_no
     let touched = sandbox_id("touched");
     let mut req = request(&["redis"], &[]);
     req.idle_timeout = Some(Duration::from_secs(3));
+    // The idle timeout counts from the request, not from readiness: time
+    // it from before the request (provisioning both may take seconds).
+    let started = Instant::now();
     client.provision(&idle, &req, READY).await.unwrap();
     client.provision(&touched, &req, READY).await.unwrap();
 
-    let started = Instant::now();
     let released = loop {
         assert!(
             client.touch(&touched).await.unwrap(),
