@@ -220,9 +220,60 @@ impl DockerRuntime {
         self
     }
 
-    /// The stream timeout (see [`DockerRuntime::with_stream_timeout`]).
-    pub(crate) fn stream_timeout(&self) -> Duration {
-        self.stream_timeout
+    /// Container events of `deployment`, replayed from `since`, each
+    /// reported as the container `id_of` names for its actor (the
+    /// container itself; a Swarm task's service).
+    pub(crate) fn container_events(
+        &self,
+        deployment: &Deployment,
+        since: Option<i64>,
+        id_of: fn(&bollard::models::EventActor) -> Option<String>,
+    ) -> EventStream {
+        let filters = HashMap::from([
+            ("type", vec!["container".to_owned()]),
+            ("label", vec![labels::deployment_filter(deployment)]),
+            (
+                "event",
+                ContainerAction::ALL
+                    .iter()
+                    .map(|a| a.as_str().to_owned())
+                    .collect(),
+            ),
+        ]);
+        let mut options = EventsOptionsBuilder::default().filters(&filters);
+        if let Some(t) = since {
+            // Ask Docker to replay what its buffer still has since then.
+            options = options.since(&t.to_string());
+        }
+        // The stream stays open while nothing happens, but its connect (the
+        // daemon's answer to the request) gets the stream timeout: a stuck
+        // daemon ends the stream with an error and the watcher reconnects.
+        let connect_within = self.stream_timeout.max(Duration::from_secs(1));
+        self.docker
+            .clone()
+            .with_timeout(connect_within)
+            .events(Some(options.build()))
+            .filter_map(move |item| async move {
+                match item {
+                    Err(e) => Some(Err(api("events", "the event stream")(e))),
+                    Ok(event) => {
+                        let action = ContainerAction::parse(event.action.as_deref()?)?;
+                        let actor = event.actor?;
+                        let sandbox = actor
+                            .attributes
+                            .as_ref()
+                            .and_then(|a| a.get(labels::SANDBOX))
+                            .and_then(|s| SandboxId::parse(s).ok());
+                        Some(Ok(RuntimeEvent {
+                            container: ContainerId::new(id_of(&actor)?),
+                            action,
+                            sandbox,
+                            time: event.time,
+                        }))
+                    }
+                }
+            })
+            .boxed()
     }
 
     /// Ids of the networks called exactly `name`.
@@ -1226,51 +1277,7 @@ impl Runtime for DockerRuntime {
     }
 
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
-        let filters = HashMap::from([
-            ("type", vec!["container".to_owned()]),
-            ("label", vec![labels::deployment_filter(deployment)]),
-            (
-                "event",
-                ContainerAction::ALL
-                    .iter()
-                    .map(|a| a.as_str().to_owned())
-                    .collect(),
-            ),
-        ]);
-        let mut options = EventsOptionsBuilder::default().filters(&filters);
-        if let Some(t) = since {
-            // Ask Docker to replay what its buffer still has since then.
-            options = options.since(&t.to_string());
-        }
-        // The stream stays open while nothing happens, but its connect (the
-        // daemon's answer to the request) gets the stream timeout: a stuck
-        // daemon ends the stream with an error and the watcher reconnects.
-        let connect_within = self.stream_timeout.max(Duration::from_secs(1));
-        self.docker
-            .clone()
-            .with_timeout(connect_within)
-            .events(Some(options.build()))
-            .filter_map(|item| async move {
-                match item {
-                    Err(e) => Some(Err(api("events", "the event stream")(e))),
-                    Ok(event) => {
-                        let action = ContainerAction::parse(event.action.as_deref()?)?;
-                        let actor = event.actor?;
-                        let sandbox = actor
-                            .attributes
-                            .as_ref()
-                            .and_then(|a| a.get(labels::SANDBOX))
-                            .and_then(|s| SandboxId::parse(s).ok());
-                        Some(Ok(RuntimeEvent {
-                            container: ContainerId::new(actor.id?),
-                            action,
-                            sandbox,
-                            time: event.time,
-                        }))
-                    }
-                }
-            })
-            .boxed()
+        self.container_events(deployment, since, |actor| actor.id.clone())
     }
 
     fn removed_networks(&self) -> NetworkStream {

@@ -20,8 +20,8 @@ use crate::domain::labels::{self, ContainerLabels};
 use crate::domain::pool::PooledContainer;
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
-    Runtime, RuntimeError, RuntimeEvent, TemplateJob,
+    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
+    RuntimeError, TemplateJob,
 };
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -34,9 +34,9 @@ use bollard::models::{
     TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::{
-    EventsOptionsBuilder, ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
-    ListSecretsOptionsBuilder, ListServicesOptionsBuilder, ListTasksOptionsBuilder,
-    ListVolumesOptionsBuilder, RemoveVolumeOptions,
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListSecretsOptionsBuilder,
+    ListServicesOptionsBuilder, ListTasksOptionsBuilder, ListVolumesOptionsBuilder,
+    RemoveVolumeOptions,
 };
 use bollard::Docker;
 use futures::StreamExt;
@@ -210,59 +210,43 @@ impl SwarmRuntime {
     /// Removes the secrets and this node's tmpfs volumes of the service
     /// called `name`; what is still in use stays for the orphan collection.
     async fn remove_parts(&self, name: &str) {
-        let filter = HashMap::from([("label", vec![format!("{SERVICE}={name}")])]);
-        let secrets = self
-            .docker
-            .list_secrets(Some(
-                ListSecretsOptionsBuilder::default()
-                    .filters(&filter)
-                    .build(),
-            ))
-            .await
-            .unwrap_or_default();
-        for id in secrets.into_iter().filter_map(|s| s.id) {
-            if let Err(e) = self.docker.delete_secret(&id).await {
-                tracing::debug!(service = name, error = %e, "secret not removed yet");
-            }
-        }
-        let volumes = self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::default()
-                    .filters(&filter)
-                    .build(),
-            ))
-            .await
-            .map(|v| v.volumes.unwrap_or_default())
-            .unwrap_or_default();
-        for v in volumes {
-            if let Err(e) = self
-                .docker
-                .remove_volume(&v.name, None::<RemoveVolumeOptions>)
-                .await
-            {
-                tracing::debug!(service = name, volume = v.name, error = %e, "tmpfs volume not removed yet");
-            }
-        }
+        self.remove_parts_where(format!("{SERVICE}={name}"), |_, _| true)
+            .await;
     }
 
     /// Removes `deployment`'s secrets and this node's tmpfs volumes whose
     /// service is gone (a removal that could not finish, a crash between
     /// creating a secret and its service), once older than [`ORPHAN_AGE`].
     async fn collect_orphans(&self, deployment: &Deployment, services: &[String]) {
-        let filter = HashMap::from([("label", vec![format!("{PART_OF}={deployment}")])]);
-        let orphan = |labels: Option<&HashMap<String, String>>| {
-            labels
-                .and_then(|l| l.get(SERVICE))
-                .is_some_and(|s| !services.contains(s))
-        };
-        let old = |created: Option<chrono::DateTime<chrono::Utc>>| {
-            created.is_some_and(|c| {
-                (chrono::Utc::now() - c)
-                    .to_std()
-                    .is_ok_and(|age| age > ORPHAN_AGE)
+        let removed = self
+            .remove_parts_where(format!("{PART_OF}={deployment}"), |labels, created| {
+                let orphan = labels
+                    .and_then(|l| l.get(SERVICE))
+                    .is_some_and(|s| !services.contains(s));
+                let old = created.is_some_and(|c| {
+                    (chrono::Utc::now() - c)
+                        .to_std()
+                        .is_ok_and(|age| age > ORPHAN_AGE)
+                });
+                orphan && old
             })
-        };
+            .await;
+        if removed > 0 {
+            tracing::info!(removed, "orphan swarm secrets and tmpfs volumes removed");
+        }
+    }
+
+    /// Removes the secrets and this node's tmpfs volumes labelled `label`
+    /// (`key=value`) that `doomed` picks by their labels and creation
+    /// time; one still in use (a task still stopping) is left for next
+    /// time. Returns how many went.
+    async fn remove_parts_where(
+        &self,
+        label: String,
+        doomed: impl Fn(Option<&HashMap<String, String>>, Option<chrono::DateTime<chrono::Utc>>) -> bool,
+    ) -> usize {
+        let filter = HashMap::from([("label", vec![label])]);
+        let mut removed = 0;
         let secrets = self
             .docker
             .list_secrets(Some(
@@ -274,12 +258,12 @@ impl SwarmRuntime {
             .unwrap_or_default();
         for s in secrets {
             let labels = s.spec.as_ref().and_then(|s| s.labels.as_ref());
-            if orphan(labels) && old(time(s.created_at)) {
-                if let Some(id) = &s.id {
-                    if self.docker.delete_secret(id).await.is_ok() {
-                        tracing::info!(secret = id, "orphan swarm secret removed");
-                    }
-                }
+            let (Some(id), true) = (&s.id, doomed(labels, time(s.created_at))) else {
+                continue;
+            };
+            match self.docker.delete_secret(id).await {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::debug!(secret = id, error = %e, "secret not removed yet"),
             }
         }
         let volumes = self
@@ -293,22 +277,26 @@ impl SwarmRuntime {
             .map(|v| v.volumes.unwrap_or_default())
             .unwrap_or_default();
         for v in volumes {
-            if orphan(Some(&v.labels)) && old(time(v.created_at)) {
-                // In use (a task still stopping) is refused: next time.
-                if self
-                    .docker
-                    .remove_volume(&v.name, None::<RemoveVolumeOptions>)
-                    .await
-                    .is_ok()
-                {
-                    tracing::info!(volume = v.name, "orphan swarm tmpfs volume removed");
+            if !doomed(Some(&v.labels), time(v.created_at)) {
+                continue;
+            }
+            match self
+                .docker
+                .remove_volume(&v.name, None::<RemoveVolumeOptions>)
+                .await
+            {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::debug!(volume = v.name, error = %e, "tmpfs volume not removed yet")
                 }
             }
         }
+        removed
     }
 
-    /// Sets the placement gauge from `services` and their `tasks`.
-    async fn record_placement(&self, observed: &[(String, ContainerState, Option<String>)]) {
+    /// Sets the placement gauge from each engine's state and the node id
+    /// of its current task.
+    async fn record_placement(&self, observed: &[(ContainerState, Option<String>)]) {
         let nodes: HashMap<String, String> = self
             .docker
             .list_nodes(None)
@@ -321,7 +309,7 @@ impl SwarmRuntime {
             })
             .collect();
         let mut counts = BTreeMap::new();
-        for (_, state, node) in observed {
+        for (state, node) in observed {
             let node = node
                 .as_ref()
                 .map(|id| nodes.get(id).cloned().unwrap_or_else(|| id.clone()))
@@ -653,7 +641,7 @@ impl Runtime for SwarmRuntime {
             }
             let task = current(by_service.get(id).into_iter().flatten().copied());
             let state = service_state(task);
-            placement.push((id.to_owned(), state, task.and_then(|t| t.node_id.clone())));
+            placement.push((state, task.and_then(|t| t.node_id.clone())));
             let networks = spec
                 .task_template
                 .as_ref()
@@ -1075,46 +1063,9 @@ impl Runtime for SwarmRuntime {
     /// The container events of this node's tasks, each as its service's:
     /// a task that dies elsewhere is seen at the next relist.
     fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
-        let filters = HashMap::from([
-            ("type", vec!["container".to_owned()]),
-            ("label", vec![labels::deployment_filter(deployment)]),
-            (
-                "event",
-                ContainerAction::ALL
-                    .iter()
-                    .map(|a| a.as_str().to_owned())
-                    .collect(),
-            ),
-        ]);
-        let mut options = EventsOptionsBuilder::default().filters(&filters);
-        if let Some(t) = since {
-            options = options.since(&t.to_string());
-        }
-        let connect_within = self.node.stream_timeout().max(Duration::from_secs(1));
-        self.docker
-            .clone()
-            .with_timeout(connect_within)
-            .events(Some(options.build()))
-            .filter_map(|item| async move {
-                match item {
-                    Err(e) => Some(Err(api("events", "the event stream")(e))),
-                    Ok(event) => {
-                        let action = ContainerAction::parse(event.action.as_deref()?)?;
-                        let attributes = event.actor?.attributes?;
-                        let service = attributes.get(TASK_SERVICE_ID)?;
-                        let sandbox = attributes
-                            .get(labels::SANDBOX)
-                            .and_then(|s| SandboxId::parse(s).ok());
-                        Some(Ok(RuntimeEvent {
-                            container: ContainerId::new(service.clone()),
-                            action,
-                            sandbox,
-                            time: event.time,
-                        }))
-                    }
-                }
-            })
-            .boxed()
+        self.node.container_events(deployment, since, |actor| {
+            actor.attributes.as_ref()?.get(TASK_SERVICE_ID).cloned()
+        })
     }
 
     /// Removed overlays under sandboxd's names for them, as far as this
