@@ -16,8 +16,8 @@
 mod common;
 
 use common::{
-    eventually, exec_in, host_pg_url, remove_networks_labelled, remove_secrets_labelled,
-    remove_services_labelled, remove_volumes_labelled, request, sandbox_id, Agent, TestEnv,
+    create_closed_gateway_bridge, docker, docker_ok, eventually, exec_in, host_pg_url,
+    remove_swarm_objects, request, sandbox_id, Agent, TestEnv,
 };
 use sandboxd::adapters::swarm::docker_name;
 use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
@@ -25,29 +25,10 @@ use sandboxd::client::{Client, ClientError, SandboxRequest};
 use sandboxd::config::{Backend, SwarmPublish};
 use sandboxd::domain::{Phase, SandboxStatus};
 use sqlx::{Connection, PgConnection};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(120);
-
-fn docker(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run docker")
-}
-
-fn docker_ok(args: &[&str]) -> String {
-    let out = docker(args);
-    assert!(
-        out.status.success(),
-        "docker {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// How many tests use the Swarm, and whether they created it.
 static SWARM: Mutex<(usize, bool)> = Mutex::new((0, false));
@@ -64,20 +45,7 @@ impl Swarm {
             let state = docker_ok(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
             users.1 = state != "active";
             if users.1 {
-                docker(&["network", "rm", "docker_gwbridge"]);
-                docker_ok(&[
-                    "network",
-                    "create",
-                    "--driver",
-                    "bridge",
-                    "--opt",
-                    "com.docker.network.bridge.name=docker_gwbridge",
-                    "--opt",
-                    "com.docker.network.bridge.enable_ip_masquerade=false",
-                    "--opt",
-                    "com.docker.network.bridge.enable_icc=false",
-                    "docker_gwbridge",
-                ]);
+                create_closed_gateway_bridge();
                 docker_ok(&["swarm", "init", "--advertise-addr", "127.0.0.1"]);
             }
         }
@@ -97,23 +65,15 @@ impl Drop for Swarm {
     }
 }
 
-/// Removes what a test's deployment left (services first: their secrets,
-/// volumes and networks are in use until their tasks are gone).
+/// Removes what a test's deployment left.
 struct Cleanup(String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        remove_services_labelled(&format!("io.sandboxd.deployment={}", self.0));
-        let tasks = format!("label=io.sandboxd.deployment={}", self.0);
-        for _ in 0..100 {
-            if docker(&["ps", "-aq", "--filter", &tasks]).stdout.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        remove_secrets_labelled(&format!("io.sandboxd.swarm-deployment={}", self.0));
-        remove_volumes_labelled(&format!("io.sandboxd.swarm-deployment={}", self.0));
-        remove_networks_labelled(&format!("io.sandboxd.deployment={}", self.0));
+        remove_swarm_objects(
+            &format!("io.sandboxd.deployment={}", self.0),
+            &format!("io.sandboxd.swarm-deployment={}", self.0),
+        );
     }
 }
 

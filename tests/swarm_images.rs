@@ -13,10 +13,7 @@
 
 mod common;
 
-use common::{
-    engine_container_spec, remove_containers_labelled, remove_networks_labelled,
-    remove_secrets_labelled, remove_services_labelled, remove_volumes_labelled, sandbox_id,
-};
+use common::{docker, docker_ok, engine_container_spec, remove_swarm_objects, sandbox_id};
 use sandboxd::ports::runtime::ContainerSpec;
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -24,24 +21,6 @@ use std::time::{Duration, Instant};
 
 /// Label on everything this test creates.
 const LABEL: &str = "io.sandboxd.test-swarm";
-
-fn docker(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run docker")
-}
-
-fn docker_ok(args: &[&str]) -> String {
-    let out = docker(args);
-    assert!(
-        out.status.success(),
-        "docker {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// A single-node Swarm for the test's length: left (and the bridge Swarm
 /// mode adds removed) when dropped, if this test created it.
@@ -69,29 +48,13 @@ impl Drop for Swarm {
     }
 }
 
-/// Removes what the test created (services first: their secrets, networks
-/// and volumes are in use until their tasks are gone).
+/// Removes what the test created.
 struct Cleanup(String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let label = format!("{LABEL}={}", self.0);
-        remove_services_labelled(&label);
-        // The tasks' containers (labelled like the rest) go after the
-        // services; their volumes are in use until then.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline
-            && !docker(&["ps", "-aq", "--filter", &format!("label={label}")])
-                .stdout
-                .is_empty()
-        {
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        // Agents an aborted check left behind.
-        remove_containers_labelled(&label);
-        remove_secrets_labelled(&label);
-        remove_volumes_labelled(&label);
-        remove_networks_labelled(&label);
+        remove_swarm_objects(&label, &label);
     }
 }
 

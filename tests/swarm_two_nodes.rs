@@ -11,7 +11,10 @@
 
 mod common;
 
-use common::{eventually, exec_in, request, sandbox_id, Agent, TestEnv};
+use common::{
+    create_closed_gateway_bridge, docker, docker_ok, eventually, exec_in, request, sandbox_id,
+    Agent, TestEnv,
+};
 use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
 use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::{Backend, SwarmPublish};
@@ -26,24 +29,6 @@ const READY: Duration = Duration::from_secs(120);
 /// the fixture creates).
 const MANAGER_ADDR: &str = "10.210.0.1";
 const GIB: i64 = 1024 * 1024 * 1024;
-
-fn docker(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run docker")
-}
-
-fn docker_ok(args: &[&str]) -> String {
-    let out = docker(args);
-    assert!(
-        out.status.success(),
-        "docker {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 fn fixture(command: &str, state: &std::path::Path) -> String {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/swarm-worker.sh");
@@ -85,20 +70,7 @@ impl TwoNodes {
             "the engine must not be in a Swarm already"
         );
         fixture("net", &state_s);
-        docker(&["network", "rm", "docker_gwbridge"]);
-        docker_ok(&[
-            "network",
-            "create",
-            "--driver",
-            "bridge",
-            "--opt",
-            "com.docker.network.bridge.name=docker_gwbridge",
-            "--opt",
-            "com.docker.network.bridge.enable_ip_masquerade=false",
-            "--opt",
-            "com.docker.network.bridge.enable_icc=false",
-            "docker_gwbridge",
-        ]);
+        create_closed_gateway_bridge();
         docker_ok(&["swarm", "init", "--advertise-addr", MANAGER_ADDR]);
         let mut this = this;
         this.worker = fixture("up", &state_s);
@@ -282,11 +254,10 @@ fn scopeguard(deployment: String) -> impl Drop {
     struct Guard(String);
     impl Drop for Guard {
         fn drop(&mut self) {
-            common::remove_services_labelled(&format!("io.sandboxd.deployment={}", self.0));
-            std::thread::sleep(Duration::from_secs(3));
-            common::remove_secrets_labelled(&format!("io.sandboxd.swarm-deployment={}", self.0));
-            common::remove_volumes_labelled(&format!("io.sandboxd.swarm-deployment={}", self.0));
-            common::remove_networks_labelled(&format!("io.sandboxd.deployment={}", self.0));
+            common::remove_swarm_objects(
+                &format!("io.sandboxd.deployment={}", self.0),
+                &format!("io.sandboxd.swarm-deployment={}", self.0),
+            );
         }
     }
     Guard(deployment)

@@ -390,6 +390,67 @@ pub fn remove_secrets_labelled(label: &str) {
     remove_labelled(&["secret", "ls", "-q"], &["secret", "rm"], label);
 }
 
+/// Removes the Swarm services carrying `label` (`key=value`), waits (up to
+/// 30 s) until their tasks' containers are gone, then removes what they
+/// leave: containers and networks carrying `label`, secrets and volumes
+/// carrying `parts`.
+pub fn remove_swarm_objects(label: &str, parts: &str) {
+    remove_services_labelled(label);
+    let filter = format!("label={label}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline
+        && !docker(&["ps", "-aq", "--filter", &filter])
+            .stdout
+            .is_empty()
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    remove_containers_labelled(label);
+    remove_secrets_labelled(parts);
+    remove_volumes_labelled(parts);
+    remove_networks_labelled(label);
+}
+
+/// `docker ARGS` with the CLI, whatever its outcome.
+pub fn docker(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run docker")
+}
+
+/// `docker ARGS`, which must succeed; its standard output, trimmed.
+pub fn docker_ok(args: &[&str]) -> String {
+    let out = docker(args);
+    assert!(
+        out.status.success(),
+        "docker {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Creates Swarm's gateway bridge (removing one an earlier Swarm left) so
+/// that it neither masquerades nor lets its containers talk, as the Swarm
+/// backend requires with `--swarm-publish host`; before `docker swarm init`.
+pub fn create_closed_gateway_bridge() {
+    docker(&["network", "rm", "docker_gwbridge"]);
+    docker_ok(&[
+        "network",
+        "create",
+        "--driver",
+        "bridge",
+        "--opt",
+        "com.docker.network.bridge.name=docker_gwbridge",
+        "--opt",
+        "com.docker.network.bridge.enable_ip_masquerade=false",
+        "--opt",
+        "com.docker.network.bridge.enable_icc=false",
+        "docker_gwbridge",
+    ]);
+}
+
 /// `docker LIST --filter label=LABEL`, then `docker REMOVE` of what it listed.
 fn remove_labelled(list: &[&str], remove: &[&str], label: &str) {
     let ids = std::process::Command::new("docker")
