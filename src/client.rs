@@ -4,9 +4,10 @@
 //! in plain SQL (see README).
 
 use crate::adapters::postgres::{self, PgStore, STATUS_CHANNEL};
+use crate::domain::event::RecordedEvent;
 use crate::domain::id::SandboxId;
 use crate::domain::identity::Incarnation;
-use crate::domain::sandbox::{Phase, SandboxStatus};
+use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
 use crate::ports::store::{Store, StoreError, NOTIFY_EVERY_ROW};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -161,9 +162,7 @@ fn settled(
     status: &SandboxStatus,
     revision: &Revision,
 ) -> Option<Result<SandboxStatus, ClientError>> {
-    if status.incarnation.as_ref() != Some(&revision.incarnation)
-        || status.observed_generation < revision.generation
-    {
+    if !is_of(status, revision) {
         return None;
     }
     match status.phase {
@@ -174,6 +173,25 @@ fn settled(
         })),
         Phase::Pending | Phase::Provisioning | Phase::Healing | Phase::Terminating => None,
     }
+}
+
+/// Whether `status` is about `revision`: its incarnation, its generation
+/// or a later one.
+fn is_of(status: &SandboxStatus, revision: &Revision) -> bool {
+    status.incarnation.as_ref() == Some(&revision.incarnation)
+        && status.observed_generation >= revision.generation
+}
+
+/// What a waiter saw: the phase of the status of the revision it waits for
+/// (`pending` until there is one) and its message.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress<'a> {
+    /// Since the wait began.
+    pub elapsed: Duration,
+    /// The phase.
+    pub phase: Phase,
+    /// Why (empty when ready).
+    pub message: &'a str,
 }
 
 /// A handle on the state database for orchestrators.
@@ -292,15 +310,44 @@ impl Client {
         revision: &Revision,
         timeout: Duration,
     ) -> Result<SandboxStatus, ClientError> {
+        self.wait_ready_watching(id, revision, timeout, |_| {})
+            .await
+    }
+
+    /// [`Client::wait_ready`], telling `watch` each phase (and message) the
+    /// sandbox goes through as it is seen, the first one included. Until
+    /// sandboxd has written a status of `revision`, the phase is `pending`.
+    pub async fn wait_ready_watching(
+        &self,
+        id: &SandboxId,
+        revision: &Revision,
+        timeout: Duration,
+        mut watch: impl FnMut(Progress<'_>),
+    ) -> Result<SandboxStatus, ClientError> {
         // The listener has its own connection, outside the pool: waiters
         // must not starve the pool they read their status with.
         let mut listener = postgres::listen(self.store.pool(), &[STATUS_CHANNEL]).await?;
-        let deadline = tokio::time::Instant::now() + timeout;
+        let started = tokio::time::Instant::now();
+        let deadline = started + timeout;
         let mut last_phase = "none".to_owned();
+        let mut shown: Option<(Phase, String)> = None;
         loop {
             // Check after subscribing, and after every wake-up or tick: a
             // NOTIFY lost to a reconnect costs at most one tick.
-            if let Some(s) = self.store.fetch_status(id).await? {
+            let status = self.store.fetch_status(id).await?;
+            let seen = match &status {
+                Some(s) if is_of(s, revision) => (s.phase, s.message.clone()),
+                _ => (Phase::Pending, String::new()),
+            };
+            if shown.as_ref() != Some(&seen) {
+                watch(Progress {
+                    elapsed: started.elapsed(),
+                    phase: seen.0,
+                    message: &seen.1,
+                });
+                shown = Some(seen);
+            }
+            if let Some(s) = status {
                 last_phase = s.phase.to_string();
                 if let Some(outcome) = settled(&s, revision) {
                     return outcome;
@@ -391,6 +438,69 @@ impl Client {
     pub async fn list(&self) -> Result<Vec<SandboxStatus>, ClientError> {
         Ok(self.store.list_status().await?)
     }
+
+    /// The desired row, if it exists (and the connecting role may see it).
+    pub async fn desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, ClientError> {
+        Ok(self.store.fetch_desired(id).await?)
+    }
+
+    /// What `list` and `describe` show of each desired row the connecting
+    /// role may see, by id.
+    pub async fn rows(&self) -> Result<BTreeMap<String, RowSummary>, ClientError> {
+        self.row_summaries(None).await
+    }
+
+    /// [`Client::rows`] of one sandbox.
+    pub async fn row(&self, id: &SandboxId) -> Result<Option<RowSummary>, ClientError> {
+        Ok(self.row_summaries(Some(id)).await?.into_values().next())
+    }
+
+    async fn row_summaries(
+        &self,
+        id: Option<&SandboxId>,
+    ) -> Result<BTreeMap<String, RowSummary>, ClientError> {
+        let rows: Vec<(String, i64, DateTime<Utc>, Vec<String>)> = sqlx::query_as(
+            "SELECT id, generation, created_at, services FROM sandbox_desired
+              WHERE $1::text IS NULL OR id = $1",
+        )
+        .bind(id.map(SandboxId::as_str))
+        .fetch_all(self.store.pool())
+        .await
+        .map_err(query("read desired rows"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, generation, created_at, services)| {
+                let summary = RowSummary {
+                    generation,
+                    created_at,
+                    services,
+                };
+                (id, summary)
+            })
+            .collect())
+    }
+
+    /// The newest `limit` events of the sandbox, oldest first (those the
+    /// connecting role may see: an orchestrator sees the events of the
+    /// rows it may read).
+    pub async fn events(
+        &self,
+        id: &SandboxId,
+        limit: u32,
+    ) -> Result<Vec<RecordedEvent>, ClientError> {
+        Ok(self.store.events(id, limit).await?)
+    }
+}
+
+/// What `sandboxd list` and `describe` show of a desired row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowSummary {
+    /// `sandbox_desired.generation`.
+    pub generation: i64,
+    /// When the row was inserted (this incarnation).
+    pub created_at: DateTime<Utc>,
+    /// The engines it asks for, as written.
+    pub services: Vec<String>,
 }
 
 #[cfg(test)]

@@ -324,7 +324,19 @@ pub struct ControllerConfig {
     /// Warm pools: ready, unclaimed containers kept per engine and
     /// feature set (empty: off).
     pub warm_pool: BTreeMap<PoolKey, usize>,
+    /// How many events each sandbox keeps in `sandbox_events` (its newest).
+    pub events_per_sandbox: u32,
+    /// Events that last happened longer ago than this are deleted (at
+    /// relists).
+    pub event_retention: Duration,
 }
+
+/// How many events a sandbox keeps unless `--events-per-sandbox` says
+/// otherwise.
+pub const DEFAULT_EVENTS_PER_SANDBOX: u32 = 50;
+
+/// The most `--events-per-sandbox` may keep.
+pub const MAX_EVENTS_PER_SANDBOX: u32 = 1000;
 
 impl ControllerConfig {
     /// Defaults for `deployment`.
@@ -369,6 +381,8 @@ impl ControllerConfig {
             holder: default_holder(),
             breaker: BreakerPolicy::default(),
             warm_pool: BTreeMap::new(),
+            events_per_sandbox: DEFAULT_EVENTS_PER_SANDBOX,
+            event_retention: Duration::from_secs(24 * 3600),
         }
     }
 

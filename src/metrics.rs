@@ -130,6 +130,8 @@ pub struct Metrics {
     reconcile_panics: IntCounterVec,
     reconcile_time: HistogramVec,
     reconcile_timeouts: IntCounter,
+    events: IntCounterVec,
+    events_lost: IntCounter,
     active_workers: IntGaugeVec,
     max_concurrent: IntGaugeVec,
     queue_depth: IntGaugeVec,
@@ -389,6 +391,14 @@ impl Metrics {
                 "sandboxd_relist_drift_total",
                 "Containers whose state a periodic relist found different from what the event stream said"
             )),
+            events: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_events_total", "Events recorded in sandbox_events, by reason (provisioned, claimed, healed, rotated, reaped, failed, backoff)"),
+                &["reason"]
+            )),
+            events_lost: reg!(IntCounter::new(
+                "sandboxd_events_lost_total",
+                "Events that could not be written to sandbox_events (the state database failed; the reconcile went on)"
+            )),
             heals: reg!(IntCounterVec::new(
                 Opts::new("sandboxd_heals_total", "Engine containers replaced with the same credentials, by engine and cause (exited, oom, removed)"),
                 &["engine", "cause"]
@@ -497,6 +507,9 @@ impl Metrics {
         for phase in Phase::ALL {
             m.sandboxes.with_label_values(&[phase.as_str()]);
         }
+        for reason in crate::domain::event::EventReason::ALL {
+            m.events.with_label_values(&[reason.as_str()]);
+        }
         for ok in [true, false] {
             m.image_pulls.with_label_values(&[outcome(ok)]);
             m.image_builds.with_label_values(&[outcome(ok)]);
@@ -564,6 +577,18 @@ impl Metrics {
     /// Seconds from a desired-row change to a status observing its generation.
     pub(crate) fn generation_lag(&self, seconds: f64) {
         self.generation_lag.observe(seconds);
+    }
+
+    /// Events written to `sandbox_events`.
+    pub(crate) fn events_recorded(&self, events: &[crate::domain::event::Event]) {
+        for e in events {
+            self.events.with_label_values(&[e.reason.as_str()]).inc();
+        }
+    }
+
+    /// Events that could not be written.
+    pub(crate) fn events_lost(&self, n: usize) {
+        self.events_lost.inc_by(n as u64);
     }
 
     /// One reconcile abandoned at its deadline.

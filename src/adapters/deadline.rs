@@ -14,7 +14,7 @@ use crate::ports::runtime::{
     ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
     RuntimeError, TemplateJob,
 };
-use crate::ports::store::{NotifyStream, Store, StoreError};
+use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::future::Future;
@@ -352,6 +352,16 @@ impl Store for BoundedStore {
     async fn delete_claim(&self, container: &ContainerId, term: Term) -> Result<(), StoreError> {
         let call = self.inner.delete_claim(container, term);
         store_call("delete a pool claim", self.after, call).await
+    }
+
+    async fn record_events(&self, batch: EventBatch<'_>, term: Term) -> Result<(), StoreError> {
+        let call = self.inner.record_events(batch, term);
+        store_call("record events", self.after, call).await
+    }
+
+    async fn prune_events(&self, age: Duration) -> Result<u64, StoreError> {
+        let call = self.inner.prune_events(age);
+        store_call("prune events", self.after, call).await
     }
 
     async fn acquire_lease(

@@ -10,6 +10,7 @@
 //! read or panicking in a decoder.
 
 use crate::domain::breaker::ReapingState;
+use crate::domain::event::RecordedEvent;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
@@ -17,7 +18,7 @@ use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, Services};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};
-use crate::ports::store::{NotifyStream, Store, StoreError};
+use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -201,6 +202,38 @@ impl PgStore {
         .await
         .map_err(query("sync features"))?;
         tx.commit().await.map_err(query("commit"))
+    }
+
+    /// The newest `limit` events of sandbox `id`, oldest first (what the
+    /// connecting role may see of them).
+    pub async fn events(
+        &self,
+        id: &SandboxId,
+        limit: u32,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT last_at, first_at, count, reason, engine, detail, message FROM (
+                 SELECT * FROM sandbox_events WHERE sandbox_id = $1 ORDER BY seq DESC LIMIT $2
+             ) newest ORDER BY seq",
+        )
+        .bind(id.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query("read events"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(RecordedEvent {
+                    last_at: r.try_get("last_at").map_err(query("read events"))?,
+                    first_at: r.try_get("first_at").map_err(query("read events"))?,
+                    count: r.try_get("count").map_err(query("read events"))?,
+                    reason: r.try_get("reason").map_err(query("read events"))?,
+                    engine: r.try_get("engine").map_err(query("read events"))?,
+                    detail: r.try_get("detail").map_err(query("read events"))?,
+                    message: r.try_get("message").map_err(query("read events"))?,
+                })
+            })
+            .collect()
     }
 
     /// Resumes reaping after the breaker paused it (`sandbox_resume_reaping`,
@@ -974,6 +1007,46 @@ impl Store for PgStore {
         } else {
             Err(StoreError::Fenced { term })
         }
+    }
+
+    async fn record_events(&self, batch: EventBatch<'_>, term: Term) -> Result<(), StoreError> {
+        if batch.events.is_empty() {
+            return Ok(());
+        }
+        let events: Vec<serde_json::Value> = batch
+            .events
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "reason": e.reason.as_str(),
+                    "engine": e.engine,
+                    "detail": e.detail,
+                    "message": e.message,
+                })
+            })
+            .collect();
+        sqlx::query("SELECT sandbox_record_events($1, $2, $3::uuid, $4, $5, $6)")
+            .bind(term.0)
+            .bind(batch.sandbox.as_str())
+            .bind(batch.incarnation.map(Incarnation::as_str))
+            .bind(batch.owner)
+            .bind(serde_json::Value::Array(events))
+            .bind(i32::try_from(batch.keep).unwrap_or(i32::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(fenced(term, "record events"))?;
+        Ok(())
+    }
+
+    async fn prune_events(&self, age: Duration) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM sandbox_events WHERE last_at < now() - $1 * interval '1 millisecond'",
+        )
+        .bind(millis(age))
+        .execute(&self.pool)
+        .await
+        .map_err(query("prune events"))?;
+        Ok(done.rows_affected())
     }
 
     async fn acquire_lease(

@@ -415,6 +415,7 @@ async fn take_over(
         credentials.clone(),
         available,
         instance,
+        image,
     );
     Ok((id.clone(), status))
 }

@@ -10,6 +10,7 @@ use super::volume;
 use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
 use crate::domain::container::ExecOutput;
+use crate::domain::event::Origin;
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::labels::ContainerLabels;
 use crate::domain::network::candidate_name;
@@ -186,7 +187,7 @@ pub(crate) async fn provision(
     cause: Option<HealCause>,
     commit: &Commit,
     reserved: &Reserved<'_>,
-) -> Result<ServiceStatus, ProvisionError> {
+) -> Result<Provisioned, ProvisionError> {
     let engine = ctx
         .engines
         .get(p.engine)
@@ -207,10 +208,11 @@ pub(crate) async fn provision(
         create(ctx, desired, engine, p, commit.network(), reserved).await,
         &p.retire,
     ) {
-        (Ok((_, status)), None) => Ok(status),
-        (Ok((new, status)), Some(old)) => {
+        (Ok((_, status, origin)), None) => Ok((status, origin)),
+        (Ok((new, status, origin)), Some(old)) => {
             rotation::switch(ctx, commit, p.engine, &new, old, status)
                 .await
+                .map(|status| (status, origin))
                 .map_err(ProvisionError::from)
         }
         (Err(e), Some(_)) => Err(ProvisionError::RotationAbandoned(Box::new(e))),
@@ -238,7 +240,23 @@ pub(crate) async fn provision(
         }
         Err(e) => tracing::warn!(error = %e, "provisioning failed"),
     }
-    result
+    result.map(|(status, origin)| Provisioned {
+        status,
+        origin,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// An engine provisioned: its status, where its container came from and
+/// how long it took.
+#[derive(Debug)]
+pub(crate) struct Provisioned {
+    /// The status to publish.
+    pub(crate) status: ServiceStatus,
+    /// Where the container came from.
+    pub(crate) origin: Origin,
+    /// How long the provision took.
+    pub(crate) elapsed: Duration,
 }
 
 /// A rotation in place (a persistent sandbox's, or any under a runtime
@@ -269,7 +287,7 @@ async fn roll_back(
     };
     let none = Reserved::none(&ctx.pool);
     let restored = match create(ctx, desired, engine, &restore, commit.network(), &none).await {
-        Ok((_, restored)) => restored,
+        Ok((_, restored, _)) => restored,
         Err(e) => {
             return ProvisionError::RollbackFailed {
                 failure: Box::new(failure),
@@ -305,8 +323,8 @@ pub(crate) async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) 
 /// new container (`p.retire` is set) is built next to the running one:
 /// under a temporary name, without the engine's network alias and on a
 /// host port of its own, so that clients keep reaching the old one.
-/// Returns the container and its
-/// status (published under the engine's name and alias).
+/// Returns the container, its status (published under the engine's name
+/// and alias) and where it came from.
 async fn create(
     ctx: &Context,
     desired: &DesiredSandbox,
@@ -314,7 +332,7 @@ async fn create(
     p: &Provision,
     network: &str,
     reserved: &Reserved<'_>,
-) -> Result<(ContainerId, ServiceStatus), ProvisionError> {
+) -> Result<(ContainerId, ServiceStatus, Origin), ProvisionError> {
     let config = &ctx.config;
     let runtime = ctx.runtime.as_ref();
     let image = config.images.image_for(engine, !p.features.is_empty());
@@ -365,7 +383,8 @@ async fn create(
     )
     .await
     {
-        return Ok(claimed);
+        let (id, status) = claimed;
+        return Ok((id, status, Origin::Pool));
     }
 
     let placement = network::placement(config, &desired.id, p.engine, network);
@@ -425,12 +444,12 @@ async fn create(
 
     match bring_up(ctx, engine, &id, &name, &credentials, &p.features, &image).await {
         Ok((host_port, available)) => {
-            let from = if spec.template.is_some() {
-                "template"
+            let origin = if spec.template.is_some() {
+                Origin::Template
             } else {
-                "cold"
+                Origin::Cold
             };
-            ctx.metrics.container_started(p.engine, from);
+            ctx.metrics.container_started(p.engine, origin.as_str());
             let status = ready_status(
                 ctx,
                 engine,
@@ -440,8 +459,9 @@ async fn create(
                 credentials,
                 available,
                 instance,
+                &image,
             );
-            Ok((id, status))
+            Ok((id, status, origin))
         }
         Err(e) => {
             forget_template(ctx, &spec);
@@ -473,6 +493,7 @@ pub(crate) fn ready_status(
     credentials: Credentials,
     available: Vec<String>,
     instance: String,
+    image: &str,
 ) -> ServiceStatus {
     let port = engine.port();
     ServiceStatus {
@@ -492,6 +513,7 @@ pub(crate) fn ready_status(
             (Some(s), _) => s.heals,
             (None, _) => 0,
         },
+        image: image.to_owned(),
     }
 }
 

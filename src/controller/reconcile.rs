@@ -5,20 +5,24 @@
 
 use super::breaker::Held;
 use super::image::Availability;
+use super::provision::Provisioned;
 use super::rotation::{self, Commit};
 use super::Context;
 use super::{network, pool, provision, volume};
 use crate::config::NetworkLayout;
+use crate::domain::container::ObservedContainer;
 use crate::domain::crash_loop::{self, HealGate};
+use crate::domain::event::{self, Event, Journal};
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity;
+use crate::domain::identity::Incarnation;
 use crate::domain::plan::{
-    self, Action, HealCause, OwnerState, Plan, ProvisionReason, ReapReason, Wanted,
+    self, Action, HealCause, OwnerState, Plan, Provision, ProvisionReason, ReapReason, Wanted,
 };
-use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
+use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use crate::domain::status::{self, Failure, Outcomes, Publish};
 use crate::ports::runtime::RuntimeError;
-use crate::ports::store::StoreError;
+use crate::ports::store::{EventBatch, StoreError};
 use futures::future::join_all;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -59,22 +63,83 @@ pub(crate) enum Next {
 /// dropped where it waits (a container it created but did not publish is
 /// replaced by the next one), counted, and reported as
 /// [`ReconcileError::TimedOut`], so its worker slot is freed and the key
-/// is retried with backoff.
+/// is retried with backoff. What it did until then is still recorded as
+/// events.
 pub(crate) async fn bounded(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
-    let after = ctx.config.reconcile_timeout;
-    match tokio::time::timeout(after, reconcile(ctx, id)).await {
-        Ok(result) => result,
-        Err(_) => {
-            // The queue's handler logs it with the sandbox id.
-            ctx.metrics.reconcile_timed_out();
-            Err(ReconcileError::TimedOut(after))
+    within(ctx, id, Some(ctx.config.reconcile_timeout)).await
+}
+
+/// Converges one sandbox ([`converge`]) and records what it did as events
+/// (without a deadline: the unit tests drive it).
+#[cfg(test)]
+pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
+    within(ctx, id, None).await
+}
+
+async fn within(
+    ctx: &Context,
+    id: &SandboxId,
+    deadline: Option<Duration>,
+) -> Result<Next, ReconcileError> {
+    let mut journal = Journal::default();
+    let converging = converge(ctx, id, &mut journal);
+    let result = match deadline {
+        None => converging.await,
+        Some(after) => match tokio::time::timeout(after, converging).await {
+            Ok(result) => result,
+            Err(_) => {
+                // The queue's handler logs it with the sandbox id.
+                ctx.metrics.reconcile_timed_out();
+                Err(ReconcileError::TimedOut(after))
+            }
+        },
+    };
+    if let Err(e) = &result {
+        // Provisioning and teardown failures have their events already;
+        // a store that fails or a fenced process cannot record any.
+        if matches!(e, ReconcileError::Runtime(_) | ReconcileError::TimedOut(_)) {
+            journal.push(Event::reconcile_failed(&e.to_string()));
+        }
+    }
+    record(ctx, id, &mut journal).await;
+    result
+}
+
+/// Writes the journal's events (scrubbed of every password it saw). A
+/// failure is logged and counted, never the reconcile's: events say what
+/// happened, they decide nothing.
+async fn record(ctx: &Context, id: &SandboxId, journal: &mut Journal) {
+    if journal.is_empty() {
+        return;
+    }
+    let events = journal.take();
+    let Ok(term) = ctx.fence.check() else {
+        return;
+    };
+    let batch = EventBatch {
+        sandbox: id,
+        owner: journal.owner.as_deref().unwrap_or_default(),
+        incarnation: journal.incarnation.as_ref(),
+        events: &events,
+        keep: ctx.config.events_per_sandbox,
+    };
+    match ctx.store.record_events(batch, term).await {
+        Ok(()) => ctx.metrics.events_recorded(&events),
+        Err(e) => {
+            ctx.metrics.events_lost(events.len());
+            tracing::warn!(error = %e, events = events.len(), "could not record events");
         }
     }
 }
 
-/// Converges one sandbox: read → plan → act → publish.
+/// Converges one sandbox: read → plan → act → publish, noting in
+/// `journal` what it did.
 #[tracing::instrument(name = "reconcile", skip_all, fields(sandbox = %id))]
-pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
+async fn converge(
+    ctx: &Context,
+    id: &SandboxId,
+    journal: &mut Journal,
+) -> Result<Next, ReconcileError> {
     let state = ctx.state_id().await?;
     let desired = ctx.store.fetch_desired(id).await?;
     let mut observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
@@ -89,6 +154,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
             })?,
     );
     let previous = ctx.store.fetch_status(id).await?;
+    about(journal, desired.as_ref(), &observed, previous.as_ref());
     // Another state database's containers are not this one's to touch:
     // left out of the plan (relists count and report them).
     let (observed, foreign) = identity::partition(observed, state, previous.as_ref());
@@ -136,7 +202,7 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
     }
     let causes = heal_causes(ctx, &plan).await;
 
-    let teardown = teardown(ctx, &plan).await;
+    let teardown = teardown(ctx, &plan, journal).await;
     // The row to converge to, unless it is gone, expired or unreadable.
     let converging = desired
         .as_ref()
@@ -187,22 +253,64 @@ pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, Rec
         Some(_) => promote_all(ctx, id, &network, &plan).await,
         None => Vec::new(),
     };
+    for (engine, result) in &provisioned {
+        journal.push(Event::promoted(
+            *engine,
+            result.as_ref().err().map(String::as_str),
+        ));
+    }
     if let Some(d) = &desired {
-        provisioned
-            .extend(provision_all(ctx, d, &plan, new_request, &causes, &commit, &reserved).await);
+        let done = provision_all(ctx, d, &plan, new_request, &causes, &commit, &reserved).await;
+        for (p, result) in done {
+            let cause = causes.get(&p.engine).copied();
+            provisioned.push(match result {
+                Ok(done) => {
+                    journal.saw_service(&done.status);
+                    journal.push(Event::provisioned(
+                        p,
+                        cause,
+                        event::Done {
+                            status: &done.status,
+                            origin: done.origin,
+                            elapsed: done.elapsed,
+                            data_kept: d.persistent,
+                        },
+                    ));
+                    (p.engine, Ok(done.status))
+                }
+                Err(e) => {
+                    journal.push(Event::provision_failed(p, cause, &e));
+                    (p.engine, Err(e))
+                }
+            });
+        }
     }
     drop(reserved);
+    for (engine, why) in &names_held {
+        journal.push(Event::not_provisioned(*engine, "name", why));
+    }
     provisioned.extend(
         names_held
             .into_iter()
             .map(|(engine, why)| (engine, Err(why))),
     );
     let previous = commit.published(previous).await;
+    for (engine, result) in &image_failures {
+        if let Err(why) = result {
+            journal.push(Event::not_provisioned(*engine, "image", why));
+        }
+    }
     provisioned.extend(image_failures);
     let attach = match converging {
         Some(d) => network::sync_attached(ctx, d, &network).await?,
         None => Vec::new(),
     };
+    if !attach.is_empty() {
+        journal.push(Event::attach_failed(&attach));
+    }
+    for (engine, gate) in &held {
+        journal.push(Event::held(*engine, *gate));
+    }
     if plan.wanted != Wanted::Yes && !plan.is_waiting() && teardown.is_none() {
         if foreign.is_empty() {
             // No container of the sandbox is left: its network goes too,
@@ -380,6 +488,34 @@ fn hold_reaping(
     }
 }
 
+/// Tells `journal` whose sandbox this is (the row's owner and incarnation,
+/// or what its containers' labels and status say once the row is gone) and
+/// every password the status holds.
+fn about(
+    journal: &mut Journal,
+    desired: Option<&DesiredSandbox>,
+    observed: &[ObservedContainer],
+    previous: Option<&SandboxStatus>,
+) {
+    if let Some(status) = previous {
+        journal.saw(status);
+    }
+    let labelled = observed.first().map(|c| &c.labels);
+    journal.owner = desired
+        .map(|d| d.owner.clone())
+        .or_else(|| labelled.map(|l| l.owner.clone()));
+    journal.incarnation = desired
+        .and_then(|d| d.incarnation.clone())
+        .or_else(|| {
+            labelled.and_then(|l| {
+                l.incarnation
+                    .as_deref()
+                    .and_then(|i| Incarnation::parse(i).ok())
+            })
+        })
+        .or_else(|| previous.and_then(|s| s.incarnation.clone()));
+}
+
 /// How the row's owner container is doing.
 async fn owner_state(ctx: &Context, name: &str) -> Result<OwnerState, ReconcileError> {
     Ok(match ctx.runtime.inspect(&ContainerId::new(name)).await? {
@@ -403,20 +539,20 @@ async fn heal_causes(ctx: &Context, plan: &Plan) -> BTreeMap<EngineName, HealCau
 }
 
 /// Provisions every engine the plan creates, at once.
-async fn provision_all(
+async fn provision_all<'p>(
     ctx: &Context,
     desired: &DesiredSandbox,
-    plan: &Plan,
+    plan: &'p Plan,
     new_request: bool,
     causes: &BTreeMap<EngineName, HealCause>,
     commit: &Commit,
     reserved: &pool::Reserved<'_>,
-) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
+) -> Vec<(&'p Provision, Result<Provisioned, String>)> {
     join_all(plan.provisions().map(|p| async move {
         let cause = causes.get(&p.engine).copied();
         let result =
             provision::provision(ctx, desired, p, new_request, cause, commit, reserved).await;
-        (p.engine, result.map_err(|e| e.to_string()))
+        (p, result.map_err(|e| e.to_string()))
     }))
     .await
 }
@@ -438,16 +574,20 @@ async fn promote_all(
     .await
 }
 
-/// Runs every due teardown; all are attempted even if one fails. Returns
-/// the first failure.
-async fn teardown(ctx: &Context, plan: &Plan) -> Option<String> {
+/// Runs every due teardown; all are attempted even if one fails, and each
+/// is noted in `journal`. Returns the first failure.
+async fn teardown(ctx: &Context, plan: &Plan, journal: &mut Journal) -> Option<String> {
     let mut first_error = None;
     for t in plan.teardowns() {
-        match ctx
+        let result = ctx
             .runtime
             .remove(&t.container, ctx.config.stop_timeout)
-            .await
-        {
+            .await;
+        journal.push(Event::reaped(
+            t,
+            result.as_ref().err().map(ToString::to_string).as_deref(),
+        ));
+        match result {
             Ok(()) => {
                 ctx.metrics.reaped(t.reason);
                 tracing::info!(

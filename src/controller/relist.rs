@@ -69,6 +69,15 @@ pub(crate) async fn relist(
             // Without secrets: the judge needs none, and a fleet's
             // credentials are most of its status rows' bytes.
             let statuses = ctx.store.list_status_redacted().await?;
+            // Events age out here (each sandbox's are bounded as they are
+            // written); a failure costs nothing but a later try.
+            match ctx.store.prune_events(ctx.config.event_retention).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::debug!(pruned, "old events deleted"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not delete old events; the next relist tries again")
+                }
+            }
             Ok::<_, ControllerError>((rows, statuses))
         }
     });

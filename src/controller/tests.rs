@@ -758,6 +758,83 @@ async fn a_failed_teardown_is_retried_and_keeps_the_status() {
     assert!(h.store.status_of(&id("a")).is_none());
 }
 
+/// The reasons, details and messages of `sandbox`'s recorded events.
+fn events(h: &Harness, sandbox: &SandboxId) -> Vec<(String, Option<String>, String, u32)> {
+    h.store
+        .events_of(sandbox)
+        .into_iter()
+        .map(|(e, n)| (e.reason.as_str().to_owned(), e.detail, e.message, n))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_provision_a_heal_and_a_reap_are_recorded_as_events_with_their_cause_and_no_password() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (first, before) = h.published(&id("a"));
+    h.runtime.kill(&first, true);
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.store.delete_desired(&id("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.clock.advance(chrono::Duration::seconds(600));
+    h.look(&ctx);
+    reconcile(&ctx, &id("a")).await.unwrap();
+
+    let got = events(&h, &id("a"));
+    let reasons: Vec<(&str, Option<&str>)> = got
+        .iter()
+        .map(|(r, d, _, _)| (r.as_str(), d.as_deref()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("provisioned", Some("cold")),
+            ("healed", Some("oom")),
+            ("reaped", Some("deleted"))
+        ],
+        "{got:#?}"
+    );
+    assert!(
+        got[1].2.contains("killed for lack of memory"),
+        "{}",
+        got[1].2
+    );
+    for (_, _, message, _) in &got {
+        assert!(!message.contains(before.password.expose()), "{message}");
+    }
+    assert_eq!(h.metric("sandboxd_events_total{reason=\"healed\"}"), 1.0);
+}
+
+#[tokio::test]
+async fn a_failure_that_repeats_is_one_event_counted_and_a_sandbox_keeps_only_its_newest_events() {
+    let mut h = Harness::new();
+    h.config.events_per_sandbox = 5;
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    h.runtime.faults.set(RuntimeOp::Create, Fault::Fail(3));
+    for _ in 0..3 {
+        reconcile(&ctx, &id("a")).await.unwrap_err();
+    }
+    let got = events(&h, &id("a"));
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!((got[0].0.as_str(), got[0].3), ("failed", 3));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    for _ in 0..10 {
+        let (container, _) = h.published(&id("a"));
+        h.runtime.kill(&container, false);
+        ctx.crash_loops.forget(&id("a"));
+        reconcile(&ctx, &id("a")).await.unwrap();
+    }
+    let got = events(&h, &id("a"));
+    assert_eq!(got.len(), 5, "the newest five: {got:#?}");
+    assert!(got
+        .iter()
+        .all(|(r, d, _, _)| r == "healed" && d.as_deref() == Some("exited")));
+    assert!(got[4].2.contains("(heal 10)"), "{}", got[4].2);
+}
+
 // ---------------------------------------------------------------------------
 // The controller: queue, watches and relists around reconcile
 // ---------------------------------------------------------------------------

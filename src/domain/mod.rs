@@ -9,6 +9,7 @@ pub mod breaker;
 pub mod clock;
 pub mod container;
 pub mod crash_loop;
+pub mod event;
 pub mod id;
 pub mod identity;
 pub mod labels;

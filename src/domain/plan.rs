@@ -57,6 +57,15 @@ impl HealCause {
             HealCause::Exited => "exited",
         }
     }
+
+    /// What happened to the container, for messages.
+    pub fn phrase(self) -> &'static str {
+        match self {
+            HealCause::Removed => "its container was removed",
+            HealCause::Oom => "its container was killed for lack of memory",
+            HealCause::Exited => "its container stopped",
+        }
+    }
 }
 
 /// Why a container is torn down.

@@ -184,6 +184,10 @@ pub struct ServiceStatus {
     /// heal of a non-persistent sandbox starts with empty data).
     #[serde(default)]
     pub heals: u32,
+    /// The image the running container was created from (empty: published
+    /// by a sandboxd that did not record it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image: String,
 }
 
 impl ServiceStatus {
@@ -203,6 +207,7 @@ impl ServiceStatus {
             instance: self.instance.clone(),
             ready_at: self.ready_at,
             heals: self.heals,
+            image: self.image.clone(),
         }
     }
 }
@@ -218,6 +223,7 @@ impl fmt::Debug for ServiceStatus {
             .field("available_extensions", &self.available_extensions)
             .field("ready_at", &self.ready_at)
             .field("heals", &self.heals)
+            .field("image", &self.image)
             .finish_non_exhaustive()
     }
 }

@@ -158,7 +158,7 @@ pub fn while_provisioning(
     for p in plan.provisions() {
         if p.reason == ProvisionReason::Heal {
             let cause = causes.get(&p.engine).copied().unwrap_or(HealCause::Exited);
-            healing.push(format!("{} ({})", p.engine, heal_message(cause)));
+            healing.push(format!("{} ({})", p.engine, cause.phrase()));
         } else if p.retire.is_some() {
             rotating.push(p.engine.as_str().to_owned());
         } else {
@@ -228,15 +228,6 @@ pub fn switching(
         .collect::<Vec<_>>()
         .join("; ");
     update
-}
-
-/// Why an engine is being healed, for the status message.
-fn heal_message(cause: HealCause) -> &'static str {
-    match cause {
-        HealCause::Removed => "its container was removed",
-        HealCause::Oom => "its container was killed for lack of memory",
-        HealCause::Exited => "its container stopped",
-    }
 }
 
 /// Decides the status row and the reconcile's result once every action ran.

@@ -3,8 +3,9 @@
 
 use super::BoxError;
 use crate::domain::breaker::ReapingState;
+use crate::domain::event::Event;
 use crate::domain::id::{ContainerId, SandboxId};
-use crate::domain::identity::StateId;
+use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
@@ -74,6 +75,22 @@ pub const NOTIFY_EVERY_ROW: &str = "*";
 /// Ids from `NOTIFY sandbox_desired`, raw as sent (or [`NOTIFY_EVERY_ROW`]);
 /// the stream ends (or yields an error) when the connection drops.
 pub type NotifyStream = BoxStream<'static, Result<String, StoreError>>;
+
+/// A reconcile's events for one sandbox (see [`Store::record_events`]).
+#[derive(Debug, Clone, Copy)]
+pub struct EventBatch<'a> {
+    /// The sandbox.
+    pub sandbox: &'a SandboxId,
+    /// The row's owner (or the containers' label's once the row is gone):
+    /// what row-level security shows orchestrators by.
+    pub owner: &'a str,
+    /// The incarnation of the row the events are about, if known.
+    pub incarnation: Option<&'a Incarnation>,
+    /// The events, oldest first, already scrubbed of credentials.
+    pub events: &'a [Event],
+    /// How many events to keep for the sandbox (its newest).
+    pub keep: u32,
+}
 
 /// The state store. Every method may fail; none may be trusted to return
 /// promptly (the controller bounds each call).
@@ -147,6 +164,15 @@ pub trait Store: Send + Sync + 'static {
     async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError>;
     /// Deletes the claim of `container` (it was removed), fenced.
     async fn delete_claim(&self, container: &ContainerId, term: Term) -> Result<(), StoreError>;
+    /// Records events as the leader of `term` (fenced like
+    /// [`Store::write_status`]): an event equal to the sandbox's latest one
+    /// is counted on it instead of added, every password of the sandbox's
+    /// status is replaced by `***`, and only the newest `batch.keep` events
+    /// of the sandbox stay.
+    async fn record_events(&self, batch: EventBatch<'_>, term: Term) -> Result<(), StoreError>;
+    /// Deletes every event that last happened longer ago than `age`;
+    /// returns how many went.
+    async fn prune_events(&self, age: Duration) -> Result<u64, StoreError>;
     /// Subscribes to changes of desired rows. Subscribed once this returns.
     async fn watch_desired(&self) -> Result<NotifyStream, StoreError>;
 }

@@ -2,13 +2,14 @@
 
 use super::Faults;
 use crate::domain::breaker::ReapingState;
+use crate::domain::event::Event;
 use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
 use crate::domain::status::StatusUpdate;
-use crate::ports::store::{NotifyStream, Store, StoreError};
+use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
 use async_trait::async_trait;
 use futures::channel::mpsc;
 use futures::StreamExt;
@@ -44,6 +45,9 @@ struct Tables {
     released: std::collections::BTreeSet<String>,
     /// Claimed warm-pool containers.
     claims: BTreeMap<ContainerId, PoolClaim>,
+    /// Each sandbox's events, oldest first, with how many times each
+    /// happened in a row.
+    events: BTreeMap<SandboxId, Vec<(Event, u32)>>,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -186,6 +190,12 @@ impl FakeStore {
     /// Whether reaping is paused.
     pub(crate) fn reaping_paused(&self) -> bool {
         self.tables.lock().unwrap().reaping.paused
+    }
+
+    /// The events recorded for `id`, oldest first, with their counts.
+    pub(crate) fn events_of(&self, id: &SandboxId) -> Vec<(Event, u32)> {
+        let t = self.tables.lock().unwrap();
+        t.events.get(id).cloned().unwrap_or_default()
     }
 
     /// How many status writes succeeded.
@@ -365,6 +375,28 @@ impl Store for FakeStore {
         t.fenced(term)?;
         t.claims.remove(container);
         Ok(())
+    }
+
+    async fn record_events(&self, batch: EventBatch<'_>, term: Term) -> Result<(), StoreError> {
+        let mut t = self.tables.lock().unwrap();
+        t.fenced(term)?;
+        let kept = t.events.entry(batch.sandbox.clone()).or_default();
+        for event in batch.events {
+            match kept.last_mut() {
+                Some((last, count)) if last == event => *count += 1,
+                _ => kept.push((event.clone(), 1)),
+            }
+        }
+        let keep = batch.keep.max(1) as usize;
+        if kept.len() > keep {
+            kept.drain(..kept.len() - keep);
+        }
+        Ok(())
+    }
+
+    async fn prune_events(&self, _age: Duration) -> Result<u64, StoreError> {
+        // The fake keeps no times; its events are bounded per sandbox.
+        Ok(0)
     }
 
     async fn acquire_lease(

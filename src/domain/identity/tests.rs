@@ -68,6 +68,7 @@ fn status(instance: &str) -> SandboxStatus {
                 instance: instance.into(),
                 ready_at: None,
                 heals: 0,
+                image: String::new(),
             }),
         )]),
         network: None,

@@ -203,6 +203,7 @@ fn published(engine: &str, instance: &str, features: &[&str]) -> ServiceStatus {
         instance: instance.into(),
         ready_at: None,
         heals: 0,
+        image: String::new(),
     }
 }
 

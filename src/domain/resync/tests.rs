@@ -81,6 +81,7 @@ fn status() -> SandboxStatus {
         instance: "p1".into(),
         ready_at: Some(now() - chrono::Duration::seconds(590)),
         heals: 0,
+        image: String::new(),
     };
     SandboxStatus {
         id: SandboxId::parse("sb-1").unwrap(),

@@ -39,6 +39,7 @@ fn service(instance: &str) -> ServiceStatus {
         instance: instance.into(),
         ready_at: None,
         heals: 0,
+        image: String::new(),
     }
 }
 

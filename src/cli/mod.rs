@@ -1,7 +1,8 @@
 //! The command line: `run`, `migrate`, `apply`, `request`, `get`, `list`,
-//! `touch`, `release` (alias `delete`), `grant-orchestrator`,
-//! `revoke-orchestrator`. Every flag can also be set from the environment
-//! (`DATABASE_URL`, `SANDBOXD_*`).
+//! `describe`, `touch`, `release` (alias `delete`), `grant-orchestrator`,
+//! `revoke-orchestrator`, `resume-reaping`, `chaos`, `completions`. Every
+//! flag can also be set from the environment (`DATABASE_URL`,
+//! `SANDBOXD_*`).
 //!
 //! Exit codes: 0 success; 1 an error; 2 invalid arguments; with `--wait`,
 //! [`EXIT_FAILED`] when the sandbox failed and [`EXIT_TIMED_OUT`] when it was
@@ -21,7 +22,11 @@ use crate::domain::network::{Ipv4Net, SubnetPool};
 use crate::domain::sandbox::SandboxStatus;
 use crate::metrics::Metrics;
 use crate::ports::{RuntimeError, StoreError};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::IsTerminal;
+
+mod describe;
+mod table;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,10 +88,21 @@ pub enum Command {
     /// Every call makes a new generation, so a failed sandbox is retried at
     /// once. With --wait: exit 0 when ready, 3 when failed, 4 when timed out.
     Request(RequestArgs),
-    /// Show a sandbox's status.
+    /// Show a sandbox's status (JSON, with its credentials), or its
+    /// environment variables as `export` lines.
     Get(GetArgs),
-    /// List every sandbox's status.
-    List,
+    /// List every sandbox: id, phase, engines, age, heals, message.
+    List(ListArgs),
+    /// Show one sandbox at a glance: phase, generation, each engine's
+    /// endpoint, image, features and heals (credentials only with
+    /// --show-secrets), its network, and its last events, newest last.
+    Describe(DescribeArgs),
+    /// Print a shell completion script for bash, zsh or fish, e.g.
+    /// `sandboxd completions bash > ~/.local/share/bash-completion/completions/sandboxd`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Record a use of a sandbox, so that its idle timeout starts again.
     /// Fails when the sandbox is not desired or is being released: request
     /// it again.
@@ -332,6 +348,14 @@ pub struct RunArgs {
     /// ...and at least this many.
     #[arg(long, env = "SANDBOXD_REAP_BREAKER_MIN", default_value_t = 5)]
     pub reap_breaker_min: usize,
+    /// How many events each sandbox keeps in sandbox_events (its newest;
+    /// equal events in a row are one, counted), 1 to 1000.
+    #[arg(long, env = "SANDBOXD_EVENTS_PER_SANDBOX", default_value_t = crate::config::DEFAULT_EVENTS_PER_SANDBOX,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::config::MAX_EVENTS_PER_SANDBOX)))]
+    pub events_per_sandbox: u32,
+    /// Events that last happened longer ago than this are deleted.
+    #[arg(long, env = "SANDBOXD_EVENT_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    pub event_retention: Duration,
 }
 
 /// `on` or `off` (also `true`/`false`, `1`/`0`).
@@ -411,6 +435,8 @@ impl RunArgs {
         if let Some(holder) = &self.holder {
             c.holder.clone_from(holder);
         }
+        c.events_per_sandbox = self.events_per_sandbox;
+        c.event_retention = self.event_retention;
         c.backend = self.backend;
         c.swarm_publish = self.swarm_publish;
         c.check_reconcile_timeout(crate::engine::REGISTRY)?;
@@ -456,6 +482,11 @@ pub struct ApplyArgs {
     /// status. Exit 3 if it failed, 4 if it was not ready in time.
     #[arg(long, value_parser = parse_duration)]
     pub wait: Option<Duration>,
+    /// With --wait, print each phase the sandbox goes through, with the
+    /// time since the request, on standard error: `auto` when it is a
+    /// terminal, `always` or `never`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressMode,
 }
 
 /// Flags of `sandboxd request`.
@@ -498,6 +529,11 @@ pub struct RequestArgs {
     /// instead, for `eval "$(sandboxd request … --wait 60s --export)"`.
     #[arg(long, requires = "wait")]
     pub export: bool,
+    /// With --wait, print each phase the sandbox goes through, with the
+    /// time since the request, on standard error: `auto` when it is a
+    /// terminal, `always` or `never`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressMode,
 }
 
 /// Flags of `sandboxd get`.
@@ -505,9 +541,86 @@ pub struct RequestArgs {
 pub struct GetArgs {
     /// Sandbox id.
     pub id: SandboxId,
-    /// Print `export NAME='value'` lines for every engine instead.
-    #[arg(long)]
+    /// `json` (the status row, with its credentials) or `env` (`export
+    /// NAME='value'` lines for every engine, for `eval`).
+    #[arg(short, long, value_enum, default_value = "json")]
+    pub output: GetOutput,
+    /// The same as `--output env`.
+    #[arg(long, conflicts_with = "output")]
     pub env: bool,
+}
+
+/// `sandboxd get --output` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GetOutput {
+    /// The status row as JSON.
+    Json,
+    /// `export NAME='value'` lines.
+    Env,
+}
+
+/// Flags of `sandboxd list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// `table` (aligned columns) or `json` (an array, one object per
+    /// sandbox, without credentials).
+    #[arg(short, long, value_enum, default_value = "table")]
+    pub output: ListOutput,
+}
+
+/// `sandboxd list --output` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListOutput {
+    /// Aligned columns.
+    Table,
+    /// A JSON array.
+    Json,
+}
+
+/// Flags of `sandboxd describe`.
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    /// Sandbox id.
+    pub id: SandboxId,
+    /// Show each engine's password and URL.
+    #[arg(long)]
+    pub show_secrets: bool,
+    /// How many of the newest events to show (1 to 1000).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub events: u32,
+    /// `text` (for reading) or `json`.
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: DescribeOutput,
+}
+
+/// `sandboxd describe --output` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DescribeOutput {
+    /// For reading.
+    Text,
+    /// One JSON object: desired, status, events.
+    Json,
+}
+
+/// When `--wait` prints the phases it sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProgressMode {
+    /// When standard error is a terminal.
+    Auto,
+    /// Always (on standard error).
+    Always,
+    /// Never.
+    Never,
+}
+
+impl ProgressMode {
+    fn shown(self) -> bool {
+        match self {
+            ProgressMode::Auto => std::io::stderr().is_terminal(),
+            ProgressMode::Always => true,
+            ProgressMode::Never => false,
+        }
+    }
 }
 
 /// Parses `ENGINE=DURATION` (the engine is checked by the configuration).
@@ -668,6 +781,12 @@ macro_rules! say {
 
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
+    if let Command::Completions { shell } = cli.command {
+        use clap::CommandFactory;
+        let mut command = Cli::command();
+        clap_complete::generate(shell, &mut command, "sandboxd", &mut std::io::stdout());
+        return Ok(());
+    }
     let variable = std::env::var("DATABASE_URL").ok();
     let (url, source) = crate::state_url::resolve(
         cli.database_url.clone(),
@@ -695,7 +814,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 .status(&args.id)
                 .await?
                 .ok_or_else(|| CliError::NotFound(args.id.clone()))?;
-            if args.env {
+            if args.env || args.output == GetOutput::Env {
                 for line in export_lines(&status)? {
                     say!("{line}");
                 }
@@ -704,26 +823,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Command::List => {
-            let client = Client::connect(&url).await?;
-            say!(
-                "{:<32} {:<13} {:>10}  SERVICES",
-                "ID",
-                "PHASE",
-                "GENERATION"
-            );
-            for s in client.list().await? {
-                let services: Vec<&str> = s.services.keys().map(String::as_str).collect();
-                say!(
-                    "{:<32} {:<13} {:>10}  {}",
-                    s.id.as_str(),
-                    s.phase.as_str(),
-                    s.observed_generation,
-                    services.join(",")
-                );
-            }
-            Ok(())
-        }
+        Command::List(args) => list(&url, args).await,
+        Command::Describe(args) => describe_sandbox(&url, args).await,
+        Command::Completions { .. } => Ok(()),
         Command::Touch { id } => {
             let client = Client::connect(&url).await?;
             if client.touch(&id).await? {
@@ -865,7 +967,9 @@ async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
     let client = Client::connect(url).await?;
     let revision = client.apply(&args.id, &req).await?;
     match args.wait {
-        Some(timeout) => print_status(&client.wait_ready(&args.id, &revision, timeout).await?),
+        Some(timeout) => {
+            print_status(&wait(&client, &args.id, &revision, timeout, args.progress).await?)
+        }
         None => say!("applied {} at generation {}", args.id, revision.generation),
     }
     Ok(())
@@ -885,7 +989,7 @@ async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
     let revision = client.request(&args.id, &req).await?;
     match args.wait {
         Some(timeout) => {
-            let status = client.wait_ready(&args.id, &revision, timeout).await?;
+            let status = wait(&client, &args.id, &revision, timeout, args.progress).await?;
             if args.export {
                 for line in export_lines(&status)? {
                     say!("{line}");
@@ -898,6 +1002,131 @@ async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
             "requested {} at generation {}",
             args.id,
             revision.generation
+        ),
+    }
+    Ok(())
+}
+
+/// Waits for `revision` of `id`, printing each phase seen on standard
+/// error when `progress` says so: `   0.4s  provisioning   provisioning postgres`.
+async fn wait(
+    client: &Client,
+    id: &SandboxId,
+    revision: &crate::client::Revision,
+    timeout: Duration,
+    progress: ProgressMode,
+) -> Result<SandboxStatus, ClientError> {
+    let shown = progress.shown();
+    client
+        .wait_ready_watching(id, revision, timeout, |p| {
+            if shown {
+                let message = table::first_line(p.message, 100);
+                let line = format!(
+                    "{:>7.1}s  {:<13}{message}",
+                    p.elapsed.as_secs_f64(),
+                    p.phase.as_str()
+                );
+                eprintln!("{}", line.trim_end());
+            }
+        })
+        .await
+}
+
+/// `sandboxd list`: every sandbox with a status or a desired row.
+async fn list(url: &str, args: ListArgs) -> Result<(), CliError> {
+    let client = Client::connect(url).await?;
+    let (statuses, rows) = tokio::try_join!(client.list(), client.rows())?;
+    let now = chrono::Utc::now();
+    let mut seen = BTreeSet::new();
+    let mut entries = Vec::new();
+    for s in &statuses {
+        seen.insert(s.id.as_str().to_owned());
+        let row = rows.get(s.id.as_str());
+        let engines: Vec<String> = match row {
+            Some(r) => r.services.clone(),
+            None => s.services.keys().cloned().collect(),
+        };
+        entries.push(serde_json::json!({
+            "id": s.id.as_str(),
+            "phase": s.phase,
+            "engines": engines,
+            "created_at": row.map(|r| r.created_at),
+            "generation": row.map(|r| r.generation),
+            "observed_generation": s.observed_generation,
+            "heals": s.services.values().map(|v| u64::from(v.heals)).sum::<u64>(),
+            "network": s.network,
+            "message": s.message,
+        }));
+    }
+    for (id, row) in rows.iter().filter(|(id, _)| !seen.contains(*id)) {
+        entries.push(serde_json::json!({
+            "id": id,
+            "phase": "pending",
+            "engines": row.services,
+            "created_at": row.created_at,
+            "generation": row.generation,
+            "observed_generation": 0,
+            "heals": 0,
+            "network": null,
+            "message": "sandboxd has not written a status yet",
+        }));
+    }
+    entries.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    match args.output {
+        ListOutput::Json => say!("{}", serde_json::to_string_pretty(&entries).expect("JSON")),
+        ListOutput::Table => {
+            let mut t = table::Table::new(&["ID", "PHASE", "ENGINES", "AGE", "HEALS", "MESSAGE"]);
+            for e in &entries {
+                let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+                let engines: Vec<&str> = e["engines"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str())
+                    .collect();
+                let created = e["created_at"]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+                t.row(vec![
+                    text("id"),
+                    text("phase"),
+                    engines.join(","),
+                    created.map_or_else(|| "-".to_owned(), |c| table::age(c.into(), now)),
+                    e["heals"].to_string(),
+                    table::first_line(&text("message"), 80),
+                ]);
+            }
+            say!("{}", t.render().trim_end());
+        }
+    }
+    Ok(())
+}
+
+/// `sandboxd describe ID`.
+async fn describe_sandbox(url: &str, args: DescribeArgs) -> Result<(), CliError> {
+    let client = Client::connect(url).await?;
+    let (status, desired, row, events) = tokio::try_join!(
+        client.status(&args.id),
+        client.desired(&args.id),
+        client.row(&args.id),
+        client.events(&args.id, args.events),
+    )?;
+    if status.is_none() && desired.is_none() && events.is_empty() {
+        return Err(CliError::NotFound(args.id));
+    }
+    let d = describe::Described {
+        id: args.id.as_str(),
+        desired: desired.as_ref(),
+        row: row.as_ref(),
+        status: status.as_ref(),
+        events: &events,
+        show_secrets: args.show_secrets,
+    };
+    match args.output {
+        DescribeOutput::Text => say!("{}", describe::render(&d, chrono::Utc::now()).trim_end()),
+        DescribeOutput::Json => say!(
+            "{}",
+            serde_json::to_string_pretty(&describe::json(&d)).expect("JSON")
         ),
     }
     Ok(())

@@ -1,0 +1,354 @@
+//! `sandboxd describe ID`: one sandbox at a glance, as `kubectl describe`
+//! shows an object: what is asked, what runs (endpoint, image, features,
+//! heals per engine; credentials only when asked), and its last events,
+//! newest last.
+
+use super::table::{age, Table};
+use crate::client::RowSummary;
+use crate::domain::event::RecordedEvent;
+use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
+use chrono::{DateTime, Utc};
+use std::fmt::Write as _;
+
+/// Everything `describe` shows of one sandbox.
+#[derive(Debug)]
+pub struct Described<'a> {
+    /// The sandbox id.
+    pub id: &'a str,
+    /// Its desired row, if it exists.
+    pub desired: Option<&'a DesiredSandbox>,
+    /// When the row was inserted, its generation and engines.
+    pub row: Option<&'a RowSummary>,
+    /// Its status, if sandboxd wrote one.
+    pub status: Option<&'a SandboxStatus>,
+    /// Its newest events, oldest first.
+    pub events: &'a [RecordedEvent],
+    /// Whether to show passwords and URLs.
+    pub show_secrets: bool,
+}
+
+/// `2026-12-01T21:50:00Z (5m ago)`, or `(in 5m)` for a time to come.
+fn when(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let at = t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    if t > now {
+        format!("{at} (in {})", age(now, t))
+    } else {
+        format!("{at} ({} ago)", age(t, now))
+    }
+}
+
+fn field(out: &mut String, name: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "{:<14}{value}", format!("{name}:"));
+}
+
+fn engine(out: &mut String, name: &str, s: &ServiceStatus, show_secrets: bool, now: DateTime<Utc>) {
+    let _ = writeln!(out, "  {name}:");
+    let line = |out: &mut String, k: &str, v: String| {
+        let _ = writeln!(out, "    {:<12}{v}", format!("{k}:"));
+    };
+    line(
+        out,
+        "Endpoint",
+        format!(
+            "{}:{} on the sandbox's network; 127.0.0.1:{} on the host",
+            s.host, s.port, s.host_port
+        ),
+    );
+    line(
+        out,
+        "Image",
+        if s.image.is_empty() {
+            "(not recorded)".to_owned()
+        } else {
+            s.image.clone()
+        },
+    );
+    line(
+        out,
+        "Features",
+        if s.available_extensions.is_empty() {
+            "none".to_owned()
+        } else {
+            s.available_extensions.join(", ")
+        },
+    );
+    line(out, "User", format!("{} (database {})", s.user, s.database));
+    if show_secrets {
+        line(out, "Password", s.password.expose().to_owned());
+        line(out, "URL", s.url.clone());
+    } else {
+        line(out, "Password", "*** (--show-secrets)".to_owned());
+    }
+    line(out, "Heals", s.heals.to_string());
+    if let Some(t) = s.ready_at {
+        line(out, "Ready since", when(t, now));
+    }
+}
+
+/// The text `describe` prints.
+pub fn render(d: &Described<'_>, now: DateTime<Utc>) -> String {
+    let mut out = String::new();
+    field(&mut out, "Name", d.id);
+    if let Some(row) = d.desired {
+        field(&mut out, "Owner", &row.owner);
+    }
+    match d.status {
+        Some(s) => field(&mut out, "Phase", s.phase),
+        None => field(
+            &mut out,
+            "Phase",
+            "pending (sandboxd has not written a status yet)",
+        ),
+    }
+    let observed = d.status.map(|s| s.observed_generation);
+    match (d.row.map(|r| r.generation), observed) {
+        (Some(g), Some(o)) => field(&mut out, "Generation", format!("{g} (observed {o})")),
+        (Some(g), None) => field(&mut out, "Generation", format!("{g} (not observed yet)")),
+        (None, Some(o)) => field(
+            &mut out,
+            "Generation",
+            format!("{o} observed; the desired row is gone (released)"),
+        ),
+        (None, None) => {}
+    }
+    if let Some(row) = d.row {
+        field(&mut out, "Created", when(row.created_at, now));
+    }
+    if let Some(row) = d.desired {
+        field(
+            &mut out,
+            "Services",
+            row.services
+                .iter()
+                .map(|e| e.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        let features: Vec<String> = row
+            .features
+            .iter()
+            .filter(|(_, f)| !f.is_empty())
+            .map(|(e, f)| format!("{e}={}", f.iter().cloned().collect::<Vec<_>>().join(",")))
+            .collect();
+        if !features.is_empty() {
+            field(&mut out, "Features", features.join(" "));
+        }
+        if let Some(t) = row.expires_at {
+            field(&mut out, "Expires", when(t, now));
+        }
+        if let Some(t) = row.idle_timeout {
+            let idle = if t.is_zero() {
+                "never".to_owned()
+            } else {
+                format!(
+                    "{}s without a request or touch (last used {})",
+                    t.as_secs(),
+                    when(row.last_used_at, now)
+                )
+            };
+            field(&mut out, "Idle timeout", idle);
+        }
+        field(
+            &mut out,
+            "Persistent",
+            if row.persistent { "yes" } else { "no" },
+        );
+        if let Some(c) = &row.owner_container {
+            field(&mut out, "Owner cont.", c);
+        }
+        if !row.attach.is_empty() {
+            field(&mut out, "Attach", row.attach.join(", "));
+        }
+    }
+    if let Some(s) = d.status {
+        field(
+            &mut out,
+            "Network",
+            s.network.as_deref().unwrap_or("(none yet)"),
+        );
+        if !s.message.is_empty() {
+            field(
+                &mut out,
+                "Message",
+                s.message.replace('\n', "\n              "),
+            );
+        }
+        if !s.services.is_empty() {
+            out.push_str("Engines:\n");
+            for (name, service) in &s.services {
+                engine(&mut out, name, service, d.show_secrets, now);
+            }
+        }
+    }
+    out.push_str("Events:\n");
+    if d.events.is_empty() {
+        out.push_str("  <none>\n");
+    } else {
+        let mut t = Table::new(&["LAST SEEN", "REASON", "ENGINE", "MESSAGE"]);
+        for e in d.events {
+            let repeated = if e.count > 1 {
+                format!(" (x{} over {})", e.count, age(e.first_at, e.last_at))
+            } else {
+                String::new()
+            };
+            let detail = e
+                .detail
+                .as_deref()
+                .map(|d| format!(" [{d}]"))
+                .unwrap_or_default();
+            t.row(vec![
+                age(e.last_at, now),
+                format!("{}{detail}", e.reason),
+                e.engine.clone().unwrap_or_else(|| "-".into()),
+                format!("{}{repeated}", e.message),
+            ]);
+        }
+        for line in t.render().lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    out
+}
+
+/// What `describe --output json` prints: the desired row's summary, the
+/// status (redacted unless `show_secrets`) and the events.
+pub fn json(d: &Described<'_>) -> serde_json::Value {
+    let status = d.status.map(|s| {
+        let s = if d.show_secrets {
+            s.clone()
+        } else {
+            s.redacted()
+        };
+        let services: serde_json::Map<String, serde_json::Value> = s
+            .services
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default()))
+            .collect();
+        serde_json::json!({
+            "phase": s.phase,
+            "observed_generation": s.observed_generation,
+            "message": s.message,
+            "network": s.network,
+            "services": services,
+            "incarnation": s.incarnation.as_ref().map(|i| i.as_str()),
+            "updated_at": s.updated_at,
+        })
+    });
+    let desired = d.desired.map(|row| {
+        serde_json::json!({
+            "owner": row.owner,
+            "services": row.services.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
+            "features": row.features.iter().map(|(e, f)| (e.as_str(), f)).collect::<std::collections::BTreeMap<_, _>>(),
+            "generation": row.generation,
+            "expires_at": row.expires_at,
+            "persistent": row.persistent,
+            "owner_container": row.owner_container,
+            "attach": row.attach,
+            "created_at": d.row.map(|r| r.created_at),
+        })
+    });
+    serde_json::json!({
+        "id": d.id,
+        "desired": desired,
+        "status": status,
+        "events": d.events,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::id::SandboxId;
+    use crate::domain::sandbox::Phase;
+    use crate::domain::secret::Secret;
+    use std::collections::BTreeMap;
+
+    fn status() -> SandboxStatus {
+        let pg = ServiceStatus {
+            host: "postgres".into(),
+            port: 5432,
+            host_port: 49153,
+            user: "sandbox".into(),
+            password: Secret::new("hunter2-hunter2-hunter2"),
+            database: "sandbox".into(),
+            url: "postgres://sandbox:hunter2-hunter2-hunter2@postgres:5432/sandbox".into(),
+            env: BTreeMap::new(),
+            available_extensions: vec!["pg_trgm".into()],
+            instance: "i".into(),
+            ready_at: None,
+            heals: 2,
+            image: "sandboxd/postgres:17".into(),
+        };
+        SandboxStatus {
+            id: SandboxId::parse("agent-7").unwrap(),
+            phase: Phase::Ready,
+            observed_generation: 3,
+            message: String::new(),
+            services: [("postgres".to_owned(), Box::new(pg))].into(),
+            network: Some("sandboxd.default.agent-7".into()),
+            updated_at: None,
+            incarnation: None,
+        }
+    }
+
+    #[test]
+    fn describe_shows_each_engine_and_the_events_newest_last_and_no_secret_unless_asked() {
+        let now = Utc::now();
+        let s = status();
+        let events = [
+            RecordedEvent {
+                last_at: now - chrono::Duration::seconds(300),
+                first_at: now - chrono::Duration::seconds(300),
+                count: 1,
+                reason: "provisioned".into(),
+                engine: Some("postgres".into()),
+                detail: Some("template".into()),
+                message: "created from the template: ready in 559 ms".into(),
+            },
+            RecordedEvent {
+                last_at: now - chrono::Duration::seconds(10),
+                first_at: now - chrono::Duration::seconds(70),
+                count: 2,
+                reason: "healed".into(),
+                engine: Some("postgres".into()),
+                detail: Some("exited".into()),
+                message: "its container stopped: re-created".into(),
+            },
+        ];
+        let d = Described {
+            id: "agent-7",
+            desired: None,
+            row: None,
+            status: Some(&s),
+            events: &events,
+            show_secrets: false,
+        };
+        let text = render(&d, now);
+        for want in [
+            "Phase:        ready",
+            "Network:      sandboxd.default.agent-7",
+            "postgres:5432 on the sandbox's network; 127.0.0.1:49153 on the host",
+            "Image:      sandboxd/postgres:17",
+            "Features:   pg_trgm",
+            "Heals:      2",
+            "Password:   *** (--show-secrets)",
+        ] {
+            assert!(text.contains(want), "{want:?} in\n{text}");
+        }
+        assert!(!text.contains("hunter2"), "{text}");
+        let provisioned = text.find("provisioned [template]").expect(&text);
+        let healed = text.find("healed [exited]").expect(&text);
+        assert!(provisioned < healed, "newest last:\n{text}");
+        assert!(text.contains("(x2 over 60s)"), "{text}");
+        assert!(!json(&d).to_string().contains("hunter2"));
+
+        let shown = render(
+            &Described {
+                show_secrets: true,
+                ..d
+            },
+            now,
+        );
+        assert!(shown.contains("hunter2-hunter2-hunter2"), "{shown}");
+    }
+}
