@@ -12,8 +12,11 @@
 #   - builds the engine images from Debian packages when they are missing or
 #     their sources changed (deploy/images/build.sh), unless SANDBOXD_IMAGES
 #     names others (they must speak sandbox mode);
-#   - builds and runs `sandboxd run` (metrics on 127.0.0.1:9187).
+#   - builds and runs `sandboxd run` (metrics on 127.0.0.1:9187), or runs
+#     the binary SANDBOXD_BIN names without building.
 # Extra arguments go to `sandboxd run`; every flag has a SANDBOXD_* variable.
+# SANDBOXD_STATE_CONTAINER names the state database's container and volume
+# (default sandboxd-state), for a second one beside the first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -35,20 +38,24 @@ if [ -z "${DATABASE_URL:-}" ]; then
   mkdir -p "$home" && chmod 700 "$home"
   if [ ! -s "$home/state-password" ]; then random_password >"$home/state-password"; fi
   ensure_engine_images
-  DATABASE_URL=$(start_state_db sandboxd-state "$(cat "$home/state-password")" sandboxd-state)
+  state=${SANDBOXD_STATE_CONTAINER:-sandboxd-state}
+  DATABASE_URL=$(start_state_db "$state" "$(cat "$home/state-password")" "$state")
   export DATABASE_URL
   # The CLI reads it from here when neither --database-url nor
   # DATABASE_URL is given (its port is whatever Docker published).
   (umask 077 && printf '%s\n' "$DATABASE_URL" >"$home/database-url.new" \
     && mv -f "$home/database-url.new" "$home/database-url")
-  log "state database: container sandboxd-state (volume sandboxd-state), role sandboxd;"
+  log "state database: container $state (volume $state), role sandboxd;"
   log "  its URL: $home/database-url (mode 0600), which the CLI uses by default (sandboxd -v says so)"
-  log "  superuser: docker exec -it sandboxd-state psql -U postgres -d sandboxd"
+  log "  superuser: docker exec -it $state psql -U postgres -d sandboxd"
 fi
 
 # A small warm pool: new sandboxes are served by claiming a ready container (set
 # SANDBOXD_WARM_POOL= to turn it off).
 export SANDBOXD_WARM_POOL=${SANDBOXD_WARM_POOL-postgres=2 redis=2}
 
+if [ -n "${SANDBOXD_BIN:-}" ]; then
+  exec "$SANDBOXD_BIN" run "$@"
+fi
 cargo build --release --quiet
 exec target/release/sandboxd run "$@"

@@ -34,6 +34,11 @@ cleanup() {
   if [ -n "$leftovers" ]; then docker volume rm -f $leftovers >/dev/null 2>&1 || true; fi
   leftovers=$(docker ps -aq --filter label=io.sandboxd.test-state)
   if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
+  # State databases that tests/first_session.rs started through run.sh.
+  leftovers=$(docker ps -a --filter label=io.sandboxd.state=true --format '{{.Names}}' | grep -E '^sandboxd-state-t[a-z0-9]+$' || true)
+  if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
+  leftovers=$(docker volume ls -q --filter label=io.sandboxd.state=true | grep -E '^sandboxd-state-t[a-z0-9]+$' || true)
+  if [ -n "$leftovers" ]; then docker volume rm -f $leftovers >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
 log "running cargo test"

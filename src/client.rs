@@ -182,6 +182,22 @@ fn is_of(status: &SandboxStatus, revision: &Revision) -> bool {
         && status.observed_generation >= revision.generation
 }
 
+/// The phase (and message) a waiter for `revision` reports from `status`:
+/// the status's own while it is of the revision, or working towards it
+/// (a status keeps its observed generation until provisioning is done);
+/// `pending` for another incarnation's, or for a verdict (ready, failed)
+/// about an earlier generation.
+fn progress_of(status: &SandboxStatus, revision: &Revision) -> (Phase, String) {
+    let ours = status.incarnation.as_ref() == Some(&revision.incarnation);
+    let current = status.observed_generation >= revision.generation;
+    let verdict = matches!(status.phase, Phase::Ready | Phase::Failed);
+    if ours && (current || !verdict) {
+        (status.phase, status.message.clone())
+    } else {
+        (Phase::Pending, String::new())
+    }
+}
+
 /// What a waiter saw: the phase of the status of the revision it waits for
 /// (`pending` until there is one) and its message.
 #[derive(Debug, Clone, Copy)]
@@ -335,10 +351,10 @@ impl Client {
             // Check after subscribing, and after every wake-up or tick: a
             // NOTIFY lost to a reconnect costs at most one tick.
             let status = self.store.fetch_status(id).await?;
-            let seen = match &status {
-                Some(s) if is_of(s, revision) => (s.phase, s.message.clone()),
-                _ => (Phase::Pending, String::new()),
-            };
+            let seen = status
+                .as_ref()
+                .map(|s| progress_of(s, revision))
+                .unwrap_or((Phase::Pending, String::new()));
             if shown.as_ref() != Some(&seen) {
                 watch(Progress {
                     elapsed: started.elapsed(),
@@ -555,6 +571,35 @@ mod tests {
             }
             other => panic!("expected a failure, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_waiter_reports_the_work_towards_its_generation_but_not_an_earlier_verdict() {
+        assert_eq!(
+            progress_of(&status(Phase::Provisioning, 1), &at(2)).0,
+            Phase::Provisioning
+        );
+        assert_eq!(
+            progress_of(&status(Phase::Healing, 1), &at(2)).0,
+            Phase::Healing
+        );
+        assert_eq!(
+            progress_of(&status(Phase::Ready, 1), &at(2)).0,
+            Phase::Pending
+        );
+        assert_eq!(
+            progress_of(&status(Phase::Failed, 1), &at(2)).0,
+            Phase::Pending
+        );
+        assert_eq!(
+            progress_of(&status(Phase::Ready, 2), &at(2)).0,
+            Phase::Ready
+        );
+        assert_eq!(
+            progress_of(&of(OLD, Phase::Provisioning, 5), &at(1)).0,
+            Phase::Pending
+        );
+        assert_eq!(progress_of(&status(Phase::Failed, 2), &at(2)).1, "why");
     }
 
     #[test]

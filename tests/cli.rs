@@ -401,3 +401,215 @@ async fn request_touch_and_release_exit_with_codes_that_tell_failed_from_timed_o
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to release"));
     controller.stop().await;
 }
+
+// Multi-threaded: the controller runs in this process while the test
+// blocks on the binary.
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_prints_each_phase_with_its_time_on_a_terminal_and_stays_quiet_when_piped() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+
+    // Piped (as here): standard output is the status as JSON, standard
+    // error says nothing.
+    let quiet = sandbox_id("quiet");
+    let out = sandboxd(
+        &env,
+        &[
+            "apply",
+            "--id",
+            quiet.as_str(),
+            "--services",
+            "redis",
+            "--wait",
+            "60s",
+        ],
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(status["phase"], "ready");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // On a terminal (script(1) gives the command one): a line per phase,
+    // with the seconds since the request, ending with ready.
+    let shown = sandbox_id("shown");
+    let command =
+        format!("{BIN} request {shown} --services redis --wait 60s >/dev/null; echo exit=$?");
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("DATABASE_URL", &env.url)
+        .output()
+        .expect("script(1) from util-linux");
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    assert!(text.contains("exit=0"), "{text}");
+    let phases: Vec<(f64, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let secs = words.next()?.strip_suffix('s')?.parse().ok()?;
+            Some((secs, words.next()?))
+        })
+        .collect();
+    assert_eq!(phases.first().map(|p| p.1), Some("pending"), "{text}");
+    assert_eq!(phases.last().map(|p| p.1), Some("ready"), "{text}");
+    assert!(
+        phases
+            .windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[0].1 != w[1].1),
+        "{text}"
+    );
+
+    // --progress always: the same on standard error, whatever it is.
+    let out = sandboxd(
+        &env,
+        &[
+            "request",
+            shown.as_str(),
+            "--wait",
+            "60s",
+            "--progress",
+            "always",
+        ],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.lines().last().is_some_and(|l| l.ends_with("ready")),
+        "{said}"
+    );
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON on stdout");
+    controller.stop().await;
+}
+
+// Multi-threaded: the controller runs in this process while the test
+// blocks on the binary.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_prints_an_aligned_table_or_json_and_get_takes_an_output_format() {
+    let env = TestEnv::new().await;
+    // A row no controller has seen yet is listed, pending.
+    let early = sandbox_id("early");
+    sandboxd(
+        &env,
+        &["apply", "--id", early.as_str(), "--services", "redis"],
+    );
+    let listing = String::from_utf8(sandboxd(&env, &["list"]).stdout).unwrap();
+    let line = listing
+        .lines()
+        .find(|l| l.starts_with(early.as_str()))
+        .unwrap_or_else(|| panic!("{early} in\n{listing}"));
+    assert!(
+        line.contains("pending") && line.contains("has not written a status yet"),
+        "{line}"
+    );
+
+    let controller = env.start(env.config());
+    let ids = [sandbox_id("a"), sandbox_id("long-name-b")];
+    for id in &ids {
+        sandboxd(
+            &env,
+            &[
+                "apply",
+                "--id",
+                id.as_str(),
+                "--services",
+                "redis",
+                "--wait",
+                "60s",
+            ],
+        );
+    }
+    let listing = String::from_utf8(sandboxd(&env, &["list"]).stdout).unwrap();
+    let lines: Vec<&str> = listing.lines().collect();
+    let header = lines[0];
+    for column in ["ID", "PHASE", "ENGINES", "AGE", "HEALS", "MESSAGE"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let phase_at = header.find("PHASE").unwrap();
+    for id in &ids {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(id.as_str()))
+            .unwrap_or_else(|| panic!("{id} in\n{listing}"));
+        assert_eq!(line.find("ready"), Some(phase_at), "aligned:\n{listing}");
+        assert!(line.contains("redis"), "{line}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&sandboxd(&env, &["list", "-o", "json"]).stdout).unwrap();
+    let entries = json.as_array().unwrap();
+    for id in &ids {
+        let e = entries
+            .iter()
+            .find(|e| e["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} in {json}"));
+        assert_eq!(e["phase"], "ready");
+        assert_eq!(e["engines"], serde_json::json!(["redis"]));
+        assert_eq!(e["heals"], 0);
+    }
+    assert!(
+        !json.to_string().contains("password"),
+        "no credentials: {json}"
+    );
+
+    let env_lines = sandboxd(&env, &["get", ids[0].as_str(), "--output", "env"]).stdout;
+    assert_eq!(
+        env_lines,
+        sandboxd(&env, &["get", ids[0].as_str(), "--env"]).stdout
+    );
+    assert!(String::from_utf8_lossy(&env_lines).contains("export SANDBOX_REDIS_PASSWORD='"));
+    let json: serde_json::Value =
+        serde_json::from_slice(&sandboxd(&env, &["get", ids[0].as_str(), "-o", "json"]).stdout)
+            .unwrap();
+    assert_eq!(json["phase"], "ready");
+    controller.stop().await;
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish_come_from_the_cli_definition_without_a_database() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(BIN)
+            .args(["completions", shell])
+            .env("DATABASE_URL", "postgres://127.0.0.1:1/none")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script = String::from_utf8(out.stdout).unwrap();
+        for word in ["describe", "request", "--show-secrets", "--progress"] {
+            // fish names long flags `-l NAME`.
+            let word = match (shell, word.strip_prefix("--")) {
+                ("fish", Some(flag)) => format!("-l {flag}"),
+                _ => word.to_owned(),
+            };
+            assert!(script.contains(&word), "{shell} completes {word}");
+        }
+    }
+    // bash loads it and completes the subcommands.
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            r#"source <("$1" completions bash) && COMP_WORDS=(sandboxd desc) COMP_CWORD=1 && _sandboxd sandboxd desc sandboxd && printf '%s\n' "${COMPREPLY[@]}""#,
+            "bash",
+            BIN,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "describe");
+    let out = Command::new(BIN)
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is an invalid argument"
+    );
+}

@@ -97,9 +97,12 @@ async fn after_a_docker_kill_describe_lists_the_heal_with_its_cause_and_no_event
         "{heal}"
     );
     assert!(text.contains("provisioned"), "{text}");
-    assert!(text.contains("Heals:      1"), "{text}");
-    assert!(text.contains("Image:      sandboxd/redis"), "{text}");
-    assert!(text.contains("Password:   *** (--show-secrets)"), "{text}");
+    assert!(text.contains("Heals:        1"), "{text}");
+    assert!(text.contains("Image:        sandboxd/redis"), "{text}");
+    assert!(
+        text.contains("Password:     *** (--show-secrets)"),
+        "{text}"
+    );
     let all = passwords(&[&ready.services["postgres"], &redis]);
     for p in &all {
         assert!(

@@ -44,7 +44,7 @@ fn field(out: &mut String, name: &str, value: impl std::fmt::Display) {
 fn engine(out: &mut String, name: &str, s: &ServiceStatus, show_secrets: bool, now: DateTime<Utc>) {
     let _ = writeln!(out, "  {name}:");
     let line = |out: &mut String, k: &str, v: String| {
-        let _ = writeln!(out, "    {:<12}{v}", format!("{k}:"));
+        let _ = writeln!(out, "    {:<14}{v}", format!("{k}:"));
     };
     line(
         out,
@@ -328,10 +328,10 @@ mod tests {
             "Phase:        ready",
             "Network:      sandboxd.default.agent-7",
             "postgres:5432 on the sandbox's network; 127.0.0.1:49153 on the host",
-            "Image:      sandboxd/postgres:17",
-            "Features:   pg_trgm",
-            "Heals:      2",
-            "Password:   *** (--show-secrets)",
+            "Image:        sandboxd/postgres:17",
+            "Features:     pg_trgm",
+            "Heals:        2",
+            "Password:     *** (--show-secrets)",
         ] {
             assert!(text.contains(want), "{want:?} in\n{text}");
         }

@@ -1022,7 +1022,7 @@ async fn wait(
             if shown {
                 let message = table::first_line(p.message, 100);
                 let line = format!(
-                    "{:>7.1}s  {:<13}{message}",
+                    "{:>7.1}s  {:<14}{message}",
                     p.elapsed.as_secs_f64(),
                     p.phase.as_str()
                 );
