@@ -144,6 +144,29 @@ fn invalid_flags_and_rows_are_refused_with_messages_that_say_what_to_do() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("set DATABASE_URL"), "{err}");
     assert!(err.contains("scripts/run.sh"), "{err}");
+
+    // A recorded URL whose database does not answer: the message names the file.
+    use std::os::unix::fs::PermissionsExt;
+    let file = empty.join("database-url");
+    std::fs::write(&file, "postgres://sandboxd:x@127.0.0.1:1/sandboxd\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new(BIN)
+        .args(["list"])
+        .env_remove("DATABASE_URL")
+        .env("SANDBOXD_HOME", &empty)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot connect to the state database"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("the URL came from {}", file.display())),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&empty);
 }
 
 /// A fresh state directory for the CLI (`SANDBOXD_HOME`).

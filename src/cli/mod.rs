@@ -742,6 +742,15 @@ pub enum CliError {
     /// A touch found nothing to touch.
     #[error("sandbox {0} is not desired, has expired, or is being released: request it again (sandboxd request {0} --services …)")]
     NotDesired(SandboxId),
+    /// The state database named in the file `scripts/run.sh` wrote does
+    /// not answer.
+    #[error("{error}\n(the URL came from {file}, which scripts/run.sh wrote when it started its state database: start it again with scripts/run.sh, or `docker start sandboxd-state`; or pass --database-url)")]
+    RecordedUnreachable {
+        /// The file.
+        file: String,
+        /// The connection failure.
+        error: Box<CliError>,
+    },
     /// A status holds an environment variable name a shell cannot take.
     #[error("the status of sandbox {id} has an environment variable named {name:?}, which is not a shell variable name; refusing to print it for eval (is the state database tampered with?)")]
     UnsafeVariable {
@@ -758,11 +767,23 @@ impl CliError {
     /// (clap exits 2 on invalid arguments).
     pub fn exit_code(&self) -> u8 {
         match self {
+            CliError::RecordedUnreachable { error, .. } => error.exit_code(),
             CliError::Client(ClientError::Failed { .. }) => EXIT_FAILED,
             CliError::Client(ClientError::Timeout { .. }) => EXIT_TIMED_OUT,
             CliError::ChaosFound => EXIT_FAILED,
             _ => 1,
         }
+    }
+}
+
+impl CliError {
+    /// Whether the state database could not be reached at all.
+    fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            CliError::Store(StoreError::Connect(_))
+                | CliError::Client(ClientError::Store(StoreError::Connect(_)))
+        )
     }
 }
 
@@ -799,7 +820,22 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             crate::state_url::redacted(&url)
         );
     }
-    match cli.command {
+    let result = dispatch(cli.command, &url).await;
+    match (result, source) {
+        (Err(e), crate::state_url::Source::File(file)) if e.is_unreachable() => {
+            Err(CliError::RecordedUnreachable {
+                file: file.display().to_string(),
+                error: Box::new(e),
+            })
+        }
+        (result, _) => result,
+    }
+}
+
+/// Runs `command` against the state database at `url`.
+async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
+    let url = url.to_owned();
+    match command {
         Command::Run(args) => run_controller(&url, &args).await,
         Command::Migrate => {
             PgStore::connect(&url, 2).await?.migrate().await?;
