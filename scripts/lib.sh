@@ -57,6 +57,39 @@ ensure_netns_tools() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 util-linux >/dev/null
 }
 
+# Installs what the orchestrator examples (examples/, tests/examples.rs) run
+# with, if missing: psql (Debian's postgresql-client) and psycopg 3.2 or
+# later for python3 (from PyPI; Debian's python3-psycopg where pip may not
+# install into that python).
+ensure_example_tools() {
+  if ! command -v psql >/dev/null 2>&1; then
+    log "installing psql from Debian's packages (postgresql-client)"
+    apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-client >/dev/null
+  fi
+  if ! command -v python3 >/dev/null 2>&1; then
+    log "installing python3 from Debian's packages"
+    apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 python3-pip >/dev/null
+  fi
+  local check="import sys, psycopg; sys.exit(tuple(int(p) for p in psycopg.__version__.split('.')[:2]) < (3, 2))"
+  if python3 -c "$check" >/dev/null 2>&1; then return 0; fi
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null 2>&1 || true
+  fi
+  log "installing psycopg 3 for $(command -v python3) from PyPI"
+  local pip=(python3 -m pip install --quiet --no-input --upgrade 'psycopg[binary]>=3.2')
+  "${pip[@]}" </dev/null >/dev/null 2>&1 \
+    || "${pip[@]}" --break-system-packages </dev/null >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null 2>&1 || true
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-psycopg >/dev/null 2>&1; } \
+    || true
+  if python3 -c "$check" >/dev/null 2>&1; then return 0; fi
+  log "could not install psycopg 3.2 or later for $(command -v python3): python3 -m pip install 'psycopg[binary]>=3.2'"
+  return 1
+}
+
 random_password() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 # start_state_db NAME PASSWORD [VOLUME]

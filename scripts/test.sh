@@ -14,6 +14,7 @@ ensure_host_firewall
 ensure_engine_images
 ensure_prometheus
 ensure_netns_tools
+ensure_example_tools
 
 cleanup() {
   # Anything a crashed test left behind (a killed test process drops
