@@ -475,7 +475,15 @@ async fn wait_prints_each_phase_with_its_time_on_a_terminal_and_stays_quiet_when
             Some((secs, words.next()?))
         })
         .collect();
-    assert_eq!(phases.first().map(|p| p.1), Some("pending"), "{text}");
+    // The first look may already find sandboxd at work.
+    assert!(
+        matches!(
+            phases.first().map(|p| p.1),
+            Some("pending" | "provisioning")
+        ),
+        "{text}"
+    );
+    assert!(phases.len() >= 2, "a phase before ready: {text}");
     assert_eq!(phases.last().map(|p| p.1), Some("ready"), "{text}");
     assert!(
         phases

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{eventually, hold_lease, request, sandbox_id, TestEnv, BIN};
+use common::{docker_ok, eventually, hold_lease, request, sandbox_id, TestEnv, BIN};
 use sandboxd::client::Client;
 use sandboxd::domain::container::ContainerState;
 use sandboxd::domain::crash_loop::CrashLoopPolicy;
@@ -62,15 +62,7 @@ async fn after_a_docker_kill_describe_lists_the_heal_with_its_cause_and_no_event
         .into_iter()
         .find(|c| c.labels.engine == "redis")
         .expect("a redis container");
-    let out = Command::new("docker")
-        .args(["kill", container.id.as_str()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    docker_ok(&["kill", container.id.as_str()]);
     eventually("the heal", Duration::from_secs(60), || async {
         let s = client.status(&id).await.unwrap()?;
         (s.phase == sandboxd::domain::Phase::Ready && s.services["redis"].heals == 1).then_some(())
@@ -169,15 +161,7 @@ async fn a_sandboxs_events_stay_under_the_bound_after_a_hundred_heals() {
                 .find(|c| c.state == ContainerState::Running)
         })
         .await;
-        let out = Command::new("docker")
-            .args(["kill", container.id.as_str()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        docker_ok(&["kill", container.id.as_str()]);
         eventually(&format!("heal {heal}"), Duration::from_secs(60), || async {
             let s = client.status(&id).await.unwrap()?;
             (s.phase == sandboxd::domain::Phase::Ready && s.services["redis"].heals == heal)

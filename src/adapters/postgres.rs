@@ -211,7 +211,16 @@ impl PgStore {
         id: &SandboxId,
         limit: u32,
     ) -> Result<Vec<RecordedEvent>, StoreError> {
-        let rows = sqlx::query(
+        type Row = (
+            DateTime<Utc>,
+            DateTime<Utc>,
+            i32,
+            String,
+            Option<String>,
+            Option<String>,
+            String,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
             "SELECT last_at, first_at, count, reason, engine, detail, message FROM (
                  SELECT * FROM sandbox_events WHERE sandbox_id = $1 ORDER BY seq DESC LIMIT $2
              ) newest ORDER BY seq",
@@ -221,19 +230,20 @@ impl PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(query("read events"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(RecordedEvent {
-                    last_at: r.try_get("last_at").map_err(query("read events"))?,
-                    first_at: r.try_get("first_at").map_err(query("read events"))?,
-                    count: r.try_get("count").map_err(query("read events"))?,
-                    reason: r.try_get("reason").map_err(query("read events"))?,
-                    engine: r.try_get("engine").map_err(query("read events"))?,
-                    detail: r.try_get("detail").map_err(query("read events"))?,
-                    message: r.try_get("message").map_err(query("read events"))?,
-                })
-            })
-            .collect()
+        Ok(rows
+            .into_iter()
+            .map(
+                |(last_at, first_at, count, reason, engine, detail, message)| RecordedEvent {
+                    last_at,
+                    first_at,
+                    count,
+                    reason,
+                    engine,
+                    detail,
+                    message,
+                },
+            )
+            .collect())
     }
 
     /// Resumes reaping after the breaker paused it (`sandbox_resume_reaping`,

@@ -1068,68 +1068,71 @@ async fn wait(
         .await
 }
 
+/// One line of `sandboxd list` (an object of `--output json`).
+#[derive(Debug, serde::Serialize)]
+struct Listed {
+    id: String,
+    phase: String,
+    engines: Vec<String>,
+    created_at: Option<chrono::DateTime<chrono::Utc>>,
+    generation: Option<i64>,
+    observed_generation: i64,
+    heals: u64,
+    network: Option<String>,
+    message: String,
+}
+
 /// `sandboxd list`: every sandbox with a status or a desired row.
 async fn list(url: &str, args: ListArgs) -> Result<(), CliError> {
     let client = Client::connect(url).await?;
-    let (statuses, rows) = tokio::try_join!(client.list(), client.rows())?;
-    let now = chrono::Utc::now();
-    let mut seen = BTreeSet::new();
-    let mut entries = Vec::new();
-    for s in &statuses {
-        seen.insert(s.id.as_str().to_owned());
-        let row = rows.get(s.id.as_str());
-        let engines: Vec<String> = match row {
-            Some(r) => r.services.clone(),
-            None => s.services.keys().cloned().collect(),
-        };
-        entries.push(serde_json::json!({
-            "id": s.id.as_str(),
-            "phase": s.phase,
-            "engines": engines,
-            "created_at": row.map(|r| r.created_at),
-            "generation": row.map(|r| r.generation),
-            "observed_generation": s.observed_generation,
-            "heals": s.services.values().map(|v| u64::from(v.heals)).sum::<u64>(),
-            "network": s.network,
-            "message": s.message,
-        }));
-    }
-    for (id, row) in rows.iter().filter(|(id, _)| !seen.contains(*id)) {
-        entries.push(serde_json::json!({
-            "id": id,
-            "phase": "pending",
-            "engines": row.services,
-            "created_at": row.created_at,
-            "generation": row.generation,
-            "observed_generation": 0,
-            "heals": 0,
-            "network": null,
-            "message": "sandboxd has not written a status yet",
-        }));
-    }
-    entries.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    let (statuses, mut rows) = tokio::try_join!(client.list(), client.rows())?;
+    let mut entries: Vec<Listed> = statuses
+        .into_iter()
+        .map(|s| {
+            let row = rows.remove(s.id.as_str());
+            Listed {
+                id: s.id.to_string(),
+                phase: s.phase.to_string(),
+                engines: match &row {
+                    Some(r) => r.services.clone(),
+                    None => s.services.keys().cloned().collect(),
+                },
+                created_at: row.as_ref().map(|r| r.created_at),
+                generation: row.as_ref().map(|r| r.generation),
+                observed_generation: s.observed_generation,
+                heals: s.services.values().map(|v| u64::from(v.heals)).sum(),
+                network: s.network,
+                message: s.message,
+            }
+        })
+        .collect();
+    // Rows no status speaks of yet.
+    entries.extend(rows.into_iter().map(|(id, row)| Listed {
+        id,
+        phase: "pending".into(),
+        engines: row.services,
+        created_at: Some(row.created_at),
+        generation: Some(row.generation),
+        observed_generation: 0,
+        heals: 0,
+        network: None,
+        message: "sandboxd has not written a status yet".into(),
+    }));
+    entries.sort_by(|a, b| a.id.cmp(&b.id));
     match args.output {
         ListOutput::Json => say!("{}", serde_json::to_string_pretty(&entries).expect("JSON")),
         ListOutput::Table => {
+            let now = chrono::Utc::now();
             let mut t = table::Table::new(&["ID", "PHASE", "ENGINES", "AGE", "HEALS", "MESSAGE"]);
-            for e in &entries {
-                let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
-                let engines: Vec<&str> = e["engines"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|v| v.as_str())
-                    .collect();
-                let created = e["created_at"]
-                    .as_str()
-                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+            for e in entries {
                 t.row(vec![
-                    text("id"),
-                    text("phase"),
-                    engines.join(","),
-                    created.map_or_else(|| "-".to_owned(), |c| table::age(c.into(), now)),
-                    e["heals"].to_string(),
-                    table::first_line(&text("message"), 80),
+                    e.id,
+                    e.phase,
+                    e.engines.join(","),
+                    e.created_at
+                        .map_or_else(|| "-".to_owned(), |c| table::age(c, now)),
+                    e.heals.to_string(),
+                    table::first_line(&e.message, 80),
                 ]);
             }
             say!("{}", t.render().trim_end());

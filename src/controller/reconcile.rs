@@ -154,10 +154,10 @@ async fn converge(
             })?,
     );
     let previous = ctx.store.fetch_status(id).await?;
-    about(journal, desired.as_ref(), &observed, previous.as_ref());
     // Another state database's containers are not this one's to touch:
     // left out of the plan (relists count and report them).
     let (observed, foreign) = identity::partition(observed, state, previous.as_ref());
+    about(journal, desired.as_ref(), &observed, previous.as_ref());
     // A status of an earlier incarnation of the row vouches for nothing.
     let previous = status::of_incarnation(previous.as_ref(), desired.as_ref()).cloned();
     let owner = match desired.as_ref().and_then(|d| d.owner_container.as_deref()) {
