@@ -31,6 +31,23 @@ async fn events_hold_a_password(env: &TestEnv, passwords: &[String]) -> Vec<Stri
         .collect()
 }
 
+/// Waits until the newest event of `id` is its `heal`th heal.
+async fn heal_recorded(client: &Client, id: &SandboxId, heal: u32) {
+    let said = format!("(heal {heal})");
+    eventually(
+        &format!("the event of heal {heal}"),
+        Duration::from_secs(30),
+        || async {
+            let events = client.events(id, 1).await.unwrap();
+            events
+                .last()
+                .filter(|e| e.reason == "healed" && e.message.contains(&said))
+                .map(|_| ())
+        },
+    )
+    .await;
+}
+
 fn passwords(services: &[&ServiceStatus]) -> Vec<String> {
     services
         .iter()
@@ -68,6 +85,8 @@ async fn after_a_docker_kill_describe_lists_the_heal_with_its_cause_and_no_event
         (s.phase == sandboxd::domain::Phase::Ready && s.services["redis"].heals == 1).then_some(())
     })
     .await;
+    // The reconcile records its events once it has published the status.
+    heal_recorded(&client, &id, 1).await;
 
     let out = Command::new(BIN)
         .args(["describe", id.as_str()])
@@ -169,6 +188,7 @@ async fn a_sandboxs_events_stay_under_the_bound_after_a_hundred_heals() {
         })
         .await;
     }
+    heal_recorded(&client, &id, 100).await;
     let (rows, counted): (i64, i64) = sqlx::query_as(
         "SELECT count(*), coalesce(sum(count), 0) FROM sandbox_events WHERE sandbox_id = $1",
     )

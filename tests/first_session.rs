@@ -195,7 +195,12 @@ async fn run_sh_starts_a_controller_whose_database_the_cli_finds_without_a_flag_
         },
     )
     .await;
-    let described = stdout(&cli(&home, &["describe", id]));
-    assert!(described.contains("reaped [deleted]"), "{described}");
+    // The reconcile records its events once it is done, just after the
+    // container went.
+    eventually("describe lists the reap", Duration::from_secs(30), || {
+        let described = stdout(&cli(&home, &["describe", id]));
+        async move { described.contains("reaped [deleted]").then_some(()) }
+    })
+    .await;
     drop(session);
 }

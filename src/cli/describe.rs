@@ -4,10 +4,13 @@
 //! newest last.
 
 use super::table::{age, Table};
-use crate::client::RowSummary;
+use super::CliError;
+use crate::client::{Client, RowSummary};
 use crate::domain::event::RecordedEvent;
+use crate::domain::id::SandboxId;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use chrono::{DateTime, Utc};
+use clap::{Args, ValueEnum};
 use std::fmt::Write as _;
 
 /// Everything `describe` shows of one sandbox.
@@ -253,6 +256,58 @@ pub fn json(d: &Described<'_>) -> serde_json::Value {
         "status": status,
         "events": d.events,
     })
+}
+
+/// Flags of `sandboxd describe`.
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    /// Sandbox id.
+    pub id: SandboxId,
+    /// Show each engine's password and URL.
+    #[arg(long)]
+    pub show_secrets: bool,
+    /// How many of the newest events to show (1 to 1000).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub events: u32,
+    /// `text` (for reading) or `json`.
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: DescribeOutput,
+}
+
+/// `sandboxd describe --output` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DescribeOutput {
+    /// For reading.
+    Text,
+    /// One JSON object: desired, status, events.
+    Json,
+}
+
+/// `sandboxd describe ID`.
+pub(super) async fn run(url: &str, args: DescribeArgs) -> Result<(), CliError> {
+    let client = Client::connect(url).await?;
+    let (status, desired, row, events) = tokio::try_join!(
+        client.status(&args.id),
+        client.desired(&args.id),
+        client.row(&args.id),
+        client.events(&args.id, args.events),
+    )?;
+    if status.is_none() && desired.is_none() && events.is_empty() {
+        return Err(CliError::NotFound(args.id));
+    }
+    let d = Described {
+        id: args.id.as_str(),
+        desired: desired.as_ref(),
+        row: row.as_ref(),
+        status: status.as_ref(),
+        events: &events,
+        show_secrets: args.show_secrets,
+    };
+    match args.output {
+        DescribeOutput::Text => say!("{}", render(&d, chrono::Utc::now()).trim_end()),
+        DescribeOutput::Json => say!("{}", serde_json::to_string_pretty(&json(&d)).expect("JSON")),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

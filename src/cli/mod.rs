@@ -23,14 +23,32 @@ use crate::domain::sandbox::SandboxStatus;
 use crate::metrics::Metrics;
 use crate::ports::{RuntimeError, StoreError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use std::io::IsTerminal;
-
-mod describe;
-mod table;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Prints a line to stdout; a closed pipe (`sandboxd list | head`) ends
+/// the process quietly instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
+mod describe;
+mod list;
+mod progress;
+mod table;
+
+pub use self::describe::{DescribeArgs, DescribeOutput};
+pub use self::list::{ListArgs, ListOutput};
+pub use self::progress::ProgressMode;
 
 /// Exit code of a command whose `--wait` ended with the sandbox `failed`.
 pub const EXIT_FAILED: u8 = 3;
@@ -559,70 +577,6 @@ pub enum GetOutput {
     Env,
 }
 
-/// Flags of `sandboxd list`.
-#[derive(Debug, Args)]
-pub struct ListArgs {
-    /// `table` (aligned columns) or `json` (an array, one object per
-    /// sandbox, without credentials).
-    #[arg(short, long, value_enum, default_value = "table")]
-    pub output: ListOutput,
-}
-
-/// `sandboxd list --output` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ListOutput {
-    /// Aligned columns.
-    Table,
-    /// A JSON array.
-    Json,
-}
-
-/// Flags of `sandboxd describe`.
-#[derive(Debug, Args)]
-pub struct DescribeArgs {
-    /// Sandbox id.
-    pub id: SandboxId,
-    /// Show each engine's password and URL.
-    #[arg(long)]
-    pub show_secrets: bool,
-    /// How many of the newest events to show (1 to 1000).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub events: u32,
-    /// `text` (for reading) or `json`.
-    #[arg(short, long, value_enum, default_value = "text")]
-    pub output: DescribeOutput,
-}
-
-/// `sandboxd describe --output` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DescribeOutput {
-    /// For reading.
-    Text,
-    /// One JSON object: desired, status, events.
-    Json,
-}
-
-/// When `--wait` prints the phases it sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProgressMode {
-    /// When standard error is a terminal.
-    Auto,
-    /// Always (on standard error).
-    Always,
-    /// Never.
-    Never,
-}
-
-impl ProgressMode {
-    fn shown(self) -> bool {
-        match self {
-            ProgressMode::Auto => std::io::stderr().is_terminal(),
-            ProgressMode::Always => true,
-            ProgressMode::Never => false,
-        }
-    }
-}
-
 /// Parses `ENGINE=DURATION` (the engine is checked by the configuration).
 pub fn parse_engine_duration(s: &str) -> Result<(String, Duration), String> {
     let (engine, duration) = s
@@ -787,19 +741,6 @@ impl CliError {
     }
 }
 
-/// Prints a line to stdout; a closed pipe (`sandboxd list | head`) ends
-/// the process quietly instead of panicking.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                std::process::exit(0);
-            }
-        }
-    }};
-}
-
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     if let Command::Completions { shell } = cli.command {
@@ -859,8 +800,8 @@ async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Command::List(args) => list(&url, args).await,
-        Command::Describe(args) => describe_sandbox(&url, args).await,
+        Command::List(args) => list::run(&url, args).await,
+        Command::Describe(args) => describe::run(&url, args).await,
         Command::Completions { .. } => Ok(()),
         Command::Touch { id } => {
             let client = Client::connect(&url).await?;
@@ -1003,9 +944,9 @@ async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
     let client = Client::connect(url).await?;
     let revision = client.apply(&args.id, &req).await?;
     match args.wait {
-        Some(timeout) => {
-            print_status(&wait(&client, &args.id, &revision, timeout, args.progress).await?)
-        }
+        Some(timeout) => print_status(
+            &progress::wait(&client, &args.id, &revision, timeout, args.progress).await?,
+        ),
         None => say!("applied {} at generation {}", args.id, revision.generation),
     }
     Ok(())
@@ -1025,7 +966,8 @@ async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
     let revision = client.request(&args.id, &req).await?;
     match args.wait {
         Some(timeout) => {
-            let status = wait(&client, &args.id, &revision, timeout, args.progress).await?;
+            let status =
+                progress::wait(&client, &args.id, &revision, timeout, args.progress).await?;
             if args.export {
                 for line in export_lines(&status)? {
                     say!("{line}");
@@ -1038,134 +980,6 @@ async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
             "requested {} at generation {}",
             args.id,
             revision.generation
-        ),
-    }
-    Ok(())
-}
-
-/// Waits for `revision` of `id`, printing each phase seen on standard
-/// error when `progress` says so: `   0.4s  provisioning   provisioning postgres`.
-async fn wait(
-    client: &Client,
-    id: &SandboxId,
-    revision: &crate::client::Revision,
-    timeout: Duration,
-    progress: ProgressMode,
-) -> Result<SandboxStatus, ClientError> {
-    let shown = progress.shown();
-    client
-        .wait_ready_watching(id, revision, timeout, |p| {
-            if shown {
-                let message = table::first_line(p.message, 100);
-                let line = format!(
-                    "{:>7.1}s  {:<14}{message}",
-                    p.elapsed.as_secs_f64(),
-                    p.phase.as_str()
-                );
-                eprintln!("{}", line.trim_end());
-            }
-        })
-        .await
-}
-
-/// One line of `sandboxd list` (an object of `--output json`).
-#[derive(Debug, serde::Serialize)]
-struct Listed {
-    id: String,
-    phase: String,
-    engines: Vec<String>,
-    created_at: Option<chrono::DateTime<chrono::Utc>>,
-    generation: Option<i64>,
-    observed_generation: i64,
-    heals: u64,
-    network: Option<String>,
-    message: String,
-}
-
-/// `sandboxd list`: every sandbox with a status or a desired row.
-async fn list(url: &str, args: ListArgs) -> Result<(), CliError> {
-    let client = Client::connect(url).await?;
-    let (statuses, mut rows) = tokio::try_join!(client.list(), client.rows())?;
-    let mut entries: Vec<Listed> = statuses
-        .into_iter()
-        .map(|s| {
-            let row = rows.remove(s.id.as_str());
-            Listed {
-                id: s.id.to_string(),
-                phase: s.phase.to_string(),
-                engines: match &row {
-                    Some(r) => r.services.clone(),
-                    None => s.services.keys().cloned().collect(),
-                },
-                created_at: row.as_ref().map(|r| r.created_at),
-                generation: row.as_ref().map(|r| r.generation),
-                observed_generation: s.observed_generation,
-                heals: s.services.values().map(|v| u64::from(v.heals)).sum(),
-                network: s.network,
-                message: s.message,
-            }
-        })
-        .collect();
-    // Rows no status speaks of yet.
-    entries.extend(rows.into_iter().map(|(id, row)| Listed {
-        id,
-        phase: "pending".into(),
-        engines: row.services,
-        created_at: Some(row.created_at),
-        generation: Some(row.generation),
-        observed_generation: 0,
-        heals: 0,
-        network: None,
-        message: "sandboxd has not written a status yet".into(),
-    }));
-    entries.sort_by(|a, b| a.id.cmp(&b.id));
-    match args.output {
-        ListOutput::Json => say!("{}", serde_json::to_string_pretty(&entries).expect("JSON")),
-        ListOutput::Table => {
-            let now = chrono::Utc::now();
-            let mut t = table::Table::new(&["ID", "PHASE", "ENGINES", "AGE", "HEALS", "MESSAGE"]);
-            for e in entries {
-                t.row(vec![
-                    e.id,
-                    e.phase,
-                    e.engines.join(","),
-                    e.created_at
-                        .map_or_else(|| "-".to_owned(), |c| table::age(c, now)),
-                    e.heals.to_string(),
-                    table::first_line(&e.message, 80),
-                ]);
-            }
-            say!("{}", t.render().trim_end());
-        }
-    }
-    Ok(())
-}
-
-/// `sandboxd describe ID`.
-async fn describe_sandbox(url: &str, args: DescribeArgs) -> Result<(), CliError> {
-    let client = Client::connect(url).await?;
-    let (status, desired, row, events) = tokio::try_join!(
-        client.status(&args.id),
-        client.desired(&args.id),
-        client.row(&args.id),
-        client.events(&args.id, args.events),
-    )?;
-    if status.is_none() && desired.is_none() && events.is_empty() {
-        return Err(CliError::NotFound(args.id));
-    }
-    let d = describe::Described {
-        id: args.id.as_str(),
-        desired: desired.as_ref(),
-        row: row.as_ref(),
-        status: status.as_ref(),
-        events: &events,
-        show_secrets: args.show_secrets,
-    };
-    match args.output {
-        DescribeOutput::Text => say!("{}", describe::render(&d, chrono::Utc::now()).trim_end()),
-        DescribeOutput::Json => say!(
-            "{}",
-            serde_json::to_string_pretty(&describe::json(&d)).expect("JSON")
         ),
     }
     Ok(())
