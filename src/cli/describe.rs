@@ -41,12 +41,14 @@ fn when(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
 }
 
 fn field(out: &mut String, name: &str, value: impl std::fmt::Display) {
+    let value = super::table::printable(&value.to_string());
     let _ = writeln!(out, "{:<14}{value}", format!("{name}:"));
 }
 
 fn engine(out: &mut String, name: &str, s: &ServiceStatus, show_secrets: bool, now: DateTime<Utc>) {
     let _ = writeln!(out, "  {name}:");
     let line = |out: &mut String, k: &str, v: String| {
+        let v = super::table::printable(&v);
         let _ = writeln!(out, "    {:<14}{v}", format!("{k}:"));
     };
     line(

@@ -30,7 +30,7 @@ impl ProgressMode {
 }
 
 /// Waits for `revision` of `id`, printing each phase seen on standard
-/// error when `progress` says so: `   0.4s  provisioning   provisioning postgres`.
+/// error when `progress` says so: `    0.4s  provisioning  provisioning postgres`.
 pub(super) async fn wait(
     client: &Client,
     id: &SandboxId,
@@ -42,7 +42,7 @@ pub(super) async fn wait(
     client
         .wait_ready_watching(id, revision, timeout, |p| {
             if shown {
-                let message = super::table::first_line(p.message, 100);
+                let message = super::table::first_line(&super::table::printable(p.message), 100);
                 let line = format!(
                     "{:>7.1}s  {:<14}{message}",
                     p.elapsed.as_secs_f64(),

@@ -78,6 +78,15 @@ pub fn age(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
     }
 }
 
+/// `text` with every control character but a newline shown as a space, so
+/// that a message (which may quote an engine's log) cannot move the cursor
+/// or recolour the terminal.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() && c != '\n' { ' ' } else { c })
+        .collect()
+}
+
 /// The first line of `text`, cut to `max` characters (with `…`).
 pub fn first_line(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or_default();
@@ -130,5 +139,6 @@ mod tests {
         assert_eq!(first_line("one\ntwo", 10), "one");
         assert_eq!(first_line("abcdefghij", 5), "abcd…");
         assert_eq!(first_line("", 5), "");
+        assert_eq!(printable("a\x1b[31mb\nc\td"), "a [31mb\nc d");
     }
 }
