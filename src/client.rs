@@ -455,6 +455,12 @@ impl Client {
         Ok(self.store.list_status().await?)
     }
 
+    /// Every status row without its secrets (each engine's password, url
+    /// and env blanked in the database), for an overview of the fleet.
+    pub async fn list_redacted(&self) -> Result<Vec<SandboxStatus>, ClientError> {
+        Ok(self.store.list_status_redacted().await?)
+    }
+
     /// The desired row, if it exists (and the connecting role may see it).
     pub async fn desired(&self, id: &SandboxId) -> Result<Option<DesiredSandbox>, ClientError> {
         Ok(self.store.fetch_desired(id).await?)

@@ -40,7 +40,7 @@ struct Listed {
 /// `sandboxd list`: every sandbox with a status or a desired row.
 pub(super) async fn run(url: &str, args: ListArgs) -> Result<(), CliError> {
     let client = Client::connect(url).await?;
-    let (statuses, mut rows) = tokio::try_join!(client.list(), client.rows())?;
+    let (statuses, mut rows) = tokio::try_join!(client.list_redacted(), client.rows())?;
     let mut entries: Vec<Listed> = statuses
         .into_iter()
         .map(|s| {
