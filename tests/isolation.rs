@@ -432,6 +432,140 @@ async fn an_agent_on_a_sandbox_network_reaches_that_sandbox_only_and_nothing_out
     controller.stop().await;
 }
 
+/// A listener on the host, counting the connections it accepts.
+struct HostListener {
+    port: u16,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl HostListener {
+    fn bind(addr: std::net::IpAddr) -> Self {
+        let listener = std::net::TcpListener::bind((addr, 0)).expect("bind the host listener");
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a, s) = (accepted.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok(_) => {
+                        a.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Self {
+            port,
+            accepted,
+            stop,
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for HostListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[tokio::test]
+async fn a_service_the_host_binds_on_a_sandbox_networks_gateway_is_unreachable_from_the_sandbox() {
+    let guard = std::process::Command::new("deploy/host-firewall.sh")
+        .arg("--check")
+        .status()
+        .expect("run deploy/host-firewall.sh --check");
+    assert!(
+        guard.success(),
+        "the host guard is not installed: run deploy/host-firewall.sh as root (scripts/test.sh does)"
+    );
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let agent = Agent::start(&format!("agent-gw-{}", env.deployment));
+    let id = sandbox_id("gw");
+    let mut req = request(&["redis"], &[]);
+    req.attach = vec![agent.0.clone()];
+    let status = ready(&client, &id, &req).await;
+    let network = status
+        .network
+        .clone()
+        .expect("the status names the network");
+    let net = env
+        .docker
+        .inspect_network(&network, None::<InspectNetworkOptions>)
+        .await
+        .unwrap();
+    let gateway: std::net::IpAddr = net.ipam.and_then(|i| i.config).unwrap()[0]
+        .gateway
+        .clone()
+        .expect("the sandbox network has a gateway address")
+        .parse()
+        .unwrap();
+
+    // Two services of the host's: one bound on the gateway address, one on
+    // every address. Both answer the host itself.
+    let on_gateway = HostListener::bind(gateway);
+    let on_all = HostListener::bind(std::net::Ipv4Addr::UNSPECIFIED.into());
+    for (l, what) in [(&on_gateway, "gateway"), (&on_all, "all addresses")] {
+        std::net::TcpStream::connect_timeout(&(gateway, l.port).into(), Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("the host reaches its own listener on {what}: {e}"));
+    }
+    eventually(
+        "the host's own connections are accepted",
+        Duration::from_secs(5),
+        || async { (on_gateway.accepted() == 1 && on_all.accepted() == 1).then_some(()) },
+    )
+    .await;
+
+    // From the sandbox's network (the attached agent, and the engine's own
+    // container), neither answers.
+    let engine = env.containers(Some(&id)).await.remove(0);
+    for (container, who) in [
+        (agent.0.as_str(), "the agent"),
+        (engine.name.as_str(), "the engine"),
+    ] {
+        for (l, what) in [(&on_gateway, "gateway"), (&on_all, "all addresses")] {
+            let (code, out) = exec_in(
+                &env,
+                container,
+                &format!(
+                    "timeout 3 bash -c '</dev/tcp/{gateway}/{}' && echo connected",
+                    l.port
+                ),
+                vec![],
+            )
+            .await;
+            assert!(
+                code != 0 && !out.contains("connected"),
+                "{who} reached the host's listener on {what} at {gateway}:{}: {out}",
+                l.port
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        (on_gateway.accepted(), on_all.accepted()),
+        (1, 1),
+        "no connection from the sandbox reached the host"
+    );
+
+    // The host still reaches the sandbox: its answers are not new connections.
+    let mut con = redis_login(&status, "redis").await;
+    assert_eq!(
+        redis_cmd(&mut con, &["PING"]).await,
+        Ok(redis::Value::SimpleString("PONG".into()))
+    );
+    client.release(&id).await.unwrap();
+    controller.stop().await;
+}
+
 #[tokio::test]
 async fn a_container_outside_cannot_reach_a_sandbox_even_while_networks_are_being_created() {
     // Docker 20.10 drops its isolation between networks for a moment
