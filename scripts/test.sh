@@ -46,7 +46,8 @@ log "running cargo test"
 if [ $# -eq 0 ]; then set -- --all-targets; fi
 results=$(mktemp)
 trap 'cleanup; rm -f "$results"' EXIT
-cargo test "$@" 2>&1 | tee "$results"
+# Every test binary runs even when one fails, so one run shows every failure.
+cargo test --no-fail-fast "$@" 2>&1 | tee "$results"
 # Tests that need an image this machine may not have are #[ignore]d; run
 # them when the image is there, and say so when it is not.
 if docker image inspect mongo:8 >/dev/null 2>&1; then
