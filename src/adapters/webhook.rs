@@ -58,17 +58,20 @@ impl WebhookTransport for HttpWebhook {
             .body(Full::new(Bytes::copy_from_slice(body)))
             .map_err(unreachable)?;
         // The connection is driven here, not by a spawned task, so an
-        // abandoned attempt (the caller's timeout) closes it.
+        // abandoned attempt (the caller's timeout) closes it. It may end
+        // (`connection: close`) in the same poll that hands the response
+        // over: then the response is taken from the request's side.
         let mut connection = std::pin::pin!(connection);
+        let mut send = std::pin::pin!(sender.send_request(request));
         let response = tokio::select! {
-            response = sender.send_request(request) => response.map_err(unreachable)?,
-            ended = &mut connection => {
-                return Err(unreachable(match ended {
-                    Ok(()) => "the connection closed before a response".to_owned(),
-                    Err(e) => e.to_string(),
-                }));
-            }
-        };
+            biased;
+            response = &mut send => response,
+            ended = &mut connection => match ended {
+                Ok(()) => send.await,
+                Err(e) => return Err(unreachable(e)),
+            },
+        }
+        .map_err(unreachable)?;
         let status = response.status();
         if status.is_success() {
             Ok(())
