@@ -1249,6 +1249,69 @@ mod tests {
     }
 
     #[test]
+    fn the_webhook_flags_make_one_configuration_and_are_checked_at_start() {
+        let config = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Run(r) => r.to_config(),
+            other => panic!("{other:?}"),
+        };
+        let file = std::env::temp_dir().join(format!("sandboxd-cli-secret-{}", std::process::id()));
+        std::fs::write(&file, "a-secret-of-twenty-chars\n").unwrap();
+        let path = file.to_str().unwrap();
+        let c = config(&[
+            "sandboxd",
+            "run",
+            "--webhook-url",
+            "http://127.0.0.1:8080/h?token=x",
+            "--webhook-secret-file",
+            path,
+            "--webhook-timeout",
+            "2s",
+            "--webhook-retries",
+            "5",
+            "--webhook-queue",
+            "10",
+        ])
+        .unwrap();
+        let w = c.webhook.expect("a webhook");
+        assert_eq!(w.url.to_string(), "http://127.0.0.1:8080/…");
+        assert_eq!(w.secret.expose(), "a-secret-of-twenty-chars");
+        assert_eq!(
+            (w.timeout, w.retries, w.queue),
+            (Duration::from_secs(2), 5, 10)
+        );
+        assert!(config(&["sandboxd", "run"]).unwrap().webhook.is_none());
+        assert!(matches!(
+            config(&["sandboxd", "run", "--webhook-secret-file", path]),
+            Err(crate::config::ConfigError::Webhook(_))
+        ));
+        assert!(matches!(
+            config(&[
+                "sandboxd",
+                "run",
+                "--webhook-url",
+                "http://h/",
+                "--webhook-secret-file",
+                path,
+                "--webhook-timeout",
+                "0s",
+            ]),
+            Err(crate::config::ConfigError::Webhook(_))
+        ));
+        assert!(Cli::try_parse_from([
+            "sandboxd",
+            "run",
+            "--webhook-url",
+            "http://h/",
+            "--webhook-secret-file",
+            path,
+            "--webhook-queue",
+            "0",
+        ])
+        .is_err());
+        std::fs::remove_file(&file).unwrap();
+    }
+
+    #[test]
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
