@@ -571,3 +571,57 @@ fn sandboxd_run_refuses_an_https_webhook_or_a_missing_secret_without_echoing_the
         assert!(!stderr.contains("T0K3N"), "{stderr}");
     }
 }
+
+/// A server on 127.0.0.1 that answers each connection with the next of
+/// `answers` (`None`: closes without answering); returns its port.
+async fn answering(answers: Vec<Option<&'static str>>) -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        for answer in answers {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = s.read(&mut buf).await;
+            if let Some(status) = answer {
+                let _ = s
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            }
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn the_http_client_reports_success_a_refusal_a_server_error_and_a_closed_connection() {
+    use sandboxd::adapters::webhook::HttpWebhook;
+    use sandboxd::ports::webhook::{WebhookError, WebhookTransport};
+    let port = answering(vec![
+        Some("204 No Content"),
+        Some("401 Unauthorized"),
+        Some("503 Service Unavailable"),
+        None,
+    ])
+    .await;
+    let hook = HttpWebhook::new(WebhookUrl::parse(&format!("http://127.0.0.1:{port}/h")).unwrap());
+    let body = br#"{"seq":1}"#;
+    let signature = notice::sign(SECRET.as_bytes(), 1, body);
+    hook.post(body, &signature).await.expect("a 204 is success");
+    let refused = hook.post(body, &signature).await.unwrap_err();
+    assert!(matches!(refused, WebhookError::Status(401)) && !refused.is_retryable());
+    let failed = hook.post(body, &signature).await.unwrap_err();
+    assert!(matches!(failed, WebhookError::Status(503)) && failed.is_retryable());
+    let closed = hook.post(body, &signature).await.unwrap_err();
+    assert!(
+        matches!(closed, WebhookError::Unreachable(_)) && closed.is_retryable(),
+        "{closed}"
+    );
+    // Nothing listens any more.
+    let gone = hook.post(body, &signature).await.unwrap_err();
+    assert!(matches!(gone, WebhookError::Unreachable(_)), "{gone}");
+}

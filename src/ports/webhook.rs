@@ -19,13 +19,11 @@ pub enum WebhookError {
 }
 
 impl WebhookError {
-    /// Whether trying again may help: not after a 4xx other than 408 and
-    /// 429 (the receiver refuses this request as it is).
+    /// Whether trying again may help: after a 5xx, 408 or 429, not after
+    /// another status (a redirect or a refusal of this request as it is).
     pub fn is_retryable(&self) -> bool {
         match self {
-            WebhookError::Status(code) => {
-                !(400..500).contains(code) || *code == 408 || *code == 429
-            }
+            WebhookError::Status(code) => *code >= 500 || *code == 408 || *code == 429,
             WebhookError::Unreachable(_) | WebhookError::TimedOut => true,
         }
     }
