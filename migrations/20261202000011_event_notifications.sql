@@ -15,7 +15,7 @@
 --   listener reads those from sandbox_events by seq, where row-level
 --   security shows it only the events it may read. Never a credential
 --   (messages are scrubbed before they are stored, and are not sent).
---   The payload stays under 1 kB (NOTIFY's limit is 8000 bytes).
+--   The payload is a few hundred bytes (NOTIFY's limit is 8000).
 -- * The function returns the recorded events as a JSON array of full
 --   notices (the payload plus owner, incarnation and message), which
 --   sandboxd sends to its webhook (--webhook-url): that receiver is the
