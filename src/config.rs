@@ -13,6 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+mod webhook;
+pub use self::webhook::{WebhookConfig, WebhookConfigError, WebhookUrl};
+
 /// Invalid configuration values.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
@@ -65,6 +68,9 @@ pub enum ConfigError {
         /// The deadline of one Docker call.
         docker: Duration,
     },
+    /// The webhook's flags are unusable.
+    #[error(transparent)]
+    Webhook(#[from] WebhookConfigError),
 }
 
 /// Readiness deadlines by engine name, checked against the registry.
@@ -329,6 +335,8 @@ pub struct ControllerConfig {
     /// Events that last happened longer ago than this are deleted (at
     /// relists).
     pub event_retention: Duration,
+    /// Where each recorded event is also POSTed, signed (`None`: nowhere).
+    pub webhook: Option<WebhookConfig>,
 }
 
 /// How many events a sandbox keeps unless `--events-per-sandbox` says
@@ -383,6 +391,7 @@ impl ControllerConfig {
             warm_pool: BTreeMap::new(),
             events_per_sandbox: DEFAULT_EVENTS_PER_SANDBOX,
             event_retention: Duration::from_secs(24 * 3600),
+            webhook: None,
         }
     }
 

@@ -132,6 +132,11 @@ pub struct Metrics {
     reconcile_timeouts: IntCounter,
     events: IntCounterVec,
     events_lost: IntCounter,
+    webhook_deliveries: IntCounterVec,
+    webhook_attempt_errors: IntCounterVec,
+    webhook_retries: IntCounter,
+    webhook_dropped: IntCounter,
+    webhook_queue_depth: IntGauge,
     active_workers: IntGaugeVec,
     max_concurrent: IntGaugeVec,
     queue_depth: IntGaugeVec,
@@ -399,6 +404,26 @@ impl Metrics {
                 "sandboxd_events_lost_total",
                 "Events that could not be written to sandbox_events (the state database failed; the reconcile went on)"
             )),
+            webhook_deliveries: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_webhook_deliveries_total", "Events sent to --webhook-url, by result (delivered: a 2xx answer; failed: given up after its retries)"),
+                &["result"]
+            )),
+            webhook_attempt_errors: reg!(IntCounterVec::new(
+                Opts::new("sandboxd_webhook_attempt_errors_total", "Failed webhook attempts, by error (unreachable, status, timeout)"),
+                &["error"]
+            )),
+            webhook_retries: reg!(IntCounter::new(
+                "sandboxd_webhook_retries_total",
+                "Webhook attempts after an event's first (with backoff)"
+            )),
+            webhook_dropped: reg!(IntCounter::new(
+                "sandboxd_webhook_dropped_total",
+                "Events not sent to the webhook because its queue was full (--webhook-queue; the events stay in sandbox_events)"
+            )),
+            webhook_queue_depth: reg!(IntGauge::new(
+                "sandboxd_webhook_queue_depth",
+                "Events waiting to be sent to the webhook"
+            )),
             heals: reg!(IntCounterVec::new(
                 Opts::new("sandboxd_heals_total", "Engine containers replaced with the same credentials, by engine and cause (exited, oom, removed)"),
                 &["engine", "cause"]
@@ -510,6 +535,12 @@ impl Metrics {
         for reason in crate::domain::event::EventReason::ALL {
             m.events.with_label_values(&[reason.as_str()]);
         }
+        for result in ["delivered", "failed"] {
+            m.webhook_deliveries.with_label_values(&[result]);
+        }
+        for error in ["unreachable", "status", "timeout"] {
+            m.webhook_attempt_errors.with_label_values(&[error]);
+        }
         for ok in [true, false] {
             m.image_pulls.with_label_values(&[outcome(ok)]);
             m.image_builds.with_label_values(&[outcome(ok)]);
@@ -589,6 +620,40 @@ impl Metrics {
     /// Events that could not be written.
     pub(crate) fn events_lost(&self, n: usize) {
         self.events_lost.inc_by(n as u64);
+    }
+
+    /// One event sent to the webhook (`delivered`) or given up.
+    pub(crate) fn webhook_delivery(&self, delivered: bool) {
+        let result = if delivered { "delivered" } else { "failed" };
+        self.webhook_deliveries.with_label_values(&[result]).inc();
+    }
+
+    /// One failed webhook attempt (`error`: unreachable, status, timeout).
+    pub(crate) fn webhook_attempt_failed(&self, error: &'static str) {
+        self.webhook_attempt_errors
+            .with_label_values(&[error])
+            .inc();
+    }
+
+    /// One webhook attempt after an event's first.
+    pub(crate) fn webhook_retry(&self) {
+        self.webhook_retries.inc();
+    }
+
+    /// One event not queued for the webhook (its queue was full); returns
+    /// how many so far.
+    pub(crate) fn webhook_dropped(&self) -> u64 {
+        self.webhook_dropped.inc();
+        self.webhook_dropped.get()
+    }
+
+    /// Events waiting for the webhook: one more (`true`) or one fewer.
+    pub(crate) fn webhook_queued(&self, added: bool) {
+        if added {
+            self.webhook_queue_depth.inc();
+        } else {
+            self.webhook_queue_depth.dec();
+        }
     }
 
     /// One reconcile abandoned at its deadline.

@@ -354,7 +354,11 @@ impl Store for BoundedStore {
         store_call("delete a pool claim", self.after, call).await
     }
 
-    async fn record_events(&self, batch: EventBatch<'_>, term: Term) -> Result<(), StoreError> {
+    async fn record_events(
+        &self,
+        batch: EventBatch<'_>,
+        term: Term,
+    ) -> Result<Vec<crate::domain::notice::EventNotice>, StoreError> {
         let call = self.inner.record_events(batch, term);
         store_call("record events", self.after, call).await
     }

@@ -7,6 +7,7 @@ pub mod docker;
 pub mod http;
 pub mod postgres;
 pub mod swarm;
+pub mod webhook;
 
 pub use self::docker::DockerRuntime;
 pub use self::postgres::PgStore;

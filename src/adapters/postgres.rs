@@ -1019,9 +1019,13 @@ impl Store for PgStore {
         }
     }
 
-    async fn record_events(&self, batch: EventBatch<'_>, term: Term) -> Result<(), StoreError> {
+    async fn record_events(
+        &self,
+        batch: EventBatch<'_>,
+        term: Term,
+    ) -> Result<Vec<crate::domain::notice::EventNotice>, StoreError> {
         if batch.events.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let events: Vec<serde_json::Value> = batch
             .events
@@ -1035,17 +1039,29 @@ impl Store for PgStore {
                 })
             })
             .collect();
-        sqlx::query("SELECT sandbox_record_events($1, $2, $3::uuid, $4, $5, $6)")
-            .bind(term.0)
-            .bind(batch.sandbox.as_str())
-            .bind(batch.incarnation.map(Incarnation::as_str))
-            .bind(batch.owner)
-            .bind(serde_json::Value::Array(events))
-            .bind(i32::try_from(batch.keep).unwrap_or(i32::MAX))
-            .execute(&self.pool)
-            .await
-            .map_err(fenced(term, "record events"))?;
-        Ok(())
+        // The function (migration 11) announces each event on NOTIFY
+        // sandbox_events and returns them in full.
+        let notices: Option<serde_json::Value> =
+            sqlx::query_scalar("SELECT sandbox_record_events($1, $2, $3::uuid, $4, $5, $6)")
+                .bind(term.0)
+                .bind(batch.sandbox.as_str())
+                .bind(batch.incarnation.map(Incarnation::as_str))
+                .bind(batch.owner)
+                .bind(serde_json::Value::Array(events))
+                .bind(i32::try_from(batch.keep).unwrap_or(i32::MAX))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(fenced(term, "record events"))?;
+        // The events are recorded (and announced) whatever comes back: a
+        // notice that does not parse is only missing from the webhook.
+        match serde_json::from_value(notices.unwrap_or_else(|| serde_json::json!([]))) {
+            Ok(notices) => Ok(notices),
+            Err(e) => {
+                tracing::warn!(sandbox = %batch.sandbox, error = %e,
+                    "sandbox_record_events returned notices this sandboxd cannot read; the webhook does not get them (is the state database's schema newer?)");
+                Ok(Vec::new())
+            }
+        }
     }
 
     async fn prune_events(&self, age: Duration) -> Result<u64, StoreError> {

@@ -374,6 +374,28 @@ pub struct RunArgs {
     /// Events that last happened longer ago than this are deleted.
     #[arg(long, env = "SANDBOXD_EVENT_RETENTION", default_value = "24h", value_parser = parse_duration)]
     pub event_retention: Duration,
+    /// POST every recorded event (JSON, signed with X-Sandboxd-Signature)
+    /// to this http:// URL; needs --webhook-secret-file. Never logged in
+    /// full (its path and query may hold a token).
+    #[arg(long, env = "SANDBOXD_WEBHOOK_URL", hide_env_values = true)]
+    pub webhook_url: Option<String>,
+    /// File holding the webhook's signing secret (at least 16 characters;
+    /// surrounding whitespace is ignored).
+    #[arg(long, env = "SANDBOXD_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<std::path::PathBuf>,
+    /// Bound on one webhook attempt (connect, send, response head).
+    #[arg(long, env = "SANDBOXD_WEBHOOK_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub webhook_timeout: Duration,
+    /// Attempts after the first for one event (exponential backoff from
+    /// 0.5 s to 30 s), 0 to 10.
+    #[arg(long, env = "SANDBOXD_WEBHOOK_RETRIES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub webhook_retries: u32,
+    /// Events waiting for the webhook; past it new ones are dropped and
+    /// counted (sandboxd_webhook_dropped_total), 1 to 100000.
+    #[arg(long, env = "SANDBOXD_WEBHOOK_QUEUE", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub webhook_queue: u32,
 }
 
 /// `on` or `off` (also `true`/`false`, `1`/`0`).
@@ -455,6 +477,19 @@ impl RunArgs {
         }
         c.events_per_sandbox = self.events_per_sandbox;
         c.event_retention = self.event_retention;
+        c.webhook = crate::config::WebhookConfig::from_flags(
+            self.webhook_url.as_deref(),
+            self.webhook_secret_file.as_deref(),
+        )?
+        .map(|w| crate::config::WebhookConfig {
+            timeout: self.webhook_timeout,
+            retries: self.webhook_retries,
+            queue: self.webhook_queue as usize,
+            ..w
+        });
+        if let Some(w) = &c.webhook {
+            w.check()?;
+        }
         c.backend = self.backend;
         c.swarm_publish = self.swarm_publish;
         c.check_reconcile_timeout(crate::engine::REGISTRY)?;
@@ -1211,6 +1246,69 @@ mod tests {
             config(&["sandboxd", "run", "--warm-pool", "postgres"]),
             Err(crate::config::ConfigError::WarmPool(_))
         ));
+    }
+
+    #[test]
+    fn the_webhook_flags_make_one_configuration_and_are_checked_at_start() {
+        let config = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Run(r) => r.to_config(),
+            other => panic!("{other:?}"),
+        };
+        let file = std::env::temp_dir().join(format!("sandboxd-cli-secret-{}", std::process::id()));
+        std::fs::write(&file, "a-secret-of-twenty-chars\n").unwrap();
+        let path = file.to_str().unwrap();
+        let c = config(&[
+            "sandboxd",
+            "run",
+            "--webhook-url",
+            "http://127.0.0.1:8080/h?token=x",
+            "--webhook-secret-file",
+            path,
+            "--webhook-timeout",
+            "2s",
+            "--webhook-retries",
+            "5",
+            "--webhook-queue",
+            "10",
+        ])
+        .unwrap();
+        let w = c.webhook.expect("a webhook");
+        assert_eq!(w.url.to_string(), "http://127.0.0.1:8080/…");
+        assert_eq!(w.secret.expose(), "a-secret-of-twenty-chars");
+        assert_eq!(
+            (w.timeout, w.retries, w.queue),
+            (Duration::from_secs(2), 5, 10)
+        );
+        assert!(config(&["sandboxd", "run"]).unwrap().webhook.is_none());
+        assert!(matches!(
+            config(&["sandboxd", "run", "--webhook-secret-file", path]),
+            Err(crate::config::ConfigError::Webhook(_))
+        ));
+        assert!(matches!(
+            config(&[
+                "sandboxd",
+                "run",
+                "--webhook-url",
+                "http://h/",
+                "--webhook-secret-file",
+                path,
+                "--webhook-timeout",
+                "0s",
+            ]),
+            Err(crate::config::ConfigError::Webhook(_))
+        ));
+        assert!(Cli::try_parse_from([
+            "sandboxd",
+            "run",
+            "--webhook-url",
+            "http://h/",
+            "--webhook-secret-file",
+            path,
+            "--webhook-queue",
+            "0",
+        ])
+        .is_err());
+        std::fs::remove_file(&file).unwrap();
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod relist;
 mod rotation;
 pub mod template;
 pub mod volume;
+mod webhook;
 
 pub use self::fence::{Fence, Fenced};
 pub use self::image::ImageError;
@@ -119,6 +120,8 @@ pub(crate) struct Context {
     pub(crate) pool: pool::Pool,
     /// Each sandbox's last published phase, for the fleet gauges.
     pub(crate) phases: FleetPhases,
+    /// Where recorded events go besides `sandbox_events` (the webhook).
+    pub(crate) webhook: webhook::Notifier,
 }
 
 impl Context {
@@ -152,6 +155,17 @@ pub struct Controller {
     readiness: Readiness,
     known: Arc<KnownContainers>,
     relist_now: Arc<Notify>,
+    /// The webhook's delivery task, started by [`Controller::run`].
+    webhook: Option<webhook::Delivery>,
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Where watchers send their hints.
@@ -223,6 +237,14 @@ impl Controller {
         let runtime = Arc::new(FencedRuntime::new(runtime, fence.clone(), metrics.clone()));
         let store: Arc<dyn Store> = Arc::new(BoundedStore::new(store, config.store_timeout));
         let images = image::Fetches::new(runtime.clone(), &config, metrics.clone(), queue.clone());
+        let (notifier, delivery) = match &config.webhook {
+            Some(w) => {
+                let transport = Arc::new(crate::adapters::webhook::HttpWebhook::new(w.url.clone()));
+                let (n, d) = webhook::channel(w, transport, metrics.clone());
+                (n, Some(d))
+            }
+            None => (webhook::Notifier::disabled(metrics.clone()), None),
+        };
         let elector = Arc::new(Elector::new(
             store.clone(),
             config.lease,
@@ -251,11 +273,13 @@ impl Controller {
                 templates: template::Templates::default(),
                 pool: pool::Pool::default(),
                 phases: FleetPhases::default(),
+                webhook: notifier,
             }),
             queue,
             readiness: Readiness::default(),
             known: Arc::new(KnownContainers::default()),
             relist_now,
+            webhook: delivery,
         }
     }
 
@@ -280,9 +304,15 @@ impl Controller {
     /// taking new work, lets in-flight reconciles finish within the
     /// shutdown grace, gives the lease up and returns.
     pub async fn run(
-        self,
+        mut self,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ControllerError> {
+        // The webhook's sender lives as long as this run; only a leader's
+        // reconciles record events, so only the leader sends.
+        let _webhook = self
+            .webhook
+            .take()
+            .map(|d| AbortOnDrop(tokio::spawn(d.run())));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let term = tokio::select! {

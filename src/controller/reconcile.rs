@@ -124,7 +124,10 @@ async fn record(ctx: &Context, id: &SandboxId, journal: &mut Journal) {
         keep: ctx.config.events_per_sandbox,
     };
     match ctx.store.record_events(batch, term).await {
-        Ok(()) => ctx.metrics.events_recorded(&events),
+        Ok(notices) => {
+            ctx.metrics.events_recorded(&events);
+            ctx.webhook.offer(notices);
+        }
         Err(e) => {
             ctx.metrics.events_lost(events.len());
             tracing::warn!(error = %e, events = events.len(), "could not record events");

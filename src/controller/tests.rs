@@ -835,6 +835,89 @@ async fn a_failure_that_repeats_is_one_event_counted_and_a_sandbox_keeps_only_it
     assert!(got[4].2.contains("(heal 10)"), "{}", got[4].2);
 }
 
+/// A webhook receiver that takes each attempt and never answers.
+#[derive(Default)]
+struct HangingWebhook {
+    got: std::sync::Mutex<Vec<(Vec<u8>, String)>>,
+}
+
+#[async_trait::async_trait]
+impl crate::ports::webhook::WebhookTransport for HangingWebhook {
+    async fn post(
+        &self,
+        body: &[u8],
+        signature: &str,
+    ) -> Result<(), crate::ports::webhook::WebhookError> {
+        self.got
+            .lock()
+            .unwrap()
+            .push((body.to_vec(), signature.to_owned()));
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_webhook_that_hangs_gets_the_recorded_events_signed_and_never_slows_a_reconcile() {
+    let h = Harness::new();
+    let mut ctx = h.context();
+    let hook = Arc::new(HangingWebhook::default());
+    let attempt = Duration::from_secs(3600);
+    let config = crate::config::WebhookConfig {
+        timeout: attempt,
+        retries: 0,
+        queue: 1,
+        ..crate::config::WebhookConfig::new(
+            crate::config::WebhookUrl::parse("http://127.0.0.1:9/hook").unwrap(),
+            crate::domain::Secret::new("a-unit-test-webhook-secret"),
+        )
+    };
+    let (notifier, delivery) = super::webhook::channel(&config, hook.clone(), h.metrics.clone());
+    Arc::get_mut(&mut ctx)
+        .expect("the context is not shared yet")
+        .webhook = notifier;
+    let sending = tokio::spawn(delivery.run());
+
+    let started = tokio::time::Instant::now();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    // The task takes the provisioned event and hangs on it; two heals
+    // follow: the first one's event waits in the queue, the second's is
+    // dropped.
+    while hook.got.lock().unwrap().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..2 {
+        let (container, _) = h.published(&id("a"));
+        h.runtime.kill(&container, false);
+        ctx.crash_loops.forget(&id("a"));
+        reconcile(&ctx, &id("a")).await.unwrap();
+    }
+    assert!(
+        started.elapsed() < attempt,
+        "the reconciles waited for the webhook: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(h.published(&id("a")).1.heals, 2);
+    assert_eq!(h.metric("sandboxd_webhook_dropped_total"), 1.0);
+    assert_eq!(h.metric("sandboxd_webhook_queue_depth"), 1.0);
+    let got = hook.got.lock().unwrap().clone();
+    assert_eq!(got.len(), 1, "one attempt so far");
+    let (body, signature) = &got[0];
+    assert!(
+        crate::domain::notice::verify(b"a-unit-test-webhook-secret", signature, body).is_some()
+    );
+    let sent: crate::domain::notice::EventNotice = serde_json::from_slice(body).unwrap();
+    assert_eq!(
+        (
+            sent.sandbox_id.as_str(),
+            sent.reason.as_str(),
+            sent.owner.as_str()
+        ),
+        ("a", "provisioned", "test")
+    );
+    sending.abort();
+}
+
 // ---------------------------------------------------------------------------
 // The controller: queue, watches and relists around reconcile
 // ---------------------------------------------------------------------------

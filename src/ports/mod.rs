@@ -5,6 +5,7 @@
 
 pub mod runtime;
 pub mod store;
+pub mod webhook;
 
 pub use self::runtime::{ContainerSpec, Runtime, RuntimeError, RuntimeEvent};
 pub use self::store::{Store, StoreError};

@@ -7,6 +7,7 @@ use crate::domain::event::Event;
 use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
+use crate::domain::notice::EventNotice;
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::domain::status::StatusUpdate;
@@ -168,8 +169,15 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::write_status`]): an event equal to the sandbox's latest one
     /// is counted on it instead of added, every password of the sandbox's
     /// status is replaced by `***`, and only the newest `batch.keep` events
-    /// of the sandbox stay.
-    async fn record_events(&self, batch: EventBatch<'_>, term: Term) -> Result<(), StoreError>;
+    /// of the sandbox stay. Each event is announced on `NOTIFY
+    /// sandbox_events` with the write; returns the recorded events in full
+    /// (as counted: a repeat has its row's seq and new count), for the
+    /// webhook.
+    async fn record_events(
+        &self,
+        batch: EventBatch<'_>,
+        term: Term,
+    ) -> Result<Vec<EventNotice>, StoreError>;
     /// Deletes every event that last happened longer ago than `age`;
     /// returns how many went.
     async fn prune_events(&self, age: Duration) -> Result<u64, StoreError>;

@@ -48,6 +48,10 @@ struct Tables {
     /// Each sandbox's events, oldest first, with how many times each
     /// happened in a row.
     events: BTreeMap<SandboxId, Vec<(Event, u32)>>,
+    /// The seq of each sandbox's latest event (as `sandbox_events.seq`).
+    last_event_seq: BTreeMap<SandboxId, i64>,
+    /// The last seq given out.
+    event_seq: i64,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -377,21 +381,53 @@ impl Store for FakeStore {
         Ok(())
     }
 
-    async fn record_events(&self, batch: EventBatch<'_>, term: Term) -> Result<(), StoreError> {
-        let mut t = self.tables.lock().unwrap();
+    async fn record_events(
+        &self,
+        batch: EventBatch<'_>,
+        term: Term,
+    ) -> Result<Vec<crate::domain::notice::EventNotice>, StoreError> {
+        let mut guard = self.tables.lock().unwrap();
+        let t = &mut *guard;
         t.fenced(term)?;
         let kept = t.events.entry(batch.sandbox.clone()).or_default();
+        let mut notices = Vec::with_capacity(batch.events.len());
+        let now = chrono::Utc::now();
         for event in batch.events {
-            match kept.last_mut() {
-                Some((last, count)) if last == event => *count += 1,
-                _ => kept.push((event.clone(), 1)),
-            }
+            let count = match kept.last_mut() {
+                Some((last, count)) if last == event => {
+                    *count += 1;
+                    *count
+                }
+                _ => {
+                    kept.push((event.clone(), 1));
+                    t.event_seq += 1;
+                    t.last_event_seq.insert(batch.sandbox.clone(), t.event_seq);
+                    1
+                }
+            };
+            notices.push(crate::domain::notice::EventNotice {
+                seq: t
+                    .last_event_seq
+                    .get(batch.sandbox)
+                    .copied()
+                    .unwrap_or_default(),
+                sandbox_id: batch.sandbox.to_string(),
+                reason: event.reason.as_str().to_owned(),
+                engine: event.engine.clone(),
+                detail: event.detail.clone(),
+                count: i32::try_from(count).unwrap_or(i32::MAX),
+                first_at: now,
+                last_at: now,
+                owner: batch.owner.to_owned(),
+                incarnation: batch.incarnation.map(|i| i.as_str().to_owned()),
+                message: event.message.clone(),
+            });
         }
         let keep = batch.keep.max(1) as usize;
         if kept.len() > keep {
             kept.drain(..kept.len() - keep);
         }
-        Ok(())
+        Ok(notices)
     }
 
     async fn prune_events(&self, _age: Duration) -> Result<u64, StoreError> {
