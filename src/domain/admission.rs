@@ -1,0 +1,486 @@
+//! Admission: whether a sandbox may create containers now, against its
+//! owner's quota and the host's memory budget, in arrival order.
+//!
+//! The leader keeps one [`Ledger`] for the fleet (the controller has one
+//! leader, and it rebuilds the ledger from its first relist each term).
+//! What a sandbox *holds* is every engine that has a container (of its
+//! state database) or published credentials; its memory is one engine
+//! memory cap per engine held, whatever the container really uses (tmpfs
+//! data counts against the same cap). A rotation's second container, built
+//! next to the running one for the seconds until it is ready, is not
+//! counted again: the engine is held once. Admission is asked only for the
+//! engines a sandbox *creates* (no container and no published credentials):
+//! a heal, a rotation or a replacement re-creates what is held already, so
+//! a sandbox that runs is never evicted or held back by a quota change.
+//!
+//! * **Per owner**: the sandboxes an owner holds whose row is still wanted,
+//!   and the sum of their memory, against its [`Quota`]. A released or
+//!   deleted row's containers, while they wait out the grace window, no
+//!   longer count against their owner.
+//! * **Host budget**: every engine held by any sandbox (released ones
+//!   still waiting to be removed included) plus the warm pools' target
+//!   size, against the budget (the host's memory minus a reserve).
+//! * **Arrival order** (the row's `created_at`, then its id): a row waits
+//!   behind an earlier row of its owner that waits (for anything), and
+//!   behind any earlier row that waits for the host's budget. A row that
+//!   can never fit (it needs more than the limit or the budget) waits
+//!   without holding anyone back.
+//! * **All or nothing**: the engines a sandbox creates are admitted
+//!   together or not at all, so it is never half-provisioned.
+
+use super::id::SandboxId;
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+
+/// An owner's limits (`sandbox_quotas`); `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quota {
+    /// Sandboxes the owner may hold at once.
+    pub sandboxes: Option<u64>,
+    /// The sum of the memory caps of the owner's sandboxes, in bytes.
+    pub memory_bytes: Option<u64>,
+}
+
+/// A byte count, shown in binary units ("512 MiB", "1.5 GiB").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut value = self.0 as f64;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        if unit == 0 || (value - value.round()).abs() < 0.05 {
+            write!(f, "{} {}", value.round() as u64, UNITS[unit])
+        } else {
+            write!(f, "{value:.1} {}", UNITS[unit])
+        }
+    }
+}
+
+/// Parses "512MiB", "4GiB", "1.5 GiB", "2G" (binary multiples) or a plain
+/// byte count.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return None,
+    };
+    let bytes = number * factor as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes.round() as u64)
+}
+
+/// Where a row stands in the arrival order: its `created_at`, then its id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Arrival {
+    /// When the row was inserted.
+    pub at: DateTime<Utc>,
+    /// The sandbox.
+    pub id: SandboxId,
+}
+
+/// What a sandbox asks to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    /// The row's place in the arrival order.
+    pub arrival: Arrival,
+    /// The row's owner.
+    pub owner: String,
+    /// The engines it creates (no container and no credentials yet).
+    pub engines: BTreeSet<String>,
+}
+
+/// Why a row waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReason {
+    /// Its owner's quota (or an earlier row of its owner that waits).
+    Owner,
+    /// The host's memory budget (or an earlier row that waits for it).
+    Budget,
+    /// It can never fit (it needs more than a limit or the budget): it
+    /// waits for the limit to change and holds no one back.
+    Never,
+    /// Not judged yet this term (seeded by the first relist, in arrival
+    /// order): holds later rows back until its reconcile judges it.
+    Unjudged,
+}
+
+impl WaitReason {
+    /// Label value for metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitReason::Owner => "owner",
+            WaitReason::Budget => "budget",
+            WaitReason::Never => "never",
+            WaitReason::Unjudged => "unjudged",
+        }
+    }
+}
+
+/// The decision for one [`Ask`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Create the engines now: they are counted from here on.
+    Admit,
+    /// Create nothing: the row stays as it is, with this message.
+    Wait {
+        /// Why.
+        reason: WaitReason,
+        /// For the status row: the limit and the current use.
+        message: String,
+    },
+}
+
+/// What one sandbox holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    owner: String,
+    /// Whether its row is still wanted (counted against its owner).
+    wanted: bool,
+    engines: BTreeSet<String>,
+    /// When the ledger last changed it (see [`Ledger::mark`]).
+    seq: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Waiter {
+    owner: String,
+    reason: WaitReason,
+    seq: u64,
+}
+
+/// One owner's use, for metrics and the CLI.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Use {
+    /// Sandboxes held whose row is wanted.
+    pub sandboxes: u64,
+    /// The sum of their memory caps, in bytes.
+    pub memory_bytes: u64,
+    /// Rows waiting for admission.
+    pub waiting: u64,
+}
+
+/// The fleet's admissions: what each sandbox holds and who waits, in
+/// arrival order.
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    held: HashMap<SandboxId, Held>,
+    waiting: BTreeMap<Arrival, Waiter>,
+    arrivals: HashMap<SandboxId, Arrival>,
+    seq: u64,
+    /// Memory cap of one engine container, in bytes.
+    engine_bytes: u64,
+    /// The warm pools' target size, in bytes (always counted).
+    pool_bytes: u64,
+    /// The host's memory budget (`None`: unlimited).
+    budget: Option<u64>,
+}
+
+impl Ledger {
+    /// An empty ledger: `engine_bytes` per engine held, `pool_bytes` of
+    /// warm pools, `budget` for the host.
+    pub fn new(engine_bytes: u64, pool_bytes: u64, budget: Option<u64>) -> Self {
+        Ledger {
+            engine_bytes,
+            pool_bytes,
+            budget,
+            ..Ledger::default()
+        }
+    }
+
+    /// The host's memory budget.
+    pub fn budget(&self) -> Option<u64> {
+        self.budget
+    }
+
+    /// Sets the host's memory budget.
+    pub fn set_budget(&mut self, budget: Option<u64>) {
+        self.budget = budget;
+    }
+
+    /// Memory counted against the host's budget: every engine held plus
+    /// the warm pools.
+    pub fn admitted_bytes(&self) -> u64 {
+        let engines: u64 = self.held.values().map(|h| h.engines.len() as u64).sum();
+        engines * self.engine_bytes + self.pool_bytes
+    }
+
+    /// Rows waiting for admission.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Each owner's use (owners that hold or wait only).
+    pub fn usage(&self) -> BTreeMap<String, Use> {
+        let mut usage: BTreeMap<String, Use> = BTreeMap::new();
+        for h in self.held.values().filter(|h| h.wanted) {
+            let u = usage.entry(h.owner.clone()).or_default();
+            u.sandboxes += 1;
+            u.memory_bytes += h.engines.len() as u64 * self.engine_bytes;
+        }
+        for w in self.waiting.values() {
+            usage.entry(w.owner.clone()).or_default().waiting += 1;
+        }
+        usage
+    }
+
+    fn owner_use(&self, owner: &str, except: &SandboxId) -> Use {
+        let mut u = Use::default();
+        for (id, h) in &self.held {
+            if h.wanted && h.owner == owner && id != except {
+                u.sandboxes += 1;
+                u.memory_bytes += h.engines.len() as u64 * self.engine_bytes;
+            }
+        }
+        u
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Decides `ask` with its owner's `quota`; an admitted ask is counted
+    /// at once (its engines are held) and leaves the waiting rows, a
+    /// waiting one takes (or keeps) its place among them.
+    pub fn admit(&mut self, ask: &Ask, quota: Quota) -> Decision {
+        let id = &ask.arrival.id;
+        let mine = self.held.get(id).filter(|h| h.wanted);
+        let new_sandbox = mine.is_none();
+        let adding: BTreeSet<&String> = ask
+            .engines
+            .iter()
+            .filter(|e| mine.is_none_or(|h| !h.engines.contains(*e)))
+            .collect();
+        let needs = adding.len() as u64 * self.engine_bytes;
+        let counted = if new_sandbox {
+            "this sandbox"
+        } else {
+            "its new engines"
+        };
+        let owner = self.owner_use(&ask.owner, id);
+        let own = mine.map_or(0, |h| h.engines.len() as u64 * self.engine_bytes);
+        let owner_bytes = owner.memory_bytes + own;
+        let owner_sandboxes = owner.sandboxes + u64::from(!new_sandbox);
+        let who = &ask.owner;
+        let of = |limit: Option<u64>| limit.map_or("unlimited".to_owned(), |l| l.to_string());
+        let of_bytes =
+            |limit: Option<u64>| limit.map_or("unlimited".to_owned(), |l| Bytes(l).to_string());
+        let use_line = format!(
+            "owner '{who}' has {owner_sandboxes} of {} sandboxes and {} of {} memory",
+            of(quota.sandboxes),
+            Bytes(owner_bytes),
+            of_bytes(quota.memory_bytes)
+        );
+        let decision = if quota.sandboxes == Some(0) && new_sandbox {
+            wait(WaitReason::Never, format!("waiting for quota: owner '{who}' may hold no sandbox (limit sandboxes=0); raise it with `sandboxd quota set`"))
+        } else if let Some(limit) = quota.memory_bytes.filter(|l| own + needs > *l) {
+            wait(WaitReason::Never, format!("waiting for quota: {counted} needs {} and the owner's whole memory limit is {} (limit memory={}); it can never fit: raise the limit with `sandboxd quota set` or ask for fewer services", Bytes(own + needs), Bytes(limit), Bytes(limit)))
+        } else if let Some(budget) = self.budget.filter(|b| needs + self.pool_bytes > *b) {
+            wait(WaitReason::Never, format!("waiting for the host's memory budget: {counted} needs {} and the whole budget is {} ({} of it kept for warm pools); it can never fit: raise --memory-budget or ask for fewer services", Bytes(needs), Bytes(budget), Bytes(self.pool_bytes)))
+        } else if let Some(earlier) = self.earlier(&ask.arrival, |w| {
+            w.owner == *who && w.reason != WaitReason::Never
+        }) {
+            wait(WaitReason::Owner, format!("waiting for quota: behind '{earlier}', an earlier row of owner '{who}' that waits (rows are admitted in arrival order); {use_line}"))
+        } else if let Some(limit) = quota
+            .sandboxes
+            .filter(|l| new_sandbox && owner_sandboxes >= *l)
+        {
+            wait(WaitReason::Owner, format!("waiting for quota: {use_line} (limit sandboxes={limit}); admitted when one of its sandboxes is released"))
+        } else if let Some(limit) = quota.memory_bytes.filter(|l| owner_bytes + needs > *l) {
+            wait(WaitReason::Owner, format!("waiting for quota: {use_line} (limit memory={}), {counted} needs {}; admitted when memory of the owner's is released", Bytes(limit), Bytes(needs)))
+        } else if let Some(earlier) = self.earlier(&ask.arrival, |w| {
+            matches!(w.reason, WaitReason::Budget | WaitReason::Unjudged)
+        }) {
+            wait(WaitReason::Budget, format!("waiting for the host's memory budget: behind '{earlier}', an earlier row that waits for it (rows are admitted in arrival order)"))
+        } else if let Some(budget) = self.budget.filter(|b| self.admitted_bytes() + needs > *b) {
+            wait(WaitReason::Budget, format!("waiting for the host's memory budget: {} of {} in use, {counted} needs {}; admitted when memory is released", Bytes(self.admitted_bytes()), Bytes(budget), Bytes(needs)))
+        } else {
+            Decision::Admit
+        };
+        let seq = self.next_seq();
+        match &decision {
+            Decision::Admit => {
+                self.forget_waiter(id);
+                let held = self.held.entry(id.clone()).or_insert_with(|| Held {
+                    owner: ask.owner.clone(),
+                    wanted: true,
+                    engines: BTreeSet::new(),
+                    seq,
+                });
+                held.owner.clone_from(&ask.owner);
+                held.wanted = true;
+                held.engines.extend(ask.engines.iter().cloned());
+                held.seq = seq;
+            }
+            Decision::Wait { reason, .. } => {
+                self.forget_waiter(id);
+                self.arrivals.insert(id.clone(), ask.arrival.clone());
+                self.waiting.insert(
+                    ask.arrival.clone(),
+                    Waiter {
+                        owner: ask.owner.clone(),
+                        reason: *reason,
+                        seq,
+                    },
+                );
+            }
+        }
+        decision
+    }
+
+    /// The first row before `arrival` that waits and matches.
+    fn earlier(&self, arrival: &Arrival, matches: impl Fn(&Waiter) -> bool) -> Option<&SandboxId> {
+        self.waiting
+            .range(..arrival)
+            .find(|(_, w)| matches(w))
+            .map(|(a, _)| &a.id)
+    }
+
+    /// Takes `id` off the waiting rows (its row no longer waits: it is
+    /// gone, unwanted, or creates nothing); true if it waited.
+    pub fn forget_waiter(&mut self, id: &SandboxId) -> bool {
+        match self.arrivals.remove(id) {
+            Some(arrival) => self.waiting.remove(&arrival).is_some(),
+            None => false,
+        }
+    }
+
+    /// Records what `id` holds after a reconcile: `engines` (containers
+    /// left and credentials published), counted against `owner` while
+    /// `wanted`; nothing held drops it. True if its owner's use or the
+    /// host's went down (waiting rows may fit now).
+    pub fn settle(
+        &mut self,
+        id: &SandboxId,
+        owner: &str,
+        wanted: bool,
+        engines: BTreeSet<String>,
+    ) -> bool {
+        let seq = self.next_seq();
+        let before = self.held.get(id).cloned();
+        let freed = before.as_ref().is_some_and(|b| {
+            b.engines.iter().any(|e| !engines.contains(e)) || (b.wanted && !wanted)
+        });
+        if engines.is_empty() {
+            self.held.remove(id);
+        } else {
+            self.held.insert(
+                id.clone(),
+                Held {
+                    owner: owner.to_owned(),
+                    wanted,
+                    engines,
+                    seq,
+                },
+            );
+        }
+        freed
+    }
+
+    /// The waiting rows that may be admitted next: each owner's first,
+    /// and the first that waits for the host's budget.
+    pub fn heads(&self) -> Vec<SandboxId> {
+        let mut owners = HashSet::new();
+        let mut heads = Vec::new();
+        let mut budget = false;
+        for (arrival, w) in self
+            .waiting
+            .iter()
+            .filter(|(_, w)| w.reason != WaitReason::Never)
+        {
+            let first_of_owner = owners.insert(w.owner.as_str());
+            let first_for_budget = !budget && w.reason == WaitReason::Budget;
+            budget |= w.reason == WaitReason::Budget;
+            if first_of_owner || first_for_budget {
+                heads.push(arrival.id.clone());
+            }
+        }
+        heads
+    }
+
+    /// Marks the start of a relist's lists: what changes after it is not
+    /// pruned by that relist ([`Ledger::prune`]).
+    pub fn mark(&mut self) -> u64 {
+        self.next_seq()
+    }
+
+    /// Drops what a relist that began at `mark` found no trace of (no
+    /// row, container or status), unless it changed since.
+    pub fn prune(&mut self, mark: u64, seen: &HashSet<&SandboxId>) {
+        self.held.retain(|id, h| h.seq > mark || seen.contains(id));
+        let stale: Vec<SandboxId> = self
+            .waiting
+            .iter()
+            .filter(|(a, w)| w.seq <= mark && !seen.contains(&a.id))
+            .map(|(a, _)| a.id.clone())
+            .collect();
+        for id in stale {
+            self.forget_waiter(&id);
+        }
+    }
+
+    /// Replaces everything with what a term's first relist found: what
+    /// each sandbox holds (owner, wanted, engines), and the rows that hold
+    /// nothing yet and will be reconciled, waiting unjudged in arrival
+    /// order (so a later row is not admitted first because its reconcile
+    /// ran first).
+    pub fn rebuild(
+        &mut self,
+        held: impl IntoIterator<Item = (SandboxId, String, bool, BTreeSet<String>)>,
+        unjudged: impl IntoIterator<Item = (Arrival, String)>,
+    ) {
+        let seq = self.next_seq();
+        self.held.clear();
+        self.waiting.clear();
+        self.arrivals.clear();
+        for (id, owner, wanted, engines) in held {
+            if !engines.is_empty() {
+                self.held.insert(
+                    id,
+                    Held {
+                        owner,
+                        wanted,
+                        engines,
+                        seq,
+                    },
+                );
+            }
+        }
+        for (arrival, owner) in unjudged {
+            if self.held.contains_key(&arrival.id) {
+                continue;
+            }
+            self.arrivals.insert(arrival.id.clone(), arrival.clone());
+            self.waiting.insert(
+                arrival,
+                Waiter {
+                    owner,
+                    reason: WaitReason::Unjudged,
+                    seq,
+                },
+            );
+        }
+    }
+}
+
+fn wait(reason: WaitReason, message: String) -> Decision {
+    Decision::Wait { reason, message }
+}
+
+#[cfg(test)]
+mod tests;
