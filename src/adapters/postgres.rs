@@ -414,6 +414,13 @@ impl PgStore {
             ));
         }
         let owner_container = owner_container.filter(|n| docker_name(n));
+        // Only admission's arrival order reads it: an unreadable one
+        // counts as the last change.
+        let created_at = row
+            .try_get::<Option<DateTime<Utc>>, _>("created_at")
+            .ok()
+            .flatten()
+            .unwrap_or(updated_at);
 
         DesiredSandbox {
             id: id.clone(),
@@ -427,6 +434,7 @@ impl PgStore {
             generation,
             incarnation,
             updated_at,
+            created_at,
             last_used_at,
             idle_timeout,
             persistent,
@@ -546,7 +554,9 @@ const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     EXTRACT(EPOCH FROM idle_timeout)::float8 AS idle_timeout_secs,
     persistent,
     left(owner_container, 129) AS owner_container,
-    generation, incarnation::text AS incarnation";
+    generation, incarnation::text AS incarnation,
+    CASE WHEN isfinite(created_at) AND created_at < '10000-01-01 00:00:00+00' THEN created_at
+         END AS created_at";
 
 /// What is wrong with a desired row, collected while reading it.
 #[derive(Default)]
@@ -1046,6 +1056,24 @@ impl Store for PgStore {
             .await
             .map_err(fenced(term, "record events"))?;
         Ok(())
+    }
+
+    async fn owner_quota(
+        &self,
+        owner: &str,
+    ) -> Result<crate::domain::admission::Quota, StoreError> {
+        let row: Option<(Option<i32>, Option<i64>)> =
+            sqlx::query_as("SELECT max_sandboxes, max_memory_bytes FROM sandbox_quota_for($1)")
+                .bind(owner)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(query("read an owner's quota"))?;
+        let (sandboxes, memory) = row.unwrap_or_default();
+        // The table's checks keep both non-negative.
+        Ok(crate::domain::admission::Quota {
+            sandboxes: sandboxes.map(|n| u64::try_from(n).unwrap_or(0)),
+            memory_bytes: memory.map(|n| u64::try_from(n).unwrap_or(0)),
+        })
     }
 
     async fn prune_events(&self, age: Duration) -> Result<u64, StoreError> {

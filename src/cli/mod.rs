@@ -374,6 +374,22 @@ pub struct RunArgs {
     /// Events that last happened longer ago than this are deleted.
     #[arg(long, env = "SANDBOXD_EVENT_RETENTION", default_value = "24h", value_parser = parse_duration)]
     pub event_retention: Duration,
+    /// Host memory kept for the controller, its state database and dockerd:
+    /// sandboxes are admitted while the sum of their memory caps (and the
+    /// warm pools') fits in the host's memory minus this.
+    #[arg(long, env = "SANDBOXD_MEMORY_RESERVE", default_value = "2GiB", value_parser = parse_size)]
+    pub memory_reserve: u64,
+    /// The memory budget for sandboxes, instead of the host's memory minus
+    /// --memory-reserve (e.g. 16GiB).
+    #[arg(long, env = "SANDBOXD_MEMORY_BUDGET", value_parser = parse_size)]
+    pub memory_budget: Option<u64>,
+}
+
+/// A size such as `2GiB`, `512MiB` or a byte count.
+fn parse_size(s: &str) -> Result<u64, String> {
+    crate::domain::admission::parse_bytes(s).ok_or_else(|| {
+        format!("invalid size {s:?}: use a number with B, KiB, MiB, GiB or TiB (e.g. 2GiB)")
+    })
 }
 
 /// `on` or `off` (also `true`/`false`, `1`/`0`).
@@ -455,6 +471,8 @@ impl RunArgs {
         }
         c.events_per_sandbox = self.events_per_sandbox;
         c.event_retention = self.event_retention;
+        c.memory_reserve = self.memory_reserve;
+        c.memory_budget = self.memory_budget;
         c.backend = self.backend;
         c.swarm_publish = self.swarm_publish;
         c.check_reconcile_timeout(crate::engine::REGISTRY)?;

@@ -1,6 +1,7 @@
 //! The controller: watches as hints, relists as the truth, and a work queue
 //! that runs `reconcile(id)` one key at a time.
 
+mod admission;
 mod breaker;
 mod crash_loops;
 mod fence;
@@ -119,6 +120,9 @@ pub(crate) struct Context {
     pub(crate) pool: pool::Pool,
     /// Each sandbox's last published phase, for the fleet gauges.
     pub(crate) phases: FleetPhases,
+    /// What each sandbox holds against its owner's quota and the host's
+    /// memory budget, and the rows waiting for admission.
+    pub(crate) admission: admission::Admission,
 }
 
 impl Context {
@@ -230,6 +234,7 @@ impl Controller {
             fence.clone(),
             metrics.clone(),
         ));
+        let admission = admission::Admission::new(&config, queue.clone());
         Self {
             elector,
             ctx: Arc::new(Context {
@@ -251,6 +256,7 @@ impl Controller {
                 templates: template::Templates::default(),
                 pool: pool::Pool::default(),
                 phases: FleetPhases::default(),
+                admission,
             }),
             queue,
             readiness: Readiness::default(),

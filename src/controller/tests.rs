@@ -36,6 +36,7 @@ fn row(name: &str) -> DesiredSandbox {
         generation: 0,
         incarnation: None,
         updated_at: created(),
+        created_at: created(),
         last_used_at: created(),
         idle_timeout: None,
         persistent: false,

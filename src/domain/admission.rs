@@ -29,6 +29,8 @@
 //!   together or not at all, so it is never half-provisioned.
 
 use super::id::SandboxId;
+use super::sandbox::Phase;
+use super::status::StatusUpdate;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -115,7 +117,8 @@ pub enum WaitReason {
     /// waits for the limit to change and holds no one back.
     Never,
     /// Not judged yet this term (seeded by the first relist, in arrival
-    /// order): holds later rows back until its reconcile judges it.
+    /// order): room for what its row asks is kept ahead of later rows
+    /// until its reconcile judges it (or the next relist drops it).
     Unjudged,
 }
 
@@ -160,6 +163,9 @@ struct Held {
 struct Waiter {
     owner: String,
     reason: WaitReason,
+    /// For a row not judged yet: the memory its row asks for (room kept
+    /// for it ahead of later rows).
+    needs: u64,
     seq: u64,
 }
 
@@ -293,7 +299,7 @@ impl Ledger {
         } else if let Some(budget) = self.budget.filter(|b| needs + self.pool_bytes > *b) {
             wait(WaitReason::Never, format!("waiting for the host's memory budget: {counted} needs {} and the whole budget is {} ({} of it kept for warm pools); it can never fit: raise --memory-budget or ask for fewer services", Bytes(needs), Bytes(budget), Bytes(self.pool_bytes)))
         } else if let Some(earlier) = self.earlier(&ask.arrival, |w| {
-            w.owner == *who && w.reason != WaitReason::Never
+            w.owner == *who && matches!(w.reason, WaitReason::Owner | WaitReason::Budget)
         }) {
             wait(WaitReason::Owner, format!("waiting for quota: behind '{earlier}', an earlier row of owner '{who}' that waits (rows are admitted in arrival order); {use_line}"))
         } else if let Some(limit) = quota
@@ -303,12 +309,30 @@ impl Ledger {
             wait(WaitReason::Owner, format!("waiting for quota: {use_line} (limit sandboxes={limit}); admitted when one of its sandboxes is released"))
         } else if let Some(limit) = quota.memory_bytes.filter(|l| owner_bytes + needs > *l) {
             wait(WaitReason::Owner, format!("waiting for quota: {use_line} (limit memory={}), {counted} needs {}; admitted when memory of the owner's is released", Bytes(limit), Bytes(needs)))
-        } else if let Some(earlier) = self.earlier(&ask.arrival, |w| {
-            matches!(w.reason, WaitReason::Budget | WaitReason::Unjudged)
-        }) {
+        } else if self
+            .unjudged_before(&ask.arrival, Some(who))
+            .is_some_and(|(rows, bytes)| {
+                quota
+                    .sandboxes
+                    .is_some_and(|l| new_sandbox && owner_sandboxes + rows >= l)
+                    || quota
+                        .memory_bytes
+                        .is_some_and(|l| owner_bytes + bytes + needs > l)
+            })
+        {
+            wait(WaitReason::Owner, format!("waiting for quota: the room left is kept for earlier rows of owner '{who}' that sandboxd has not looked at since it took the lead (rows are admitted in arrival order); {use_line}"))
+        } else if let Some(earlier) = self.earlier(&ask.arrival, |w| w.reason == WaitReason::Budget)
+        {
             wait(WaitReason::Budget, format!("waiting for the host's memory budget: behind '{earlier}', an earlier row that waits for it (rows are admitted in arrival order)"))
         } else if let Some(budget) = self.budget.filter(|b| self.admitted_bytes() + needs > *b) {
             wait(WaitReason::Budget, format!("waiting for the host's memory budget: {} of {} in use, {counted} needs {}; admitted when memory is released", Bytes(self.admitted_bytes()), Bytes(budget), Bytes(needs)))
+        } else if let Some(budget) = self.budget.filter(|b| {
+            let kept = self
+                .unjudged_before(&ask.arrival, None)
+                .map_or(0, |(_, bytes)| bytes);
+            self.admitted_bytes() + kept + needs > *b
+        }) {
+            wait(WaitReason::Budget, format!("waiting for the host's memory budget: {} of {} in use, and the rest is kept for earlier rows that sandboxd has not looked at since it took the lead (rows are admitted in arrival order); {counted} needs {}", Bytes(self.admitted_bytes()), Bytes(budget), Bytes(needs)))
         } else {
             Decision::Admit
         };
@@ -335,12 +359,25 @@ impl Ledger {
                     Waiter {
                         owner: ask.owner.clone(),
                         reason: *reason,
+                        needs: 0,
                         seq,
                     },
                 );
             }
         }
         decision
+    }
+
+    /// The rows before `arrival` not judged yet this term (of `owner`, or
+    /// of anyone): how many, and the memory their rows ask for.
+    fn unjudged_before(&self, arrival: &Arrival, owner: Option<&str>) -> Option<(u64, u64)> {
+        let (rows, bytes) = self
+            .waiting
+            .range(..arrival)
+            .filter(|(_, w)| w.reason == WaitReason::Unjudged)
+            .filter(|(_, w)| owner.is_none_or(|o| w.owner == o))
+            .fold((0, 0), |(n, b), (_, w)| (n + 1, b + w.needs));
+        (rows > 0).then_some((rows, bytes))
     }
 
     /// The first row before `arrival` that waits and matches.
@@ -420,13 +457,15 @@ impl Ledger {
     }
 
     /// Drops what a relist that began at `mark` found no trace of (no
-    /// row, container or status), unless it changed since.
-    pub fn prune(&mut self, mark: u64, seen: &HashSet<&SandboxId>) {
-        self.held.retain(|id, h| h.seq > mark || seen.contains(id));
+    /// row, container or status), unless it changed since, and the rows
+    /// still not judged since an earlier relist (a row whose reconcile
+    /// keeps failing keeps room for itself one relist interval at most).
+    pub fn prune(&mut self, mark: u64, seen: impl Fn(&SandboxId) -> bool) {
+        self.held.retain(|id, h| h.seq > mark || seen(id));
         let stale: Vec<SandboxId> = self
             .waiting
             .iter()
-            .filter(|(a, w)| w.seq <= mark && !seen.contains(&a.id))
+            .filter(|(a, w)| w.seq <= mark && (!seen(&a.id) || w.reason == WaitReason::Unjudged))
             .map(|(a, _)| a.id.clone())
             .collect();
         for id in stale {
@@ -436,13 +475,14 @@ impl Ledger {
 
     /// Replaces everything with what a term's first relist found: what
     /// each sandbox holds (owner, wanted, engines), and the rows that hold
-    /// nothing yet and will be reconciled, waiting unjudged in arrival
-    /// order (so a later row is not admitted first because its reconcile
-    /// ran first).
+    /// nothing yet and will be reconciled (owner, how many engines they
+    /// ask for), waiting unjudged in arrival order: room is kept for them
+    /// ahead of later rows, so a later row is not admitted first because
+    /// its reconcile happened to run first.
     pub fn rebuild(
         &mut self,
         held: impl IntoIterator<Item = (SandboxId, String, bool, BTreeSet<String>)>,
-        unjudged: impl IntoIterator<Item = (Arrival, String)>,
+        unjudged: impl IntoIterator<Item = (Arrival, String, usize)>,
     ) {
         let seq = self.next_seq();
         self.held.clear();
@@ -461,7 +501,7 @@ impl Ledger {
                 );
             }
         }
-        for (arrival, owner) in unjudged {
+        for (arrival, owner, engines) in unjudged {
             if self.held.contains_key(&arrival.id) {
                 continue;
             }
@@ -471,11 +511,37 @@ impl Ledger {
                 Waiter {
                     owner,
                     reason: WaitReason::Unjudged,
+                    needs: engines as u64 * self.engine_bytes,
                     seq,
                 },
             );
         }
     }
+}
+
+/// The status of a row whose new engines wait for admission (nothing of
+/// them was created), from the one the status decision made without them:
+/// a row that holds nothing yet stays `pending` with `message`; a sandbox
+/// that runs stays `ready` with what it has, and says what waits. The
+/// row's new generation is not observed until it is admitted.
+pub fn waiting_status(update: &mut StatusUpdate, observed_generation: i64, message: &str) {
+    match update.phase {
+        Phase::Ready if update.services.is_empty() => {
+            update.phase = Phase::Pending;
+            update.message = message.to_owned();
+        }
+        Phase::Ready => {
+            update.message = format!("ready; its new engines are not created: {message}");
+        }
+        _ => {
+            update.message = [update.message.as_str(), message]
+                .into_iter()
+                .filter(|m| !m.is_empty())
+                .collect::<Vec<_>>()
+                .join("\n");
+        }
+    }
+    update.observed_generation = update.observed_generation.min(observed_generation);
 }
 
 fn wait(reason: WaitReason, message: String) -> Decision {

@@ -31,6 +31,7 @@ pub(crate) enum StoreOp {
     DeleteStatus,
     Watch,
     Lease,
+    Quota,
 }
 
 #[derive(Default)]
@@ -48,6 +49,7 @@ struct Tables {
     /// Each sandbox's events, oldest first, with how many times each
     /// happened in a row.
     events: BTreeMap<SandboxId, Vec<(Event, u32)>>,
+    quotas: BTreeMap<String, crate::domain::admission::Quota>,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -127,6 +129,15 @@ impl FakeStore {
     }
 
     /// Deletes a desired row (leaving a tombstone, like the trigger) and notifies.
+    /// Sets the limits of `owner` (`*`: the default).
+    pub(crate) fn set_quota(&self, owner: &str, quota: crate::domain::admission::Quota) {
+        self.tables
+            .lock()
+            .unwrap()
+            .quotas
+            .insert(owner.to_owned(), quota);
+    }
+
     pub(crate) fn delete_desired(&self, id: &SandboxId) {
         let mut t = self.tables.lock().unwrap();
         t.desired.remove(id);
@@ -392,6 +403,22 @@ impl Store for FakeStore {
             kept.drain(..kept.len() - keep);
         }
         Ok(())
+    }
+
+    async fn owner_quota(
+        &self,
+        owner: &str,
+    ) -> Result<crate::domain::admission::Quota, StoreError> {
+        self.faults
+            .check(StoreOp::Quota)
+            .await
+            .map_err(|e| injected("read an owner's quota", e))?;
+        let t = self.tables.lock().unwrap();
+        Ok(t.quotas
+            .get(owner)
+            .or_else(|| t.quotas.get("*"))
+            .copied()
+            .unwrap_or_default())
     }
 
     async fn prune_events(&self, _age: Duration) -> Result<u64, StoreError> {

@@ -279,8 +279,8 @@ fn a_limit_of_zero_sandboxes_never_admits_and_says_so() {
 }
 
 #[test]
-fn rows_not_judged_yet_after_a_rebuild_hold_later_rows_back_until_judged() {
-    let mut ledger = Ledger::new(ENGINE, 0, Some(4 * ENGINE));
+fn rows_not_judged_yet_after_a_rebuild_keep_their_room_ahead_of_later_rows() {
+    let mut ledger = Ledger::new(ENGINE, 0, Some(2 * ENGINE));
     ledger.rebuild(
         [(
             id("a"),
@@ -295,6 +295,7 @@ fn rows_not_judged_yet_after_a_rebuild_hold_later_rows_back_until_judged() {
                     id: id("b"),
                 },
                 "bob".to_owned(),
+                1,
             ),
             (
                 Arrival {
@@ -302,6 +303,7 @@ fn rows_not_judged_yet_after_a_rebuild_hold_later_rows_back_until_judged() {
                     id: id("a"),
                 },
                 "alice".to_owned(),
+                1,
             ),
         ],
     );
@@ -309,13 +311,50 @@ fn rows_not_judged_yet_after_a_rebuild_hold_later_rows_back_until_judged() {
     assert_eq!(ledger.waiting(), 1);
     assert_eq!(ledger.admitted_bytes(), ENGINE);
     let c = ledger.admit(&ask("c", 3, "carol", &["redis"]), Quota::default());
-    assert!(message(&c).contains("behind 'b'"), "{}", message(&c));
+    assert!(
+        message(&c).contains("kept for earlier rows that sandboxd has not looked at"),
+        "{}",
+        message(&c)
+    );
     assert_eq!(
         ledger.admit(&ask("b", 2, "bob", &["redis"]), Quota::default()),
         Decision::Admit
     );
+    let c = ledger.admit(&ask("c", 3, "carol", &["redis"]), Quota::default());
+    assert!(
+        message(&c).contains("1 GiB of 1 GiB in use"),
+        "{}",
+        message(&c)
+    );
+}
+
+#[test]
+fn a_row_not_judged_yet_holds_no_one_back_while_there_is_room_for_both() {
+    let mut ledger = Ledger::new(ENGINE, 0, Some(4 * ENGINE));
+    ledger.rebuild(
+        [],
+        [(
+            Arrival {
+                at: at(1),
+                id: id("broken"),
+            },
+            "alice".to_owned(),
+            1,
+        )],
+    );
     assert_eq!(
-        ledger.admit(&ask("c", 3, "carol", &["redis"]), Quota::default()),
+        ledger.admit(&ask("b", 2, "alice", &["redis"]), limit(Some(2), None)),
+        Decision::Admit
+    );
+    // Its owner's last slot is kept for it.
+    let c = ledger.admit(&ask("c", 3, "alice", &["redis"]), limit(Some(2), None));
+    assert_eq!(reason(&c), Some(WaitReason::Owner));
+    // A row that is never judged (its reconcile keeps failing) keeps its
+    // room until the next relist.
+    let mark = ledger.mark();
+    ledger.prune(mark, |_| true);
+    assert_eq!(
+        ledger.admit(&ask("c", 3, "alice", &["redis"]), limit(Some(2), None)),
         Decision::Admit
     );
 }
@@ -332,7 +371,7 @@ fn a_relist_prunes_what_it_found_no_trace_of_unless_it_changed_since() {
         ledger.admit(&ask("b", 2, "alice", &["redis"]), Quota::default()),
         Decision::Admit
     );
-    ledger.prune(mark, &HashSet::new());
+    ledger.prune(mark, |_| false);
     assert_eq!(
         ledger.usage()["alice"].sandboxes,
         1,
@@ -362,4 +401,59 @@ fn sizes_are_shown_and_read_in_binary_units() {
     ] {
         assert_eq!(parse_bytes(text), bytes, "{text}");
     }
+}
+
+fn update(phase: Phase, services: &[&str]) -> StatusUpdate {
+    use crate::domain::sandbox::ServiceStatus;
+    use crate::domain::secret::Secret;
+    StatusUpdate {
+        phase,
+        observed_generation: 3,
+        message: String::new(),
+        services: services
+            .iter()
+            .map(|e| {
+                let s = ServiceStatus {
+                    host: (*e).into(),
+                    port: 1,
+                    host_port: 2,
+                    user: "u".into(),
+                    password: Secret::new("p"),
+                    database: "d".into(),
+                    url: String::new(),
+                    env: Default::default(),
+                    available_extensions: vec![],
+                    instance: String::new(),
+                    ready_at: None,
+                    heals: 0,
+                    image: String::new(),
+                };
+                ((*e).to_owned(), Box::new(s))
+            })
+            .collect(),
+        network: None,
+        incarnation: None,
+    }
+}
+
+#[test]
+fn a_row_that_holds_nothing_stays_pending_with_the_message_and_its_generation_unobserved() {
+    let mut u = update(Phase::Ready, &[]);
+    waiting_status(&mut u, 0, "waiting for quota: x");
+    assert_eq!(u.phase, Phase::Pending);
+    assert_eq!(u.message, "waiting for quota: x");
+    assert_eq!(u.observed_generation, 0);
+}
+
+#[test]
+fn a_running_sandbox_that_asks_for_more_stays_ready_with_what_it_has() {
+    let mut u = update(Phase::Ready, &["postgres"]);
+    waiting_status(&mut u, 2, "waiting for quota: x");
+    assert_eq!(u.phase, Phase::Ready);
+    assert_eq!(u.services.len(), 1);
+    assert_eq!(
+        u.message,
+        "ready; its new engines are not created: waiting for quota: x"
+    );
+    assert_eq!(u.observed_generation, 2);
 }
