@@ -28,6 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::time::Duration;
 
+mod quota;
+pub use self::quota::{QuotaLine, Setting as QuotaSetting};
+
 /// Channel NOTIFYed with the id on every change of `sandbox_desired`.
 pub const DESIRED_CHANNEL: &str = "sandbox_desired";
 /// Channel NOTIFYed with the id on every change of `sandbox_status`.

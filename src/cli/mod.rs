@@ -1,5 +1,5 @@
 //! The command line: `run`, `migrate`, `apply`, `request`, `get`, `list`,
-//! `describe`, `touch`, `release` (alias `delete`), `grant-orchestrator`,
+//! `describe`, `touch`, `release` (alias `delete`), `quota`, `grant-orchestrator`,
 //! `revoke-orchestrator`, `resume-reaping`, `chaos`, `completions`. Every
 //! flag can also be set from the environment (`DATABASE_URL`,
 //! `SANDBOXD_*`).
@@ -44,6 +44,7 @@ macro_rules! say {
 mod describe;
 mod list;
 mod progress;
+mod quota;
 mod table;
 
 pub use self::describe::{DescribeArgs, DescribeOutput};
@@ -151,6 +152,12 @@ pub enum Command {
     /// For staging: it refuses to run without --yes. Exit 0 when every
     /// invariant held, 3 when one did not.
     Chaos(ChaosArgs),
+    /// Per-owner limits (admission): `quota set OWNER --sandboxes N
+    /// --memory 4GiB` (OWNER `*` is the default for every owner without a
+    /// row of its own), `quota unset OWNER`, `quota list` (use against
+    /// limit). Run with the controller's DATABASE_URL.
+    #[command(subcommand)]
+    Quota(quota::QuotaCommand),
     /// Take back everything grant-orchestrator gave a role.
     RevokeOrchestrator {
         /// The role's name.
@@ -708,6 +715,9 @@ pub enum CliError {
     /// A chaos run found an invariant broken (the report says which).
     #[error("chaos: an invariant did not hold (see unhealed, leaked, duplicate, lost_credentials and unconverged in the report)")]
     ChaosFound,
+    /// A `sandboxd quota` argument is unusable.
+    #[error("{0}")]
+    Quota(String),
     /// The sandbox does not exist.
     #[error("no status for sandbox {0}: it was never applied, or sandboxd has not seen it yet")]
     NotFound(SandboxId),
@@ -819,6 +829,7 @@ async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
             Ok(())
         }
         Command::List(args) => list::run(&url, args).await,
+        Command::Quota(command) => quota::run(&url, command).await,
         Command::Describe(args) => describe::run(&url, args).await,
         Command::Completions { .. } => Ok(()),
         Command::Touch { id } => {

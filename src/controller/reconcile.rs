@@ -207,6 +207,18 @@ async fn converge(
     let names_held = identity::hold_names_held_by_foreign(&mut plan, &foreign, state);
     tracing::debug!(actions = plan.actions.len(), held = held.len(), "planned");
     if let Some(held) = hold_reaping(ctx, id, &plan, gone_since) {
+        // Its containers stay (and count against the host's budget), but
+        // a deleted row no longer counts against its owner: the rows
+        // waiting for that room go now, not after the reap.
+        admission::settle(
+            ctx,
+            id,
+            journal.owner.as_deref().unwrap_or_default(),
+            false,
+            &observed,
+            &Default::default(),
+            [],
+        );
         return Ok(held);
     }
     let causes = heal_causes(ctx, &plan).await;
