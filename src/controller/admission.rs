@@ -65,15 +65,21 @@ impl Admission {
         }
     }
 
-    fn publish(&self, ctx: &Context, ledger: &Ledger) {
-        let limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+    /// Sets the admission metrics from `ledger` (only the owners whose
+    /// use changed: a full resync settles every sandbox).
+    fn publish(&self, ctx: &Context, ledger: &mut Ledger) {
+        let changed = ledger.take_changed();
+        let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
         ctx.metrics.quota.set(
             ledger.budget(),
             ledger.admitted_bytes(),
             ledger.waiting(),
-            &ledger.usage(),
+            &changed,
             &limits,
         );
+        for (owner, _) in changed.iter().filter(|(_, u)| u.is_none()) {
+            limits.remove(owner);
+        }
     }
 }
 
@@ -132,7 +138,7 @@ pub(crate) async fn admit(
         let mut ledger = admission.ledger();
         if ledger.forget_waiter(&desired.id) {
             admission.wake(&ledger, &desired.id);
-            admission.publish(ctx, &ledger);
+            admission.publish(ctx, &mut ledger);
         }
         return Ok(None);
     }
@@ -160,7 +166,7 @@ pub(crate) async fn admit(
             // The row behind it may be the head now.
             admission.wake(&ledger, &desired.id);
         }
-        admission.publish(ctx, &ledger);
+        admission.publish(ctx, &mut ledger);
         decision
     };
     match decision {
@@ -175,6 +181,17 @@ pub(crate) async fn admit(
             journal.push(Event::admission_waiting(reason, &message));
             Ok(Some(message))
         }
+    }
+}
+
+/// Takes `id` off the waiting rows (it asks for nothing: its row is
+/// gone, unwanted or unreadable), waking the rows behind it.
+pub(crate) fn forget(ctx: &Context, id: &SandboxId) {
+    let admission = &ctx.admission;
+    let mut ledger = admission.ledger();
+    if ledger.forget_waiter(id) {
+        admission.wake(&ledger, id);
+        admission.publish(ctx, &mut ledger);
     }
 }
 
@@ -204,7 +221,7 @@ pub(crate) fn settle(
     if ledger.settle(id, owner, wanted, engines) || forgot {
         admission.wake(&ledger, id);
     }
-    admission.publish(ctx, &ledger);
+    admission.publish(ctx, &mut ledger);
 }
 
 /// What a term's first relist found: the ledger rebuilt from it (before
@@ -244,7 +261,7 @@ pub(crate) fn rebuild(
                     .cloned(),
             );
         }
-        if entry.2.is_empty() && wanted && due.contains(&row.id) {
+        if entry.2.is_empty() && wanted && row.invalid.is_none() && due.contains(&row.id) {
             unjudged.push((
                 Arrival {
                     at: row.created_at,
@@ -262,7 +279,7 @@ pub(crate) fn rebuild(
             .map(|(id, (owner, wanted, engines))| (id, owner, wanted, engines)),
         unjudged,
     );
-    admission.publish(ctx, &ledger);
+    admission.publish(ctx, &mut ledger);
 }
 
 /// Marks the start of a relist's lists (see [`prune`]).
@@ -275,5 +292,5 @@ pub(crate) fn prune(ctx: &Context, mark: u64, seen: &foldhash::HashSet<&SandboxI
     let admission = &ctx.admission;
     let mut ledger = admission.ledger();
     ledger.prune(mark, |id| seen.contains(id));
-    admission.publish(ctx, &ledger);
+    admission.publish(ctx, &mut ledger);
 }

@@ -194,7 +194,11 @@ async fn converge(
         .filter(|d| plan.wanted == Wanted::Yes && d.invalid.is_none())
     {
         Some(d) => admission::admit(ctx, d, &mut plan, journal).await?,
-        None => None,
+        None => {
+            // Gone, unwanted or unreadable: it asks for nothing.
+            admission::forget(ctx, id);
+            None
+        }
     };
     let (awaiting, image_failures) = match &desired {
         Some(d) => await_images(ctx, d, &mut plan).await,

@@ -188,6 +188,14 @@ pub struct Ledger {
     waiting: BTreeMap<Arrival, Waiter>,
     arrivals: HashMap<SandboxId, Arrival>,
     seq: u64,
+    /// Each owner's use (wanted sandboxes held, waiting rows), kept as
+    /// the ledger changes: a full resync settles every sandbox, so no
+    /// step may scan the fleet.
+    owners: HashMap<String, Use>,
+    /// Engines held by every sandbox.
+    engines: u64,
+    /// Owners whose use changed since [`Ledger::take_changed`].
+    changed: BTreeSet<String>,
     /// Memory cap of one engine container, in bytes.
     engine_bytes: u64,
     /// The warm pools' target size, in bytes (always counted).
@@ -221,8 +229,7 @@ impl Ledger {
     /// Memory counted against the host's budget: every engine held plus
     /// the warm pools.
     pub fn admitted_bytes(&self) -> u64 {
-        let engines: u64 = self.held.values().map(|h| h.engines.len() as u64).sum();
-        engines * self.engine_bytes + self.pool_bytes
+        self.engines * self.engine_bytes + self.pool_bytes
     }
 
     /// Rows waiting for admission.
@@ -232,27 +239,92 @@ impl Ledger {
 
     /// Each owner's use (owners that hold or wait only).
     pub fn usage(&self) -> BTreeMap<String, Use> {
-        let mut usage: BTreeMap<String, Use> = BTreeMap::new();
-        for h in self.held.values().filter(|h| h.wanted) {
-            let u = usage.entry(h.owner.clone()).or_default();
-            u.sandboxes += 1;
-            u.memory_bytes += h.engines.len() as u64 * self.engine_bytes;
-        }
-        for w in self.waiting.values() {
-            usage.entry(w.owner.clone()).or_default().waiting += 1;
-        }
-        usage
+        self.owners.iter().map(|(o, u)| (o.clone(), *u)).collect()
     }
 
+    /// The owners whose use changed since the last call, with their use
+    /// now (`None`: they hold and wait for nothing any more).
+    pub fn take_changed(&mut self) -> Vec<(String, Option<Use>)> {
+        std::mem::take(&mut self.changed)
+            .into_iter()
+            .map(|o| {
+                let u = self.owners.get(&o).copied();
+                (o, u)
+            })
+            .collect()
+    }
+
+    /// `owner`'s use, without `except`'s share.
     fn owner_use(&self, owner: &str, except: &SandboxId) -> Use {
-        let mut u = Use::default();
-        for (id, h) in &self.held {
-            if h.wanted && h.owner == owner && id != except {
-                u.sandboxes += 1;
-                u.memory_bytes += h.engines.len() as u64 * self.engine_bytes;
-            }
+        let mut u = self.owners.get(owner).copied().unwrap_or_default();
+        if let Some(h) = self
+            .held
+            .get(except)
+            .filter(|h| h.wanted && h.owner == owner)
+        {
+            u.sandboxes -= 1;
+            u.memory_bytes -= h.engines.len() as u64 * self.engine_bytes;
         }
         u
+    }
+
+    /// Adds (or takes away) one sandbox's share of its owner's use and
+    /// the host's.
+    fn count(&mut self, h: &Held, add: bool) {
+        let n = h.engines.len() as u64;
+        let bytes = n * self.engine_bytes;
+        let u = self.owners.entry(h.owner.clone()).or_default();
+        if add {
+            self.engines += n;
+            if h.wanted {
+                u.sandboxes += 1;
+                u.memory_bytes += bytes;
+            }
+        } else {
+            self.engines -= n;
+            if h.wanted {
+                u.sandboxes -= 1;
+                u.memory_bytes -= bytes;
+            }
+        }
+        self.tidy(&h.owner.clone());
+    }
+
+    fn count_waiter(&mut self, owner: &str, add: bool) {
+        let u = self.owners.entry(owner.to_owned()).or_default();
+        if add {
+            u.waiting += 1;
+        } else {
+            u.waiting -= 1;
+        }
+        self.tidy(owner);
+    }
+
+    /// Marks `owner` changed, and forgets it once it has nothing.
+    fn tidy(&mut self, owner: &str) {
+        if self.owners.get(owner) == Some(&Use::default()) {
+            self.owners.remove(owner);
+        }
+        self.changed.insert(owner.to_owned());
+    }
+
+    fn put_held(&mut self, id: SandboxId, held: Held) {
+        self.take_held(&id);
+        self.count(&held, true);
+        self.held.insert(id, held);
+    }
+
+    fn take_held(&mut self, id: &SandboxId) -> Option<Held> {
+        let held = self.held.remove(id)?;
+        self.count(&held, false);
+        Some(held)
+    }
+
+    fn put_waiter(&mut self, arrival: Arrival, waiter: Waiter) {
+        self.forget_waiter(&arrival.id);
+        self.count_waiter(&waiter.owner, true);
+        self.arrivals.insert(arrival.id.clone(), arrival.clone());
+        self.waiting.insert(arrival, waiter);
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -340,21 +412,20 @@ impl Ledger {
         match &decision {
             Decision::Admit => {
                 self.forget_waiter(id);
-                let held = self.held.entry(id.clone()).or_insert_with(|| Held {
-                    owner: ask.owner.clone(),
-                    wanted: true,
-                    engines: BTreeSet::new(),
-                    seq,
-                });
-                held.owner.clone_from(&ask.owner);
-                held.wanted = true;
-                held.engines.extend(ask.engines.iter().cloned());
-                held.seq = seq;
+                let mut engines = self.take_held(id).map(|h| h.engines).unwrap_or_default();
+                engines.extend(ask.engines.iter().cloned());
+                self.put_held(
+                    id.clone(),
+                    Held {
+                        owner: ask.owner.clone(),
+                        wanted: true,
+                        engines,
+                        seq,
+                    },
+                );
             }
             Decision::Wait { reason, .. } => {
-                self.forget_waiter(id);
-                self.arrivals.insert(id.clone(), ask.arrival.clone());
-                self.waiting.insert(
+                self.put_waiter(
                     ask.arrival.clone(),
                     Waiter {
                         owner: ask.owner.clone(),
@@ -391,8 +462,14 @@ impl Ledger {
     /// Takes `id` off the waiting rows (its row no longer waits: it is
     /// gone, unwanted, or creates nothing); true if it waited.
     pub fn forget_waiter(&mut self, id: &SandboxId) -> bool {
-        match self.arrivals.remove(id) {
-            Some(arrival) => self.waiting.remove(&arrival).is_some(),
+        let Some(arrival) = self.arrivals.remove(id) else {
+            return false;
+        };
+        match self.waiting.remove(&arrival) {
+            Some(w) => {
+                self.count_waiter(&w.owner, false);
+                true
+            }
             None => false,
         }
     }
@@ -414,9 +491,17 @@ impl Ledger {
             b.engines.iter().any(|e| !engines.contains(e)) || (b.wanted && !wanted)
         });
         if engines.is_empty() {
-            self.held.remove(id);
+            self.take_held(id);
+        } else if before
+            .as_ref()
+            .is_some_and(|b| b.owner == owner && b.wanted == wanted && b.engines == engines)
+        {
+            // Unchanged (a converged sandbox's reconcile): only touched.
+            if let Some(h) = self.held.get_mut(id) {
+                h.seq = seq;
+            }
         } else {
-            self.held.insert(
+            self.put_held(
                 id.clone(),
                 Held {
                     owner: owner.to_owned(),
@@ -461,7 +546,15 @@ impl Ledger {
     /// still not judged since an earlier relist (a row whose reconcile
     /// keeps failing keeps room for itself one relist interval at most).
     pub fn prune(&mut self, mark: u64, seen: impl Fn(&SandboxId) -> bool) {
-        self.held.retain(|id, h| h.seq > mark || seen(id));
+        let gone: Vec<SandboxId> = self
+            .held
+            .iter()
+            .filter(|(id, h)| h.seq <= mark && !seen(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.take_held(&id);
+        }
         let stale: Vec<SandboxId> = self
             .waiting
             .iter()
@@ -485,12 +578,15 @@ impl Ledger {
         unjudged: impl IntoIterator<Item = (Arrival, String, usize)>,
     ) {
         let seq = self.next_seq();
+        self.changed.extend(self.owners.keys().cloned());
         self.held.clear();
         self.waiting.clear();
         self.arrivals.clear();
+        self.owners.clear();
+        self.engines = 0;
         for (id, owner, wanted, engines) in held {
             if !engines.is_empty() {
-                self.held.insert(
+                self.put_held(
                     id,
                     Held {
                         owner,
@@ -505,13 +601,13 @@ impl Ledger {
             if self.held.contains_key(&arrival.id) {
                 continue;
             }
-            self.arrivals.insert(arrival.id.clone(), arrival.clone());
-            self.waiting.insert(
+            let needs = engines as u64 * self.engine_bytes;
+            self.put_waiter(
                 arrival,
                 Waiter {
                     owner,
                     reason: WaitReason::Unjudged,
-                    needs: engines as u64 * self.engine_bytes,
+                    needs,
                     seq,
                 },
             );

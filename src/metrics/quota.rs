@@ -7,8 +7,7 @@
 
 use crate::domain::admission::{Quota, Use, WaitReason};
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 
 const RESOURCES: [&str; 2] = ["sandboxes", "memory_bytes"];
 
@@ -21,8 +20,6 @@ pub(crate) struct QuotaMetrics {
     admitted: IntGauge,
     waiting: IntGauge,
     decisions: IntCounterVec,
-    /// Owners with series now.
-    owners: Mutex<BTreeSet<String>>,
 }
 
 impl QuotaMetrics {
@@ -61,7 +58,6 @@ impl QuotaMetrics {
                 Opts::new("sandboxd_admission_decisions_total", "Admission decisions by result: admitted, or waiting and why (owner, budget, never: it can never fit)"),
                 &["result"],
             ).expect("valid metric")),
-            owners: Mutex::new(BTreeSet::new()),
         };
         m.decisions.with_label_values(&["admitted"]);
         for reason in [WaitReason::Owner, WaitReason::Budget, WaitReason::Never] {
@@ -76,28 +72,30 @@ impl QuotaMetrics {
         self.decisions.with_label_values(&[result]).inc();
     }
 
-    /// The fleet's admissions now.
+    /// The fleet's admissions now: the totals, and the owners whose use
+    /// changed (`None`: they hold and wait for nothing, their series go),
+    /// with `limits` as last read.
     pub(crate) fn set(
         &self,
         budget: Option<u64>,
         admitted: u64,
         waiting: usize,
-        usage: &BTreeMap<String, Use>,
+        changed: &[(String, Option<Use>)],
         limits: &BTreeMap<String, Quota>,
     ) {
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.budget.set(budget.map_or(0, gauge));
         self.admitted.set(gauge(admitted));
         self.waiting.set(gauge(waiting as u64));
-        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        for gone in owners.iter().filter(|o| !usage.contains_key(*o)) {
-            for resource in RESOURCES {
-                let _ = self.used.remove_label_values(&[gone, resource]);
-                let _ = self.limit.remove_label_values(&[gone, resource]);
-            }
-            let _ = self.waiting_by_owner.remove_label_values(&[gone]);
-        }
-        for (owner, u) in usage {
+        for (owner, u) in changed {
+            let Some(u) = u else {
+                for resource in RESOURCES {
+                    let _ = self.used.remove_label_values(&[owner, resource]);
+                    let _ = self.limit.remove_label_values(&[owner, resource]);
+                }
+                let _ = self.waiting_by_owner.remove_label_values(&[owner]);
+                continue;
+            };
             self.used
                 .with_label_values(&[owner, "sandboxes"])
                 .set(gauge(u.sandboxes));
@@ -123,6 +121,5 @@ impl QuotaMetrics {
                 }
             }
         }
-        *owners = usage.keys().cloned().collect();
     }
 }

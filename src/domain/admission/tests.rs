@@ -457,3 +457,66 @@ fn a_running_sandbox_that_asks_for_more_stays_ready_with_what_it_has() {
     );
     assert_eq!(u.observed_generation, 2);
 }
+
+/// What the running totals must equal: recomputed from what is held and
+/// who waits.
+fn recomputed(ledger: &Ledger) -> (BTreeMap<String, Use>, u64) {
+    let mut usage: BTreeMap<String, Use> = BTreeMap::new();
+    let mut engines = 0;
+    for h in ledger.held.values() {
+        engines += h.engines.len() as u64;
+        if h.wanted {
+            let u = usage.entry(h.owner.clone()).or_default();
+            u.sandboxes += 1;
+            u.memory_bytes += h.engines.len() as u64 * ledger.engine_bytes;
+        }
+    }
+    for w in ledger.waiting.values() {
+        usage.entry(w.owner.clone()).or_default().waiting += 1;
+    }
+    (usage, engines)
+}
+
+#[test]
+fn the_running_totals_match_what_the_ledger_holds_after_any_sequence_of_changes() {
+    let mut ledger = Ledger::new(ENGINE, 0, Some(6 * ENGINE));
+    let owners = ["alice", "bob", "carol"];
+    let names = ["a", "b", "c", "d", "e", "f", "g"];
+    let engines = ["postgres", "redis", "valkey"];
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    for step in 0..2000 {
+        let name = names[next(names.len())];
+        let owner = owners[next(owners.len())];
+        let picked: Vec<&str> = engines.iter().copied().filter(|_| next(2) == 0).collect();
+        match next(6) {
+            0 | 1 => {
+                let quota = limit(Some(next(4) as u64), Some(next(5) as u64 * ENGINE));
+                ledger.admit(&ask(name, next(60) as u32, owner, &picked), quota);
+            }
+            2 | 3 => {
+                let set = picked.iter().map(|e| (*e).to_owned()).collect();
+                ledger.settle(&id(name), owner, next(3) > 0, set);
+            }
+            4 => {
+                ledger.forget_waiter(&id(name));
+            }
+            _ => {
+                let mark = ledger.mark();
+                let keep = next(names.len());
+                ledger.prune(mark, |s| s.as_str() != names[keep]);
+            }
+        }
+        let (usage, engines) = recomputed(&ledger);
+        assert_eq!(ledger.usage(), usage, "step {step}");
+        assert_eq!(ledger.engines, engines, "step {step}");
+    }
+    let changed = ledger.take_changed();
+    assert!(!changed.is_empty());
+    assert!(ledger.take_changed().is_empty());
+}
