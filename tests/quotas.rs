@@ -222,6 +222,81 @@ async fn a_sandbox_of_postgres_and_redis_where_only_one_fits_is_not_half_provisi
     controller.stop().await;
 }
 
+#[tokio::test]
+async fn a_running_sandbox_that_asks_for_a_service_over_its_owners_memory_limit_stays_ready_as_it_is(
+) {
+    let env = TestEnv::new().await;
+    let store = PgStore::from_pool(env.pool.clone());
+    // Two engines and a half.
+    store
+        .set_quota(
+            "alice",
+            QuotaSetting::Keep,
+            QuotaSetting::To(ENGINE * 5 / 2),
+        )
+        .await
+        .unwrap();
+    let controller = env.start(config(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let (grows, other) = (sandbox_id("ga"), sandbox_id("gb"));
+    let before = client
+        .request_and_wait(&grows, &ask("alice", &["redis"]), READY)
+        .await
+        .unwrap();
+    client
+        .request_and_wait(&other, &ask("alice", &["redis"]), READY)
+        .await
+        .unwrap();
+    // A third engine would make 768 MiB of 640 MiB.
+    client
+        .request(&grows, &ask("alice", &["valkey"]))
+        .await
+        .unwrap();
+    let held = eventually(
+        "the growth is held back",
+        Duration::from_secs(30),
+        || async {
+            status(&client, &grows)
+                .await
+                .filter(|s| s.message.contains("waiting for quota"))
+        },
+    )
+    .await;
+    assert_eq!(held.phase, Phase::Ready, "{}", held.message);
+    assert_eq!(
+        held.message,
+        "ready; its new engines are not created: waiting for quota: owner 'alice' has 2 of unlimited sandboxes and 512 MiB of 640 MiB memory (limit memory=640 MiB), its new engines need 256 MiB; admitted when some of the owner's memory is released"
+    );
+    assert_eq!(held.observed_generation, before.observed_generation);
+    assert_eq!(
+        held.services["redis"], before.services["redis"],
+        "redis untouched"
+    );
+    assert!(!held.services.contains_key("valkey"));
+    let engines: Vec<String> = env
+        .containers(Some(&grows))
+        .await
+        .into_iter()
+        .map(|c| c.labels.engine)
+        .collect();
+    assert_eq!(engines, ["redis"], "nothing of valkey created");
+
+    client.release(&other).await.unwrap();
+    let grown = eventually(
+        "the growth is admitted",
+        Duration::from_secs(30),
+        || async {
+            status(&client, &grows)
+                .await
+                .filter(|s| s.phase == Phase::Ready && s.services.contains_key("valkey"))
+        },
+    )
+    .await;
+    assert_eq!(grown.services["redis"], before.services["redis"]);
+    assert!(grown.observed_generation > before.observed_generation);
+    controller.stop().await;
+}
+
 fn sandboxd(env: &TestEnv, args: &[&str]) -> String {
     let out = std::process::Command::new(BIN)
         .args(args)

@@ -345,10 +345,13 @@ impl Ledger {
             .filter(|e| mine.is_none_or(|h| !h.engines.contains(*e)))
             .collect();
         let needs = adding.len() as u64 * self.engine_bytes;
-        let counted = if new_sandbox {
-            "this sandbox"
+        let (counted, whole) = if new_sandbox {
+            ("this sandbox needs", "this sandbox needs")
         } else {
-            "its new engines"
+            (
+                "its new engines need",
+                "with its new engines this sandbox needs",
+            )
         };
         let owner = self.owner_use(&ask.owner, id);
         let own = mine.map_or(0, |h| h.engines.len() as u64 * self.engine_bytes);
@@ -367,9 +370,9 @@ impl Ledger {
         let decision = if quota.sandboxes == Some(0) && new_sandbox {
             wait(WaitReason::Never, format!("waiting for quota: owner '{who}' may hold no sandbox (limit sandboxes=0); raise it with `sandboxd quota set`"))
         } else if let Some(limit) = quota.memory_bytes.filter(|l| own + needs > *l) {
-            wait(WaitReason::Never, format!("waiting for quota: {counted} needs {} and the owner's whole memory limit is {} (limit memory={}); it can never fit: raise the limit with `sandboxd quota set` or ask for fewer services", Bytes(own + needs), Bytes(limit), Bytes(limit)))
+            wait(WaitReason::Never, format!("waiting for quota: {whole} {} and the owner's whole memory limit is {} (limit memory={}); it can never fit: raise the limit with `sandboxd quota set` or ask for fewer services", Bytes(own + needs), Bytes(limit), Bytes(limit)))
         } else if let Some(budget) = self.budget.filter(|b| needs + self.pool_bytes > *b) {
-            wait(WaitReason::Never, format!("waiting for the host's memory budget: {counted} needs {} and the whole budget is {} ({} of it kept for warm pools); it can never fit: raise --memory-budget or ask for fewer services", Bytes(needs), Bytes(budget), Bytes(self.pool_bytes)))
+            wait(WaitReason::Never, format!("waiting for the host's memory budget: {counted} {} and the whole budget is {} ({} of it kept for warm pools); it can never fit: raise --memory-budget or ask for fewer services", Bytes(needs), Bytes(budget), Bytes(self.pool_bytes)))
         } else if let Some(earlier) = self.earlier(&ask.arrival, |w| {
             w.owner == *who && matches!(w.reason, WaitReason::Owner | WaitReason::Budget)
         }) {
@@ -380,7 +383,7 @@ impl Ledger {
         {
             wait(WaitReason::Owner, format!("waiting for quota: {use_line} (limit sandboxes={limit}); admitted when one of its sandboxes is released"))
         } else if let Some(limit) = quota.memory_bytes.filter(|l| owner_bytes + needs > *l) {
-            wait(WaitReason::Owner, format!("waiting for quota: {use_line} (limit memory={}), {counted} needs {}; admitted when memory of the owner's is released", Bytes(limit), Bytes(needs)))
+            wait(WaitReason::Owner, format!("waiting for quota: {use_line} (limit memory={}), {counted} {}; admitted when some of the owner's memory is released", Bytes(limit), Bytes(needs)))
         } else if self
             .unjudged_before(&ask.arrival, Some(who))
             .is_some_and(|(rows, bytes)| {
@@ -397,14 +400,14 @@ impl Ledger {
         {
             wait(WaitReason::Budget, format!("waiting for the host's memory budget: behind '{earlier}', an earlier row that waits for it (rows are admitted in arrival order)"))
         } else if let Some(budget) = self.budget.filter(|b| self.admitted_bytes() + needs > *b) {
-            wait(WaitReason::Budget, format!("waiting for the host's memory budget: {} of {} in use, {counted} needs {}; admitted when memory is released", Bytes(self.admitted_bytes()), Bytes(budget), Bytes(needs)))
+            wait(WaitReason::Budget, format!("waiting for the host's memory budget: {} of {} in use, {counted} {}; admitted when memory is released", Bytes(self.admitted_bytes()), Bytes(budget), Bytes(needs)))
         } else if let Some(budget) = self.budget.filter(|b| {
             let kept = self
                 .unjudged_before(&ask.arrival, None)
                 .map_or(0, |(_, bytes)| bytes);
             self.admitted_bytes() + kept + needs > *b
         }) {
-            wait(WaitReason::Budget, format!("waiting for the host's memory budget: {} of {} in use, and the rest is kept for earlier rows that sandboxd has not looked at since it took the lead (rows are admitted in arrival order); {counted} needs {}", Bytes(self.admitted_bytes()), Bytes(budget), Bytes(needs)))
+            wait(WaitReason::Budget, format!("waiting for the host's memory budget: {} of {} in use, and the rest is kept for earlier rows that sandboxd has not looked at since it took the lead (rows are admitted in arrival order); {counted} {}", Bytes(self.admitted_bytes()), Bytes(budget), Bytes(needs)))
         } else {
             Decision::Admit
         };

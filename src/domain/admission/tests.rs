@@ -107,7 +107,7 @@ fn the_owner_memory_limit_counts_the_sum_of_the_caps() {
     let d = ledger.admit(&ask("b", 2, "alice", &["postgres", "redis"]), quota);
     assert_eq!(
         message(&d),
-        "waiting for quota: owner 'alice' has 1 of unlimited sandboxes and 512 MiB of 1 GiB memory (limit memory=1 GiB), this sandbox needs 1 GiB; admitted when memory of the owner's is released"
+        "waiting for quota: owner 'alice' has 1 of unlimited sandboxes and 512 MiB of 1 GiB memory (limit memory=1 GiB), this sandbox needs 1 GiB; admitted when some of the owner's memory is released"
     );
 }
 
@@ -243,7 +243,7 @@ fn growing_an_admitted_sandbox_asks_for_the_added_memory_only() {
     );
     let d = ledger.admit(&ask("a", 1, "alice", &["mongo"]), quota);
     assert!(
-        message(&d).contains("its new engines needs 1.5 GiB"),
+        message(&d).contains("with its new engines this sandbox needs 1.5 GiB"),
         "{}",
         message(&d)
     );
