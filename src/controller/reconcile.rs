@@ -200,6 +200,14 @@ async fn converge(
             None
         }
     };
+    // What was admitted stays held while the row wants it, created or
+    // not yet (its image being fetched, or its provision failed and
+    // retried): a row admitted earlier keeps its place.
+    let admitted: Vec<String> = plan
+        .provisions()
+        .filter(|p| p.reason == ProvisionReason::Create)
+        .map(|p| p.engine.as_str().to_owned())
+        .collect();
     let (awaiting, image_failures) = match &desired {
         Some(d) => await_images(ctx, d, &mut plan).await,
         None => Default::default(),
@@ -398,7 +406,7 @@ async fn converge(
         // Which one failed is not known: every container still counts.
         Some(_) => std::collections::HashSet::new(),
     };
-    let published = match &verdict.publish {
+    let mut published: Vec<String> = match &verdict.publish {
         Publish::Write(update) => update.services.keys().cloned().collect(),
         Publish::Delete => Vec::new(),
         Publish::Nothing => previous
@@ -406,6 +414,7 @@ async fn converge(
             .map(|p| p.services.keys().cloned().collect())
             .unwrap_or_default(),
     };
+    published.extend(admitted);
     admission::settle(
         ctx,
         id,

@@ -2407,3 +2407,34 @@ async fn a_failing_quota_read_fails_the_reconcile_and_creates_nothing() {
     reconcile(&ctx, &id("a")).await.unwrap();
     h.published(&id("a"));
 }
+
+#[tokio::test]
+async fn a_row_admitted_while_its_image_is_fetched_keeps_its_place_ahead_of_later_rows() {
+    let mut h = Harness::new();
+    // One engine's worth.
+    h.config.memory_budget = Some(512 << 20);
+    let ctx = h.context();
+    h.runtime.remove_image("fakedb:1");
+    h.runtime
+        .publish_image("fakedb:1", Duration::from_millis(50));
+    h.store.put_desired(arriving("a", 0));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Provisioning));
+    // The later row does not take the room while a's image is fetched.
+    h.store.put_desired(arriving("b", 1));
+    reconcile(&ctx, &id("b")).await.unwrap();
+    let b = h.store.status_of(&id("b")).unwrap();
+    assert_eq!(b.phase, Phase::Pending);
+    assert!(
+        b.message.contains("512 MiB of 512 MiB in use"),
+        "{}",
+        b.message
+    );
+    until("the image is fetched", || {
+        h.runtime.pulls_of("fakedb:1") >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+}
