@@ -4,7 +4,9 @@
 //! The leader keeps one [`Ledger`] for the fleet (the controller has one
 //! leader, and it rebuilds the ledger from its first relist each term).
 //! What a sandbox *holds* is every engine that has a container (of its
-//! state database) or published credentials; its memory is one engine
+//! state database) or published credentials, and, while its row is
+//! wanted, every engine admitted and not created yet (its image being
+//! fetched, its provision retried); its memory is one engine
 //! memory cap per engine held, whatever the container really uses (tmpfs
 //! data counts against the same cap). A rotation's second container, built
 //! next to the running one for the seconds until it is ready, is not
