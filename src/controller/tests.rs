@@ -2438,3 +2438,30 @@ async fn a_row_admitted_while_its_image_is_fetched_keeps_its_place_ahead_of_late
     reconcile(&ctx, &id("a")).await.unwrap();
     h.published(&id("a"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_counts_what_runs_from_its_first_relist_before_it_admits_anything() {
+    let h = Harness::new();
+    h.store.set_quota("*", quota(Some(2), None));
+    {
+        let ctx = h.context();
+        for (n, name) in ["a", "b"].into_iter().enumerate() {
+            h.store.put_desired(arriving(name, n as i64));
+            reconcile(&ctx, &id(name)).await.unwrap();
+            h.published(&id(name));
+        }
+    }
+    h.step_down().await;
+    // A controller that never saw a or b admitted.
+    h.store.put_desired(arriving("c", 2));
+    let (stop, task) = start(h.controller());
+    until("c waits for the quota", || {
+        h.store
+            .status_of(&id("c"))
+            .is_some_and(|s| s.phase == Phase::Pending && s.message.contains("2 of 2 sandboxes"))
+    })
+    .await;
+    assert!(h.containers(&id("c")).is_empty());
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
