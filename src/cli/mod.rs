@@ -1217,6 +1217,67 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_reserve_and_budget_take_sizes_and_the_budget_defaults_to_the_hosts() {
+        let run = |args: &[&str]| {
+            Cli::try_parse_from(args).map(|c| match c.command {
+                Command::Run(r) => r.to_config().unwrap(),
+                other => panic!("{other:?}"),
+            })
+        };
+        let c = run(&["sandboxd", "run"]).unwrap();
+        assert_eq!(c.memory_reserve, 2 << 30);
+        assert_eq!(c.memory_budget, None);
+        let c = run(&[
+            "sandboxd",
+            "run",
+            "--memory-reserve",
+            "3GiB",
+            "--memory-budget",
+            "1.5GiB",
+        ])
+        .unwrap();
+        assert_eq!(c.memory_reserve, 3 << 30);
+        assert_eq!(c.memory_budget, Some(1536 << 20));
+        let e = run(&["sandboxd", "run", "--memory-budget", "lots"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("use a number with B, KiB, MiB, GiB or TiB"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn quota_set_takes_numbers_sizes_or_unlimited() {
+        let set = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Quota(quota::QuotaCommand::Set(s))) => Ok((s.sandboxes, s.memory)),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        use crate::adapters::postgres::QuotaSetting;
+        assert_eq!(
+            set(&[
+                "sandboxd",
+                "quota",
+                "set",
+                "*",
+                "--sandboxes",
+                "2",
+                "--memory",
+                "4GiB"
+            ]),
+            Ok((Some(QuotaSetting::To(2)), Some(QuotaSetting::To(4 << 30))))
+        );
+        assert_eq!(
+            set(&["sandboxd", "quota", "set", "a", "--memory", "unlimited"]),
+            Ok((None, Some(QuotaSetting::Unlimited)))
+        );
+        for bad in ["--sandboxes=-1", "--sandboxes=many"] {
+            let e = set(&["sandboxd", "quota", "set", "a", bad]).unwrap_err();
+            assert!(e.contains("use a number (0 or more) or `unlimited`"), "{e}");
+        }
+    }
+
+    #[test]
     fn warm_pools_are_repeatable_flags_with_feature_sets() {
         let config = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
             Command::Run(r) => r.to_config(),
