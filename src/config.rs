@@ -337,7 +337,19 @@ pub struct ControllerConfig {
     pub event_retention: Duration,
     /// Where each recorded event is also POSTed, signed (`None`: nowhere).
     pub webhook: Option<WebhookConfig>,
+    /// Host memory kept out of the admission budget for the controller,
+    /// its state database and dockerd (the budget is the host's memory
+    /// minus this, unless `memory_budget` is set).
+    pub memory_reserve: u64,
+    /// The admission budget for sandbox memory (the sum of the engines'
+    /// caps and the warm pools'), replacing the one derived from the host;
+    /// `None`: derived from the host.
+    pub memory_budget: Option<u64>,
 }
+
+/// Host memory kept out of the admission budget unless `--memory-reserve`
+/// says otherwise.
+pub const DEFAULT_MEMORY_RESERVE: u64 = 2 << 30;
 
 /// How many events a sandbox keeps unless `--events-per-sandbox` says
 /// otherwise.
@@ -392,6 +404,8 @@ impl ControllerConfig {
             events_per_sandbox: DEFAULT_EVENTS_PER_SANDBOX,
             event_retention: Duration::from_secs(24 * 3600),
             webhook: None,
+            memory_reserve: DEFAULT_MEMORY_RESERVE,
+            memory_budget: None,
         }
     }
 

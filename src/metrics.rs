@@ -19,6 +19,9 @@ use prometheus::{
 use std::sync::LazyLock;
 use std::time::Duration;
 
+mod quota;
+pub(crate) use self::quota::QuotaMetrics;
+
 /// The Docker API calls sandboxd times (`sandboxd_docker_api_seconds`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DockerCall {
@@ -184,6 +187,8 @@ pub struct Metrics {
     pool_size: IntGaugeVec,
     pool_claims: IntCounterVec,
     pool_claim_seconds: HistogramVec,
+    /// Admission: use against quota, the memory budget, the waiting rows.
+    pub(crate) quota: QuotaMetrics,
 }
 
 fn ready_buckets() -> Vec<f64> {
@@ -500,6 +505,7 @@ impl Metrics {
                     .buckets(latency_buckets()),
                 &["engine"]
             )),
+            quota: QuotaMetrics::new(&registry),
             registry: registry.clone(),
         };
         for result in ["ok", "error", "lost"] {

@@ -18,6 +18,9 @@ async fn a_hundred_sandboxes_at_once_each_get_their_own_network() {
     let env = TestEnv::new().await;
     let mut config = env.config();
     config.concurrency = 16;
+    // A hundred engine caps are more than this host's memory budget (the
+    // admission test is tests/quotas.rs): this one is about networks.
+    config.memory_budget = Some(100 * config.limits.memory_bytes as u64);
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
     let ids: Vec<SandboxId> = (0..100).map(|i| sandbox_id(&format!("h{i}"))).collect();

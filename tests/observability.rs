@@ -180,6 +180,15 @@ async fn every_dashboard_and_alert_expression_returns_data_from_a_real_prometheu
     )
     .await;
 
+    // A default quota, so that the use-against-quota panel has its limit.
+    sandboxd::adapters::PgStore::from_pool(env.pool.clone())
+        .set_quota(
+            "*",
+            sandboxd::adapters::postgres::QuotaSetting::To(100),
+            sandboxd::adapters::postgres::QuotaSetting::To(100 << 30),
+        )
+        .await
+        .expect("set a default quota");
     // The scenario: provision, kill (heal), rotate, delete.
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("obs");

@@ -76,6 +76,11 @@ impl Runtime for BoundedRuntime {
         runtime_call("ping", "the daemon", self.deadlines.call, self.inner.ping()).await
     }
 
+    async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
+        let call = self.inner.host_memory();
+        runtime_call("info", "the daemon", self.deadlines.call, call).await
+    }
+
     async fn list(
         &self,
         deployment: &Deployment,
@@ -366,6 +371,14 @@ impl Store for BoundedStore {
     async fn prune_events(&self, age: Duration) -> Result<u64, StoreError> {
         let call = self.inner.prune_events(age);
         store_call("prune events", self.after, call).await
+    }
+
+    async fn owner_quota(
+        &self,
+        owner: &str,
+    ) -> Result<crate::domain::admission::Quota, StoreError> {
+        let call = self.inner.owner_quota(owner);
+        store_call("read an owner's quota", self.after, call).await
     }
 
     async fn acquire_lease(

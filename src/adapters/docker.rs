@@ -912,6 +912,18 @@ impl Runtime for DockerRuntime {
         }
     }
 
+    async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(api("info", "the daemon"))?;
+        Ok(info
+            .mem_total
+            .and_then(|m| u64::try_from(m).ok())
+            .filter(|m| *m > 0))
+    }
+
     async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::InspectImage);
         match self.docker.inspect_image(image).await {

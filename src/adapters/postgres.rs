@@ -28,6 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::time::Duration;
 
+mod quota;
+pub use self::quota::{QuotaLine, Setting as QuotaSetting};
+
 /// Channel NOTIFYed with the id on every change of `sandbox_desired`.
 pub const DESIRED_CHANNEL: &str = "sandbox_desired";
 /// Channel NOTIFYed with the id on every change of `sandbox_status`.
@@ -414,6 +417,13 @@ impl PgStore {
             ));
         }
         let owner_container = owner_container.filter(|n| docker_name(n));
+        // Only admission's arrival order reads it: an unreadable one
+        // counts as the last change.
+        let created_at = row
+            .try_get::<Option<DateTime<Utc>>, _>("created_at")
+            .ok()
+            .flatten()
+            .unwrap_or(updated_at);
 
         DesiredSandbox {
             id: id.clone(),
@@ -427,6 +437,7 @@ impl PgStore {
             generation,
             incarnation,
             updated_at,
+            created_at,
             last_used_at,
             idle_timeout,
             persistent,
@@ -546,7 +557,9 @@ const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     EXTRACT(EPOCH FROM idle_timeout)::float8 AS idle_timeout_secs,
     persistent,
     left(owner_container, 129) AS owner_container,
-    generation, incarnation::text AS incarnation";
+    generation, incarnation::text AS incarnation,
+    CASE WHEN isfinite(created_at) AND created_at < '10000-01-01 00:00:00+00' THEN created_at
+         END AS created_at";
 
 /// What is wrong with a desired row, collected while reading it.
 #[derive(Default)]
@@ -1062,6 +1075,24 @@ impl Store for PgStore {
                 Ok(Vec::new())
             }
         }
+    }
+
+    async fn owner_quota(
+        &self,
+        owner: &str,
+    ) -> Result<crate::domain::admission::Quota, StoreError> {
+        let row: Option<(Option<i32>, Option<i64>)> =
+            sqlx::query_as("SELECT max_sandboxes, max_memory_bytes FROM sandbox_quota_for($1)")
+                .bind(owner)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(query("read an owner's quota"))?;
+        let (sandboxes, memory) = row.unwrap_or_default();
+        // The table's checks keep both non-negative.
+        Ok(crate::domain::admission::Quota {
+            sandboxes: sandboxes.map(|n| u64::try_from(n).unwrap_or(0)),
+            memory_bytes: memory.map(|n| u64::try_from(n).unwrap_or(0)),
+        })
     }
 
     async fn prune_events(&self, age: Duration) -> Result<u64, StoreError> {

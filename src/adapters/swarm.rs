@@ -599,6 +599,11 @@ impl Runtime for SwarmRuntime {
         self.node.ping().await
     }
 
+    /// The memory of the node sandboxd talks to (not the swarm's sum).
+    async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
+        self.node.host_memory().await
+    }
+
     async fn list(
         &self,
         deployment: &Deployment,

@@ -1,5 +1,5 @@
 //! The command line: `run`, `migrate`, `apply`, `request`, `get`, `list`,
-//! `describe`, `touch`, `release` (alias `delete`), `grant-orchestrator`,
+//! `describe`, `touch`, `release` (alias `delete`), `quota`, `grant-orchestrator`,
 //! `revoke-orchestrator`, `resume-reaping`, `chaos`, `completions`. Every
 //! flag can also be set from the environment (`DATABASE_URL`,
 //! `SANDBOXD_*`).
@@ -44,6 +44,7 @@ macro_rules! say {
 mod describe;
 mod list;
 mod progress;
+mod quota;
 mod table;
 
 pub use self::describe::{DescribeArgs, DescribeOutput};
@@ -151,6 +152,12 @@ pub enum Command {
     /// For staging: it refuses to run without --yes. Exit 0 when every
     /// invariant held, 3 when one did not.
     Chaos(ChaosArgs),
+    /// Per-owner limits (admission): `quota set OWNER --sandboxes N
+    /// --memory 4GiB` (OWNER `*` is the default for every owner without a
+    /// row of its own), `quota unset OWNER`, `quota list` (use against
+    /// limit). Run with the controller's DATABASE_URL.
+    #[command(subcommand)]
+    Quota(quota::QuotaCommand),
     /// Take back everything grant-orchestrator gave a role.
     RevokeOrchestrator {
         /// The role's name.
@@ -396,6 +403,22 @@ pub struct RunArgs {
     #[arg(long, env = "SANDBOXD_WEBHOOK_QUEUE", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub webhook_queue: u32,
+    /// Host memory kept for the controller, its state database and dockerd:
+    /// sandboxes are admitted while the sum of their memory caps (and the
+    /// warm pools') fits in the host's memory minus this.
+    #[arg(long, env = "SANDBOXD_MEMORY_RESERVE", default_value = "2GiB", value_parser = parse_size)]
+    pub memory_reserve: u64,
+    /// The memory budget for sandboxes, instead of the host's memory minus
+    /// --memory-reserve (e.g. 16GiB).
+    #[arg(long, env = "SANDBOXD_MEMORY_BUDGET", value_parser = parse_size)]
+    pub memory_budget: Option<u64>,
+}
+
+/// A size such as `2GiB`, `512MiB` or a byte count.
+fn parse_size(s: &str) -> Result<u64, String> {
+    crate::domain::admission::parse_bytes(s).ok_or_else(|| {
+        format!("invalid size {s:?}: use a number with B, KiB, MiB, GiB or TiB (e.g. 2GiB)")
+    })
 }
 
 /// `on` or `off` (also `true`/`false`, `1`/`0`).
@@ -490,6 +513,8 @@ impl RunArgs {
         if let Some(w) = &c.webhook {
             w.check()?;
         }
+        c.memory_reserve = self.memory_reserve;
+        c.memory_budget = self.memory_budget;
         c.backend = self.backend;
         c.swarm_publish = self.swarm_publish;
         c.check_reconcile_timeout(crate::engine::REGISTRY)?;
@@ -725,6 +750,9 @@ pub enum CliError {
     /// A chaos run found an invariant broken (the report says which).
     #[error("chaos: an invariant did not hold (see unhealed, leaked, duplicate, lost_credentials and unconverged in the report)")]
     ChaosFound,
+    /// A `sandboxd quota` argument is unusable.
+    #[error("{0}")]
+    Quota(String),
     /// The sandbox does not exist.
     #[error("no status for sandbox {0}: it was never applied, or sandboxd has not seen it yet")]
     NotFound(SandboxId),
@@ -836,6 +864,7 @@ async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
             Ok(())
         }
         Command::List(args) => list::run(&url, args).await,
+        Command::Quota(command) => quota::run(&url, command).await,
         Command::Describe(args) => describe::run(&url, args).await,
         Command::Completions { .. } => Ok(()),
         Command::Touch { id } => {
@@ -1220,6 +1249,67 @@ mod tests {
                 .command,
             Command::Release { .. }
         ));
+    }
+
+    #[test]
+    fn the_memory_reserve_and_budget_take_sizes_and_the_budget_defaults_to_the_hosts() {
+        let run = |args: &[&str]| {
+            Cli::try_parse_from(args).map(|c| match c.command {
+                Command::Run(r) => r.to_config().unwrap(),
+                other => panic!("{other:?}"),
+            })
+        };
+        let c = run(&["sandboxd", "run"]).unwrap();
+        assert_eq!(c.memory_reserve, 2 << 30);
+        assert_eq!(c.memory_budget, None);
+        let c = run(&[
+            "sandboxd",
+            "run",
+            "--memory-reserve",
+            "3GiB",
+            "--memory-budget",
+            "1.5GiB",
+        ])
+        .unwrap();
+        assert_eq!(c.memory_reserve, 3 << 30);
+        assert_eq!(c.memory_budget, Some(1536 << 20));
+        let e = run(&["sandboxd", "run", "--memory-budget", "lots"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("use a number with B, KiB, MiB, GiB or TiB"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn quota_set_takes_numbers_sizes_or_unlimited() {
+        let set = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Quota(quota::QuotaCommand::Set(s))) => Ok((s.sandboxes, s.memory)),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        use crate::adapters::postgres::QuotaSetting;
+        assert_eq!(
+            set(&[
+                "sandboxd",
+                "quota",
+                "set",
+                "*",
+                "--sandboxes",
+                "2",
+                "--memory",
+                "4GiB"
+            ]),
+            Ok((Some(QuotaSetting::To(2)), Some(QuotaSetting::To(4 << 30))))
+        );
+        assert_eq!(
+            set(&["sandboxd", "quota", "set", "a", "--memory", "unlimited"]),
+            Ok((None, Some(QuotaSetting::Unlimited)))
+        );
+        for bad in ["--sandboxes=-1", "--sandboxes=many"] {
+            let e = set(&["sandboxd", "quota", "set", "a", bad]).unwrap_err();
+            assert!(e.contains("use a number (0 or more) or `unlimited`"), "{e}");
+        }
     }
 
     #[test]

@@ -151,6 +151,10 @@ impl Runtime for FencedRuntime {
         self.inner.ping().await
     }
 
+    async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
+        self.inner.host_memory().await
+    }
+
     async fn list(
         &self,
         deployment: &Deployment,

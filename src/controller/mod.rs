@@ -1,6 +1,7 @@
 //! The controller: watches as hints, relists as the truth, and a work queue
 //! that runs `reconcile(id)` one key at a time.
 
+mod admission;
 mod breaker;
 mod crash_loops;
 mod fence;
@@ -122,6 +123,9 @@ pub(crate) struct Context {
     pub(crate) phases: FleetPhases,
     /// Where recorded events go besides `sandbox_events` (the webhook).
     pub(crate) webhook: webhook::Notifier,
+    /// What each sandbox holds against its owner's quota and the host's
+    /// memory budget, and the rows waiting for admission.
+    pub(crate) admission: admission::Admission,
 }
 
 impl Context {
@@ -252,6 +256,7 @@ impl Controller {
             fence.clone(),
             metrics.clone(),
         ));
+        let admission = admission::Admission::new(&config, queue.clone());
         Self {
             elector,
             ctx: Arc::new(Context {
@@ -274,6 +279,7 @@ impl Controller {
                 pool: pool::Pool::default(),
                 phases: FleetPhases::default(),
                 webhook: notifier,
+                admission,
             }),
             queue,
             readiness: Readiness::default(),

@@ -8,7 +8,7 @@ use super::image::Availability;
 use super::provision::Provisioned;
 use super::rotation::{self, Commit};
 use super::Context;
-use super::{network, pool, provision, volume};
+use super::{admission, network, pool, provision, volume};
 use crate::config::NetworkLayout;
 use crate::domain::container::ObservedContainer;
 use crate::domain::crash_loop::{self, HealGate};
@@ -190,6 +190,27 @@ async fn converge(
         // incarnation are not this one's.
         ctx.crash_loops.forget(id);
     }
+    // What the row would create waits for its owner's quota and the
+    // host's memory budget, all or nothing.
+    let admission_wait = match desired
+        .as_ref()
+        .filter(|d| plan.wanted == Wanted::Yes && d.invalid.is_none())
+    {
+        Some(d) => admission::admit(ctx, d, &mut plan, journal).await?,
+        None => {
+            // Gone, unwanted or unreadable: it asks for nothing.
+            admission::forget(ctx, id);
+            None
+        }
+    };
+    // What was admitted stays held while the row wants it, created or
+    // not yet (its image being fetched, or its provision failed and
+    // retried): a row admitted earlier keeps its place.
+    let admitted: Vec<String> = plan
+        .provisions()
+        .filter(|p| p.reason == ProvisionReason::Create)
+        .map(|p| p.engine.as_str().to_owned())
+        .collect();
     let (awaiting, image_failures) = match &desired {
         Some(d) => await_images(ctx, d, &mut plan).await,
         None => Default::default(),
@@ -201,6 +222,18 @@ async fn converge(
     let names_held = identity::hold_names_held_by_foreign(&mut plan, &foreign, state);
     tracing::debug!(actions = plan.actions.len(), held = held.len(), "planned");
     if let Some(held) = hold_reaping(ctx, id, &plan, gone_since) {
+        // Its containers stay (and count against the host's budget), but
+        // a deleted row no longer counts against its owner: the rows
+        // waiting for that room go now, not after the reap.
+        admission::settle(
+            ctx,
+            id,
+            journal.owner.as_deref().unwrap_or_default(),
+            false,
+            &observed,
+            &Default::default(),
+            [],
+        );
         return Ok(held);
     }
     let causes = heal_causes(ctx, &plan).await;
@@ -341,6 +374,7 @@ async fn converge(
         })
         .min();
     let waiting_for_images = !awaiting.is_empty();
+    let outcomes_teardown = teardown.clone();
     let outcomes = Outcomes {
         provisioned,
         teardown,
@@ -351,6 +385,13 @@ async fn converge(
     let mut verdict = status::decide(&plan, desired.as_ref(), previous.as_ref(), &outcomes);
     if let Publish::Write(update) = &mut verdict.publish {
         update.network = network_name;
+        if let Some(message) = &admission_wait {
+            crate::domain::admission::waiting_status(
+                update,
+                status::observed_generation(previous.as_ref()),
+                message,
+            );
+        }
     }
     match &verdict.publish {
         Publish::Write(update) => {
@@ -363,10 +404,32 @@ async fn converge(
         }
         Publish::Nothing => {}
     }
-    if let Some(d) = desired
-        .as_ref()
-        .filter(|_| new_request && plan.wanted == Wanted::Yes && !waiting_for_images)
-    {
+    let torn_down = match &outcomes_teardown {
+        None => plan.teardowns().map(|t| &t.container).collect(),
+        // Which one failed is not known: every container still counts.
+        Some(_) => std::collections::HashSet::new(),
+    };
+    let mut published: Vec<String> = match &verdict.publish {
+        Publish::Write(update) => update.services.keys().cloned().collect(),
+        Publish::Delete => Vec::new(),
+        Publish::Nothing => previous
+            .as_ref()
+            .map(|p| p.services.keys().cloned().collect())
+            .unwrap_or_default(),
+    };
+    published.extend(admitted);
+    admission::settle(
+        ctx,
+        id,
+        journal.owner.as_deref().unwrap_or_default(),
+        plan.wanted == Wanted::Yes,
+        &observed,
+        &torn_down,
+        published,
+    );
+    if let Some(d) = desired.as_ref().filter(|_| {
+        new_request && plan.wanted == Wanted::Yes && !waiting_for_images && admission_wait.is_none()
+    }) {
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
     match verdict.failure {

@@ -59,6 +59,8 @@ pub(crate) async fn relist(
     scope: Scope,
 ) -> Result<(), ControllerError> {
     let state = ctx.state_id().await?;
+    // What admission changes from here on is newer than these lists.
+    let mark = super::admission::mark(ctx);
     // The state database is read while Docker is listed, each side on a
     // task of its own: decoding a large fleet's lists is work, and two
     // workers do it side by side.
@@ -171,6 +173,19 @@ pub(crate) async fn relist(
             )
             .filter(|id| !desired.contains(id)),
     );
+    if count_drift {
+        let seen: HashSet<&SandboxId> = desired
+            .iter()
+            .copied()
+            .chain(containers.iter().map(|c| &c.labels.sandbox))
+            .chain(statuses.iter().map(|s| &s.id))
+            .collect();
+        super::admission::prune(ctx, mark, &seen);
+    } else {
+        // A term's first relist (no reconcile runs yet): the ledger is
+        // what the lists show.
+        super::admission::rebuild(ctx, &rows, &ours, &by_id, &due);
+    }
     let sandboxes = converged + due.len();
     for id in due {
         match enqueue {

@@ -38,11 +38,14 @@ pub enum EventReason {
     /// A container that keeps dying is not healed for now (crash-loop
     /// back-off), or no more at this generation.
     BackOff,
+    /// Nothing was created: the row waits for its owner's quota or the
+    /// host's memory budget (`detail`: owner, budget or never).
+    Waiting,
 }
 
 impl EventReason {
     /// Every reason.
-    pub const ALL: [EventReason; 7] = [
+    pub const ALL: [EventReason; 8] = [
         EventReason::Provisioned,
         EventReason::Claimed,
         EventReason::Healed,
@@ -50,6 +53,7 @@ impl EventReason {
         EventReason::Reaped,
         EventReason::Failed,
         EventReason::BackOff,
+        EventReason::Waiting,
     ];
 
     /// The stored text.
@@ -62,6 +66,7 @@ impl EventReason {
             EventReason::Reaped => "reaped",
             EventReason::Failed => "failed",
             EventReason::BackOff => "backoff",
+            EventReason::Waiting => "waiting",
         }
     }
 
@@ -243,6 +248,17 @@ impl Event {
             Some(p.engine.as_str()),
             Some(p.reason.as_str()),
             format!("{attempt}: {error}; retried with backoff"),
+        )
+    }
+
+    /// A row whose new engines wait for admission (`detail`: the
+    /// [`WaitReason`](super::admission::WaitReason)); nothing was created.
+    pub fn admission_waiting(reason: super::admission::WaitReason, message: &str) -> Self {
+        Self::new(
+            EventReason::Waiting,
+            None,
+            Some(reason.as_str()),
+            message.to_owned(),
         )
     }
 

@@ -5,6 +5,7 @@
 //! module imports no tokio, bollard or sqlx, so every decision is a plain
 //! function tested with tables.
 
+pub mod admission;
 pub mod breaker;
 pub mod clock;
 pub mod container;

@@ -52,6 +52,9 @@ pub struct DesiredSandbox {
     pub incarnation: Option<Incarnation>,
     /// When the row last changed (set by the database).
     pub updated_at: DateTime<Utc>,
+    /// When the row was inserted (set by the database): its place in
+    /// admission's arrival order (`domain::admission`).
+    pub created_at: DateTime<Utc>,
 }
 
 impl DesiredSandbox {

@@ -328,6 +328,11 @@ pub type NetworkStream = BoxStream<'static, Result<String, RuntimeError>>;
 pub trait Runtime: Send + Sync + 'static {
     /// Whether the daemon answers.
     async fn ping(&self) -> Result<(), RuntimeError>;
+    /// The host's memory in bytes, as the daemon reports it (`docker
+    /// info`'s total memory); `None` when it does not say.
+    async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
+        Ok(None)
+    }
     /// The containers of `deployment` (optionally one sandbox's), stopped
     /// ones included; containers with malformed labels are skipped.
     async fn list(

@@ -2,6 +2,7 @@
 //! sandboxd's own database.
 
 use super::BoxError;
+use crate::domain::admission::Quota;
 use crate::domain::breaker::ReapingState;
 use crate::domain::event::Event;
 use crate::domain::id::{ContainerId, SandboxId};
@@ -183,4 +184,7 @@ pub trait Store: Send + Sync + 'static {
     async fn prune_events(&self, age: Duration) -> Result<u64, StoreError>;
     /// Subscribes to changes of desired rows. Subscribed once this returns.
     async fn watch_desired(&self) -> Result<NotifyStream, StoreError>;
+    /// The limits that apply to `owner` (`sandbox_quotas`: its own row,
+    /// else the default row `*`, else unlimited).
+    async fn owner_quota(&self, owner: &str) -> Result<Quota, StoreError>;
 }

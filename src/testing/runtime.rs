@@ -82,6 +82,8 @@ struct World {
     pullable: BTreeMap<String, Duration>,
     /// Pulls asked for, by image.
     pulls: BTreeMap<String, u32>,
+    /// What `host_memory` reports.
+    host_memory: Option<u64>,
 }
 
 impl World {
@@ -251,6 +253,11 @@ impl FakeRuntime {
 
     /// Makes the next create find its network gone (removed between the
     /// reconcile's check and the create).
+    /// Sets the host memory the daemon reports.
+    pub(crate) fn set_host_memory(&self, bytes: Option<u64>) {
+        self.world.lock().unwrap().host_memory = bytes;
+    }
+
     pub(crate) fn lose_network_at_next_create(&self) {
         self.world.lock().unwrap().lose_network = true;
     }
@@ -347,6 +354,10 @@ fn emit(w: &mut World, id: &ContainerId, action: ContainerAction, sandbox: Optio
 
 #[async_trait]
 impl Runtime for FakeRuntime {
+    async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
+        Ok(self.world.lock().unwrap().host_memory)
+    }
+
     async fn ping(&self) -> Result<(), RuntimeError> {
         self.faults
             .check(RuntimeOp::Ping)

@@ -214,6 +214,7 @@ fn row(name: &str) -> DesiredSandbox {
         generation: 0,
         incarnation: None,
         updated_at: at,
+        created_at: at,
         last_used_at: at,
         idle_timeout: None,
         persistent: false,

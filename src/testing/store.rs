@@ -31,6 +31,7 @@ pub(crate) enum StoreOp {
     DeleteStatus,
     Watch,
     Lease,
+    Quota,
 }
 
 #[derive(Default)]
@@ -52,6 +53,7 @@ struct Tables {
     last_event_seq: BTreeMap<SandboxId, i64>,
     /// The last seq given out.
     event_seq: i64,
+    quotas: BTreeMap<String, crate::domain::admission::Quota>,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -131,6 +133,15 @@ impl FakeStore {
     }
 
     /// Deletes a desired row (leaving a tombstone, like the trigger) and notifies.
+    /// Sets the limits of `owner` (`*`: the default).
+    pub(crate) fn set_quota(&self, owner: &str, quota: crate::domain::admission::Quota) {
+        self.tables
+            .lock()
+            .unwrap()
+            .quotas
+            .insert(owner.to_owned(), quota);
+    }
+
     pub(crate) fn delete_desired(&self, id: &SandboxId) {
         let mut t = self.tables.lock().unwrap();
         t.desired.remove(id);
@@ -428,6 +439,22 @@ impl Store for FakeStore {
             kept.drain(..kept.len() - keep);
         }
         Ok(notices)
+    }
+
+    async fn owner_quota(
+        &self,
+        owner: &str,
+    ) -> Result<crate::domain::admission::Quota, StoreError> {
+        self.faults
+            .check(StoreOp::Quota)
+            .await
+            .map_err(|e| injected("read an owner's quota", e))?;
+        let t = self.tables.lock().unwrap();
+        Ok(t.quotas
+            .get(owner)
+            .or_else(|| t.quotas.get("*"))
+            .copied()
+            .unwrap_or_default())
     }
 
     async fn prune_events(&self, _age: Duration) -> Result<u64, StoreError> {

@@ -108,6 +108,7 @@ fn desired(services: &[&'static str], features: &[(&'static str, &[&str])]) -> D
         generation: 1,
         incarnation: Some(incarnation(ROW)),
         updated_at: now() - chrono::Duration::seconds(5),
+        created_at: now() - chrono::Duration::seconds(5),
         last_used_at: now() - chrono::Duration::seconds(5),
         idle_timeout: None,
         persistent: false,

@@ -36,6 +36,7 @@ fn row() -> DesiredSandbox {
         generation: 1,
         incarnation: Some(Incarnation::parse(ROW).unwrap()),
         updated_at: now() - chrono::Duration::seconds(60),
+        created_at: now() - chrono::Duration::seconds(60),
         last_used_at: now() - chrono::Duration::seconds(60),
         idle_timeout: None,
         persistent: false,

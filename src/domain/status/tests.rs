@@ -57,6 +57,7 @@ fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
         generation,
         incarnation: Some(incarnation(ROW)),
         updated_at: now(),
+        created_at: now(),
         last_used_at: now(),
         idle_timeout: None,
         persistent: false,

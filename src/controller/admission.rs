@@ -1,0 +1,296 @@
+//! Admission in the controller: the leader's [`Ledger`] of what each
+//! sandbox holds and who waits (see [`crate::domain::admission`]), asked
+//! by every reconcile that would create an engine, settled by every
+//! reconcile, rebuilt from each term's first relist and pruned by later
+//! ones.
+//!
+//! Correct under concurrent reconciles because the controller has one
+//! leader (`controller::leader`, fenced) and the decision and the
+//! reservation are one step under the ledger's lock: two reconciles of
+//! one owner cannot both take its last slot. A reconcile that frees room
+//! (its sandbox released, its containers removed) wakes the rows that may
+//! be admitted next at once, so a waiting row is admitted within one
+//! reconcile of the release, not at the next relist.
+
+use super::reconcile::ReconcileError;
+use super::Context;
+use crate::config::ControllerConfig;
+use crate::domain::admission::{Arrival, Ask, Decision, Ledger, Quota};
+use crate::domain::container::ObservedContainer;
+use crate::domain::event::{Event, Journal};
+use crate::domain::id::SandboxId;
+use crate::domain::plan::{Action, Plan, ProvisionReason};
+use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
+use crate::ports::runtime::RuntimeError;
+use crate::sched::WorkQueue;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+/// The leader's admissions.
+pub(crate) struct Admission {
+    ledger: Mutex<Ledger>,
+    /// Each owner's limits as last read (for the metrics).
+    limits: Mutex<BTreeMap<String, Quota>>,
+    /// The host's memory, read from Docker once.
+    host: tokio::sync::OnceCell<Option<u64>>,
+    queue: WorkQueue<SandboxId>,
+}
+
+impl Admission {
+    /// An empty ledger; `queue` is woken for the rows that may go next.
+    pub(crate) fn new(config: &ControllerConfig, queue: WorkQueue<SandboxId>) -> Self {
+        let engine = u64::try_from(config.limits.memory_bytes).unwrap_or(0);
+        let pooled = config.warm_pool.values().sum::<usize>() as u64;
+        Admission {
+            ledger: Mutex::new(Ledger::new(engine, pooled * engine, config.memory_budget)),
+            limits: Mutex::new(BTreeMap::new()),
+            host: tokio::sync::OnceCell::new(),
+            queue,
+        }
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        // A panic while holding it leaves a consistent ledger (every
+        // method finishes its change before it could panic).
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Enqueues the rows that may be admitted next (but `except`).
+    fn wake(&self, ledger: &Ledger, except: &SandboxId) {
+        for id in ledger.heads() {
+            if &id != except {
+                tracing::debug!(sandbox = %id, "room freed: looking at a waiting row");
+                self.queue.add(id);
+            }
+        }
+    }
+
+    /// Sets the admission metrics from `ledger` (only the owners whose
+    /// use changed: a full resync settles every sandbox).
+    fn publish(&self, ctx: &Context, ledger: &mut Ledger) {
+        let changed = ledger.take_changed();
+        let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        ctx.metrics.quota.set(
+            ledger.budget(),
+            ledger.admitted_bytes(),
+            ledger.waiting(),
+            &changed,
+            &limits,
+        );
+        for (owner, _) in changed.iter().filter(|(_, u)| u.is_none()) {
+            limits.remove(owner);
+        }
+    }
+}
+
+/// The host's memory budget: `--memory-budget`, else the host's memory
+/// (read from Docker once) minus `--memory-reserve`; `None` when Docker
+/// does not say how much memory the host has.
+async fn budget(ctx: &Context) -> Result<Option<u64>, RuntimeError> {
+    if let Some(budget) = ctx.config.memory_budget {
+        return Ok(Some(budget));
+    }
+    let host = ctx
+        .admission
+        .host
+        .get_or_try_init(|| async {
+            let host = ctx.runtime.host_memory().await?;
+            match host {
+                Some(bytes) => tracing::info!(
+                    host_bytes = bytes,
+                    reserve_bytes = ctx.config.memory_reserve,
+                    "memory budget for sandboxes: the host's memory minus --memory-reserve"
+                ),
+                None => tracing::warn!(
+                    "Docker does not say how much memory the host has: no memory budget (set --memory-budget)"
+                ),
+            }
+            Ok::<_, RuntimeError>(host)
+        })
+        .await?;
+    Ok(host.map(|h| h.saturating_sub(ctx.config.memory_reserve)))
+}
+
+/// Admits the engines `plan` creates for `desired` (those with no
+/// container and no published credentials), all or none. When they must
+/// wait, every create is taken out of the plan (heals, rotations and
+/// what is kept go on) and the message for the status is returned.
+pub(crate) async fn admit(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    plan: &mut Plan,
+    journal: &mut Journal,
+) -> Result<Option<String>, ReconcileError> {
+    let is_create =
+        |a: &Action| matches!(a, Action::Provision(p) if p.reason == ProvisionReason::Create);
+    let engines: BTreeSet<String> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Provision(p) if p.reason == ProvisionReason::Create => {
+                Some(p.engine.as_str().to_owned())
+            }
+            _ => None,
+        })
+        .collect();
+    let admission = &ctx.admission;
+    if engines.is_empty() {
+        let mut ledger = admission.ledger();
+        if ledger.forget_waiter(&desired.id) {
+            admission.wake(&ledger, &desired.id);
+            admission.publish(ctx, &mut ledger);
+        }
+        return Ok(None);
+    }
+    let quota = ctx.store.owner_quota(&desired.owner).await?;
+    let budget = budget(ctx).await?;
+    admission
+        .limits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(desired.owner.clone(), quota);
+    let ask = Ask {
+        arrival: Arrival {
+            at: desired.created_at,
+            id: desired.id.clone(),
+        },
+        owner: desired.owner.clone(),
+        engines,
+    };
+    let decision = {
+        let mut ledger = admission.ledger();
+        ledger.set_budget(budget);
+        let waited = ledger.forget_waiter(&desired.id);
+        let decision = ledger.admit(&ask, quota);
+        if waited && decision == Decision::Admit {
+            // The row behind it may be the head now.
+            admission.wake(&ledger, &desired.id);
+        }
+        admission.publish(ctx, &mut ledger);
+        decision
+    };
+    match decision {
+        Decision::Admit => {
+            ctx.metrics.quota.decided(None);
+            Ok(None)
+        }
+        Decision::Wait { reason, message } => {
+            ctx.metrics.quota.decided(Some(reason));
+            tracing::info!(owner = %desired.owner, reason = reason.as_str(), %message, "not admitted: nothing is created");
+            plan.actions.retain(|a| !is_create(a));
+            journal.push(Event::admission_waiting(reason, &message));
+            Ok(Some(message))
+        }
+    }
+}
+
+/// Takes `id` off the waiting rows (it asks for nothing: its row is
+/// gone, unwanted or unreadable), waking the rows behind it.
+pub(crate) fn forget(ctx: &Context, id: &SandboxId) {
+    let admission = &ctx.admission;
+    let mut ledger = admission.ledger();
+    if ledger.forget_waiter(id) {
+        admission.wake(&ledger, id);
+        admission.publish(ctx, &mut ledger);
+    }
+}
+
+/// Records what `id` holds once its reconcile is done: the engines of
+/// `observed` it did not tear down and, while its row is wanted, those it
+/// publishes credentials for. Wakes the waiting rows when room freed.
+pub(crate) fn settle(
+    ctx: &Context,
+    id: &SandboxId,
+    owner: &str,
+    wanted: bool,
+    observed: &[ObservedContainer],
+    torn_down: &HashSet<&crate::domain::id::ContainerId>,
+    published: impl IntoIterator<Item = String>,
+) {
+    let mut engines: BTreeSet<String> = observed
+        .iter()
+        .filter(|c| !torn_down.contains(&c.id))
+        .map(|c| c.labels.engine.clone())
+        .collect();
+    if wanted {
+        engines.extend(published);
+    }
+    let admission = &ctx.admission;
+    let mut ledger = admission.ledger();
+    let forgot = !wanted && ledger.forget_waiter(id);
+    if ledger.settle(id, owner, wanted, engines) || forgot {
+        admission.wake(&ledger, id);
+    }
+    admission.publish(ctx, &mut ledger);
+}
+
+/// What a term's first relist found: the ledger rebuilt from it (before
+/// any reconcile runs), the rows that hold nothing and are `due` waiting
+/// unjudged in arrival order.
+pub(crate) fn rebuild(
+    ctx: &Context,
+    rows: &[DesiredSandbox],
+    containers: &[&ObservedContainer],
+    statuses: &foldhash::HashMap<&SandboxId, &SandboxStatus>,
+    due: &BTreeSet<&SandboxId>,
+) {
+    let now = ctx.clock.now();
+    let mut held: BTreeMap<SandboxId, (String, bool, BTreeSet<String>)> = BTreeMap::new();
+    for c in containers {
+        held.entry(c.labels.sandbox.clone())
+            .or_insert_with(|| (c.labels.owner.clone(), false, BTreeSet::new()))
+            .2
+            .insert(c.labels.engine.clone());
+    }
+    let mut unjudged = Vec::new();
+    for row in rows {
+        let status = statuses
+            .get(&row.id)
+            .filter(|s| s.incarnation.is_none() || s.incarnation == row.incarnation);
+        let wanted = !row.is_expired(now) && status.is_none_or(|s| s.phase != Phase::Terminating);
+        let entry = held
+            .entry(row.id.clone())
+            .or_insert_with(|| (row.owner.clone(), wanted, BTreeSet::new()));
+        entry.0.clone_from(&row.owner);
+        entry.1 = wanted;
+        if wanted {
+            let published = status.iter().flat_map(|s| s.services.keys());
+            entry.2.extend(
+                published
+                    .filter(|e| row.services.iter().any(|w| w.as_str() == e.as_str()))
+                    .cloned(),
+            );
+        }
+        if entry.2.is_empty() && wanted && row.invalid.is_none() && due.contains(&row.id) {
+            unjudged.push((
+                Arrival {
+                    at: row.created_at,
+                    id: row.id.clone(),
+                },
+                row.owner.clone(),
+                row.services.len(),
+            ));
+        }
+    }
+    let admission = &ctx.admission;
+    let mut ledger = admission.ledger();
+    ledger.rebuild(
+        held.into_iter()
+            .map(|(id, (owner, wanted, engines))| (id, owner, wanted, engines)),
+        unjudged,
+    );
+    admission.publish(ctx, &mut ledger);
+}
+
+/// Marks the start of a relist's lists (see [`prune`]).
+pub(crate) fn mark(ctx: &Context) -> u64 {
+    ctx.admission.ledger().mark()
+}
+
+/// Drops what a relist that began at `mark` found no trace of.
+pub(crate) fn prune(ctx: &Context, mark: u64, seen: &foldhash::HashSet<&SandboxId>) {
+    let admission = &ctx.admission;
+    let mut ledger = admission.ledger();
+    ledger.prune(mark, |id| seen.contains(id));
+    admission.publish(ctx, &mut ledger);
+}
