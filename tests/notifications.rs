@@ -831,6 +831,7 @@ async fn the_https_client_verifies_the_receivers_certificate_and_never_follows_a
         matches!(e, WebhookError::Unreachable(_)) && e.is_retryable() && e.kind() == "unreachable",
         "{e}"
     );
+    eprintln!("an untrusted receiver: {e}");
     assert!(e.to_string().contains("TLS handshake"), "{e}");
     assert!(!e.to_string().contains("T0K3N"), "{e}");
     assert!(handshakes.recv().await.unwrap().is_err());
@@ -845,6 +846,7 @@ async fn the_https_client_verifies_the_receivers_certificate_and_never_follows_a
         .post(body, &signature)
         .await
         .unwrap_err();
+    eprintln!("a certificate for another host: {e}");
     assert!(matches!(e, WebhookError::Unreachable(_)), "{e}");
     assert!(handshakes.recv().await.unwrap().is_err());
     assert!(got.try_recv().is_err(), "a request reached the wrong host");

@@ -1315,6 +1315,45 @@ mod tests {
             "0",
         ])
         .is_err());
+        let https = config(&[
+            "sandboxd",
+            "run",
+            "--webhook-url",
+            "https://127.0.0.1:8443/h?token=x",
+            "--webhook-secret-file",
+            path,
+        ]);
+        // Verified against the platform's CAs (none on a bare machine: an
+        // error at start, never an unverified connection).
+        match https {
+            Ok(c) => {
+                let w = c.webhook.expect("a webhook");
+                assert_eq!(w.url.to_string(), "https://127.0.0.1:8443/…");
+                assert!(w.tls.expect("its TLS").roots() > 0);
+            }
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    crate::config::ConfigError::Webhook(crate::config::WebhookConfigError::Tls(
+                        crate::config::WebhookTlsError::NoRoots
+                    ))
+                ),
+                "{e}"
+            ),
+        }
+        assert!(matches!(
+            config(&[
+                "sandboxd",
+                "run",
+                "--webhook-url",
+                "https://h/",
+                "--webhook-secret-file",
+                path,
+                "--webhook-ca-file",
+                path,
+            ]),
+            Err(crate::config::ConfigError::Webhook(_))
+        ));
         std::fs::remove_file(&file).unwrap();
     }
 

@@ -159,18 +159,42 @@ mod tests {
             WebhookTls::read_ca_file(&empty),
             Err(WebhookTlsError::NoCertificate { .. })
         ));
-        let key_only = temp(
+        let garbage = temp(
             "garbage.pem",
             "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
         );
         assert!(matches!(
-            WebhookTls::read_ca_file(&key_only),
+            WebhookTls::read_ca_file(&garbage),
             Err(WebhookTlsError::NoCertificate { .. })
         ));
         let absent = std::env::temp_dir().join("sandboxd-no-such-ca-file.pem");
         let e = WebhookTls::read_ca_file(&absent).unwrap_err();
         assert!(matches!(e, WebhookTlsError::CaFile { .. }), "{e}");
         assert!(e.to_string().contains("--webhook-ca-file"), "{e}");
+        std::fs::remove_file(&empty).unwrap();
+        std::fs::remove_file(&garbage).unwrap();
+    }
+
+    #[test]
+    fn a_private_cas_pem_file_is_trusted_besides_the_platforms() {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca = params.self_signed(&key).unwrap();
+        let file = temp("ca.pem", &format!("{}{}", ca.pem(), ca.pem()));
+        let certs = WebhookTls::read_ca_file(&file).unwrap();
+        assert_eq!(certs.len(), 2);
+        let only = WebhookTls::with_roots(Vec::new(), &certs[..1]).unwrap();
+        assert_eq!(only.roots(), 1);
+        assert_eq!(format!("{only:?}"), "WebhookTls { roots: 1 }");
+        assert_eq!(only, only.clone());
+        // Whatever the platform holds, the extra CA is added to it.
+        let platform = rustls_native_certs::load_native_certs().certs;
+        let mut store = RootCertStore::empty();
+        let (usable, _) = store.add_parsable_certificates(platform.clone());
+        let both = WebhookTls::with_roots(platform, &certs[..1]).unwrap();
+        assert_eq!(both.roots(), usable + 1);
+        std::fs::remove_file(&file).unwrap();
     }
 
     #[test]
