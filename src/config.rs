@@ -14,7 +14,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 mod webhook;
+mod webhook_tls;
 pub use self::webhook::{WebhookConfig, WebhookConfigError, WebhookUrl};
+pub use self::webhook_tls::{WebhookTls, WebhookTlsError};
 
 /// Invalid configuration values.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -18,10 +18,12 @@ use sandboxd::ports::store::{EventBatch, Store};
 use serde_json::Value;
 use sqlx::postgres::PgListener;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
 
 /// The keys of a `NOTIFY sandbox_events` payload: what every role that may
 /// connect is allowed to know.
@@ -298,52 +300,92 @@ struct Delivery {
 /// A webhook receiver on 127.0.0.1 that answers every POST with 200 and
 /// hands it over; returns its port.
 async fn receiver() -> (u16, mpsc::UnboundedReceiver<Delivery>) {
+    let (port, rx, _) = receiver_with(None).await;
+    (port, rx)
+}
+
+/// A webhook receiver on 127.0.0.1, over TLS with `tls`, that answers
+/// every POST with 200 and hands it over; returns its port, the requests,
+/// and each connection's TLS handshake result (`Ok` for plain http).
+async fn receiver_with(
+    tls: Option<TlsAcceptor>,
+) -> (
+    u16,
+    mpsc::UnboundedReceiver<Delivery>,
+    mpsc::UnboundedReceiver<Result<(), String>>,
+) {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::unbounded_channel();
+    let (handshakes_tx, handshakes) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
-            let Ok((mut s, _)) = listener.accept().await else {
+            let Ok((s, _)) = listener.accept().await else {
                 return;
             };
             let tx = tx.clone();
+            let handshakes_tx = handshakes_tx.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                let (head, body_at) = loop {
-                    let n = s.read(&mut chunk).await.unwrap();
-                    assert!(n > 0, "closed before the request's head");
-                    buf.extend_from_slice(&chunk[..n]);
-                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break (String::from_utf8(buf[..i].to_vec()).unwrap(), i + 4);
+                match tls {
+                    None => {
+                        let _ = handshakes_tx.send(Ok(()));
+                        answer_one(s, tx).await;
                     }
-                };
-                let header = |name: &str| {
-                    head.lines()
-                        .find_map(|l| {
-                            let (k, v) = l.split_once(':')?;
-                            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-                        })
-                        .unwrap_or_default()
-                };
-                let length: usize = header("content-length").parse().unwrap();
-                while buf.len() < body_at + length {
-                    let n = s.read(&mut chunk).await.unwrap();
-                    assert!(n > 0, "closed before the body");
-                    buf.extend_from_slice(&chunk[..n]);
+                    Some(tls) => match tls.accept(s).await {
+                        Ok(s) => {
+                            let _ = handshakes_tx.send(Ok(()));
+                            answer_one(s, tx).await;
+                        }
+                        Err(e) => {
+                            let _ = handshakes_tx.send(Err(e.to_string()));
+                        }
+                    },
                 }
-                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                    .await
-                    .unwrap();
-                let _ = tx.send(Delivery {
-                    signature: header(SIGNATURE_HEADER),
-                    head,
-                    body: buf[body_at..body_at + length].to_vec(),
-                });
             });
         }
     });
-    (port, rx)
+    (port, rx, handshakes)
+}
+
+/// Reads one POST from `s`, answers 200 and hands the request to `tx`.
+async fn answer_one(
+    mut s: impl AsyncRead + AsyncWrite + Unpin,
+    tx: mpsc::UnboundedSender<Delivery>,
+) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let (head, body_at) = loop {
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed before the request's head");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break (String::from_utf8(buf[..i].to_vec()).unwrap(), i + 4);
+        }
+    };
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    let length: usize = header("content-length").parse().unwrap();
+    while buf.len() < body_at + length {
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed before the body");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let _ = s.shutdown().await;
+    let _ = tx.send(Delivery {
+        signature: header(SIGNATURE_HEADER),
+        head,
+        body: buf[body_at..body_at + length].to_vec(),
+    });
 }
 
 fn webhook(url: &str) -> WebhookConfig {
@@ -542,16 +584,39 @@ async fn a_webhook_that_never_answers_does_not_delay_a_heal() {
 }
 
 #[test]
-fn sandboxd_run_refuses_an_https_webhook_or_a_missing_secret_without_echoing_the_url() {
+fn sandboxd_run_refuses_another_scheme_an_empty_ca_file_or_a_missing_secret_without_echoing_the_url(
+) {
     for (args, says) in [
         (
             vec![
                 "--webhook-url",
-                "https://hooks.example/T0K3N",
+                "ftp://hooks.example/T0K3N",
                 "--webhook-secret-file",
                 "/dev/null",
             ],
-            "only http:// is supported",
+            "only https:// and http:// are supported",
+        ),
+        (
+            vec![
+                "--webhook-url",
+                "https://127.0.0.1:9/T0K3N",
+                "--webhook-secret-file",
+                "/dev/null",
+                "--webhook-ca-file",
+                "/dev/null",
+            ],
+            "holds no usable CA certificate",
+        ),
+        (
+            vec![
+                "--webhook-url",
+                "http://127.0.0.1:9/T0K3N",
+                "--webhook-secret-file",
+                "/dev/null",
+                "--webhook-ca-file",
+                "/dev/null",
+            ],
+            "--webhook-ca-file is for an https:// --webhook-url",
         ),
         (
             vec!["--webhook-url", "http://127.0.0.1:9/T0K3N"],
@@ -608,7 +673,10 @@ async fn the_http_client_reports_success_a_refusal_a_server_error_and_a_closed_c
         None,
     ])
     .await;
-    let hook = HttpWebhook::new(WebhookUrl::parse(&format!("http://127.0.0.1:{port}/h")).unwrap());
+    let hook = HttpWebhook::new(
+        WebhookUrl::parse(&format!("http://127.0.0.1:{port}/h")).unwrap(),
+        None,
+    );
     let body = br#"{"seq":1}"#;
     let signature = notice::sign(SECRET.as_bytes(), 1, body);
     hook.post(body, &signature).await.expect("a 204 is success");
@@ -624,4 +692,329 @@ async fn the_http_client_reports_success_a_refusal_a_server_error_and_a_closed_c
     // Nothing listens any more.
     let gone = hook.post(body, &signature).await.unwrap_err();
     assert!(matches!(gone, WebhookError::Unreachable(_)), "{gone}");
+}
+
+/// A CA the tests make: its certificate and key.
+struct TestCa {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl TestCa {
+    fn new(name: &str) -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        Self { cert, key }
+    }
+
+    /// The CA's certificate in a PEM file of its own.
+    fn pem_file(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join(format!("ca-{}.pem", std::process::id()));
+        std::fs::write(&path, self.cert.pem()).unwrap();
+        path
+    }
+
+    /// A TLS server configuration whose certificate, issued by this CA,
+    /// names `names` (DNS names or IP addresses).
+    fn server(&self, names: &[&str]) -> TlsAcceptor {
+        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap();
+        TlsAcceptor::from(Arc::new(config))
+    }
+}
+
+/// A directory of this test's own for key material, removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "sandboxd-{name}-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The webhook configuration `sandboxd run` makes of `--webhook-url url
+/// --webhook-secret-file … --webhook-ca-file ca`.
+fn https_webhook(dir: &TempDir, url: &str, ca: &std::path::Path) -> WebhookConfig {
+    let secret = dir.0.join("secret");
+    std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
+    WebhookConfig::from_flags(Some(url), Some(&secret), Some(ca))
+        .expect("the webhook flags")
+        .expect("a webhook")
+}
+
+#[tokio::test]
+async fn the_https_client_verifies_the_receivers_certificate_and_never_follows_a_redirect() {
+    use sandboxd::adapters::webhook::HttpWebhook;
+    use sandboxd::ports::webhook::{WebhookError, WebhookTransport};
+    let dir = TempDir::new("https-client");
+    let ca = TestCa::new("sandboxd test CA");
+    let ca_file = ca.pem_file(&dir.0);
+    let body = br#"{"seq":1}"#;
+    let signature = notice::sign(SECRET.as_bytes(), 1, body);
+    let client = |port: u16, host: &str| {
+        let config = https_webhook(
+            &dir,
+            &format!("https://{host}:{port}/h/T0K3N?k=v"),
+            &ca_file,
+        );
+        assert!(config.check().is_ok());
+        HttpWebhook::new(config.url.clone(), config.tls.as_ref())
+    };
+
+    // Trusted, and naming the address: delivered, over TLS.
+    let (port, mut got, mut handshakes) =
+        receiver_with(Some(ca.server(&["127.0.0.1", "localhost"]))).await;
+    for host in ["127.0.0.1", "localhost"] {
+        client(port, host)
+            .post(body, &signature)
+            .await
+            .unwrap_or_else(|e| panic!("{host}: {e}"));
+        assert_eq!(handshakes.recv().await.unwrap(), Ok(()));
+        let d = got.recv().await.unwrap();
+        assert!(
+            d.head.starts_with("POST /h/T0K3N?k=v HTTP/1.1"),
+            "{}",
+            d.head
+        );
+        assert_eq!(
+            notice::verify(SECRET.as_bytes(), &d.signature, &d.body),
+            Some(1)
+        );
+    }
+
+    // Issued by a CA sandboxd does not trust: refused in the handshake,
+    // retryable like any unreachable receiver, the URL's path not echoed.
+    let stranger = TestCa::new("a CA nobody trusts");
+    let (port, mut got, mut handshakes) =
+        receiver_with(Some(stranger.server(&["127.0.0.1", "localhost"]))).await;
+    let e = client(port, "127.0.0.1")
+        .post(body, &signature)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, WebhookError::Unreachable(_)) && e.is_retryable() && e.kind() == "unreachable",
+        "{e}"
+    );
+    eprintln!("an untrusted receiver: {e}");
+    assert!(e.to_string().contains("TLS handshake"), "{e}");
+    assert!(!e.to_string().contains("T0K3N"), "{e}");
+    assert!(handshakes.recv().await.unwrap().is_err());
+    assert!(
+        got.try_recv().is_err(),
+        "a request reached an untrusted receiver"
+    );
+
+    // Trusted CA, but the certificate names another host.
+    let (port, mut got, mut handshakes) = receiver_with(Some(ca.server(&["hooks.internal"]))).await;
+    let e = client(port, "127.0.0.1")
+        .post(body, &signature)
+        .await
+        .unwrap_err();
+    eprintln!("a certificate for another host: {e}");
+    assert!(matches!(e, WebhookError::Unreachable(_)), "{e}");
+    assert!(handshakes.recv().await.unwrap().is_err());
+    assert!(got.try_recv().is_err(), "a request reached the wrong host");
+
+    // A plain-http server behind an https:// URL: no handshake, no request.
+    let port = answering(vec![Some("200 OK")]).await;
+    let e = client(port, "127.0.0.1")
+        .post(body, &signature)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, WebhookError::Unreachable(_)), "{e}");
+
+    // A redirect over https is an answer, not followed and not retried.
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let acceptor = ca.server(&["127.0.0.1"]);
+    tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let mut s = acceptor.accept(s).await.unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let _ = s.read(&mut buf).await;
+        let _ = s
+            .write_all(
+                b"HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:9/elsewhere\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            )
+            .await;
+        let _ = s.shutdown().await;
+    });
+    let e = client(port, "127.0.0.1")
+        .post(body, &signature)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, WebhookError::Status(302)) && !e.is_retryable(),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_https_webhook_trusted_through_its_ca_file_receives_the_events_signed() {
+    let env = TestEnv::new().await;
+    let dir = TempDir::new("https-webhook");
+    let ca = TestCa::new("sandboxd test CA");
+    let ca_file = ca.pem_file(&dir.0);
+    let (port, mut deliveries, mut handshakes) =
+        receiver_with(Some(ca.server(&["127.0.0.1"]))).await;
+    let mut config = env.config();
+    config.webhook = Some(https_webhook(
+        &dir,
+        &format!("https://127.0.0.1:{port}/hooks/sandboxd?token=t0k3n"),
+        &ca_file,
+    ));
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("tls-hook");
+    let ready = client
+        .provision(&id, &request(&["redis"], &[]), Duration::from_secs(90))
+        .await
+        .expect("ready");
+    let password = ready.services["redis"].password.expose().to_owned();
+
+    // The provisioned event arrives over TLS, signed, and in full.
+    let provisioned = loop {
+        let d = tokio::time::timeout(Duration::from_secs(30), deliveries.recv())
+            .await
+            .expect("the https webhook gets the provisioned event")
+            .unwrap();
+        assert_eq!(handshakes.try_recv(), Ok(Ok(())), "each request over TLS");
+        assert!(
+            d.head
+                .starts_with("POST /hooks/sandboxd?token=t0k3n HTTP/1.1"),
+            "{}",
+            d.head
+        );
+        notice::verify(SECRET.as_bytes(), &d.signature, &d.body)
+            .unwrap_or_else(|| panic!("a bad signature {:?}", d.signature));
+        let body = String::from_utf8(d.body).unwrap();
+        assert!(!body.contains(&password), "a password in {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        if v["sandbox_id"] == id.as_str() && v["reason"] == "provisioned" {
+            break v;
+        }
+    };
+    assert_eq!(provisioned["engine"], "redis");
+    assert_eq!(provisioned["owner"], "integration-test");
+    let text = controller.metrics.render();
+    assert!(
+        total(&text, "sandboxd_webhook_deliveries_total") >= 1.0,
+        "{text}"
+    );
+    assert_eq!(total(&text, "sandboxd_webhook_attempt_errors_total"), 0.0);
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_https_receiver_whose_certificate_is_not_trusted_gets_nothing_and_each_attempt_is_an_error(
+) {
+    let env = TestEnv::new().await;
+    let dir = TempDir::new("https-untrusted");
+    let trusted = TestCa::new("the CA sandboxd trusts");
+    let ca_file = trusted.pem_file(&dir.0);
+    // The receiver's certificate names the address but comes from another CA.
+    let stranger = TestCa::new("a CA nobody trusts");
+    let (port, mut deliveries, mut handshakes) =
+        receiver_with(Some(stranger.server(&["127.0.0.1"]))).await;
+    let mut config = env.config();
+    config.webhook = Some(WebhookConfig {
+        retries: 1,
+        timeout: Duration::from_secs(5),
+        ..https_webhook(
+            &dir,
+            &format!("https://127.0.0.1:{port}/hooks/T0K3N"),
+            &ca_file,
+        )
+    });
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("tls-untrusted");
+    client
+        .provision(&id, &request(&["redis"], &[]), Duration::from_secs(90))
+        .await
+        .expect("ready: an unreachable webhook does not hold a sandbox up");
+
+    // The first event: tried, refused in the handshake, retried once,
+    // given up; every attempt counted as unreachable.
+    eventually(
+        "the refused attempts and a given-up event",
+        Duration::from_secs(60),
+        || async {
+            let text = controller.metrics.render();
+            let unreachable = text
+                .lines()
+                .find(|l| {
+                    l.starts_with("sandboxd_webhook_attempt_errors_total{error=\"unreachable\"}")
+                })?
+                .rsplit(' ')
+                .next()?
+                .parse::<f64>()
+                .ok()?;
+            let failed = text
+                .lines()
+                .find(|l| l.starts_with("sandboxd_webhook_deliveries_total{result=\"failed\"}"))?
+                .rsplit(' ')
+                .next()?
+                .parse::<f64>()
+                .ok()?;
+            (unreachable >= 2.0 && failed >= 1.0).then_some(())
+        },
+    )
+    .await;
+    let refused = handshakes.recv().await.unwrap();
+    assert!(refused.is_err(), "the handshake failed: {refused:?}");
+    while let Ok(h) = handshakes.try_recv() {
+        assert!(h.is_err(), "a handshake succeeded");
+    }
+    assert!(
+        deliveries.try_recv().is_err(),
+        "an event reached the untrusted receiver"
+    );
+    let text = controller.metrics.render();
+    assert_eq!(
+        text.lines()
+            .find(|l| l.starts_with("sandboxd_webhook_deliveries_total{result=\"delivered\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|v| v.parse::<f64>().unwrap())
+            .unwrap_or(0.0),
+        0.0,
+        "{text}"
+    );
+    controller.stop().await;
 }

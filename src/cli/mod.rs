@@ -382,14 +382,20 @@ pub struct RunArgs {
     #[arg(long, env = "SANDBOXD_EVENT_RETENTION", default_value = "24h", value_parser = parse_duration)]
     pub event_retention: Duration,
     /// POST every recorded event (JSON, signed with X-Sandboxd-Signature)
-    /// to this http:// URL; needs --webhook-secret-file. Never logged in
-    /// full (its path and query may hold a token).
+    /// to this https:// URL (the receiver's certificate verified), or
+    /// http:// to a receiver on the same host or a trusted network; needs
+    /// --webhook-secret-file. Never logged in full (its path and query may
+    /// hold a token).
     #[arg(long, env = "SANDBOXD_WEBHOOK_URL", hide_env_values = true)]
     pub webhook_url: Option<String>,
     /// File holding the webhook's signing secret (at least 16 characters;
     /// surrounding whitespace is ignored).
     #[arg(long, env = "SANDBOXD_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<std::path::PathBuf>,
+    /// PEM file of CA certificates trusted for an https:// webhook, besides
+    /// the platform's (e.g. a private CA's).
+    #[arg(long, env = "SANDBOXD_WEBHOOK_CA_FILE")]
+    pub webhook_ca_file: Option<std::path::PathBuf>,
     /// Bound on one webhook attempt (connect, send, response head).
     #[arg(long, env = "SANDBOXD_WEBHOOK_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub webhook_timeout: Duration,
@@ -503,6 +509,7 @@ impl RunArgs {
         c.webhook = crate::config::WebhookConfig::from_flags(
             self.webhook_url.as_deref(),
             self.webhook_secret_file.as_deref(),
+            self.webhook_ca_file.as_deref(),
         )?
         .map(|w| crate::config::WebhookConfig {
             timeout: self.webhook_timeout,
@@ -1398,6 +1405,45 @@ mod tests {
             "0",
         ])
         .is_err());
+        let https = config(&[
+            "sandboxd",
+            "run",
+            "--webhook-url",
+            "https://127.0.0.1:8443/h?token=x",
+            "--webhook-secret-file",
+            path,
+        ]);
+        // Verified against the platform's CAs (none on a bare machine: an
+        // error at start, never an unverified connection).
+        match https {
+            Ok(c) => {
+                let w = c.webhook.expect("a webhook");
+                assert_eq!(w.url.to_string(), "https://127.0.0.1:8443/…");
+                assert!(w.tls.expect("its TLS").roots() > 0);
+            }
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    crate::config::ConfigError::Webhook(crate::config::WebhookConfigError::Tls(
+                        crate::config::WebhookTlsError::NoRoots
+                    ))
+                ),
+                "{e}"
+            ),
+        }
+        assert!(matches!(
+            config(&[
+                "sandboxd",
+                "run",
+                "--webhook-url",
+                "https://h/",
+                "--webhook-secret-file",
+                path,
+                "--webhook-ca-file",
+                path,
+            ]),
+            Err(crate::config::ConfigError::Webhook(_))
+        ));
         std::fs::remove_file(&file).unwrap();
     }
 

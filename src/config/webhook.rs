@@ -1,8 +1,9 @@
 //! The webhook's configuration: where each recorded event is POSTed, the
-//! secret it is signed with, and how hard sandboxd tries. Validated once,
-//! at start; the URL is never shown in full (its path or query may hold a
-//! token) and the secret never at all.
+//! secret it is signed with, whom it trusts over https (`WebhookTls`), and
+//! how hard sandboxd tries. Validated once, at start; the URL is never shown
+//! in full (its path or query may hold a token) and the secret never at all.
 
+use super::webhook_tls::{WebhookTls, WebhookTlsError};
 use crate::domain::secret::Secret;
 use std::fmt;
 use std::path::Path;
@@ -15,13 +16,13 @@ pub const MIN_SECRET_LEN: usize = 16;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum WebhookConfigError {
     /// The URL does not parse, or names no host.
-    #[error("invalid --webhook-url ({shown}): use http://HOST[:PORT]/PATH")]
+    #[error("invalid --webhook-url ({shown}): use https://HOST[:PORT]/PATH (or http:// to a receiver on the same host or a trusted network)")]
     Url {
         /// The URL with its path and query hidden.
         shown: String,
     },
-    /// The URL's scheme is not http.
-    #[error("--webhook-url {shown}: only http:// is supported (this build has no TLS client); send to a relay on the same host or network that forwards over https")]
+    /// The URL's scheme is neither https nor http.
+    #[error("--webhook-url {shown}: only https:// and http:// are supported")]
     Scheme {
         /// The URL with its path and query hidden.
         shown: String,
@@ -49,15 +50,32 @@ pub enum WebhookConfigError {
     /// A limit is zero.
     #[error("--webhook-timeout and --webhook-queue must be above zero")]
     Zero,
+    /// `--webhook-ca-file` with an `http://` URL (nothing would verify it).
+    #[error("--webhook-ca-file is for an https:// --webhook-url; {shown} is http:// and sent in the clear")]
+    CaWithoutTls {
+        /// The URL with its path and query hidden.
+        shown: String,
+    },
+    /// An `https://` URL without a TLS configuration (a configuration
+    /// built in code rather than from the flags).
+    #[error("the https:// webhook {shown} has no TLS configuration (WebhookConfig::tls)")]
+    NoTls {
+        /// The URL with its path and query hidden.
+        shown: String,
+    },
+    /// The trust for an `https://` URL cannot be set up.
+    #[error(transparent)]
+    Tls(#[from] WebhookTlsError),
 }
 
-/// A validated `http://` webhook URL. `Display` and `Debug` show only
-/// `http://host:port/…` (no path, no query).
+/// A validated `https://` or `http://` webhook URL. `Display` and `Debug`
+/// show only `scheme://host:port/…` (no path, no query).
 #[derive(Clone, PartialEq, Eq)]
 pub struct WebhookUrl {
     uri: hyper::Uri,
     host: String,
     port: u16,
+    https: bool,
 }
 
 impl WebhookUrl {
@@ -74,11 +92,12 @@ impl WebhookUrl {
         if authority.as_str().contains('@') {
             return Err(WebhookConfigError::Userinfo);
         }
-        match uri.scheme_str() {
-            Some("http") => {}
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
             Some(_) => return Err(WebhookConfigError::Scheme { shown: shown() }),
             None => return Err(WebhookConfigError::Url { shown: shown() }),
-        }
+        };
         let host = authority
             .host()
             .trim_start_matches('[')
@@ -88,7 +107,8 @@ impl WebhookUrl {
         }
         Ok(Self {
             host: host.to_owned(),
-            port: authority.port_u16().unwrap_or(80),
+            port: authority.port_u16().unwrap_or(if https { 443 } else { 80 }),
+            https,
             uri,
         })
     }
@@ -120,6 +140,12 @@ impl WebhookUrl {
         self.port
     }
 
+    /// Whether the URL is `https://` (TLS, the receiver's certificate
+    /// verified) rather than `http://`.
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+
     /// The whole URL (to send the request; never to log).
     pub fn uri(&self) -> &hyper::Uri {
         &self.uri
@@ -128,7 +154,13 @@ impl WebhookUrl {
 
 impl fmt::Display for WebhookUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}:{}/…", self.host, self.port)
+        let scheme = if self.https { "https" } else { "http" };
+        // An IPv6 address is bracketed, as in the URL.
+        if self.host.contains(':') {
+            write!(f, "{scheme}://[{}]:{}/…", self.host, self.port)
+        } else {
+            write!(f, "{scheme}://{}:{}/…", self.host, self.port)
+        }
     }
 }
 
@@ -152,6 +184,8 @@ pub struct WebhookConfig {
     pub retries: u32,
     /// Events waiting to be sent; past it new ones are dropped (counted).
     pub queue: usize,
+    /// Whom an `https://` URL is verified against (`None` for `http://`).
+    pub tls: Option<WebhookTls>,
 }
 
 impl WebhookConfig {
@@ -164,20 +198,37 @@ impl WebhookConfig {
             timeout: Duration::from_secs(5),
             retries: 3,
             queue: 1000,
+            tls: None,
         }
     }
 
-    /// The configuration of `--webhook-url` and `--webhook-secret-file`:
-    /// none if neither is given. The secret is the file's content without
-    /// surrounding whitespace.
+    /// The configuration of `--webhook-url`, `--webhook-secret-file` and
+    /// `--webhook-ca-file`: none if neither of the first two is given. The
+    /// secret is the file's content without surrounding whitespace. An
+    /// `https://` URL trusts the platform's CA certificates and those of
+    /// the CA file.
     pub fn from_flags(
         url: Option<&str>,
         secret_file: Option<&Path>,
+        ca_file: Option<&Path>,
     ) -> Result<Option<Self>, WebhookConfigError> {
         match (url, secret_file) {
+            (None, None) if ca_file.is_some() => Err(WebhookConfigError::Incomplete),
             (None, None) => Ok(None),
             (Some(url), Some(path)) => {
                 let url = WebhookUrl::parse(url)?;
+                let tls = match (url.is_https(), ca_file) {
+                    (true, ca) => {
+                        let extra = ca.map(WebhookTls::read_ca_file).transpose()?;
+                        Some(WebhookTls::new(extra.as_deref().unwrap_or_default())?)
+                    }
+                    (false, Some(_)) => {
+                        return Err(WebhookConfigError::CaWithoutTls {
+                            shown: url.to_string(),
+                        })
+                    }
+                    (false, None) => None,
+                };
                 let shown = path.display().to_string();
                 let text =
                     std::fs::read_to_string(path).map_err(|e| WebhookConfigError::SecretFile {
@@ -188,16 +239,25 @@ impl WebhookConfig {
                 if secret.chars().count() < MIN_SECRET_LEN {
                     return Err(WebhookConfigError::ShortSecret { path: shown });
                 }
-                Ok(Some(Self::new(url, Secret::new(secret))))
+                Ok(Some(Self {
+                    tls,
+                    ..Self::new(url, Secret::new(secret))
+                }))
             }
             _ => Err(WebhookConfigError::Incomplete),
         }
     }
 
-    /// Checks the limits.
+    /// Checks the limits, and that an `https://` URL has its TLS
+    /// configuration.
     pub fn check(&self) -> Result<(), WebhookConfigError> {
         if self.timeout.is_zero() || self.queue == 0 {
             return Err(WebhookConfigError::Zero);
+        }
+        if self.url.is_https() && self.tls.is_none() {
+            return Err(WebhookConfigError::NoTls {
+                shown: self.url.to_string(),
+            });
         }
         Ok(())
     }
@@ -224,8 +284,58 @@ mod tests {
     }
 
     #[test]
-    fn https_userinfo_and_garbage_are_refused_without_echoing_the_url() {
-        let e = WebhookUrl::parse("https://hooks.example/T0K3N").unwrap_err();
+    fn an_https_url_defaults_to_port_443_and_shows_neither_path_nor_query() {
+        let u = WebhookUrl::parse("https://hooks.example/T0K3N?key=abc").unwrap();
+        assert!(u.is_https());
+        assert_eq!((u.host(), u.port()), ("hooks.example", 443));
+        assert_eq!(u.to_string(), "https://hooks.example:443/…");
+        assert!(!format!("{u:?}").contains("T0K3N"));
+        assert!(!WebhookUrl::parse("http://h/").unwrap().is_https());
+        let v6 = WebhookUrl::parse("https://[::1]:8443/T0K3N").unwrap();
+        assert_eq!(
+            (v6.host(), v6.to_string().as_str()),
+            ("::1", "https://[::1]:8443/…")
+        );
+    }
+
+    #[test]
+    fn a_ca_file_goes_with_an_https_url_only_and_an_https_url_needs_its_tls() {
+        let dir = std::env::temp_dir().join(format!("sandboxd-webhook-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "0123456789abcdef0123\n").unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, "").unwrap();
+        let e =
+            WebhookConfig::from_flags(Some("http://127.0.0.1:9/T0K3N"), Some(&secret), Some(&ca))
+                .unwrap_err();
+        assert!(matches!(e, WebhookConfigError::CaWithoutTls { .. }), "{e}");
+        assert!(!e.to_string().contains("T0K3N"), "{e}");
+        assert_eq!(
+            WebhookConfig::from_flags(None, None, Some(&ca)),
+            Err(WebhookConfigError::Incomplete)
+        );
+        // A CA file without a certificate is refused before anything runs.
+        assert!(matches!(
+            WebhookConfig::from_flags(Some("https://127.0.0.1:9/x"), Some(&secret), Some(&ca)),
+            Err(WebhookConfigError::Tls(
+                WebhookTlsError::NoCertificate { .. }
+            ))
+        ));
+        // Built in code without its trust: refused by the start's check.
+        let bare = WebhookConfig::new(
+            WebhookUrl::parse("https://127.0.0.1:9/T0K3N").unwrap(),
+            Secret::new("0123456789abcdef0123"),
+        );
+        let e = bare.check().unwrap_err();
+        assert!(matches!(e, WebhookConfigError::NoTls { .. }), "{e}");
+        assert!(!e.to_string().contains("T0K3N"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn other_schemes_userinfo_and_garbage_are_refused_without_echoing_the_url() {
+        let e = WebhookUrl::parse("ftp://hooks.example/T0K3N").unwrap_err();
         assert!(matches!(e, WebhookConfigError::Scheme { .. }));
         assert!(!e.to_string().contains("T0K3N"), "{e}");
         let e = WebhookUrl::parse("http://user:pa55word@hooks.internal/x").unwrap_err();
@@ -245,24 +355,24 @@ mod tests {
         let short = dir.join("short");
         std::fs::write(&short, "tiny\n").unwrap();
         let url = Some("http://127.0.0.1:9/x");
-        let c = WebhookConfig::from_flags(url, Some(&long))
+        let c = WebhookConfig::from_flags(url, Some(&long), None)
             .unwrap()
             .unwrap();
         assert_eq!(c.secret.expose(), "0123456789abcdef0123");
         assert!(!format!("{c:?}").contains("0123456789abcdef"));
         assert!(matches!(
-            WebhookConfig::from_flags(url, Some(&short)),
+            WebhookConfig::from_flags(url, Some(&short), None),
             Err(WebhookConfigError::ShortSecret { .. })
         ));
         assert!(matches!(
-            WebhookConfig::from_flags(url, Some(&dir.join("absent"))),
+            WebhookConfig::from_flags(url, Some(&dir.join("absent")), None),
             Err(WebhookConfigError::SecretFile { .. })
         ));
         assert_eq!(
-            WebhookConfig::from_flags(url, None),
+            WebhookConfig::from_flags(url, None, None),
             Err(WebhookConfigError::Incomplete)
         );
-        assert_eq!(WebhookConfig::from_flags(None, None), Ok(None));
+        assert_eq!(WebhookConfig::from_flags(None, None, None), Ok(None));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

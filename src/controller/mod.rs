@@ -243,7 +243,10 @@ impl Controller {
         let images = image::Fetches::new(runtime.clone(), &config, metrics.clone(), queue.clone());
         let (notifier, delivery) = match &config.webhook {
             Some(w) => {
-                let transport = Arc::new(crate::adapters::webhook::HttpWebhook::new(w.url.clone()));
+                let transport = Arc::new(crate::adapters::webhook::HttpWebhook::new(
+                    w.url.clone(),
+                    w.tls.as_ref(),
+                ));
                 let (n, d) = webhook::channel(w, transport, metrics.clone());
                 (n, Some(d))
             }
