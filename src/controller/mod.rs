@@ -12,6 +12,7 @@ mod image;
 mod leader;
 pub mod network;
 mod pool;
+mod pause;
 mod probes;
 pub mod provision;
 mod reconcile;

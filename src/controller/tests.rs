@@ -39,6 +39,7 @@ fn row(name: &str) -> DesiredSandbox {
         last_used_at: created(),
         idle_timeout: None,
         persistent: false,
+        idle_action: Default::default(),
         owner_container: None,
     }
 }

@@ -16,6 +16,7 @@ pub mod labels;
 pub mod lease;
 pub mod limits;
 pub mod network;
+pub mod pause;
 pub mod plan;
 pub mod pool;
 pub mod resync;

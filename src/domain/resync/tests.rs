@@ -39,6 +39,7 @@ fn row() -> DesiredSandbox {
         last_used_at: now() - chrono::Duration::seconds(60),
         idle_timeout: None,
         persistent: false,
+        idle_action: Default::default(),
         owner_container: None,
     }
 }
@@ -63,6 +64,7 @@ fn container() -> ObservedContainer {
         created: now() - chrono::Duration::seconds(600),
         host_port: Some(55_432),
         networks: vec![NET.into()],
+        paused: false,
     }
 }
 

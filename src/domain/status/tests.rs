@@ -60,6 +60,7 @@ fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
         last_used_at: now(),
         idle_timeout: None,
         persistent: false,
+        idle_action: Default::default(),
         owner_container: None,
     }
 }
@@ -121,6 +122,7 @@ fn plan(wanted: Wanted, actions: Vec<Action>) -> Plan {
         actions,
         recheck_at: None,
         data_kept_until: None,
+        pause: false,
     }
 }
 
