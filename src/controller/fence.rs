@@ -289,7 +289,8 @@ impl Runtime for FencedRuntime {
     }
 
     async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
-        self.fenced("pause", id.as_str(), self.inner.pause(id)).await
+        self.fenced("pause", id.as_str(), self.inner.pause(id))
+            .await
     }
 
     async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {

@@ -165,7 +165,10 @@ pub(crate) async fn freeze(
     }
     let results = join_all(step.freeze.iter().map(|id| ctx.runtime.pause(id))).await;
     let engines = engines_of(&step.freeze, observed);
-    let failed = results.into_iter().find_map(Result::err).map(|e| e.to_string());
+    let failed = results
+        .into_iter()
+        .find_map(Result::err)
+        .map(|e| e.to_string());
     journal.push(Event::paused(&engines, failed.as_deref()));
     match failed {
         None => {

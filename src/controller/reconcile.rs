@@ -402,10 +402,18 @@ async fn converge(
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
     match verdict.failure {
-        None => Ok(match plan.next_look().into_iter().chain(heal_at).chain(pause_at).min() {
-            Some(until) => Next::After((until - now).to_std().unwrap_or_default()),
-            None => Next::Idle,
-        }),
+        None => Ok(
+            match plan
+                .next_look()
+                .into_iter()
+                .chain(heal_at)
+                .chain(pause_at)
+                .min()
+            {
+                Some(until) => Next::After((until - now).to_std().unwrap_or_default()),
+                None => Next::Idle,
+            },
+        ),
         Some(Failure::Teardown(e)) => Err(ReconcileError::Teardown(e)),
         Some(Failure::Provision(message)) => Err(ReconcileError::Provision(message)),
     }

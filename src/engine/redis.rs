@@ -359,7 +359,8 @@ mod tests {
 
     #[test]
     fn info_clients_replies_give_the_connected_clients() {
-        let info = "# Clients\r\nconnected_clients:3\r\ncluster_connections:0\r\nmaxclients:10000\r\n";
+        let info =
+            "# Clients\r\nconnected_clients:3\r\ncluster_connections:0\r\nmaxclients:10000\r\n";
         assert_eq!(connected_clients(info), Some(3));
         assert_eq!(connected_clients("# Clients\r\n"), None);
     }

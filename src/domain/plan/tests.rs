@@ -1863,7 +1863,15 @@ fn an_idle_row_that_asks_to_pause_stays_wanted_keeps_its_containers_and_is_to_be
     let d = pausing(idle_after(desired(&["postgres"], &[]), 3, 5));
     let observed = [running("c1", "postgres", &[], "i1")];
     let s = status(&[("postgres", "i1", &[])]);
-    let p = super::plan(Some(&d), &observed, Some(&s), None, None, now(), &policy(None));
+    let p = super::plan(
+        Some(&d),
+        &observed,
+        Some(&s),
+        None,
+        None,
+        now(),
+        &policy(None),
+    );
     assert_eq!(p.wanted, Wanted::Yes);
     assert!(p.pause);
     assert_eq!(p.kept().count(), 1);
@@ -1877,7 +1885,15 @@ fn a_row_that_asks_to_pause_is_looked_at_again_when_it_would_go_idle_and_not_pau
     let d = pausing(idle_after(desired(&["postgres"], &[]), 3, 1));
     let observed = [running("c1", "postgres", &[], "i1")];
     let s = status(&[("postgres", "i1", &[])]);
-    let p = super::plan(Some(&d), &observed, Some(&s), None, None, now(), &policy(None));
+    let p = super::plan(
+        Some(&d),
+        &observed,
+        Some(&s),
+        None,
+        None,
+        now(),
+        &policy(None),
+    );
     assert_eq!(p.wanted, Wanted::Yes);
     assert!(!p.pause);
     assert_eq!(p.recheck_at, Some(ago(1) + chrono::Duration::seconds(3)));
@@ -1887,7 +1903,15 @@ fn a_row_that_asks_to_pause_is_looked_at_again_when_it_would_go_idle_and_not_pau
 fn the_pause_decision_table_covers_the_idle_action_the_timeouts_and_persistence() {
     // (idle action, row timeout, controller default, persistent, last used, paused, wanted)
     use IdleAction::{Pause, Release};
-    let rows: [(IdleAction, Option<u64>, Option<u64>, bool, i64, bool, Wanted); 8] = [
+    let rows: [(
+        IdleAction,
+        Option<u64>,
+        Option<u64>,
+        bool,
+        i64,
+        bool,
+        Wanted,
+    ); 8] = [
         (Pause, Some(3), None, false, 5, true, Wanted::Yes),
         (Pause, Some(3), None, false, 1, false, Wanted::Yes),
         (Pause, None, Some(3), false, 5, true, Wanted::Yes),
@@ -1917,12 +1941,28 @@ fn a_paused_container_counts_as_alive_and_is_kept_not_healed() {
     let mut c = running("c1", "postgres", &[], "i1");
     c.paused = true;
     let s = status(&[("postgres", "i1", &[])]);
-    let p = super::plan(Some(&d), &[c.clone()], Some(&s), None, None, now(), &policy(None));
+    let p = super::plan(
+        Some(&d),
+        &[c.clone()],
+        Some(&s),
+        None,
+        None,
+        now(),
+        &policy(None),
+    );
     assert_eq!(p.kept().count(), 1);
     assert_eq!(p.provisions().count(), 0);
     // Used again: still kept (the controller thaws it), not re-created.
     let used = idle_after(desired(&["postgres"], &[]), 3, 0);
-    let p = super::plan(Some(&used), &[c], Some(&s), None, None, now(), &policy(None));
+    let p = super::plan(
+        Some(&used),
+        &[c],
+        Some(&s),
+        None,
+        None,
+        now(),
+        &policy(None),
+    );
     assert!(!p.pause);
     assert_eq!(p.kept().count(), 1);
     assert_eq!(p.provisions().count(), 0);
@@ -1933,7 +1973,15 @@ fn a_paused_sandbox_whose_row_is_deleted_is_reaped_like_any_other() {
     let mut c = running("c1", "postgres", &[], "i1");
     c.paused = true;
     let s = status(&[("postgres", "i1", &[])]);
-    let p = super::plan(None, &[c], Some(&s), None, Some(ago(SEEN_GONE)), now(), &policy(None));
+    let p = super::plan(
+        None,
+        &[c],
+        Some(&s),
+        None,
+        Some(ago(SEEN_GONE)),
+        now(),
+        &policy(None),
+    );
     assert_eq!(p.wanted, Wanted::Deleted);
     assert_eq!(
         p.teardowns().map(|t| t.reason).collect::<Vec<_>>(),
