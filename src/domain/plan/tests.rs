@@ -1899,19 +1899,22 @@ fn a_row_that_asks_to_pause_is_looked_at_again_when_it_would_go_idle_and_not_pau
     assert_eq!(p.recheck_at, Some(ago(1) + chrono::Duration::seconds(3)));
 }
 
+/// (idle action, row timeout, controller default, persistent, seconds
+/// since last used, paused, wanted)
+type PauseRow = (
+    IdleAction,
+    Option<u64>,
+    Option<u64>,
+    bool,
+    i64,
+    bool,
+    Wanted,
+);
+
 #[test]
 fn the_pause_decision_table_covers_the_idle_action_the_timeouts_and_persistence() {
-    // (idle action, row timeout, controller default, persistent, last used, paused, wanted)
     use IdleAction::{Pause, Release};
-    let rows: [(
-        IdleAction,
-        Option<u64>,
-        Option<u64>,
-        bool,
-        i64,
-        bool,
-        Wanted,
-    ); 8] = [
+    let rows: [PauseRow; 8] = [
         (Pause, Some(3), None, false, 5, true, Wanted::Yes),
         (Pause, Some(3), None, false, 1, false, Wanted::Yes),
         (Pause, None, Some(3), false, 5, true, Wanted::Yes),
