@@ -295,3 +295,98 @@ async fn a_paused_container_is_not_healed_and_releasing_a_paused_sandbox_removes
     eprintln!("release of a paused sandbox: {:?}", released.elapsed());
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn an_orchestrator_role_sets_idle_action_through_sandbox_request_and_a_touch_wakes_sandboxd_only_for_a_row_it_may_resume(
+) {
+    use sqlx::postgres::PgListener;
+    let env = TestEnv::new().await;
+    let (orch, _) = env.create_login_role("orchestrator").await;
+    sqlx::query("SELECT sandbox_grant_orchestrator('orchestrator', true)")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let action = |id: &'static str| {
+        let pool = env.pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, i64)>(
+                "SELECT idle_action, generation FROM sandbox_desired WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+
+    let g: i64 = sqlx::query_scalar(
+        "SELECT sandbox_request('pauses', NULL, '{redis}', p_idle_timeout => '1 hour', p_idle_action => 'pause')",
+    )
+    .fetch_one(&orch)
+    .await
+    .unwrap();
+    assert_eq!(action("pauses").await, ("pause".to_owned(), g));
+    // NULL keeps the row's; a new row releases by default.
+    sqlx::query("SELECT sandbox_request('pauses', NULL, '{}')")
+        .execute(&orch)
+        .await
+        .unwrap();
+    assert_eq!(action("pauses").await.0, "pause");
+    sqlx::query("SELECT sandbox_request('releases', NULL, '{redis}')")
+        .execute(&orch)
+        .await
+        .unwrap();
+    assert_eq!(action("releases").await.0, "release");
+
+    // Anything else is refused with what is allowed.
+    let err = sqlx::query("SELECT sandbox_request('pauses', NULL, '{}', p_idle_action => 'sleep')")
+        .execute(&orch)
+        .await
+        .unwrap_err();
+    let db = err.as_database_error().expect("a database error");
+    assert_eq!(db.code().as_deref(), Some("23514"), "{err}");
+    assert!(
+        db.message().contains("'release'") && db.message().contains("'pause'"),
+        "{err}"
+    );
+
+    // A change of it is a new generation.
+    let (_, before) = action("pauses").await;
+    sqlx::query("UPDATE sandbox_desired SET idle_action = 'release' WHERE id = 'pauses'")
+        .execute(&orch)
+        .await
+        .unwrap();
+    assert_eq!(action("pauses").await, ("release".to_owned(), before + 1));
+    sqlx::query("UPDATE sandbox_desired SET idle_action = 'pause', idle_timeout = '1 second' WHERE id = 'pauses'")
+        .execute(&orch)
+        .await
+        .unwrap();
+    sqlx::query("SELECT sandbox_request('later', NULL, '{redis}', p_idle_timeout => '1 hour', p_idle_action => 'pause')")
+        .execute(&orch)
+        .await
+        .unwrap();
+
+    // Touches: a row that releases, or that pauses but is far from idle,
+    // stays silent; a pausing row idle by now (or paused) wakes sandboxd.
+    let mut listener = PgListener::connect(&env.url).await.unwrap();
+    listener.listen("sandbox_desired").await.unwrap();
+    for id in ["releases", "later", "pauses"] {
+        let touched: bool = sqlx::query_scalar("SELECT sandbox_touch($1)")
+            .bind(id)
+            .fetch_one(&orch)
+            .await
+            .unwrap();
+        assert!(touched, "{id}");
+    }
+    let first = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("a notification")
+        .unwrap();
+    assert_eq!(first.payload(), "pauses");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), listener.recv())
+            .await
+            .is_err(),
+        "no other touch notified"
+    );
+}
