@@ -1181,6 +1181,40 @@ mod tests {
     }
 
     #[test]
+    fn idle_action_and_resume_parse_and_request_keeps_the_row_s_action_unless_given() {
+        let command = |args: &[&str]| Cli::try_parse_from(args).unwrap().command;
+        match command(&["sandboxd", "request", "agent-7", "--idle-action", "pause"]) {
+            Command::Request(r) => assert_eq!(r.idle_action, Some(IdleActionArg::Pause)),
+            other => panic!("{other:?}"),
+        }
+        match command(&["sandboxd", "request", "agent-7"]) {
+            Command::Request(r) => assert_eq!(r.idle_action, None),
+            other => panic!("{other:?}"),
+        }
+        match command(&[
+            "sandboxd",
+            "apply",
+            "--id",
+            "agent-7",
+            "--services",
+            "redis",
+        ]) {
+            Command::Apply(a) => assert_eq!(IdleAction::from(a.idle_action), IdleAction::Release),
+            other => panic!("{other:?}"),
+        }
+        match command(&["sandboxd", "resume", "agent-7", "--wait", "2s"]) {
+            Command::Resume { id, wait } => {
+                assert_eq!(id.as_str(), "agent-7");
+                assert_eq!(wait, Duration::from_secs(2));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["sandboxd", "request", "a", "--idle-action", "sleep"]).is_err()
+        );
+    }
+
+    #[test]
     fn export_lines_refuse_names_a_shell_would_misread() {
         assert!(export_line("SANDBOX_DB_HOST", "x").is_some());
         assert!(export_line("_X1", "x").is_some());
