@@ -390,3 +390,46 @@ async fn an_orchestrator_role_sets_idle_action_through_sandbox_request_and_a_tou
         "no other touch notified"
     );
 }
+
+// The CLI runs as a blocking child process: the in-process controller
+// needs threads of its own meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_asks_for_a_pausing_sandbox_and_resume_brings_it_back_ready() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("cli-pause");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .args(args)
+            .env("DATABASE_URL", &env.url)
+            .output()
+            .expect("run sandboxd");
+        assert!(
+            out.status.success(),
+            "sandboxd {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    cli(&[
+        "request",
+        id.as_str(),
+        "--services",
+        "redis",
+        "--idle-timeout",
+        "2s",
+        "--idle-action",
+        "pause",
+        "--wait",
+        "90s",
+        "--progress",
+        "never",
+    ]);
+    wait_for(&client, &id, Phase::Paused, Duration::from_secs(30)).await;
+    let out = cli(&["resume", id.as_str(), "--wait", "10s"]);
+    let status: serde_json::Value = serde_json::from_str(&out).expect("the status as JSON");
+    assert_eq!(status["phase"], "ready", "{out}");
+    assert_eq!(paused(&env, &id).await, [("redis".to_owned(), false)]);
+    controller.stop().await;
+}
