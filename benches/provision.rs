@@ -971,6 +971,123 @@ fn pool_report(rows: &[(&str, &Scenario, &[Duration])]) -> String {
     md
 }
 
+/// Touch-to-ready of paused sandboxes, one engine per row.
+struct Resumes {
+    engine: String,
+    /// A bare `docker unpause` of a paused container of the engine (the
+    /// floor), each iteration.
+    floor: Vec<Duration>,
+    /// From `sandbox_touch` until the client reads `ready`, each iteration.
+    sandboxd: Vec<Duration>,
+}
+
+/// Pauses a one-engine sandbox (idle after 1 s, `idle_action = pause`)
+/// `iters` times and times each resume from a touch until the client sees
+/// `ready` (the status polled every millisecond), against the floor: a
+/// bare `docker unpause` through the API of a paused container created as
+/// the provisioner creates one. Floor and sandboxd alternate, swapping
+/// order every iteration.
+async fn resumes(bench: &mut Bench, engine: &'static dyn Engine, iters: usize) -> Resumes {
+    use sandboxd::domain::sandbox::IdleAction;
+    use sandboxd::domain::Phase;
+    let name = bench.floor_name(engine.name().as_str());
+    let runtime = bench.env.runtime.clone();
+    let floor = floor_once(runtime.as_ref(), &bench.config, engine, name, &bench.tag).await;
+    let mut req = request(engine.name().as_str());
+    req.idle_timeout = Some(Duration::from_secs(1));
+    req.idle_action = IdleAction::Pause;
+    let id = sandbox_id("bench-pause");
+    bench
+        .client
+        .provision(&id, &req, READY_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("sandbox {id}: {e}"));
+    let client = &bench.client;
+    let phase = |want: Phase| {
+        let id = id.clone();
+        async move {
+            loop {
+                let s = client.status(&id).await.expect("status");
+                if s.is_some_and(|s| s.phase == want) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    };
+    let mut out = Resumes {
+        engine: engine.name().as_str().to_owned(),
+        floor: Vec::new(),
+        sandboxd: Vec::new(),
+    };
+    for i in 0..iters {
+        tokio::time::timeout(Duration::from_secs(60), phase(Phase::Paused))
+            .await
+            .unwrap_or_else(|_| panic!("{id} was not paused"));
+        runtime.pause(&floor.container).await.expect("floor pause");
+        tokio::time::sleep(SETTLE).await;
+        let floor_run = async {
+            let t0 = Instant::now();
+            runtime
+                .unpause(&floor.container)
+                .await
+                .expect("floor unpause");
+            t0.elapsed()
+        };
+        let sandboxd_run = async {
+            let t0 = Instant::now();
+            assert!(client.touch(&id).await.expect("touch"), "{id} touched");
+            tokio::time::timeout(Duration::from_secs(30), phase(Phase::Ready))
+                .await
+                .unwrap_or_else(|_| panic!("{id} was not resumed"));
+            t0.elapsed()
+        };
+        let (f, s) = if i % 2 == 0 {
+            let f = floor_run.await;
+            (f, sandboxd_run.await)
+        } else {
+            let s = sandboxd_run.await;
+            (floor_run.await, s)
+        };
+        out.floor.push(f);
+        out.sandboxd.push(s);
+    }
+    client.release(&id).await.expect("release");
+    bench.remove_floor(&[floor]).await;
+    out
+}
+
+fn resume_report(rows: &[Resumes]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "\n## Resume a paused sandbox\n");
+    let _ = writeln!(
+        md,
+        "From `sandbox_touch` until the client reads `ready` (same containers, data and \
+         credentials), against the floor: a bare `docker unpause` through the API of a paused \
+         container of the engine. Target: under 100 ms.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| engine | floor p50 ms | sandboxd p50 ms | sandboxd max ms | ratio | n | under 100 ms |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|:---:|");
+    for r in rows {
+        let floor = median(&r.floor).as_secs_f64() * 1e3;
+        let s = median(&r.sandboxd).as_secs_f64() * 1e3;
+        let max = r.sandboxd.iter().max().copied().unwrap_or_default();
+        let met = if s < 100.0 { "yes" } else { "**no**" };
+        let _ = writeln!(
+            md,
+            "| {} | {floor:.1} | {s:.1} | {:.1} | {:.1} | {} | {met} |",
+            r.engine,
+            max.as_secs_f64() * 1e3,
+            s / floor.max(f64::MIN_POSITIVE),
+            r.sandboxd.len()
+        );
+    }
+    md
+}
+
 fn heal_report(cold: &Scenario, rows: &[(&str, &[Duration])]) -> String {
     let mut md = String::new();
     let floor = median(&cold.floor_totals).as_secs_f64();
@@ -1218,6 +1335,23 @@ async fn run() {
     let postgres = engine::lookup("postgres").expect("postgres engine");
     let redis = engine::lookup("redis").expect("redis engine");
 
+    // `BENCH_ONLY=pause`: only the resume of paused sandboxes.
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("pause") {
+        let rows = [
+            resumes(&mut bench, postgres, iters).await,
+            resumes(&mut bench, redis, iters).await,
+        ];
+        let md = resume_report(&rows);
+        println!("{md}");
+        if !smoke {
+            let path = output_path().with_file_name("pause.md");
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
+            std::fs::write(&path, &md).expect("write report");
+        }
+        controller.stop().await;
+        return;
+    }
+
     eprintln!("bench: warm-up");
     for e in [postgres, redis] {
         bench.floor(e, 1).await;
@@ -1230,6 +1364,11 @@ async fn run() {
     let many = scenario(&mut bench, postgres, batch_size, batch_iters).await;
     eprintln!("bench: heals without templates");
     let heal_cold = heals(&bench, "postgres", iters, None).await;
+    eprintln!("bench: resume of paused sandboxes");
+    let resumed = [
+        resumes(&mut bench, postgres, iters).await,
+        resumes(&mut bench, redis, iters).await,
+    ];
     controller.stop().await;
 
     // Templates (the default of `sandboxd run`).
@@ -1287,6 +1426,7 @@ async fn run() {
         ("postgres", &pg, &pool_pg),
         ("redis", &rd, &pool_rd),
     ]));
+    md.push_str(&resume_report(&resumed));
     md.push_str(&idle_report(&idle));
     md.push_str(&targets(&Figures {
         cold_pg: &pg,

@@ -7,7 +7,7 @@ use crate::adapters::postgres::{self, PgStore, STATUS_CHANNEL};
 use crate::domain::event::RecordedEvent;
 use crate::domain::id::SandboxId;
 use crate::domain::identity::Incarnation;
-use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
+use crate::domain::sandbox::{DesiredSandbox, IdleAction, Phase, SandboxStatus};
 use crate::ports::store::{Store, StoreError, NOTIFY_EVERY_ROW};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -72,6 +72,9 @@ pub struct SandboxRequest {
     /// The agent's Docker container: when it is gone the controller
     /// releases the sandbox.
     pub owner_container: Option<String>,
+    /// What the sandbox becomes once idle: released (the default) or
+    /// paused (frozen with its data; a request or touch resumes it).
+    pub idle_action: IdleAction,
 }
 
 /// What an orchestrator adds to a sandbox with [`Client::request`]
@@ -98,6 +101,9 @@ pub struct Request {
     pub owner_container: Option<String>,
     /// Docker containers to add to those connected to the sandbox's network.
     pub attach: Vec<String>,
+    /// What the sandbox becomes once idle; `None` keeps the row's (for a
+    /// new row: released).
+    pub idle_action: Option<IdleAction>,
 }
 
 /// `d` in whole microseconds, the precision of a Postgres `interval`.
@@ -171,7 +177,12 @@ fn settled(
             id: status.id.clone(),
             message: status.message.clone(),
         })),
-        Phase::Pending | Phase::Provisioning | Phase::Healing | Phase::Terminating => None,
+        // A paused sandbox is resumed by the request being waited for.
+        Phase::Pending
+        | Phase::Provisioning
+        | Phase::Healing
+        | Phase::Terminating
+        | Phase::Paused => None,
     }
 }
 
@@ -243,12 +254,13 @@ impl Client {
         let features = serde_json::json!(req.features);
         let (generation, incarnation): (i64, String) = sqlx::query_as(
             "INSERT INTO sandbox_desired (id, owner, services, features, attach, expires_at,
-                                          idle_timeout, persistent, owner_container)
-             VALUES ($1, coalesce(nullif($2, ''), current_user), $3, $4, $5, $6, $7, $8, $9)
+                                          idle_timeout, persistent, owner_container, idle_action)
+             VALUES ($1, coalesce(nullif($2, ''), current_user), $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, services = EXCLUDED.services,
                  features = EXCLUDED.features, attach = EXCLUDED.attach,
                  expires_at = EXCLUDED.expires_at, idle_timeout = EXCLUDED.idle_timeout,
                  persistent = EXCLUDED.persistent, owner_container = EXCLUDED.owner_container,
+                 idle_action = EXCLUDED.idle_action,
                  last_used_at = now()
              RETURNING generation, incarnation::text",
         )
@@ -261,6 +273,7 @@ impl Client {
         .bind(req.idle_timeout.map(micros))
         .bind(req.persistent)
         .bind(&req.owner_container)
+        .bind(req.idle_action.as_str())
         .fetch_one(self.store.pool())
         .await
         .map_err(query("write desired row"))?;
@@ -282,7 +295,7 @@ impl Client {
             .await
             .map_err(query("request sandbox"))?;
         let generation: i64 =
-            sqlx::query_scalar("SELECT sandbox_request($1, $2, $3, $4, $5, $6, $7, $8)")
+            sqlx::query_scalar("SELECT sandbox_request($1, $2, $3, $4, $5, $6, $7, $8, $9)")
                 .bind(id.as_str())
                 .bind(&req.owner)
                 .bind(&req.services)
@@ -291,6 +304,7 @@ impl Client {
                 .bind(req.persistent)
                 .bind(&req.owner_container)
                 .bind(&req.attach)
+                .bind(req.idle_action.map(IdleAction::as_str))
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(query("request sandbox"))?;
@@ -313,6 +327,36 @@ impl Client {
             .fetch_one(self.store.pool())
             .await
             .map_err(query("touch sandbox"))?)
+    }
+
+    /// Resumes a paused sandbox: touches it (which wakes sandboxd, see
+    /// `sandbox_touch`) and waits up to `timeout` until its status is no
+    /// longer `paused`, which it returns (a sandbox that was not paused
+    /// returns at once). `None` when the touch found nothing to touch (not
+    /// desired, expired or being released).
+    pub async fn resume(
+        &self,
+        id: &SandboxId,
+        timeout: Duration,
+    ) -> Result<Option<SandboxStatus>, ClientError> {
+        if !self.touch(id).await? {
+            return Ok(None);
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let status = self.status(id).await?;
+            match status {
+                Some(s) if s.phase != Phase::Paused => return Ok(Some(s)),
+                _ if tokio::time::Instant::now() >= deadline => {
+                    return Err(ClientError::Timeout {
+                        id: id.clone(),
+                        timeout,
+                        phase: status.map_or("none".into(), |s| s.phase.to_string()),
+                    })
+                }
+                _ => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
     }
 
     /// Waits until the status is of `revision`'s incarnation, reflects its

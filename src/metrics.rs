@@ -47,6 +47,8 @@ pub enum DockerCall {
     Exec,
     /// Volume list, create, inspect and remove.
     Volume,
+    /// Container pause and unpause.
+    Pause,
 }
 
 impl DockerCall {
@@ -64,6 +66,7 @@ impl DockerCall {
             DockerCall::Logs => "logs",
             DockerCall::Exec => "exec",
             DockerCall::Volume => "volume",
+            DockerCall::Pause => "pause",
         }
     }
 }
@@ -189,6 +192,7 @@ pub struct Metrics {
     pool_claim_seconds: HistogramVec,
     /// Admission: use against quota, the memory budget, the waiting rows.
     pub(crate) quota: QuotaMetrics,
+    idle_actions: IntCounterVec,
 }
 
 fn ready_buckets() -> Vec<f64> {
@@ -343,6 +347,13 @@ impl Metrics {
             reaps: reg!(IntCounterVec::new(
                 Opts::new("sandboxd_reaps_total", "Containers torn down, by reason"),
                 &["reason"]
+            )),
+            idle_actions: reg!(IntCounterVec::new(
+                Opts::new(
+                    "sandboxd_idle_actions_total",
+                    "Pause on idle: sandboxes paused, resumed, and found in use by a client connection when their requests and touches said idle"
+                ),
+                &["action"]
             )),
             teardown_failures: reg!(IntCounter::new(
                 "sandboxd_teardown_failures_total",
@@ -538,6 +549,9 @@ impl Metrics {
         for phase in Phase::ALL {
             m.sandboxes.with_label_values(&[phase.as_str()]);
         }
+        for action in ["paused", "resumed", "in_use"] {
+            m.idle_actions.with_label_values(&[action]);
+        }
         for reason in crate::domain::event::EventReason::ALL {
             m.events.with_label_values(&[reason.as_str()]);
         }
@@ -720,6 +734,22 @@ impl Metrics {
     /// One container torn down.
     pub(crate) fn reaped(&self, reason: ReapReason) {
         self.reaps.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// One idle sandbox paused.
+    pub(crate) fn paused(&self) {
+        self.idle_actions.with_label_values(&["paused"]).inc();
+    }
+
+    /// One paused sandbox resumed.
+    pub(crate) fn resumed(&self) {
+        self.idle_actions.with_label_values(&["resumed"]).inc();
+    }
+
+    /// One sandbox idle by its requests and touches found in use by a
+    /// client connection.
+    pub(crate) fn idle_in_use(&self) {
+        self.idle_actions.with_label_values(&["in_use"]).inc();
     }
 
     /// One teardown that failed and will be retried.

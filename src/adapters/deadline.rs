@@ -222,6 +222,16 @@ impl Runtime for BoundedRuntime {
         runtime_call("remove", id.as_str(), after, call).await
     }
 
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let call = self.inner.pause(id);
+        runtime_call("pause", id.as_str(), self.deadlines.call, call).await
+    }
+
+    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let call = self.inner.unpause(id);
+        runtime_call("unpause", id.as_str(), self.deadlines.call, call).await
+    }
+
     async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
         let call = self.inner.logs_tail(id, lines);
         runtime_call("logs", id.as_str(), self.deadlines.call, call).await
@@ -305,6 +315,15 @@ impl Store for BoundedStore {
 
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError> {
         store_call("list desired ids", self.after, self.inner.desired_ids()).await
+    }
+
+    async fn mark_used(
+        &self,
+        id: &SandboxId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        let call = self.inner.mark_used(id, at);
+        store_call("record a use of the sandbox", self.after, call).await
     }
 
     async fn released_ids(&self, keep: Duration) -> Result<Vec<String>, StoreError> {

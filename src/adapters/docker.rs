@@ -583,6 +583,7 @@ fn observed(
     if &labels.deployment != deployment {
         return None;
     }
+    let paused = summary.state == Some(ContainerSummaryStateEnum::PAUSED);
     let state = listed_state(summary.state?);
     let networks = network_names(&summary);
     let host_port = summary
@@ -598,6 +599,7 @@ fn observed(
         state,
         created: Utc.timestamp_opt(summary.created?, 0).single()?,
         host_port,
+        paused,
     })
 }
 
@@ -634,10 +636,12 @@ fn pooled(
     {
         return None;
     }
+    let paused = summary.state == Some(ContainerSummaryStateEnum::PAUSED);
     let state = listed_state(summary.state?);
     let networks = network_names(&summary);
     Some(PooledContainer {
         networks,
+        paused,
         deployment: deployment.clone(),
         engine: map.get(labels::ENGINE)?.clone(),
         features: map
@@ -1194,6 +1198,26 @@ impl Runtime for DockerRuntime {
 
     async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
         self.remove_any(id.as_str(), stop_timeout).await
+    }
+
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Pause);
+        match self.docker.pause_container(id.as_str()).await {
+            Ok(()) => Ok(()),
+            // 409: already paused (or not running: the next look heals it).
+            Err(e) if is_status(&e, &[409]) && e.to_string().contains("already paused") => Ok(()),
+            Err(e) => Err(api("pause", id.as_str())(e)),
+        }
+    }
+
+    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Pause);
+        match self.docker.unpause_container(id.as_str()).await {
+            Ok(()) => Ok(()),
+            // 404: gone; 409: not paused.
+            Err(e) if is_status(&e, &[404, 409]) => Ok(()),
+            Err(e) => Err(api("unpause", id.as_str())(e)),
+        }
     }
 
     async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {

@@ -15,7 +15,7 @@ use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
-use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, Services};
+use crate::domain::sandbox::{DesiredSandbox, IdleAction, Phase, SandboxStatus, Services};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
@@ -407,6 +407,25 @@ impl PgStore {
                 false
             }
         };
+        let idle_action = match problems
+            .column::<Option<String>>(row, "idle_action")
+            .flatten()
+            .as_deref()
+            .map(|a| (a, IdleAction::parse(a)))
+        {
+            Some((_, Some(action))) => action,
+            Some((bad, None)) => {
+                problems.push(format!(
+                    "idle_action is {}: use 'release' or 'pause'",
+                    shown(bad)
+                ));
+                IdleAction::Release
+            }
+            None => {
+                problems.push("idle_action is NULL: use 'release' or 'pause'".into());
+                IdleAction::Release
+            }
+        };
         let owner_container = problems
             .column::<Option<String>>(row, "owner_container")
             .flatten();
@@ -441,6 +460,7 @@ impl PgStore {
             last_used_at,
             idle_timeout,
             persistent,
+            idle_action,
             owner_container,
         }
     }
@@ -556,6 +576,7 @@ const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
          END AS last_used_at,
     EXTRACT(EPOCH FROM idle_timeout)::float8 AS idle_timeout_secs,
     persistent,
+    left(idle_action, 16) AS idle_action,
     left(owner_container, 129) AS owner_container,
     generation, incarnation::text AS incarnation,
     CASE WHEN isfinite(created_at) AND created_at < '10000-01-01 00:00:00+00' THEN created_at
@@ -837,6 +858,22 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(query("list desired ids"))
+    }
+
+    async fn mark_used(
+        &self,
+        id: &SandboxId,
+        at: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        // The lifecycle trigger keeps it at most now() and never backwards.
+        sqlx::query_scalar(
+            "UPDATE sandbox_desired SET last_used_at = $2 WHERE id = $1 RETURNING last_used_at",
+        )
+        .bind(id.as_str())
+        .bind(at)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query("record a use of the sandbox"))
     }
 
     async fn released_ids(&self, keep: Duration) -> Result<Vec<String>, StoreError> {

@@ -670,6 +670,8 @@ impl Runtime for SwarmRuntime {
                 created: time(s.created_at).unwrap_or_default(),
                 host_port: task.and_then(task_port),
                 networks,
+                // Services are never paused (see `Runtime::pause`).
+                paused: false,
             });
         }
         if sandbox.is_none() {
@@ -1056,6 +1058,20 @@ impl Runtime for SwarmRuntime {
             )));
         };
         self.node.exec(&ContainerId::new(container), cmd, env).await
+    }
+
+    /// Refused: Swarm does not know a paused task (it keeps reporting it
+    /// running, and a task moved to another node would thaw), so a
+    /// sandbox that asks to pause when idle fails with this message.
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Refused(format!(
+            "cannot pause service {id}: pausing idle sandboxes needs --backend docker; with --backend swarm set the row's idle_action to 'release'"
+        )))
+    }
+
+    /// Nothing is ever paused on Swarm (see `pause`).
+    async fn unpause(&self, _id: &ContainerId) -> Result<(), RuntimeError> {
+        Ok(())
     }
 
     async fn pool_containers(

@@ -153,6 +153,16 @@ pub fn render(d: &Described<'_>, now: DateTime<Utc>) -> String {
             };
             field(&mut out, "Idle timeout", idle);
         }
+        if row.idle_action != crate::domain::sandbox::IdleAction::Release {
+            field(
+                &mut out,
+                "Idle action",
+                format!(
+                    "{} (a request, a touch or `sandboxd resume` resumes it)",
+                    row.idle_action
+                ),
+            );
+        }
         field(
             &mut out,
             "Persistent",
@@ -247,6 +257,7 @@ pub fn json(d: &Described<'_>) -> serde_json::Value {
             "generation": row.generation,
             "expires_at": row.expires_at,
             "persistent": row.persistent,
+            "idle_action": row.idle_action.as_str(),
             "owner_container": row.owner_container,
             "attach": row.attach,
             "created_at": d.row.map(|r| r.created_at),

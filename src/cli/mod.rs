@@ -19,7 +19,7 @@ use crate::domain::clock::SystemClock;
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::limits::Limits;
 use crate::domain::network::{Ipv4Net, SubnetPool};
-use crate::domain::sandbox::SandboxStatus;
+use crate::domain::sandbox::{IdleAction, SandboxStatus};
 use crate::metrics::Metrics;
 use crate::ports::{RuntimeError, StoreError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -128,6 +128,17 @@ pub enum Command {
     Touch {
         /// Sandbox id.
         id: SandboxId,
+    },
+    /// Resume a paused sandbox (one whose row asks to pause when idle):
+    /// touch it, which wakes sandboxd, and wait until it is ready; print
+    /// its status. Fails when the sandbox is not desired or is being
+    /// released.
+    Resume {
+        /// Sandbox id.
+        id: SandboxId,
+        /// How long to wait for it to be ready again.
+        #[arg(long, value_parser = parse_duration, default_value = "10s")]
+        wait: Duration,
     },
     /// Release a sandbox: delete its desired row; sandboxd tears the
     /// containers down.
@@ -563,6 +574,11 @@ pub struct ApplyArgs {
     /// The agent's Docker container: when it is gone, the sandbox is released.
     #[arg(long)]
     pub owner_container: Option<String>,
+    /// What the sandbox becomes once idle: `release` (torn down) or
+    /// `pause` (frozen with its data; `sandboxd resume`, a request or a
+    /// touch resumes it).
+    #[arg(long, value_enum, default_value = "release")]
+    pub idle_action: IdleActionArg,
     /// Wait this long for the sandbox to be ready (e.g. 60s); print its
     /// status. Exit 3 if it failed, 4 if it was not ready in time.
     #[arg(long, value_parser = parse_duration)]
@@ -572,6 +588,24 @@ pub struct ApplyArgs {
     /// terminal, `always` or `never`.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressMode,
+}
+
+/// `--idle-action`: what an idle sandbox becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IdleActionArg {
+    /// Torn down (status `terminating`).
+    Release,
+    /// Frozen with its data (status `paused`) until used again.
+    Pause,
+}
+
+impl From<IdleActionArg> for IdleAction {
+    fn from(a: IdleActionArg) -> Self {
+        match a {
+            IdleActionArg::Release => IdleAction::Release,
+            IdleActionArg::Pause => IdleAction::Pause,
+        }
+    }
 }
 
 /// Flags of `sandboxd request`.
@@ -602,6 +636,12 @@ pub struct RequestArgs {
     /// The agent's Docker container: when it is gone, the sandbox is released.
     #[arg(long)]
     pub owner_container: Option<String>,
+    /// What the sandbox becomes once idle: `release` (torn down) or
+    /// `pause` (frozen with its data; `sandboxd resume`, a request or a
+    /// touch resumes it); default: keep the sandbox's (`release` for a new
+    /// one).
+    #[arg(long, value_enum)]
+    pub idle_action: Option<IdleActionArg>,
     /// Docker container to connect to the sandbox's network, repeatable or
     /// comma-separated; added to those already connected.
     #[arg(long, value_delimiter = ',')]
@@ -883,6 +923,16 @@ async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
                 Err(CliError::NotDesired(id))
             }
         }
+        Command::Resume { id, wait } => {
+            let client = Client::connect(&url).await?;
+            match client.resume(&id, wait).await? {
+                Some(status) => {
+                    print_status(&status);
+                    Ok(())
+                }
+                None => Err(CliError::NotDesired(id)),
+            }
+        }
         Command::Release { id } => {
             let client = Client::connect(&url).await?;
             if client.release(&id).await? {
@@ -1011,6 +1061,7 @@ async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
         idle_timeout: args.idle_timeout,
         persistent: args.persistent,
         owner_container: args.owner_container,
+        idle_action: args.idle_action.into(),
     };
     let client = Client::connect(url).await?;
     let revision = client.apply(&args.id, &req).await?;
@@ -1032,6 +1083,7 @@ async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
         persistent: args.persistent,
         owner_container: args.owner_container,
         attach: args.attach,
+        idle_action: args.idle_action.map(Into::into),
     };
     let client = Client::connect(url).await?;
     let revision = client.request(&args.id, &req).await?;
@@ -1197,6 +1249,40 @@ mod tests {
             .split_terminator('\0')
             .collect();
         assert_eq!(printed, values);
+    }
+
+    #[test]
+    fn idle_action_and_resume_parse_and_request_keeps_the_row_s_action_unless_given() {
+        let command = |args: &[&str]| Cli::try_parse_from(args).unwrap().command;
+        match command(&["sandboxd", "request", "agent-7", "--idle-action", "pause"]) {
+            Command::Request(r) => assert_eq!(r.idle_action, Some(IdleActionArg::Pause)),
+            other => panic!("{other:?}"),
+        }
+        match command(&["sandboxd", "request", "agent-7"]) {
+            Command::Request(r) => assert_eq!(r.idle_action, None),
+            other => panic!("{other:?}"),
+        }
+        match command(&[
+            "sandboxd",
+            "apply",
+            "--id",
+            "agent-7",
+            "--services",
+            "redis",
+        ]) {
+            Command::Apply(a) => assert_eq!(IdleAction::from(a.idle_action), IdleAction::Release),
+            other => panic!("{other:?}"),
+        }
+        match command(&["sandboxd", "resume", "agent-7", "--wait", "2s"]) {
+            Command::Resume { id, wait } => {
+                assert_eq!(id.as_str(), "agent-7");
+                assert_eq!(wait, Duration::from_secs(2));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["sandboxd", "request", "a", "--idle-action", "sleep"]).is_err()
+        );
     }
 
     #[test]

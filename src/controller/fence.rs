@@ -292,6 +292,16 @@ impl Runtime for FencedRuntime {
             .await
     }
 
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        self.fenced("pause", id.as_str(), self.inner.pause(id))
+            .await
+    }
+
+    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        self.fenced("unpause", id.as_str(), self.inner.unpause(id))
+            .await
+    }
+
     async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
         self.inner.logs_tail(id, lines).await
     }

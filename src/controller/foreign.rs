@@ -96,6 +96,7 @@ mod tests {
             created: chrono::DateTime::UNIX_EPOCH,
             host_port: None,
             networks: Vec::new(),
+            paused: false,
         }
     }
 

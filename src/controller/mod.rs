@@ -12,6 +12,7 @@ mod heal_loop;
 mod image;
 mod leader;
 pub mod network;
+mod pause;
 mod pool;
 mod probes;
 pub mod provision;

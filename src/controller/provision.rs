@@ -589,7 +589,7 @@ pub(crate) async fn bring_up_at(
 
 /// Where the controller reaches the container `name` whose engine port is
 /// published on `host_port` (`--probe-via`).
-fn probe_address(
+pub(crate) fn probe_address(
     ctx: &Context,
     engine: &'static dyn Engine,
     name: &str,
@@ -632,6 +632,44 @@ pub(crate) async fn claim_credentials(
             Err(EngineError::Client {
                 engine: engine.name(),
                 reason: format!("no answer to the claim within {deadline:?}"),
+            })
+        })
+}
+
+/// How many clients are connected to the engine in the container `id`
+/// (called `name`, its engine port published on `host_port`), logged in to
+/// with `credentials` ([`Engine::clients`]), within `--docker-timeout`.
+pub(crate) async fn count_clients(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    id: &ContainerId,
+    name: &str,
+    host_port: u16,
+    credentials: &Credentials,
+) -> Result<Option<u32>, EngineError> {
+    let (mut host, port) = probe_address(ctx, engine, name, host_port);
+    if ctx.config.probe_via == ProbeVia::Host {
+        if let Ok(Some(node)) = ctx.runtime.published_host(id).await {
+            host = node;
+        }
+    }
+    let exec = InContainer {
+        runtime: ctx.runtime.as_ref(),
+        id,
+    };
+    let target = Target {
+        host: &host,
+        port,
+        credentials,
+        exec: &exec,
+    };
+    let deadline = ctx.config.docker_timeout;
+    tokio::time::timeout(deadline, engine.clients(&target))
+        .await
+        .unwrap_or_else(|_| {
+            Err(EngineError::Client {
+                engine: engine.name(),
+                reason: format!("no answer to counting client connections within {deadline:?}"),
             })
         })
 }

@@ -16,6 +16,7 @@ use crate::domain::event::{self, Event, Journal};
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity;
 use crate::domain::identity::Incarnation;
+use crate::domain::pause;
 use crate::domain::plan::{
     self, Action, HealCause, OwnerState, Plan, Provision, ProvisionReason, ReapReason, Wanted,
 };
@@ -144,7 +145,7 @@ async fn converge(
     journal: &mut Journal,
 ) -> Result<Next, ReconcileError> {
     let state = ctx.state_id().await?;
-    let desired = ctx.store.fetch_desired(id).await?;
+    let mut desired = ctx.store.fetch_desired(id).await?;
     let mut observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
     // Claimed warm-pool containers carry no sandbox label: their claims
     // say whose they are.
@@ -185,6 +186,29 @@ async fn converge(
         now,
         &ctx.config.policy(),
     );
+    let mut freezing = pause::step(&plan, &observed);
+    // Idle by its requests and touches: a client connected to an engine
+    // about to be frozen or released is a use, recorded in the row, and
+    // the sandbox's idleness starts again.
+    if (plan.wanted == Wanted::Idle || !freezing.freeze.is_empty())
+        && super::pause::in_use(ctx, &plan, &freezing, &observed, previous.as_ref()).await
+    {
+        if let Some(at) = super::pause::record_use(ctx, id, now).await? {
+            if let Some(d) = desired.as_mut() {
+                d.last_used_at = at;
+            }
+        }
+        plan = plan::plan(
+            desired.as_ref(),
+            &observed,
+            previous.as_ref(),
+            owner,
+            gone_since,
+            now,
+            &ctx.config.policy(),
+        );
+        freezing = pause::step(&plan, &observed);
+    }
     if plan.teardowns().any(|t| t.reason == ReapReason::Superseded) {
         // The row was deleted and inserted again: the heals of the earlier
         // incarnation are not this one's.
@@ -238,6 +262,9 @@ async fn converge(
     }
     let causes = heal_causes(ctx, &plan).await;
 
+    // A paused sandbox in use again resumes first (the request waits for
+    // it); a frozen container about to go is thawed to take its stop.
+    super::pause::thaw(ctx, &plan, &freezing, &observed, journal).await?;
     let teardown = teardown(ctx, &plan, journal).await;
     // The row to converge to, unless it is gone, expired or unreadable.
     let converging = desired
@@ -347,6 +374,13 @@ async fn converge(
     for (engine, gate) in &held {
         journal.push(Event::held(*engine, *gate));
     }
+    // Idle and asked to pause: freeze once every engine is kept.
+    let paused = match converging {
+        Some(_) => super::pause::freeze(ctx, &freezing, &observed, journal).await,
+        None => None,
+    };
+    // A pause waiting for a provision to finish looks again soon.
+    let pause_at = (plan.pause && !freezing.paused).then(|| now + chrono::Duration::seconds(5));
     if plan.wanted != Wanted::Yes && !plan.is_waiting() && teardown.is_none() {
         if foreign.is_empty() {
             // No container of the sandbox is left: its network goes too,
@@ -381,6 +415,7 @@ async fn converge(
         attach,
         held,
         awaiting,
+        paused,
     };
     let mut verdict = status::decide(&plan, desired.as_ref(), previous.as_ref(), &outcomes);
     if let Publish::Write(update) = &mut verdict.publish {
@@ -433,10 +468,18 @@ async fn converge(
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
     match verdict.failure {
-        None => Ok(match plan.next_look().into_iter().chain(heal_at).min() {
-            Some(until) => Next::After((until - now).to_std().unwrap_or_default()),
-            None => Next::Idle,
-        }),
+        None => Ok(
+            match plan
+                .next_look()
+                .into_iter()
+                .chain(heal_at)
+                .chain(pause_at)
+                .min()
+            {
+                Some(until) => Next::After((until - now).to_std().unwrap_or_default()),
+                None => Next::Idle,
+            },
+        ),
         Some(Failure::Teardown(e)) => Err(ReconcileError::Teardown(e)),
         Some(Failure::Provision(message)) => Err(ReconcileError::Provision(message)),
     }

@@ -55,6 +55,9 @@ pub struct ObservedContainer {
     pub host_port: Option<u16>,
     /// The networks it is on, by name, as the list saw them.
     pub networks: Vec<String>,
+    /// Frozen (`docker pause`): alive (its state is
+    /// [`ContainerState::Running`]) but serving nothing until unpaused.
+    pub paused: bool,
 }
 
 /// Whether the last run of a container is alive, and how it ended.

@@ -41,11 +41,15 @@ pub enum EventReason {
     /// Nothing was created: the row waits for its owner's quota or the
     /// host's memory budget (`detail`: owner, budget or never).
     Waiting,
+    /// An idle sandbox's containers were frozen (its row asks to pause).
+    Paused,
+    /// A paused sandbox's containers were thawed: it was used again.
+    Resumed,
 }
 
 impl EventReason {
     /// Every reason.
-    pub const ALL: [EventReason; 8] = [
+    pub const ALL: [EventReason; 10] = [
         EventReason::Provisioned,
         EventReason::Claimed,
         EventReason::Healed,
@@ -54,6 +58,8 @@ impl EventReason {
         EventReason::Failed,
         EventReason::BackOff,
         EventReason::Waiting,
+        EventReason::Paused,
+        EventReason::Resumed,
     ];
 
     /// The stored text.
@@ -67,6 +73,8 @@ impl EventReason {
             EventReason::Failed => "failed",
             EventReason::BackOff => "backoff",
             EventReason::Waiting => "waiting",
+            EventReason::Paused => "paused",
+            EventReason::Resumed => "resumed",
         }
     }
 
@@ -352,6 +360,51 @@ impl Event {
             Some("attach"),
             format!("{}; retried with backoff", failures.join("; ")),
         )
+    }
+
+    /// The idle sandbox's `engines` were frozen (`None`), or freezing
+    /// failed with `error` (a `failed` event, detail `pause`).
+    pub fn paused(engines: &[String], error: Option<&str>) -> Self {
+        match error {
+            None => Self::new(
+                EventReason::Paused,
+                None,
+                None,
+                format!(
+                    "paused {}: idle for longer than its idle timeout (no request, touch or client connection); frozen with their data and credentials until a request, a touch or `sandboxd resume`",
+                    engines.join(", ")
+                ),
+            ),
+            Some(e) => Self::new(
+                EventReason::Failed,
+                None,
+                Some("pause"),
+                format!("pausing the idle sandbox failed: {e}; retried with backoff"),
+            ),
+        }
+    }
+
+    /// The paused sandbox's containers were thawed in `elapsed` (`None`),
+    /// or thawing failed with `error` (a `failed` event, detail `resume`).
+    pub fn resumed(engines: &[String], elapsed: Duration, error: Option<&str>) -> Self {
+        match error {
+            None => Self::new(
+                EventReason::Resumed,
+                None,
+                None,
+                format!(
+                    "resumed {} in {}: used again; same data and credentials",
+                    engines.join(", "),
+                    took(elapsed)
+                ),
+            ),
+            Some(e) => Self::new(
+                EventReason::Failed,
+                None,
+                Some("resume"),
+                format!("resuming the paused sandbox failed: {e}; retried with backoff"),
+            ),
+        }
     }
 
     /// A whole reconcile failed with `error` before it could say more.

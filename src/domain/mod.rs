@@ -18,6 +18,7 @@ pub mod lease;
 pub mod limits;
 pub mod network;
 pub mod notice;
+pub mod pause;
 pub mod plan;
 pub mod pool;
 pub mod resync;

@@ -4,7 +4,7 @@
 use super::container::{ContainerState, ObservedContainer};
 use super::id::{ContainerId, EngineName};
 use super::network::is_container_name;
-use super::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
+use super::sandbox::{DesiredSandbox, IdleAction, SandboxStatus, ServiceStatus};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -193,6 +193,10 @@ pub struct Plan {
     /// from when the row was seen gone; look at it again then. `None` once
     /// that has passed, and for a row that exists.
     pub data_kept_until: Option<DateTime<Utc>>,
+    /// The row is idle and asks to be paused rather than released
+    /// (`idle_action = 'pause'`): its containers are kept, and frozen
+    /// (see [`crate::domain::pause`]). Only with [`Wanted::Yes`].
+    pub pause: bool,
 }
 
 impl Plan {
@@ -348,7 +352,13 @@ pub fn wanted_until(
         return (Wanted::Deleted, None);
     };
     let expires = d.expiry();
-    let idle = d.idle_at(policy.idle_timeout);
+    // A row that pauses when idle stays wanted: its idleness is
+    // `pause_due`'s, and a recheck only until it is due.
+    let pauses = d.idle_action == IdleAction::Pause;
+    let idle = d.idle_at(policy.idle_timeout).filter(|_| !pauses);
+    let pause_at = d
+        .idle_at(policy.idle_timeout)
+        .filter(|t| pauses && *t > now);
     let gone = d
         .owner_container
         .as_ref()
@@ -364,12 +374,22 @@ pub fn wanted_until(
     } else {
         Wanted::Yes
     };
-    let recheck = [expires, idle, gone]
+    let recheck = [expires, idle, gone, pause_at]
         .into_iter()
         .flatten()
         .filter(|t| *t > now)
         .min();
     (why, recheck.filter(|_| why == Wanted::Yes))
+}
+
+/// Whether `desired` is idle at `now` and asks to be paused rather than
+/// released (see [`Plan::pause`]).
+pub fn pause_due(desired: &DesiredSandbox, now: DateTime<Utc>, policy: &Policy) -> bool {
+    desired.idle_action == IdleAction::Pause
+        && desired.invalid.is_none()
+        && desired
+            .idle_at(policy.idle_timeout)
+            .is_some_and(|t| t <= now)
 }
 
 /// Tears `c` down, or waits until it is older than `grace` and, when
@@ -481,6 +501,7 @@ pub fn plan(
                 actions,
                 recheck_at: None,
                 data_kept_until: gone_since.map(|t| add(t, grace)).filter(|t| *t > now),
+                pause: false,
             };
         }
     };
@@ -493,6 +514,7 @@ pub fn plan(
             actions: Vec::new(),
             recheck_at: None,
             data_kept_until: None,
+            pause: false,
         };
     }
     let mut actions: Vec<Action> = superseded.collect();
@@ -530,6 +552,7 @@ pub fn plan(
         actions,
         recheck_at,
         data_kept_until: None,
+        pause: pause_due(desired, now, policy),
     }
 }
 

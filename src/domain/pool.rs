@@ -54,6 +54,8 @@ pub struct PooledContainer {
     pub instance: String,
     /// Its state.
     pub state: ContainerState,
+    /// Frozen (`docker pause`): a claimed container of a paused sandbox.
+    pub paused: bool,
     /// When the runtime created it.
     pub created: DateTime<Utc>,
     /// Its loopback host port.
@@ -106,6 +108,7 @@ impl PoolClaim {
             created: listed.created,
             host_port: listed.host_port,
             networks: listed.networks.clone(),
+            paused: listed.paused,
         }
     }
 }
@@ -244,6 +247,7 @@ mod tests {
             created: Utc::now(),
             host_port: Some(5000),
             networks: Vec::new(),
+            paused: false,
         };
         let claim = PoolClaim {
             container: listed.id.clone(),

@@ -10,6 +10,7 @@
 //! says.
 
 use super::container::ObservedContainer;
+use super::pause;
 use super::plan::{self, Action, Policy, Wanted};
 use super::sandbox::{DesiredSandbox, Phase, SandboxStatus};
 use super::status::{self, Outcomes, Publish};
@@ -44,9 +45,10 @@ pub enum Judgement {
     },
 }
 
-/// Whether the snapshot shows the sandbox converged: a ready status of the
-/// row's incarnation and generation, every engine's container running and
-/// kept as published, on the sandbox's network. A row that asks for more
+/// Whether the snapshot shows the sandbox converged: a ready (or paused)
+/// status of the row's incarnation and generation, every engine's
+/// container running and kept as published (and frozen exactly when the
+/// row is idle and asks to pause), on the sandbox's network. A row that asks for more
 /// than the snapshot shows (attached containers, an owner container) or
 /// that is invalid is never judged converged here.
 pub fn judge(snapshot: &Snapshot<'_>, now: DateTime<Utc>, policy: &Policy) -> Judgement {
@@ -73,7 +75,9 @@ fn converged(
         return None;
     }
     let previous = status::of_incarnation(snapshot.status, Some(desired))?;
-    if previous.phase != Phase::Ready || previous.network.as_deref() != Some(network) {
+    if !matches!(previous.phase, Phase::Ready | Phase::Paused)
+        || previous.network.as_deref() != Some(network)
+    {
         return None;
     }
     let plan = plan::plan(
@@ -99,7 +103,17 @@ fn converged(
     if !all_kept_on_network || plan.next_wake().is_some() || plan.data_kept_until.is_some() {
         return None;
     }
-    let verdict = status::decide(&plan, Some(desired), Some(previous), &Outcomes::default());
+    // A paused sandbox is converged when every container is frozen as it
+    // should be: nothing to freeze and nothing to thaw.
+    let freezing = pause::step(&plan, snapshot.observed);
+    if !freezing.freeze.is_empty() || !freezing.thaw.is_empty() {
+        return None;
+    }
+    let outcomes = Outcomes {
+        paused: freezing.paused.then_some(Ok(())),
+        ..Outcomes::default()
+    };
+    let verdict = status::decide(&plan, Some(desired), Some(previous), &outcomes);
     match verdict.publish {
         Publish::Write(mut update) if verdict.failure.is_none() => {
             update.network = Some(network.to_owned());

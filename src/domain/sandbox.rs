@@ -42,6 +42,8 @@ pub struct DesiredSandbox {
     /// Data on a named volume that outlives heals and restarts; never
     /// released for idleness or expiry; removed with the row.
     pub persistent: bool,
+    /// What happens once the sandbox is idle: released, or paused.
+    pub idle_action: IdleAction,
     /// The agent's container: once it is gone the sandbox is released.
     pub owner_container: Option<String>,
     /// Bumped by the database on every change.
@@ -81,15 +83,50 @@ impl DesiredSandbox {
     }
 
     /// When the sandbox becomes idle, given the controller's default
-    /// timeout: `None` if it never does (persistent, or no timeout, or a
-    /// zero one).
+    /// timeout: `None` if it never does (no timeout, or a zero one, or a
+    /// persistent sandbox that would be released: only pausing keeps its
+    /// data).
     pub fn idle_at(&self, default_timeout: Option<Duration>) -> Option<DateTime<Utc>> {
         let timeout = self.idle_timeout.or(default_timeout)?;
-        if self.persistent || timeout.is_zero() {
+        if (self.persistent && self.idle_action == IdleAction::Release) || timeout.is_zero() {
             return None;
         }
         let timeout = chrono::Duration::from_std(timeout).ok()?;
         self.last_used_at.checked_add_signed(timeout)
+    }
+}
+
+/// What an idle sandbox becomes (`sandbox_desired.idle_action`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum IdleAction {
+    /// Torn down, status `terminating` (the default).
+    #[default]
+    Release,
+    /// Its containers frozen (`docker pause`), status `paused`; a request,
+    /// a touch or `sandboxd resume` thaws them with their data.
+    Pause,
+}
+
+impl IdleAction {
+    /// The text stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleAction::Release => "release",
+            IdleAction::Pause => "pause",
+        }
+    }
+
+    /// Parses the stored text.
+    pub fn parse(s: &str) -> Option<Self> {
+        [IdleAction::Release, IdleAction::Pause]
+            .into_iter()
+            .find(|a| a.as_str() == s)
+    }
+}
+
+impl fmt::Display for IdleAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -111,17 +148,22 @@ pub enum Phase {
     Failed,
     /// No longer desired; containers are being torn down.
     Terminating,
+    /// Idle, and the row asks to pause rather than release: every engine
+    /// container is frozen with its data and credentials; a request, a
+    /// touch or `sandboxd resume` makes it `ready` again.
+    Paused,
 }
 
 impl Phase {
     /// Every phase, for metrics.
-    pub const ALL: [Phase; 6] = [
+    pub const ALL: [Phase; 7] = [
         Phase::Pending,
         Phase::Provisioning,
         Phase::Healing,
         Phase::Ready,
         Phase::Failed,
         Phase::Terminating,
+        Phase::Paused,
     ];
 
     /// The text stored in the database.
@@ -133,6 +175,7 @@ impl Phase {
             Phase::Ready => "ready",
             Phase::Failed => "failed",
             Phase::Terminating => "terminating",
+            Phase::Paused => "paused",
         }
     }
 

@@ -71,7 +71,14 @@ pub struct Outcomes {
     /// Engines not provisioned yet because their image is being pulled or
     /// built in the background, one line each saying so.
     pub awaiting: Vec<String>,
+    /// The row is idle and asks to pause ([`Plan::pause`]): `Ok` once every
+    /// engine's container is frozen, or why freezing failed. `None`: not
+    /// paused.
+    pub paused: Option<Result<(), String>>,
 }
+
+/// The message of a `paused` status.
+pub const PAUSED: &str = "paused: idle for longer than its idle timeout (no request, touch or client connection); its containers are frozen with their data and credentials; a request, a touch or `sandboxd resume` resumes it";
 
 /// The services a wanted sandbox publishes before anything new is
 /// provisioned: what was published for engines the row still wants (so
@@ -253,6 +260,10 @@ pub fn decide(
         )
     }));
     failures.extend(outcomes.attach.iter().cloned());
+    if let Some(Err(e)) = &outcomes.paused {
+        failures.push(format!("pausing the idle sandbox failed: {e}"));
+    }
+    let paused = matches!(outcomes.paused, Some(Ok(())));
     for (engine, result) in &outcomes.provisioned {
         match result {
             Ok(status) => {
@@ -292,6 +303,7 @@ pub fn decide(
             teardown.clone().map(Failure::Teardown),
         ),
         (true, None) if !waiting.is_empty() => (Phase::Healing, waiting.join("\n"), None),
+        (true, None) if paused => (Phase::Paused, PAUSED.to_owned(), None),
         (true, None) => (Phase::Ready, String::new(), None),
         (true, Some(e)) => (
             Phase::Ready,

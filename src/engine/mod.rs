@@ -270,6 +270,14 @@ pub trait Engine: Send + Sync + 'static {
         target: &Target<'_>,
         features: &BTreeSet<String>,
     ) -> Result<Vec<String>, EngineError>;
+    /// How many client connections the engine serves, not counting the one
+    /// asking, as the engine itself counts them: a connected client is in
+    /// use even when it sends nothing (a sandbox with one is not idle).
+    /// `None`: this engine cannot tell (idleness is then requests and
+    /// touches only).
+    async fn clients(&self, _target: &Target<'_>) -> Result<Option<u32>, EngineError> {
+        Ok(None)
+    }
 }
 
 impl fmt::Debug for dyn Engine {

@@ -60,6 +60,22 @@ const PING: &str = r#"mongosh --quiet --host 127.0.0.1 --eval '
 	db.getSiblingDB("admin").auth(process.env.SANDBOXD_USER, fs.readFileSync("/run/sandboxd/password", "utf8"));
 	print(db.getSiblingDB(name).runCommand({ping: 1}).ok)'"#;
 
+/// The client connections besides this one: the agent's login (every
+/// client of a sandbox logs in as its one user), then its own operations
+/// with idle connections (`$currentOp` with `allUsers: false` needs no
+/// privilege beyond the login), counted by client address, this shell's
+/// own left out. Not run on the development machine (no Mongo image).
+const CLIENTS: &str = r#"mongosh --quiet --host 127.0.0.1 --eval '
+	db.getSiblingDB("admin").auth(process.env.SANDBOXD_USER, fs.readFileSync("/run/sandboxd/password", "utf8"));
+	const me = db.getSiblingDB("admin").runCommand({whatsmyuri: 1}).you;
+	const ops = db.getSiblingDB("admin").aggregate([{$currentOp: {allUsers: false, idleConnections: true}}]).toArray();
+	print(new Set(ops.filter(o => o.client && o.client !== me).map(o => o.client)).size)'"#;
+
+/// The count [`CLIENTS`] printed last.
+fn clients_printed(output: &str) -> Option<u32> {
+    output.lines().rev().find_map(|l| l.trim().parse().ok())
+}
+
 #[async_trait]
 impl Engine for Mongo {
     fn name(&self) -> EngineName {
@@ -169,11 +185,36 @@ impl Engine for Mongo {
     ) -> Result<Vec<String>, EngineError> {
         Ok(Vec::new())
     }
+
+    async fn clients(&self, target: &Target<'_>) -> Result<Option<u32>, EngineError> {
+        let failed = |reason: String| EngineError::Client {
+            engine: NAME,
+            reason: format!("counting client connections failed: {reason}"),
+        };
+        let out = target
+            .exec
+            .exec(&["bash", "-c", CLIENTS], Vec::new())
+            .await
+            .map_err(failed)?;
+        if out.exit_code != 0 {
+            return Err(failed(format!("mongosh exited {}", out.exit_code)));
+        }
+        clients_printed(&out.output)
+            .map(Some)
+            .ok_or_else(|| failed("mongosh printed no count".into()))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_count_is_the_last_number_mongosh_printed() {
+        assert_eq!(clients_printed("2\n"), Some(2));
+        assert_eq!(clients_printed("a warning\n0\n"), Some(0));
+        assert_eq!(clients_printed("no count\n"), None);
+    }
 
     #[test]
     fn the_shim_and_the_probe_never_put_a_secret_in_an_argument() {

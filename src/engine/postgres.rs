@@ -210,6 +210,24 @@ impl Engine for Postgres {
         Ok(())
     }
 
+    async fn clients(&self, target: &Target<'_>) -> Result<Option<u32>, EngineError> {
+        let failed = |reason: String| EngineError::Client {
+            engine: NAME,
+            reason: format!("counting client connections failed: {reason}"),
+        };
+        let mut conn = self.connect(target).await.map_err(failed)?;
+        // Client backends only (no background workers), this one left out.
+        let count: Result<i64, _> = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
+             WHERE backend_type = 'client backend' AND pid <> pg_catalog.pg_backend_pid()",
+        )
+        .fetch_one(&mut conn)
+        .await;
+        let _ = conn.close().await;
+        let count = count.map_err(|e| failed(e.to_string()))?;
+        Ok(Some(u32::try_from(count).unwrap_or(u32::MAX)))
+    }
+
     async fn verify_features(
         &self,
         target: &Target<'_>,

@@ -125,6 +125,13 @@ async fn connect_as(
 
 /// Names of the loaded modules, from `INFO modules` (the agent's ACL
 /// denies `MODULE LIST`).
+/// `connected_clients` of an `INFO clients` answer.
+fn connected_clients(info: &str) -> Option<u32> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 async fn loaded_modules(con: &mut MultiplexedConnection) -> Result<BTreeSet<String>, String> {
     let info: String = redis::cmd("INFO")
         .arg("modules")
@@ -313,6 +320,23 @@ impl Engine for Resp {
         }
     }
 
+    async fn clients(&self, target: &Target<'_>) -> Result<Option<u32>, EngineError> {
+        let failed = |reason: String| EngineError::Client {
+            engine: self.name,
+            reason: format!("counting client connections failed: {reason}"),
+        };
+        let mut con = connect(target).await.map_err(failed)?;
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query_async(&mut con)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let connected = connected_clients(&info)
+            .ok_or_else(|| failed("INFO clients has no connected_clients".into()))?;
+        // This connection is one of them.
+        Ok(Some(connected.saturating_sub(1)))
+    }
+
     async fn verify_features(
         &self,
         target: &Target<'_>,
@@ -332,6 +356,14 @@ impl Engine for Resp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn info_clients_replies_give_the_connected_clients() {
+        let info =
+            "# Clients\r\nconnected_clients:3\r\ncluster_connections:0\r\nmaxclients:10000\r\n";
+        assert_eq!(connected_clients(info), Some(3));
+        assert_eq!(connected_clients("# Clients\r\n"), None);
+    }
 
     #[test]
     fn info_modules_replies_map_back_to_features() {

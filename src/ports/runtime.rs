@@ -412,6 +412,13 @@ pub trait Runtime: Send + Sync + 'static {
     /// Stops (SIGTERM, SIGKILL after `stop_timeout`) and removes the
     /// container. Idempotent: a missing container is success.
     async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError>;
+    /// Freezes every process of the sandboxd container `id` (`docker
+    /// pause`): it keeps its memory, data and connections but runs nothing
+    /// until [`Runtime::unpause`]. Already paused is success.
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError>;
+    /// Thaws a container [`Runtime::pause`] froze: it serves at once. Not
+    /// paused is success.
+    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError>;
     /// The last `lines` lines of the container's output.
     async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError>;
     /// Runs `cmd` inside the container with extra environment `env`.

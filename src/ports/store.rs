@@ -111,6 +111,15 @@ pub trait Store: Send + Sync + 'static {
     async fn list_desired(&self) -> Result<Vec<DesiredSandbox>, StoreError>;
     /// Ids of every desired row, raw as stored.
     async fn desired_ids(&self) -> Result<Vec<String>, StoreError>;
+    /// Records a use of the sandbox seen at `at` (a client connected to
+    /// one of its engines): its `last_used_at` moves to `at` (never past
+    /// the database's now, never backwards; no new generation, no NOTIFY).
+    /// Returns the row's `last_used_at` afterwards, `None` if it is gone.
+    async fn mark_used(
+        &self,
+        id: &SandboxId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError>;
     /// Ids whose desired row was deleted row by row (not truncated), and
     /// forgets those older than `keep`.
     async fn released_ids(&self, keep: Duration) -> Result<Vec<String>, StoreError>;

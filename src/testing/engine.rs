@@ -94,6 +94,23 @@ impl Engine for FakeEngine {
             })
         }
     }
+    async fn clients(&self, target: &Target<'_>) -> Result<Option<u32>, EngineError> {
+        let out = target
+            .exec
+            .exec(&["clients"], Vec::new())
+            .await
+            .map_err(|reason| EngineError::Client {
+                engine: NAME,
+                reason,
+            })?;
+        if out.exit_code != 0 {
+            return Err(EngineError::Client {
+                engine: NAME,
+                reason: format!("clients exited {}", out.exit_code),
+            });
+        }
+        Ok(out.output.trim().parse().ok())
+    }
     async fn verify_features(
         &self,
         _target: &Target<'_>,

@@ -35,6 +35,7 @@ pub(crate) enum RuntimeOp {
     Remove,
     Logs,
     Exec,
+    Pause,
 }
 
 /// One fake container.
@@ -47,6 +48,10 @@ pub(crate) struct FakeContainer {
     pub(crate) oom_killed: bool,
     pub(crate) created: DateTime<Utc>,
     pub(crate) host_port: u16,
+    /// Frozen by `pause`: its exec (and so the fake engine's probe) fails.
+    pub(crate) paused: bool,
+    /// Client connections the fake engine reports (exec `clients`).
+    pub(crate) clients: u32,
 }
 
 #[derive(Default)]
@@ -323,6 +328,13 @@ impl FakeRuntime {
 
     /// How many times the whole deployment was listed (a `list` without a
     /// sandbox); [`Faults::calls`] counts every `list`.
+    /// Makes the fake engine in `id` report `n` client connections.
+    pub(crate) fn set_clients(&self, id: &ContainerId, n: u32) {
+        if let Some(c) = self.world.lock().unwrap().containers.get_mut(id) {
+            c.clients = n;
+        }
+    }
+
     pub(crate) fn full_lists(&self) -> u64 {
         self.full_lists.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -332,6 +344,7 @@ impl FakeRuntime {
         let mut w = self.world.lock().unwrap();
         let sandbox = w.containers.get_mut(id).map(|c| {
             c.state = ContainerState::Exited;
+            c.paused = false;
             c.oom_killed = oom;
             c.labels.sandbox.clone()
         });
@@ -399,6 +412,7 @@ impl Runtime for FakeRuntime {
                 created: c.created,
                 host_port: Some(c.host_port),
                 networks: w.networks_of(c),
+                paused: c.paused,
             })
             .collect())
     }
@@ -685,6 +699,8 @@ impl Runtime for FakeRuntime {
                 oom_killed: false,
                 created: Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap(),
                 host_port,
+                paused: false,
+                clients: 0,
             },
         );
         emit(&mut w, &id, ContainerAction::Create, Some(sandbox.clone()));
@@ -772,6 +788,32 @@ impl Runtime for FakeRuntime {
         Ok(sandboxd.or_else(|| w.agents.get(id.as_str()).copied()))
     }
 
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Pause)
+            .await
+            .map_err(|e| injected("pause", e))?;
+        let mut w = self.world.lock().unwrap();
+        match w.containers.get_mut(id) {
+            Some(c) if c.state == ContainerState::Running => {
+                c.paused = true;
+                Ok(())
+            }
+            _ => Err(injected("pause", format!("container {id} is not running"))),
+        }
+    }
+
+    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Pause)
+            .await
+            .map_err(|e| injected("unpause", e))?;
+        if let Some(c) = self.world.lock().unwrap().containers.get_mut(id) {
+            c.paused = false;
+        }
+        Ok(())
+    }
+
     async fn remove(&self, id: &ContainerId, _stop_timeout: Duration) -> Result<(), RuntimeError> {
         self.faults
             .check(RuntimeOp::Remove)
@@ -795,23 +837,31 @@ impl Runtime for FakeRuntime {
     async fn exec(
         &self,
         id: &ContainerId,
-        _cmd: &[&str],
+        cmd: &[&str],
         _env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
         self.faults
             .check(RuntimeOp::Exec)
             .await
             .map_err(|e| injected("exec", e))?;
-        let running = self
-            .world
-            .lock()
-            .unwrap()
+        let w = self.world.lock().unwrap();
+        let Some(c) = w
             .containers
             .get(id)
-            .is_some_and(|c| c.state == ContainerState::Running);
+            .filter(|c| c.state == ContainerState::Running && !c.paused)
+        else {
+            return Ok(ExecOutput {
+                exit_code: 1,
+                output: String::new(),
+            });
+        };
         Ok(ExecOutput {
-            exit_code: if running { 0 } else { 1 },
-            output: String::new(),
+            exit_code: 0,
+            output: if cmd.first() == Some(&"clients") {
+                c.clients.to_string()
+            } else {
+                String::new()
+            },
         })
     }
 

@@ -218,6 +218,7 @@ fn row(name: &str) -> DesiredSandbox {
         last_used_at: at,
         idle_timeout: None,
         persistent: false,
+        idle_action: Default::default(),
         owner_container: None,
     }
 }

@@ -276,6 +276,22 @@ impl Store for FakeStore {
         Ok(t.desired.keys().map(|id| id.to_string()).collect())
     }
 
+    async fn mark_used(
+        &self,
+        id: &SandboxId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        self.faults
+            .check(StoreOp::FetchDesired)
+            .await
+            .map_err(|e| injected("record a use of the sandbox", e))?;
+        let mut t = self.tables.lock().unwrap();
+        Ok(t.desired.get_mut(id).map(|d| {
+            d.last_used_at = d.last_used_at.max(at);
+            d.last_used_at
+        }))
+    }
+
     async fn released_ids(&self, _keep: Duration) -> Result<Vec<String>, StoreError> {
         Ok(self
             .tables

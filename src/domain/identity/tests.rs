@@ -43,6 +43,7 @@ fn container(id: &str, engine: &str, instance: &str, state_id: Option<&str>) -> 
         created: Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap(),
         host_port: None,
         networks: Vec::new(),
+        paused: false,
     }
 }
 
@@ -303,6 +304,7 @@ fn a_provision_whose_name_a_foreign_container_holds_is_taken_out_with_a_message_
         ],
         recheck_at: None,
         data_kept_until: None,
+        pause: false,
     };
     let foreign = [
         container("f1", "redis", "i1", Some(THEIRS)),
@@ -337,6 +339,7 @@ fn an_unlabelled_foreign_holder_is_named_as_one_from_before_identities() {
         actions: vec![provision("mongo")],
         recheck_at: None,
         data_kept_until: None,
+        pause: false,
     };
     let held =
         hold_names_held_by_foreign(&mut plan, &[container("f2", "mongo", "i2", None)], &state());
@@ -355,6 +358,7 @@ fn without_foreign_containers_the_plan_is_untouched() {
         actions: vec![provision("postgres"), provision("redis")],
         recheck_at: None,
         data_kept_until: None,
+        pause: false,
     };
     let before = plan.clone();
     assert!(hold_names_held_by_foreign(&mut plan, &[], &state()).is_empty());

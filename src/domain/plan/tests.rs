@@ -51,6 +51,7 @@ fn next_wake(actions: &[Action]) -> Option<DateTime<Utc>> {
         actions: actions.to_vec(),
         recheck_at: None,
         data_kept_until: None,
+        pause: false,
     }
     .next_wake()
 }
@@ -112,6 +113,7 @@ fn desired(services: &[&'static str], features: &[(&'static str, &[&str])]) -> D
         last_used_at: now() - chrono::Duration::seconds(5),
         idle_timeout: None,
         persistent: false,
+        idle_action: Default::default(),
         owner_container: None,
     }
 }
@@ -160,6 +162,7 @@ fn container(
         created: now() - chrono::Duration::seconds(age),
         host_port: Some(CONTAINER_PORT),
         networks: Vec::new(),
+        paused: false,
     }
 }
 
@@ -1842,5 +1845,150 @@ fn an_earlier_incarnations_credentials_are_never_reused_even_by_a_heal() {
             "teardown c1 superseded",
             "provision postgres create features=[] reuse=no port=- replace=[]"
         ]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Pause on idle
+// ---------------------------------------------------------------------------
+
+fn pausing(d: DesiredSandbox) -> DesiredSandbox {
+    DesiredSandbox {
+        idle_action: IdleAction::Pause,
+        ..d
+    }
+}
+
+#[test]
+fn an_idle_row_that_asks_to_pause_stays_wanted_keeps_its_containers_and_is_to_be_paused() {
+    let d = pausing(idle_after(desired(&["postgres"], &[]), 3, 5));
+    let observed = [running("c1", "postgres", &[], "i1")];
+    let s = status(&[("postgres", "i1", &[])]);
+    let p = super::plan(
+        Some(&d),
+        &observed,
+        Some(&s),
+        None,
+        None,
+        now(),
+        &policy(None),
+    );
+    assert_eq!(p.wanted, Wanted::Yes);
+    assert!(p.pause);
+    assert_eq!(p.kept().count(), 1);
+    assert_eq!(p.teardowns().count(), 0);
+    // Nothing to look at again for idleness: a touch wakes the controller.
+    assert_eq!(p.recheck_at, None);
+}
+
+#[test]
+fn a_row_that_asks_to_pause_is_looked_at_again_when_it_would_go_idle_and_not_paused_before() {
+    let d = pausing(idle_after(desired(&["postgres"], &[]), 3, 1));
+    let observed = [running("c1", "postgres", &[], "i1")];
+    let s = status(&[("postgres", "i1", &[])]);
+    let p = super::plan(
+        Some(&d),
+        &observed,
+        Some(&s),
+        None,
+        None,
+        now(),
+        &policy(None),
+    );
+    assert_eq!(p.wanted, Wanted::Yes);
+    assert!(!p.pause);
+    assert_eq!(p.recheck_at, Some(ago(1) + chrono::Duration::seconds(3)));
+}
+
+/// (idle action, row timeout, controller default, persistent, seconds
+/// since last used, paused, wanted)
+type PauseRow = (
+    IdleAction,
+    Option<u64>,
+    Option<u64>,
+    bool,
+    i64,
+    bool,
+    Wanted,
+);
+
+#[test]
+fn the_pause_decision_table_covers_the_idle_action_the_timeouts_and_persistence() {
+    use IdleAction::{Pause, Release};
+    let rows: [PauseRow; 8] = [
+        (Pause, Some(3), None, false, 5, true, Wanted::Yes),
+        (Pause, Some(3), None, false, 1, false, Wanted::Yes),
+        (Pause, None, Some(3), false, 5, true, Wanted::Yes),
+        (Pause, None, None, false, 5000, false, Wanted::Yes),
+        (Pause, Some(0), Some(3), false, 5000, false, Wanted::Yes),
+        // Pausing keeps the data: a persistent sandbox may pause.
+        (Pause, Some(3), None, true, 5, true, Wanted::Yes),
+        (Release, Some(3), None, false, 5, false, Wanted::Idle),
+        (Release, Some(3), None, true, 5, false, Wanted::Yes),
+    ];
+    for (action, timeout, default, persistent, last_used, paused, wanted) in rows {
+        let mut d = desired(&["postgres"], &[]);
+        d.idle_action = action;
+        d.idle_timeout = timeout.map(secs);
+        d.persistent = persistent;
+        d.last_used_at = ago(last_used);
+        let p = super::plan(Some(&d), &[], None, None, None, now(), &policy(default));
+        let row = (action, timeout, default, persistent, last_used);
+        assert_eq!(p.pause, paused, "{row:?}");
+        assert_eq!(p.wanted, wanted, "{row:?}");
+    }
+}
+
+#[test]
+fn a_paused_container_counts_as_alive_and_is_kept_not_healed() {
+    let d = pausing(idle_after(desired(&["postgres"], &[]), 3, 5));
+    let mut c = running("c1", "postgres", &[], "i1");
+    c.paused = true;
+    let s = status(&[("postgres", "i1", &[])]);
+    let p = super::plan(
+        Some(&d),
+        &[c.clone()],
+        Some(&s),
+        None,
+        None,
+        now(),
+        &policy(None),
+    );
+    assert_eq!(p.kept().count(), 1);
+    assert_eq!(p.provisions().count(), 0);
+    // Used again: still kept (the controller thaws it), not re-created.
+    let used = idle_after(desired(&["postgres"], &[]), 3, 0);
+    let p = super::plan(
+        Some(&used),
+        &[c],
+        Some(&s),
+        None,
+        None,
+        now(),
+        &policy(None),
+    );
+    assert!(!p.pause);
+    assert_eq!(p.kept().count(), 1);
+    assert_eq!(p.provisions().count(), 0);
+}
+
+#[test]
+fn a_paused_sandbox_whose_row_is_deleted_is_reaped_like_any_other() {
+    let mut c = running("c1", "postgres", &[], "i1");
+    c.paused = true;
+    let s = status(&[("postgres", "i1", &[])]);
+    let p = super::plan(
+        None,
+        &[c],
+        Some(&s),
+        None,
+        Some(ago(SEEN_GONE)),
+        now(),
+        &policy(None),
+    );
+    assert_eq!(p.wanted, Wanted::Deleted);
+    assert_eq!(
+        p.teardowns().map(|t| t.reason).collect::<Vec<_>>(),
+        [ReapReason::Deleted]
     );
 }

@@ -40,6 +40,7 @@ fn row() -> DesiredSandbox {
         last_used_at: now() - chrono::Duration::seconds(60),
         idle_timeout: None,
         persistent: false,
+        idle_action: Default::default(),
         owner_container: None,
     }
 }
@@ -64,6 +65,7 @@ fn container() -> ObservedContainer {
         created: now() - chrono::Duration::seconds(600),
         host_port: Some(55_432),
         networks: vec![NET.into()],
+        paused: false,
     }
 }
 
@@ -276,4 +278,65 @@ fn a_sandbox_whose_id_another_state_database_also_uses_is_reconciled() {
         foreign: true,
     };
     assert_eq!(judge(&snapshot, now(), &policy()), Judgement::Reconcile);
+}
+
+/// The row, idle for longer than its minute and asking to pause.
+fn idle_pausing() -> DesiredSandbox {
+    let mut d = row();
+    d.idle_action = crate::domain::sandbox::IdleAction::Pause;
+    d.idle_timeout = Some(std::time::Duration::from_secs(60));
+    d.last_used_at = now() - chrono::Duration::seconds(120);
+    d
+}
+
+fn paused_status() -> SandboxStatus {
+    SandboxStatus {
+        phase: Phase::Paused,
+        message: crate::domain::status::PAUSED.into(),
+        ..status()
+    }
+}
+
+#[test]
+fn a_paused_sandbox_whose_containers_are_frozen_is_left_alone() {
+    let mut frozen = container();
+    frozen.paused = true;
+    assert_eq!(
+        judged(
+            Some(&idle_pausing()),
+            &[frozen],
+            Some(&paused_status()),
+            Some(NET)
+        ),
+        Judgement::Converged { recheck_at: None }
+    );
+}
+
+#[test]
+fn a_sandbox_to_pause_or_to_resume_or_paused_out_of_band_is_reconciled() {
+    let mut frozen = container();
+    frozen.paused = true;
+    // Idle, not frozen yet.
+    assert!(!left_alone(
+        Some(&idle_pausing()),
+        &[container()],
+        Some(&status()),
+        Some(NET)
+    ));
+    // Used again (touched) while frozen.
+    let mut touched = idle_pausing();
+    touched.last_used_at = now();
+    assert!(!left_alone(
+        Some(&touched),
+        &[frozen.clone()],
+        Some(&paused_status()),
+        Some(NET)
+    ));
+    // Frozen by someone else while in use.
+    assert!(!left_alone(
+        Some(&row()),
+        &[frozen],
+        Some(&status()),
+        Some(NET)
+    ));
 }

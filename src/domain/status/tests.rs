@@ -61,6 +61,7 @@ fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
         last_used_at: now(),
         idle_timeout: None,
         persistent: false,
+        idle_action: Default::default(),
         owner_container: None,
     }
 }
@@ -122,6 +123,7 @@ fn plan(wanted: Wanted, actions: Vec<Action>) -> Plan {
         actions,
         recheck_at: None,
         data_kept_until: None,
+        pause: false,
     }
 }
 
@@ -180,6 +182,7 @@ fn outcomes(
         attach: Vec::new(),
         held: Vec::new(),
         awaiting: Vec::new(),
+        paused: None,
     }
 }
 
@@ -736,4 +739,44 @@ fn a_terminating_status_keeps_the_incarnation_it_is_about() {
         panic!("a terminating status is written");
     };
     assert_eq!(update.incarnation, Some(incarnation(ROW)));
+}
+
+#[test]
+fn an_idle_sandbox_whose_containers_are_frozen_is_published_paused_with_its_credentials() {
+    let mut p = plan(Wanted::Yes, vec![keep("postgres", "p1")]);
+    p.pause = true;
+    let d = row(2, &["postgres"]);
+    let o = Outcomes {
+        paused: Some(Ok(())),
+        ..Outcomes::default()
+    };
+    let v = decide(&p, Some(&d), None, &o);
+    let Publish::Write(update) = v.publish else {
+        panic!("{v:?}");
+    };
+    assert_eq!(update.phase, Phase::Paused);
+    assert_eq!(update.message, PAUSED);
+    assert_eq!(update.observed_generation, 2);
+    assert_eq!(update.services["postgres"].instance, "p1");
+    assert!(v.failure.is_none());
+}
+
+#[test]
+fn a_pause_that_failed_is_a_failure_retried_with_backoff_and_the_credentials_stay() {
+    let p = plan(Wanted::Yes, vec![keep("postgres", "p1")]);
+    let d = row(2, &["postgres"]);
+    let o = Outcomes {
+        paused: Some(Err("docker said no".into())),
+        ..Outcomes::default()
+    };
+    let v = decide(&p, Some(&d), None, &o);
+    let Publish::Write(update) = v.publish else {
+        panic!("{v:?}");
+    };
+    assert_eq!(update.phase, Phase::Failed);
+    assert!(update
+        .message
+        .contains("pausing the idle sandbox failed: docker said no"));
+    assert_eq!(update.services["postgres"].instance, "p1");
+    assert!(matches!(v.failure, Some(Failure::Provision(_))));
 }
