@@ -3,6 +3,7 @@
 //! stuck Docker daemon or a lock in Postgres costs one retry, not a worker.
 
 use crate::domain::breaker::ReapingState;
+use crate::domain::checkpoint::{Outcome, Work};
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity::StateId;
@@ -362,6 +363,35 @@ impl Store for BoundedStore {
     async fn prune_events(&self, age: Duration) -> Result<u64, StoreError> {
         let call = self.inner.prune_events(age);
         store_call("prune events", self.after, call).await
+    }
+
+    async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError> {
+        let call = self.inner.checkpoint_work(id);
+        store_call("read checkpoint requests", self.after, call).await
+    }
+
+    async fn finish_checkpoint(
+        &self,
+        id: &SandboxId,
+        name: &str,
+        request: i64,
+        outcome: &Outcome,
+        term: Term,
+    ) -> Result<(), StoreError> {
+        let call = self
+            .inner
+            .finish_checkpoint(id, name, request, outcome, term);
+        store_call("record a checkpoint's outcome", self.after, call).await
+    }
+
+    async fn finish_reset(
+        &self,
+        request: i64,
+        outcome: Result<(), &str>,
+        term: Term,
+    ) -> Result<(), StoreError> {
+        let call = self.inner.finish_reset(request, outcome, term);
+        store_call("record a reset's outcome", self.after, call).await
     }
 
     async fn acquire_lease(

@@ -2,6 +2,7 @@
 //! that runs `reconcile(id)` one key at a time.
 
 mod breaker;
+mod checkpoint;
 mod crash_loops;
 mod fence;
 mod fleet;

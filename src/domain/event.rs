@@ -38,11 +38,16 @@ pub enum EventReason {
     /// A container that keeps dying is not healed for now (crash-loop
     /// back-off), or no more at this generation.
     BackOff,
+    /// The sandbox's data was recorded as a checkpoint (`detail`: its name).
+    Checkpointed,
+    /// The sandbox's data went back to a checkpoint (`detail`: its name,
+    /// `baseline` for the empty database).
+    Reset,
 }
 
 impl EventReason {
     /// Every reason.
-    pub const ALL: [EventReason; 7] = [
+    pub const ALL: [EventReason; 9] = [
         EventReason::Provisioned,
         EventReason::Claimed,
         EventReason::Healed,
@@ -50,6 +55,8 @@ impl EventReason {
         EventReason::Reaped,
         EventReason::Failed,
         EventReason::BackOff,
+        EventReason::Checkpointed,
+        EventReason::Reset,
     ];
 
     /// The stored text.
@@ -62,6 +69,8 @@ impl EventReason {
             EventReason::Reaped => "reaped",
             EventReason::Failed => "failed",
             EventReason::BackOff => "backoff",
+            EventReason::Checkpointed => "checkpointed",
+            EventReason::Reset => "reset",
         }
     }
 
@@ -335,6 +344,51 @@ impl Event {
             None,
             Some("attach"),
             format!("{}; retried with backoff", failures.join("; ")),
+        )
+    }
+
+    /// Checkpoint `name` of the sandbox was recorded: `size` bytes (all
+    /// engines), taken in `elapsed`.
+    pub fn checkpointed(name: &str, size: u64, elapsed: Duration) -> Self {
+        Self::new(
+            EventReason::Checkpointed,
+            None,
+            Some(name),
+            format!(
+                "checkpoint {name} recorded ({}) in {}",
+                super::checkpoint::mib(size),
+                took(elapsed)
+            ),
+        )
+    }
+
+    /// The sandbox's data went back to checkpoint `name` in `elapsed`;
+    /// connected clients' sessions were closed.
+    pub fn reset(name: &str, elapsed: Duration) -> Self {
+        let what = if name == super::checkpoint::BASELINE {
+            "the baseline (empty, with its features)".to_owned()
+        } else {
+            format!("checkpoint {name}")
+        };
+        Self::new(
+            EventReason::Reset,
+            None,
+            Some(name),
+            format!(
+                "data reset to {what} in {}, same credentials; connected sessions were closed",
+                took(elapsed)
+            ),
+        )
+    }
+
+    /// A checkpoint (`what` = `checkpoint`) or reset (`reset`) of `name`
+    /// failed with `error` (the request is marked failed, not retried).
+    pub fn checkpoint_failed(what: &str, name: &str, error: &str) -> Self {
+        Self::new(
+            EventReason::Failed,
+            None,
+            Some(what),
+            format!("{what} {name} failed: {error}"),
         )
     }
 

@@ -6,6 +6,7 @@
 //! function tested with tables.
 
 pub mod breaker;
+pub mod checkpoint;
 pub mod clock;
 pub mod container;
 pub mod crash_loop;

@@ -13,6 +13,7 @@ mod postgres;
 mod redis;
 mod scram;
 
+use crate::domain::checkpoint::CheckpointName;
 use crate::domain::container::ExecOutput;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
@@ -270,6 +271,48 @@ pub trait Engine: Send + Sync + 'static {
         target: &Target<'_>,
         features: &BTreeSet<String>,
     ) -> Result<Vec<String>, EngineError>;
+
+    /// The command (run inside the container as its user, `docker exec`)
+    /// that records the baseline right after the engine is ready: the
+    /// empty database with its features. `None`: the engine needs no copy
+    /// for it (its reset to the baseline empties the data).
+    fn baseline_command(&self, _credentials: &Credentials) -> Option<Vec<String>> {
+        None
+    }
+    /// The command that prints `size=<bytes>`: about what a checkpoint of
+    /// the data now would take. `None`: the engine has no checkpoints.
+    fn checkpoint_size_command(&self, _credentials: &Credentials) -> Option<Vec<String>> {
+        None
+    }
+    /// The command that records the data as checkpoint `name` (replacing
+    /// one of that name) and prints `size=<bytes>` of it. Never a
+    /// credential in it. `None`: the engine has no checkpoints.
+    fn checkpoint_command(
+        &self,
+        _credentials: &Credentials,
+        _name: &CheckpointName,
+    ) -> Option<Vec<String>> {
+        None
+    }
+    /// The command that brings the data back to checkpoint `name` (the
+    /// baseline included) with the same credentials and endpoint, closing
+    /// the sessions of connected clients. `None`: no checkpoints.
+    fn reset_command(
+        &self,
+        _credentials: &Credentials,
+        _name: &CheckpointName,
+    ) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// `bash -c SCRIPT sandboxd-checkpoint ARGS...` (or `sh`).
+fn script(shell: &str, script: &str, args: &[&str]) -> Vec<String> {
+    [shell, "-c", script, "sandboxd-checkpoint"]
+        .iter()
+        .chain(args)
+        .map(|s| (*s).to_owned())
+        .collect()
 }
 
 impl fmt::Debug for dyn Engine {

@@ -52,6 +52,8 @@ pub(crate) struct FakeContainer {
 #[derive(Default)]
 struct World {
     containers: BTreeMap<ContainerId, FakeContainer>,
+    /// Every command run with exec, in order.
+    execs: Vec<(ContainerId, Vec<String>)>,
     /// The containers of each sandbox and of each name (indexes of
     /// `containers`, so that a fleet of 100 000 lists in constant time).
     by_sandbox: HashMap<SandboxId, BTreeSet<ContainerId>>,
@@ -301,6 +303,11 @@ impl FakeRuntime {
     /// Every container, by id.
     pub(crate) fn containers(&self) -> BTreeMap<ContainerId, FakeContainer> {
         self.world.lock().unwrap().containers.clone()
+    }
+
+    /// Every command run with exec (container, argv), in order.
+    pub(crate) fn execs(&self) -> Vec<(ContainerId, Vec<String>)> {
+        self.world.lock().unwrap().execs.clone()
     }
 
     /// The containers of `sandbox`.
@@ -784,24 +791,28 @@ impl Runtime for FakeRuntime {
     async fn exec(
         &self,
         id: &ContainerId,
-        _cmd: &[&str],
+        cmd: &[&str],
         _env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
         self.faults
             .check(RuntimeOp::Exec)
             .await
             .map_err(|e| injected("exec", e))?;
-        let running = self
-            .world
-            .lock()
-            .unwrap()
+        let mut w = self.world.lock().unwrap();
+        w.execs
+            .push((id.clone(), cmd.iter().map(|s| (*s).to_owned()).collect()));
+        let running = w
             .containers
             .get(id)
             .is_some_and(|c| c.state == ContainerState::Running);
-        Ok(ExecOutput {
-            exit_code: if running { 0 } else { 1 },
-            output: String::new(),
-        })
+        // `echo WORDS...` prints its words; `false` fails: enough for the
+        // fake engine's checkpoint commands.
+        let (exit_code, output) = match cmd {
+            ["echo", words @ ..] if running => (0, format!("{}\n", words.join(" "))),
+            ["false", words @ ..] => (1, words.join(" ")),
+            _ => (if running { 0 } else { 1 }, String::new()),
+        };
+        Ok(ExecOutput { exit_code, output })
     }
 
     async fn pool_containers(
