@@ -35,7 +35,7 @@ INSERT INTO sandbox_checkpoint_settings DEFAULT VALUES;
 CREATE SEQUENCE sandbox_checkpoint_requests;
 
 CREATE TABLE sandbox_checkpoints (
-    sandbox_id   text NOT NULL REFERENCES sandbox_desired (id) ON DELETE CASCADE,
+    sandbox_id   text NOT NULL CHECK (length(sandbox_id) BETWEEN 1 AND 63),
     name         text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,30}$' AND name <> 'baseline'),
     owner        text NOT NULL,
     incarnation  uuid NULL,
@@ -54,7 +54,7 @@ CREATE TABLE sandbox_checkpoints (
 
 CREATE TABLE sandbox_resets (
     request      bigint PRIMARY KEY,
-    sandbox_id   text NOT NULL REFERENCES sandbox_desired (id) ON DELETE CASCADE,
+    sandbox_id   text NOT NULL CHECK (length(sandbox_id) BETWEEN 1 AND 63),
     -- 'baseline' or a checkpoint's name.
     checkpoint   text NOT NULL CHECK (checkpoint ~ '^[a-z0-9][a-z0-9_-]{0,30}$'),
     owner        text NOT NULL,
@@ -65,6 +65,27 @@ CREATE TABLE sandbox_resets (
     done_at      timestamptz NULL
 );
 CREATE INDEX sandbox_resets_pending ON sandbox_resets (sandbox_id) WHERE state = 'requested';
+
+-- A released sandbox's checkpoints and resets go with its row (no foreign
+-- key: sandbox_desired may be truncated, migration 04); so do those of
+-- every row when the table is truncated. SECURITY DEFINER: orchestrators
+-- delete rows, and may not delete these.
+CREATE FUNCTION sandbox_checkpoints_forget() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        TRUNCATE sandbox_checkpoints, sandbox_resets;
+        RETURN NULL;
+    END IF;
+    DELETE FROM sandbox_checkpoints c WHERE c.sandbox_id = OLD.id;
+    DELETE FROM sandbox_resets r WHERE r.sandbox_id = OLD.id;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER sandbox_desired_forget_checkpoints AFTER DELETE ON sandbox_desired
+    FOR EACH ROW EXECUTE FUNCTION sandbox_checkpoints_forget();
+CREATE TRIGGER sandbox_desired_truncate_checkpoints AFTER TRUNCATE ON sandbox_desired
+    FOR EACH STATEMENT EXECUTE FUNCTION sandbox_checkpoints_forget();
 
 -- Every row written (by the functions, or by an orchestrator directly):
 -- its owner and incarnation are its sandbox's, and a new checkpoint stays
@@ -261,7 +282,7 @@ BEGIN
         EXECUTE format('REVOKE ALL ON TABLE sandbox_checkpoints, sandbox_resets, sandbox_checkpoint_settings FROM %I', role_name);
         EXECUTE format('REVOKE ALL ON SEQUENCE sandbox_checkpoint_requests FROM %I', role_name);
         EXECUTE format('REVOKE ALL ON FUNCTION sandbox_checkpoint(text, text), sandbox_reset(text, text), '
-                       'sandbox_checkpoints_validate() FROM %I', role_name);
+                       'sandbox_checkpoints_validate(), sandbox_checkpoints_forget() FROM %I', role_name);
         IF pg_has_role((SELECT nspowner FROM pg_namespace WHERE nspname = schema_name), 'USAGE') THEN
             EXECUTE format('REVOKE USAGE ON SCHEMA %I FROM %I', schema_name, role_name);
         END IF;
@@ -273,7 +294,7 @@ $$;
 REVOKE ALL ON TABLE sandbox_checkpoints, sandbox_resets, sandbox_checkpoint_settings FROM PUBLIC;
 REVOKE ALL ON SEQUENCE sandbox_checkpoint_requests FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION sandbox_checkpoint(text, text), sandbox_reset(text, text),
-                           sandbox_checkpoints_validate(),
+                           sandbox_checkpoints_validate(), sandbox_checkpoints_forget(),
                            sandbox_grant_orchestrator(name, boolean), sandbox_revoke_orchestrator(name)
     FROM PUBLIC;
 
@@ -300,7 +321,7 @@ DECLARE
     fn regprocedure;
 BEGIN
     FOREACH fn IN ARRAY ARRAY[
-        'sandbox_checkpoints_validate()', 'sandbox_checkpoint(text, text)', 'sandbox_reset(text, text)',
+        'sandbox_checkpoints_validate()', 'sandbox_checkpoints_forget()', 'sandbox_checkpoint(text, text)', 'sandbox_reset(text, text)',
         'sandbox_grant_orchestrator(name, boolean)', 'sandbox_revoke_orchestrator(name)'
     ]::regprocedure[] LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', fn, schema_name);

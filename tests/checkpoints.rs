@@ -414,6 +414,18 @@ async fn invalid_reserved_and_unknown_names_and_too_many_checkpoints_are_refused
     theirs.apply(&own, &mine).await.unwrap();
     theirs.request_checkpoint(&own, "mine").await.unwrap();
     assert_eq!(theirs.checkpoints(&own).await.unwrap().len(), 1);
+
+    // A released sandbox's checkpoints and resets go with its row.
+    theirs.release(&own).await.unwrap();
+    assert!(theirs.checkpoints(&own).await.unwrap().is_empty());
+    client.release(&id).await.unwrap();
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM sandbox_checkpoints) + (SELECT count(*) FROM sandbox_resets)",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
 }
 
 #[tokio::test]
