@@ -6,21 +6,29 @@
 #   OP checkpoint  closes DB's sessions, copies DB to the template database
 #                  sandboxd_checkpoint_NAME (no login may open it), prints
 #                  size=<bytes> of the copy
-#   OP baseline    as checkpoint, as NAME baseline, unless it exists (a kept
-#                  cluster of a persistent sandbox has it from its first start)
-#   OP reset       closes DB's sessions, sets DB aside, copies the
-#                  checkpoint to DB owned by OWNER, then drops what was set
-#                  aside (or puts it back on a failure)
+#   OP baseline    records how to make DB as provisioned: its features (the
+#                  extensions, with their schemas and versions) as SQL in
+#                  $PGDATA/sandboxd-baseline.sql, unless that exists (a kept
+#                  cluster of a persistent sandbox has it from its first
+#                  start). A few hundred bytes, where a copy of the empty
+#                  database would take 7.5 MiB of the sandbox's memory.
+#   OP reset       closes DB's sessions, sets DB aside, makes DB again owned
+#                  by OWNER (a copy of the checkpoint; for NAME baseline a
+#                  new database from template0 with the recorded features),
+#                  then drops what was set aside (or puts it back on a failure)
 # NAME is validated by sandboxd (a-z 0-9 _ -); every name reaches SQL as a
 # psql variable, quoted by psql (:"var", :'var').
 set -uo pipefail
 op=$1 db=$2 owner=$3 name=$4
 ck=sandboxd_checkpoint_$name
 aside=sandboxd_reset_aside
-export PGOPTIONS='-c client_min_messages=warning'
-psql=(psql -X -q -At -v ON_ERROR_STOP=1 -v VERBOSITY=terse --no-password -h /var/run/postgresql -U postgres -d template1
+baseline=${PGDATA:?PGDATA is not set in the container}/sandboxd-baseline.sql
+# No notices; and a session in the agent's database resolves no name to an
+# object the agent planted (search_path over the database's own settings).
+export PGOPTIONS='-c client_min_messages=warning -c search_path=pg_catalog,pg_temp'
+psql=(psql -X -q -At -v ON_ERROR_STOP=1 -v VERBOSITY=terse --no-password -h /var/run/postgresql -U postgres
 	-v db="$db" -v ck="$ck" -v owner="$owner" -v aside="$aside")
-run() { "${psql[@]}"; }
+run() { "${psql[@]}" -d template1 "$@"; }
 # Closes every session on the agent's database and keeps new ones out.
 close_sessions() {
 	run <<-'SQL'
@@ -34,6 +42,17 @@ open_sessions() {
 		ALTER DATABASE :"db" WITH ALLOW_CONNECTIONS true;
 	SQL
 }
+# Makes DB anew from the recorded baseline: an empty database owned by
+# OWNER with the features it was provisioned with.
+make_baseline() {
+	run <<-'SQL' || return 1
+		CREATE DATABASE :"db" TEMPLATE template0 OWNER :"owner";
+	SQL
+	{
+		printf '%s\n' 'ALTER SCHEMA public OWNER TO :"owner";'
+		cat "$baseline"
+	} | "${psql[@]}" -d "$db"
+}
 case $op in
 size)
 	run <<-'SQL'
@@ -41,15 +60,22 @@ size)
 	SQL
 	;;
 baseline)
-	found=$(
-		run <<-'SQL'
-			SELECT count(*) FROM pg_catalog.pg_database WHERE datname = :'ck';
-		SQL
-	) || exit 1
-	if [[ $found == 1 ]]; then
+	if [[ -s $baseline ]]; then
 		exit 0
 	fi
-	exec bash -c "$BASH_EXECUTION_STRING" sandboxd-checkpoint checkpoint "$db" "$owner" "$name"
+	umask 077
+	"${psql[@]}" -d "$db" >"$baseline.tmp" <<-'SQL' || exit 1
+		SELECT pg_catalog.format('CREATE SCHEMA IF NOT EXISTS %I; GRANT USAGE ON SCHEMA %I TO PUBLIC;', n.nspname, n.nspname)
+		FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+		WHERE n.nspname NOT IN ('public', 'pg_catalog') GROUP BY n.nspname ORDER BY n.nspname;
+		SELECT pg_catalog.format('CREATE EXTENSION IF NOT EXISTS %I SCHEMA %I VERSION %L CASCADE;', e.extname, n.nspname, e.extversion)
+		FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+		WHERE e.extname <> 'plpgsql' ORDER BY e.oid;
+	SQL
+	# Never empty once written: a new database needs no statement at all.
+	printf '%s\n' 'SELECT 1;' >>"$baseline.tmp"
+	mv -f "$baseline.tmp" "$baseline"
+	echo "size=$(stat -c %s "$baseline")"
 	;;
 checkpoint)
 	# A file-level copy of the live database (it needs no session on it),
@@ -66,18 +92,27 @@ checkpoint)
 	exit $rc
 	;;
 reset)
-	# The agent's database is set aside (not dropped) until its copy of
-	# the checkpoint exists; on a failure it comes back.
-	found=$(
-		run <<-'SQL'
-			SELECT count(*) FROM pg_catalog.pg_database WHERE datname = :'ck';
-			DROP DATABASE IF EXISTS :"aside";
-		SQL
-	) || exit 1
-	if [[ $found != 1 ]]; then
-		echo "checkpoint $name is not in this container: it was re-created since (a heal starts with empty data); take the checkpoint again" >&2
-		exit 1
+	if [[ $name == baseline ]]; then
+		if [[ ! -s $baseline ]]; then
+			echo "no baseline was recorded in this container ($baseline)" >&2
+			exit 1
+		fi
+	else
+		found=$(
+			run <<-'SQL'
+				SELECT count(*) FROM pg_catalog.pg_database WHERE datname = :'ck';
+			SQL
+		) || exit 1
+		if [[ $found != 1 ]]; then
+			echo "checkpoint $name is not in this container: it was re-created since (a heal starts with empty data); take the checkpoint again" >&2
+			exit 1
+		fi
 	fi
+	run <<-'SQL' || exit 1
+		DROP DATABASE IF EXISTS :"aside";
+	SQL
+	# The agent's database is set aside (not dropped) until its new copy
+	# exists; on a failure it comes back.
 	close_sessions || { open_sessions; exit 1; }
 	if ! run <<-'SQL'; then
 		ALTER DATABASE :"db" RENAME TO :"aside";
@@ -85,10 +120,17 @@ reset)
 		open_sessions
 		exit 1
 	fi
-	if ! run <<-'SQL'; then
-		CREATE DATABASE :"db" TEMPLATE :"ck" OWNER :"owner" STRATEGY FILE_COPY;
-	SQL
+	if [[ $name == baseline ]]; then
+		make_baseline
+	else
 		run <<-'SQL'
+			CREATE DATABASE :"db" TEMPLATE :"ck" OWNER :"owner" STRATEGY FILE_COPY;
+		SQL
+	fi
+	made=$?
+	if ((made != 0)); then
+		run <<-'SQL'
+			DROP DATABASE IF EXISTS :"db";
 			ALTER DATABASE :"aside" RENAME TO :"db";
 			ALTER DATABASE :"db" WITH ALLOW_CONNECTIONS true;
 		SQL
