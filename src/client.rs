@@ -606,7 +606,7 @@ impl Client {
                     timeout,
                 });
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -652,7 +652,7 @@ impl Client {
                     timeout,
                 });
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
