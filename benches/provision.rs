@@ -566,7 +566,7 @@ async fn resets(bench: &Bench, iters: usize) -> Resets {
         };
         let reset = async {
             let mut con = sqlx::PgConnection::connect(&url).await.expect("connect");
-            sqlx::query("DROP TABLE IF EXISTS big; CREATE TABLE other AS SELECT g FROM generate_series(1, 1000) g")
+            sqlx::raw_sql("DROP TABLE IF EXISTS big; CREATE TABLE other AS SELECT g FROM generate_series(1, 1000) g")
                 .execute(&mut con)
                 .await
                 .expect("other data");

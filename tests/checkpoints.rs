@@ -521,3 +521,75 @@ async fn a_mongo_sandbox_resets_to_its_checkpoint_and_to_the_empty_baseline() {
     client.release(&id).await.unwrap();
     controller.stop().await;
 }
+
+/// Runs the `sandboxd` binary against the test's state database (off the
+/// runtime's thread: the controller runs in this process meanwhile).
+async fn cli(env: &TestEnv, args: &[&str]) -> std::process::Output {
+    let url = env.url.clone();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(common::BIN)
+            .args(&args)
+            .env("DATABASE_URL", url)
+            .output()
+            .expect("run sandboxd")
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_cli_checkpoints_and_resets_and_says_why_it_refuses() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("ckpt-cli");
+    let status = client
+        .provision(&id, &request(&["redis"], &[]), WAIT)
+        .await
+        .expect("redis ready");
+    let mut con = redis_at(&status.services["redis"]).await;
+    let () = cmd(&mut con, &["SET", "k", "before"]).await.unwrap();
+
+    let out = cli(&env, &["checkpoint", id.as_str(), "cli-one", "--wait"]).await;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("checkpoint cli-one of"), "{said}");
+    let () = cmd(&mut con, &["SET", "k", "after"]).await.unwrap();
+    let out = cli(&env, &["reset", id.as_str(), "cli-one", "--wait"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut con = redis_at(&status.services["redis"]).await;
+    let v: String = cmd(&mut con, &["GET", "k"]).await.unwrap();
+    assert_eq!(v, "before");
+    let out = cli(&env, &["reset", id.as_str(), "--wait"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut con = redis_at(&status.services["redis"]).await;
+    let n: i64 = cmd(&mut con, &["DBSIZE"]).await.unwrap();
+    assert_eq!(n, 0);
+
+    // Without --wait: the request's number; refusals exit 1 with the reason.
+    let out = cli(&env, &["checkpoint", id.as_str(), "later"]).await;
+    assert!(String::from_utf8_lossy(&out.stdout).contains("asked (request"));
+    let out = cli(&env, &["reset", id.as_str(), "nope", "--wait"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no checkpoint 'nope'"), "{err}");
+    let out = cli(&env, &["checkpoint", id.as_str(), "baseline"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reserved"));
+
+    client.release(&id).await.unwrap();
+    controller.stop().await;
+}

@@ -117,7 +117,14 @@ pub(crate) async fn perform(
                 .await
                 .map(|()| (0, BTreeMap::new())),
         };
+        let op = match &step {
+            Step::Checkpoint { .. } => "checkpoint",
+            Step::Reset(_) => "reset",
+        };
+        ctx.metrics
+            .checkpoint_done(op, result.is_ok(), started.elapsed().as_secs_f64());
         tracing::info!(
+            op,
             request = step.request(),
             ok = result.is_ok(),
             elapsed_ms = started.elapsed().as_millis() as u64,

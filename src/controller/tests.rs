@@ -2296,6 +2296,14 @@ async fn a_checkpoint_asked_of_a_ready_sandbox_is_taken_in_its_container_and_rec
     assert_eq!(reasons, ["checkpointed", "reset", "failed"]);
     // The sandbox itself is untouched: the same container serves it.
     assert_eq!(h.published(&id("a")).0, container);
+    assert_eq!(
+        h.metric("sandboxd_checkpoint_seconds_count{op=\"checkpoint\",result=\"ok\"}"),
+        1.0
+    );
+    assert_eq!(
+        h.metric("sandboxd_checkpoint_seconds_count{op=\"reset\",result=\"error\"}"),
+        1.0
+    );
 }
 
 #[tokio::test]
