@@ -112,33 +112,39 @@ reset)
 		DROP DATABASE IF EXISTS :"aside";
 	SQL
 	# The agent's database is set aside (not dropped) until its new copy
-	# exists; on a failure it comes back.
-	close_sessions || { open_sessions; exit 1; }
+	# exists; on a failure it comes back. Three psql sessions in all (each
+	# costs a process and a login).
 	if ! run <<-'SQL'; then
+		ALTER DATABASE :"db" WITH ALLOW_CONNECTIONS false;
+		SELECT count(pg_catalog.pg_terminate_backend(pid, 5000)) AS closed FROM pg_catalog.pg_stat_activity
+		WHERE datname = :'db' AND pid <> pg_catalog.pg_backend_pid() \gset
 		ALTER DATABASE :"db" RENAME TO :"aside";
 	SQL
 		open_sessions
 		exit 1
 	fi
 	if [[ $name == baseline ]]; then
-		make_baseline
+		make_baseline && run <<-'SQL'
+			DROP DATABASE :"aside";
+		SQL
 	else
 		run <<-'SQL'
 			CREATE DATABASE :"db" TEMPLATE :"ck" OWNER :"owner" STRATEGY FILE_COPY;
+			DROP DATABASE :"aside";
 		SQL
 	fi
 	made=$?
 	if ((made != 0)); then
 		run <<-'SQL'
+			SELECT EXISTS (SELECT FROM pg_catalog.pg_database WHERE datname = :'aside') AS kept \gset
+			\if :kept
 			DROP DATABASE IF EXISTS :"db";
 			ALTER DATABASE :"aside" RENAME TO :"db";
+			\endif
 			ALTER DATABASE :"db" WITH ALLOW_CONNECTIONS true;
 		SQL
 		exit 1
 	fi
-	run <<-'SQL'
-		DROP DATABASE :"aside";
-	SQL
 	echo reset
 	;;
 *)
