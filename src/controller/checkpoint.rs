@@ -11,7 +11,7 @@ use crate::domain::checkpoint::{self, CheckpointName, Outcome, Step, Work};
 use crate::domain::container::{ContainerState, ObservedContainer};
 use crate::domain::event::{Event, Journal};
 use crate::domain::id::ContainerId;
-use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
+use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 use crate::engine::{Credentials, Engine};
 use crate::ports::runtime::Runtime;
 use crate::ports::store::StoreError;
@@ -95,7 +95,21 @@ pub(crate) async fn perform(
         return Ok(false);
     }
     let status = match ctx.store.fetch_status(&desired.id).await? {
-        Some(s) if steady && s.phase == crate::domain::Phase::Ready => s,
+        Some(s) if steady && s.phase == Phase::Ready => s,
+        Some(s) if s.phase == Phase::Failed => {
+            // Not a wait worth a look every second: each request ends.
+            let Ok(term) = ctx.fence.check() else {
+                return Ok(false);
+            };
+            let why = format!(
+                "the sandbox is failed ({}); ask again once it is ready",
+                s.message
+            );
+            for step in steps {
+                finish(ctx, desired, &step, Err(why.clone()), term, journal).await?;
+            }
+            return Ok(false);
+        }
         _ => return Ok(true),
     };
     for step in steps {
