@@ -3,8 +3,7 @@
 //! and records each outcome (the request's row and an event). The engines
 //! produce the commands ([`Engine::checkpoint_command`] and friends); they
 //! run inside each engine's container through the runtime's exec, each
-//! bounded by the runtime's deadline. Also records an engine's baseline
-//! right after it is ready ([`baseline`]).
+//! bounded by the runtime's deadline.
 
 use super::Context;
 use crate::domain::checkpoint::{self, CheckpointName, Outcome, Step, Work};
@@ -59,24 +58,6 @@ pub(crate) enum CheckpointError {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct TooBig(String);
-
-/// Records `engine`'s baseline in the ready container `id` (if the engine
-/// keeps one), so that a reset can bring it back to the empty database
-/// with its features.
-pub(crate) async fn baseline(
-    runtime: &dyn Runtime,
-    engine: &'static dyn Engine,
-    id: &ContainerId,
-    credentials: &Credentials,
-) -> Result<(), String> {
-    let Some(cmd) = engine.baseline_command(credentials) else {
-        return Ok(());
-    };
-    run(runtime, id, &cmd)
-        .await
-        .map(|_| ())
-        .map_err(|detail| format!("recording the baseline failed: {detail}"))
-}
 
 /// Performs the sandbox's pending checkpoint and reset requests, if its
 /// status is ready and matches its running containers (`steady`: this

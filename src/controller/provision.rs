@@ -86,19 +86,6 @@ pub enum ProvisionError {
     /// A rotation's new container is ready, but switching to it failed.
     #[error(transparent)]
     Switch(#[from] SwitchError),
-    /// The engine is ready but its baseline (what a reset to the baseline
-    /// brings back) could not be recorded.
-    #[error(
-        "{engine} container {container} is ready, but {why}; it is replaced (retried with backoff)"
-    )]
-    Baseline {
-        /// Engine name.
-        engine: EngineName,
-        /// Container name.
-        container: String,
-        /// What failed.
-        why: String,
-    },
     /// A rotation in place failed after its old container was removed (a
     /// persistent sandbox's volume holds one server at a time; a Swarm
     /// service cannot be renamed): the old credentials and features were
@@ -582,15 +569,6 @@ pub(crate) async fn bring_up_at(
     };
     let deadline = ctx.config.readiness_deadline(engine);
     poll_ready(runtime, engine, &target, id, name, deadline).await?;
-    // Before anyone is told the engine is ready: the empty database with
-    // its features (the image created them before the server listened).
-    super::checkpoint::baseline(runtime, engine, id, credentials)
-        .await
-        .map_err(|why| ProvisionError::Baseline {
-            engine: engine.name(),
-            container: name.to_owned(),
-            why,
-        })?;
     if features.is_empty() {
         // Nothing to enable or verify: spare the engine two more logins.
         return Ok((host_port, Vec::new()));

@@ -272,13 +272,6 @@ pub trait Engine: Send + Sync + 'static {
         features: &BTreeSet<String>,
     ) -> Result<Vec<String>, EngineError>;
 
-    /// The command (run inside the container as its user, `docker exec`)
-    /// that records the baseline right after the engine is ready: the
-    /// empty database with its features. `None`: the engine needs no copy
-    /// for it (its reset to the baseline empties the data).
-    fn baseline_command(&self, _credentials: &Credentials) -> Option<Vec<String>> {
-        None
-    }
     /// The command that prints `size=<bytes>`: about what a checkpoint of
     /// the data now would take. `None`: the engine has no checkpoints.
     fn checkpoint_size_command(&self, _credentials: &Credentials) -> Option<Vec<String>> {
@@ -294,9 +287,13 @@ pub trait Engine: Send + Sync + 'static {
     ) -> Option<Vec<String>> {
         None
     }
-    /// The command that brings the data back to checkpoint `name` (the
-    /// baseline included) with the same credentials and endpoint, closing
-    /// the sessions of connected clients. `None`: no checkpoints.
+    /// The command (run inside the container as its user, `docker exec`)
+    /// that brings the data back to checkpoint `name` with the same
+    /// credentials and endpoint, closing the sessions of connected
+    /// clients; for [`CheckpointName::baseline`], to the empty database
+    /// with its features, as provisioning made it (which every engine can
+    /// make again from what its container was started with, so nothing is
+    /// recorded for it). `None`: no checkpoints.
     fn reset_command(
         &self,
         _credentials: &Credentials,

@@ -6,15 +6,10 @@
 #   OP checkpoint  closes DB's sessions, copies DB to the template database
 #                  sandboxd_checkpoint_NAME (no login may open it), prints
 #                  size=<bytes> of the copy
-#   OP baseline    records how to make DB as provisioned: its features (the
-#                  extensions, with their schemas and versions) as SQL in
-#                  $PGDATA/sandboxd-baseline.sql, unless that exists (a kept
-#                  cluster of a persistent sandbox has it from its first
-#                  start). A few hundred bytes, where a copy of the empty
-#                  database would take 7.5 MiB of the sandbox's memory.
 #   OP reset       closes DB's sessions, sets DB aside, makes DB again owned
 #                  by OWNER (a copy of the checkpoint; for NAME baseline a
-#                  new database from template0 with the recorded features),
+#                  new database from template0 with the container's
+#                  features, SANDBOXD_FEATURES, as provisioning made it),
 #                  then drops what was set aside (or puts it back on a failure)
 # NAME is validated by sandboxd (a-z 0-9 _ -); every name reaches SQL as a
 # psql variable, quoted by psql (:"var", :'var').
@@ -22,12 +17,11 @@ set -uo pipefail
 op=$1 db=$2 owner=$3 name=$4
 ck=sandboxd_checkpoint_$name
 aside=sandboxd_reset_aside
-baseline=${PGDATA:?PGDATA is not set in the container}/sandboxd-baseline.sql
 # No notices; and a session in the agent's database resolves no name to an
 # object the agent planted (search_path over the database's own settings).
 export PGOPTIONS='-c client_min_messages=warning -c search_path=pg_catalog,pg_temp'
 psql=(psql -X -q -At -v ON_ERROR_STOP=1 -v VERBOSITY=terse --no-password -h /var/run/postgresql -U postgres
-	-v db="$db" -v ck="$ck" -v owner="$owner" -v aside="$aside")
+	-v db="$db" -v ck="$ck" -v owner="$owner" -v aside="$aside" -v features="${SANDBOXD_FEATURES:-}")
 run() { "${psql[@]}" -d template1 "$@"; }
 # Closes every session on the agent's database and keeps new ones out.
 close_sessions() {
@@ -42,40 +36,24 @@ open_sessions() {
 		ALTER DATABASE :"db" WITH ALLOW_CONNECTIONS true;
 	SQL
 }
-# Makes DB anew from the recorded baseline: an empty database owned by
-# OWNER with the features it was provisioned with.
+# Makes DB anew as provisioning made it: an empty database owned by OWNER,
+# its schema public OWNER's, with the container's features (the image's
+# sandbox mode created them the same way, in public).
 make_baseline() {
 	run <<-'SQL' || return 1
 		CREATE DATABASE :"db" TEMPLATE template0 OWNER :"owner";
 	SQL
-	{
-		printf '%s\n' 'ALTER SCHEMA public OWNER TO :"owner";'
-		cat "$baseline"
-	} | "${psql[@]}" -d "$db"
+	"${psql[@]}" -d "$db" <<-'SQL'
+		ALTER SCHEMA public OWNER TO :"owner";
+		SELECT pg_catalog.format('CREATE EXTENSION IF NOT EXISTS %I SCHEMA public CASCADE', f)
+		FROM pg_catalog.unnest(pg_catalog.string_to_array(:'features', ',')) AS f WHERE f <> '' \gexec
+	SQL
 }
 case $op in
 size)
 	run <<-'SQL'
 		SELECT 'size=' || pg_catalog.pg_database_size(:'db');
 	SQL
-	;;
-baseline)
-	if [[ -s $baseline ]]; then
-		exit 0
-	fi
-	umask 077
-	"${psql[@]}" -d "$db" >"$baseline.tmp" <<-'SQL' || exit 1
-		SELECT pg_catalog.format('CREATE SCHEMA IF NOT EXISTS %I; GRANT USAGE ON SCHEMA %I TO PUBLIC;', n.nspname, n.nspname)
-		FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
-		WHERE n.nspname NOT IN ('public', 'pg_catalog') GROUP BY n.nspname ORDER BY n.nspname;
-		SELECT pg_catalog.format('CREATE EXTENSION IF NOT EXISTS %I SCHEMA %I VERSION %L CASCADE;', e.extname, n.nspname, e.extversion)
-		FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
-		WHERE e.extname <> 'plpgsql' ORDER BY e.oid;
-	SQL
-	# Never empty once written: a new database needs no statement at all.
-	printf '%s\n' 'SELECT 1;' >>"$baseline.tmp"
-	mv -f "$baseline.tmp" "$baseline"
-	echo "size=$(stat -c %s "$baseline")"
 	;;
 checkpoint)
 	# A file-level copy of the live database (it needs no session on it),
@@ -92,12 +70,7 @@ checkpoint)
 	exit $rc
 	;;
 reset)
-	if [[ $name == baseline ]]; then
-		if [[ ! -s $baseline ]]; then
-			echo "no baseline was recorded in this container ($baseline)" >&2
-			exit 1
-		fi
-	else
+	if [[ $name != baseline ]]; then
 		found=$(
 			run <<-'SQL'
 				SELECT count(*) FROM pg_catalog.pg_database WHERE datname = :'ck';
