@@ -1064,7 +1064,7 @@ impl Store for PgStore {
         // Text forms that always decode; a malformed incarnation or
         // instance map reads as none (the request then fails, never panics).
         let checkpoints = sqlx::query(
-            "SELECT name, request, incarnation::text AS incarnation, state, instances::text AS instances
+            "SELECT name, request, incarnation::text AS incarnation, state, instances::text AS instances, size_bytes
              FROM sandbox_checkpoints WHERE sandbox_id = $1 ORDER BY request",
         )
         .bind(id.as_str())
@@ -1080,6 +1080,9 @@ impl Store for PgStore {
                 .and_then(|t| Incarnation::parse(&t).ok()),
             state: row.get("state"),
             instances: serde_json::from_str(row.get::<&str, _>("instances")).unwrap_or_default(),
+            size_bytes: row
+                .get::<Option<i64>, _>("size_bytes")
+                .and_then(|n| u64::try_from(n).ok()),
         })
         .collect();
         let resets = sqlx::query(

@@ -306,13 +306,40 @@ async fn reset(
     target: &str,
 ) -> Result<(), String> {
     let name = CheckpointName::parse(target).map_err(|e| e.to_string())?;
-    if !name.is_baseline() && work.ready(name.as_str()).is_none() {
-        return Err(format!(
-            "the sandbox has no ready checkpoint {name} (it failed, or was taken again and failed): take it again"
-        ));
-    }
+    let size = match work.ready(name.as_str()) {
+        Some(c) => c.size_bytes.unwrap_or(0),
+        None if name.is_baseline() => 0,
+        None => {
+            return Err(format!(
+                "the sandbox has no ready checkpoint {name} (it failed, or was taken again and failed): take it again"
+            ))
+        }
+    };
     let runtime = ctx.runtime.as_ref();
-    for (engine, id, service) in engines(ctx, status, observed)? {
+    let engines = engines(ctx, status, observed)?;
+    // A reset may hold a copy of the checkpoint next to the data it
+    // replaces until it is done (Postgres does): every container must have
+    // room for the whole checkpoint (all engines' size: on the safe side).
+    if size > 0 {
+        for (engine, id, _) in &engines {
+            let memory = run(runtime, id, &["sh".into(), "-c".into(), MEMORY.into()])
+                .await
+                .ok()
+                .and_then(|out| checkpoint::parse_memory(&out));
+            if let Some(memory) = memory {
+                checkpoint::fits(size, memory).map_err(|why| {
+                    CheckpointError::TooBig {
+                        engine: engine.name().as_str().to_owned(),
+                        why: TooBig(format!(
+                            "the reset holds a copy of the checkpoint until it is done, and {why}"
+                        )),
+                    }
+                    .to_string()
+                })?;
+            }
+        }
+    }
+    for (engine, id, service) in engines {
         let Some(cmd) = engine.reset_command(&credentials(service), &name) else {
             continue;
         };

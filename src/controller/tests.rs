@@ -2363,3 +2363,41 @@ async fn an_invalid_checkpoint_name_fails_without_running_anything() {
     );
     assert_eq!(h.runtime.execs().len(), before);
 }
+
+#[tokio::test]
+async fn checkpoints_and_resets_that_would_pass_the_memory_cap_are_refused_before_anything_is_copied(
+) {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.store.request_checkpoint(&id("a"), "fits");
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(
+        h.store.checkpoint_state(&id("a"), "fits").as_deref(),
+        Some("ready")
+    );
+    // The fake engine's checkpoint is 4096 bytes; the container is full.
+    h.runtime.set_memory(1000 * 1024, 1024 * 1024);
+    let before = h.runtime.execs().len();
+    h.store.request_checkpoint(&id("a"), "full");
+    let reset = h.store.request_reset(&id("a"), "fits");
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(
+        h.store.checkpoint_state(&id("a"), "full").as_deref(),
+        Some("failed")
+    );
+    let why = h.store.reset_outcome(reset).unwrap().unwrap_err();
+    assert!(why.contains("holds a copy of the checkpoint"), "{why}");
+    assert!(why.contains("would not fit"), "{why}");
+    let copied: Vec<String> = h.runtime.execs()[before..]
+        .iter()
+        .map(|(_, cmd)| cmd.join(" "))
+        .filter(|c| c.starts_with("echo checkpoint") || c.starts_with("echo reset"))
+        .collect();
+    assert!(copied.is_empty(), "nothing copied or reset: {copied:?}");
+    // The baseline needs no room: it empties the data.
+    let baseline = h.store.request_reset(&id("a"), "baseline");
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(h.store.reset_outcome(baseline), Some(Ok(())));
+}

@@ -80,6 +80,8 @@ pub struct Checkpoint {
     pub state: String,
     /// The containers (engine name → instance token) that hold it.
     pub instances: BTreeMap<String, String>,
+    /// What it takes in memory (all engines), once ready.
+    pub size_bytes: Option<u64>,
 }
 
 /// A reset asked for and not done yet.
@@ -282,6 +284,7 @@ mod tests {
             incarnation: None,
             state: state.into(),
             instances: BTreeMap::new(),
+            size_bytes: None,
         }
     }
 

@@ -54,6 +54,9 @@ struct World {
     containers: BTreeMap<ContainerId, FakeContainer>,
     /// Every command run with exec, in order.
     execs: Vec<(ContainerId, Vec<String>)>,
+    /// What every container's cgroup says of its memory (used, cap), for
+    /// a command that reads it; `None`: such a command prints nothing.
+    memory: Option<(u64, u64)>,
     /// The containers of each sandbox and of each name (indexes of
     /// `containers`, so that a fleet of 100 000 lists in constant time).
     by_sandbox: HashMap<SandboxId, BTreeSet<ContainerId>>,
@@ -303,6 +306,11 @@ impl FakeRuntime {
     /// Every container, by id.
     pub(crate) fn containers(&self) -> BTreeMap<ContainerId, FakeContainer> {
         self.world.lock().unwrap().containers.clone()
+    }
+
+    /// Makes every container's cgroup report `used` bytes of a `cap`.
+    pub(crate) fn set_memory(&self, used: u64, cap: u64) {
+        self.world.lock().unwrap().memory = Some((used, cap));
     }
 
     /// Every command run with exec (container, argv), in order.
@@ -807,8 +815,13 @@ impl Runtime for FakeRuntime {
             .is_some_and(|c| c.state == ContainerState::Running);
         // `echo WORDS...` prints its words; `false` fails: enough for the
         // fake engine's checkpoint commands.
+        let memory = w.memory;
         let (exit_code, output) = match cmd {
             ["echo", words @ ..] if running => (0, format!("{}\n", words.join(" "))),
+            ["sh", "-c", script] if running && script.contains("/sys/fs/cgroup") => (
+                0,
+                memory.map_or_else(String::new, |(used, cap)| format!("{used} {cap}\n")),
+            ),
             ["false", words @ ..] => (1, words.join(" ")),
             _ => (if running { 0 } else { 1 }, String::new()),
         };

@@ -144,6 +144,7 @@ impl FakeStore {
             incarnation: None,
             state: "requested".into(),
             instances: BTreeMap::new(),
+            size_bytes: None,
         });
         request
     }
@@ -497,9 +498,13 @@ impl Store for FakeStore {
             .find(|c| c.name == name && c.request == request)
         {
             match outcome {
-                Outcome::Ready { instances, .. } => {
+                Outcome::Ready {
+                    instances,
+                    size_bytes,
+                } => {
                     c.state = "ready".into();
                     c.instances.clone_from(instances);
+                    c.size_bytes = Some(*size_bytes);
                 }
                 Outcome::Failed(_) => c.state = "failed".into(),
             }
