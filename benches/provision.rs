@@ -489,6 +489,173 @@ async fn heals(
     times
 }
 
+/// Reset-to-checkpoint times against their floor, Postgres.
+struct Resets {
+    /// Size of the checkpointed database.
+    bytes: i64,
+    /// The floor: one `docker exec` of psql that copies the checkpoint
+    /// database (`CREATE DATABASE ... TEMPLATE ... STRATEGY FILE_COPY`) in
+    /// the sandbox's own cluster, what any reset of this size pays.
+    floor: Vec<Duration>,
+    /// `Client::reset` to the checkpoint, from the call until it returned.
+    reset: Vec<Duration>,
+}
+
+/// `iters` times, alternating: a floor copy of the checkpoint, then a
+/// reset of a Postgres sandbox whose ~100 MB table was checkpointed and
+/// then dropped for other data. One sandbox (its memory cap raised for a
+/// 100 MB table, its checkpoint and a reset's copy), released at the end.
+async fn resets(bench: &Bench, iters: usize) -> Resets {
+    use sqlx::Connection;
+    let id = sandbox_id("bench-reset");
+    let status = bench
+        .client
+        .provision(&id, &request("postgres"), READY_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("sandbox {id}: {e}"));
+    let url = common::host_pg_url(&status.services["postgres"]);
+    let container = sandboxd::domain::network::container_name(
+        &bench.config.deployment,
+        &id,
+        engine::lookup("postgres").expect("postgres").name(),
+    );
+    let mut con = sqlx::PgConnection::connect(&url).await.expect("connect");
+    sqlx::query(
+        "CREATE TABLE big AS SELECT g AS id, md5(g::text) || repeat('x', 60) AS v FROM generate_series(1, 750000) g",
+    )
+    .execute(&mut con)
+    .await
+    .expect("fill");
+    con.close().await.expect("close");
+    let checkpoint = bench
+        .client
+        .checkpoint(&id, "filled", READY_TIMEOUT)
+        .await
+        .expect("checkpoint");
+    let copy = |sql: &str| {
+        format!(
+            "psql -X -q -v ON_ERROR_STOP=1 -h /var/run/postgresql -U postgres -d template1 -c '{sql}'"
+        )
+    };
+    let mut out = Resets {
+        bytes: checkpoint.size_bytes.unwrap_or(0),
+        floor: Vec::new(),
+        reset: Vec::new(),
+    };
+    for i in 0..iters {
+        let floor = async {
+            let t0 = Instant::now();
+            let (code, text) = common::exec_in(
+                &bench.env,
+                &container,
+                &copy("CREATE DATABASE bench_floor TEMPLATE sandboxd_checkpoint_filled STRATEGY FILE_COPY"),
+                Vec::new(),
+            )
+            .await;
+            let took = t0.elapsed();
+            assert_eq!(code, 0, "floor copy: {text}");
+            let (code, text) = common::exec_in(
+                &bench.env,
+                &container,
+                &copy("DROP DATABASE bench_floor"),
+                Vec::new(),
+            )
+            .await;
+            assert_eq!(code, 0, "floor drop: {text}");
+            took
+        };
+        let reset = async {
+            let mut con = sqlx::PgConnection::connect(&url).await.expect("connect");
+            sqlx::raw_sql("DROP TABLE IF EXISTS big; CREATE TABLE other AS SELECT g FROM generate_series(1, 1000) g")
+                .execute(&mut con)
+                .await
+                .expect("other data");
+            con.close().await.expect("close");
+            tokio::time::sleep(SETTLE).await;
+            let t0 = Instant::now();
+            bench
+                .client
+                .reset(&id, Some("filled"), READY_TIMEOUT)
+                .await
+                .expect("reset");
+            t0.elapsed()
+        };
+        // Alternate which goes first, as the provisioning scenarios do.
+        if i % 2 == 0 {
+            out.floor.push(floor.await);
+            out.reset.push(reset.await);
+        } else {
+            out.reset.push(reset.await);
+            out.floor.push(floor.await);
+        }
+        tokio::time::sleep(SETTLE).await;
+    }
+    bench.client.release(&id).await.expect("release");
+    common::eventually("teardown", GONE_TIMEOUT, || async {
+        bench
+            .env
+            .containers(Some(&id))
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    out
+}
+
+fn reset_report(r: &Resets) -> String {
+    let mut md = String::new();
+    let floor = median(&r.floor);
+    let reset = median(&r.reset);
+    let _ = writeln!(md, "\n## Reset to a checkpoint\n");
+    let _ = writeln!(
+        md,
+        "A Postgres sandbox with a table of {:.0} MiB, checkpointed, then the table dropped for \
+         other data; `Client::reset` to the checkpoint, from the call until it returned (the \
+         request row, NOTIFY, the controller's reconcile, the reset in the container, the \
+         client's poll). Floor: one `docker exec` of psql copying the checkpoint database \
+         (`CREATE DATABASE ... TEMPLATE ... STRATEGY FILE_COPY`) in the same cluster. Target: \
+         reset under 1 s.\n",
+        r.bytes as f64 / (1024.0 * 1024.0)
+    );
+    let _ = writeln!(md, "| | p50 s | max s | n |");
+    let _ = writeln!(md, "|---|---:|---:|---:|");
+    for (name, times) in [
+        ("floor: copy the checkpoint", &r.floor),
+        ("sandboxd: reset", &r.reset),
+    ] {
+        let max = times.iter().max().copied().unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "| {name} | {:.3} | {:.3} | {} |",
+            median(times).as_secs_f64(),
+            max.as_secs_f64(),
+            times.len()
+        );
+    }
+    let ratio = reset.as_secs_f64() / floor.as_secs_f64().max(1e-9);
+    let met = if reset < Duration::from_secs(1) {
+        "met"
+    } else {
+        "NOT met"
+    };
+    let _ = writeln!(
+        md,
+        "\nsandboxd/floor: {ratio:.2}×; reset under 1 s: **{met}** (p50 {:.3} s).",
+        reset.as_secs_f64()
+    );
+    md
+}
+
+/// The controller configuration of the reset case: a memory cap that holds
+/// a 100 MB table, its checkpoint and a reset's copy.
+fn reset_config(base: &ControllerConfig) -> ControllerConfig {
+    let mut c = base.clone();
+    c.limits.memory_bytes = 768 * 1024 * 1024;
+    c.limits.tmpfs_bytes = 768 * 1024 * 1024;
+    c
+}
+
 /// What a fleet of idle sandboxes costs.
 struct Idle {
     /// Sandboxes per engine.
@@ -1351,6 +1518,23 @@ async fn run() {
         controller.stop().await;
         return;
     }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("reset") {
+        // The reset case alone (about a minute): `BENCH_ONLY=reset cargo
+        // bench --bench provision`; its table goes to target/bench/reset.md.
+        controller.stop().await;
+        let controller = start_controller(&bench.env, reset_config(&bench.config)).await;
+        eprintln!("bench: resets");
+        let md = reset_report(&resets(&bench, iters).await);
+        println!("{md}");
+        if !smoke {
+            let path = output_path().with_file_name("reset.md");
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
+            std::fs::write(&path, &md).expect("write report");
+            eprintln!("bench: wrote {}", path.display());
+        }
+        controller.stop().await;
+        return;
+    }
 
     eprintln!("bench: warm-up");
     for e in [postgres, redis] {
@@ -1395,6 +1579,12 @@ async fn run() {
     let heal_pool = heals(&bench, "postgres", iters, Some(&controller)).await;
     controller.stop().await;
 
+    // Resets to a checkpoint (a larger memory cap for the 100 MB table).
+    let controller = start_controller(&bench.env, reset_config(&bench.config)).await;
+    eprintln!("bench: resets");
+    let reset = resets(&bench, iters).await;
+    controller.stop().await;
+
     // An idle fleet under production relist timing.
     let mut production = with_templates;
     production.relist_interval =
@@ -1427,6 +1617,7 @@ async fn run() {
         ("redis", &rd, &pool_rd),
     ]));
     md.push_str(&resume_report(&resumed));
+    md.push_str(&reset_report(&reset));
     md.push_str(&idle_report(&idle));
     md.push_str(&targets(&Figures {
         cold_pg: &pg,

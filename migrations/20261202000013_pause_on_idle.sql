@@ -230,7 +230,8 @@ BEGIN
 END
 $$;
 
--- As in migration 09, with sandbox_request's new signature.
+-- As in migration 12 (09's, with the checkpoint tables and verbs), with
+-- sandbox_request's new signature.
 CREATE OR REPLACE FUNCTION sandbox_grant_orchestrator(role_name name, own_rows_only boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -268,13 +269,17 @@ BEGIN
                    'sandbox_array_union(text[], text[]), sandbox_features_union(jsonb, jsonb), '
                    'sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text), '
                    'sandbox_touch(text), sandbox_release(text) TO %I', role_name);
+    -- Checkpoints (migration 12): the verbs, what they write, the numbers.
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON TABLE sandbox_checkpoints, sandbox_resets TO %I', role_name);
+    EXECUTE format('GRANT USAGE ON SEQUENCE sandbox_checkpoint_requests TO %I', role_name);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION sandbox_checkpoint(text, text), sandbox_reset(text, text) TO %I', role_name);
     INSERT INTO sandbox_orchestrators (role, own_rows_only)
     VALUES (role_name, own_rows_only);
 END
 $$;
 
--- As in migration 09, with sandbox_request's new signature and the new
--- trigger function.
+-- As in migration 12 (09's, with the checkpoint tables and verbs), with
+-- sandbox_request's new signature and the new trigger function.
 CREATE OR REPLACE FUNCTION sandbox_revoke_orchestrator(role_name name) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -301,6 +306,11 @@ BEGIN
                        'sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text), '
                        'sandbox_touch(text), sandbox_release(text), '
                        'sandbox_record_events(bigint, text, uuid, text, jsonb, integer) FROM %I', role_name);
+        -- Checkpoints (migration 12).
+        EXECUTE format('REVOKE ALL ON TABLE sandbox_checkpoints, sandbox_resets, sandbox_checkpoint_settings FROM %I', role_name);
+        EXECUTE format('REVOKE ALL ON SEQUENCE sandbox_checkpoint_requests FROM %I', role_name);
+        EXECUTE format('REVOKE ALL ON FUNCTION sandbox_checkpoint(text, text), sandbox_reset(text, text), '
+                       'sandbox_checkpoints_validate(), sandbox_checkpoints_forget() FROM %I', role_name);
         IF pg_has_role((SELECT nspowner FROM pg_namespace WHERE nspname = schema_name), 'USAGE') THEN
             EXECUTE format('REVOKE USAGE ON SCHEMA %I FROM %I', schema_name, role_name);
         END IF;

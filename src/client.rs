@@ -34,6 +34,35 @@ pub enum ClientError {
         /// Sandbox id.
         id: SandboxId,
     },
+    /// The database refused a checkpoint or reset (an invalid or reserved
+    /// name, an unknown sandbox or checkpoint, too many checkpoints): the
+    /// message says what to do.
+    #[error("{0}")]
+    Refused(String),
+    /// sandboxd could not perform a checkpoint or reset.
+    #[error("{what} {name} of sandbox {id} failed: {message}")]
+    CheckpointFailed {
+        /// Sandbox id.
+        id: SandboxId,
+        /// `checkpoint` or `reset`.
+        what: &'static str,
+        /// The checkpoint's name.
+        name: String,
+        /// sandboxd's message.
+        message: String,
+    },
+    /// sandboxd did not perform a checkpoint or reset in time.
+    #[error("{what} {name} of sandbox {id} was not done within {timeout:?}; is sandboxd running and the sandbox ready? see `sandboxd describe {id}`")]
+    CheckpointTimeout {
+        /// Sandbox id.
+        id: SandboxId,
+        /// `checkpoint` or `reset`.
+        what: &'static str,
+        /// The checkpoint's name.
+        name: String,
+        /// How long the client waited.
+        timeout: Duration,
+    },
     /// The sandbox did not become ready in time.
     #[error("sandbox {id} was not ready within {timeout:?} (last phase: {phase}); is sandboxd running? see `sandboxd get {id}`")]
     Timeout {
@@ -546,6 +575,143 @@ impl Client {
             .collect())
     }
 
+    /// Asks for checkpoint `name` of the sandbox (`sandbox_checkpoint`;
+    /// one of that name is replaced): the request's number. Refused when
+    /// the name is invalid or `baseline`, the sandbox is not one this role
+    /// sees, or it has the most checkpoints it may.
+    pub async fn request_checkpoint(&self, id: &SandboxId, name: &str) -> Result<i64, ClientError> {
+        sqlx::query_scalar("SELECT sandbox_checkpoint($1, $2)")
+            .bind(id.as_str())
+            .bind(name)
+            .fetch_one(self.store.pool())
+            .await
+            .map_err(refused("ask for a checkpoint"))
+    }
+
+    /// Asks for the sandbox's data to go back to checkpoint `name` (`None`:
+    /// the baseline, the empty database with its features) with the same
+    /// credentials (`sandbox_reset`): the request's number.
+    pub async fn request_reset(
+        &self,
+        id: &SandboxId,
+        name: Option<&str>,
+    ) -> Result<i64, ClientError> {
+        sqlx::query_scalar("SELECT sandbox_reset($1, $2)")
+            .bind(id.as_str())
+            .bind(name)
+            .fetch_one(self.store.pool())
+            .await
+            .map_err(refused("ask for a reset"))
+    }
+
+    /// Takes checkpoint `name` and waits until sandboxd recorded it: its
+    /// row. Fails with what sandboxd said, or after `timeout`.
+    pub async fn checkpoint(
+        &self,
+        id: &SandboxId,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<CheckpointInfo, ClientError> {
+        let request = self.request_checkpoint(id, name).await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let row = self
+                .checkpoints(id)
+                .await?
+                .into_iter()
+                .find(|c| c.name == name);
+            match row {
+                Some(c) if c.request == request && c.state == "ready" => return Ok(c),
+                Some(c) if c.request == request && c.state == "failed" => {
+                    return Err(ClientError::CheckpointFailed {
+                        id: id.clone(),
+                        what: "checkpoint",
+                        name: name.to_owned(),
+                        message: c.message,
+                    })
+                }
+                Some(c) if c.request == request => {}
+                // Taken again (or the sandbox released) meanwhile.
+                _ => {
+                    return Err(ClientError::CheckpointFailed {
+                        id: id.clone(),
+                        what: "checkpoint",
+                        name: name.to_owned(),
+                        message: "it was asked again, or the sandbox was released, while waiting"
+                            .to_owned(),
+                    })
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::CheckpointTimeout {
+                    id: id.clone(),
+                    what: "checkpoint",
+                    name: name.to_owned(),
+                    timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Resets the sandbox's data to checkpoint `name` (`None`: the
+    /// baseline) and waits until sandboxd did. Fails with what sandboxd
+    /// said, or after `timeout`.
+    pub async fn reset(
+        &self,
+        id: &SandboxId,
+        name: Option<&str>,
+        timeout: Duration,
+    ) -> Result<(), ClientError> {
+        let request = self.request_reset(id, name).await?;
+        let name = name.unwrap_or(crate::domain::checkpoint::BASELINE);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let row: Option<(String, String)> =
+                sqlx::query_as("SELECT state, message FROM sandbox_resets WHERE request = $1")
+                    .bind(request)
+                    .fetch_optional(self.store.pool())
+                    .await
+                    .map_err(query("read a reset"))?;
+            match row {
+                Some((state, _)) if state == "done" => return Ok(()),
+                Some((state, message)) if state == "failed" => {
+                    return Err(ClientError::CheckpointFailed {
+                        id: id.clone(),
+                        what: "reset",
+                        name: name.to_owned(),
+                        message,
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    return Err(ClientError::Released { id: id.clone() });
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::CheckpointTimeout {
+                    id: id.clone(),
+                    what: "reset",
+                    name: name.to_owned(),
+                    timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The sandbox's checkpoints (those this role may see), by name.
+    pub async fn checkpoints(&self, id: &SandboxId) -> Result<Vec<CheckpointInfo>, ClientError> {
+        Ok(sqlx::query_as(
+            "SELECT name, request, state, message, size_bytes, requested_at, done_at
+             FROM sandbox_checkpoints WHERE sandbox_id = $1 ORDER BY name",
+        )
+        .bind(id.as_str())
+        .fetch_all(self.store.pool())
+        .await
+        .map_err(query("read checkpoints"))?)
+    }
+
     /// The newest `limit` events of the sandbox, oldest first (those the
     /// connecting role may see: an orchestrator sees the events of the
     /// rows it may read).
@@ -555,6 +721,42 @@ impl Client {
         limit: u32,
     ) -> Result<Vec<RecordedEvent>, ClientError> {
         Ok(self.store.events(id, limit).await?)
+    }
+}
+
+/// A checkpoint of a sandbox (a row of `sandbox_checkpoints`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct CheckpointInfo {
+    /// Its name.
+    pub name: String,
+    /// The number of its latest request.
+    pub request: i64,
+    /// `requested`, `ready` or `failed`.
+    pub state: String,
+    /// Why it failed (empty otherwise).
+    pub message: String,
+    /// What it takes in the sandbox's memory, once ready.
+    pub size_bytes: Option<i64>,
+    /// When it was last asked for.
+    pub requested_at: DateTime<Utc>,
+    /// When sandboxd finished it.
+    pub done_at: Option<DateTime<Utc>>,
+}
+
+/// Maps the refusals of `sandbox_checkpoint` and `sandbox_reset` (invalid
+/// parameter, no such sandbox or checkpoint, too many) to
+/// [`ClientError::Refused`].
+fn refused(op: &'static str) -> impl FnOnce(sqlx::Error) -> ClientError {
+    move |e| match &e {
+        sqlx::Error::Database(db)
+            if matches!(
+                db.code().as_deref(),
+                Some("22023" | "P0002" | "54000" | "23514" | "23503")
+            ) =>
+        {
+            ClientError::Refused(db.message().to_owned())
+        }
+        _ => ClientError::Store(query(op)(e)),
     }
 }
 

@@ -143,6 +143,8 @@ pub struct Metrics {
     webhook_retries: IntCounter,
     webhook_dropped: IntCounter,
     webhook_queue_depth: IntGauge,
+    /// Checkpoints and resets performed (`sandbox_checkpoint`, `sandbox_reset`).
+    checkpoint_seconds: HistogramVec,
     active_workers: IntGaugeVec,
     max_concurrent: IntGaugeVec,
     queue_depth: IntGaugeVec,
@@ -416,6 +418,11 @@ impl Metrics {
                 Opts::new("sandboxd_events_total", "Events recorded in sandbox_events, by reason (provisioned, claimed, healed, rotated, reaped, failed, backoff)"),
                 &["reason"]
             )),
+            checkpoint_seconds: reg!(HistogramVec::new(
+                HistogramOpts::new("sandboxd_checkpoint_seconds", "Seconds a checkpoint or reset of a sandbox took in its containers, by op (checkpoint, reset) and result (ok, error)")
+                    .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+                &["op", "result"]
+            )),
             events_lost: reg!(IntCounter::new(
                 "sandboxd_events_lost_total",
                 "Events that could not be written to sandbox_events (the state database failed; the reconcile went on)"
@@ -635,6 +642,13 @@ impl Metrics {
         for e in events {
             self.events.with_label_values(&[e.reason.as_str()]).inc();
         }
+    }
+
+    /// A checkpoint (`op` = `checkpoint`) or reset (`reset`) performed.
+    pub(crate) fn checkpoint_done(&self, op: &str, ok: bool, seconds: f64) {
+        self.checkpoint_seconds
+            .with_label_values(&[op, if ok { "ok" } else { "error" }])
+            .observe(seconds);
     }
 
     /// Events that could not be written.

@@ -3,6 +3,7 @@
 //! stuck Docker daemon or a lock in Postgres costs one retry, not a worker.
 
 use crate::domain::breaker::ReapingState;
+use crate::domain::checkpoint::{Outcome, Work};
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity::StateId;
@@ -398,6 +399,35 @@ impl Store for BoundedStore {
     ) -> Result<crate::domain::admission::Quota, StoreError> {
         let call = self.inner.owner_quota(owner);
         store_call("read an owner's quota", self.after, call).await
+    }
+
+    async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError> {
+        let call = self.inner.checkpoint_work(id);
+        store_call("read checkpoint requests", self.after, call).await
+    }
+
+    async fn finish_checkpoint(
+        &self,
+        id: &SandboxId,
+        name: &str,
+        request: i64,
+        outcome: &Outcome,
+        term: Term,
+    ) -> Result<(), StoreError> {
+        let call = self
+            .inner
+            .finish_checkpoint(id, name, request, outcome, term);
+        store_call("record a checkpoint's outcome", self.after, call).await
+    }
+
+    async fn finish_reset(
+        &self,
+        request: i64,
+        outcome: Result<(), &str>,
+        term: Term,
+    ) -> Result<(), StoreError> {
+        let call = self.inner.finish_reset(request, outcome, term);
+        store_call("record a reset's outcome", self.after, call).await
     }
 
     async fn acquire_lease(

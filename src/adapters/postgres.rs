@@ -10,6 +10,7 @@
 //! read or panicking in a decoder.
 
 use crate::domain::breaker::ReapingState;
+use crate::domain::checkpoint::{Checkpoint, Outcome, Reset, Work};
 use crate::domain::event::RecordedEvent;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
@@ -1141,6 +1142,135 @@ impl Store for PgStore {
         .await
         .map_err(query("prune events"))?;
         Ok(done.rows_affected())
+    }
+
+    async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError> {
+        // Text forms that always decode; a malformed incarnation or
+        // instance map reads as none (the request then fails, never panics).
+        let checkpoints = sqlx::query(
+            "SELECT name, request, incarnation::text AS incarnation, state, instances::text AS instances, size_bytes
+             FROM sandbox_checkpoints WHERE sandbox_id = $1 ORDER BY request",
+        )
+        .bind(id.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query("read checkpoints"))?
+        .into_iter()
+        .map(|row| Checkpoint {
+            name: row.get("name"),
+            request: row.get("request"),
+            incarnation: row
+                .get::<Option<String>, _>("incarnation")
+                .and_then(|t| Incarnation::parse(&t).ok()),
+            state: row.get("state"),
+            instances: serde_json::from_str(row.get::<&str, _>("instances")).unwrap_or_default(),
+            size_bytes: row
+                .get::<Option<i64>, _>("size_bytes")
+                .and_then(|n| u64::try_from(n).ok()),
+        })
+        .collect();
+        let resets = sqlx::query(
+            "SELECT request, checkpoint, incarnation::text AS incarnation
+             FROM sandbox_resets WHERE sandbox_id = $1 AND state = 'requested' ORDER BY request",
+        )
+        .bind(id.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query("read reset requests"))?
+        .into_iter()
+        .map(|row| Reset {
+            request: row.get("request"),
+            checkpoint: row.get("checkpoint"),
+            incarnation: row
+                .get::<Option<String>, _>("incarnation")
+                .and_then(|t| Incarnation::parse(&t).ok()),
+        })
+        .collect();
+        Ok(Work {
+            checkpoints,
+            resets,
+        })
+    }
+
+    async fn finish_checkpoint(
+        &self,
+        id: &SandboxId,
+        name: &str,
+        request: i64,
+        outcome: &Outcome,
+        term: Term,
+    ) -> Result<(), StoreError> {
+        let (state, message, size, instances) = match outcome {
+            Outcome::Ready {
+                size_bytes,
+                instances,
+            } => (
+                "ready",
+                String::new(),
+                Some(i64::try_from(*size_bytes).unwrap_or(i64::MAX)),
+                serde_json::to_value(instances).unwrap_or_default(),
+            ),
+            Outcome::Failed(why) => (
+                "failed",
+                crate::domain::event::scrub(why, []),
+                None,
+                serde_json::json!({}),
+            ),
+        };
+        let valid: bool = sqlx::query_scalar(
+            "WITH lease AS (SELECT sandbox_lease_valid($6) AS valid),
+                  done AS (UPDATE sandbox_checkpoints
+                           SET state = $4, message = $5, size_bytes = $7, instances = $8, done_at = now()
+                           WHERE sandbox_id = $1 AND name = $2 AND request = $3
+                             AND (SELECT valid FROM lease))
+             SELECT valid FROM lease",
+        )
+        .bind(id.as_str())
+        .bind(name)
+        .bind(request)
+        .bind(state)
+        .bind(message)
+        .bind(term.0)
+        .bind(size)
+        .bind(instances)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query("record a checkpoint's outcome"))?;
+        if valid {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced { term })
+        }
+    }
+
+    async fn finish_reset(
+        &self,
+        request: i64,
+        outcome: Result<(), &str>,
+        term: Term,
+    ) -> Result<(), StoreError> {
+        let (state, message) = match outcome {
+            Ok(()) => ("done", String::new()),
+            Err(why) => ("failed", crate::domain::event::scrub(why, [])),
+        };
+        let valid: bool = sqlx::query_scalar(
+            "WITH lease AS (SELECT sandbox_lease_valid($4) AS valid),
+                  done AS (UPDATE sandbox_resets SET state = $2, message = $3, done_at = now()
+                           WHERE request = $1 AND state = 'requested' AND (SELECT valid FROM lease))
+             SELECT valid FROM lease",
+        )
+        .bind(request)
+        .bind(state)
+        .bind(message)
+        .bind(term.0)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query("record a reset's outcome"))?;
+        if valid {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced { term })
+        }
     }
 
     async fn acquire_lease(

@@ -1,5 +1,5 @@
 //! The command line: `run`, `migrate`, `apply`, `request`, `get`, `list`,
-//! `describe`, `touch`, `release` (alias `delete`), `quota`, `grant-orchestrator`,
+//! `describe`, `touch`, `checkpoint`, `reset`, `release` (alias `delete`), `quota`, `grant-orchestrator`,
 //! `revoke-orchestrator`, `resume-reaping`, `chaos`, `completions`. Every
 //! flag can also be set from the environment (`DATABASE_URL`,
 //! `SANDBOXD_*`).
@@ -139,6 +139,40 @@ pub enum Command {
         /// How long to wait for it to be ready again.
         #[arg(long, value_parser = parse_duration, default_value = "10s")]
         wait: Duration,
+    },
+    /// Record the sandbox's data as checkpoint NAME (replacing one of that
+    /// name), to go back to later with `sandboxd reset ID NAME`. With
+    /// --wait: until sandboxd recorded it (exit 3 when it failed, 4 when
+    /// timed out).
+    Checkpoint {
+        /// Sandbox id.
+        id: SandboxId,
+        /// Checkpoint name: 1 to 31 characters from a-z, 0-9, _ and -
+        /// (`baseline` is reserved).
+        name: String,
+        /// Wait until sandboxd recorded it.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits.
+        #[arg(long, default_value = "2m", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+    /// Bring the sandbox's data back to checkpoint NAME, or without NAME to
+    /// the baseline (the empty database with its features); same
+    /// credentials and endpoint, connected clients' sessions are closed.
+    /// With --wait: until sandboxd did (exit 3 when it failed, 4 when
+    /// timed out).
+    Reset {
+        /// Sandbox id.
+        id: SandboxId,
+        /// Checkpoint name (default: the baseline).
+        name: Option<String>,
+        /// Wait until sandboxd did it.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits.
+        #[arg(long, default_value = "2m", value_parser = parse_duration)]
+        timeout: Duration,
     },
     /// Release a sandbox: delete its desired row; sandboxd tears the
     /// containers down.
@@ -834,6 +868,8 @@ impl CliError {
             CliError::RecordedUnreachable { error, .. } => error.exit_code(),
             CliError::Client(ClientError::Failed { .. }) => EXIT_FAILED,
             CliError::Client(ClientError::Timeout { .. }) => EXIT_TIMED_OUT,
+            CliError::Client(ClientError::CheckpointFailed { .. }) => EXIT_FAILED,
+            CliError::Client(ClientError::CheckpointTimeout { .. }) => EXIT_TIMED_OUT,
             CliError::ChaosFound => EXIT_FAILED,
             _ => 1,
         }
@@ -932,6 +968,45 @@ async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
                 }
                 None => Err(CliError::NotDesired(id)),
             }
+        }
+        Command::Checkpoint {
+            id,
+            name,
+            wait,
+            timeout,
+        } => {
+            let client = Client::connect(&url).await?;
+            if wait {
+                let c = client.checkpoint(&id, &name, timeout).await?;
+                let size = c.size_bytes.map_or(0, |b| u64::try_from(b).unwrap_or(0));
+                say!(
+                    "checkpoint {name} of {id} recorded ({})",
+                    crate::domain::checkpoint::mib(size)
+                );
+            } else {
+                let request = client.request_checkpoint(&id, &name).await?;
+                say!("checkpoint {name} of {id} asked (request {request}); see sandboxd describe {id}");
+            }
+            Ok(())
+        }
+        Command::Reset {
+            id,
+            name,
+            wait,
+            timeout,
+        } => {
+            let client = Client::connect(&url).await?;
+            let what = name.as_deref().unwrap_or("the baseline");
+            if wait {
+                client.reset(&id, name.as_deref(), timeout).await?;
+                say!("{id} reset to {what}");
+            } else {
+                let request = client.request_reset(&id, name.as_deref()).await?;
+                say!(
+                    "reset of {id} to {what} asked (request {request}); see sandboxd describe {id}"
+                );
+            }
+            Ok(())
         }
         Command::Release { id } => {
             let client = Client::connect(&url).await?;

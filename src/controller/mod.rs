@@ -3,6 +3,7 @@
 
 mod admission;
 mod breaker;
+mod checkpoint;
 mod crash_loops;
 mod fence;
 mod fleet;

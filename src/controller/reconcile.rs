@@ -8,7 +8,7 @@ use super::image::Availability;
 use super::provision::Provisioned;
 use super::rotation::{self, Commit};
 use super::Context;
-use super::{admission, network, pool, provision, volume};
+use super::{admission, checkpoint, network, pool, provision, volume};
 use crate::config::NetworkLayout;
 use crate::domain::container::ObservedContainer;
 use crate::domain::crash_loop::{self, HealGate};
@@ -467,6 +467,16 @@ async fn converge(
     }) {
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
+    // Checkpoints and resets asked for (sandbox_checkpoint, sandbox_reset)
+    // run once the sandbox is ready and this reconcile changed nothing.
+    let steady = plan.provisions().next().is_none()
+        && plan.teardowns().next().is_none()
+        && plan.promotions().next().is_none();
+    let checkpoints_waiting = match converging.filter(|_| verdict.failure.is_none()) {
+        Some(d) => checkpoint::perform(ctx, d, &observed, steady, journal).await?,
+        None => false,
+    };
+    let checkpoint_look = checkpoints_waiting.then(|| now + chrono::Duration::seconds(1));
     match verdict.failure {
         None => Ok(
             match plan
@@ -474,6 +484,7 @@ async fn converge(
                 .into_iter()
                 .chain(heal_at)
                 .chain(pause_at)
+                .chain(checkpoint_look)
                 .min()
             {
                 Some(until) => Next::After((until - now).to_std().unwrap_or_default()),

@@ -45,11 +45,16 @@ pub enum EventReason {
     Paused,
     /// A paused sandbox's containers were thawed: it was used again.
     Resumed,
+    /// The sandbox's data was recorded as a checkpoint (`detail`: its name).
+    Checkpointed,
+    /// The sandbox's data went back to a checkpoint (`detail`: its name,
+    /// `baseline` for the empty database).
+    Reset,
 }
 
 impl EventReason {
     /// Every reason.
-    pub const ALL: [EventReason; 10] = [
+    pub const ALL: [EventReason; 12] = [
         EventReason::Provisioned,
         EventReason::Claimed,
         EventReason::Healed,
@@ -60,6 +65,8 @@ impl EventReason {
         EventReason::Waiting,
         EventReason::Paused,
         EventReason::Resumed,
+        EventReason::Checkpointed,
+        EventReason::Reset,
     ];
 
     /// The stored text.
@@ -75,6 +82,8 @@ impl EventReason {
             EventReason::Waiting => "waiting",
             EventReason::Paused => "paused",
             EventReason::Resumed => "resumed",
+            EventReason::Checkpointed => "checkpointed",
+            EventReason::Reset => "reset",
         }
     }
 
@@ -405,6 +414,51 @@ impl Event {
                 format!("resuming the paused sandbox failed: {e}; retried with backoff"),
             ),
         }
+    }
+
+    /// Checkpoint `name` of the sandbox was recorded: `size` bytes (all
+    /// engines), taken in `elapsed`.
+    pub fn checkpointed(name: &str, size: u64, elapsed: Duration) -> Self {
+        Self::new(
+            EventReason::Checkpointed,
+            None,
+            Some(name),
+            format!(
+                "checkpoint {name} recorded ({}) in {}",
+                super::checkpoint::mib(size),
+                took(elapsed)
+            ),
+        )
+    }
+
+    /// The sandbox's data went back to checkpoint `name` in `elapsed`;
+    /// connected clients' sessions were closed.
+    pub fn reset(name: &str, elapsed: Duration) -> Self {
+        let what = if name == super::checkpoint::BASELINE {
+            "the baseline (empty, with its features)".to_owned()
+        } else {
+            format!("checkpoint {name}")
+        };
+        Self::new(
+            EventReason::Reset,
+            None,
+            Some(name),
+            format!(
+                "data reset to {what} in {}, same credentials; connected sessions were closed",
+                took(elapsed)
+            ),
+        )
+    }
+
+    /// A checkpoint (`what` = `checkpoint`) or reset (`reset`) of `name`
+    /// failed with `error` (the request is marked failed, not retried).
+    pub fn checkpoint_failed(what: &str, name: &str, error: &str) -> Self {
+        Self::new(
+            EventReason::Failed,
+            None,
+            Some(what),
+            format!("{what} {name} failed: {error}"),
+        )
     }
 
     /// A whole reconcile failed with `error` before it could say more.

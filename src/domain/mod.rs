@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod breaker;
+pub mod checkpoint;
 pub mod clock;
 pub mod container;
 pub mod crash_loop;

@@ -13,6 +13,7 @@ mod postgres;
 mod redis;
 mod scram;
 
+use crate::domain::checkpoint::CheckpointName;
 use crate::domain::container::ExecOutput;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
@@ -278,6 +279,45 @@ pub trait Engine: Send + Sync + 'static {
     async fn clients(&self, _target: &Target<'_>) -> Result<Option<u32>, EngineError> {
         Ok(None)
     }
+
+    /// The command that prints `size=<bytes>`: about what a checkpoint of
+    /// the data now would take. `None`: the engine has no checkpoints.
+    fn checkpoint_size_command(&self, _credentials: &Credentials) -> Option<Vec<String>> {
+        None
+    }
+    /// The command that records the data as checkpoint `name` (replacing
+    /// one of that name) and prints `size=<bytes>` of it. Never a
+    /// credential in it. `None`: the engine has no checkpoints.
+    fn checkpoint_command(
+        &self,
+        _credentials: &Credentials,
+        _name: &CheckpointName,
+    ) -> Option<Vec<String>> {
+        None
+    }
+    /// The command (run inside the container as its user, `docker exec`)
+    /// that brings the data back to checkpoint `name` with the same
+    /// credentials and endpoint, closing the sessions of connected
+    /// clients; for [`CheckpointName::baseline`], to the empty database
+    /// with its features, as provisioning made it (which every engine can
+    /// make again from what its container was started with, so nothing is
+    /// recorded for it). `None`: no checkpoints.
+    fn reset_command(
+        &self,
+        _credentials: &Credentials,
+        _name: &CheckpointName,
+    ) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// `bash -c SCRIPT sandboxd-checkpoint ARGS...` (or `sh`).
+fn script(shell: &str, script: &str, args: &[&str]) -> Vec<String> {
+    [shell, "-c", script, "sandboxd-checkpoint"]
+        .iter()
+        .chain(args)
+        .map(|s| (*s).to_owned())
+        .collect()
 }
 
 impl fmt::Debug for dyn Engine {

@@ -9,7 +9,8 @@
 //! No MongoDB server can be installed on the development machine, so this
 //! engine is exercised only where a `mongo` image exists.
 
-use super::{Credentials, Engine, EngineError, Target};
+use super::{script, Credentials, Engine, EngineError, Target};
+use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
 use async_trait::async_trait;
@@ -53,6 +54,11 @@ mongosh --quiet --port 27018 --eval '
 mongod --dbpath /data/db --port 27018 --shutdown >/dev/null
 exec mongod --auth --bind_ip_all --dbpath /data/db "$@"
 "#;
+
+/// Checkpoints are `mongodump` archives in the data directory, restored
+/// with `mongorestore` after the database is dropped; the baseline is the
+/// dropped (empty) database. See the script.
+const CHECKPOINTS: &str = include_str!("checkpoint/mongo.sh");
 
 /// The probe: the agent's login, its password read inside the container.
 const PING: &str = r#"mongosh --quiet --host 127.0.0.1 --eval '
@@ -203,6 +209,27 @@ impl Engine for Mongo {
             .map(Some)
             .ok_or_else(|| failed("mongosh printed no count".into()))
     }
+    fn checkpoint_size_command(&self, c: &Credentials) -> Option<Vec<String>> {
+        Some(script(
+            "bash",
+            CHECKPOINTS,
+            &["size", &c.database, &c.user, "-"],
+        ))
+    }
+    fn checkpoint_command(&self, c: &Credentials, name: &CheckpointName) -> Option<Vec<String>> {
+        Some(script(
+            "bash",
+            CHECKPOINTS,
+            &["checkpoint", &c.database, &c.user, name.as_str()],
+        ))
+    }
+    fn reset_command(&self, c: &Credentials, name: &CheckpointName) -> Option<Vec<String>> {
+        Some(script(
+            "bash",
+            CHECKPOINTS,
+            &["reset", &c.database, &c.user, name.as_str()],
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -231,6 +258,19 @@ mod tests {
         // The agent gets its own database's roles, never root.
         assert!(SHIM.contains(r#"{role: "readWrite", db: name}, {role: "dbAdmin", db: name}"#));
         assert!(!SHIM.contains("root"));
+    }
+
+    #[test]
+    fn the_checkpoint_script_is_valid_bash() {
+        let out = std::process::Command::new("bash")
+            .args(["-n", "-c", CHECKPOINTS])
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]

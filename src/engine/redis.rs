@@ -8,7 +8,8 @@
 //! `CONFIG` (but `CONFIG GET`), `REPLICAOF`, `DEBUG`, `SHUTDOWN`, `MIGRATE`,
 //! `ACL`, …
 
-use super::{require_all, Credentials, Engine, EngineError, Target};
+use super::{require_all, script, Credentials, Engine, EngineError, Target};
+use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
 use async_trait::async_trait;
@@ -50,6 +51,11 @@ pub static VALKEY: Resp = Resp {
     features: &["search", "json", "bloom"],
     modules: MODULES,
 };
+
+/// Checkpoints are RDB snapshots the engine writes (`SAVE`) and loads
+/// (`DEBUG RELOAD NOSAVE`) as the images' admin user, from inside the
+/// container; the baseline is the empty keyspace. See the script.
+const CHECKPOINTS: &str = include_str!("checkpoint/redis.sh");
 
 /// The ACL user a warm-pool container gets besides `default`, with the
 /// rights to change `default`'s password at a claim; the claim deletes it.
@@ -351,6 +357,16 @@ impl Engine for Resp {
         require_all(self.name, features, &present)?;
         Ok(present.into_iter().collect())
     }
+
+    fn checkpoint_size_command(&self, _c: &Credentials) -> Option<Vec<String>> {
+        Some(script("sh", CHECKPOINTS, &["size", "-"]))
+    }
+    fn checkpoint_command(&self, _c: &Credentials, name: &CheckpointName) -> Option<Vec<String>> {
+        Some(script("sh", CHECKPOINTS, &["checkpoint", name.as_str()]))
+    }
+    fn reset_command(&self, _c: &Credentials, name: &CheckpointName) -> Option<Vec<String>> {
+        Some(script("sh", CHECKPOINTS, &["reset", name.as_str()]))
+    }
 }
 
 #[cfg(test)]
@@ -389,6 +405,24 @@ mod tests {
                 "/usr/lib/redis/modules/redisearch.so"
             ]
         );
+    }
+
+    #[test]
+    fn the_checkpoint_script_is_valid_sh() {
+        let out = std::process::Command::new("sh")
+            .args(["-n", "-c", CHECKPOINTS])
+            .output()
+            .expect("sh runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let name = CheckpointName::parse("k1").unwrap();
+        let c = REDIS.credentials(Secret::new("s3cretPassw0rd1234"));
+        let cmd = REDIS.reset_command(&c, &name).unwrap();
+        assert_eq!(&cmd[cmd.len() - 2..], ["reset", "k1"]);
+        assert!(!cmd.join(" ").contains("s3cret"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use super::BoxError;
 use crate::domain::admission::Quota;
 use crate::domain::breaker::ReapingState;
+use crate::domain::checkpoint::{Outcome, Work};
 use crate::domain::event::Event;
 use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
@@ -191,6 +192,28 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes every event that last happened longer ago than `age`;
     /// returns how many went.
     async fn prune_events(&self, age: Duration) -> Result<u64, StoreError>;
+    /// The sandbox's checkpoints and its resets not done yet
+    /// (`sandbox_checkpoints`, `sandbox_resets`).
+    async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError>;
+    /// Records how request `request` for checkpoint `name` of `id` ended,
+    /// as the leader of `term` (fenced); a newer request of that name is
+    /// left alone.
+    async fn finish_checkpoint(
+        &self,
+        id: &SandboxId,
+        name: &str,
+        request: i64,
+        outcome: &Outcome,
+        term: Term,
+    ) -> Result<(), StoreError>;
+    /// Records how reset `request` ended (`Err`: why it failed), as the
+    /// leader of `term` (fenced).
+    async fn finish_reset(
+        &self,
+        request: i64,
+        outcome: Result<(), &str>,
+        term: Term,
+    ) -> Result<(), StoreError>;
     /// Subscribes to changes of desired rows. Subscribed once this returns.
     async fn watch_desired(&self) -> Result<NotifyStream, StoreError>;
     /// The limits that apply to `owner` (`sandbox_quotas`: its own row,

@@ -1,5 +1,6 @@
 //! A fake engine: no client library, readiness through the runtime's exec.
 
+use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
 use crate::engine::{Credentials, Engine, EngineError, Registry, Target};
@@ -110,6 +111,25 @@ impl Engine for FakeEngine {
             });
         }
         Ok(out.output.trim().parse().ok())
+    }
+    fn checkpoint_size_command(&self, _c: &Credentials) -> Option<Vec<String>> {
+        Some(vec!["echo".into(), "size=4096".into()])
+    }
+    fn checkpoint_command(&self, _c: &Credentials, name: &CheckpointName) -> Option<Vec<String>> {
+        Some(vec![
+            "echo".into(),
+            format!("checkpoint {name}"),
+            "\nsize=4096".into(),
+        ])
+    }
+    fn reset_command(&self, _c: &Credentials, name: &CheckpointName) -> Option<Vec<String>> {
+        // A checkpoint called `broken` cannot be brought back.
+        let program = if name.as_str() == "broken" {
+            "false"
+        } else {
+            "echo"
+        };
+        Some(vec![program.into(), format!("reset {name}")])
     }
     async fn verify_features(
         &self,

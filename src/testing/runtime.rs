@@ -57,6 +57,11 @@ pub(crate) struct FakeContainer {
 #[derive(Default)]
 struct World {
     containers: BTreeMap<ContainerId, FakeContainer>,
+    /// Every command run with exec, in order.
+    execs: Vec<(ContainerId, Vec<String>)>,
+    /// What every container's cgroup says of its memory (used, cap), for
+    /// a command that reads it; `None`: such a command prints nothing.
+    memory: Option<(u64, u64)>,
     /// The containers of each sandbox and of each name (indexes of
     /// `containers`, so that a fleet of 100 000 lists in constant time).
     by_sandbox: HashMap<SandboxId, BTreeSet<ContainerId>>,
@@ -313,6 +318,16 @@ impl FakeRuntime {
     /// Every container, by id.
     pub(crate) fn containers(&self) -> BTreeMap<ContainerId, FakeContainer> {
         self.world.lock().unwrap().containers.clone()
+    }
+
+    /// Makes every container's cgroup report `used` bytes of a `cap`.
+    pub(crate) fn set_memory(&self, used: u64, cap: u64) {
+        self.world.lock().unwrap().memory = Some((used, cap));
+    }
+
+    /// Every command run with exec (container, argv), in order.
+    pub(crate) fn execs(&self) -> Vec<(ContainerId, Vec<String>)> {
+        self.world.lock().unwrap().execs.clone()
     }
 
     /// The containers of `sandbox`.
@@ -844,25 +859,40 @@ impl Runtime for FakeRuntime {
             .check(RuntimeOp::Exec)
             .await
             .map_err(|e| injected("exec", e))?;
-        let w = self.world.lock().unwrap();
-        let Some(c) = w
+        let mut w = self.world.lock().unwrap();
+        w.execs
+            .push((id.clone(), cmd.iter().map(|s| (*s).to_owned()).collect()));
+        // A paused container runs nothing.
+        let container = w
             .containers
             .get(id)
-            .filter(|c| c.state == ContainerState::Running && !c.paused)
-        else {
-            return Ok(ExecOutput {
-                exit_code: 1,
-                output: String::new(),
+            .filter(|c| c.state == ContainerState::Running && !c.paused);
+        let running = container.is_some();
+        if cmd.first() == Some(&"clients") {
+            return Ok(match container {
+                Some(c) => ExecOutput {
+                    exit_code: 0,
+                    output: c.clients.to_string(),
+                },
+                None => ExecOutput {
+                    exit_code: 1,
+                    output: String::new(),
+                },
             });
+        }
+        // `echo WORDS...` prints its words; `false` fails: enough for the
+        // fake engine's checkpoint commands.
+        let memory = w.memory;
+        let (exit_code, output) = match cmd {
+            ["echo", words @ ..] if running => (0, format!("{}\n", words.join(" "))),
+            ["sh", "-c", script] if running && script.contains("/sys/fs/cgroup") => (
+                0,
+                memory.map_or_else(String::new, |(used, cap)| format!("{used} {cap}\n")),
+            ),
+            ["false", words @ ..] => (1, words.join(" ")),
+            _ => (if running { 0 } else { 1 }, String::new()),
         };
-        Ok(ExecOutput {
-            exit_code: 0,
-            output: if cmd.first() == Some(&"clients") {
-                c.clients.to_string()
-            } else {
-                String::new()
-            },
-        })
+        Ok(ExecOutput { exit_code, output })
     }
 
     async fn pool_containers(

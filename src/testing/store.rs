@@ -2,6 +2,7 @@
 
 use super::Faults;
 use crate::domain::breaker::ReapingState;
+use crate::domain::checkpoint::{self, Outcome, Work};
 use crate::domain::event::Event;
 use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
@@ -54,6 +55,11 @@ struct Tables {
     /// The last seq given out.
     event_seq: i64,
     quotas: BTreeMap<String, crate::domain::admission::Quota>,
+    /// Each sandbox's checkpoints and resets (what `sandbox_checkpoint` and
+    /// `sandbox_reset` wrote), with the outcomes recorded.
+    checkpoints: BTreeMap<SandboxId, Work>,
+    /// How each reset request ended.
+    resets_done: BTreeMap<i64, Result<(), String>>,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -66,6 +72,21 @@ struct FakeLease {
 }
 
 impl Tables {
+    fn next_request(&self) -> i64 {
+        let most = self
+            .checkpoints
+            .values()
+            .flat_map(|w| {
+                w.checkpoints
+                    .iter()
+                    .map(|c| c.request)
+                    .chain(w.resets.iter().map(|r| r.request))
+            })
+            .chain(self.resets_done.keys().copied())
+            .max();
+        most.unwrap_or(0) + 1
+    }
+
     fn lease_valid(&self, term: Term) -> bool {
         self.lease
             .as_ref()
@@ -116,6 +137,62 @@ impl FakeStore {
     /// Inserts or replaces a desired row, bumping its generation and
     /// owning its incarnation like the database does (a new one on insert,
     /// the row's on update), and notifies.
+    /// Asks for checkpoint `name` of `id` as `sandbox_checkpoint` would;
+    /// returns the request number.
+    pub(crate) fn request_checkpoint(&self, id: &SandboxId, name: &str) -> i64 {
+        let mut t = self.tables.lock().unwrap();
+        let request = t.next_request();
+        let work = t.checkpoints.entry(id.clone()).or_default();
+        work.checkpoints.retain(|c| c.name != name);
+        work.checkpoints.push(checkpoint::Checkpoint {
+            name: name.into(),
+            request,
+            incarnation: None,
+            state: "requested".into(),
+            instances: BTreeMap::new(),
+            size_bytes: None,
+        });
+        request
+    }
+
+    /// Asks for a reset of `id` to `name` as `sandbox_reset` would;
+    /// returns the request number.
+    pub(crate) fn request_reset(&self, id: &SandboxId, name: &str) -> i64 {
+        let mut t = self.tables.lock().unwrap();
+        let request = t.next_request();
+        t.checkpoints
+            .entry(id.clone())
+            .or_default()
+            .resets
+            .push(checkpoint::Reset {
+                request,
+                checkpoint: name.into(),
+                incarnation: None,
+            });
+        request
+    }
+
+    /// The state of checkpoint `name` of `id`.
+    pub(crate) fn checkpoint_state(&self, id: &SandboxId, name: &str) -> Option<String> {
+        let t = self.tables.lock().unwrap();
+        t.checkpoints
+            .get(id)?
+            .checkpoints
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.state.clone())
+    }
+
+    /// How reset `request` ended, once it did.
+    pub(crate) fn reset_outcome(&self, request: i64) -> Option<Result<(), String>> {
+        self.tables
+            .lock()
+            .unwrap()
+            .resets_done
+            .get(&request)
+            .cloned()
+    }
+
     pub(crate) fn put_desired(&self, mut row: DesiredSandbox) -> i64 {
         let mut t = self.tables.lock().unwrap();
         row.generation = t.desired.get(&row.id).map_or(1, |d| d.generation + 1);
@@ -476,6 +553,58 @@ impl Store for FakeStore {
     async fn prune_events(&self, _age: Duration) -> Result<u64, StoreError> {
         // The fake keeps no times; its events are bounded per sandbox.
         Ok(0)
+    }
+
+    async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError> {
+        let t = self.tables.lock().unwrap();
+        Ok(t.checkpoints.get(id).cloned().unwrap_or_default())
+    }
+
+    async fn finish_checkpoint(
+        &self,
+        id: &SandboxId,
+        name: &str,
+        request: i64,
+        outcome: &Outcome,
+        term: Term,
+    ) -> Result<(), StoreError> {
+        let mut t = self.tables.lock().unwrap();
+        t.fenced(term)?;
+        let work = t.checkpoints.entry(id.clone()).or_default();
+        if let Some(c) = work
+            .checkpoints
+            .iter_mut()
+            .find(|c| c.name == name && c.request == request)
+        {
+            match outcome {
+                Outcome::Ready {
+                    instances,
+                    size_bytes,
+                } => {
+                    c.state = "ready".into();
+                    c.instances.clone_from(instances);
+                    c.size_bytes = Some(*size_bytes);
+                }
+                Outcome::Failed(_) => c.state = "failed".into(),
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish_reset(
+        &self,
+        request: i64,
+        outcome: Result<(), &str>,
+        term: Term,
+    ) -> Result<(), StoreError> {
+        let mut t = self.tables.lock().unwrap();
+        t.fenced(term)?;
+        for work in t.checkpoints.values_mut() {
+            work.resets.retain(|r| r.request != request);
+        }
+        t.resets_done
+            .insert(request, outcome.map_err(str::to_owned));
+        Ok(())
     }
 
     async fn acquire_lease(

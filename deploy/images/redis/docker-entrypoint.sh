@@ -12,9 +12,12 @@
 # SANDBOXD_PASSWORD, required), or from the file SANDBOXD_SECRETS_FILE names
 # when it is set (a path under /run/secrets/, where Docker Swarm mounts a
 # secret; standard input is then not read), writes /run/sandboxd/server.conf (mode 0600:
-# port 6379 on all interfaces, no persistence, MODULE/DEBUG commands and
-# protected configs disabled, one ACL user `default` with that password and
-# no administrative commands) and execs `$RESP_SERVER /run/sandboxd/server.conf`
+# port 6379 on all interfaces, no persistence, MODULE commands and
+# protected configs disabled, DEBUG only from inside the container, one ACL
+# user `default` with that password and no administrative commands, and
+# sandboxd's admin user `sandboxd-admin` with a random password that only
+# /run/sandboxd/admin holds, for checkpoints and resets run with `docker
+# exec`) and execs `$RESP_SERVER /run/sandboxd/server.conf`
 # with the container's arguments (e.g. --loadmodule PATH). With
 # SANDBOXD_PERSISTENT=1 (/data is a named volume kept across containers of
 # one sandbox) the data goes to an append-only file in /data instead
@@ -141,7 +144,16 @@ if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = "$server" ]; then
 	fi
 	chmod 0700 "$rundir"
 	umask 0077
-	rm -f "$conf"
+	rm -f "$conf" "$rundir/admin"
+	# sandboxd's own admin login (checkpoints and resets, run with `docker
+	# exec` inside the container): a random password that only this tmpfs
+	# file and the configuration hold, never the agent's.
+	admin=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+	case "$admin" in
+	????????????????????????????????????????????????) ;;
+	*) sb_die 1 "could not read 24 random bytes from /dev/urandom for sandboxd's admin login" ;;
+	esac
+	printf '%s' "$admin" >"$rundir/admin"
 	if [ "${SANDBOXD_PERSISTENT:-}" = 1 ]; then
 		# Only the append-only file (appendonlydir/ in /data), fsynced every
 		# second; no RDB snapshots besides the AOF's own base file.
@@ -165,12 +177,15 @@ appendfsync everysec'
 			'save ""' \
 			"$persistence" \
 			'enable-module-command no' \
-			'enable-debug-command no' \
+			'enable-debug-command local' \
 			'enable-protected-configs no'
+		# DEBUG (for DEBUG RELOAD) only from inside the container, and only
+		# for sandboxd's admin user: the agent's `default` has -debug.
+		printf 'user sandboxd-admin on >%s ~* &* +@all\n' "$admin"
 		printf 'user default on >%s ~* &* +@all -module +module|list -config +config|get -replicaof -slaveof -debug -shutdown -migrate -acl -sync -psync -failover -cluster -monitor -save -bgsave -bgrewriteaof -restore -restore-asking\n' "$pw"
 	} >"$conf"
-	pw=
-	chmod 0600 "$conf"
+	pw= admin=
+	chmod 0600 "$conf" "$rundir/admin"
 	cd /data
 	exec "$server" "$conf" "$@" </dev/null
 fi
