@@ -1018,3 +1018,91 @@ async fn an_https_receiver_whose_certificate_is_not_trusted_gets_nothing_and_eac
     );
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listen_client_and_the_webhook_receive_the_checkpoint_and_reset_events() {
+    let env = TestEnv::new().await;
+    let (port, mut deliveries) = receiver().await;
+    let mut listener = listen(&env).await;
+    let mut config = env.config();
+    config.webhook = Some(webhook(&format!("http://127.0.0.1:{port}/hooks")));
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("ckptnote");
+    let ready = client
+        .provision(&id, &request(&["redis"], &[]), Duration::from_secs(90))
+        .await
+        .expect("ready");
+    let password = ready.services["redis"].password.expose().to_owned();
+    client
+        .checkpoint(&id, "seed", Duration::from_secs(30))
+        .await
+        .expect("checkpoint");
+    client
+        .reset(&id, Some("seed"), Duration::from_secs(30))
+        .await
+        .expect("reset to the checkpoint");
+    client
+        .reset(&id, None, Duration::from_secs(30))
+        .await
+        .expect("reset to the baseline");
+    let announced = notified_until(&mut listener, &id, Duration::from_secs(30), |v| {
+        v["reason"] == "reset" && v["detail"] == "baseline"
+    })
+    .await;
+    let words: Vec<(String, String)> = announced
+        .iter()
+        .map(|(v, _)| {
+            (
+                v["reason"].as_str().unwrap_or_default().to_owned(),
+                v["detail"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .filter(|(reason, _)| reason != "provisioned")
+        .collect();
+    assert_eq!(
+        words,
+        [
+            ("checkpointed".to_owned(), "seed".to_owned()),
+            ("reset".to_owned(), "seed".to_owned()),
+            ("reset".to_owned(), "baseline".to_owned()),
+        ],
+        "{announced:?}"
+    );
+    for (v, raw) in &announced {
+        assert_eq!(
+            keys(v),
+            PUBLIC_KEYS.iter().map(|k| k.to_string()).collect(),
+            "{raw}"
+        );
+        assert!(!raw.contains(&password), "a password in {raw}");
+    }
+
+    // The webhook gets the same events, signed, with their messages.
+    let mut received: Vec<Value> = Vec::new();
+    while received.len() < announced.len() {
+        let d = tokio::time::timeout(Duration::from_secs(30), deliveries.recv())
+            .await
+            .unwrap_or_else(|_| panic!("the webhook got {received:?}, NOTIFY {announced:?}"))
+            .unwrap();
+        notice::verify(SECRET.as_bytes(), &d.signature, &d.body)
+            .unwrap_or_else(|| panic!("a bad signature {:?}", d.signature));
+        let body = String::from_utf8(d.body).unwrap();
+        assert!(!body.contains(&password), "a password in {body}");
+        received.push(serde_json::from_str(&body).unwrap());
+    }
+    for ((announced, _), delivered) in announced.iter().zip(&received) {
+        assert_eq!(delivered["seq"], announced["seq"], "in order: {received:?}");
+        assert_eq!(delivered["reason"], announced["reason"]);
+        assert_eq!(delivered["detail"], announced["detail"]);
+    }
+    let reset = received.last().unwrap();
+    assert!(
+        reset["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("baseline")),
+        "{reset}"
+    );
+    client.release(&id).await.unwrap();
+    controller.stop().await;
+}

@@ -433,3 +433,47 @@ async fn the_cli_asks_for_a_pausing_sandbox_and_resume_brings_it_back_ready() {
     assert_eq!(paused(&env, &id).await, [("redis".to_owned(), false)]);
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn a_paused_sandbox_resumes_for_a_checkpoint_and_a_reset_and_keeps_its_data_and_credentials()
+{
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("pauseckpt");
+    let ready = client
+        .provision(&id, &pausing(&["redis"]), READY)
+        .await
+        .unwrap();
+    let rd = ready.services["redis"].clone();
+    redis_set(&rd, "kept", "in the checkpoint").await;
+    wait_for(&client, &id, Phase::Paused, Duration::from_secs(30)).await;
+    assert_eq!(paused(&env, &id).await, [("redis".to_owned(), true)]);
+
+    // A checkpoint of a paused sandbox is a use: it resumes, then records.
+    let c = client
+        .checkpoint(&id, "seed", Duration::from_secs(30))
+        .await
+        .expect("a paused sandbox's checkpoint is taken");
+    assert_eq!(c.state, "ready", "{c:?}");
+    assert_eq!(paused(&env, &id).await, [("redis".to_owned(), false)]);
+    redis_set(&rd, "kept", "after the checkpoint").await;
+
+    // Paused again, a reset resumes it too and brings the data back.
+    wait_for(&client, &id, Phase::Paused, Duration::from_secs(30)).await;
+    client
+        .reset(&id, Some("seed"), Duration::from_secs(30))
+        .await
+        .expect("a paused sandbox's reset is done");
+    let after = wait_for(&client, &id, Phase::Ready, Duration::from_secs(10)).await;
+    assert_eq!(
+        after.services, ready.services,
+        "same credentials and endpoint"
+    );
+    assert_eq!(
+        redis_get(&rd, "kept").await.as_deref(),
+        Some("in the checkpoint")
+    );
+    client.release(&id).await.unwrap();
+    controller.stop().await;
+}
