@@ -562,6 +562,12 @@ impl Metrics {
         for reason in crate::domain::event::EventReason::ALL {
             m.events.with_label_values(&[reason.as_str()]);
         }
+        // The checkpoint panels and alert see every op and result at 0.
+        for op in ["checkpoint", "reset"] {
+            for result in ["ok", "error"] {
+                m.checkpoint_seconds.with_label_values(&[op, result]);
+            }
+        }
         for result in ["delivered", "failed"] {
             m.webhook_deliveries.with_label_values(&[result]);
         }
@@ -981,5 +987,54 @@ impl QueueObserver for Metrics {
     }
     fn panicked(&self) {
         self.reconcile_panics.with_label_values(&[CONTROLLER]).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Metrics;
+
+    /// The dashboard's pause, checkpoint and webhook panels (and alerts)
+    /// need their series before the first pause, checkpoint or event.
+    #[test]
+    fn the_pause_checkpoint_and_webhook_series_exist_at_zero_before_first_use() {
+        let text = Metrics::new().render();
+        let mut expected = vec![
+            r#"sandboxd_sandboxes{phase="paused"} 0"#.to_owned(),
+            "sandboxd_webhook_retries_total 0".to_owned(),
+            "sandboxd_webhook_dropped_total 0".to_owned(),
+            "sandboxd_webhook_queue_depth 0".to_owned(),
+        ];
+        for action in ["paused", "resumed", "in_use"] {
+            expected.push(format!(
+                r#"sandboxd_idle_actions_total{{action="{action}"}} 0"#
+            ));
+        }
+        for op in ["checkpoint", "reset"] {
+            for result in ["ok", "error"] {
+                expected.push(format!(
+                    r#"sandboxd_checkpoint_seconds_count{{op="{op}",result="{result}"}} 0"#
+                ));
+                expected.push(format!(
+                    r#"sandboxd_checkpoint_seconds_bucket{{op="{op}",result="{result}",le="+Inf"}} 0"#
+                ));
+            }
+        }
+        for result in ["delivered", "failed"] {
+            expected.push(format!(
+                r#"sandboxd_webhook_deliveries_total{{result="{result}"}} 0"#
+            ));
+        }
+        for error in ["unreachable", "status", "timeout"] {
+            expected.push(format!(
+                r#"sandboxd_webhook_attempt_errors_total{{error="{error}"}} 0"#
+            ));
+        }
+        for line in expected {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing `{line}` in\n{text}"
+            );
+        }
     }
 }
