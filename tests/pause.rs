@@ -14,7 +14,11 @@ use sqlx::Connection;
 use std::time::{Duration, Instant};
 
 const READY: Duration = Duration::from_secs(90);
-const IDLE: Duration = Duration::from_secs(3);
+/// Counted from the request: longer than provisioning takes on a loaded
+/// machine, so that the tests' first connections (to write data, or to
+/// hold one open) reach a sandbox that is not frozen yet (one that is
+/// accepts the connection and answers nothing).
+const IDLE: Duration = Duration::from_secs(6);
 
 async fn status(client: &Client, id: &SandboxId) -> SandboxStatus {
     client.status(id).await.unwrap().expect("a status row")

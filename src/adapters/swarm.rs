@@ -28,10 +28,11 @@ use base64::Engine as _;
 use bollard::models::{
     EndpointPortConfig, EndpointPortConfigProtocolEnum, EndpointPortConfigPublishModeEnum,
     EndpointSpec, EndpointSpecModeEnum, Limit, Mount, MountType, MountVolumeOptions,
-    MountVolumeOptionsDriverConfig, NetworkAttachmentConfig, ResourceObject, SecretSpec,
-    ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, Task, TaskSpec, TaskSpecContainerSpec,
-    TaskSpecContainerSpecFile, TaskSpecContainerSpecSecrets, TaskSpecLogDriver, TaskSpecResources,
-    TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
+    MountVolumeOptionsDriverConfig, NetworkAttachmentConfig, NodeSpecAvailabilityEnum, NodeState,
+    ResourceObject, SecretSpec, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, Task,
+    TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecFile, TaskSpecContainerSpecSecrets,
+    TaskSpecLogDriver, TaskSpecResources, TaskSpecRestartPolicy,
+    TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::{
     ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListSecretsOptionsBuilder,
@@ -190,7 +191,8 @@ impl SwarmRuntime {
         id: &ContainerId,
         running: bool,
     ) -> Result<Vec<String>, RuntimeError> {
-        let mut filters = HashMap::from([("label", vec![format!("{TASK_SERVICE_ID}={id}")])]);
+        let mut filters =
+            HashMap::from([("label", vec![format!("{TASK_SERVICE_ID}={}", id.as_str())])]);
         if running {
             filters.insert("status", vec!["running".to_owned()]);
         }
@@ -599,9 +601,27 @@ impl Runtime for SwarmRuntime {
         self.node.ping().await
     }
 
-    /// The memory of the node sandboxd talks to (not the swarm's sum).
+    /// The memory of the Swarm's ready, active nodes together (what its
+    /// placement shares out; whether one node holds a sandbox is Swarm's
+    /// placement by reservation, which says so when none does). `None`
+    /// when no node says.
     async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
-        self.node.host_memory().await
+        let nodes = self
+            .docker
+            .list_nodes(None)
+            .await
+            .map_err(api("list nodes", "the swarm"))?;
+        let total: u64 = nodes
+            .into_iter()
+            .filter(|n| {
+                n.status.as_ref().and_then(|s| s.state) == Some(NodeState::READY)
+                    && n.spec.as_ref().and_then(|s| s.availability)
+                        == Some(NodeSpecAvailabilityEnum::ACTIVE)
+            })
+            .filter_map(|n| n.description?.resources?.memory_bytes)
+            .filter_map(|m| u64::try_from(m).ok())
+            .sum();
+        Ok(Some(total).filter(|t| *t > 0))
     }
 
     async fn list(
