@@ -6,8 +6,8 @@
 --   change of what is asked: a new generation.
 -- * sandbox_status.phase gains 'paused'.
 -- * sandbox_request gains p_idle_action (NULL keeps the row's): a new
---   signature, so the old one is dropped, and sandbox_grant_orchestrator /
---   sandbox_revoke_orchestrator are migration 09's with the new signature.
+--   signature, so the old one is dropped; migration 14 lists the new one
+--   among what sandbox_grant_orchestrator grants.
 -- * sandbox_touch wakes the controller (NOTIFY sandbox_desired) when it
 --   touches a row that asks to pause and is paused or may be being paused
 --   (idle by now): that touch is what resumes it. Other touches stay silent.
@@ -230,99 +230,14 @@ BEGIN
 END
 $$;
 
--- As in migration 12 (09's, with the checkpoint tables and verbs), with
--- sandbox_request's new signature.
-CREATE OR REPLACE FUNCTION sandbox_grant_orchestrator(role_name name, own_rows_only boolean DEFAULT false)
-RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    schema_name name := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                         WHERE c.oid = 'sandbox_desired'::regclass);
-BEGIN
-    IF role_name IS NULL OR own_rows_only IS NULL THEN
-        RAISE EXCEPTION 'sandbox_grant_orchestrator needs a role name and own_rows_only true or false'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = role_name) THEN
-        RAISE EXCEPTION 'role % does not exist: create it first as a superuser (CREATE ROLE % LOGIN PASSWORD ''...''), then grant it again',
-            quote_ident(role_name), quote_ident(role_name)
-            USING ERRCODE = 'undefined_object';
-    END IF;
-    IF role_name LIKE 'pg\_%' THEN
-        RAISE EXCEPTION 'role % is a predefined role: create a role of its own for the orchestrator', quote_ident(role_name)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF role_name = current_user THEN
-        RAISE EXCEPTION 'role % is the role running this function (the owner of sandboxd''s tables): create another role for the orchestrator',
-            quote_ident(role_name)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    PERFORM sandbox_revoke_orchestrator(role_name);
-
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', schema_name, role_name);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE sandbox_desired TO %I', role_name);
-    EXECUTE format('GRANT SELECT ON TABLE sandbox_status, sandbox_events, sandbox_engines, sandbox_engine_features TO %I', role_name);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION sandbox_allowed_engines(), sandbox_allowed_features(text), '
-                   'sandbox_quote(text), sandbox_orchestrator_may_access(text, name), '
-                   'sandbox_orchestrator_may_see_status(text, name), '
-                   'sandbox_array_union(text[], text[]), sandbox_features_union(jsonb, jsonb), '
-                   'sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text), '
-                   'sandbox_touch(text), sandbox_release(text) TO %I', role_name);
-    -- Checkpoints (migration 12): the verbs, what they write, the numbers.
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON TABLE sandbox_checkpoints, sandbox_resets TO %I', role_name);
-    EXECUTE format('GRANT USAGE ON SEQUENCE sandbox_checkpoint_requests TO %I', role_name);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION sandbox_checkpoint(text, text), sandbox_reset(text, text) TO %I', role_name);
-    INSERT INTO sandbox_orchestrators (role, own_rows_only)
-    VALUES (role_name, own_rows_only);
-END
-$$;
-
--- As in migration 12 (09's, with the checkpoint tables and verbs), with
--- sandbox_request's new signature and the new trigger function.
-CREATE OR REPLACE FUNCTION sandbox_revoke_orchestrator(role_name name) RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-    schema_name name := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                         WHERE c.oid = 'sandbox_desired'::regclass);
-    registered boolean;
-BEGIN
-    IF role_name IS NULL THEN
-        RAISE EXCEPTION 'sandbox_revoke_orchestrator needs a role name'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    DELETE FROM sandbox_orchestrators o WHERE o.role = role_name;
-    registered := FOUND;
-    IF EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = role_name) THEN
-        EXECUTE format('REVOKE ALL ON TABLE sandbox_desired, sandbox_status, sandbox_events, sandbox_engines, '
-                       'sandbox_engine_features, sandbox_orchestrators FROM %I', role_name);
-        EXECUTE format('REVOKE ALL ON FUNCTION sandbox_allowed_engines(), sandbox_allowed_features(text), '
-                       'sandbox_quote(text), sandbox_orchestrator_may_access(text, name), '
-                       'sandbox_orchestrator_may_see_status(text, name), sandbox_desired_validate(), '
-                       'sandbox_desired_validate_lifecycle(), sandbox_desired_validate_idle_action(), '
-                       'sandbox_notify(), sandbox_grant_orchestrator(name, boolean), '
-                       'sandbox_revoke_orchestrator(name), '
-                       'sandbox_array_union(text[], text[]), sandbox_features_union(jsonb, jsonb), '
-                       'sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text), '
-                       'sandbox_touch(text), sandbox_release(text), '
-                       'sandbox_record_events(bigint, text, uuid, text, jsonb, integer) FROM %I', role_name);
-        -- Checkpoints (migration 12).
-        EXECUTE format('REVOKE ALL ON TABLE sandbox_checkpoints, sandbox_resets, sandbox_checkpoint_settings FROM %I', role_name);
-        EXECUTE format('REVOKE ALL ON SEQUENCE sandbox_checkpoint_requests FROM %I', role_name);
-        EXECUTE format('REVOKE ALL ON FUNCTION sandbox_checkpoint(text, text), sandbox_reset(text, text), '
-                       'sandbox_checkpoints_validate(), sandbox_checkpoints_forget() FROM %I', role_name);
-        IF pg_has_role((SELECT nspowner FROM pg_namespace WHERE nspname = schema_name), 'USAGE') THEN
-            EXECUTE format('REVOKE USAGE ON SCHEMA %I FROM %I', schema_name, role_name);
-        END IF;
-    END IF;
-    RETURN registered;
-END
-$$;
+-- Orchestrators get the new sandbox_request, and revoke takes away the
+-- new trigger function, through sandbox_orchestrator_privileges
+-- (migration 14), which sandbox_grant_orchestrator and
+-- sandbox_revoke_orchestrator apply.
 
 REVOKE EXECUTE ON FUNCTION sandbox_desired_validate_idle_action(),
     sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text),
-    sandbox_touch(text),
-    sandbox_grant_orchestrator(name, boolean), sandbox_revoke_orchestrator(name)
+    sandbox_touch(text)
     FROM PUBLIC;
 
 -- Orchestrators registered before this migration may call the new
@@ -353,8 +268,7 @@ BEGIN
     FOREACH fn IN ARRAY ARRAY[
         'sandbox_desired_validate_idle_action()',
         'sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text)',
-        'sandbox_touch(text)',
-        'sandbox_grant_orchestrator(name, boolean)', 'sandbox_revoke_orchestrator(name)'
+        'sandbox_touch(text)'
     ]::regprocedure[] LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', fn, schema_name);
     END LOOP;

@@ -5,6 +5,7 @@ mod common;
 use chrono::{DateTime, Utc};
 use common::{hold_lease, TestEnv};
 use sqlx::postgres::PgListener;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// (id, services, features JSON, expected message fragments)
@@ -1228,4 +1229,228 @@ async fn replicas_starting_at_once_all_sync_the_engine_allowlist_without_collidi
             .await
             .unwrap();
     assert_eq!(after, before, "the same allowlist, once");
+}
+
+/// One privilege on one object, as `(kind, object, privilege)`, in the form
+/// `sandbox_orchestrator_privileges` and `::regclass` / `::regprocedure` print.
+type Privilege = (String, String, String);
+
+/// Every privilege `role` holds on the objects of the tables' schema (and
+/// on the schema), whether granted to it or to PUBLIC.
+async fn privileges_held(pool: &sqlx::PgPool, role: &str) -> BTreeSet<Privilege> {
+    sqlx::query_as::<_, Privilege>(
+        "SELECT 'table', c.oid::regclass::text, p FROM pg_class c,
+                unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) p
+          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+            AND has_table_privilege($1::name, c.oid, p)
+         UNION ALL
+         SELECT 'sequence', c.oid::regclass::text, p FROM pg_class c,
+                unnest(ARRAY['USAGE', 'SELECT', 'UPDATE']) p
+          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'S'
+            AND has_sequence_privilege($1::name, c.oid, p)
+         UNION ALL
+         SELECT 'function', f.oid::regprocedure::text, 'EXECUTE' FROM pg_proc f
+          WHERE f.pronamespace = 'public'::regnamespace
+            AND has_function_privilege($1::name, f.oid, 'EXECUTE')
+         UNION ALL
+         SELECT 'schema', 'public', 'USAGE' WHERE has_schema_privilege($1::name, 'public', 'USAGE')",
+    )
+    .bind(role)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+/// The list's rows: what is granted, and the objects never granted.
+async fn privilege_list(pool: &sqlx::PgPool) -> (BTreeSet<Privilege>, BTreeSet<(String, String)>) {
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT object_kind, object, privilege FROM sandbox_orchestrator_privileges",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let mut granted = BTreeSet::new();
+    let mut never = BTreeSet::new();
+    for (kind, object, privilege) in rows {
+        match privilege {
+            Some(p) => granted.insert((kind, object, p)),
+            None => never.insert((kind, object)),
+        };
+    }
+    (granted, never)
+}
+
+#[tokio::test]
+async fn a_registered_orchestrator_holds_exactly_the_listed_privileges_and_a_revoked_one_none() {
+    let env = TestEnv::new().await;
+    let (listed, _) = env.create_login_role("listed").await;
+    env.create_login_role("bystander").await;
+    let (granted, never) = privilege_list(&env.pool).await;
+    // What migrations 09, 12 and 13 granted, in one list.
+    assert_eq!(granted.len(), 28, "{granted:#?}");
+    for expected in [
+        ("schema", "public", "USAGE"),
+        ("table", "sandbox_desired", "DELETE"),
+        ("table", "sandbox_events", "SELECT"),
+        ("table", "sandbox_resets", "UPDATE"),
+        ("sequence", "sandbox_checkpoint_requests", "USAGE"),
+        (
+            "function",
+            "sandbox_request(text,text,text[],jsonb,interval,boolean,text,text[],text)",
+            "EXECUTE",
+        ),
+        ("function", "sandbox_checkpoint(text,text)", "EXECUTE"),
+        ("function", "sandbox_touch(text)", "EXECUTE"),
+    ] {
+        let expected = (expected.0.into(), expected.1.into(), expected.2.into());
+        assert!(granted.contains(&expected), "{expected:?} in {granted:#?}");
+    }
+    for expected in [
+        ("table", "sandbox_orchestrators"),
+        ("table", "sandbox_orchestrator_privileges"),
+        ("table", "sandbox_checkpoint_settings"),
+        (
+            "function",
+            "sandbox_record_events(bigint,text,uuid,text,jsonb,integer)",
+        ),
+        ("function", "sandbox_grant_orchestrator(name,boolean)"),
+        ("function", "sandbox_desired_validate_idle_action()"),
+    ] {
+        let expected = (expected.0.into(), expected.1.into());
+        assert!(never.contains(&expected), "{expected:?} in {never:#?}");
+    }
+
+    // What PUBLIC holds, seen through a role that was never registered.
+    let public = privileges_held(&env.pool, "bystander").await;
+    assert!(
+        public
+            .iter()
+            .all(|(kind, object, _)| !never.contains(&(kind.clone(), object.clone()))),
+        "PUBLIC holds a privilege on an object orchestrators never get: {public:#?}"
+    );
+
+    // Privileges granted by hand beforehand are replaced by exactly the list.
+    sqlx::raw_sql(
+        "GRANT EXECUTE ON FUNCTION sandbox_record_events(bigint, text, uuid, text, jsonb, integer) TO listed;
+         GRANT SELECT ON sandbox_checkpoint_settings, sandbox_orchestrators TO listed;
+         GRANT INSERT ON sandbox_status TO listed",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    sqlx::query("SELECT sandbox_grant_orchestrator('listed', true)")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let held = privileges_held(&env.pool, "listed").await;
+    let expected: BTreeSet<Privilege> = granted.union(&public).cloned().collect();
+    assert_eq!(
+        held, expected,
+        "a registered orchestrator holds the list and what PUBLIC holds"
+    );
+
+    // The list itself is the owner's: an orchestrator may neither read nor write it.
+    for sql in [
+        "SELECT * FROM sandbox_orchestrator_privileges",
+        "INSERT INTO sandbox_orchestrator_privileges VALUES ('table', 'sandbox_status', 'UPDATE')",
+    ] {
+        let err = sqlx::query(sql).execute(&listed).await.expect_err(sql);
+        assert_eq!(
+            err.as_database_error().and_then(|d| d.code()).as_deref(),
+            Some("42501"),
+            "{sql}: {err}"
+        );
+    }
+
+    let was: bool = sqlx::query_scalar("SELECT sandbox_revoke_orchestrator('listed')")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert!(was);
+    assert_eq!(
+        privileges_held(&env.pool, "listed").await,
+        public,
+        "a revoked orchestrator holds only what PUBLIC holds"
+    );
+}
+
+#[tokio::test]
+async fn a_row_added_to_the_list_reaches_registered_orchestrators_and_a_revoke_takes_it_back() {
+    let env = TestEnv::new().await;
+    env.create_login_role("early").await;
+    env.create_login_role("late").await;
+    sqlx::query("SELECT sandbox_grant_orchestrator('early')")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    // What a later migration does: a new verb, one row, applied to the
+    // orchestrators registered already.
+    sqlx::raw_sql(
+        "CREATE FUNCTION sandbox_new_verb(p_id text) RETURNS text LANGUAGE sql AS $$ SELECT p_id $$;
+         REVOKE EXECUTE ON FUNCTION sandbox_new_verb(text) FROM PUBLIC;
+         INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege)
+         VALUES ('function', 'sandbox_new_verb( text )', 'EXECUTE');
+         SELECT sandbox_apply_orchestrator_privileges(o.role) FROM sandbox_orchestrators o",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let normalised: String = sqlx::query_scalar(
+        "SELECT object FROM sandbox_orchestrator_privileges WHERE object LIKE 'sandbox_new_verb%'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(normalised, "sandbox_new_verb(text)");
+    sqlx::query("SELECT sandbox_grant_orchestrator('late')")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let may = |role: &'static str| {
+        let pool = env.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT has_function_privilege($1::name, 'sandbox_new_verb(text)', 'EXECUTE')",
+            )
+            .bind(role)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert!(may("early").await, "registered before the row");
+    assert!(may("late").await, "registered after the row");
+    sqlx::query("SELECT sandbox_revoke_orchestrator('early')")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    assert!(!may("early").await, "revoked");
+    assert!(may("late").await, "still registered");
+
+    // A row that names nothing is refused with what to write instead.
+    let err = sqlx::query(
+        "INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege)
+         VALUES ('function', 'sandbox_no_such_verb(text)', 'EXECUTE')",
+    )
+    .execute(&env.pool)
+    .await
+    .expect_err("a missing function is refused");
+    assert!(
+        err.to_string().contains("there is no such function"),
+        "{err}"
+    );
+    let err = sqlx::query(
+        "INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege)
+         VALUES ('table', 'sandbox_status', 'TRUNCATE')",
+    )
+    .execute(&env.pool)
+    .await
+    .expect_err("a privilege outside the fixed set is refused");
+    assert_eq!(
+        err.as_database_error().and_then(|d| d.code()).as_deref(),
+        Some("23514"),
+        "{err}"
+    );
 }
