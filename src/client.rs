@@ -613,45 +613,35 @@ impl Client {
         timeout: Duration,
     ) -> Result<CheckpointInfo, ClientError> {
         let request = self.request_checkpoint(id, name).await?;
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+        let failed = |message: String| ClientError::CheckpointFailed {
+            id: id.clone(),
+            what: "checkpoint",
+            name: name.to_owned(),
+            message,
+        };
+        let done = poll_outcome(timeout, || async {
             let row = self
                 .checkpoints(id)
                 .await?
                 .into_iter()
                 .find(|c| c.name == name);
             match row {
-                Some(c) if c.request == request && c.state == "ready" => return Ok(c),
-                Some(c) if c.request == request && c.state == "failed" => {
-                    return Err(ClientError::CheckpointFailed {
-                        id: id.clone(),
-                        what: "checkpoint",
-                        name: name.to_owned(),
-                        message: c.message,
-                    })
-                }
-                Some(c) if c.request == request => {}
+                Some(c) if c.request == request && c.state == "ready" => Ok(Some(c)),
+                Some(c) if c.request == request && c.state == "failed" => Err(failed(c.message)),
+                Some(c) if c.request == request => Ok(None),
                 // Taken again (or the sandbox released) meanwhile.
-                _ => {
-                    return Err(ClientError::CheckpointFailed {
-                        id: id.clone(),
-                        what: "checkpoint",
-                        name: name.to_owned(),
-                        message: "it was asked again, or the sandbox was released, while waiting"
-                            .to_owned(),
-                    })
-                }
+                _ => Err(failed(
+                    "it was asked again, or the sandbox was released, while waiting".to_owned(),
+                )),
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ClientError::CheckpointTimeout {
-                    id: id.clone(),
-                    what: "checkpoint",
-                    name: name.to_owned(),
-                    timeout,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await?;
+        done.ok_or_else(|| ClientError::CheckpointTimeout {
+            id: id.clone(),
+            what: "checkpoint",
+            name: name.to_owned(),
+            timeout,
+        })
     }
 
     /// Resets the sandbox's data to checkpoint `name` (`None`: the
@@ -665,8 +655,7 @@ impl Client {
     ) -> Result<(), ClientError> {
         let request = self.request_reset(id, name).await?;
         let name = name.unwrap_or(crate::domain::checkpoint::BASELINE);
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+        let done = poll_outcome(timeout, || async {
             let row: Option<(String, String)> =
                 sqlx::query_as("SELECT state, message FROM sandbox_resets WHERE request = $1")
                     .bind(request)
@@ -674,30 +663,24 @@ impl Client {
                     .await
                     .map_err(query("read a reset"))?;
             match row {
-                Some((state, _)) if state == "done" => return Ok(()),
-                Some((state, message)) if state == "failed" => {
-                    return Err(ClientError::CheckpointFailed {
-                        id: id.clone(),
-                        what: "reset",
-                        name: name.to_owned(),
-                        message,
-                    })
-                }
-                Some(_) => {}
-                None => {
-                    return Err(ClientError::Released { id: id.clone() });
-                }
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ClientError::CheckpointTimeout {
+                Some((state, _)) if state == "done" => Ok(Some(())),
+                Some((state, message)) if state == "failed" => Err(ClientError::CheckpointFailed {
                     id: id.clone(),
                     what: "reset",
                     name: name.to_owned(),
-                    timeout,
-                });
+                    message,
+                }),
+                Some(_) => Ok(None),
+                None => Err(ClientError::Released { id: id.clone() }),
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await?;
+        done.ok_or_else(|| ClientError::CheckpointTimeout {
+            id: id.clone(),
+            what: "reset",
+            name: name.to_owned(),
+            timeout,
+        })
     }
 
     /// The sandbox's checkpoints (those this role may see), by name.
@@ -721,6 +704,25 @@ impl Client {
         limit: u32,
     ) -> Result<Vec<RecordedEvent>, ClientError> {
         Ok(self.store.events(id, limit).await?)
+    }
+}
+
+/// Looks at a checkpoint's or reset's outcome every 20 ms until `look`
+/// decides (`Some`, or an error), or `timeout` passes (`None`).
+async fn poll_outcome<T, F, Fut>(timeout: Duration, mut look: F) -> Result<Option<T>, ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, ClientError>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(done) = look().await? {
+            return Ok(Some(done));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -10,7 +10,7 @@ use crate::domain::checkpoint::{self, CheckpointName, Outcome, Step, Work};
 use crate::domain::container::{ContainerState, ObservedContainer};
 use crate::domain::event::{Event, Journal};
 use crate::domain::id::ContainerId;
-use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
+use crate::domain::sandbox::{DesiredSandbox, Phase, ServiceStatus, Services};
 use crate::engine::{Credentials, Engine};
 use crate::ports::runtime::Runtime;
 use crate::ports::store::StoreError;
@@ -59,13 +59,26 @@ pub(crate) enum CheckpointError {
 #[error("{0}")]
 pub(crate) struct TooBig(String);
 
+/// The sandbox's status as this reconcile left it (written, or kept):
+/// its phase, message and published engines.
+pub(crate) struct Published<'a> {
+    /// Lifecycle phase.
+    pub(crate) phase: Phase,
+    /// Why the phase is what it is.
+    pub(crate) message: &'a str,
+    /// Per-engine endpoints and credentials.
+    pub(crate) services: &'a Services,
+}
+
 /// Performs the sandbox's pending checkpoint and reset requests, if its
-/// status is ready and matches its running containers (`steady`: this
-/// reconcile changed no container). Returns whether requests are left
-/// for a later look (the sandbox was not ready for them).
+/// status (`status`: as this reconcile published or kept it) is ready and
+/// matches its running containers (`steady`: this reconcile changed no
+/// container). Returns whether requests are left for a later look (the
+/// sandbox was not ready for them).
 pub(crate) async fn perform(
     ctx: &Context,
     desired: &DesiredSandbox,
+    status: Option<Published<'_>>,
     observed: &[ObservedContainer],
     steady: bool,
     journal: &mut Journal,
@@ -75,8 +88,8 @@ pub(crate) async fn perform(
     if steps.is_empty() {
         return Ok(false);
     }
-    let status = match ctx.store.fetch_status(&desired.id).await? {
-        Some(s) if steady && s.phase == Phase::Ready => s,
+    let services = match status {
+        Some(s) if steady && s.phase == Phase::Ready => s.services,
         Some(s) if s.phase == Phase::Failed => {
             // Not a wait worth a look every second: each request ends.
             let Ok(term) = ctx.fence.check() else {
@@ -107,8 +120,8 @@ pub(crate) async fn perform(
         }
         let started = Instant::now();
         let result = match &step {
-            Step::Checkpoint { name, .. } => take(ctx, &status, observed, name).await,
-            Step::Reset(r) => reset(ctx, &work, &status, observed, &r.checkpoint)
+            Step::Checkpoint { name, .. } => take(ctx, services, observed, name).await,
+            Step::Reset(r) => reset(ctx, &work, services, observed, &r.checkpoint)
                 .await
                 .map(|()| (0, BTreeMap::new())),
         };
@@ -185,11 +198,11 @@ async fn finish(
 /// running container and login.
 fn engines<'a>(
     ctx: &Context,
-    status: &'a SandboxStatus,
+    services: &'a Services,
     observed: &[ObservedContainer],
 ) -> Result<Vec<(&'static dyn Engine, ContainerId, &'a ServiceStatus)>, String> {
     let mut out = Vec::new();
-    for (name, service) in &status.services {
+    for (name, service) in services {
         let Some(engine) = ctx.engines.lookup(name) else {
             continue;
         };
@@ -233,7 +246,7 @@ fn credentials(s: &ServiceStatus) -> Credentials {
 /// the containers that hold it.
 async fn take(
     ctx: &Context,
-    status: &SandboxStatus,
+    services: &Services,
     observed: &[ObservedContainer],
     name: &str,
 ) -> Result<(u64, BTreeMap<String, String>), String> {
@@ -241,7 +254,7 @@ async fn take(
     if name.is_baseline() {
         return Err("baseline is reserved: sandboxd records it after provisioning".to_owned());
     }
-    let engines = engines(ctx, status, observed)?;
+    let engines = engines(ctx, services, observed)?;
     let runtime = ctx.runtime.as_ref();
     // Every engine is checked before any is copied: a refusal leaves no
     // half-taken checkpoint behind.
@@ -301,7 +314,7 @@ async fn take(
 async fn reset(
     ctx: &Context,
     work: &Work,
-    status: &SandboxStatus,
+    services: &Services,
     observed: &[ObservedContainer],
     target: &str,
 ) -> Result<(), String> {
@@ -316,7 +329,7 @@ async fn reset(
         }
     };
     let runtime = ctx.runtime.as_ref();
-    let engines = engines(ctx, status, observed)?;
+    let engines = engines(ctx, services, observed)?;
     // A reset may hold a copy of the checkpoint next to the data it
     // replaces until it is done (Postgres does): every container must have
     // room for the whole checkpoint (all engines' size: on the safe side).

@@ -177,15 +177,18 @@ async fn converge(
         None => Some(ctx.gone.missing(id, now)),
     };
 
-    let mut plan = plan::plan(
-        desired.as_ref(),
-        &observed,
-        previous.as_ref(),
-        owner,
-        gone_since,
-        now,
-        &ctx.config.policy(),
-    );
+    let plan_for = |desired: Option<&DesiredSandbox>| {
+        plan::plan(
+            desired,
+            &observed,
+            previous.as_ref(),
+            owner,
+            gone_since,
+            now,
+            &ctx.config.policy(),
+        )
+    };
+    let mut plan = plan_for(desired.as_ref());
     let mut freezing = pause::step(&plan, &observed);
     // Idle by its requests and touches: a client connected to an engine
     // about to be frozen or released is a use, recorded in the row, and
@@ -198,15 +201,7 @@ async fn converge(
                 d.last_used_at = at;
             }
         }
-        plan = plan::plan(
-            desired.as_ref(),
-            &observed,
-            previous.as_ref(),
-            owner,
-            gone_since,
-            now,
-            &ctx.config.policy(),
-        );
+        plan = plan_for(desired.as_ref());
         freezing = pause::step(&plan, &observed);
     }
     if plan.teardowns().any(|t| t.reason == ReapReason::Superseded) {
@@ -472,8 +467,22 @@ async fn converge(
     let steady = plan.provisions().next().is_none()
         && plan.teardowns().next().is_none()
         && plan.promotions().next().is_none();
+    // The status as this reconcile left it: written above, or kept.
+    let status_now = match &verdict.publish {
+        Publish::Write(u) => Some(checkpoint::Published {
+            phase: u.phase,
+            message: &u.message,
+            services: &u.services,
+        }),
+        Publish::Delete => None,
+        Publish::Nothing => previous.as_ref().map(|p| checkpoint::Published {
+            phase: p.phase,
+            message: &p.message,
+            services: &p.services,
+        }),
+    };
     let checkpoints_waiting = match converging.filter(|_| verdict.failure.is_none()) {
-        Some(d) => checkpoint::perform(ctx, d, &observed, steady, journal).await?,
+        Some(d) => checkpoint::perform(ctx, d, status_now, &observed, steady, journal).await?,
         None => false,
     };
     let checkpoint_look = checkpoints_waiting.then(|| now + chrono::Duration::seconds(1));
