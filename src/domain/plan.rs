@@ -563,140 +563,185 @@ fn plan_engine(
     published: Option<&ServiceStatus>,
     in_place: bool,
 ) -> Vec<Action> {
-    let all_ids = |except: Option<&ContainerId>| -> Vec<ContainerId> {
-        containers
+    let seen = EngineView {
+        engine,
+        containers,
+        published,
+    };
+    let running: Vec<&ObservedContainer> = containers
+        .iter()
+        .copied()
+        .filter(|c| c.state == ContainerState::Running)
+        .collect();
+    if let Some(actions) = keep_serving(&seen, wanted, &running) {
+        return actions;
+    }
+    if let Some(old) = running.iter().find(|c| seen.is_published(c)) {
+        return vec![Action::Provision(rotate_running(
+            &seen, wanted, old, in_place,
+        ))];
+    }
+    vec![Action::Provision(provision_afresh(
+        &seen,
+        wanted,
+        running.is_empty(),
+    ))]
+}
+
+/// One engine's containers of a sandbox and what was published for it.
+struct EngineView<'a> {
+    engine: EngineName,
+    containers: &'a [&'a ObservedContainer],
+    published: Option<&'a ServiceStatus>,
+}
+
+impl EngineView<'_> {
+    /// Every container of the engine but `except`.
+    fn ids_except(&self, except: Option<&ContainerId>) -> Vec<ContainerId> {
+        self.containers
             .iter()
             .filter(|c| Some(&c.id) != except)
             .map(|c| c.id.clone())
             .collect()
-    };
-    let running: Vec<&&ObservedContainer> = containers
+    }
+
+    /// The container whose credentials the status holds.
+    fn is_published(&self, c: &ObservedContainer) -> bool {
+        self.published
+            .is_some_and(|p| !p.instance.is_empty() && p.instance == c.labels.instance)
+    }
+
+    /// Under the engine's own name (not a rotation's temporary one).
+    fn canonical(&self, c: &ObservedContainer) -> bool {
+        is_container_name(
+            &c.name,
+            &c.labels.deployment,
+            &c.labels.sandbox,
+            self.engine,
+        )
+    }
+}
+
+/// A running container whose credentials we published and that has every
+/// wanted feature: keep it (one under the engine's name first), remove any
+/// others. The published container is the live one: a rotation's new
+/// container still under its temporary name was published while the old
+/// one still ran, so it takes over.
+fn keep_serving(
+    seen: &EngineView<'_>,
+    wanted: &BTreeSet<String>,
+    running: &[&ObservedContainer],
+) -> Option<Vec<Action>> {
+    let status = seen.published?;
+    let serves =
+        |c: &ObservedContainer| seen.is_published(c) && wanted.is_subset(&c.labels.features);
+    let good = running
         .iter()
-        .filter(|c| c.state == ContainerState::Running)
-        .collect();
-    let is_published = |c: &ObservedContainer| {
-        published.is_some_and(|p| !p.instance.is_empty() && p.instance == c.labels.instance)
-    };
+        .find(|c| serves(c) && seen.canonical(c))
+        .or_else(|| running.iter().find(|c| serves(c)))?;
+    let engine = seen.engine;
+    let mut actions = vec![if seen.canonical(good) {
+        Action::Keep {
+            engine,
+            status: status.clone(),
+        }
+    } else {
+        Action::Promote {
+            engine,
+            container: good.id.clone(),
+            status: status.clone(),
+        }
+    }];
+    actions.extend(seen.ids_except(Some(&good.id)).into_iter().map(|id| {
+        Action::Teardown(Teardown {
+            container: id,
+            engine: engine.as_str().to_owned(),
+            reason: ReapReason::Duplicate,
+        })
+    }));
+    Some(actions)
+}
 
-    let canonical = |c: &ObservedContainer| {
-        is_container_name(&c.name, &c.labels.deployment, &c.labels.sandbox, engine)
-    };
-
-    // A running container whose credentials we published and that has every
-    // wanted feature: keep it (one under the engine's name first), remove
-    // any others. The published container is the live one: a rotation's
-    // new container still under its temporary name was published while
-    // the old one still ran, so it takes over.
-    let serves = |c: &ObservedContainer| is_published(c) && wanted.is_subset(&c.labels.features);
-    if let (Some(good), Some(status)) = (
-        running
-            .iter()
-            .find(|c| serves(c) && canonical(c))
-            .or_else(|| running.iter().find(|c| serves(c))),
-        published,
-    ) {
-        let mut actions = vec![if canonical(good) {
-            Action::Keep {
-                engine,
-                status: status.clone(),
-            }
-        } else {
-            Action::Promote {
-                engine,
-                container: good.id.clone(),
-                status: status.clone(),
-            }
-        }];
-        actions.extend(all_ids(Some(&good.id)).into_iter().map(|id| {
-            Action::Teardown(Teardown {
-                container: id,
-                engine: engine.as_str().to_owned(),
-                reason: ReapReason::Duplicate,
-            })
-        }));
-        return actions;
+/// A running published container that lacks a wanted feature: rotate,
+/// building the new container before the old one goes (any other container
+/// of the engine, such as an earlier attempt's, goes first). A persistent
+/// sandbox's volume holds one server, and a runtime that cannot rename
+/// (Swarm) cannot promote a second one: there (`in_place`) the old
+/// container goes first and the new one tries to keep its host port.
+fn rotate_running(
+    seen: &EngineView<'_>,
+    wanted: &BTreeSet<String>,
+    old: &ObservedContainer,
+    in_place: bool,
+) -> Provision {
+    let features = wanted.union(&old.labels.features).cloned().collect();
+    if in_place {
+        Provision {
+            engine: seen.engine,
+            features,
+            reuse: None,
+            host_port: old.host_port.or(seen.published.map(|p| p.host_port)),
+            replace: seen.ids_except(None),
+            retire: None,
+            reason: ProvisionReason::Rotate,
+        }
+    } else {
+        Provision {
+            engine: seen.engine,
+            features,
+            reuse: None,
+            // The old container holds its port until the new one is
+            // ready: the new one gets its own.
+            host_port: None,
+            replace: seen.ids_except(Some(&old.id)),
+            retire: Some(old.id.clone()),
+            reason: ProvisionReason::Rotate,
+        }
     }
+}
 
-    // A running published container that lacks a wanted feature: rotate,
-    // building the new container before the old one goes (any other
-    // container of the engine, such as an earlier attempt's, goes first).
-    // A persistent sandbox's volume holds one server, and a runtime that
-    // cannot rename (Swarm) cannot promote a second one: there the old
-    // container goes first and the new one tries to keep its host port.
-    if let Some(old) = running.iter().find(|c| is_published(c)) {
-        let features = wanted.union(&old.labels.features).cloned().collect();
-        return vec![Action::Provision(if in_place {
-            Provision {
-                engine,
-                features,
-                reuse: None,
-                host_port: old.host_port.or(published.map(|p| p.host_port)),
-                replace: all_ids(None),
-                retire: None,
-                reason: ProvisionReason::Rotate,
-            }
-        } else {
-            Provision {
-                engine,
-                features,
-                reuse: None,
-                // The old container holds its port until the new one is
-                // ready: the new one gets its own.
-                host_port: None,
-                replace: all_ids(Some(&old.id)),
-                retire: Some(old.id.clone()),
-                reason: ProvisionReason::Rotate,
-            }
-        })];
-    }
-
-    // Nothing running with published credentials.
-    if let Some(p) = published {
+/// Nothing running with published credentials: heal with what the status
+/// promised, rotate to the union when the features grew while the
+/// container was gone, else create (or replace a container whose
+/// credentials were never published: the controller stopped
+/// mid-provision).
+fn provision_afresh(
+    seen: &EngineView<'_>,
+    wanted: &BTreeSet<String>,
+    nothing_runs: bool,
+) -> Provision {
+    let fresh = |features: BTreeSet<String>, reason| Provision {
+        engine: seen.engine,
+        features,
+        reuse: None,
+        host_port: seen.published.map(|p| p.host_port),
+        replace: seen.ids_except(None),
+        retire: None,
+        reason,
+    };
+    if let Some(p) = seen.published {
         let had: BTreeSet<String> = p.available_extensions.iter().cloned().collect();
         if wanted.is_subset(&had) {
             // Heal: the same credentials, endpoint and the features the
             // status promised.
-            return vec![Action::Provision(Provision {
-                engine,
-                features: had,
+            return Provision {
                 reuse: Some(p.clone()),
-                host_port: Some(p.host_port),
-                replace: all_ids(None),
-                retire: None,
-                reason: ProvisionReason::Heal,
-            })];
+                ..fresh(had, ProvisionReason::Heal)
+            };
         }
-        if running.is_empty() {
-            // The features grew while the container was gone: rotate to
-            // the union, as for a running one.
-            return vec![Action::Provision(Provision {
-                engine,
-                features: had.union(wanted).cloned().collect(),
-                reuse: None,
-                host_port: Some(p.host_port),
-                replace: all_ids(None),
-                retire: None,
-                reason: ProvisionReason::Rotate,
-            })];
+        if nothing_runs {
+            return fresh(
+                had.union(wanted).cloned().collect(),
+                ProvisionReason::Rotate,
+            );
         }
     }
-
-    // A running container whose credentials were never published (the
-    // controller stopped mid-provision), or nothing at all.
-    let reason = if running.is_empty() {
+    let reason = if nothing_runs {
         ProvisionReason::Create
     } else {
         ProvisionReason::Replace
     };
-    vec![Action::Provision(Provision {
-        engine,
-        features: wanted.clone(),
-        reuse: None,
-        host_port: published.map(|p| p.host_port),
-        replace: all_ids(None),
-        retire: None,
-        reason,
-    })]
+    fresh(wanted.clone(), reason)
 }
 
 #[cfg(test)]
