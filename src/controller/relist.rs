@@ -61,65 +61,22 @@ pub(crate) async fn relist(
     let state = ctx.state_id().await?;
     // What admission changes from here on is newer than these lists.
     let mark = super::admission::mark(ctx);
-    // The state database is read while Docker is listed, each side on a
-    // task of its own: decoding a large fleet's lists is work, and two
-    // workers do it side by side.
-    let store_side = Side::spawn({
-        let ctx = ctx.clone();
-        async move {
-            let rows = ctx.store.list_desired().await?;
-            // Without secrets: the judge needs none, and a fleet's
-            // credentials are most of its status rows' bytes.
-            let statuses = ctx.store.list_status_redacted().await?;
-            // Events age out here (each sandbox's are bounded as they are
-            // written); a failure costs nothing but a later try.
-            match ctx.store.prune_events(ctx.config.event_retention).await {
-                Ok(0) => {}
-                Ok(pruned) => tracing::debug!(pruned, "old events deleted"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not delete old events; the next relist tries again")
-                }
-            }
-            Ok::<_, ControllerError>((rows, statuses))
-        }
-    });
-    let docker_side = Side::spawn({
-        let ctx = ctx.clone();
-        async move {
-            let deployment = &ctx.config.deployment;
-            let mut containers = ctx.runtime.list(deployment, None).await?;
-            // A network whose sandbox is gone is removed by that sandbox's
-            // reconcile; so is a persistent sandbox's volume.
-            let networks = ctx.runtime.networks(deployment).await?;
-            // Claimed warm-pool containers are their sandboxes'; unclaimed
-            // ones are nobody's (never reaped, healed or counted as
-            // orphans).
-            let pooled = super::pool::relisted(&ctx).await?;
-            containers.extend(pooled.claimed);
-            let volumes = ctx.runtime.volumes(deployment).await?;
-            Ok::<_, ControllerError>((containers, pooled.listed, networks, volumes))
-        }
-    });
-    let ((rows, statuses), (mut containers, pooled, networks, volumes)) =
-        tokio::try_join!(store_side.join(), docker_side.join())?;
+    let mut lists = Lists::read(ctx).await?;
     // A warm-pool network a sandbox adopted is its network while its
     // status says so, whatever happens to the container it came with.
     let pool_prefix = crate::domain::network::pool_network_prefix(&ctx.config.deployment);
-    let adopted: std::collections::HashSet<&str> = statuses
+    let adopted: std::collections::HashSet<&str> = lists
+        .statuses
         .iter()
         .filter_map(|s| s.network.as_deref())
         .filter(|n| n.starts_with(&pool_prefix))
         .collect();
-    super::pool::remove_orphan_networks(ctx, &pooled, &networks, &adopted).await?;
+    super::pool::remove_orphan_networks(ctx, &lists.pooled, &lists.networks, &adopted).await?;
     // Each sandbox's containers side by side, for the plans below.
-    containers.sort_unstable_by(|a, b| a.labels.sandbox.cmp(&b.labels.sandbox));
-    // Unclaimed pool containers' events are recorded too (a claimed one
-    // is in `containers` as well, and is counted once).
-    let listed = containers
-        .iter()
-        .map(|c| (&c.id, c.state))
-        .chain(pooled.iter().map(|p| (&p.id, p.state)));
-    let drift = known.reconcile_with(listed);
+    lists
+        .containers
+        .sort_unstable_by(|a, b| a.labels.sandbox.cmp(&b.labels.sandbox));
+    let drift = lists.drift(known);
     let drift = if count_drift { drift } else { 0 };
     if drift > 0 {
         tracing::info!(
@@ -127,6 +84,14 @@ pub(crate) async fn relist(
             "relist found container changes the event stream missed"
         );
     }
+    let Lists {
+        rows,
+        statuses,
+        containers,
+        networks,
+        volumes,
+        ..
+    } = &lists;
     let by_id: HashMap<&SandboxId, &SandboxStatus> = statuses.iter().map(|s| (&s.id, s)).collect();
     let (ours, foreign): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = containers
         .iter()
@@ -135,44 +100,8 @@ pub(crate) async fn relist(
     // Another state database's containers are never reaped: the breaker
     // weighs this one's only.
     breaker_look(ctx, &desired, &ours).await?;
-    let mut due: BTreeSet<&SandboxId> = BTreeSet::new();
-    let mut converged = 0;
-    let judge = Judge::new(ctx, &containers, &foreign, &by_id, &networks);
-    for row in &rows {
-        match scope {
-            Scope::Every => {
-                due.insert(&row.id);
-            }
-            Scope::Unconverged => match judge.judge(row) {
-                Judgement::Reconcile => {
-                    due.insert(&row.id);
-                }
-                Judgement::Converged { recheck_at } => {
-                    converged += 1;
-                    // When it expires or may go idle (a reconcile would
-                    // have asked for the same look).
-                    if let Some(at) = recheck_at {
-                        let after = (at - judge.now).to_std().unwrap_or_default();
-                        queue.add_after(row.id.clone(), after);
-                    }
-                }
-            },
-        }
-    }
-    // Sandboxes without a row: what is left of them goes.
-    due.extend(
-        containers
-            .iter()
-            .map(|c| &c.labels.sandbox)
-            .chain(statuses.iter().map(|s| &s.id))
-            .chain(
-                networks
-                    .iter()
-                    .chain(&volumes)
-                    .filter_map(|n| n.sandbox.as_ref()),
-            )
-            .filter(|id| !desired.contains(id)),
-    );
+    let judge = Judge::new(ctx, containers, &foreign, &by_id, networks);
+    let (due, converged) = select_due(&lists, &judge, &desired, scope, queue);
     if count_drift {
         let seen: HashSet<&SandboxId> = desired
             .iter()
@@ -184,7 +113,7 @@ pub(crate) async fn relist(
     } else {
         // A term's first relist (no reconcile runs yet): the ledger is
         // what the lists show.
-        super::admission::rebuild(ctx, &rows, &ours, &by_id, &due);
+        super::admission::rebuild(ctx, rows, &ours, &by_id, &due);
     }
     let sandboxes = converged + due.len();
     for id in due {
@@ -194,10 +123,10 @@ pub(crate) async fn relist(
         }
     }
     ctx.metrics.relist_converged(converged);
-    ctx.foreign.report(state, &foreign, &networks, &volumes);
+    ctx.foreign.report(state, &foreign, networks, volumes);
     ctx.metrics.foreign_containers(foreign.len());
-    ctx.phases.relisted(&statuses, &ctx.metrics);
-    ctx.metrics.containers(ctx.engines, &containers);
+    ctx.phases.relisted(statuses, &ctx.metrics);
+    ctx.metrics.containers(ctx.engines, containers);
     ctx.metrics.relisted(drift);
     tracing::debug!(
         sandboxes,
@@ -207,6 +136,135 @@ pub(crate) async fn relist(
         "relisted"
     );
     Ok(())
+}
+
+/// Both sides of a relist, listed in full.
+struct Lists {
+    rows: Vec<DesiredSandbox>,
+    statuses: Vec<SandboxStatus>,
+    /// The deployment's containers, claimed warm-pool ones included.
+    containers: Vec<ObservedContainer>,
+    /// Every warm-pool container, claimed or not.
+    pooled: Vec<crate::domain::pool::PooledContainer>,
+    networks: Vec<ObservedResource>,
+    volumes: Vec<ObservedResource>,
+}
+
+impl Lists {
+    /// The state database is read while Docker is listed, each side on a
+    /// task of its own: decoding a large fleet's lists is work, and two
+    /// workers do it side by side.
+    async fn read(ctx: &Arc<Context>) -> Result<Lists, ControllerError> {
+        let store_side = Side::spawn({
+            let ctx = ctx.clone();
+            async move {
+                let rows = ctx.store.list_desired().await?;
+                // Without secrets: the judge needs none, and a fleet's
+                // credentials are most of its status rows' bytes.
+                let statuses = ctx.store.list_status_redacted().await?;
+                // Events age out here (each sandbox's are bounded as they
+                // are written); a failure costs nothing but a later try.
+                match ctx.store.prune_events(ctx.config.event_retention).await {
+                    Ok(0) => {}
+                    Ok(pruned) => tracing::debug!(pruned, "old events deleted"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not delete old events; the next relist tries again")
+                    }
+                }
+                Ok::<_, ControllerError>((rows, statuses))
+            }
+        });
+        let docker_side = Side::spawn({
+            let ctx = ctx.clone();
+            async move {
+                let deployment = &ctx.config.deployment;
+                let mut containers = ctx.runtime.list(deployment, None).await?;
+                // A network whose sandbox is gone is removed by that
+                // sandbox's reconcile; so is a persistent sandbox's volume.
+                let networks = ctx.runtime.networks(deployment).await?;
+                // Claimed warm-pool containers are their sandboxes';
+                // unclaimed ones are nobody's (never reaped, healed or
+                // counted as orphans).
+                let pooled = super::pool::relisted(&ctx).await?;
+                containers.extend(pooled.claimed);
+                let volumes = ctx.runtime.volumes(deployment).await?;
+                Ok::<_, ControllerError>((containers, pooled.listed, networks, volumes))
+            }
+        });
+        let ((rows, statuses), (containers, pooled, networks, volumes)) =
+            tokio::try_join!(store_side.join(), docker_side.join())?;
+        Ok(Lists {
+            rows,
+            statuses,
+            containers,
+            pooled,
+            networks,
+            volumes,
+        })
+    }
+
+    /// The container changes the event stream had not reported. Unclaimed
+    /// pool containers' events are recorded too (a claimed one is in
+    /// `containers` as well, and is counted once).
+    fn drift(&self, known: &KnownContainers) -> usize {
+        let listed = self
+            .containers
+            .iter()
+            .map(|c| (&c.id, c.state))
+            .chain(self.pooled.iter().map(|p| (&p.id, p.state)));
+        known.reconcile_with(listed)
+    }
+}
+
+/// The sandboxes a relist reconciles (those `scope` asks for, and what is
+/// left of sandboxes without a row), and how many rows it found converged.
+/// A converged row that expires or may go idle is looked at again then (a
+/// reconcile would have asked for the same look).
+fn select_due<'a>(
+    lists: &'a Lists,
+    judge: &Judge<'_>,
+    desired: &HashSet<&'a SandboxId>,
+    scope: Scope,
+    queue: &WorkQueue<SandboxId>,
+) -> (BTreeSet<&'a SandboxId>, usize) {
+    let mut due: BTreeSet<&SandboxId> = BTreeSet::new();
+    let mut converged = 0;
+    for row in &lists.rows {
+        match scope {
+            Scope::Every => {
+                due.insert(&row.id);
+            }
+            Scope::Unconverged => match judge.judge(row) {
+                Judgement::Reconcile => {
+                    due.insert(&row.id);
+                }
+                Judgement::Converged { recheck_at } => {
+                    converged += 1;
+                    if let Some(at) = recheck_at {
+                        let after = (at - judge.now).to_std().unwrap_or_default();
+                        queue.add_after(row.id.clone(), after);
+                    }
+                }
+            },
+        }
+    }
+    // Sandboxes without a row: what is left of them goes.
+    due.extend(
+        lists
+            .containers
+            .iter()
+            .map(|c| &c.labels.sandbox)
+            .chain(lists.statuses.iter().map(|s| &s.id))
+            .chain(
+                lists
+                    .networks
+                    .iter()
+                    .chain(&lists.volumes)
+                    .filter_map(|n| n.sandbox.as_ref()),
+            )
+            .filter(|id| !desired.contains(id)),
+    );
+    (due, converged)
 }
 
 /// Judges from a relist's lists which desired rows are converged
