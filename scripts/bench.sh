@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark: every figure against a floor measured in the same run, and
-# one report, docs/benchmarks.md (the README's benchmark table summarises it).
+# one report, docs/benchmarks.md (docs/scaling.md's benchmark table summarises it).
 #
 #   scripts/bench.sh            # ~15 minutes on 2 cores
 #

@@ -100,7 +100,7 @@ random_password() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 # superuser `postgres` gets a random password that is not kept: it is reached
 # only over the container's local socket,
 #   docker exec -it NAME psql -U postgres -d sandboxd
-# which is where orchestrator roles are created (README, "Roles").
+# which is where orchestrator roles are created (docs/contract.md, "Roles").
 # With VOLUME the data persists in that named volume with fsync on (the
 # desired rows must survive a crash of the host: a state database that
 # comes back empty or older reads as "every sandbox deleted"); without, it
@@ -133,7 +133,7 @@ start_state_db() {
         log "  Either keep using a PostgreSQL $have image (SANDBOXD_STATE_IMAGE=...), or move what you keep:"
         log "  start it with such an image, docker exec $name pg_dump -U sandboxd --data-only -t sandbox_desired sandboxd >desired.sql,"
         log "  docker rm -f $name && docker volume rm $volume, start again (sandboxd migrates the new database),"
-        log "  then docker exec -i $name psql -U sandboxd -d sandboxd <desired.sql (orchestrator roles are created again, README \"Roles\")."
+        log "  then docker exec -i $name psql -U sandboxd -d sandboxd <desired.sql (orchestrator roles are created again, docs/contract.md, \"Roles\")."
         return 1
       fi
     fi

@@ -1,7 +1,7 @@
 //! The Rust API for orchestrators: ask for a sandbox (declaratively with
 //! [`Client::apply`], or additively with [`Client::request`]), wait for it
 //! to be ready, touch it, release it. Other languages use the same contract
-//! in plain SQL (see README).
+//! in plain SQL (see docs/contract.md).
 
 use crate::adapters::postgres::{self, PgStore, STATUS_CHANNEL};
 use crate::domain::event::RecordedEvent;

@@ -3,7 +3,7 @@
 //!
 //! An orchestrator writes rows into `sandbox_desired`; the [`controller`]
 //! diffs them against labelled Docker containers and converges, publishing
-//! endpoints and credentials to `sandbox_status`. The README has the
+//! endpoints and credentials to `sandbox_status`. `docs/contract.md` has the
 //! contract; `docs/architecture.md` the architecture.
 //!
 //! - [`domain`]: the pure core (the model, `plan`, the status decision).

@@ -1,7 +1,7 @@
 //! The orchestrator examples (`examples/sql/orchestrator.sql`,
 //! `examples/python/orchestrator.py`) run as they are documented, as child
 //! processes, against a real controller, connected as an orchestrator role
-//! registered with grant-orchestrator (own rows only), so the README's
+//! registered with grant-orchestrator (own rows only), so the documented
 //! contract and the examples cannot drift apart. The tools they need, psql
 //! and psycopg 3, are not optional here: `scripts/test.sh` installs them.
 

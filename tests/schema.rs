@@ -441,7 +441,7 @@ async fn attach_is_part_of_the_generation_and_an_omitted_owner_is_the_inserting_
 
 #[test]
 fn no_engine_allows_more_features_than_the_database_accepts_per_engine() {
-    // The trigger refuses more than 16 features per engine (README).
+    // The trigger refuses more than 16 features per engine (docs/contract.md).
     for engine in sandboxd::engine::REGISTRY.iter() {
         assert!(
             engine.allowed_features().len() <= 16,

@@ -5,7 +5,7 @@
 # with the password SANDBOXD_STATE_PASSWORD, and the database `sandboxd` it
 # owns. sandboxd migrates that database as its owner. Orchestrator roles are
 # created by the superuser and registered with `sandboxd grant-orchestrator`
-# (README, "Roles"). Needs psql 15 or later (\getenv), as in postgres:15+
+# (docs/contract.md, "Roles"). Needs psql 15 or later (\getenv), as in postgres:15+
 # and sandboxd/postgres:17.
 set -eu
 : "${SANDBOXD_STATE_PASSWORD:?set SANDBOXD_STATE_PASSWORD}"

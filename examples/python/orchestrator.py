@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An orchestrator in Python with psycopg 3 (README, "Plain SQL"): request a
+"""An orchestrator in Python with psycopg 3 (docs/contract.md, "Plain SQL"): request a
 sandbox with Postgres (pg_trgm) and Redis, wait until it is ready, use both
 from the Docker host, touch it, release it.
 

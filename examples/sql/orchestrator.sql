@@ -1,4 +1,4 @@
--- An orchestrator in plain SQL (README, "Plain SQL"): request a sandbox with
+-- An orchestrator in plain SQL (docs/contract.md, "Plain SQL"): request a sandbox with
 -- Postgres (pg_trgm) and Redis, wait until it is ready, use its Postgres
 -- from the Docker host, touch it, release it. One line per step on stdout;
 -- any failure stops psql with a non-zero exit status.
@@ -9,7 +9,7 @@
 -- Variables (-v name=value): state_url, the state database's URL to come
 -- back to after visiting the sandbox (default: $DATABASE_URL); id, the
 -- sandbox id (default: example-sql-<random>); timeout, seconds to wait for
--- ready (default 90). Run it as an orchestrator role (README, "Roles").
+-- ready (default 90). Run it as an orchestrator role (docs/contract.md, "Roles").
 
 \set ON_ERROR_STOP on
 \set QUIET on

@@ -45,6 +45,8 @@ mod describe;
 mod list;
 mod progress;
 mod quota;
+#[cfg(test)]
+mod reference;
 mod table;
 
 pub use self::describe::{DescribeArgs, DescribeOutput};
