@@ -130,6 +130,7 @@ pub(crate) async fn perform(
             Step::Reset(_) => "reset",
         };
         ctx.metrics
+            .lifecycle
             .checkpoint_done(op, result.is_ok(), started.elapsed().as_secs_f64());
         tracing::info!(
             op,

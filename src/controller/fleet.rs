@@ -41,7 +41,7 @@ impl FleetPhases {
             p.counts[slot(s.phase)] += 1;
         }
         for phase in Phase::ALL {
-            metrics.phase_count(phase, p.counts[slot(phase)]);
+            metrics.fleet.phase_count(phase, p.counts[slot(phase)]);
         }
     }
 
@@ -59,12 +59,12 @@ impl FleetPhases {
         if let Some(old) = before {
             let count = &mut p.counts[slot(old)];
             *count = count.saturating_sub(1);
-            metrics.phase_count(old, *count);
+            metrics.fleet.phase_count(old, *count);
         }
         if let Some(new) = phase {
             let count = &mut p.counts[slot(new)];
             *count += 1;
-            metrics.phase_count(new, *count);
+            metrics.fleet.phase_count(new, *count);
         }
     }
 }

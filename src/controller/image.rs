@@ -145,7 +145,7 @@ impl Fetches {
                 waiters: BTreeSet::from([id.clone()]),
             },
         );
-        self.tools.metrics.image_fetches(running(&fetches));
+        self.tools.metrics.images.fetches(running(&fetches));
         drop(fetches);
         tracing::info!(image, sandbox = %id, "image absent; fetching it in the background");
         let this = self.clone();
@@ -222,7 +222,7 @@ impl Fetches {
                 }
             }
         }
-        self.tools.metrics.image_fetches(running(&fetches));
+        self.tools.metrics.images.fetches(running(&fetches));
         drop(fetches);
         for id in waiters {
             self.queue.add(id);
@@ -256,11 +256,11 @@ async fn fetch(fetches: Arc<Fetches>, image: String) -> Result<(), ImageError> {
     let tools = &fetches.tools;
     let pull_error = match tools.runtime.pull(&image).await {
         Ok(()) => {
-            tools.metrics.image_pulled(true);
+            tools.metrics.images.pulled(true);
             return Ok(());
         }
         Err(e) => {
-            tools.metrics.image_pulled(false);
+            tools.metrics.images.pulled(false);
             e
         }
     };
@@ -282,7 +282,7 @@ async fn fetch(fetches: Arc<Fetches>, image: String) -> Result<(), ImageError> {
         )),
         (Err(reason), _) => Err(reason),
     };
-    tools.metrics.image_built(outcome.is_ok());
+    tools.metrics.images.built(outcome.is_ok());
     outcome.map_err(|reason| ImageError::Build { image, reason })
 }
 

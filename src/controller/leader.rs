@@ -44,7 +44,7 @@ impl Elector {
         fence: Fence,
         metrics: Arc<Metrics>,
     ) -> Self {
-        metrics.leading(None);
+        metrics.leader.leading(None);
         Self {
             store,
             policy,
@@ -97,8 +97,8 @@ impl Elector {
                 Ok(Some(term)) => {
                     self.fence.grant(term, started + self.policy.trust_for());
                     *self.lock() = Role::Leader(term);
-                    self.metrics.leading(Some(term));
-                    self.metrics.leader_acquired(term);
+                    self.metrics.leader.leading(Some(term));
+                    self.metrics.leader.acquired(term);
                     tracing::info!(holder = %self.holder, term = term.0, "leading: lease acquired");
                     return term;
                 }
@@ -142,7 +142,7 @@ impl Elector {
             // Wake for the next renewal, or when trust runs out if sooner.
             tokio::time::sleep_until((Instant::now() + self.policy.renew_every()).min(until)).await;
             if self.fence.check().is_err() {
-                self.metrics.lease_renewal("error");
+                self.metrics.leader.lease_renewal("error");
                 self.lose(
                     term,
                     "the lease could not be renewed within its trusted time",
@@ -162,10 +162,10 @@ impl Elector {
             match renewed {
                 Ok(true) => {
                     self.fence.grant(term, started + self.policy.trust_for());
-                    self.metrics.lease_renewal("ok");
+                    self.metrics.leader.lease_renewal("ok");
                 }
                 Ok(false) => {
-                    self.metrics.lease_renewal("lost");
+                    self.metrics.leader.lease_renewal("lost");
                     self.lose(
                         term,
                         "the lease is no longer this process's: another sandboxd took over",
@@ -173,7 +173,7 @@ impl Elector {
                     return;
                 }
                 Err(error) => {
-                    self.metrics.lease_renewal("error");
+                    self.metrics.leader.lease_renewal("error");
                     if self.fence.check().is_err() {
                         self.lose(
                             term,
@@ -190,8 +190,8 @@ impl Elector {
     fn lose(&self, term: Term, why: &'static str) {
         self.fence.revoke();
         *self.lock() = Role::Standby(None);
-        self.metrics.leading(None);
-        self.metrics.leader_lost();
+        self.metrics.leader.leading(None);
+        self.metrics.leader.lost();
         tracing::warn!(holder = %self.holder, term = term.0, reason = why, "leadership lost; standing by");
     }
 
@@ -200,7 +200,7 @@ impl Elector {
     pub(crate) async fn release(&self, term: Term) {
         self.fence.revoke();
         *self.lock() = Role::Standby(None);
-        self.metrics.leading(None);
+        self.metrics.leader.leading(None);
         match self
             .call(
                 "releasing the lease",

@@ -167,7 +167,7 @@ pub(crate) async fn ensure(
         ctx.runtime
             .rejoin(&place.network, &kept.id, &place.aliases)
             .await?;
-        ctx.metrics.network_reconnected();
+        ctx.metrics.lifecycle.network_reconnected();
         if let Some(port) = ctx.runtime.published_port(&kept.id).await? {
             status.host_port = port;
         }
@@ -185,7 +185,7 @@ async fn create(
     recreating: bool,
 ) -> Result<(), RuntimeError> {
     if ctx.runtime.ensure_network(spec).await? && recreating {
-        ctx.metrics.network_recreated();
+        ctx.metrics.lifecycle.network_recreated();
         tracing::warn!(sandbox = %id, network = spec.name, "the network was gone (removed or pruned out of band); created it again");
     }
     if let Some(me) = &ctx.config.controller_container {

@@ -100,7 +100,7 @@ pub(crate) async fn record_use(
     id: &SandboxId,
     now: DateTime<Utc>,
 ) -> Result<Option<DateTime<Utc>>, crate::ports::store::StoreError> {
-    ctx.metrics.idle_in_use();
+    ctx.metrics.lifecycle.idle_in_use();
     ctx.store.mark_used(id, now).await
 }
 
@@ -141,7 +141,7 @@ pub(crate) async fn thaw(
             error.as_deref(),
         ));
         if failed.is_none() {
-            ctx.metrics.resumed();
+            ctx.metrics.lifecycle.resumed();
             tracing::info!(engines = ?engines, elapsed_ms = started.elapsed().as_millis() as u64, "paused sandbox resumed: used again");
         }
     }
@@ -172,7 +172,7 @@ pub(crate) async fn freeze(
     journal.push(Event::paused(&engines, failed.as_deref()));
     match failed {
         None => {
-            ctx.metrics.paused();
+            ctx.metrics.lifecycle.paused();
             tracing::info!(engines = ?engines, "idle sandbox paused");
             Some(Ok(()))
         }

@@ -24,12 +24,12 @@ impl Probes for ControllerProbes {
     async fn before_scrape(&self) {
         let m = &self.ctx.metrics;
         let (longest, total) = self.queue.running_times();
-        m.running_times(longest, total);
+        m.queue.running_times(longest, total);
         let looping = self.ctx.heal_loops.looping();
         if !looping.is_empty() {
             tracing::warn!(sandboxes = ?looping, "sandboxes in a heal loop");
         }
-        m.sandboxes_in_heal_loop(looping.len());
+        m.fleet.sandboxes_in_heal_loop(looping.len());
         // The fleet gauges are kept by the relists and status writes
         // (`controller::fleet`): a scrape makes no Docker or Postgres call.
     }

@@ -122,12 +122,12 @@ pub(crate) async fn relist(
             Enqueue::Hint => queue.add(id.clone()),
         }
     }
-    ctx.metrics.relist_converged(converged);
+    ctx.metrics.fleet.relist_converged(converged);
     ctx.foreign.report(state, &foreign, networks, volumes);
-    ctx.metrics.foreign_containers(foreign.len());
+    ctx.metrics.fleet.foreign_containers(foreign.len());
     ctx.phases.relisted(statuses, &ctx.metrics);
-    ctx.metrics.containers(ctx.engines, containers);
-    ctx.metrics.relisted(drift);
+    ctx.metrics.fleet.containers(ctx.engines, containers);
+    ctx.metrics.fleet.relisted(drift);
     tracing::debug!(
         sandboxes,
         converged,
@@ -405,6 +405,7 @@ async fn breaker_look(
         Change::None => {}
     }
     ctx.metrics
+        .fleet
         .reaping(ctx.breaker.paused().is_some(), missing.len());
     Ok(())
 }

@@ -370,7 +370,7 @@ async fn build(
     let name = job.volume.name.clone();
     let started = Instant::now();
     let outcome = runtime.run_template_job(&job).await;
-    metrics.template_built(engine, outcome.is_ok());
+    metrics.images.template_built(engine, outcome.is_ok());
     let slot = match &outcome {
         Ok(()) => {
             tracing::info!(
@@ -392,7 +392,7 @@ async fn build(
         slots.insert(name.clone(), slot);
         slots.values().filter(|s| **s == Slot::Ready).count()
     };
-    metrics.templates_ready(ready);
+    metrics.images.templates_ready(ready);
     if let (Err(e), Some(binaries)) = (&outcome, &job.binaries) {
         if !matches!(e, RuntimeError::TemplateJob { .. }) {
             // The job never ran: Docker may have left the binaries half

@@ -49,10 +49,10 @@ impl Notifier {
         };
         for n in notices {
             // Counted before it is sent: the task may take it at once.
-            self.metrics.webhook_queued(true);
+            self.metrics.webhook.queued(true);
             if let Err(e) = queue.try_send(n) {
-                self.metrics.webhook_queued(false);
-                let dropped = self.metrics.webhook_dropped();
+                self.metrics.webhook.queued(false);
+                let dropped = self.metrics.webhook.dropped();
                 let n = match e {
                     mpsc::error::TrySendError::Full(n) | mpsc::error::TrySendError::Closed(n) => n,
                 };
@@ -113,11 +113,11 @@ impl Delivery {
     pub(crate) async fn run(mut self) {
         tracing::info!(webhook = %self.shown, "sending events to the webhook");
         while let Some(n) = self.queue.recv().await {
-            self.metrics.webhook_queued(false);
+            self.metrics.webhook.queued(false);
             match self.deliver(&n).await {
-                Ok(()) => self.metrics.webhook_delivery(true),
+                Ok(()) => self.metrics.webhook.delivery(true),
                 Err(e) => {
-                    self.metrics.webhook_delivery(false);
+                    self.metrics.webhook.delivery(false);
                     tracing::warn!(
                         webhook = %self.shown,
                         sandbox = %n.sandbox_id,
@@ -152,7 +152,7 @@ impl Delivery {
                     Err(_) => Err(WebhookError::TimedOut),
                 };
             if let Err(e) = &result {
-                self.metrics.webhook_attempt_failed(e.kind());
+                self.metrics.webhook.attempt_failed(e.kind());
             }
             result
         };
@@ -167,7 +167,7 @@ impl Delivery {
             .sleep(tokio::time::sleep)
             .when(WebhookError::is_retryable)
             .notify(|e, after| {
-                self.metrics.webhook_retry();
+                self.metrics.webhook.retry();
                 tracing::debug!(webhook = %self.shown, seq = n.seq, error = %e,
                     retry_in_ms = after.as_millis() as u64, "webhook attempt failed; retrying");
             })

@@ -5,6 +5,7 @@
 //! sandbox right now: an owner's series are removed once it holds and
 //! waits for nothing.
 
+use super::register;
 use crate::domain::admission::{Quota, Use, WaitReason};
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use std::collections::BTreeMap;
@@ -24,40 +25,35 @@ pub(crate) struct QuotaMetrics {
 
 impl QuotaMetrics {
     pub(crate) fn new(registry: &Registry) -> Self {
-        fn reg<M: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: M) -> M {
-            r.register(Box::new(m.clone()))
-                .expect("admission metric names are unique");
-            m
-        }
         let m = QuotaMetrics {
-            used: reg(registry, IntGaugeVec::new(
+            used: register(registry, IntGaugeVec::new(
                 Opts::new("sandboxd_quota_used", "Use against quota by owner (owners that hold or wait for a sandbox): resource sandboxes (admitted sandboxes whose row is wanted) or memory_bytes (the sum of their engines' memory caps)"),
                 &["owner", "resource"],
-            ).expect("valid metric")),
-            limit: reg(registry, IntGaugeVec::new(
+            )),
+            limit: register(registry, IntGaugeVec::new(
                 Opts::new("sandboxd_quota_limit", "An owner's limit as last read from sandbox_quotas, by resource (sandboxes, memory_bytes); absent when unlimited"),
                 &["owner", "resource"],
-            ).expect("valid metric")),
-            waiting_by_owner: reg(registry, IntGaugeVec::new(
+            )),
+            waiting_by_owner: register(registry, IntGaugeVec::new(
                 Opts::new("sandboxd_quota_waiting", "Rows of an owner waiting for admission (pending with a message naming the limit)"),
                 &["owner"],
-            ).expect("valid metric")),
-            budget: reg(registry, IntGauge::new(
+            )),
+            budget: register(registry, IntGauge::new(
                 "sandboxd_memory_budget_bytes",
                 "The host's memory budget for sandboxes (host memory minus --memory-reserve, or --memory-budget); 0 until known or when the host does not say",
-            ).expect("valid metric")),
-            admitted: reg(registry, IntGauge::new(
+            )),
+            admitted: register(registry, IntGauge::new(
                 "sandboxd_memory_admitted_bytes",
                 "Memory counted against the budget: one engine memory cap per engine every sandbox holds (released ones until their containers are removed) plus the warm pools' target size",
-            ).expect("valid metric")),
-            waiting: reg(registry, IntGauge::new(
+            )),
+            waiting: register(registry, IntGauge::new(
                 "sandboxd_admission_waiting",
                 "Rows waiting for admission (their owner's quota or the host's memory budget)",
-            ).expect("valid metric")),
-            decisions: reg(registry, IntCounterVec::new(
+            )),
+            decisions: register(registry, IntCounterVec::new(
                 Opts::new("sandboxd_admission_decisions_total", "Admission decisions by result: admitted, or waiting and why (owner, budget, never: it can never fit)"),
                 &["result"],
-            ).expect("valid metric")),
+            )),
         };
         m.decisions.with_label_values(&["admitted"]);
         for reason in [WaitReason::Owner, WaitReason::Budget, WaitReason::Never] {

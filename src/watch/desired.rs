@@ -41,7 +41,7 @@ impl Subscription for DesiredRows {
     }
 
     fn on_item(&mut self, payload: String, sink: &dyn Sink) {
-        self.metrics.notify_wakeup();
+        self.metrics.watch.notify_wakeup();
         if payload == NOTIFY_EVERY_ROW {
             tracing::info!("the desired rows were truncated; relisting");
             sink.relist();

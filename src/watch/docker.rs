@@ -85,7 +85,7 @@ impl Subscription for DockerEvents {
         if event.time.is_some() {
             self.since = event.time;
         }
-        self.metrics.docker_event(event.action);
+        self.metrics.watch.docker_event(event.action);
         self.known.record(&event.container, event.action);
         let sandbox = event.sandbox.or_else(|| {
             self.claims

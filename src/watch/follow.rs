@@ -87,7 +87,7 @@ pub(crate) async fn follow<S: Subscription>(
                 None => break "stream ended".to_owned(),
             }
         };
-        metrics.stream_restarted(S::SOURCE);
+        metrics.watch.stream_restarted(S::SOURCE);
         if started.elapsed() > HEALTHY_AFTER {
             delays = backoff();
         }

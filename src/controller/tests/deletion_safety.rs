@@ -1,0 +1,91 @@
+//! Deletion safety: an empty or restored state database reaps nothing at once.
+
+use super::*;
+
+#[tokio::test(start_paused = true)]
+async fn an_orphan_container_found_at_start_is_kept_for_the_grace_window_from_the_start() {
+    let h = Harness::new();
+    // A container left by a controller whose state database is now empty
+    // (no row, no status), created an hour before this controller starts.
+    let previous = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&previous, &id("a")).await.unwrap();
+    let (container, _) = h.published(&id("a"));
+    h.store.delete_desired(&id("a"));
+    let term = previous.fence.check().unwrap();
+    h.store.delete_status(&id("a"), term).await.unwrap();
+    h.clock.advance(chrono::Duration::hours(1));
+    h.step_down().await;
+
+    let (stop, task) = start(h.controller());
+    until("the initial relist", || {
+        h.metric("sandboxd_relists_total") >= 1.0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    h.clock.advance(chrono::Duration::seconds(179));
+    // Past the first requeue (180 s of virtual time) and a relist.
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    assert_eq!(
+        h.containers(&id("a"))[0].0,
+        container,
+        "kept for the grace window from the start"
+    );
+    assert!(
+        h.store.status_of(&id("a")).is_none(),
+        "an orphan gets no status"
+    );
+
+    h.clock.advance(chrono::Duration::seconds(1));
+    until("the orphan is reaped", || h.containers(&id("a")).is_empty()).await;
+    assert_eq!(h.metric("sandboxd_reaps_total{reason=\"orphan\"}"), 1.0);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_engine_that_keeps_dying_is_healed_with_back_off_then_failed_as_a_crash_loop_until_its_row_changes(
+) {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let policy = h.config.crash_loop;
+    let mut waits = Vec::new();
+    for _ in 0..policy.limit {
+        let (container, _) = h.published(&id("a"));
+        h.runtime.kill(&container, false);
+        match reconcile(&ctx, &id("a")).await.unwrap() {
+            Next::Idle => waits.push(0),
+            Next::After(wait) => {
+                assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Healing));
+                waits.push(wait.as_secs());
+                h.clock.advance(chrono::Duration::from_std(wait).unwrap());
+                reconcile(&ctx, &id("a")).await.unwrap();
+            }
+        }
+    }
+    // The first heal at once, then 2, 4, 8 and 16 s after the previous one.
+    assert_eq!(waits, [0, 2, 4, 8, 16]);
+    let (container, service) = h.published(&id("a"));
+    assert_eq!(service.heals, policy.limit as u32);
+
+    // One death too many within the window: not re-created, failed.
+    h.runtime.kill(&container, false);
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    assert!(status.message.contains("crash loop"), "{}", status.message);
+    h.clock.advance(chrono::Duration::seconds(60));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    assert_eq!(
+        h.store.phase_of(&id("a")),
+        Some(Phase::Failed),
+        "until the row changes"
+    );
+
+    // The row changes: healed at once.
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    h.published(&id("a"));
+}
