@@ -148,10 +148,10 @@ fn touch_every_series(m: &crate::metrics::Metrics) {
     m.request_to_ready(engine, 1.0);
     m.healed(engine, HealCause::Exited);
     m.rotated(engine);
-    m.template_built(engine, true);
+    m.images.template_built(engine, true);
     m.container_started(engine, "cold");
-    m.docker_event(crate::ports::runtime::ContainerAction::Die);
-    m.containers(crate::engine::REGISTRY, &[]);
+    m.watch.docker_event(crate::ports::runtime::ContainerAction::Die);
+    m.fleet.containers(crate::engine::REGISTRY, &[]);
     m.started(Duration::from_millis(1));
     m.finished(Duration::from_millis(1), &FinishedAs::Success);
     drop(crate::metrics::time_docker_call(
