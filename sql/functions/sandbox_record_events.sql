@@ -30,12 +30,7 @@ DECLARE
     notices jsonb := '[]'::jsonb;
     cutoff  bigint;
 BEGIN
-    IF p_term IS NULL OR NOT sandbox_lease_valid(p_term) THEN
-        RAISE EXCEPTION 'sandbox_events write refused: leader term % is not the current leader''s',
-                        coalesce(p_term::text, 'NULL')
-            USING ERRCODE = 'SX001',
-                  HINT = 'another sandboxd holds the lease (SELECT * FROM sandbox_leader); this write came from a deposed leader';
-    END IF;
+    PERFORM sandbox_lease_fence(p_term, 'sandbox_events');
     IF p_keep IS NULL OR p_keep < 1 THEN
         RAISE EXCEPTION 'sandbox_record_events: keep at least one event per sandbox (got %)', p_keep
             USING ERRCODE = 'invalid_parameter_value';

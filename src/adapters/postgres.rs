@@ -1101,7 +1101,7 @@ impl Store for PgStore {
                 })
             })
             .collect();
-        // The function (migration 11) announces each event on NOTIFY
+        // The function (sql/functions/sandbox_record_events.sql) announces each event on NOTIFY
         // sandbox_events and returns them in full.
         let notices: Option<serde_json::Value> =
             sqlx::query_scalar("SELECT sandbox_record_events($1, $2, $3::uuid, $4, $5, $6)")

@@ -76,6 +76,7 @@ const FILES: &[(&str, &str)] = sql_objects! {
         "sandbox_grant_orchestrator",
         "sandbox_identity_immutable",
         "sandbox_lease_acquire",
+        "sandbox_lease_fence",
         "sandbox_lease_release",
         "sandbox_lease_renew",
         "sandbox_lease_valid",
