@@ -1289,7 +1289,7 @@ async fn a_registered_orchestrator_holds_exactly_the_listed_privileges_and_a_rev
     let (listed, _) = env.create_login_role("listed").await;
     env.create_login_role("bystander").await;
     let (granted, never) = privilege_list(&env.pool).await;
-    // What migrations 09, 12 and 13 granted, in one list.
+    // What sql/grants/orchestrator_privileges.sql grants, in one list.
     assert_eq!(granted.len(), 28, "{granted:#?}");
     for expected in [
         ("schema", "public", "USAGE"),
@@ -1721,8 +1721,8 @@ async fn a_database_with_only_some_of_the_old_migrations_is_refused_with_what_to
         &err,
         &[
             "migrations 20261202000011, 20261202000012, 20261202000013, 20261202000014 are not applied",
-            "run `sandboxd migrate` with the sandboxd of commit e6bc0ba",
-            "docker rm -f sandboxd-state",
+            "If the sandboxd of commit e6bc0ba (the last with those migrations) migrates it",
+            "docker rm -f sandboxd-state && docker volume rm sandboxd-state",
         ],
     );
     let versions: i64 = scalar(&pool, "SELECT count(*) FROM _sqlx_migrations").await;

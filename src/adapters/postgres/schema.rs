@@ -22,7 +22,6 @@
 //! unchanged, a start takes no lock on any table.
 
 use super::MIGRATOR;
-use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use sqlx::{Executor, PgConnection, PgPool, Postgres, Transaction};
 use std::borrow::Cow;
@@ -194,12 +193,14 @@ pub enum SchemaError {
     },
     /// A database made by the migrations before the baseline that cannot be
     /// adopted.
-    #[error("this state database was made by sandboxd's migrations from before the baseline, but {problem}. \
-             This sandboxd adopts such a database (keeping its rows) only once all 14 of them are applied as last written: \
-             run `sandboxd migrate` with the sandboxd of commit e6bc0ba (the last with those migrations) against it, \
-             then this sandboxd again. If its rows do not matter, give sandboxd an empty database instead \
-             (for the one scripts/run.sh starts: docker rm -f sandboxd-state && docker volume rm sandboxd-state, \
-             or the names SANDBOXD_STATE_CONTAINER gives)")]
+    #[error("this state database was made by sandboxd's migrations from before the baseline, but {problem}; \
+             this sandboxd adopts such a database, keeping its rows, only when all 14 are applied as last written. \
+             If the sandboxd of commit e6bc0ba (the last with those migrations) migrates it, run `sandboxd migrate` \
+             of that sandboxd against it, then this one again. Otherwise start from an empty database and move the \
+             rows: for the one scripts/run.sh starts (named by SANDBOXD_STATE_CONTAINER, default sandboxd-state), \
+             docker exec sandboxd-state pg_dump -U sandboxd --data-only -t sandbox_desired sandboxd >desired.sql, \
+             docker rm -f sandboxd-state && docker volume rm sandboxd-state, start again, \
+             then docker exec -i sandboxd-state psql -U sandboxd -d sandboxd <desired.sql")]
     Legacy {
         /// What is wrong with its `_sqlx_migrations`.
         problem: String,
@@ -248,14 +249,7 @@ pub enum Adoption {
 /// baseline's (whose tables they made) and `sql/` is applied; every row is
 /// kept. Refuses ([`SchemaError::Legacy`]) a database with only some of
 /// them, or with one whose recorded checksum is not its last text's.
-///
-/// (Boxed, as [`apply`]: the compiler cannot prove the unboxed future
-/// `Send` through sqlx's executor lifetimes.)
-pub fn adopt_legacy(pool: &PgPool) -> BoxFuture<'_, Result<Adoption, SchemaError>> {
-    Box::pin(adopt(pool))
-}
-
-async fn adopt(pool: &PgPool) -> Result<Adoption, SchemaError> {
+pub async fn adopt_legacy(pool: &PgPool) -> Result<Adoption, SchemaError> {
     let recorded: Option<String> =
         sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
             .fetch_one(pool)
@@ -364,16 +358,11 @@ pub enum Applied {
 
 /// Applies `objects` (normally [`objects`]) in one transaction under the
 /// advisory lock, unless the migrations and objects are those applied last.
-pub fn apply<'a>(
-    pool: &'a PgPool,
-    objects: &'a [SqlObject],
-) -> BoxFuture<'a, Result<Applied, SchemaError>> {
-    Box::pin(async move {
-        let mut tx = locked(pool).await?;
-        let applied = apply_locked(&mut tx, objects).await?;
-        tx.commit().await.map_err(query("committing the apply"))?;
-        Ok(applied)
-    })
+pub async fn apply(pool: &PgPool, objects: &[SqlObject]) -> Result<Applied, SchemaError> {
+    let mut tx = locked(pool).await?;
+    let applied = apply_locked(&mut tx, objects).await?;
+    tx.commit().await.map_err(query("committing the apply"))?;
+    Ok(applied)
 }
 
 async fn apply_locked(
