@@ -445,7 +445,7 @@ fn no_engine_allows_more_features_than_the_database_accepts_per_engine() {
     for engine in sandboxd::engine::REGISTRY.iter() {
         assert!(
             engine.allowed_features().len() <= 16,
-            "{} allows {} features; raise the limit in a migration",
+            "{} allows {} features; raise max_features in sql/functions/sandbox_desired_validate.sql and sandbox_request.sql",
             engine.name(),
             engine.allowed_features().len()
         );
@@ -453,7 +453,8 @@ fn no_engine_allows_more_features_than_the_database_accepts_per_engine() {
 }
 
 // The lifecycle columns, the request verb, touch and release
-// (migrations/20261130000003_requests.sql).
+// (sql/functions/sandbox_desired_validate_lifecycle.sql, sandbox_request.sql,
+// sandbox_touch.sql, sandbox_release.sql).
 
 /// Runs `sql` as `pool` and returns the error's SQLSTATE and message.
 async fn refusal(pool: &sqlx::PgPool, sql: &str) -> (String, String) {
@@ -1288,7 +1289,7 @@ async fn a_registered_orchestrator_holds_exactly_the_listed_privileges_and_a_rev
     let (listed, _) = env.create_login_role("listed").await;
     env.create_login_role("bystander").await;
     let (granted, never) = privilege_list(&env.pool).await;
-    // What migrations 09, 12 and 13 granted, in one list.
+    // What sql/grants/orchestrator_privileges.sql grants, in one list.
     assert_eq!(granted.len(), 28, "{granted:#?}");
     for expected in [
         ("schema", "public", "USAGE"),
@@ -1453,4 +1454,403 @@ async fn a_row_added_to_the_list_reaches_registered_orchestrators_and_a_revoke_t
         Some("23514"),
         "{err}"
     );
+}
+
+/// Everything about the tables' schema a migration or `sql/` decides, one
+/// line per fact, sorted: tables (kind, owner, row-level security, ACL,
+/// comment), columns in order with types and defaults, constraints,
+/// indexes, sequences, functions (`pg_get_functiondef`, owner, ACL,
+/// settings, comment), triggers, policies, the schema's ACL, and the rows
+/// of the tables that hold definitions rather than state.
+async fn catalog(pool: &sqlx::PgPool) -> Vec<String> {
+    // An ACL as a sorted list (its order is that of the grants), or
+    // `default` when no grant or revoke ever touched the object.
+    const ACL: &str =
+        "coalesce((SELECT string_agg(a::text, ' ' ORDER BY a::text) FROM unnest(%s) a), 'default')";
+    let acl = |column: &str| ACL.replace("%s", column);
+    let sql = format!(
+        "SELECT format('relation %s kind=%s owner=%s rls=%s force=%s acl=%s comment=%s',
+                       c.relname, c.relkind, pg_get_userbyid(c.relowner), c.relrowsecurity,
+                       c.relforcerowsecurity, {relacl}, obj_description(c.oid, 'pg_class'))
+           FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace
+         UNION ALL
+         SELECT format('column %s.%s #%s %s notnull=%s default=%s', c.relname, a.attname, a.attnum,
+                       format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                       pg_get_expr(d.adbin, d.adrelid))
+           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+           LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+          WHERE c.relnamespace = 'public'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+         UNION ALL
+         SELECT format('constraint %s on %s: %s', con.conname, con.conrelid::regclass,
+                       pg_get_constraintdef(con.oid))
+           FROM pg_constraint con WHERE con.connamespace = 'public'::regnamespace
+         UNION ALL
+         SELECT format('index %s', indexdef) FROM pg_indexes WHERE schemaname = 'public'
+         UNION ALL
+         SELECT format('sequence %s %s %s %s %s', sequencename, data_type, start_value,
+                       increment_by, cycle)
+           FROM pg_sequences WHERE schemaname = 'public'
+         UNION ALL
+         SELECT format('function %s owner=%s acl=%s config=%s comment=%s definition=%s',
+                       p.oid::regprocedure, pg_get_userbyid(p.proowner), {proacl}, p.proconfig,
+                       obj_description(p.oid, 'pg_proc'), pg_get_functiondef(p.oid))
+           FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
+         UNION ALL
+         SELECT format('trigger %s enabled=%s', pg_get_triggerdef(t.oid), t.tgenabled)
+           FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+          WHERE c.relnamespace = 'public'::regnamespace AND NOT t.tgisinternal
+         UNION ALL
+         SELECT format('policy %s on %s %s permissive=%s roles=%s using=%s check=%s',
+                       policyname, tablename, cmd, permissive, roles, qual, with_check)
+           FROM pg_policies WHERE schemaname = 'public'
+         UNION ALL
+         SELECT format('schema public owner=%s acl=%s', pg_get_userbyid(n.nspowner), {nspacl})
+           FROM pg_namespace n WHERE n.nspname = 'public'
+         UNION ALL
+         SELECT format('privilege list %s %s %s', object_kind, object, privilege)
+           FROM sandbox_orchestrator_privileges
+         UNION ALL
+         SELECT format('orchestrator %s own_rows_only=%s', role, own_rows_only)
+           FROM sandbox_orchestrators
+         UNION ALL
+         SELECT format('allowlist %s %s', engine, feature) FROM sandbox_engine_features
+         UNION ALL
+         SELECT format('checkpoint settings %s', max_per_sandbox) FROM sandbox_checkpoint_settings",
+        relacl = acl("c.relacl"),
+        proacl = acl("p.proacl"),
+        nspacl = acl("n.nspacl"),
+    );
+    let mut lines: Vec<String> = sqlx::query_scalar(&sql).fetch_all(pool).await.unwrap();
+    lines.sort();
+    lines
+}
+
+/// The lines of `a` that are not in `b`, and those of `b` not in `a`.
+fn catalog_difference(a: &[String], b: &[String]) -> (Vec<String>, Vec<String>) {
+    let only = |x: &[String], y: &[String]| -> Vec<String> {
+        x.iter().filter(|l| !y.contains(l)).cloned().collect()
+    };
+    (only(a, b), only(b, a))
+}
+
+/// The state database's URL for database `name` instead.
+fn url_of_database(url: &str, name: &str) -> String {
+    let (server, _) = url.rsplit_once('/').unwrap();
+    format!("{server}/{name}")
+}
+
+#[tokio::test]
+async fn a_database_the_fourteen_old_migrations_made_is_adopted_with_its_rows_and_ends_like_a_fresh_one(
+) {
+    let state = common::StatePostgres::start().await;
+    let admin = sqlx::PgPool::connect(&state.admin_url).await.unwrap();
+    // Roles are the cluster's: one orchestrator, registered in both databases.
+    for sql in [
+        "CREATE ROLE agents",
+        "CREATE DATABASE legacy OWNER sandboxd",
+    ] {
+        sqlx::raw_sql(sql).execute(&admin).await.unwrap();
+    }
+
+    // A database made by the 14 migrations as they were, with rows in it.
+    let legacy_url = url_of_database(&state.url, "legacy");
+    let legacy = sqlx::PgPool::connect(&legacy_url).await.unwrap();
+    let old = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/legacy-migrations"
+    )))
+    .await
+    .unwrap();
+    assert_eq!(old.iter().count(), 14);
+    old.run(&legacy).await.expect("the old migrations apply");
+    sqlx::raw_sql(
+        "SELECT sandbox_grant_orchestrator('agents', true);
+         SELECT sandbox_request('kept', 'agents', '{postgres}', '{\"postgres\":[\"pg_trgm\"]}');
+         INSERT INTO sandbox_quotas (owner, max_sandboxes) VALUES ('agents', 3);",
+    )
+    .execute(&legacy)
+    .await
+    .unwrap();
+    let identity: String = scalar(&legacy, "SELECT state_id::text FROM sandbox_identity").await;
+    let made_by_old_files = catalog(&legacy).await;
+
+    let store = sandboxd::adapters::postgres::PgStore::connect(&legacy_url, 2)
+        .await
+        .unwrap();
+    store.migrate().await.expect("migrate adopts the database");
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&legacy)
+            .await
+            .unwrap();
+    let baseline = sandboxd::adapters::postgres::MIGRATOR
+        .iter()
+        .next()
+        .unwrap()
+        .version;
+    assert_eq!(
+        versions,
+        [baseline],
+        "the baseline's record replaces the 14"
+    );
+    assert_eq!(
+        scalar::<String>(&legacy, "SELECT state_id::text FROM sandbox_identity").await,
+        identity,
+        "the same state database"
+    );
+    assert_eq!(
+        scalar::<String>(
+            &legacy,
+            "SELECT owner || ' ' || generation || ' ' || features::text FROM sandbox_desired WHERE id = 'kept'"
+        )
+        .await,
+        r#"agents 1 {"postgres": ["pg_trgm"]}"#,
+        "rows are kept"
+    );
+    assert_eq!(
+        scalar::<i32>(
+            &legacy,
+            "SELECT max_sandboxes FROM sandbox_quotas WHERE owner = 'agents'"
+        )
+        .await,
+        3
+    );
+    store.migrate().await.expect("a second migrate is a no-op");
+
+    // A fresh database, migrated, with the same orchestrator registered.
+    let fresh = sandboxd::adapters::postgres::PgStore::connect(&state.url, 2)
+        .await
+        .unwrap();
+    fresh.migrate().await.expect("a fresh database migrates");
+    sqlx::query("SELECT sandbox_grant_orchestrator('agents', true)")
+        .execute(fresh.pool())
+        .await
+        .unwrap();
+
+    let fresh = catalog(fresh.pool()).await;
+    assert!(fresh.len() > 300, "{fresh:#?}");
+    for kind in [
+        "relation",
+        "column",
+        "constraint",
+        "index",
+        "sequence",
+        "function",
+        "trigger",
+        "policy",
+    ] {
+        assert!(
+            fresh.iter().any(|l| l.starts_with(kind)),
+            "no {kind} in {fresh:#?}"
+        );
+    }
+    let (only_fresh, only_adopted) = catalog_difference(&fresh, &catalog(&legacy).await);
+    assert!(
+        only_fresh.is_empty() && only_adopted.is_empty(),
+        "the schemas differ:\nonly in the fresh database:\n{}\n\nonly in the adopted one:\n{}",
+        only_fresh.join("\n"),
+        only_adopted.join("\n")
+    );
+    // And what the old files made is what sql/ makes (bodies, settings,
+    // owners, ACLs, triggers, policies), but for the applier's bookkeeping
+    // table and the privilege list's comment, which now names its file
+    // (and the allowlist, which the old files' database has not yet had
+    // synced from the registry).
+    let (only_fresh, only_old) = catalog_difference(&fresh, &made_by_old_files);
+    // The three writers of sandboxd's own state had each a copy of the
+    // lease fence; they now share sandbox_lease_fence (same SQLSTATE,
+    // message and hint).
+    let fenced = |l: &String| {
+        [
+            "function sandbox_lease_fence(",
+            "function sandbox_status_fence(",
+            "function sandbox_pool_claims_fence(",
+            "function sandbox_record_events(",
+        ]
+        .iter()
+        .any(|f| l.starts_with(f))
+    };
+    let only_fresh: Vec<String> = only_fresh
+        .into_iter()
+        .filter(|l| !l.starts_with("allowlist ") && !fenced(l))
+        .collect();
+    let only_old: Vec<String> = only_old.into_iter().filter(|l| !fenced(l)).collect();
+    let list = "relation sandbox_orchestrator_privileges ";
+    assert!(
+        only_fresh
+            .iter()
+            .all(|l| l.contains("_sandboxd_sql_objects") || l.starts_with(list))
+            && only_old.len() == 1
+            && only_old[0].starts_with(list),
+        "sql/ differs from the old files:\nonly from sql/:\n{}\n\nonly from the old files:\n{}",
+        only_fresh.join("\n"),
+        only_old.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn a_database_with_only_some_of_the_old_migrations_is_refused_with_what_to_do() {
+    let state = common::StatePostgres::start().await;
+    let pool = sqlx::PgPool::connect(&state.url).await.unwrap();
+    // As a sandboxd of before migration 11 left it: the first 10 files.
+    let legacy = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/legacy-migrations"
+    ));
+    let first_ten = std::env::temp_dir().join(format!("sandboxd-legacy-{}", std::process::id()));
+    std::fs::create_dir_all(&first_ten).unwrap();
+    let mut files: Vec<_> = std::fs::read_dir(legacy)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    files.sort();
+    for file in &files[..10] {
+        std::fs::copy(file, first_ten.join(file.file_name().unwrap())).unwrap();
+    }
+    let old = sqlx::migrate::Migrator::new(first_ten.as_path())
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&first_ten).unwrap();
+    old.run(&pool).await.unwrap();
+    let store = sandboxd::adapters::postgres::PgStore::connect(&state.url, 2)
+        .await
+        .unwrap();
+    let err = store.migrate().await.expect_err("refused").to_string();
+    assert_mentions(
+        "the refusal",
+        &err,
+        &[
+            "migrations 20261202000011, 20261202000012, 20261202000013, 20261202000014 are not applied",
+            "If the sandboxd of commit e6bc0ba (the last with those migrations) migrates it",
+            "docker rm -f sandboxd-state && docker volume rm sandboxd-state",
+        ],
+    );
+    let versions: i64 = scalar(&pool, "SELECT count(*) FROM _sqlx_migrations").await;
+    assert_eq!(versions, 10, "nothing changed");
+}
+
+#[tokio::test]
+async fn applying_sql_again_changes_nothing_and_an_edited_function_is_replaced_in_place() {
+    use sandboxd::adapters::postgres::schema::{apply, objects, Applied, SqlObject};
+    let env = TestEnv::new().await;
+    env.create_login_role("agents").await;
+    sqlx::query("SELECT sandbox_grant_orchestrator('agents')")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let before = catalog(&env.pool).await;
+    assert_eq!(
+        apply(&env.pool, &objects()).await.unwrap(),
+        Applied::Unchanged
+    );
+    // Forget what was applied: everything runs again, and ends the same.
+    sqlx::query("DELETE FROM _sandboxd_sql_objects")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        apply(&env.pool, &objects()).await.unwrap(),
+        Applied::Applied
+    );
+    let (gone, added) = catalog_difference(&before, &catalog(&env.pool).await);
+    assert!(
+        gone.is_empty() && added.is_empty(),
+        "a second apply changed\n{}\ninto\n{}",
+        gone.join("\n"),
+        added.join("\n")
+    );
+
+    let edit = |objects: &mut Vec<SqlObject>, path: &str, from: &str, to: &str| {
+        let object = objects.iter_mut().find(|o| o.path == path).unwrap();
+        assert!(object.sql.contains(from), "{path} holds {from}");
+        object.sql = object.sql.replace(from, to).into();
+    };
+    let mut edited = objects();
+    // A body.
+    edit(
+        &mut edited,
+        "functions/sandbox_quote.sql",
+        "left(value, 80)",
+        "left(value, 40)",
+    );
+    // A signature (and the grant that names it).
+    edit(
+        &mut edited,
+        "functions/sandbox_release.sql",
+        "sandbox_release(p_id text)",
+        "sandbox_release(p_id text, p_why text DEFAULT NULL)",
+    );
+    edit(
+        &mut edited,
+        "grants/orchestrator_privileges.sql",
+        "'sandbox_release(text)'",
+        "'sandbox_release(text, text)'",
+    );
+    // A parameter's name, which CREATE OR REPLACE cannot change.
+    edit(
+        &mut edited,
+        "functions/sandbox_lease_valid.sql",
+        "p_term",
+        "p_lease_term",
+    );
+    assert_eq!(apply(&env.pool, &edited).await.unwrap(), Applied::Applied);
+
+    let quote: String = scalar(
+        &env.pool,
+        "SELECT pg_get_functiondef('sandbox_quote(text)'::regprocedure)",
+    )
+    .await;
+    assert!(quote.contains("left(value, 40)"), "{quote}");
+    let releases: Vec<String> = sqlx::query_scalar(
+        "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = 'sandbox_release'",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        releases,
+        ["sandbox_release(text,text)"],
+        "the old signature is dropped"
+    );
+    let lease: String = scalar(
+        &env.pool,
+        "SELECT pg_get_functiondef('sandbox_lease_valid(bigint)'::regprocedure)",
+    )
+    .await;
+    assert!(lease.contains("p_lease_term"), "{lease}");
+    for function in [
+        "sandbox_quote(text)",
+        "sandbox_release(text,text)",
+        "sandbox_lease_valid(bigint)",
+    ] {
+        let (config, public): (Vec<String>, bool) = sqlx::query_as(
+            "SELECT proconfig, has_function_privilege('public', oid, 'EXECUTE') FROM pg_proc
+             WHERE oid = $1::regprocedure",
+        )
+        .bind(function)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            config,
+            ["search_path=pg_catalog, public, pg_temp"],
+            "{function}"
+        );
+        assert!(!public, "{function}: PUBLIC may not execute it");
+    }
+    let may: bool = scalar(
+        &env.pool,
+        "SELECT has_function_privilege('agents', 'sandbox_release(text,text)', 'EXECUTE')",
+    )
+    .await;
+    assert!(may, "a registered orchestrator gets the new signature");
+    let (code, _) = refusal(
+        &env.pool,
+        "INSERT INTO sandbox_status (id, phase, leader_term) VALUES ('x', 'pending', 7)",
+    )
+    .await;
+    assert_eq!(code, "SX001", "the fence calls the renamed function");
+
+    // An unchanged apply of the edited files is again a no-op.
+    assert_eq!(apply(&env.pool, &edited).await.unwrap(), Applied::Unchanged);
 }

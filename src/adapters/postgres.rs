@@ -30,6 +30,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 mod quota;
+pub mod schema;
 pub use self::quota::{QuotaLine, Setting as QuotaSetting};
 
 /// Channel NOTIFYed with the id on every change of `sandbox_desired`.
@@ -144,12 +145,22 @@ impl PgStore {
         &self.pool
     }
 
-    /// Applies migrations and rewrites the allowlist from the engine registry.
+    /// Adopts a database made by the migrations before the baseline,
+    /// applies migrations, then the functions, triggers, policies and
+    /// grants of `sql/` ([`schema`]), and rewrites the allowlist from the
+    /// engine registry.
     pub async fn migrate(&self) -> Result<(), StoreError> {
+        let failed = |e: schema::SchemaError| StoreError::Migrate(Box::new(e));
+        if schema::adopt_legacy(&self.pool).await.map_err(failed)? == schema::Adoption::Adopted {
+            tracing::info!("adopted a state database made by the 14 migrations before the baseline: its rows are kept, its records are now the baseline's");
+        }
         MIGRATOR
             .run(&self.pool)
             .await
             .map_err(|e| StoreError::Migrate(Box::new(e)))?;
+        schema::apply(&self.pool, &schema::objects())
+            .await
+            .map_err(failed)?;
         self.sync_registry().await
     }
 
@@ -1090,7 +1101,7 @@ impl Store for PgStore {
                 })
             })
             .collect();
-        // The function (migration 11) announces each event on NOTIFY
+        // The function (sql/functions/sandbox_record_events.sql) announces each event on NOTIFY
         // sandbox_events and returns them in full.
         let notices: Option<serde_json::Value> =
             sqlx::query_scalar("SELECT sandbox_record_events($1, $2, $3::uuid, $4, $5, $6)")

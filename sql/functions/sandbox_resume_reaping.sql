@@ -1,0 +1,16 @@
+-- Resumes reaping (`sandboxd resume-reaping`); returns whether it was
+-- paused, why and since when, and wakes the controller (NOTIFY '*': relist).
+CREATE OR REPLACE FUNCTION sandbox_resume_reaping()
+RETURNS TABLE (was_paused boolean, reason text, paused_at timestamptz)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    previous sandbox_reaping%ROWTYPE;
+BEGIN
+    SELECT * INTO previous FROM sandbox_reaping FOR UPDATE;
+    UPDATE sandbox_reaping
+       SET paused = false, resumed_at = now(), resumed_by = session_user
+     WHERE paused;
+    PERFORM pg_notify('sandbox_desired', '*');
+    RETURN QUERY SELECT coalesce(previous.paused, false), coalesce(previous.reason, ''), previous.paused_at;
+END
+$$;
