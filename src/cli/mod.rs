@@ -9,23 +9,19 @@
 //! not ready in time.
 
 use crate::adapters::postgres::RoleError;
-use crate::adapters::{http, DockerRuntime, PgStore, SwarmRuntime};
+use crate::adapters::{http, PgStore};
 use crate::client::{Client, ClientError, Request, SandboxRequest};
 use crate::config::{
     parse_env_prefix, Backend, ControllerConfig, Images, NetworkLayout, ProbeVia, SwarmPublish,
 };
-use crate::controller::Controller;
-use crate::domain::clock::SystemClock;
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::limits::Limits;
 use crate::domain::network::{Ipv4Net, SubnetPool};
 use crate::domain::sandbox::{IdleAction, SandboxStatus};
-use crate::metrics::Metrics;
 use crate::ports::{RuntimeError, StoreError};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Prints a line to stdout; a closed pipe (`sandboxd list | head`) ends
@@ -45,11 +41,13 @@ mod describe;
 mod list;
 mod progress;
 mod quota;
+pub(crate) mod run;
 mod table;
 
 pub use self::describe::{DescribeArgs, DescribeOutput};
 pub use self::list::{ListArgs, ListOutput};
 pub use self::progress::ProgressMode;
+pub use self::run::controller;
 
 /// Exit code of a command whose `--wait` ended with the sandbox `failed`.
 pub const EXIT_FAILED: u8 = 3;
@@ -923,7 +921,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
 async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
     let url = url.to_owned();
     match command {
-        Command::Run(args) => run_controller(&url, &args).await,
+        Command::Run(args) => run::run(&url, &args).await,
         Command::Migrate => {
             PgStore::connect(&url, 2).await?.migrate().await?;
             say!("migrations applied; engine allowlist synced");
@@ -1181,84 +1179,6 @@ async fn request(url: &str, args: RequestArgs) -> Result<(), CliError> {
         ),
     }
     Ok(())
-}
-
-async fn run_controller(url: &str, args: &RunArgs) -> Result<(), CliError> {
-    let config = args.to_config()?;
-    // Migrations get the default bound; the controller's statements
-    // --store-timeout, enforced by the server too.
-    PgStore::connect(url, 1).await?.migrate().await?;
-    let store = PgStore::connect_bounded(
-        url,
-        (config.concurrency as u32 * 2).clamp(4, 32),
-        config.store_timeout,
-    )
-    .await?;
-    let docker = DockerRuntime::connect()
-        .await?
-        .with_stream_timeout(config.docker_timeout);
-    let runtime: Arc<dyn crate::ports::Runtime> = match config.backend {
-        Backend::Docker => Arc::new(docker),
-        Backend::Swarm => {
-            tracing::info!(publish = ?config.swarm_publish, "backend: Swarm services");
-            let egress = match &config.network {
-                NetworkLayout::PerSandbox { egress, .. } => *egress,
-                NetworkLayout::Shared { .. } => true,
-            };
-            Arc::new(
-                SwarmRuntime::connect(docker, config.swarm_publish, egress)
-                    .await?
-                    .with_stop_grace(config.stop_timeout),
-            )
-        }
-    };
-    let metrics = Arc::new(Metrics::new());
-    let controller = Controller::new(
-        runtime,
-        Arc::new(store),
-        config.clone(),
-        Arc::new(SystemClock),
-        metrics.clone(),
-    );
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(signals(stop_tx));
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let (bound, server) = http::serve(
-        config.metrics_addr,
-        metrics,
-        controller.probes(),
-        stopped(stop_rx.clone()),
-    )
-    .await?;
-    tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
-    let server = tokio::spawn(server);
-    controller.run(stopped(stop_rx)).await?;
-    let _ = server.await;
-    tracing::info!("controller stopped");
-    Ok(())
-}
-
-/// First SIGTERM/SIGINT: graceful stop. Second: exit at once.
-async fn signals(stop: tokio::sync::watch::Sender<bool>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    tracing::info!(
-        "signal received; finishing in-flight reconciles (signal again to exit at once)"
-    );
-    let _ = stop.send(true);
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    tracing::warn!("second signal; exiting now");
-    std::process::exit(130);
 }
 
 #[cfg(test)]
