@@ -22,6 +22,8 @@ pub mod config;
 pub mod controller;
 pub mod domain;
 pub mod engine;
+#[cfg(test)]
+mod layers;
 pub mod metrics;
 pub mod ports;
 pub(crate) mod sched;

@@ -1,7 +1,7 @@
 //! `/metrics`, `/healthz` and `/readyz`.
 
 use crate::metrics::Metrics;
-use async_trait::async_trait;
+use crate::ports::Probes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -26,16 +26,6 @@ pub enum HttpError {
     /// Serving failed.
     #[error("metrics server failed: {0}")]
     Serve(#[source] std::io::Error),
-}
-
-/// What the endpoints ask of the controller.
-#[async_trait]
-pub trait Probes: Send + Sync + 'static {
-    /// Refreshes the gauges computed at scrape time.
-    async fn before_scrape(&self);
-    /// `Ok` once the initial lists are loaded and Postgres and Docker
-    /// answer; otherwise why not.
-    async fn ready(&self) -> Result<(), String>;
 }
 
 #[derive(Clone)]

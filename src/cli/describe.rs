@@ -120,60 +120,7 @@ pub fn render(d: &Described<'_>, now: DateTime<Utc>) -> String {
         field(&mut out, "Created", when(row.created_at, now));
     }
     if let Some(row) = d.desired {
-        field(
-            &mut out,
-            "Services",
-            row.services
-                .iter()
-                .map(|e| e.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-        );
-        let features: Vec<String> = row
-            .features
-            .iter()
-            .filter(|(_, f)| !f.is_empty())
-            .map(|(e, f)| format!("{e}={}", f.iter().cloned().collect::<Vec<_>>().join(",")))
-            .collect();
-        if !features.is_empty() {
-            field(&mut out, "Features", features.join(" "));
-        }
-        if let Some(t) = row.expires_at {
-            field(&mut out, "Expires", when(t, now));
-        }
-        if let Some(t) = row.idle_timeout {
-            let idle = if t.is_zero() {
-                "never".to_owned()
-            } else {
-                format!(
-                    "{}s without a request or touch (last used {})",
-                    t.as_secs(),
-                    when(row.last_used_at, now)
-                )
-            };
-            field(&mut out, "Idle timeout", idle);
-        }
-        if row.idle_action != crate::domain::sandbox::IdleAction::Release {
-            field(
-                &mut out,
-                "Idle action",
-                format!(
-                    "{} (a request, a touch or `sandboxd resume` resumes it)",
-                    row.idle_action
-                ),
-            );
-        }
-        field(
-            &mut out,
-            "Persistent",
-            if row.persistent { "yes" } else { "no" },
-        );
-        if let Some(c) = &row.owner_container {
-            field(&mut out, "Owner cont.", c);
-        }
-        if !row.attach.is_empty() {
-            field(&mut out, "Attach", row.attach.join(", "));
-        }
+        desired(&mut out, row, now);
     }
     if let Some(s) = d.status {
         field(
@@ -195,12 +142,73 @@ pub fn render(d: &Described<'_>, now: DateTime<Utc>) -> String {
             }
         }
     }
+    events(&mut out, d.events, now);
+    out
+}
+
+/// The desired row's fields: engines, features, timeouts, persistence,
+/// owner container and attached containers.
+fn desired(out: &mut String, row: &DesiredSandbox, now: DateTime<Utc>) {
+    field(
+        out,
+        "Services",
+        row.services
+            .iter()
+            .map(|e| e.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let features: Vec<String> = row
+        .features
+        .iter()
+        .filter(|(_, f)| !f.is_empty())
+        .map(|(e, f)| format!("{e}={}", f.iter().cloned().collect::<Vec<_>>().join(",")))
+        .collect();
+    if !features.is_empty() {
+        field(out, "Features", features.join(" "));
+    }
+    if let Some(t) = row.expires_at {
+        field(out, "Expires", when(t, now));
+    }
+    if let Some(t) = row.idle_timeout {
+        let idle = if t.is_zero() {
+            "never".to_owned()
+        } else {
+            format!(
+                "{}s without a request or touch (last used {})",
+                t.as_secs(),
+                when(row.last_used_at, now)
+            )
+        };
+        field(out, "Idle timeout", idle);
+    }
+    if row.idle_action != crate::domain::sandbox::IdleAction::Release {
+        field(
+            out,
+            "Idle action",
+            format!(
+                "{} (a request, a touch or `sandboxd resume` resumes it)",
+                row.idle_action
+            ),
+        );
+    }
+    field(out, "Persistent", if row.persistent { "yes" } else { "no" });
+    if let Some(c) = &row.owner_container {
+        field(out, "Owner cont.", c);
+    }
+    if !row.attach.is_empty() {
+        field(out, "Attach", row.attach.join(", "));
+    }
+}
+
+/// The events table, newest last, or `<none>`.
+fn events(out: &mut String, events: &[RecordedEvent], now: DateTime<Utc>) {
     out.push_str("Events:\n");
-    if d.events.is_empty() {
+    if events.is_empty() {
         out.push_str("  <none>\n");
     } else {
         let mut t = Table::new(&["LAST SEEN", "REASON", "ENGINE", "MESSAGE"]);
-        for e in d.events {
+        for e in events {
             let repeated = if e.count > 1 {
                 format!(" (x{} over {})", e.count, age(e.first_at, e.last_at))
             } else {
@@ -222,7 +230,6 @@ pub fn render(d: &Described<'_>, now: DateTime<Utc>) -> String {
             let _ = writeln!(out, "  {line}");
         }
     }
-    out
 }
 
 /// What `describe --output json` prints: the desired row's summary, the

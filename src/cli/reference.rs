@@ -150,7 +150,8 @@ fn touch_every_series(m: &crate::metrics::Metrics) {
     m.rotated(engine);
     m.images.template_built(engine, true);
     m.container_started(engine, "cold");
-    m.watch.docker_event(crate::ports::runtime::ContainerAction::Die);
+    m.watch
+        .docker_event(crate::ports::runtime::ContainerAction::Die);
     m.fleet.containers(crate::engine::REGISTRY, &[]);
     m.started(Duration::from_millis(1));
     m.finished(Duration::from_millis(1), &FinishedAs::Success);

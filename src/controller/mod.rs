@@ -9,6 +9,7 @@ mod fence;
 mod fleet;
 mod foreign;
 mod gone;
+mod guard;
 mod heal_loop;
 mod image;
 mod leader;
@@ -25,31 +26,34 @@ pub mod volume;
 mod webhook;
 
 pub use self::fence::{Fence, Fenced};
+pub(crate) use self::guard::{GuardedRuntime, RuntimeDeadlines};
 pub use self::image::ImageError;
 pub use self::provision::ProvisionError;
 pub use self::rotation::SwitchError;
 
 use self::breaker::ReapBreaker;
 use self::crash_loops::CrashLoops;
-use self::fence::FencedRuntime;
 use self::fleet::FleetPhases;
 use self::foreign::Foreign;
 use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
-use self::leader::Elector;
+pub(crate) use self::leader::Elector;
 use self::probes::ControllerProbes;
 use self::reconcile::Next;
-use crate::adapters::deadline::{BoundedRuntime, BoundedStore, RuntimeDeadlines};
-use crate::adapters::http::Probes;
 use crate::config::ControllerConfig;
 use crate::domain::clock::Clock;
 use crate::domain::id::SandboxId;
 use crate::domain::identity::StateId;
-use crate::engine::{Registry, REGISTRY};
+use crate::engine::Registry;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
 use crate::ports::store::{Store, StoreError};
-use crate::sched::{Outcome, QueueConfig, WorkQueue};
+use crate::ports::webhook::WebhookTransport;
+use crate::ports::Probes;
+use crate::sched::{Outcome, WorkQueue};
+// The unit tests (`use super::*`) build queues of their own.
+#[cfg(test)]
+use crate::sched::QueueConfig;
 use crate::watch::{self, DesiredRows, DockerEvents, KnownContainers, RemovedNetworks, Sink};
 use chrono::{DateTime, Utc};
 use std::future::Future;
@@ -201,66 +205,58 @@ impl Sink for QueueSink {
     }
 }
 
-impl Controller {
-    /// Builds a controller over `runtime` and `store` (every call of both
-    /// gets the configured deadline); nothing runs until [`Controller::run`].
-    pub fn new(
-        runtime: Arc<dyn Runtime>,
-        store: Arc<dyn Store>,
-        config: ControllerConfig,
-        clock: Arc<dyn Clock>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        Self::with_engines(runtime, store, REGISTRY, config, clock, metrics)
-    }
+/// What a controller is made of. The composition root (`cli::run`) builds
+/// every part: the ports already wrapped in their deadlines (and, for the
+/// runtime, the fence), the elector that grants that fence, the work queue
+/// and the webhook's transport. The controller only puts them to work.
+pub(crate) struct Parts {
+    /// The container runtime: every call bounded, every change fenced by
+    /// [`Parts::fence`] (a [`GuardedRuntime`]).
+    pub(crate) runtime: Arc<dyn Runtime>,
+    /// The state store, every call bounded.
+    pub(crate) store: Arc<dyn Store>,
+    /// Where recorded events are POSTed, if a webhook is configured.
+    pub(crate) webhook: Option<Arc<dyn WebhookTransport>>,
+    /// Whether this process may act; the elector grants it.
+    pub(crate) fence: Fence,
+    /// Campaigns for and holds the leader lease.
+    pub(crate) elector: Arc<Elector>,
+    /// The queue of sandboxes to reconcile.
+    pub(crate) queue: WorkQueue<SandboxId>,
+    /// The engines this controller runs.
+    pub(crate) engines: Registry,
+    /// Configuration.
+    pub(crate) config: ControllerConfig,
+    /// The clock.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Metrics.
+    pub(crate) metrics: Arc<Metrics>,
+}
 
-    /// Like [`Controller::new`], running the engines of `engines`.
-    pub(crate) fn with_engines(
-        runtime: Arc<dyn Runtime>,
-        store: Arc<dyn Store>,
-        engines: Registry,
-        config: ControllerConfig,
-        clock: Arc<dyn Clock>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        let queue_config = QueueConfig {
-            concurrency: config.concurrency.max(1),
-            shutdown_grace: config.shutdown_grace,
-            ..QueueConfig::default()
-        };
-        metrics.set_max_concurrent(queue_config.concurrency);
-        let queue = WorkQueue::new(queue_config, metrics.clone());
-        let runtime = Arc::new(BoundedRuntime::new(
+impl Controller {
+    /// A controller made of `parts`; nothing runs until [`Controller::run`].
+    pub(crate) fn new(parts: Parts) -> Self {
+        let Parts {
             runtime,
-            RuntimeDeadlines {
-                call: config.docker_timeout,
-                pull: config.pull_timeout,
-                job: config.template_timeout,
-            },
-        ));
-        let fence = Fence::default();
+            store,
+            webhook,
+            fence,
+            elector,
+            queue,
+            engines,
+            config,
+            clock,
+            metrics,
+        } = parts;
         let relist_now = Arc::new(Notify::new());
-        let runtime = Arc::new(FencedRuntime::new(runtime, fence.clone(), metrics.clone()));
-        let store: Arc<dyn Store> = Arc::new(BoundedStore::new(store, config.store_timeout));
         let images = image::Fetches::new(runtime.clone(), &config, metrics.clone(), queue.clone());
-        let (notifier, delivery) = match &config.webhook {
-            Some(w) => {
-                let transport = Arc::new(crate::adapters::webhook::HttpWebhook::new(
-                    w.url.clone(),
-                    w.tls.as_ref(),
-                ));
+        let (notifier, delivery) = match (&config.webhook, webhook) {
+            (Some(w), Some(transport)) => {
                 let (n, d) = webhook::channel(w, transport, metrics.clone());
                 (n, Some(d))
             }
-            None => (webhook::Notifier::disabled(metrics.clone()), None),
+            _ => (webhook::Notifier::disabled(metrics.clone()), None),
         };
-        let elector = Arc::new(Elector::new(
-            store.clone(),
-            config.lease,
-            config.holder.clone(),
-            fence.clone(),
-            metrics.clone(),
-        ));
         let admission = admission::Admission::new(&config, queue.clone());
         Self {
             elector,

@@ -2,8 +2,8 @@
 
 use super::leader::{Elector, Role};
 use super::{Context, Readiness};
-use crate::adapters::http::Probes;
 use crate::domain::id::SandboxId;
+use crate::ports::Probes;
 use crate::sched::WorkQueue;
 use async_trait::async_trait;
 use std::sync::Arc;

@@ -3,10 +3,12 @@
 //! holds them as `Arc<dyn …>`; `crate::adapters` implements them, and the
 //! crate's test support has in-memory fakes that fail or hang on demand.
 
+pub mod probes;
 pub mod runtime;
 pub mod store;
 pub mod webhook;
 
+pub use self::probes::Probes;
 pub use self::runtime::{ContainerSpec, Runtime, RuntimeError, RuntimeEvent};
 pub use self::store::{Store, StoreError};
 

@@ -9,6 +9,7 @@ mod runtime;
 #[cfg(feature = "simulation")]
 pub mod sim;
 mod store;
+mod wiring;
 
 pub(crate) use self::engine::{FakeEngine, FAKE_ENGINES};
 pub(crate) use self::runtime::{FakeContainer, FakeRuntime, RuntimeOp};

@@ -8,7 +8,7 @@
 
 use sandboxd::adapters::{DockerRuntime, PgStore};
 use sandboxd::config::{ControllerConfig, Images};
-use sandboxd::controller::{Controller, Readiness};
+use sandboxd::controller::Readiness;
 use sandboxd::domain::clock::SystemClock;
 use sandboxd::domain::container::ObservedContainer;
 use sandboxd::domain::lease::LeasePolicy;
@@ -326,7 +326,7 @@ impl TestEnv {
         store: PgStore,
     ) -> RunningController {
         let metrics = Arc::new(Metrics::new());
-        let controller = Controller::new(
+        let controller = sandboxd::cli::controller(
             runtime,
             Arc::new(store),
             config,

@@ -1,0 +1,168 @@
+//! `sandboxd run`, and the composition root: the one place that connects
+//! the adapters (Docker or Swarm, Postgres, the webhook's HTTP client, the
+//! HTTP endpoints) and wraps them in the layers every call goes through
+//! (deadlines, the leadership fence), builds the elector and the work
+//! queue, and hands the controller its parts.
+
+use super::{CliError, RunArgs};
+use crate::adapters::deadline::BoundedStore;
+use crate::adapters::webhook::HttpWebhook;
+use crate::adapters::{http, DockerRuntime, PgStore, SwarmRuntime};
+use crate::config::{Backend, ControllerConfig, NetworkLayout};
+use crate::controller::{Controller, Elector, Fence, GuardedRuntime, Parts, RuntimeDeadlines};
+use crate::domain::clock::{Clock, SystemClock};
+use crate::engine::{Registry, REGISTRY};
+use crate::metrics::Metrics;
+use crate::ports::webhook::WebhookTransport;
+use crate::ports::{Runtime, Store};
+use crate::sched::{QueueConfig, WorkQueue};
+use std::sync::Arc;
+
+/// Builds a controller over `runtime` and `store` as `sandboxd run` does:
+/// every call of both gets its configured deadline, every change to the
+/// runtime waits for the leader's fence. Nothing runs until
+/// [`Controller::run`].
+pub fn controller(
+    runtime: Arc<dyn Runtime>,
+    store: Arc<dyn Store>,
+    config: ControllerConfig,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+) -> Controller {
+    controller_with(runtime, store, REGISTRY, config, clock, metrics)
+}
+
+/// Like [`controller`], running the engines of `engines`.
+pub(crate) fn controller_with(
+    runtime: Arc<dyn Runtime>,
+    store: Arc<dyn Store>,
+    engines: Registry,
+    config: ControllerConfig,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+) -> Controller {
+    let queue_config = QueueConfig {
+        concurrency: config.concurrency.max(1),
+        shutdown_grace: config.shutdown_grace,
+        ..QueueConfig::default()
+    };
+    metrics.set_max_concurrent(queue_config.concurrency);
+    let queue = WorkQueue::new(queue_config, metrics.clone());
+    let fence = Fence::default();
+    let deadlines = RuntimeDeadlines {
+        call: config.docker_timeout,
+        pull: config.pull_timeout,
+        job: config.template_timeout,
+    };
+    let runtime = GuardedRuntime::new(runtime, deadlines, fence.clone(), metrics.clone());
+    let store: Arc<dyn Store> = Arc::new(BoundedStore::new(store, config.store_timeout));
+    let webhook = config.webhook.as_ref().map(|w| {
+        let transport: Arc<dyn WebhookTransport> =
+            Arc::new(HttpWebhook::new(w.url.clone(), w.tls.as_ref()));
+        transport
+    });
+    let elector = Arc::new(Elector::new(
+        store.clone(),
+        config.lease,
+        config.holder.clone(),
+        fence.clone(),
+        metrics.clone(),
+    ));
+    Controller::new(Parts {
+        runtime: Arc::new(runtime),
+        store,
+        webhook,
+        fence,
+        elector,
+        queue,
+        engines,
+        config,
+        clock,
+        metrics,
+    })
+}
+
+/// The container runtime of `config.backend`, connected.
+async fn connect_runtime(config: &ControllerConfig) -> Result<Arc<dyn Runtime>, CliError> {
+    let docker = DockerRuntime::connect()
+        .await?
+        .with_stream_timeout(config.docker_timeout);
+    Ok(match config.backend {
+        Backend::Docker => Arc::new(docker),
+        Backend::Swarm => {
+            tracing::info!(publish = ?config.swarm_publish, "backend: Swarm services");
+            let egress = match &config.network {
+                NetworkLayout::PerSandbox { egress, .. } => *egress,
+                NetworkLayout::Shared { .. } => true,
+            };
+            Arc::new(
+                SwarmRuntime::connect(docker, config.swarm_publish, egress)
+                    .await?
+                    .with_stop_grace(config.stop_timeout),
+            )
+        }
+    })
+}
+
+/// `sandboxd run`: migrates, then runs the controller and its HTTP
+/// endpoints until a signal.
+pub(super) async fn run(url: &str, args: &RunArgs) -> Result<(), CliError> {
+    let config = args.to_config()?;
+    // Migrations get the default bound; the controller's statements
+    // --store-timeout, enforced by the server too.
+    PgStore::connect(url, 1).await?.migrate().await?;
+    let store = PgStore::connect_bounded(
+        url,
+        (config.concurrency as u32 * 2).clamp(4, 32),
+        config.store_timeout,
+    )
+    .await?;
+    let runtime = connect_runtime(&config).await?;
+    let metrics = Arc::new(Metrics::new());
+    let controller = controller(
+        runtime,
+        Arc::new(store),
+        config.clone(),
+        Arc::new(SystemClock),
+        metrics.clone(),
+    );
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(signals(stop_tx));
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let (bound, server) = http::serve(
+        config.metrics_addr,
+        metrics,
+        controller.probes(),
+        stopped(stop_rx.clone()),
+    )
+    .await?;
+    tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+    let server = tokio::spawn(server);
+    controller.run(stopped(stop_rx)).await?;
+    let _ = server.await;
+    tracing::info!("controller stopped");
+    Ok(())
+}
+
+/// First SIGTERM/SIGINT: graceful stop. Second: exit at once.
+async fn signals(stop: tokio::sync::watch::Sender<bool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tracing::info!(
+        "signal received; finishing in-flight reconciles (signal again to exit at once)"
+    );
+    let _ = stop.send(true);
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tracing::warn!("second signal; exiting now");
+    std::process::exit(130);
+}

@@ -1,0 +1,465 @@
+//! The one layer every runtime call of the controller goes through: a
+//! deadline on each call, so that a stuck Docker daemon costs one retry and
+//! not a worker, and for each call that changes Docker the [`Fence`], so
+//! that only the leader acts.
+//!
+//! One forward per [`Runtime`] method says both things at once: which
+//! deadline the call gets (its name and target for the timeout's message)
+//! and, for a change, its name in a refusal. Adding a port method is one
+//! edit here. The composition root builds the layer; the controller is
+//! handed it as a plain `Arc<dyn Runtime>`.
+
+use super::fence::{Fence, Fenced};
+use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
+use crate::domain::id::{ContainerId, Deployment, SandboxId};
+use crate::domain::pool::PooledContainer;
+use crate::metrics::Metrics;
+use crate::ports::runtime::{
+    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
+    RuntimeError, TemplateJob,
+};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long runtime calls may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RuntimeDeadlines {
+    /// Any call but a pull (a removal gets its stop timeout on top).
+    pub(crate) call: Duration,
+    /// Pulling an image.
+    pub(crate) pull: Duration,
+    /// Running a template job (`--template-timeout`).
+    pub(crate) job: Duration,
+}
+
+/// A [`Runtime`] whose every call has a deadline and whose every change
+/// waits for the fence; reads are never fenced.
+pub(crate) struct GuardedRuntime {
+    inner: Arc<dyn Runtime>,
+    deadlines: RuntimeDeadlines,
+    fence: Fence,
+    metrics: Arc<Metrics>,
+}
+
+/// `call`, turned into a `Timeout` naming `op` and `target` unless it
+/// answers within `after`.
+async fn bounded<T>(
+    op: &'static str,
+    target: &str,
+    after: Duration,
+    call: impl Future<Output = Result<T, RuntimeError>>,
+) -> Result<T, RuntimeError> {
+    let started = tokio::time::Instant::now();
+    let result = tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
+        Err(RuntimeError::Timeout {
+            op,
+            target: target.to_owned(),
+            after,
+        })
+    });
+    // Where a provision's time goes, call by call (RUST_LOG=...=trace).
+    tracing::trace!(
+        op,
+        target,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        ok = result.is_ok(),
+        "runtime call"
+    );
+    result
+}
+
+impl GuardedRuntime {
+    /// Guards every call of `inner`: `deadlines` bound them, `fence` lets
+    /// the changes through.
+    pub(crate) fn new(
+        inner: Arc<dyn Runtime>,
+        deadlines: RuntimeDeadlines,
+        fence: Fence,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            inner,
+            deadlines,
+            fence,
+            metrics,
+        }
+    }
+
+    /// A read: its deadline only.
+    async fn read<T>(
+        &self,
+        op: &'static str,
+        target: &str,
+        call: impl Future<Output = Result<T, RuntimeError>>,
+    ) -> Result<T, RuntimeError> {
+        bounded(op, target, self.deadlines.call, call).await
+    }
+
+    /// A change: the fence (as `fenced_op` in a refusal), then its deadline
+    /// (as `op` in a timeout).
+    async fn change<T>(
+        &self,
+        fenced_op: &'static str,
+        op: &'static str,
+        target: &str,
+        after: Duration,
+        call: impl Future<Output = Result<T, RuntimeError>>,
+    ) -> Result<T, RuntimeError> {
+        self.fenced(fenced_op, target, bounded(op, target, after, call))
+            .await
+    }
+
+    fn admit(&self, op: &'static str, target: &str) -> Result<Instant, RuntimeError> {
+        let refused = |why: Fenced| {
+            self.metrics.fenced("docker");
+            tracing::warn!(op, target, reason = %why, "docker change refused: not leading");
+            RuntimeError::Refused(format!("docker {op} for {target} refused: {why}"))
+        };
+        self.fence.check().map_err(refused)?;
+        self.fence.until().ok_or_else(|| refused(Fenced::NotLeader))
+    }
+
+    /// Runs the change `call` if this process may act, and only while it
+    /// trusts its lease (renewals extend that as the call goes on): a
+    /// change still under way when trust runs out is given up, as far as
+    /// Docker lets a request be given up.
+    async fn fenced<T>(
+        &self,
+        op: &'static str,
+        target: &str,
+        call: impl Future<Output = Result<T, RuntimeError>>,
+    ) -> Result<T, RuntimeError> {
+        let mut until = self.admit(op, target)?;
+        let mut call = std::pin::pin!(call);
+        loop {
+            tokio::select! {
+                result = &mut call => return result,
+                () = tokio::time::sleep_until(until) => {}
+            }
+            match (self.fence.check(), self.fence.until()) {
+                (Ok(_), Some(later)) if later > until => until = later,
+                _ => {
+                    self.metrics.fenced("docker");
+                    tracing::warn!(
+                        op,
+                        target,
+                        "docker change given up: the leader lease ran out while it was under way"
+                    );
+                    return Err(RuntimeError::Refused(format!(
+                        "docker {op} for {target} given up: this sandboxd's leader lease ran out while it was under way"
+                    )));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Runtime for GuardedRuntime {
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.read("ping", "the daemon", self.inner.ping()).await
+    }
+
+    async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
+        self.read("info", "the daemon", self.inner.host_memory())
+            .await
+    }
+
+    async fn list(
+        &self,
+        deployment: &Deployment,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Vec<ObservedContainer>, RuntimeError> {
+        let call = self.inner.list(deployment, sandbox);
+        self.read("list", deployment.as_str(), call).await
+    }
+
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
+        let call = self.inner.ensure_network(spec);
+        let after = self.deadlines.call;
+        self.change("network create", "network", &spec.name, after, call)
+            .await
+    }
+
+    async fn networks(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        let call = self.inner.networks(deployment);
+        self.read("list networks", deployment.as_str(), call).await
+    }
+
+    async fn remove_network(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+    ) -> Result<(), RuntimeError> {
+        let call = self.inner.remove_network(name, deployment);
+        let after = self.deadlines.call;
+        self.change("network remove", "remove network", name, after, call)
+            .await
+    }
+
+    async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError> {
+        let call = self.inner.network_members(network);
+        self.read("inspect network", network, call).await
+    }
+
+    async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        let call = self.inner.connect(network, container);
+        let after = self.deadlines.call;
+        self.change("network connect", "connect", container, after, call)
+            .await
+    }
+
+    async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        let call = self.inner.disconnect(network, container);
+        let after = self.deadlines.call;
+        self.change("network disconnect", "disconnect", container, after, call)
+            .await
+    }
+
+    async fn volumes(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        let call = self.inner.volumes(deployment);
+        self.read("list volumes", deployment.as_str(), call).await
+    }
+
+    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
+        let call = self.inner.remove_volume(name, deployment);
+        let after = self.deadlines.call;
+        self.change("volume remove", "remove volume", name, after, call)
+            .await
+    }
+
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+        let call = self.inner.image_labels(image);
+        self.read("inspect image", image, call).await
+    }
+
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        let call = self.inner.image_id(image);
+        self.read("inspect image", image, call).await
+    }
+
+    async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
+        // Fetching an image changes no sandbox: not fenced. A pull that
+        // takes too long leaves the image unavailable (not a timeout to
+        // retry at once: the next try starts the pull again).
+        let after = self.deadlines.pull;
+        match tokio::time::timeout(after, self.inner.pull(image)).await {
+            Ok(result) => result,
+            Err(_) => Err(RuntimeError::ImageUnavailable {
+                image: image.to_owned(),
+                reason: format!("pull timed out after {after:?}"),
+            }),
+        }
+    }
+
+    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
+        let call = self.inner.run_template_job(job);
+        let after = self.deadlines.job;
+        self.change("template job", "template job", &job.name, after, call)
+            .await
+    }
+
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        let call = self.inner.create_and_start(spec);
+        let after = self.deadlines.call;
+        self.change("create", "create", &spec.name, after, call)
+            .await
+    }
+
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        let call = self.inner.rename(id, name);
+        let after = self.deadlines.call;
+        self.change("rename", "rename", id.as_str(), after, call)
+            .await
+    }
+
+    async fn rejoin(
+        &self,
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        let call = self.inner.rejoin(network, id, aliases);
+        let after = self.deadlines.call;
+        self.change("network rejoin", "rejoin network", id.as_str(), after, call)
+            .await
+    }
+
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
+        let call = self.inner.published_port(id);
+        self.read("inspect", id.as_str(), call).await
+    }
+
+    async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        let call = self.inner.published_host(id);
+        self.read("inspect", id.as_str(), call).await
+    }
+
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
+        self.read("inspect", id.as_str(), self.inner.inspect(id))
+            .await
+    }
+
+    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
+        let call = self.inner.remove(id, stop_timeout);
+        let after = self.deadlines.call.saturating_add(stop_timeout);
+        self.change("remove", "remove", id.as_str(), after, call)
+            .await
+    }
+
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let call = self.inner.pause(id);
+        let after = self.deadlines.call;
+        self.change("pause", "pause", id.as_str(), after, call)
+            .await
+    }
+
+    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let call = self.inner.unpause(id);
+        let after = self.deadlines.call;
+        self.change("unpause", "unpause", id.as_str(), after, call)
+            .await
+    }
+
+    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
+        let call = self.inner.logs_tail(id, lines);
+        self.read("logs", id.as_str(), call).await
+    }
+
+    async fn exec(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        env: Vec<String>,
+    ) -> Result<ExecOutput, RuntimeError> {
+        // Setting up users and databases inside an engine changes it.
+        let call = self.inner.exec(id, cmd, env);
+        let after = self.deadlines.call;
+        self.change("exec", "exec", id.as_str(), after, call).await
+    }
+
+    async fn pool_containers(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        let call = self.inner.pool_containers(deployment);
+        self.read("list", deployment.as_str(), call).await
+    }
+
+    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
+        // A stream has no deadline and no fence: it is meant to stay open
+        // and changes nothing. The watcher reconnects when it ends.
+        self.inner.events(deployment, since)
+    }
+
+    fn removed_networks(&self) -> NetworkStream {
+        // As the event stream: open for good, its connect bounded by the
+        // adapter.
+        self.inner.removed_networks()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::lease::Term;
+    use crate::testing::FakeRuntime;
+
+    fn guarded_runtime(fence: &Fence) -> GuardedRuntime {
+        let deadline = Duration::from_secs(3600);
+        GuardedRuntime::new(
+            Arc::new(FakeRuntime::default()),
+            RuntimeDeadlines {
+                call: deadline,
+                pull: deadline,
+                job: deadline,
+            },
+            fence.clone(),
+            Arc::new(Metrics::new()),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_under_way_when_the_lease_runs_out_is_given_up() {
+        let fence = Fence::default();
+        let rt = guarded_runtime(&fence);
+        fence.grant(Term(1), Instant::now() + Duration::from_secs(10));
+        let started = Instant::now();
+        let result = rt
+            .fenced(
+                "create",
+                "c",
+                std::future::pending::<Result<(), RuntimeError>>(),
+            )
+            .await;
+        assert!(matches!(result, Err(RuntimeError::Refused(m)) if m.contains("given up")));
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_change_goes_on_while_renewals_keep_the_lease_trusted() {
+        let fence = Fence::default();
+        let rt = guarded_runtime(&fence);
+        fence.grant(Term(1), Instant::now() + Duration::from_secs(10));
+        let renewer = tokio::spawn({
+            let fence = fence.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    fence.grant(Term(1), Instant::now() + Duration::from_secs(10));
+                }
+            }
+        });
+        let long = async {
+            tokio::time::sleep(Duration::from_secs(25)).await;
+            Ok::<_, RuntimeError>(7)
+        };
+        assert_eq!(rt.fenced("exec", "c", long).await.unwrap(), 7);
+        renewer.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_change_starts_without_the_lease() {
+        let fence = Fence::default();
+        let rt = guarded_runtime(&fence);
+        let result = rt
+            .remove(&ContainerId::new("c"), Duration::from_secs(1))
+            .await;
+        assert!(matches!(result, Err(RuntimeError::Refused(m)) if m.contains("not the leader")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_that_does_not_answer_in_time_is_a_timeout_naming_the_call() {
+        let fence = Fence::default();
+        let rt = guarded_runtime(&fence);
+        fence.grant(Term(1), Instant::now() + Duration::from_secs(86_400));
+        let result = rt
+            .change(
+                "network remove",
+                "remove network",
+                "n",
+                Duration::from_secs(5),
+                std::future::pending::<Result<(), RuntimeError>>(),
+            )
+            .await;
+        let e = result.unwrap_err();
+        assert!(
+            matches!(&e, RuntimeError::Timeout { op: "remove network", target, after }
+                if target == "n" && *after == Duration::from_secs(5)),
+            "{e}"
+        );
+    }
+}
