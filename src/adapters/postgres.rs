@@ -7,16 +7,21 @@
 //! with their shape alongside, times only when finite and in range): a row
 //! that got past the database's checks (a superuser with triggers disabled)
 //! comes back with [`DesiredSandbox::invalid`] set instead of failing the
-//! read or panicking in a decoder.
+//! read or panicking in a decoder: this module reads the columns, and
+//! `domain::desired_row` holds the rules.
 
 use crate::domain::breaker::ReapingState;
 use crate::domain::checkpoint::{Checkpoint, Outcome, Reset, Work};
+use crate::domain::desired_row::{
+    self, shown, Cell, DesiredRow, KnownEngine, ListColumn, Unreadable, MAX_ATTACH,
+    MAX_FEATURES_BYTES, MAX_SERVICES,
+};
 use crate::domain::event::RecordedEvent;
-use crate::domain::id::{ContainerId, EngineName, SandboxId};
+use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
-use crate::domain::sandbox::{DesiredSandbox, IdleAction, Phase, SandboxStatus, Services};
+use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, Services};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
@@ -25,7 +30,6 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
-use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -101,20 +105,29 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Opens a pool of at most `max_connections` to the database at `url`,
-    /// every statement bounded by the server after [`DEFAULT_STATEMENT_TIMEOUT`].
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        Self::connect_bounded(url, max_connections, DEFAULT_STATEMENT_TIMEOUT).await
+    /// A store over `pool` whose desired rows name the engines of
+    /// `engines` (names it lacks make a row fail), and whose [`migrate`]
+    /// writes their allowlist.
+    ///
+    /// [`migrate`]: PgStore::migrate
+    pub fn with_engines(pool: PgPool, engines: Registry) -> Self {
+        Self {
+            pool,
+            registry: engines,
+        }
     }
 
-    /// Opens a pool whose sessions the server bounds: a statement is
-    /// cancelled after `statement_timeout`, and a wait for a lock after
-    /// half of it (so a lock held elsewhere fails with a lock timeout that
-    /// names the cause, and frees the connection, instead of queueing).
-    pub async fn connect_bounded(
+    /// Opens a pool of at most `max_connections` to the database at `url`
+    /// whose sessions the server bounds: a statement is cancelled after
+    /// `statement_timeout`, and a wait for a lock after half of it (so a
+    /// lock held elsewhere fails with a lock timeout that names the cause,
+    /// and frees the connection, instead of queueing). See
+    /// [`PgStore::with_engines`] for `engines`.
+    pub async fn connect_with_engines(
         url: &str,
         max_connections: u32,
         statement_timeout: Duration,
+        engines: Registry,
     ) -> Result<Self, StoreError> {
         let ms = |d: Duration| d.as_millis().clamp(1, i32::MAX as u128);
         let options = PgConnectOptions::from_str(url)
@@ -129,15 +142,7 @@ impl PgStore {
             .connect_with(options)
             .await
             .map_err(connect_error)?;
-        Ok(Self::from_pool(pool))
-    }
-
-    /// Uses an existing pool.
-    pub fn from_pool(pool: PgPool) -> Self {
-        Self {
-            pool,
-            registry: REGISTRY,
-        }
+        Ok(Self::with_engines(pool, engines))
     }
 
     /// The connection pool.
@@ -308,268 +313,48 @@ impl PgStore {
     }
 
     /// Reads a desired row selected with [`DESIRED_COLUMNS`], resolving its
-    /// engine names once, here: names this binary does not know end up in
-    /// `unknown_services`. Never fails: what cannot be used is described in
-    /// `invalid`.
+    /// engine names with this store's registry (see
+    /// [`desired_row::desired_from_row`]).
     fn desired_from_row(&self, id: &SandboxId, row: &PgRow) -> DesiredSandbox {
-        let mut problems = Problems::default();
-        let mut owner = problems
-            .column::<Option<String>>(row, "owner")
-            .flatten()
-            .unwrap_or_default();
-        if owner.chars().count() > MAX_OWNER_CHARS || owner.chars().any(char::is_control) {
-            problems.push(format!(
-                "owner must be text of at most {MAX_OWNER_CHARS} characters without control characters"
-            ));
-            // It may reach labels and logs: never with control characters.
-            owner = owner
-                .chars()
-                .filter(|c| !c.is_control())
-                .take(MAX_OWNER_CHARS)
-                .collect();
-        }
-
-        let raw_services = problems.list(row, "services", MAX_SERVICES);
-        if raw_services.as_ref().is_some_and(Vec::is_empty) {
-            problems.push("services is empty: name at least one engine".into());
-        }
-        let mut services = Vec::new();
-        let mut unknown_services = Vec::new();
-        for name in raw_services.unwrap_or_default() {
-            if services.iter().any(|e: &EngineName| e.as_str() == name)
-                || unknown_services.contains(&name)
-            {
-                problems.push(format!("services name {} twice", shown(&name)));
-                continue;
-            }
-            match self.registry.lookup(&name) {
-                Some(engine) => services.push(engine.name()),
-                None => unknown_services.push(name),
-            }
-        }
-
-        let features = self.features(row, &services, &unknown_services, &mut problems);
-
-        let mut attach = problems.list(row, "attach", MAX_ATTACH).unwrap_or_default();
-        if let Some(bad) = attach.iter().find(|n| !docker_name(n)) {
-            problems.push(format!(
-                "attach holds {}, which is not a Docker container name (1 to 128 characters from \
-                 a-z, A-Z, 0-9, '_', '.' and '-', starting with a letter or digit)",
-                shown(bad)
-            ));
-            attach.retain(|n| docker_name(n));
-        }
-        let distinct: BTreeSet<&String> = attach.iter().collect();
-        if distinct.len() != attach.len() {
-            problems.push("attach names a container twice".into());
-            let mut seen = BTreeSet::new();
-            attach.retain(|n| seen.insert(n.clone()));
-        }
-
-        let has_expiry = problems.column::<bool>(row, "has_expiry").unwrap_or(false);
-        let expires_at = problems
-            .column::<Option<DateTime<Utc>>>(row, "expires_at")
-            .flatten();
-        if has_expiry && expires_at.is_none() {
-            problems.push(
-                "expires_at is not a finite time before the year 10000 (e.g. 'infinity')".into(),
-            );
-        }
-        let updated_at_ok = problems
-            .column::<bool>(row, "updated_at_ok")
-            .unwrap_or(false);
-        if !updated_at_ok {
-            problems.push("updated_at is not a finite time before the year 10000".into());
-        }
-        let updated_at = problems
-            .column::<DateTime<Utc>>(row, "updated_at")
-            .unwrap_or(DateTime::UNIX_EPOCH);
-        let generation = problems.column::<i64>(row, "generation").unwrap_or(0);
-        let incarnation = problems
-            .column::<Option<String>>(row, "incarnation")
-            .flatten()
-            .and_then(|text| Incarnation::parse(&text).ok());
-        if incarnation.is_none() {
-            problems.push("incarnation is not a uuid".into());
-        }
-        // A missing or unreadable time of last use counts as the last change.
-        let last_used_at = problems
-            .column::<Option<DateTime<Utc>>>(row, "last_used_at")
-            .flatten()
-            .unwrap_or(updated_at);
-        let idle_timeout = match problems
-            .column::<Option<f64>>(row, "idle_timeout_secs")
-            .flatten()
-        {
-            None => None,
-            Some(secs) if (0.0..=MAX_IDLE_TIMEOUT_SECS).contains(&secs) => {
-                Some(Duration::from_secs_f64(secs))
-            }
-            Some(_) => {
-                problems.push(format!(
-                    "idle_timeout must be between 0 (never) and {MAX_IDLE_TIMEOUT_SECS} seconds"
-                ));
-                None
-            }
-        };
-        let persistent = match problems.column::<Option<bool>>(row, "persistent").flatten() {
-            Some(p) => p,
-            None => {
-                problems.push("persistent is NULL: set it to true or false".into());
-                false
-            }
-        };
-        let idle_action = match problems
-            .column::<Option<String>>(row, "idle_action")
-            .flatten()
-            .as_deref()
-            .map(|a| (a, IdleAction::parse(a)))
-        {
-            Some((_, Some(action))) => action,
-            Some((bad, None)) => {
-                problems.push(format!(
-                    "idle_action is {}: use 'release' or 'pause'",
-                    shown(bad)
-                ));
-                IdleAction::Release
-            }
-            None => {
-                problems.push("idle_action is NULL: use 'release' or 'pause'".into());
-                IdleAction::Release
-            }
-        };
-        let owner_container = problems
-            .column::<Option<String>>(row, "owner_container")
-            .flatten();
-        if let Some(bad) = owner_container.as_ref().filter(|n| !docker_name(n)) {
-            problems.push(format!(
-                "owner_container holds {}, which is not a Docker container name",
-                shown(bad)
-            ));
-        }
-        let owner_container = owner_container.filter(|n| docker_name(n));
-        // Only admission's arrival order reads it: an unreadable one
-        // counts as the last change.
-        let created_at = row
-            .try_get::<Option<DateTime<Utc>>, _>("created_at")
-            .ok()
-            .flatten()
-            .unwrap_or(updated_at);
-
-        DesiredSandbox {
-            id: id.clone(),
-            owner,
-            services,
-            unknown_services,
-            features,
-            attach,
-            invalid: problems.into_reason(),
-            expires_at,
-            generation,
-            incarnation,
-            updated_at,
-            created_at,
-            last_used_at,
-            idle_timeout,
-            persistent,
-            idle_action,
-            owner_container,
-        }
-    }
-
-    /// The `features` column: a JSON object mapping each requested engine
-    /// to at most [`MAX_FEATURES`] distinct allowlisted feature names.
-    fn features(
-        &self,
-        row: &PgRow,
-        services: &[EngineName],
-        unknown_services: &[String],
-        problems: &mut Problems,
-    ) -> BTreeMap<EngineName, BTreeSet<String>> {
-        let mut features = BTreeMap::new();
-        let text = match problems.column::<Option<String>>(row, "features") {
-            Some(Some(text)) => text,
-            Some(None) => {
-                problems.push(format!(
-                    "features is larger than {MAX_FEATURES_BYTES} bytes: name at most \
-                     {MAX_FEATURES} features per engine"
-                ));
-                return features;
-            }
-            // Already reported.
-            None => return features,
-        };
-        let Ok(raw) = serde_json::from_str::<BTreeMap<String, Vec<String>>>(&text) else {
-            problems.push(
-                "features is not a JSON object mapping engine to an array of feature names, \
-                 e.g. {\"postgres\":[\"pg_trgm\"]}"
-                    .into(),
-            );
-            return features;
-        };
-        for (name, list) in raw {
-            let engine = self.registry.lookup(&name);
-            let requested = match engine {
-                Some(e) => services.contains(&e.name()),
-                None => unknown_services.contains(&name),
-            };
-            if !requested {
-                problems.push(format!(
-                    "features name engine {}, which services do not request",
-                    shown(&name)
-                ));
-                continue;
-            }
-            // Features of an engine this binary does not know: the row is
-            // already failed through `unknown_services`.
-            let Some(engine) = engine else { continue };
-            if list.len() > MAX_FEATURES {
-                problems.push(format!(
-                    "features for {name} list {} entries: at most {MAX_FEATURES} are allowed",
-                    list.len()
-                ));
-                continue;
-            }
-            let set: BTreeSet<String> = list.iter().cloned().collect();
-            if set.len() != list.len() {
-                problems.push(format!("features for {name} name a feature twice"));
-            }
-            let allowed = engine.allowed_features();
-            if let Some(bad) = set.iter().find(|f| !allowed.contains(&f.as_str())) {
-                problems.push(format!(
-                    "feature {} is not allowed for engine {name}: allowed features are {}",
-                    shown(bad),
-                    if allowed.is_empty() {
-                        "(none)".to_owned()
-                    } else {
-                        allowed.join(", ")
-                    }
-                ));
-            }
-            features.insert(engine.name(), set);
-        }
-        features
+        desired_row::desired_from_row(id, read_desired(row), |name| {
+            self.registry.lookup(name).map(|e| KnownEngine {
+                name: e.name(),
+                allowed_features: e.allowed_features(),
+            })
+        })
     }
 }
 
-/// Most characters of `owner` (as the database's check).
-const MAX_OWNER_CHARS: usize = 200;
-/// Most entries of `services` read (no registry has this many engines).
-const MAX_SERVICES: i32 = 64;
-/// Most features per engine (as the database's check).
-const MAX_FEATURES: usize = 16;
-/// Most bytes of stored `features` read.
-const MAX_FEATURES_BYTES: i32 = 65_536;
-/// Most containers in `attach` (as the database's check).
-const MAX_ATTACH: i32 = 16;
-/// The longest idle timeout a row may set (a year, as the database checks).
-const MAX_IDLE_TIMEOUT_SECS: f64 = 31_536_000.0;
+/// Shorthands for clients and tests, with the engines this binary was built
+/// with ([`crate::engine::REGISTRY`]); the controller's composition root
+/// passes its registry to [`PgStore::connect_with_engines`].
+impl PgStore {
+    /// Opens a pool of at most `max_connections` to the database at `url`,
+    /// every statement bounded by the server after [`DEFAULT_STATEMENT_TIMEOUT`].
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        Self::connect_bounded(url, max_connections, DEFAULT_STATEMENT_TIMEOUT).await
+    }
+
+    /// Like [`PgStore::connect_with_engines`].
+    pub async fn connect_bounded(
+        url: &str,
+        max_connections: u32,
+        statement_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        Self::connect_with_engines(url, max_connections, statement_timeout, REGISTRY).await
+    }
+
+    /// Uses an existing pool.
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self::with_engines(pool, REGISTRY)
+    }
+}
 
 /// The columns of `sandbox_desired` in forms that always decode: arrays as
 /// JSON text (only up to $2 services, $4 containers) with their shape,
 /// `features` as text (only up to $3 bytes stored), times only when finite
 /// and within what the decoder takes. `left(owner, 201)`: one more than
-/// [`MAX_OWNER_CHARS`].
+/// `desired_row::MAX_OWNER_CHARS`.
 const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     cardinality(services) AS services_len, array_ndims(services) AS services_ndims,
     array_lower(services, 1) AS services_lower,
@@ -594,92 +379,39 @@ const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     CASE WHEN isfinite(created_at) AND created_at < '10000-01-01 00:00:00+00' THEN created_at
          END AS created_at";
 
-/// What is wrong with a desired row, collected while reading it.
-#[derive(Default)]
-struct Problems(Vec<String>);
-
-impl Problems {
-    fn push(&mut self, problem: String) {
-        self.0.push(problem);
-    }
-
-    /// One column, or `None` (and a problem) when it cannot be decoded.
-    fn column<'r, T>(&mut self, row: &'r PgRow, name: &str) -> Option<T>
+/// The columns of a row selected with [`DESIRED_COLUMNS`], each as read
+/// or [`Unreadable`].
+fn read_desired(row: &PgRow) -> DesiredRow {
+    fn cell<'r, T>(row: &'r PgRow, name: &str) -> Cell<T>
     where
         T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
     {
-        match row.try_get::<T, _>(name) {
-            Ok(v) => Some(v),
-            Err(_) => {
-                self.push(format!("column {name} cannot be read"));
-                None
-            }
-        }
+        row.try_get::<T, _>(name).map_err(|_| Unreadable)
     }
-
-    /// A text array selected as `<name>_len`, `<name>_ndims`,
-    /// `<name>_lower` and `<name>` (JSON text when at most `max` entries):
-    /// its elements when it is a one-dimensional list starting at index 1
-    /// without NULLs, else `None` and a problem.
-    fn list(&mut self, row: &PgRow, name: &str, max: i32) -> Option<Vec<String>> {
-        let Some(len) = self.column::<Option<i32>>(row, &format!("{name}_len"))? else {
-            self.push(format!("{name} is NULL"));
-            return None;
-        };
-        if len == 0 {
-            return Some(Vec::new());
-        }
-        if len > max {
-            self.push(format!(
-                "{name} lists {len} entries: at most {max} are allowed"
-            ));
-            return None;
-        }
-        let ndims = self.column::<Option<i32>>(row, &format!("{name}_ndims"))?;
-        let lower = self.column::<Option<i32>>(row, &format!("{name}_lower"))?;
-        if ndims != Some(1) || lower != Some(1) {
-            self.push(format!(
-                "{name} is not a one-dimensional list starting at index 1"
-            ));
-            return None;
-        }
-        let text = self.column::<Option<String>>(row, name)??;
-        match serde_json::from_str::<Vec<Option<String>>>(&text) {
-            Ok(items) if items.iter().all(Option::is_some) => {
-                Some(items.into_iter().flatten().collect())
-            }
-            Ok(_) => {
-                self.push(format!("{name} contains NULL"));
-                None
-            }
-            Err(_) => {
-                self.push(format!("{name} cannot be read as a list of text"));
-                None
-            }
-        }
+    let list = |name: &str| ListColumn {
+        len: cell(row, &format!("{name}_len")),
+        ndims: cell(row, &format!("{name}_ndims")),
+        lower: cell(row, &format!("{name}_lower")),
+        json: cell(row, name),
+    };
+    DesiredRow {
+        owner: cell(row, "owner"),
+        services: list("services"),
+        features: cell(row, "features"),
+        attach: list("attach"),
+        has_expiry: cell(row, "has_expiry"),
+        expires_at: cell(row, "expires_at"),
+        updated_at_ok: cell(row, "updated_at_ok"),
+        updated_at: cell(row, "updated_at"),
+        generation: cell(row, "generation"),
+        incarnation: cell(row, "incarnation"),
+        last_used_at: cell(row, "last_used_at"),
+        idle_timeout_secs: cell(row, "idle_timeout_secs"),
+        persistent: cell(row, "persistent"),
+        idle_action: cell(row, "idle_action"),
+        owner_container: cell(row, "owner_container"),
+        created_at: cell(row, "created_at"),
     }
-
-    fn into_reason(self) -> Option<String> {
-        (!self.0.is_empty()).then(|| self.0.join("; "))
-    }
-}
-
-/// A value from a row, quoted for a message: at most 80 characters, control
-/// characters escaped.
-fn shown(value: &str) -> String {
-    let cut: String = value.chars().take(80).collect();
-    format!("{cut:?}")
-}
-
-/// Docker's container name rule: `^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`.
-fn docker_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 128
-        && b[0].is_ascii_alphanumeric()
-        && b[1..]
-            .iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 /// Failures of registering or unregistering an orchestrator role.
@@ -1354,33 +1086,6 @@ impl Store for PgStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn docker_names_follow_dockers_rule() {
-        for ok in ["a", "agent-7", "Agent_8.x", "0", &"a".repeat(128)] {
-            assert!(docker_name(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "-a",
-            ".a",
-            "_a",
-            "a/b",
-            "a b",
-            "a\u{1b}[31m",
-            "é",
-            &"a".repeat(129),
-        ] {
-            assert!(!docker_name(bad), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn values_shown_in_messages_are_cut_and_carry_no_control_characters() {
-        assert_eq!(shown("agent"), "\"agent\"");
-        assert_eq!(shown("a\u{1b}[31m\n"), "\"a\\u{1b}[31m\\n\"");
-        assert_eq!(shown(&"x".repeat(200)).len(), 82);
-    }
 
     #[test]
     fn role_names_must_fit_postgres_names() {

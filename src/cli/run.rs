@@ -110,18 +110,25 @@ pub(super) async fn run(url: &str, args: &RunArgs) -> Result<(), CliError> {
     let config = args.to_config()?;
     // Migrations get the default bound; the controller's statements
     // --store-timeout, enforced by the server too.
-    PgStore::connect(url, 1).await?.migrate().await?;
-    let store = PgStore::connect_bounded(
+    let engines = REGISTRY;
+    let migrate_timeout = crate::adapters::postgres::DEFAULT_STATEMENT_TIMEOUT;
+    PgStore::connect_with_engines(url, 1, migrate_timeout, engines)
+        .await?
+        .migrate()
+        .await?;
+    let store = PgStore::connect_with_engines(
         url,
         (config.concurrency as u32 * 2).clamp(4, 32),
         config.store_timeout,
+        engines,
     )
     .await?;
     let runtime = connect_runtime(&config).await?;
     let metrics = Arc::new(Metrics::new());
-    let controller = controller(
+    let controller = controller_with(
         runtime,
         Arc::new(store),
+        engines,
         config.clone(),
         Arc::new(SystemClock),
         metrics.clone(),

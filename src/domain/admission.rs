@@ -48,7 +48,7 @@ pub struct Quota {
 
 /// A byte count, shown in binary units ("512 MiB", "1.5 GiB").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Bytes(pub u64);
+pub(crate) struct Bytes(pub u64);
 
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -69,7 +69,7 @@ impl fmt::Display for Bytes {
 
 /// Parses "512MiB", "4GiB", "1.5 GiB", "2G" (binary multiples) or a plain
 /// byte count.
-pub fn parse_bytes(text: &str) -> Option<u64> {
+pub(crate) fn parse_bytes(text: &str) -> Option<u64> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -90,18 +90,16 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
 
 /// Where a row stands in the arrival order: its `created_at`, then its id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Arrival {
+pub(crate) struct Arrival {
     /// When the row was inserted.
-    pub at: DateTime<Utc>,
-    /// The sandbox.
-    pub id: SandboxId,
+    pub(crate) at: DateTime<Utc>,
+    pub(crate) id: SandboxId,
 }
 
 /// What a sandbox asks to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ask {
-    /// The row's place in the arrival order.
-    pub arrival: Arrival,
+    pub(crate) arrival: Arrival,
     /// The row's owner.
     pub owner: String,
     /// The engines it creates (no container and no credentials yet).
@@ -223,14 +221,13 @@ impl Ledger {
         self.budget
     }
 
-    /// Sets the host's memory budget.
-    pub fn set_budget(&mut self, budget: Option<u64>) {
+    pub(crate) fn set_budget(&mut self, budget: Option<u64>) {
         self.budget = budget;
     }
 
     /// Memory counted against the host's budget: every engine held plus
     /// the warm pools.
-    pub fn admitted_bytes(&self) -> u64 {
+    pub(crate) fn admitted_bytes(&self) -> u64 {
         self.engines * self.engine_bytes + self.pool_bytes
     }
 
@@ -246,7 +243,7 @@ impl Ledger {
 
     /// The owners whose use changed since the last call, with their use
     /// now (`None`: they hold and wait for nothing any more).
-    pub fn take_changed(&mut self) -> Vec<(String, Option<Use>)> {
+    pub(crate) fn take_changed(&mut self) -> Vec<(String, Option<Use>)> {
         std::mem::take(&mut self.changed)
             .into_iter()
             .map(|o| {
@@ -466,7 +463,7 @@ impl Ledger {
 
     /// Takes `id` off the waiting rows (its row no longer waits: it is
     /// gone, unwanted, or creates nothing); true if it waited.
-    pub fn forget_waiter(&mut self, id: &SandboxId) -> bool {
+    pub(crate) fn forget_waiter(&mut self, id: &SandboxId) -> bool {
         let Some(arrival) = self.arrivals.remove(id) else {
             return false;
         };
@@ -521,7 +518,7 @@ impl Ledger {
 
     /// The waiting rows that may be admitted next: each owner's first,
     /// and the first that waits for the host's budget.
-    pub fn heads(&self) -> Vec<SandboxId> {
+    pub(crate) fn heads(&self) -> Vec<SandboxId> {
         let mut owners = HashSet::new();
         let mut heads = Vec::new();
         let mut budget = false;
@@ -577,7 +574,7 @@ impl Ledger {
     /// ask for), waiting unjudged in arrival order: room is kept for them
     /// ahead of later rows, so a later row is not admitted first because
     /// its reconcile happened to run first.
-    pub fn rebuild(
+    pub(crate) fn rebuild(
         &mut self,
         held: impl IntoIterator<Item = (SandboxId, String, bool, BTreeSet<String>)>,
         unjudged: impl IntoIterator<Item = (Arrival, String, usize)>,
@@ -625,7 +622,7 @@ impl Ledger {
 /// a row that holds nothing yet stays `pending` with `message`; a sandbox
 /// that runs stays `ready` with what it has, and says what waits. The
 /// row's new generation is not observed until it is admitted.
-pub fn waiting_status(update: &mut StatusUpdate, observed_generation: i64, message: &str) {
+pub(crate) fn waiting_status(update: &mut StatusUpdate, observed_generation: i64, message: &str) {
     match update.phase {
         Phase::Ready if update.services.is_empty() => {
             update.phase = Phase::Pending;

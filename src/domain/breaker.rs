@@ -19,8 +19,7 @@ pub struct ReapingState {
     pub paused: bool,
     /// Why (empty unless paused).
     pub reason: String,
-    /// Since when.
-    pub paused_at: Option<DateTime<Utc>>,
+    pub(crate) paused_at: Option<DateTime<Utc>>,
 }
 
 /// Invalid breaker settings.
@@ -60,7 +59,7 @@ impl BreakerPolicy {
 
     /// Whether `missing` sandboxes without a row, out of `fleet` sandboxes
     /// with containers, trip the breaker.
-    pub fn trips(&self, missing: usize, fleet: usize) -> bool {
+    pub(crate) fn trips(&self, missing: usize, fleet: usize) -> bool {
         missing >= self.min.max(1) && (missing as f64) > self.share * fleet as f64
     }
 

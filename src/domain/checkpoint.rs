@@ -50,8 +50,7 @@ impl CheckpointName {
         Self(BASELINE.to_owned())
     }
 
-    /// Whether this is the baseline.
-    pub fn is_baseline(&self) -> bool {
+    pub(crate) fn is_baseline(&self) -> bool {
         self.0 == BASELINE
     }
 
@@ -79,7 +78,7 @@ pub struct Checkpoint {
     /// `requested`, `ready` or `failed`.
     pub state: String,
     /// The containers (engine name → instance token) that hold it.
-    pub instances: BTreeMap<String, String>,
+    pub(crate) instances: BTreeMap<String, String>,
     /// What it takes in memory (all engines), once ready.
     pub size_bytes: Option<u64>,
 }
@@ -106,7 +105,7 @@ pub struct Work {
 
 /// One request to perform.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Record checkpoint `name` (request number `request`).
     Checkpoint {
         /// Request number.
@@ -121,8 +120,7 @@ pub enum Step {
 }
 
 impl Step {
-    /// The request number.
-    pub fn request(&self) -> i64 {
+    pub(crate) fn request(&self) -> i64 {
         match self {
             Step::Checkpoint { request, .. } => *request,
             Step::Reset(r) => r.request,
@@ -130,7 +128,7 @@ impl Step {
     }
 
     /// The incarnation of the row when it was asked.
-    pub fn incarnation(&self) -> Option<&Incarnation> {
+    pub(crate) fn incarnation(&self) -> Option<&Incarnation> {
         match self {
             Step::Checkpoint { incarnation, .. } => incarnation.as_ref(),
             Step::Reset(r) => r.incarnation.as_ref(),
@@ -146,7 +144,7 @@ impl Work {
 
     /// The requests to perform, in the order they were asked (a reset
     /// asked after a checkpoint finds it taken).
-    pub fn steps(&self) -> Vec<Step> {
+    pub(crate) fn steps(&self) -> Vec<Step> {
         let mut steps: Vec<Step> = self
             .checkpoints
             .iter()
@@ -221,7 +219,7 @@ pub fn mib(bytes: u64) -> String {
 /// Reads a cgroup's usage and limit as a command inside the container
 /// prints them: `<used> <limit>` (a limit of `max` or a huge number, as
 /// cgroup v1 reports "unlimited", is none).
-pub fn parse_memory(text: &str) -> Option<Memory> {
+pub(crate) fn parse_memory(text: &str) -> Option<Memory> {
     let mut words = text.split_whitespace();
     let used = words.next()?.parse().ok()?;
     let limit = match words.next()? {
@@ -236,7 +234,7 @@ pub fn parse_memory(text: &str) -> Option<Memory> {
 }
 
 /// The value of the last `size=<bytes>` line a checkpoint command printed.
-pub fn parse_size(output: &str) -> Option<u64> {
+pub(crate) fn parse_size(output: &str) -> Option<u64> {
     output
         .lines()
         .rev()

@@ -66,9 +66,9 @@ pub struct RunState {
     /// The container is running.
     pub running: bool,
     /// The kernel OOM-killed its last run.
-    pub oom_killed: bool,
+    pub(crate) oom_killed: bool,
     /// When its last run ended (`None` while running or if never run).
-    pub finished_at: Option<DateTime<Utc>>,
+    pub(crate) finished_at: Option<DateTime<Utc>>,
 }
 
 /// What a command run inside a container printed, and how it ended.

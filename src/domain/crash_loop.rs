@@ -37,7 +37,7 @@ impl Default for CrashLoopPolicy {
 
 /// Whether an engine that died may be healed now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HealGate {
+pub(crate) enum HealGate {
     /// Heal it now.
     Now,
     /// Heal it at this time (back-off after the last heal).
@@ -48,7 +48,11 @@ pub enum HealGate {
 
 /// Decides from the times of this engine's recent heals (at the row's
 /// current generation, in any order).
-pub fn gate(heals: &[DateTime<Utc>], now: DateTime<Utc>, policy: &CrashLoopPolicy) -> HealGate {
+pub(crate) fn gate(
+    heals: &[DateTime<Utc>],
+    now: DateTime<Utc>,
+    policy: &CrashLoopPolicy,
+) -> HealGate {
     let window = chrono::Duration::from_std(policy.window).unwrap_or(chrono::Duration::MAX);
     let recent: Vec<DateTime<Utc>> = heals
         .iter()

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// The longest message kept (the table refuses longer ones; the tail of a
 /// long error is cut).
-pub const MAX_MESSAGE: usize = 1000;
+pub(crate) const MAX_MESSAGE: usize = 1000;
 
 /// What happened, as stored in `sandbox_events.reason`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,7 @@ impl fmt::Display for EventReason {
 
 /// Where a ready container came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// A ready warm-pool container, claimed.
     Pool,
     /// A container started from a pre-initialised template.
@@ -112,7 +112,7 @@ pub enum Origin {
 
 impl Origin {
     /// Label value for metrics and events.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Origin::Pool => "pool",
             Origin::Template => "template",
@@ -148,12 +148,11 @@ pub struct Event {
 pub struct Done<'a> {
     /// The published status of the new container.
     pub status: &'a ServiceStatus,
-    /// Where the container came from.
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// How long the provision took.
     pub elapsed: Duration,
     /// Whether the sandbox's data is on a volume (kept across a heal).
-    pub data_kept: bool,
+    pub(crate) data_kept: bool,
 }
 
 /// `1.23 s` or `35 ms`.
@@ -197,7 +196,7 @@ impl Event {
 
     /// A provision that ended with the engine ready. `cause` says why a
     /// heal was needed.
-    pub fn provisioned(p: &Provision, cause: Option<HealCause>, done: Done<'_>) -> Self {
+    pub(crate) fn provisioned(p: &Provision, cause: Option<HealCause>, done: Done<'_>) -> Self {
         let engine = Some(p.engine.as_str());
         let (origin, took) = (done.origin.phrase(), took(done.elapsed));
         let runs = what_runs(done.status);
@@ -250,7 +249,7 @@ impl Event {
     }
 
     /// A provision that failed with `error`.
-    pub fn provision_failed(p: &Provision, cause: Option<HealCause>, error: &str) -> Self {
+    pub(crate) fn provision_failed(p: &Provision, cause: Option<HealCause>, error: &str) -> Self {
         let attempt = match p.reason {
             ProvisionReason::Heal => format!(
                 "healing ({}) failed",
@@ -270,7 +269,7 @@ impl Event {
 
     /// A row whose new engines wait for admission (`detail`: the
     /// [`WaitReason`](super::admission::WaitReason)); nothing was created.
-    pub fn admission_waiting(reason: super::admission::WaitReason, message: &str) -> Self {
+    pub(crate) fn admission_waiting(reason: super::admission::WaitReason, message: &str) -> Self {
         Self::new(
             EventReason::Waiting,
             None,
@@ -281,7 +280,7 @@ impl Event {
 
     /// An engine that could not even be attempted (`detail`: why, e.g.
     /// `image`).
-    pub fn not_provisioned(engine: EngineName, detail: &str, error: &str) -> Self {
+    pub(crate) fn not_provisioned(engine: EngineName, detail: &str, error: &str) -> Self {
         Self::new(
             EventReason::Failed,
             Some(engine.as_str()),
@@ -292,7 +291,7 @@ impl Event {
 
     /// The switch to a rotation's new container, published before sandboxd
     /// stopped, was finished (or failed with `error`).
-    pub fn promoted(engine: EngineName, error: Option<&str>) -> Self {
+    pub(crate) fn promoted(engine: EngineName, error: Option<&str>) -> Self {
         match error {
             None => Self::new(
                 EventReason::Rotated,
@@ -310,7 +309,7 @@ impl Event {
     }
 
     /// A container torn down (`error`: the removal failed and is retried).
-    pub fn reaped(t: &Teardown, error: Option<&str>) -> Self {
+    pub(crate) fn reaped(t: &Teardown, error: Option<&str>) -> Self {
         let why = match t.reason {
             ReapReason::Deleted => "the sandbox was released (its row deleted)",
             ReapReason::Orphan => "it belongs to no row and no status",
@@ -344,7 +343,7 @@ impl Event {
     }
 
     /// A heal held back by the crash-loop back-off.
-    pub fn held(engine: EngineName, gate: HealGate) -> Self {
+    pub(crate) fn held(engine: EngineName, gate: HealGate) -> Self {
         let message = match gate {
             HealGate::GiveUp(n) => format!(
                 "its container died {n} times in a short while: no more heals at this generation of the row; fix what kills it, then request the sandbox again (a new generation) to retry"
@@ -362,7 +361,7 @@ impl Event {
     }
 
     /// Containers the row names in `attach` that could not be attached.
-    pub fn attach_failed(failures: &[String]) -> Self {
+    pub(crate) fn attach_failed(failures: &[String]) -> Self {
         Self::new(
             EventReason::Failed,
             None,
@@ -452,7 +451,7 @@ impl Event {
 
     /// A checkpoint (`what` = `checkpoint`) or reset (`reset`) of `name`
     /// failed with `error` (the request is marked failed, not retried).
-    pub fn checkpoint_failed(what: &str, name: &str, error: &str) -> Self {
+    pub(crate) fn checkpoint_failed(what: &str, name: &str, error: &str) -> Self {
         Self::new(
             EventReason::Failed,
             None,
@@ -462,7 +461,7 @@ impl Event {
     }
 
     /// A whole reconcile failed with `error` before it could say more.
-    pub fn reconcile_failed(error: &str) -> Self {
+    pub(crate) fn reconcile_failed(error: &str) -> Self {
         Self::new(
             EventReason::Failed,
             None,
@@ -474,7 +473,7 @@ impl Event {
 
 /// `text` with every non-empty secret replaced by `***`, cut to
 /// [`MAX_MESSAGE`] characters.
-pub fn scrub<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn scrub<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
     let mut out = text.to_owned();
     for secret in secrets {
         if !secret.is_empty() {
@@ -492,43 +491,40 @@ pub fn scrub<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> Stri
 /// it is (the owner row-level security filters by, the incarnation) and
 /// every password the reconcile saw, which no message may hold.
 #[derive(Debug, Default)]
-pub struct Journal {
+pub(crate) struct Journal {
     events: Vec<Event>,
     secrets: Vec<super::secret::Secret>,
     /// The owner to record (the row's, or the containers' label's once the
     /// row is gone).
-    pub owner: Option<String>,
-    /// The incarnation the events are about.
-    pub incarnation: Option<Incarnation>,
+    pub(crate) owner: Option<String>,
+    pub(crate) incarnation: Option<Incarnation>,
 }
 
 impl Journal {
-    /// Adds an event.
-    pub fn push(&mut self, event: Event) {
+    pub(crate) fn push(&mut self, event: Event) {
         self.events.push(event);
     }
 
     /// Remembers every password `status` holds, so that no message shows it.
-    pub fn saw(&mut self, status: &SandboxStatus) {
+    pub(crate) fn saw(&mut self, status: &SandboxStatus) {
         for s in status.services.values() {
             self.saw_service(s);
         }
     }
 
     /// Remembers one engine's password.
-    pub fn saw_service(&mut self, status: &ServiceStatus) {
+    pub(crate) fn saw_service(&mut self, status: &ServiceStatus) {
         if !status.password.expose().is_empty() {
             self.secrets.push(status.password.clone());
         }
     }
 
-    /// Whether no event was recorded.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.events.is_empty()
     }
 
     /// The events so far, scrubbed, leaving the journal empty.
-    pub fn take(&mut self) -> Vec<Event> {
+    pub(crate) fn take(&mut self) -> Vec<Event> {
         let secrets: Vec<&str> = self.secrets.iter().map(|s| s.expose()).collect();
         std::mem::take(&mut self.events)
             .into_iter()

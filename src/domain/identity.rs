@@ -28,7 +28,11 @@ use std::collections::HashMap;
 /// created before identities existed) and `status`, this database's
 /// status row for its sandbox, publishes its `io.sandboxd.instance` token,
 /// which proves this database published it.
-pub fn is_ours(c: &ObservedContainer, state: &StateId, status: Option<&SandboxStatus>) -> bool {
+pub(crate) fn is_ours(
+    c: &ObservedContainer,
+    state: &StateId,
+    status: Option<&SandboxStatus>,
+) -> bool {
     match c.labels.state_id.as_deref() {
         Some(theirs) => theirs == state.as_str(),
         None => status.is_some_and(|s| {
@@ -41,7 +45,7 @@ pub fn is_ours(c: &ObservedContainer, state: &StateId, status: Option<&SandboxSt
 /// Splits one sandbox's containers into this state database's and the
 /// foreign ones (see [`is_ours`]); `status` is this database's status row
 /// for the sandbox.
-pub fn partition(
+pub(crate) fn partition(
     observed: Vec<ObservedContainer>,
     state: &StateId,
     status: Option<&SandboxStatus>,
@@ -54,7 +58,7 @@ pub fn partition(
 /// Whether a network or volume with `labels` may be removed by the
 /// controller of `state`: it carries this identity, or none (it was
 /// created before identities existed and is treated as before).
-pub fn resource_is_ours(labels: Option<&str>, state: &StateId) -> bool {
+pub(crate) fn resource_is_ours(labels: Option<&str>, state: &StateId) -> bool {
     labels.is_none_or(|theirs| theirs == state.as_str())
 }
 
@@ -63,7 +67,10 @@ pub fn resource_is_ours(labels: Option<&str>, state: &StateId) -> bool {
 /// and sandbox, and neither another state database's nor another
 /// incarnation's data (a volume without those labels predates them and is
 /// adopted).
-pub fn may_mount(existing: &HashMap<String, String>, wanted: &HashMap<String, String>) -> bool {
+pub(crate) fn may_mount(
+    existing: &HashMap<String, String>,
+    wanted: &HashMap<String, String>,
+) -> bool {
     let same = |k: &str| existing.get(k) == wanted.get(k);
     let same_if_set = |k: &str| existing.get(k).is_none_or(|v| wanted.get(k) == Some(v));
     same(labels::DEPLOYMENT)
@@ -76,7 +83,10 @@ pub fn may_mount(existing: &HashMap<String, String>, wanted: &HashMap<String, St
 /// to create one with `wanted` labels under its name: the same deployment,
 /// sandbox and engine, and not another state database's (one without the
 /// identity label predates it; the plan has already judged it).
-pub fn may_replace(existing: &HashMap<String, String>, wanted: &HashMap<String, String>) -> bool {
+pub(crate) fn may_replace(
+    existing: &HashMap<String, String>,
+    wanted: &HashMap<String, String>,
+) -> bool {
     let same = |k: &str| existing.contains_key(k) && existing.get(k) == wanted.get(k);
     same(labels::DEPLOYMENT)
         && same(labels::SANDBOX)
@@ -89,7 +99,7 @@ pub fn may_replace(existing: &HashMap<String, String>, wanted: &HashMap<String, 
 /// Takes out of `plan` every provision whose container name a foreign
 /// container holds (creating it would first remove that container) and
 /// returns, per engine, the message the sandbox fails with.
-pub fn hold_names_held_by_foreign(
+pub(crate) fn hold_names_held_by_foreign(
     plan: &mut Plan,
     foreign: &[ObservedContainer],
     state: &StateId,

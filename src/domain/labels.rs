@@ -5,17 +5,17 @@ use super::id::{Deployment, SandboxId};
 use std::collections::{BTreeSet, HashMap};
 
 /// Always `sandboxd` on containers sandboxd manages.
-pub const MANAGED_BY: &str = "io.sandboxd.managed-by";
+pub(crate) const MANAGED_BY: &str = "io.sandboxd.managed-by";
 /// The deployment that owns the container; the scope of a controller.
-pub const DEPLOYMENT: &str = "io.sandboxd.deployment";
+pub(crate) const DEPLOYMENT: &str = "io.sandboxd.deployment";
 /// The sandbox id (`sandbox_desired.id`).
-pub const SANDBOX: &str = "io.sandboxd.sandbox";
+pub(crate) const SANDBOX: &str = "io.sandboxd.sandbox";
 /// Who asked for the sandbox.
 pub const OWNER: &str = "io.sandboxd.owner";
 /// Engine name from the registry.
 pub const ENGINE: &str = "io.sandboxd.engine";
 /// `sandbox_desired.generation` the container was created for.
-pub const GENERATION: &str = "io.sandboxd.generation";
+pub(crate) const GENERATION: &str = "io.sandboxd.generation";
 /// Comma-separated sorted features enabled in the container.
 pub const FEATURES: &str = "io.sandboxd.features";
 /// Random token naming this container; `sandbox_status` carries it once the
@@ -34,23 +34,23 @@ pub const STATE_ID: &str = "io.sandboxd.state-id";
 pub const INCARNATION: &str = "io.sandboxd.incarnation";
 /// Labels that mark containers sandboxd runs itself (engines, its state
 /// databases, their test copies): never connected to a sandbox network.
-pub const OWN_CONTAINERS: &[&str] = &[
+pub(crate) const OWN_CONTAINERS: &[&str] = &[
     MANAGED_BY,
     DEPLOYMENT,
     "io.sandboxd.state",
     "io.sandboxd.test-state",
 ];
 /// Value of [`MANAGED_BY`].
-pub const MANAGER: &str = "sandboxd";
+pub(crate) const MANAGER: &str = "sandboxd";
 
 /// Whether `labels` (of a container, network or volume) say `deployment`
 /// owns it.
-pub fn belongs_to(labels: &HashMap<String, String>, deployment: &Deployment) -> bool {
+pub(crate) fn belongs_to(labels: &HashMap<String, String>, deployment: &Deployment) -> bool {
     labels.get(DEPLOYMENT).map(String::as_str) == Some(deployment.as_str())
 }
 
 /// The labels of a network or volume `deployment` creates for `sandbox`.
-pub fn of_sandbox(deployment: &Deployment, sandbox: &SandboxId) -> HashMap<String, String> {
+pub(crate) fn of_sandbox(deployment: &Deployment, sandbox: &SandboxId) -> HashMap<String, String> {
     HashMap::from([
         (MANAGED_BY.to_owned(), MANAGER.to_owned()),
         (DEPLOYMENT.to_owned(), deployment.to_string()),
@@ -94,7 +94,7 @@ pub struct ContainerLabels {
 
 impl ContainerLabels {
     /// The labels to put on a new container.
-    pub fn to_map(&self) -> HashMap<String, String> {
+    pub(crate) fn to_map(&self) -> HashMap<String, String> {
         let features: Vec<&str> = self.features.iter().map(String::as_str).collect();
         let mut map = HashMap::from([
             (MANAGED_BY.to_owned(), MANAGER.to_owned()),
@@ -120,7 +120,7 @@ impl ContainerLabels {
     /// The labels of the data volume mounted into this container: its
     /// sandbox's, and its state database's and incarnation's, so that the
     /// data is never mounted into another incarnation's container.
-    pub fn of_volume(&self) -> HashMap<String, String> {
+    pub(crate) fn of_volume(&self) -> HashMap<String, String> {
         let mut map = of_sandbox(&self.deployment, &self.sandbox);
         for (key, value) in [(STATE_ID, &self.state_id), (INCARNATION, &self.incarnation)] {
             if let Some(value) = value {
@@ -152,13 +152,13 @@ impl ContainerLabels {
 
 /// The Docker label filter selecting everything `deployment` labelled
 /// (containers, networks, volumes, their events).
-pub fn deployment_filter(deployment: &Deployment) -> String {
+pub(crate) fn deployment_filter(deployment: &Deployment) -> String {
     format!("{DEPLOYMENT}={deployment}")
 }
 
 /// Docker label filters selecting one deployment's containers, optionally
 /// one sandbox's.
-pub fn filters(deployment: &Deployment, sandbox: Option<&SandboxId>) -> Vec<String> {
+pub(crate) fn filters(deployment: &Deployment, sandbox: Option<&SandboxId>) -> Vec<String> {
     let mut f = vec![
         format!("{MANAGED_BY}={MANAGER}"),
         deployment_filter(deployment),

@@ -85,14 +85,14 @@ impl LeasePolicy {
     /// still acts as leader: two thirds of the lease. The last third is the
     /// safety margin for a slow renewal, a slow clock and a call already
     /// under way.
-    pub fn trust_for(&self) -> Duration {
+    pub(crate) fn trust_for(&self) -> Duration {
         self.duration * 2 / 3
     }
 
     /// Bound on one renewal or acquisition call: half the trusted time,
     /// so a stuck call leaves time for another try. (A slow renewal that
     /// succeeds is still safe: trust counts from when it began.)
-    pub fn call_timeout(&self) -> Duration {
+    pub(crate) fn call_timeout(&self) -> Duration {
         self.trust_for() / 2
     }
 

@@ -12,14 +12,14 @@ pub struct Limits {
     /// Size of the tmpfs data directory in bytes.
     pub tmpfs_bytes: i64,
     /// Size of each other tmpfs (`/tmp`, runtime directories) in bytes.
-    pub scratch_bytes: i64,
+    pub(crate) scratch_bytes: i64,
     /// Added to the kernel's OOM score (-1000..1000): positive, so the
     /// kernel kills sandboxes before the controller, its database or dockerd.
     pub oom_score_adj: i64,
     /// Largest size of one container log file in bytes.
-    pub log_bytes: i64,
+    pub(crate) log_bytes: i64,
     /// Log files kept per container.
-    pub log_files: u32,
+    pub(crate) log_files: u32,
 }
 
 impl Default for Limits {

@@ -18,7 +18,7 @@ pub fn container_name(deployment: &Deployment, sandbox: &SandboxId, engine: Engi
 
 /// Whether `name` is [`container_name`]`(deployment, sandbox, engine)`,
 /// told without building it (a relist asks for every container).
-pub fn is_container_name(
+pub(crate) fn is_container_name(
     name: &str,
     deployment: &Deployment,
     sandbox: &SandboxId,
@@ -37,7 +37,7 @@ pub fn is_container_name(
 /// running one (whose name and network alias it takes once it is ready):
 /// the engine's container name and `.next-` and the new container's
 /// instance token, lower-cased (a DNS name).
-pub fn candidate_name(canonical: &str, instance: &str) -> String {
+pub(crate) fn candidate_name(canonical: &str, instance: &str) -> String {
     format!("{canonical}.next-{}", instance.to_ascii_lowercase())
 }
 
@@ -48,7 +48,7 @@ pub fn network_name(deployment: &Deployment, sandbox: &SandboxId) -> String {
 
 /// What every warm-pool network of `deployment` is called up to its
 /// container's token (a name no sandbox's own network can have).
-pub fn pool_network_prefix(deployment: &Deployment) -> String {
+pub(crate) fn pool_network_prefix(deployment: &Deployment) -> String {
     format!("sandboxd-pool.{deployment}.")
 }
 
@@ -66,7 +66,7 @@ pub fn sandbox_network(deployment: &Deployment, id: &SandboxId, recorded: Option
 
 /// The sandbox whose own network is called `name`, if `deployment` named
 /// it (the inverse of [`network_name`]; anything else is `None`).
-pub fn sandbox_of_network(deployment: &Deployment, name: &str) -> Option<SandboxId> {
+pub(crate) fn sandbox_of_network(deployment: &Deployment, name: &str) -> Option<SandboxId> {
     let id = name
         .strip_prefix("sandboxd.")?
         .strip_prefix(deployment.as_str())?
@@ -77,7 +77,7 @@ pub fn sandbox_of_network(deployment: &Deployment, name: &str) -> Option<Sandbox
 /// Prefix of the Linux bridges of sandbox networks without egress, which
 /// the host guard (`deploy/host-firewall.sh`) keeps from forwarding to or
 /// from any other interface.
-pub const GUARDED_BRIDGE_PREFIX: &str = "sbx";
+pub(crate) const GUARDED_BRIDGE_PREFIX: &str = "sbx";
 
 /// The Linux bridge of a sandbox network without egress: the guarded prefix
 /// and 12 hex digits of a hash of the network's name (15 characters, the
@@ -142,7 +142,7 @@ impl Ipv4Net {
     }
 
     /// Whether the two networks share an address.
-    pub fn overlaps(&self, other: &Ipv4Net) -> bool {
+    pub(crate) fn overlaps(&self, other: &Ipv4Net) -> bool {
         self.addr <= other.last() && other.addr <= self.last()
     }
 
@@ -230,7 +230,7 @@ impl SubnetPool {
 
     /// The first network of the pool that overlaps none of `used`, if any
     /// is left.
-    pub fn first_free(&self, used: &[Ipv4Net]) -> Option<Ipv4Net> {
+    pub(crate) fn first_free(&self, used: &[Ipv4Net]) -> Option<Ipv4Net> {
         self.pool
             .subnets(self.prefix)
             .find(|candidate| !used.iter().any(|u| u.overlaps(candidate)))

@@ -17,15 +17,15 @@ use super::plan::{Plan, Wanted};
 
 /// What to do about frozen containers in one reconcile.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Step {
+pub(crate) struct Step {
     /// Containers to freeze now (kept engines' containers not frozen yet).
-    pub freeze: Vec<ContainerId>,
+    pub(crate) freeze: Vec<ContainerId>,
     /// Containers to thaw now: every frozen container of a sandbox that is
     /// in use again, and the frozen ones about to be torn down.
-    pub thaw: Vec<ContainerId>,
+    pub(crate) thaw: Vec<ContainerId>,
     /// Whether the sandbox is (or, once `freeze` is done, will be) paused:
     /// every engine the row wants is kept and its container frozen.
-    pub paused: bool,
+    pub(crate) paused: bool,
 }
 
 /// The containers of the engines `plan` keeps: the running container whose
@@ -44,7 +44,7 @@ fn kept<'a>(
 }
 
 /// Decides which containers to freeze and thaw.
-pub fn step(plan: &Plan, observed: &[ObservedContainer]) -> Step {
+pub(crate) fn step(plan: &Plan, observed: &[ObservedContainer]) -> Step {
     let frozen = |c: &&ObservedContainer| c.paused;
     let torn_down: Vec<ContainerId> = plan
         .teardowns()

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Why an engine container is (re)created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProvisionReason {
+pub(crate) enum ProvisionReason {
     /// No usable container and no published credentials: fresh ones.
     Create,
     /// The container died or vanished: same credentials and endpoint.
@@ -27,7 +27,7 @@ pub enum ProvisionReason {
 
 impl ProvisionReason {
     /// Label value for metrics and logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ProvisionReason::Create => "create",
             ProvisionReason::Heal => "heal",
@@ -39,7 +39,7 @@ impl ProvisionReason {
 
 /// Why a container needed healing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HealCause {
+pub(crate) enum HealCause {
     /// It is gone: removed out of band.
     Removed,
     /// The kernel killed it for memory.
@@ -50,7 +50,7 @@ pub enum HealCause {
 
 impl HealCause {
     /// Label value for metrics and logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             HealCause::Removed => "removed",
             HealCause::Oom => "oom",
@@ -59,7 +59,7 @@ impl HealCause {
     }
 
     /// What happened to the container, for messages.
-    pub fn phrase(self) -> &'static str {
+    pub(crate) fn phrase(self) -> &'static str {
         match self {
             HealCause::Removed => "its container was removed",
             HealCause::Oom => "its container was killed for lack of memory",
@@ -70,7 +70,7 @@ impl HealCause {
 
 /// Why a container is torn down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReapReason {
+pub(crate) enum ReapReason {
     /// The desired row was deleted (its status row still exists).
     Deleted,
     /// Neither a desired row nor a status row exists: a leftover, e.g. from
@@ -93,7 +93,7 @@ pub enum ReapReason {
 
 impl ReapReason {
     /// Label value for metrics and logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ReapReason::Deleted => "deleted",
             ReapReason::Orphan => "orphan",
@@ -109,42 +109,37 @@ impl ReapReason {
 
 /// Create (or re-create) one engine's container.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Provision {
-    /// The engine.
-    pub engine: EngineName,
-    /// Features to enable.
-    pub features: BTreeSet<String>,
+pub(crate) struct Provision {
+    pub(crate) engine: EngineName,
+    pub(crate) features: BTreeSet<String>,
     /// Credentials and endpoint to keep (heal), or `None` for fresh ones.
-    pub reuse: Option<ServiceStatus>,
+    pub(crate) reuse: Option<ServiceStatus>,
     /// Host port to try to keep when not reusing a status.
-    pub host_port: Option<u16>,
+    pub(crate) host_port: Option<u16>,
     /// Containers of this engine to remove first.
-    pub replace: Vec<ContainerId>,
+    pub(crate) replace: Vec<ContainerId>,
     /// A rotation's running, published container: it keeps serving while
     /// the new one is built next to it, and is removed only once the new
     /// one is ready and published; if the new one fails it stays as it is.
     /// `None` for a persistent sandbox: its data volume holds one server at
     /// a time, so the old container is in `replace` (if the new one fails,
     /// the controller restores the old credentials on the volume).
-    pub retire: Option<ContainerId>,
-    /// Why.
-    pub reason: ProvisionReason,
+    pub(crate) retire: Option<ContainerId>,
+    pub(crate) reason: ProvisionReason,
 }
 
 /// Remove one container now.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Teardown {
-    /// The container.
-    pub container: ContainerId,
+pub(crate) struct Teardown {
+    pub(crate) container: ContainerId,
     /// Its engine, as its label names it (it may be unknown to this binary).
-    pub engine: String,
-    /// Why.
-    pub reason: ReapReason,
+    pub(crate) engine: String,
+    pub(crate) reason: ReapReason,
 }
 
 /// One step towards the desired state.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub(crate) enum Action {
     /// The engine's container is fine: publish its existing status.
     Keep {
         /// The engine.
@@ -180,28 +175,27 @@ pub enum Action {
 
 /// Everything `plan` decided for one sandbox.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    /// Whether the row wants anything, and why not.
-    pub wanted: Wanted,
+pub(crate) struct Plan {
+    pub(crate) wanted: Wanted,
     /// The steps, engines in sorted order.
-    pub actions: Vec<Action>,
+    pub(crate) actions: Vec<Action>,
     /// When the row may stop being wanted (it expires, goes idle, or its
     /// owner container's grace runs out): look at it again then.
-    pub recheck_at: Option<DateTime<Utc>>,
+    pub(crate) recheck_at: Option<DateTime<Utc>>,
     /// For a deleted row: until when what outlives its containers (a
     /// persistent sandbox's data volumes) is kept, the grace window counted
     /// from when the row was seen gone; look at it again then. `None` once
     /// that has passed, and for a row that exists.
-    pub data_kept_until: Option<DateTime<Utc>>,
+    pub(crate) data_kept_until: Option<DateTime<Utc>>,
     /// The row is idle and asks to be paused rather than released
     /// (`idle_action = 'pause'`): its containers are kept, and frozen
     /// (see [`crate::domain::pause`]). Only with [`Wanted::Yes`].
-    pub pause: bool,
+    pub(crate) pause: bool,
 }
 
 impl Plan {
     /// The engines whose running container is kept, with their status.
-    pub fn kept(&self) -> impl Iterator<Item = (EngineName, &ServiceStatus)> {
+    pub(crate) fn kept(&self) -> impl Iterator<Item = (EngineName, &ServiceStatus)> {
         self.actions.iter().filter_map(|a| match a {
             Action::Keep { engine, status } => Some((*engine, status)),
             _ => None,
@@ -209,7 +203,9 @@ impl Plan {
     }
 
     /// The published containers to switch to (see [`Action::Promote`]).
-    pub fn promotions(&self) -> impl Iterator<Item = (EngineName, &ContainerId, &ServiceStatus)> {
+    pub(crate) fn promotions(
+        &self,
+    ) -> impl Iterator<Item = (EngineName, &ContainerId, &ServiceStatus)> {
         self.actions.iter().filter_map(|a| match a {
             Action::Promote {
                 engine,
@@ -220,16 +216,14 @@ impl Plan {
         })
     }
 
-    /// The containers to create.
-    pub fn provisions(&self) -> impl Iterator<Item = &Provision> {
+    pub(crate) fn provisions(&self) -> impl Iterator<Item = &Provision> {
         self.actions.iter().filter_map(|a| match a {
             Action::Provision(p) => Some(p),
             _ => None,
         })
     }
 
-    /// The containers to remove now.
-    pub fn teardowns(&self) -> impl Iterator<Item = &Teardown> {
+    pub(crate) fn teardowns(&self) -> impl Iterator<Item = &Teardown> {
         self.actions.iter().filter_map(|a| match a {
             Action::Teardown(t) => Some(t),
             _ => None,
@@ -237,7 +231,7 @@ impl Plan {
     }
 
     /// The earliest time a waiting reap becomes due, if any.
-    pub fn next_wake(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_wake(&self) -> Option<DateTime<Utc>> {
         self.actions
             .iter()
             .filter_map(|a| match a {
@@ -248,13 +242,13 @@ impl Plan {
     }
 
     /// Whether a reap is waiting out its grace window.
-    pub fn is_waiting(&self) -> bool {
+    pub(crate) fn is_waiting(&self) -> bool {
         self.next_wake().is_some()
     }
 
     /// When to look at the sandbox again: a waiting reap, a recheck or the
     /// end of a deleted row's data grace, whichever comes first.
-    pub fn next_look(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_look(&self) -> Option<DateTime<Utc>> {
         self.next_wake()
             .into_iter()
             .chain(self.recheck_at)
@@ -275,7 +269,7 @@ pub struct Policy {
     /// new one, as a persistent sandbox's always does: a runtime that
     /// cannot rename what it runs (Swarm services) cannot build the new
     /// one beside the old and give it the old one's name afterwards.
-    pub rotate_in_place: bool,
+    pub(crate) rotate_in_place: bool,
 }
 
 impl Policy {
@@ -291,7 +285,7 @@ impl Policy {
 
 /// How the agent container a row names as its owner is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OwnerState {
+pub(crate) enum OwnerState {
     /// It is running (or restarting, or paused: alive).
     Running,
     /// It stopped at this time (`None`: Docker did not say when).
@@ -302,7 +296,7 @@ pub enum OwnerState {
 
 /// Whether a row wants anything, and why not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wanted {
+pub(crate) enum Wanted {
     /// The row exists and is not expired.
     Yes,
     /// The row was deleted.
@@ -342,7 +336,7 @@ fn owner_gone_at(
 
 /// Decides whether the row wants anything at `now`, and when that may
 /// change next (expiry, idleness, the owner's grace).
-pub fn wanted_until(
+pub(crate) fn wanted_until(
     desired: Option<&DesiredSandbox>,
     owner: Option<OwnerState>,
     now: DateTime<Utc>,
@@ -384,7 +378,7 @@ pub fn wanted_until(
 
 /// Whether `desired` is idle at `now` and asks to be paused rather than
 /// released (see [`Plan::pause`]).
-pub fn pause_due(desired: &DesiredSandbox, now: DateTime<Utc>, policy: &Policy) -> bool {
+pub(crate) fn pause_due(desired: &DesiredSandbox, now: DateTime<Utc>, policy: &Policy) -> bool {
     desired.idle_action == IdleAction::Pause
         && desired.invalid.is_none()
         && desired
@@ -456,7 +450,7 @@ fn supersede(c: &ObservedContainer) -> Action {
 /// the row's incarnation (see `status::of_incarnation`); a container of
 /// another incarnation of an existing row is torn down at once and never
 /// counts as the row's. Engines are visited in sorted order.
-pub fn plan(
+pub(crate) fn plan(
     desired: Option<&DesiredSandbox>,
     observed: &[ObservedContainer],
     status: Option<&SandboxStatus>,

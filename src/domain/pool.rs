@@ -89,7 +89,7 @@ pub struct PoolClaim {
 impl PoolClaim {
     /// The claimed container as the planner sees a sandbox container: the
     /// labels it would carry had it been created for the sandbox.
-    pub fn observed(&self, listed: &PooledContainer) -> ObservedContainer {
+    pub(crate) fn observed(&self, listed: &PooledContainer) -> ObservedContainer {
         ObservedContainer {
             id: listed.id.clone(),
             name: listed.name.clone(),
@@ -115,7 +115,7 @@ impl PoolClaim {
 
 /// Which kind of provision claims from the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ClaimKind {
+pub(crate) enum ClaimKind {
     /// A new sandbox (or a replacement): fresh credentials.
     Create,
     /// A heal: the sandbox's existing credentials.
@@ -124,10 +124,10 @@ pub enum ClaimKind {
 
 impl ClaimKind {
     /// Every kind, for metrics.
-    pub const ALL: [ClaimKind; 2] = [ClaimKind::Create, ClaimKind::Heal];
+    pub(crate) const ALL: [ClaimKind; 2] = [ClaimKind::Create, ClaimKind::Heal];
 
     /// Label value for metrics.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ClaimKind::Create => "create",
             ClaimKind::Heal => "heal",
@@ -139,7 +139,11 @@ impl ClaimKind {
 /// replacements and heals may; a rotation (it builds next to the running
 /// container and switches) and a persistent sandbox (its data lives on a
 /// volume a pool container does not have) never do.
-pub fn claim_kind(reason: ProvisionReason, persistent: bool, rotating: bool) -> Option<ClaimKind> {
+pub(crate) fn claim_kind(
+    reason: ProvisionReason,
+    persistent: bool,
+    rotating: bool,
+) -> Option<ClaimKind> {
     if persistent || rotating {
         return None;
     }
@@ -153,7 +157,13 @@ pub fn claim_kind(reason: ProvisionReason, persistent: bool, rotating: bool) -> 
 /// How many pool containers a refill starts now: up to `size` counting
 /// those `ready` and those being `creating`, and at most `at_once` being
 /// created at a time; none while `busy` (requests wait for a worker).
-pub fn to_start(size: usize, ready: usize, creating: usize, at_once: usize, busy: bool) -> usize {
+pub(crate) fn to_start(
+    size: usize,
+    ready: usize,
+    creating: usize,
+    at_once: usize,
+    busy: bool,
+) -> usize {
     if busy {
         return 0;
     }
@@ -186,7 +196,7 @@ impl ClaimIndex {
         );
     }
     /// The sandbox `container` serves, if it is a claimed pool container.
-    pub fn sandbox_of(&self, container: &ContainerId) -> Option<SandboxId> {
+    pub(crate) fn sandbox_of(&self, container: &ContainerId) -> Option<SandboxId> {
         self.0.lock().unwrap().get(container).cloned()
     }
     /// Whether any claimed container serves `sandbox`.

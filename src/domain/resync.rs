@@ -18,23 +18,21 @@ use chrono::{DateTime, Utc};
 
 /// One sandbox as a relist saw it.
 #[derive(Debug, Clone, Copy)]
-pub struct Snapshot<'a> {
-    /// Its desired row, if there is one.
-    pub desired: Option<&'a DesiredSandbox>,
+pub(crate) struct Snapshot<'a> {
+    pub(crate) desired: Option<&'a DesiredSandbox>,
     /// This state database's containers of the sandbox (claimed warm-pool
     /// containers included).
-    pub observed: &'a [ObservedContainer],
-    /// Its status row, if there is one.
-    pub status: Option<&'a SandboxStatus>,
+    pub(crate) observed: &'a [ObservedContainer],
+    pub(crate) status: Option<&'a SandboxStatus>,
     /// The network its engines must be on, if that network exists.
-    pub network: Option<&'a str>,
+    pub(crate) network: Option<&'a str>,
     /// Whether another state database's containers carry its id.
-    pub foreign: bool,
+    pub(crate) foreign: bool,
 }
 
 /// What a relist does with one sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Judgement {
+pub(crate) enum Judgement {
     /// Reconcile it now.
     Reconcile,
     /// Converged: nothing to do now. Look at it again at `recheck_at`, if
@@ -51,7 +49,7 @@ pub enum Judgement {
 /// row is idle and asks to pause), on the sandbox's network. A row that asks for more
 /// than the snapshot shows (attached containers, an owner container) or
 /// that is invalid is never judged converged here.
-pub fn judge(snapshot: &Snapshot<'_>, now: DateTime<Utc>, policy: &Policy) -> Judgement {
+pub(crate) fn judge(snapshot: &Snapshot<'_>, now: DateTime<Utc>, policy: &Policy) -> Judgement {
     match converged(snapshot, now, policy) {
         Some(recheck_at) => Judgement::Converged { recheck_at },
         None => Judgement::Reconcile,

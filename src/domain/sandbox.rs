@@ -22,7 +22,7 @@ pub struct DesiredSandbox {
     /// Engines the row names that this binary does not know (the database
     /// refuses them, so only a row written for a newer sandboxd has any):
     /// the sandbox is `failed` with a message, their containers are kept.
-    pub unknown_services: Vec<String>,
+    pub(crate) unknown_services: Vec<String>,
     /// Features per engine.
     pub features: BTreeMap<EngineName, BTreeSet<String>>,
     /// Names of containers (the orchestrator's agents) to connect to the
@@ -56,29 +56,29 @@ pub struct DesiredSandbox {
     pub updated_at: DateTime<Utc>,
     /// When the row was inserted (set by the database): its place in
     /// admission's arrival order (`domain::admission`).
-    pub created_at: DateTime<Utc>,
+    pub(crate) created_at: DateTime<Utc>,
 }
 
 impl DesiredSandbox {
     /// Features requested for `engine` (empty if none).
-    pub fn features_for(&self, engine: EngineName) -> BTreeSet<String> {
+    pub(crate) fn features_for(&self, engine: EngineName) -> BTreeSet<String> {
         self.features.get(&engine).cloned().unwrap_or_default()
     }
 
     /// Whether the row asks for the engine called `name`, known or not.
-    pub fn wants(&self, name: &str) -> bool {
+    pub(crate) fn wants(&self, name: &str) -> bool {
         self.services.iter().any(|e| e.as_str() == name)
             || self.unknown_services.iter().any(|e| e == name)
     }
 
     /// When the row expires: `expires_at`, unless the sandbox is
     /// persistent (it never expires).
-    pub fn expiry(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn expiry(&self) -> Option<DateTime<Utc>> {
         self.expires_at.filter(|_| !self.persistent)
     }
 
     /// Whether the row is past its [`expiry`](Self::expiry) at `now`.
-    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+    pub(crate) fn is_expired(&self, now: DateTime<Utc>) -> bool {
         self.expiry().is_some_and(|t| t <= now)
     }
 
@@ -86,7 +86,7 @@ impl DesiredSandbox {
     /// timeout: `None` if it never does (no timeout, or a zero one, or a
     /// persistent sandbox that would be released: only pausing keeps its
     /// data).
-    pub fn idle_at(&self, default_timeout: Option<Duration>) -> Option<DateTime<Utc>> {
+    pub(crate) fn idle_at(&self, default_timeout: Option<Duration>) -> Option<DateTime<Utc>> {
         let timeout = self.idle_timeout.or(default_timeout)?;
         if (self.persistent && self.idle_action == IdleAction::Release) || timeout.is_zero() {
             return None;
@@ -195,7 +195,7 @@ impl fmt::Display for Phase {
 /// engine name. The entries are boxed: a B-tree node holds room for eleven
 /// of them inline, so a map of one engine would otherwise take 2.6 KB, and
 /// a relist holds one map per sandbox of the fleet.
-pub type Services = BTreeMap<String, Box<ServiceStatus>>;
+pub(crate) type Services = BTreeMap<String, Box<ServiceStatus>>;
 
 /// One engine's entry in `sandbox_status.services`.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]

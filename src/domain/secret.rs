@@ -6,7 +6,7 @@ use std::fmt;
 
 /// Length of generated passwords. 32 characters from a 62-symbol alphabet
 /// carry about 190 bits of entropy (the floor is 128).
-pub const PASSWORD_LEN: usize = 32;
+pub(crate) const PASSWORD_LEN: usize = 32;
 
 /// A password. `Debug` prints `Secret(***)` so it cannot leak through logs
 /// or error messages by accident; read it with [`Secret::expose`].

@@ -29,7 +29,7 @@ pub struct StatusUpdate {
 
 /// What to do with the status row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Publish {
+pub(crate) enum Publish {
     /// Write (insert or replace) the row.
     Write(StatusUpdate),
     /// Delete the row: the sandbox is gone.
@@ -40,7 +40,7 @@ pub enum Publish {
 
 /// Why a reconcile must be retried with backoff.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// Removing a container failed.
     Teardown(String),
     /// One or more engines could not be provisioned (one line each).
@@ -49,36 +49,35 @@ pub enum Failure {
 
 /// The decision: what to publish, and whether to retry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// The status row to publish.
-    pub publish: Publish,
+    pub(crate) publish: Publish,
     /// `Some` when the reconcile failed and must be retried.
-    pub failure: Option<Failure>,
+    pub(crate) failure: Option<Failure>,
 }
 
 /// What came of acting on a plan.
 #[derive(Debug, Clone, Default)]
-pub struct Outcomes {
+pub(crate) struct Outcomes {
     /// Each provisioned engine: its new status, or why it failed.
-    pub provisioned: Vec<(EngineName, Result<ServiceStatus, String>)>,
+    pub(crate) provisioned: Vec<(EngineName, Result<ServiceStatus, String>)>,
     /// The first teardown that failed, if any.
-    pub teardown: Option<String>,
+    pub(crate) teardown: Option<String>,
     /// Containers the row names in `attach` that could not be attached.
-    pub attach: Vec<String>,
+    pub(crate) attach: Vec<String>,
     /// Engines that died again and were not healed: backing off until a
     /// time, or given up on (a crash loop).
-    pub held: Vec<(EngineName, HealGate)>,
+    pub(crate) held: Vec<(EngineName, HealGate)>,
     /// Engines not provisioned yet because their image is being pulled or
     /// built in the background, one line each saying so.
-    pub awaiting: Vec<String>,
+    pub(crate) awaiting: Vec<String>,
     /// The row is idle and asks to pause ([`Plan::pause`]): `Ok` once every
     /// engine's container is frozen, or why freezing failed. `None`: not
     /// paused.
-    pub paused: Option<Result<(), String>>,
+    pub(crate) paused: Option<Result<(), String>>,
 }
 
-/// The message of a `paused` status.
-pub const PAUSED: &str = "paused: idle for longer than its idle timeout (no request, touch or client connection); its containers are frozen with their data and credentials; a request, a touch or `sandboxd resume` resumes it";
+pub(crate) const PAUSED: &str = "paused: idle for longer than its idle timeout (no request, touch or client connection); its containers are frozen with their data and credentials; a request, a touch or `sandboxd resume` resumes it";
 
 /// The services a wanted sandbox publishes before anything new is
 /// provisioned: what was published for engines the row still wants (so
@@ -116,7 +115,7 @@ fn wanted_row<'a>(plan: &Plan, desired: Option<&'a DesiredSandbox>) -> Option<&'
 /// the row's own. For a deleted row, whatever status is left; for a row
 /// whose incarnation cannot be read (it is invalid and keeps everything),
 /// the status as it is.
-pub fn of_incarnation<'a>(
+pub(crate) fn of_incarnation<'a>(
     previous: Option<&'a SandboxStatus>,
     desired: Option<&DesiredSandbox>,
 ) -> Option<&'a SandboxStatus> {
@@ -143,7 +142,7 @@ pub fn observed_generation(previous: Option<&SandboxStatus>) -> i64 {
 }
 
 /// Whether the row changed since the status last observed it.
-pub fn is_new_request(desired: &DesiredSandbox, previous: Option<&SandboxStatus>) -> bool {
+pub(crate) fn is_new_request(desired: &DesiredSandbox, previous: Option<&SandboxStatus>) -> bool {
     observed_generation(previous) < desired.generation
 }
 
@@ -152,7 +151,7 @@ pub fn is_new_request(desired: &DesiredSandbox, previous: Option<&SandboxStatus>
 /// (the message names it and `causes` says why), else `provisioning`. It
 /// keeps the previous observed generation: the new one is observed only
 /// once provisioning is done.
-pub fn while_provisioning(
+pub(crate) fn while_provisioning(
     plan: &Plan,
     desired: Option<&DesiredSandbox>,
     previous: Option<&SandboxStatus>,
@@ -219,7 +218,7 @@ pub fn while_provisioning(
 /// new container is the live one, and a restarted controller finishes the
 /// switch instead of building again. (A persistent sandbox's failed
 /// rotation publishes its restored old credentials the same way.)
-pub fn switching(
+pub(crate) fn switching(
     mut update: StatusUpdate,
     engine: EngineName,
     service: ServiceStatus,
@@ -238,7 +237,7 @@ pub fn switching(
 }
 
 /// Decides the status row and the reconcile's result once every action ran.
-pub fn decide(
+pub(crate) fn decide(
     plan: &Plan,
     desired: Option<&DesiredSandbox>,
     previous: Option<&SandboxStatus>,

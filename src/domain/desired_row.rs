@@ -1,0 +1,436 @@
+//! Reading a desired row: from the values of its columns, as the store read
+//! them, to a [`DesiredSandbox`].
+//!
+//! The database checks every row it is given, but a row can still get past
+//! those checks (a superuser with triggers disabled, a row written for a
+//! newer sandboxd). So the rules are enforced again here, and a row that
+//! breaks one is never refused or a cause of a panic: it comes back with
+//! [`DesiredSandbox::invalid`] saying what is wrong (every problem, in
+//! column order, joined with "; "), its usable parts kept so its
+//! containers can still be found and left untouched.
+//!
+//! The store selects each column in a form that always decodes (arrays as
+//! JSON text with their shape alongside, times only when finite and in
+//! range, long text cut one past its limit); a value it still cannot
+//! decode arrives as [`Unreadable`]. Which engines exist is not known
+//! here: the caller passes a resolver from an engine's name in `services`
+//! to what the rules need of it ([`KnownEngine`]).
+
+use super::id::{EngineName, SandboxId};
+use super::identity::Incarnation;
+use super::sandbox::{DesiredSandbox, IdleAction};
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Most characters of `owner` (as the database's check).
+pub(crate) const MAX_OWNER_CHARS: usize = 200;
+/// Most entries of `services` read (no registry has this many engines).
+pub(crate) const MAX_SERVICES: i32 = 64;
+/// Most features per engine (as the database's check).
+pub(crate) const MAX_FEATURES: usize = 16;
+/// Most bytes of stored `features` read.
+pub(crate) const MAX_FEATURES_BYTES: i32 = 65_536;
+/// Most containers in `attach` (as the database's check).
+pub(crate) const MAX_ATTACH: i32 = 16;
+/// The longest idle timeout a row may set (a year, as the database checks).
+pub(crate) const MAX_IDLE_TIMEOUT_SECS: f64 = 31_536_000.0;
+
+/// A column the store could not decode; reported as "column NAME cannot be
+/// read" when the rules look at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unreadable;
+
+/// One column's value as read, or [`Unreadable`].
+pub(crate) type Cell<T> = Result<T, Unreadable>;
+
+/// A text array column, read as four columns `<name>_len`
+/// (`cardinality`), `<name>_ndims`, `<name>_lower` and `<name>` (the
+/// array as JSON text, `NULL` when it has more entries than the store's
+/// limit, so an oversized array is never decoded).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ListColumn {
+    pub(crate) len: Cell<Option<i32>>,
+    pub(crate) ndims: Cell<Option<i32>>,
+    pub(crate) lower: Cell<Option<i32>>,
+    pub(crate) json: Cell<Option<String>>,
+}
+
+/// The columns of one `sandbox_desired` row as the store read them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DesiredRow {
+    /// Cut to one more character than [`MAX_OWNER_CHARS`].
+    pub(crate) owner: Cell<Option<String>>,
+    pub(crate) services: ListColumn,
+    /// The JSON text, `None` when larger than [`MAX_FEATURES_BYTES`].
+    pub(crate) features: Cell<Option<String>>,
+    pub(crate) attach: ListColumn,
+    /// Whether `expires_at` is set at all (finite or not).
+    pub(crate) has_expiry: Cell<bool>,
+    /// `None` when unset or not a finite time before the year 10000.
+    pub(crate) expires_at: Cell<Option<DateTime<Utc>>>,
+    /// Whether `updated_at` is a finite time before the year 10000.
+    pub(crate) updated_at_ok: Cell<bool>,
+    /// The time when it is one, else the time of the read.
+    pub(crate) updated_at: Cell<DateTime<Utc>>,
+    pub(crate) generation: Cell<i64>,
+    /// The uuid as text.
+    pub(crate) incarnation: Cell<Option<String>>,
+    /// `None` when unset or not a finite time before the year 10000.
+    pub(crate) last_used_at: Cell<Option<DateTime<Utc>>>,
+    /// `idle_timeout` in seconds.
+    pub(crate) idle_timeout_secs: Cell<Option<f64>>,
+    pub(crate) persistent: Cell<Option<bool>>,
+    /// Cut to 16 characters.
+    pub(crate) idle_action: Cell<Option<String>>,
+    /// Cut to one more character than a Docker name may have.
+    pub(crate) owner_container: Cell<Option<String>>,
+    /// `None` when unset or not a finite time before the year 10000.
+    pub(crate) created_at: Cell<Option<DateTime<Utc>>>,
+}
+
+/// What the rules need of an engine this binary runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KnownEngine {
+    /// Its name (as the registry spells it).
+    pub(crate) name: EngineName,
+    /// The feature names a row may request for it.
+    pub(crate) allowed_features: &'static [&'static str],
+}
+
+/// The sandbox that `row` (stored under `id`) asks for, resolving its
+/// engine names once, here, with `engines`: names it does not resolve end
+/// up in `unknown_services`. Never fails: what cannot be used is described
+/// in `invalid`.
+pub(crate) fn desired_from_row(
+    id: &SandboxId,
+    row: DesiredRow,
+    engines: impl Fn(&str) -> Option<KnownEngine>,
+) -> DesiredSandbox {
+    let mut problems = Problems::default();
+    let mut owner = problems
+        .cell("owner", row.owner)
+        .flatten()
+        .unwrap_or_default();
+    if owner.chars().count() > MAX_OWNER_CHARS || owner.chars().any(char::is_control) {
+        problems.push(format!(
+            "owner must be text of at most {MAX_OWNER_CHARS} characters without control characters"
+        ));
+        // It may reach labels and logs: never with control characters.
+        owner = owner
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_OWNER_CHARS)
+            .collect();
+    }
+
+    let raw_services = problems.list("services", row.services, MAX_SERVICES);
+    if raw_services.as_ref().is_some_and(Vec::is_empty) {
+        problems.push("services is empty: name at least one engine".into());
+    }
+    let mut services = Vec::new();
+    let mut unknown_services = Vec::new();
+    for name in raw_services.unwrap_or_default() {
+        if services.iter().any(|e: &EngineName| e.as_str() == name)
+            || unknown_services.contains(&name)
+        {
+            problems.push(format!("services name {} twice", shown(&name)));
+            continue;
+        }
+        match engines(&name) {
+            Some(engine) => services.push(engine.name),
+            None => unknown_services.push(name),
+        }
+    }
+
+    let features = features(
+        row.features,
+        &engines,
+        &services,
+        &unknown_services,
+        &mut problems,
+    );
+
+    let mut attach = problems
+        .list("attach", row.attach, MAX_ATTACH)
+        .unwrap_or_default();
+    if let Some(bad) = attach.iter().find(|n| !docker_name(n)) {
+        problems.push(format!(
+            "attach holds {}, which is not a Docker container name (1 to 128 characters from \
+             a-z, A-Z, 0-9, '_', '.' and '-', starting with a letter or digit)",
+            shown(bad)
+        ));
+        attach.retain(|n| docker_name(n));
+    }
+    let distinct: BTreeSet<&String> = attach.iter().collect();
+    if distinct.len() != attach.len() {
+        problems.push("attach names a container twice".into());
+        let mut seen = BTreeSet::new();
+        attach.retain(|n| seen.insert(n.clone()));
+    }
+
+    let has_expiry = problems.cell("has_expiry", row.has_expiry).unwrap_or(false);
+    let expires_at = problems.cell("expires_at", row.expires_at).flatten();
+    if has_expiry && expires_at.is_none() {
+        problems
+            .push("expires_at is not a finite time before the year 10000 (e.g. 'infinity')".into());
+    }
+    let updated_at_ok = problems
+        .cell("updated_at_ok", row.updated_at_ok)
+        .unwrap_or(false);
+    if !updated_at_ok {
+        problems.push("updated_at is not a finite time before the year 10000".into());
+    }
+    let updated_at = problems
+        .cell("updated_at", row.updated_at)
+        .unwrap_or(DateTime::UNIX_EPOCH);
+    let generation = problems.cell("generation", row.generation).unwrap_or(0);
+    let incarnation = problems
+        .cell("incarnation", row.incarnation)
+        .flatten()
+        .and_then(|text| Incarnation::parse(&text).ok());
+    if incarnation.is_none() {
+        problems.push("incarnation is not a uuid".into());
+    }
+    // A missing or unreadable time of last use counts as the last change.
+    let last_used_at = problems
+        .cell("last_used_at", row.last_used_at)
+        .flatten()
+        .unwrap_or(updated_at);
+    let idle_timeout = match problems
+        .cell("idle_timeout_secs", row.idle_timeout_secs)
+        .flatten()
+    {
+        None => None,
+        Some(secs) if (0.0..=MAX_IDLE_TIMEOUT_SECS).contains(&secs) => {
+            Some(Duration::from_secs_f64(secs))
+        }
+        Some(_) => {
+            problems.push(format!(
+                "idle_timeout must be between 0 (never) and {MAX_IDLE_TIMEOUT_SECS} seconds"
+            ));
+            None
+        }
+    };
+    let persistent = match problems.cell("persistent", row.persistent).flatten() {
+        Some(p) => p,
+        None => {
+            problems.push("persistent is NULL: set it to true or false".into());
+            false
+        }
+    };
+    let idle_action = match problems
+        .cell("idle_action", row.idle_action)
+        .flatten()
+        .as_deref()
+        .map(|a| (a, IdleAction::parse(a)))
+    {
+        Some((_, Some(action))) => action,
+        Some((bad, None)) => {
+            problems.push(format!(
+                "idle_action is {}: use 'release' or 'pause'",
+                shown(bad)
+            ));
+            IdleAction::Release
+        }
+        None => {
+            problems.push("idle_action is NULL: use 'release' or 'pause'".into());
+            IdleAction::Release
+        }
+    };
+    let owner_container = problems
+        .cell("owner_container", row.owner_container)
+        .flatten();
+    if let Some(bad) = owner_container.as_ref().filter(|n| !docker_name(n)) {
+        problems.push(format!(
+            "owner_container holds {}, which is not a Docker container name",
+            shown(bad)
+        ));
+    }
+    let owner_container = owner_container.filter(|n| docker_name(n));
+    // Only admission's arrival order reads it: an unreadable one counts
+    // as the last change, and is no problem.
+    let created_at = row.created_at.ok().flatten().unwrap_or(updated_at);
+
+    DesiredSandbox {
+        id: id.clone(),
+        owner,
+        services,
+        unknown_services,
+        features,
+        attach,
+        invalid: problems.into_reason(),
+        expires_at,
+        generation,
+        incarnation,
+        updated_at,
+        created_at,
+        last_used_at,
+        idle_timeout,
+        persistent,
+        idle_action,
+        owner_container,
+    }
+}
+
+/// The `features` column: a JSON object mapping each requested engine to
+/// at most [`MAX_FEATURES`] distinct allowlisted feature names.
+fn features(
+    column: Cell<Option<String>>,
+    engines: &impl Fn(&str) -> Option<KnownEngine>,
+    services: &[EngineName],
+    unknown_services: &[String],
+    problems: &mut Problems,
+) -> BTreeMap<EngineName, BTreeSet<String>> {
+    let mut features = BTreeMap::new();
+    let text = match problems.cell("features", column) {
+        Some(Some(text)) => text,
+        Some(None) => {
+            problems.push(format!(
+                "features is larger than {MAX_FEATURES_BYTES} bytes: name at most \
+                 {MAX_FEATURES} features per engine"
+            ));
+            return features;
+        }
+        // Already reported.
+        None => return features,
+    };
+    let Ok(raw) = serde_json::from_str::<BTreeMap<String, Vec<String>>>(&text) else {
+        problems.push(
+            "features is not a JSON object mapping engine to an array of feature names, \
+             e.g. {\"postgres\":[\"pg_trgm\"]}"
+                .into(),
+        );
+        return features;
+    };
+    for (name, list) in raw {
+        let engine = engines(&name);
+        let requested = match engine {
+            Some(e) => services.contains(&e.name),
+            None => unknown_services.contains(&name),
+        };
+        if !requested {
+            problems.push(format!(
+                "features name engine {}, which services do not request",
+                shown(&name)
+            ));
+            continue;
+        }
+        // Features of an engine this binary does not know: the row is
+        // already failed through `unknown_services`.
+        let Some(engine) = engine else { continue };
+        if list.len() > MAX_FEATURES {
+            problems.push(format!(
+                "features for {name} list {} entries: at most {MAX_FEATURES} are allowed",
+                list.len()
+            ));
+            continue;
+        }
+        let set: BTreeSet<String> = list.iter().cloned().collect();
+        if set.len() != list.len() {
+            problems.push(format!("features for {name} name a feature twice"));
+        }
+        let allowed = engine.allowed_features;
+        if let Some(bad) = set.iter().find(|f| !allowed.contains(&f.as_str())) {
+            problems.push(format!(
+                "feature {} is not allowed for engine {name}: allowed features are {}",
+                shown(bad),
+                if allowed.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    allowed.join(", ")
+                }
+            ));
+        }
+        features.insert(engine.name, set);
+    }
+    features
+}
+
+/// What is wrong with a desired row, collected while reading it.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn push(&mut self, problem: String) {
+        self.0.push(problem);
+    }
+
+    /// The value of column `name`, or `None` (and a problem) when it could
+    /// not be read.
+    fn cell<T>(&mut self, name: &str, cell: Cell<T>) -> Option<T> {
+        match cell {
+            Ok(v) => Some(v),
+            Err(Unreadable) => {
+                self.push(format!("column {name} cannot be read"));
+                None
+            }
+        }
+    }
+
+    /// The elements of list column `name` when it is a one-dimensional list
+    /// of at most `max` entries starting at index 1 without NULLs, else
+    /// `None` and a problem.
+    fn list(&mut self, name: &str, column: ListColumn, max: i32) -> Option<Vec<String>> {
+        let Some(len) = self.cell(&format!("{name}_len"), column.len)? else {
+            self.push(format!("{name} is NULL"));
+            return None;
+        };
+        if len == 0 {
+            return Some(Vec::new());
+        }
+        if len > max {
+            self.push(format!(
+                "{name} lists {len} entries: at most {max} are allowed"
+            ));
+            return None;
+        }
+        let ndims = self.cell(&format!("{name}_ndims"), column.ndims)?;
+        let lower = self.cell(&format!("{name}_lower"), column.lower)?;
+        if ndims != Some(1) || lower != Some(1) {
+            self.push(format!(
+                "{name} is not a one-dimensional list starting at index 1"
+            ));
+            return None;
+        }
+        let text = self.cell(name, column.json)??;
+        match serde_json::from_str::<Vec<Option<String>>>(&text) {
+            Ok(items) if items.iter().all(Option::is_some) => {
+                Some(items.into_iter().flatten().collect())
+            }
+            Ok(_) => {
+                self.push(format!("{name} contains NULL"));
+                None
+            }
+            Err(_) => {
+                self.push(format!("{name} cannot be read as a list of text"));
+                None
+            }
+        }
+    }
+
+    fn into_reason(self) -> Option<String> {
+        (!self.0.is_empty()).then(|| self.0.join("; "))
+    }
+}
+
+/// A value from a row, quoted for a message: at most 80 characters, control
+/// characters escaped.
+pub(crate) fn shown(value: &str) -> String {
+    let cut: String = value.chars().take(80).collect();
+    format!("{cut:?}")
+}
+
+/// Docker's container name rule: `^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`.
+fn docker_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+#[cfg(test)]
+mod tests;
