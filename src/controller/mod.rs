@@ -3,6 +3,7 @@
 
 mod admission;
 mod breaker;
+mod bring_up;
 mod checkpoint;
 mod crash_loops;
 mod fence;
