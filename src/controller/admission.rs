@@ -12,8 +12,7 @@
 //! be admitted next at once, so a waiting row is admitted within one
 //! reconcile of the release, not at the next relist.
 
-use super::reconcile::ReconcileError;
-use super::Context;
+use super::{Context, ControllerError};
 use crate::config::ControllerConfig;
 use crate::domain::admission::{Arrival, Ask, Decision, Ledger, Quota};
 use crate::domain::container::ObservedContainer;
@@ -120,7 +119,7 @@ pub(crate) async fn admit(
     desired: &DesiredSandbox,
     plan: &mut Plan,
     journal: &mut Journal,
-) -> Result<Option<String>, ReconcileError> {
+) -> Result<Option<String>, ControllerError> {
     let is_create =
         |a: &Action| matches!(a, Action::Provision(p) if p.reason == ProvisionReason::Create);
     let engines: BTreeSet<String> = plan

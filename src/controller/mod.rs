@@ -39,7 +39,6 @@ use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
 use self::leader::Elector;
 use self::probes::ControllerProbes;
-use self::reconcile::Next;
 use crate::adapters::deadline::{BoundedRuntime, BoundedStore, RuntimeDeadlines};
 use crate::adapters::http::Probes;
 use crate::config::ControllerConfig;
@@ -50,7 +49,7 @@ use crate::engine::{Registry, REGISTRY};
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
 use crate::ports::store::{Store, StoreError};
-use crate::sched::{Outcome, QueueConfig, WorkQueue};
+use crate::sched::{Failed, QueueConfig, WorkQueue};
 use crate::watch::{self, DesiredRows, DockerEvents, KnownContainers, RemovedNetworks, Sink};
 use chrono::{DateTime, Utc};
 use std::future::Future;
@@ -480,18 +479,10 @@ impl Controller {
         let handler = move |id: SandboxId| {
             let ctx = handler_ctx.clone();
             async move {
-                match reconcile::bounded(&ctx, &id).await {
-                    Ok(Next::Idle) => Outcome::Done {
-                        requeue_after: None,
-                    },
-                    Ok(Next::After(d)) => Outcome::Done {
-                        requeue_after: Some(d),
-                    },
-                    Err(e) => {
-                        tracing::warn!(sandbox = %id, error = %e, "reconcile failed; retrying with backoff");
-                        Outcome::Failed
-                    }
-                }
+                reconcile::bounded(&ctx, &id).await.map_err(|e| {
+                    tracing::warn!(sandbox = %id, error = %e, "reconcile failed; retrying with backoff");
+                    Failed
+                })
             }
         };
         let abandoned = self.queue.run(handler, shutdown).await;

@@ -24,6 +24,7 @@ use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use crate::domain::status::{self, Failure, Outcomes, Publish};
 use crate::ports::runtime::RuntimeError;
 use crate::ports::store::{EventBatch, StoreError};
+pub(crate) use crate::sched::Next;
 use futures::future::join_all;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -51,13 +52,13 @@ pub(crate) enum ReconcileError {
     TimedOut(Duration),
 }
 
-/// What a successful reconcile asks of the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Next {
-    /// Nothing until something changes (or the periodic relist).
-    Idle,
-    /// Look again after this long (a reap waiting for its grace window).
-    After(Duration),
+impl From<super::ControllerError> for ReconcileError {
+    fn from(e: super::ControllerError) -> Self {
+        match e {
+            super::ControllerError::Store(e) => ReconcileError::Store(e),
+            super::ControllerError::Runtime(e) => ReconcileError::Runtime(e),
+        }
+    }
 }
 
 /// [`reconcile`] within `--reconcile-timeout`: past it the reconcile is
@@ -149,14 +150,7 @@ async fn converge(
     let mut observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
     // Claimed warm-pool containers carry no sandbox label: their claims
     // say whose they are.
-    observed.extend(
-        super::pool::observed_of(ctx, id)
-            .await
-            .map_err(|e| match e {
-                super::ControllerError::Store(e) => ReconcileError::Store(e),
-                super::ControllerError::Runtime(e) => ReconcileError::Runtime(e),
-            })?,
-    );
+    observed.extend(super::pool::observed_of(ctx, id).await?);
     let previous = ctx.store.fetch_status(id).await?;
     // Another state database's containers are not this one's to touch:
     // left out of the plan (relists count and report them).
