@@ -12,6 +12,7 @@ pub mod clock;
 pub mod container;
 pub mod crash_loop;
 pub mod event;
+pub mod gate;
 pub mod id;
 pub mod identity;
 pub mod labels;
