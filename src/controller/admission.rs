@@ -12,12 +12,12 @@
 //! be admitted next at once, so a waiting row is admitted within one
 //! reconcile of the release, not at the next relist.
 
-use super::reconcile::ReconcileError;
-use super::Context;
+use super::{Context, ControllerError};
 use crate::config::ControllerConfig;
 use crate::domain::admission::{Arrival, Ask, Decision, Ledger, Quota};
 use crate::domain::container::ObservedContainer;
 use crate::domain::event::{Event, Journal};
+use crate::domain::gate;
 use crate::domain::id::SandboxId;
 use crate::domain::plan::{Action, Plan, ProvisionReason};
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
@@ -111,18 +111,17 @@ async fn budget(ctx: &Context) -> Result<Option<u64>, RuntimeError> {
     Ok(host.map(|h| h.saturating_sub(ctx.config.memory_reserve)))
 }
 
-/// Admits the engines `plan` creates for `desired` (those with no
-/// container and no published credentials), all or none. When they must
-/// wait, every create is taken out of the plan (heals, rotations and
-/// what is kept go on) and the message for the status is returned.
-pub(crate) async fn admit(
+/// Asks the ledger to admit the engines `plan` creates for `desired`
+/// (those with no container and no published credentials), all or none,
+/// and reserves them if it does. When they must wait, the answer carries
+/// the message for the status (the gate takes every create out of the
+/// plan: [`crate::domain::gate`]).
+pub(crate) async fn ask(
     ctx: &Context,
     desired: &DesiredSandbox,
-    plan: &mut Plan,
+    plan: &Plan,
     journal: &mut Journal,
-) -> Result<Option<String>, ReconcileError> {
-    let is_create =
-        |a: &Action| matches!(a, Action::Provision(p) if p.reason == ProvisionReason::Create);
+) -> Result<gate::Admission, ControllerError> {
     let engines: BTreeSet<String> = plan
         .actions
         .iter()
@@ -140,7 +139,7 @@ pub(crate) async fn admit(
             admission.wake(&ledger, &desired.id);
             admission.publish(ctx, &mut ledger);
         }
-        return Ok(None);
+        return Ok(gate::Admission::Go);
     }
     let quota = ctx.store.owner_quota(&desired.owner).await?;
     let budget = budget(ctx).await?;
@@ -172,14 +171,13 @@ pub(crate) async fn admit(
     match decision {
         Decision::Admit => {
             ctx.metrics.quota.decided(None);
-            Ok(None)
+            Ok(gate::Admission::Go)
         }
         Decision::Wait { reason, message } => {
             ctx.metrics.quota.decided(Some(reason));
             tracing::info!(owner = %desired.owner, reason = reason.as_str(), %message, "not admitted: nothing is created");
-            plan.actions.retain(|a| !is_create(a));
             journal.push(Event::admission_waiting(reason, &message));
-            Ok(Some(message))
+            Ok(gate::Admission::Wait(message))
         }
     }
 }

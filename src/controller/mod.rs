@@ -3,6 +3,7 @@
 
 mod admission;
 mod breaker;
+mod bring_up;
 mod checkpoint;
 mod crash_loops;
 mod fence;
@@ -39,7 +40,6 @@ use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
 pub(crate) use self::leader::Elector;
 use self::probes::ControllerProbes;
-use self::reconcile::Next;
 use crate::config::ControllerConfig;
 use crate::domain::clock::Clock;
 use crate::domain::id::SandboxId;
@@ -50,7 +50,7 @@ use crate::ports::runtime::{Runtime, RuntimeError};
 use crate::ports::store::{Store, StoreError};
 use crate::ports::webhook::WebhookTransport;
 use crate::ports::Probes;
-use crate::sched::{Outcome, WorkQueue};
+use crate::sched::{Failed, WorkQueue};
 // The unit tests (`use super::*`) build queues of their own.
 #[cfg(test)]
 use crate::sched::QueueConfig;
@@ -475,18 +475,10 @@ impl Controller {
         let handler = move |id: SandboxId| {
             let ctx = handler_ctx.clone();
             async move {
-                match reconcile::bounded(&ctx, &id).await {
-                    Ok(Next::Idle) => Outcome::Done {
-                        requeue_after: None,
-                    },
-                    Ok(Next::After(d)) => Outcome::Done {
-                        requeue_after: Some(d),
-                    },
-                    Err(e) => {
-                        tracing::warn!(sandbox = %id, error = %e, "reconcile failed; retrying with backoff");
-                        Outcome::Failed
-                    }
-                }
+                reconcile::bounded(&ctx, &id).await.map_err(|e| {
+                    tracing::warn!(sandbox = %id, error = %e, "reconcile failed; retrying with backoff");
+                    Failed
+                })
             }
         };
         let abandoned = self.queue.run(handler, shutdown).await;

@@ -6,7 +6,7 @@
 //! sandbox's idleness starts again. Freezing and thawing go through the
 //! runtime (deadline and fence layers included).
 
-use super::provision;
+use super::bring_up;
 use super::Context;
 use crate::domain::container::ObservedContainer;
 use crate::domain::event::Event;
@@ -65,7 +65,7 @@ pub(crate) async fn in_use(
             let engine = ctx.engines.lookup(&c.labels.engine)?;
             Some(async move {
                 let credentials = engine.credentials(status.password.clone());
-                let result = provision::count_clients(
+                let result = bring_up::count_clients(
                     ctx,
                     engine,
                     &c.id,

@@ -16,8 +16,11 @@
 //! goes through the fenced runtime, and a new term starts from what it
 //! lists ([`start_term`]).
 
+use super::bring_up::{
+    bring_up, bring_up_at, claim_credentials, container_spec, new_instance, ready_status,
+    ProvisionError,
+};
 use super::network::{self, Placement};
-use super::provision::{self, bring_up, bring_up_at, container_spec, new_instance};
 use super::{Context, ControllerError};
 use crate::config::{NetworkLayout, ProbeVia};
 use crate::domain::container::{ContainerState, ObservedContainer};
@@ -57,7 +60,7 @@ pub(crate) enum PoolError {
     Fenced(#[from] super::Fenced),
     /// Starting or probing a pool container failed.
     #[error(transparent)]
-    Provision(#[from] Box<provision::ProvisionError>),
+    Provision(#[from] Box<ProvisionError>),
     /// Setting the claimant's credentials failed.
     #[error("pool container {container}: {source}; the container is removed and the sandbox provisioned cold")]
     Credentials {
@@ -347,7 +350,7 @@ async fn take_over(
 
     let placement: Placement = network::placement(&ctx.config, &desired.id, p.engine, network);
     let set_credentials = async {
-        provision::claim_credentials(
+        claim_credentials(
             ctx,
             engine,
             id,
@@ -406,7 +409,7 @@ async fn take_over(
     )
     .await
     .map_err(Box::new)?;
-    let status = provision::ready_status(
+    let status = ready_status(
         ctx,
         engine,
         p,
@@ -676,7 +679,7 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
     let engine = ctx
         .engines
         .get(key.engine)
-        .ok_or(provision::ProvisionError::UnknownEngine(key.engine))
+        .ok_or(ProvisionError::UnknownEngine(key.engine))
         .map_err(Box::new)?;
     let image = ctx
         .config

@@ -1,29 +1,49 @@
-//! `reconcile(id)`: read both sides for one sandbox, plan, act, publish.
-//! Level-triggered: it never trusts what woke it. Every decision is made by
-//! the pure core ([`plan`](crate::domain::plan) and
-//! [`status`](crate::domain::status)); this module only does what they say.
+//! `reconcile(id)`: converges one sandbox in five steps, each reading what
+//! the ones before it found ([`converge`]):
+//!
+//! 1. **read** the row, the containers, the status of the row's
+//!    incarnation and the owner container;
+//! 2. **decide** the plan ([`plan`](crate::domain::plan)) and the pause
+//!    step, planning once more if a client was seen using an engine about
+//!    to be frozen or released;
+//! 3. **gate** it: look up admission, images, crash loops and the reaping
+//!    breaker, then let the pure [`gate`](crate::domain::gate) say what
+//!    may go now and what is held;
+//! 4. **act** on what the gates let through;
+//! 5. **publish** the status the pure [`status`](crate::domain::status)
+//!    decides, and settle the admission ledger;
+//!
+//! then follow up (checkpoints and resets, when to look again).
+//! Level-triggered: it never trusts what woke it.
+//!
+//! The status is written by `publish`, with two writes made while acting
+//! because they must land before what follows them: `provisioning` (or
+//! `healing`) before the first container is created, so that a create
+//! that hangs is seen as one, and a rotation's commit point
+//! ([`super::rotation`]), before its old container is removed.
 
 use super::breaker::Held;
 use super::image::Availability;
-use super::provision::Provisioned;
 use super::rotation::{self, Commit};
 use super::Context;
 use super::{admission, checkpoint, network, pool, provision, volume};
 use crate::config::NetworkLayout;
 use crate::domain::container::ObservedContainer;
-use crate::domain::crash_loop::{self, HealGate};
+use crate::domain::crash_loop::HealGate;
 use crate::domain::event::{self, Event, Journal};
+use crate::domain::gate::{self, Gated, Reaping};
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
-use crate::domain::identity;
-use crate::domain::identity::Incarnation;
+use crate::domain::identity::{self, Incarnation, StateId};
 use crate::domain::pause;
 use crate::domain::plan::{
-    self, Action, HealCause, OwnerState, Plan, Provision, ProvisionReason, ReapReason, Wanted,
+    self, HealCause, OwnerState, Plan, Provision, ProvisionReason, ReapReason, Wanted,
 };
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use crate::domain::status::{self, Failure, Outcomes, Publish};
 use crate::ports::runtime::RuntimeError;
 use crate::ports::store::{EventBatch, StoreError};
+pub(crate) use crate::sched::Next;
+use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -51,13 +71,13 @@ pub(crate) enum ReconcileError {
     TimedOut(Duration),
 }
 
-/// What a successful reconcile asks of the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Next {
-    /// Nothing until something changes (or the periodic relist).
-    Idle,
-    /// Look again after this long (a reap waiting for its grace window).
-    After(Duration),
+impl From<super::ControllerError> for ReconcileError {
+    fn from(e: super::ControllerError) -> Self {
+        match e {
+            super::ControllerError::Store(e) => ReconcileError::Store(e),
+            super::ControllerError::Runtime(e) => ReconcileError::Runtime(e),
+        }
+    }
 }
 
 /// [`reconcile`] within `--reconcile-timeout`: past it the reconcile is
@@ -136,27 +156,67 @@ async fn record(ctx: &Context, id: &SandboxId, journal: &mut Journal) {
     }
 }
 
-/// Converges one sandbox: read → plan → act → publish, noting in
-/// `journal` what it did.
+/// Converges one sandbox, noting in `journal` what it did: read both
+/// sides, decide the plan, gate it, act on what the gates let through,
+/// publish the status, then what follows it.
 #[tracing::instrument(name = "reconcile", skip_all, fields(sandbox = %id))]
 async fn converge(
     ctx: &Context,
     id: &SandboxId,
     journal: &mut Journal,
 ) -> Result<Next, ReconcileError> {
+    let mut seen = read(ctx, id, journal).await?;
+    let Decided { plan, freezing } = decide(ctx, id, &mut seen).await?;
+    let Gated { mut plan, held } = gate(ctx, id, &seen, plan, journal).await?;
+    if let Some(reaping) = held.reaping {
+        return Ok(hold_reaping(ctx, id, &seen, reaping, journal));
+    }
+    let acted = act(ctx, id, &seen, &mut plan, &freezing, &held, journal).await?;
+    let published = publish(ctx, id, &seen, &plan, held, acted, journal).await?;
+    follow_up(ctx, &seen, &plan, published, journal).await
+}
+
+/// What a reconcile read of one sandbox: both sides and what they are
+/// judged by.
+struct Seen<'c> {
+    /// This state database.
+    state: &'c StateId,
+    /// The row, if it exists.
+    desired: Option<DesiredSandbox>,
+    /// The sandbox's containers that are this state database's.
+    observed: Vec<ObservedContainer>,
+    /// Another state database's containers of the sandbox: never touched.
+    foreign: Vec<ObservedContainer>,
+    /// The status of the row's incarnation.
+    previous: Option<SandboxStatus>,
+    /// How the row's owner container is doing, if it names one.
+    owner: Option<OwnerState>,
+    /// When the row was first seen missing (`None` while it exists).
+    gone_since: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+}
+
+impl Seen<'_> {
+    /// The row to converge to, unless it is gone, unwanted or unreadable.
+    fn converging(&self, plan: &Plan) -> Option<&DesiredSandbox> {
+        self.desired
+            .as_ref()
+            .filter(|d| plan.wanted == Wanted::Yes && d.invalid.is_none())
+    }
+}
+
+/// Reads the row, the containers, the status and the owner container.
+async fn read<'c>(
+    ctx: &'c Context,
+    id: &SandboxId,
+    journal: &mut Journal,
+) -> Result<Seen<'c>, ReconcileError> {
     let state = ctx.state_id().await?;
-    let mut desired = ctx.store.fetch_desired(id).await?;
+    let desired = ctx.store.fetch_desired(id).await?;
     let mut observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
     // Claimed warm-pool containers carry no sandbox label: their claims
     // say whose they are.
-    observed.extend(
-        super::pool::observed_of(ctx, id)
-            .await
-            .map_err(|e| match e {
-                super::ControllerError::Store(e) => ReconcileError::Store(e),
-                super::ControllerError::Runtime(e) => ReconcileError::Runtime(e),
-            })?,
-    );
+    observed.extend(pool::observed_of(ctx, id).await?);
     let previous = ctx.store.fetch_status(id).await?;
     // Another state database's containers are not this one's to touch:
     // left out of the plan (relists count and report them).
@@ -176,102 +236,295 @@ async fn converge(
         }
         None => Some(ctx.gone.missing(id, now)),
     };
+    Ok(Seen {
+        state,
+        desired,
+        observed,
+        foreign,
+        previous,
+        owner,
+        gone_since,
+        now,
+    })
+}
 
-    let plan_for = |desired: Option<&DesiredSandbox>| {
+/// The plan, and the pause step it implies.
+struct Decided {
+    plan: Plan,
+    freezing: pause::Step,
+}
+
+/// Plans ([`plan::plan`]) and steps the pause ([`pause::step`]). Idle by
+/// its requests and touches: a client connected to an engine about to be
+/// frozen or released is a use, recorded in the row, and the plan is made
+/// again from the row as it is now (its idleness starts again).
+async fn decide(
+    ctx: &Context,
+    id: &SandboxId,
+    seen: &mut Seen<'_>,
+) -> Result<Decided, ReconcileError> {
+    let policy = ctx.config.policy();
+    let plan_for = |seen: &Seen<'_>| {
         plan::plan(
-            desired,
-            &observed,
-            previous.as_ref(),
-            owner,
-            gone_since,
-            now,
-            &ctx.config.policy(),
+            seen.desired.as_ref(),
+            &seen.observed,
+            seen.previous.as_ref(),
+            seen.owner,
+            seen.gone_since,
+            seen.now,
+            &policy,
         )
     };
-    let mut plan = plan_for(desired.as_ref());
-    let mut freezing = pause::step(&plan, &observed);
-    // Idle by its requests and touches: a client connected to an engine
-    // about to be frozen or released is a use, recorded in the row, and
-    // the sandbox's idleness starts again.
+    let mut plan = plan_for(seen);
+    let mut freezing = pause::step(&plan, &seen.observed);
     if (plan.wanted == Wanted::Idle || !freezing.freeze.is_empty())
-        && super::pause::in_use(ctx, &plan, &freezing, &observed, previous.as_ref()).await
+        && super::pause::in_use(
+            ctx,
+            &plan,
+            &freezing,
+            &seen.observed,
+            seen.previous.as_ref(),
+        )
+        .await
     {
-        if let Some(at) = super::pause::record_use(ctx, id, now).await? {
-            if let Some(d) = desired.as_mut() {
+        if let Some(at) = super::pause::record_use(ctx, id, seen.now).await? {
+            if let Some(d) = seen.desired.as_mut() {
                 d.last_used_at = at;
             }
         }
-        plan = plan_for(desired.as_ref());
-        freezing = pause::step(&plan, &observed);
+        plan = plan_for(seen);
+        freezing = pause::step(&plan, &seen.observed);
     }
     if plan.teardowns().any(|t| t.reason == ReapReason::Superseded) {
         // The row was deleted and inserted again: the heals of the earlier
         // incarnation are not this one's.
         ctx.crash_loops.forget(id);
     }
-    // What the row would create waits for its owner's quota and the
-    // host's memory budget, all or nothing.
-    let admission_wait = match desired
-        .as_ref()
-        .filter(|d| plan.wanted == Wanted::Yes && d.invalid.is_none())
-    {
-        Some(d) => admission::admit(ctx, d, &mut plan, journal).await?,
+    Ok(Decided { plan, freezing })
+}
+
+/// Looks up what the gates need, in their order, and runs them
+/// ([`gate::gate`]): what the row would create waits for its owner's
+/// quota and the host's memory budget (all or nothing), a provision for
+/// its image (fetched in the background, so no worker waits for a pull),
+/// a heal for its crash-loop back-off, a provision for a container name
+/// another state database holds, a deleted row's reap for the breaker.
+async fn gate(
+    ctx: &Context,
+    id: &SandboxId,
+    seen: &Seen<'_>,
+    plan: Plan,
+    journal: &mut Journal,
+) -> Result<Gated, ReconcileError> {
+    let admission = match seen.converging(&plan) {
+        Some(d) => admission::ask(ctx, d, &plan, journal).await?,
         None => {
             // Gone, unwanted or unreadable: it asks for nothing.
             admission::forget(ctx, id);
-            None
+            gate::Admission::Go
         }
     };
-    // What was admitted stays held while the row wants it, created or
-    // not yet (its image being fetched, or its provision failed and
-    // retried): a row admitted earlier keeps its place.
-    let admitted: Vec<String> = plan
-        .provisions()
-        .filter(|p| p.reason == ProvisionReason::Create)
-        .map(|p| p.engine.as_str().to_owned())
-        .collect();
-    let (awaiting, image_failures) = match &desired {
-        Some(d) => await_images(ctx, d, &mut plan).await,
-        None => Default::default(),
+    let images = match &seen.desired {
+        Some(d) => images_absent(ctx, d, gate::admitted(&plan, &admission)).await,
+        None => BTreeMap::new(),
     };
-    let held = match &desired {
-        Some(d) => hold_crash_loops(ctx, d, &mut plan, now),
-        None => Vec::new(),
+    let heals = match &seen.desired {
+        Some(d) => plan
+            .provisions()
+            .filter(|p| p.reason == ProvisionReason::Heal)
+            .map(|p| {
+                (
+                    p.engine,
+                    ctx.crash_loops.heals(&d.id, p.engine, d.generation),
+                )
+            })
+            .collect(),
+        None => BTreeMap::new(),
     };
-    let names_held = identity::hold_names_held_by_foreign(&mut plan, &foreign, state);
-    tracing::debug!(actions = plan.actions.len(), held = held.len(), "planned");
-    if let Some(held) = hold_reaping(ctx, id, &plan, gone_since) {
-        // Its containers stay (and count against the host's budget), but
-        // a deleted row no longer counts against its owner: the rows
-        // waiting for that room go now, not after the reap.
-        admission::settle(
-            ctx,
-            id,
-            journal.owner.as_deref().unwrap_or_default(),
-            false,
-            &observed,
-            &Default::default(),
-            [],
-        );
-        return Ok(held);
+    let reaping = match seen.gone_since.filter(|_| gate::reaps_deleted_row(&plan)) {
+        Some(since) => match ctx.breaker.may_reap(id, since) {
+            Ok(()) => Reaping::Go,
+            Err(Held::Paused(_)) => Reaping::Paused,
+            Err(Held::Unconfirmed) => Reaping::Unconfirmed,
+        },
+        None => Reaping::Go,
+    };
+    let facts = gate::Facts {
+        admission,
+        images,
+        heals,
+        crash_loop: &ctx.config.crash_loop,
+        now: seen.now,
+        foreign: &seen.foreign,
+        state: seen.state,
+        reaping,
+    };
+    let gated = gate::gate(plan, &facts);
+    if let Some(d) = &seen.desired {
+        for engine in &gated.held.heals_due {
+            let window = ctx.config.crash_loop.window;
+            ctx.crash_loops
+                .record(&d.id, *engine, d.generation, seen.now, window);
+        }
     }
-    let causes = heal_causes(ctx, &plan).await;
+    for (engine, gate) in &gated.held.crash_loops {
+        tracing::info!(engine = %engine, gate = ?gate, "heal held back: its container keeps dying");
+    }
+    let (actions, held) = (gated.plan.actions.len(), gated.held.crash_loops.len());
+    tracing::debug!(actions, held, "planned");
+    Ok(gated)
+}
 
+/// A deleted row's reap held back by the breaker: its containers stay
+/// (and count against the host's budget), but it no longer counts against
+/// its owner, so the rows waiting for that room go now, not after the
+/// reap. When to look again: after the next relist if reaping is paused,
+/// else in a second, once the relist asked for has looked.
+fn hold_reaping(
+    ctx: &Context,
+    id: &SandboxId,
+    seen: &Seen<'_>,
+    reaping: Reaping,
+    journal: &Journal,
+) -> Next {
+    let owner = journal.owner.as_deref().unwrap_or_default();
+    let torn_down = Default::default();
+    admission::settle(ctx, id, owner, false, &seen.observed, &torn_down, []);
+    match reaping {
+        Reaping::Unconfirmed => {
+            ctx.relist_now.notify_one();
+            Next::After(Duration::from_secs(1))
+        }
+        _ => {
+            tracing::debug!("reap held back: reaping is paused");
+            Next::After(ctx.config.relist_interval)
+        }
+    }
+}
+
+/// What acting did, for the status decision.
+struct Acted {
+    /// The network the sandbox is on.
+    network: String,
+    /// Each engine provisioned or promoted, or held by a name or its image.
+    provisioned: Vec<(EngineName, Result<ServiceStatus, String>)>,
+    /// The first teardown that failed.
+    teardown: Option<String>,
+    /// The containers the row names that could not be attached.
+    attach: Vec<String>,
+    /// Whether the sandbox was frozen (see [`Outcomes::paused`]).
+    paused: Option<Result<(), String>>,
+    /// A pause waiting for a provision to finish looks again then.
+    pause_at: Option<DateTime<Utc>>,
+    /// The status the decision builds on: as read, or as a rotation's
+    /// switch last wrote it.
+    standing: Option<SandboxStatus>,
+    /// The row changed since the status last observed it.
+    new_request: bool,
+}
+
+/// Does what the gated plan says: thaws, tears down, puts the sandbox on
+/// its network, provisions (a rotation publishes its new container at its
+/// commit point), attaches, freezes, and removes what a sandbox without
+/// containers leaves.
+async fn act(
+    ctx: &Context,
+    id: &SandboxId,
+    seen: &Seen<'_>,
+    plan: &mut Plan,
+    freezing: &pause::Step,
+    held: &gate::Held,
+    journal: &mut Journal,
+) -> Result<Acted, ReconcileError> {
+    let causes = heal_causes(ctx, plan).await;
     // A paused sandbox in use again resumes first (the request waits for
     // it); a frozen container about to go is thawed to take its stop.
-    super::pause::thaw(ctx, &plan, &freezing, &observed, journal).await?;
-    let teardown = teardown(ctx, &plan, journal).await;
-    // The row to converge to, unless it is gone, expired or unreadable.
-    let converging = desired
-        .as_ref()
-        .filter(|d| plan.wanted == Wanted::Yes && d.invalid.is_none());
+    super::pause::thaw(ctx, plan, freezing, &seen.observed, journal).await?;
+    let teardown = teardown(ctx, plan, journal).await;
     // Warm-pool containers for the provisions that may claim one, taken
     // now: a sandbox without a network yet adopts the first one's.
-    let reserved = match converging {
-        Some(d) => pool::reserve(ctx, d, &plan),
+    let reserved = match seen.converging(plan) {
+        Some(d) => pool::reserve(ctx, d, plan),
         None => pool::Reserved::none(&ctx.pool),
     };
-    let recorded = previous.as_ref().and_then(|p| p.network.as_deref());
+    let (network, commit) = place(ctx, id, seen, plan, &causes, &reserved).await?;
+    let new_request = seen
+        .desired
+        .as_ref()
+        .is_some_and(|d| status::is_new_request(d, seen.previous.as_ref()));
+    let mut provisioned = match seen.converging(plan) {
+        Some(_) => promote_all(ctx, id, &network, plan, journal).await,
+        None => Vec::new(),
+    };
+    if let Some(d) = &seen.desired {
+        let run = Run {
+            new_request,
+            causes: &causes,
+            commit: &commit,
+            reserved: &reserved,
+        };
+        provisioned.extend(provision_all(ctx, d, plan, &run, journal).await);
+    }
+    drop(reserved);
+    for (engine, why) in &held.names {
+        journal.push(Event::not_provisioned(*engine, "name", why));
+        provisioned.push((*engine, Err(why.clone())));
+    }
+    let standing = commit.published(seen.previous.clone()).await;
+    for (engine, why) in &held.images_failed {
+        journal.push(Event::not_provisioned(*engine, "image", why));
+        provisioned.push((*engine, Err(why.clone())));
+    }
+    let attach = match seen.converging(plan) {
+        Some(d) => network::sync_attached(ctx, d, &network).await?,
+        None => Vec::new(),
+    };
+    if !attach.is_empty() {
+        journal.push(Event::attach_failed(&attach));
+    }
+    for (engine, gate) in &held.crash_loops {
+        journal.push(Event::held(*engine, *gate));
+    }
+    // Idle and asked to pause: freeze once every engine is kept.
+    let paused = match seen.converging(plan) {
+        Some(_) => super::pause::freeze(ctx, freezing, &seen.observed, journal).await,
+        None => None,
+    };
+    // A pause waiting for a provision to finish looks again soon.
+    let pause_at =
+        (plan.pause && !freezing.paused).then(|| seen.now + chrono::Duration::seconds(5));
+    if plan.wanted != Wanted::Yes && !plan.is_waiting() && teardown.is_none() {
+        clean_up(ctx, id, seen, plan, &network).await?;
+    }
+    Ok(Acted {
+        network,
+        provisioned,
+        teardown,
+        attach,
+        paused,
+        pause_at,
+        standing,
+        new_request,
+    })
+}
+
+/// Puts the sandbox on its network (the one its status records, else a
+/// reserved pool container's, else a new one) and removes an earlier
+/// incarnation's data volumes before a provision could mount them. The
+/// status says what is being done while it is done: before the first
+/// container is created it is written `provisioning` (or `healing`, with
+/// the cause), so a create that hangs is seen as such; [`publish`] writes
+/// the outcome. Returns the network and the [`Commit`] a rotation's switch
+/// publishes through, starting from that status.
+async fn place(
+    ctx: &Context,
+    id: &SandboxId,
+    seen: &Seen<'_>,
+    plan: &mut Plan,
+    causes: &BTreeMap<EngineName, HealCause>,
+    reserved: &pool::Reserved<'_>,
+) -> Result<(String, Commit), ReconcileError> {
+    let recorded = seen.previous.as_ref().and_then(|p| p.network.as_deref());
     let adopted = match (recorded, plan.kept().next(), &ctx.config.network) {
         (None, None, NetworkLayout::PerSandbox { .. }) => reserved.network(),
         _ => None,
@@ -280,17 +533,16 @@ async fn converge(
         Some(n) => n.clone(),
         None => network::sandbox_network(ctx, id, recorded),
     };
-    let network_name = Some(network.clone());
-    let mut update =
-        status::while_provisioning(&plan, desired.as_ref(), previous.as_ref(), &causes);
+    let desired = seen.desired.as_ref();
+    let mut update = status::while_provisioning(plan, desired, seen.previous.as_ref(), causes);
     if let Some(update) = &mut update {
-        update.network.clone_from(&network_name);
+        update.network = Some(network.clone());
         ctx.store.write_status(id, update, ctx.term()?).await?;
         ctx.phases.published(id, Some(update.phase), &ctx.metrics);
     }
-    if let Some(d) = converging {
+    if let Some(d) = seen.converging(plan) {
         if adopted.is_none() {
-            network::ensure(ctx, id, &network, &observed, &mut plan).await?;
+            network::ensure(ctx, id, &network, &seen.observed, plan).await?;
         } else if let Some(me) = &ctx.config.controller_container {
             // The adopted network exists (its pool container is on it):
             // only sandboxd's own container may need to join it.
@@ -298,129 +550,85 @@ async fn converge(
         }
         if d.persistent && plan.provisions().next().is_some() {
             // Never mount an earlier incarnation's data.
-            volume::remove_superseded(ctx, d, state).await?;
+            volume::remove_superseded(ctx, d, seen.state).await?;
         }
     }
-    let new_request = desired
-        .as_ref()
-        .is_some_and(|d| status::is_new_request(d, previous.as_ref()));
-    // Rotations publish their new containers through `commit` before the
-    // old ones go; the decision below builds on what it wrote last.
     let commit = Commit::new(id.clone(), network.clone(), update);
-    let mut provisioned = match converging {
-        Some(_) => promote_all(ctx, id, &network, &plan).await,
-        None => Vec::new(),
-    };
-    for (engine, result) in &provisioned {
-        journal.push(Event::promoted(
-            *engine,
-            result.as_ref().err().map(String::as_str),
-        ));
-    }
-    if let Some(d) = &desired {
-        let done = provision_all(ctx, d, &plan, new_request, &causes, &commit, &reserved).await;
-        for (p, result) in done {
-            let cause = causes.get(&p.engine).copied();
-            provisioned.push(match result {
-                Ok(done) => {
-                    journal.saw_service(&done.status);
-                    journal.push(Event::provisioned(
-                        p,
-                        cause,
-                        event::Done {
-                            status: &done.status,
-                            origin: done.origin,
-                            elapsed: done.elapsed,
-                            data_kept: d.persistent,
-                        },
-                    ));
-                    (p.engine, Ok(done.status))
-                }
-                Err(e) => {
-                    journal.push(Event::provision_failed(p, cause, &e));
-                    (p.engine, Err(e))
-                }
-            });
-        }
-    }
-    drop(reserved);
-    for (engine, why) in &names_held {
-        journal.push(Event::not_provisioned(*engine, "name", why));
-    }
-    provisioned.extend(
-        names_held
-            .into_iter()
-            .map(|(engine, why)| (engine, Err(why))),
-    );
-    let previous = commit.published(previous).await;
-    for (engine, result) in &image_failures {
-        if let Err(why) = result {
-            journal.push(Event::not_provisioned(*engine, "image", why));
-        }
-    }
-    provisioned.extend(image_failures);
-    let attach = match converging {
-        Some(d) => network::sync_attached(ctx, d, &network).await?,
-        None => Vec::new(),
-    };
-    if !attach.is_empty() {
-        journal.push(Event::attach_failed(&attach));
-    }
-    for (engine, gate) in &held {
-        journal.push(Event::held(*engine, *gate));
-    }
-    // Idle and asked to pause: freeze once every engine is kept.
-    let paused = match converging {
-        Some(_) => super::pause::freeze(ctx, &freezing, &observed, journal).await,
-        None => None,
-    };
-    // A pause waiting for a provision to finish looks again soon.
-    let pause_at = (plan.pause && !freezing.paused).then(|| now + chrono::Duration::seconds(5));
-    if plan.wanted != Wanted::Yes && !plan.is_waiting() && teardown.is_none() {
-        if foreign.is_empty() {
-            // No container of the sandbox is left: its network goes too,
-            // and once the row is deleted and its grace has passed since
-            // it was seen gone, the data of a persistent one.
-            network::remove(ctx, &network, state).await?;
-            if plan.wanted == Wanted::Deleted && plan.data_kept_until.is_none() {
-                volume::remove_all(ctx, id, state).await?;
-                ctx.gone.forget(id);
-                ctx.crash_loops.forget(id);
-            }
-        } else {
-            tracing::debug!(
-                foreign = foreign.len(),
-                "another state database's containers use the sandbox's network and volumes: left alone"
-            );
-        }
-    }
+    Ok((network, commit))
+}
 
-    let heal_at = held
-        .iter()
-        .filter_map(|(_, gate)| match gate {
-            HealGate::At(at) => Some(*at),
-            _ => None,
-        })
-        .min();
-    let waiting_for_images = !awaiting.is_empty();
-    let outcomes_teardown = teardown.clone();
+/// No container of the sandbox is left: its network goes too, and once
+/// the row is deleted and its grace has passed since it was seen gone,
+/// the data of a persistent one. Another state database's containers on
+/// them keep both.
+async fn clean_up(
+    ctx: &Context,
+    id: &SandboxId,
+    seen: &Seen<'_>,
+    plan: &Plan,
+    network: &str,
+) -> Result<(), ReconcileError> {
+    if !seen.foreign.is_empty() {
+        tracing::debug!(
+            foreign = seen.foreign.len(),
+            "another state database's containers use the sandbox's network and volumes: left alone"
+        );
+        return Ok(());
+    }
+    network::remove(ctx, network, seen.state).await?;
+    if plan.wanted == Wanted::Deleted && plan.data_kept_until.is_none() {
+        volume::remove_all(ctx, id, seen.state).await?;
+        ctx.gone.forget(id);
+        ctx.crash_loops.forget(id);
+    }
+    Ok(())
+}
+
+/// What publishing left, for what follows it.
+struct Published {
+    verdict: status::Verdict,
+    /// The status the decision built on.
+    standing: Option<SandboxStatus>,
+    /// When to look again for a held heal, or a pause waiting.
+    look_at: Option<DateTime<Utc>>,
+}
+
+/// Decides the status from what acting did ([`status::decide`]; a row
+/// waiting for admission says so), writes it, deletes it or leaves it,
+/// then settles what the sandbox holds in the admission ledger: the
+/// engines it did not tear down and, while its row is wanted, those it
+/// publishes or was admitted to create.
+async fn publish(
+    ctx: &Context,
+    id: &SandboxId,
+    seen: &Seen<'_>,
+    plan: &Plan,
+    held: gate::Held,
+    acted: Acted,
+    journal: &Journal,
+) -> Result<Published, ReconcileError> {
+    let heal_at = held.crash_loops.iter().filter_map(|(_, gate)| match gate {
+        HealGate::At(at) => Some(*at),
+        _ => None,
+    });
+    let look_at = heal_at.chain(acted.pause_at).min();
+    let waiting_for_images = !held.awaiting.is_empty();
     let outcomes = Outcomes {
-        provisioned,
-        teardown,
-        attach,
-        held,
-        awaiting,
-        paused,
+        provisioned: acted.provisioned,
+        teardown: acted.teardown.clone(),
+        attach: acted.attach,
+        held: held.crash_loops,
+        awaiting: held.awaiting,
+        paused: acted.paused,
     };
-    let mut verdict = status::decide(&plan, desired.as_ref(), previous.as_ref(), &outcomes);
+    let standing = acted.standing;
+    let desired = seen.desired.as_ref();
+    let mut verdict = status::decide(plan, desired, standing.as_ref(), &outcomes);
     if let Publish::Write(update) = &mut verdict.publish {
-        update.network = network_name;
-        if let Some(message) = &admission_wait {
-            crate::domain::admission::waiting_status(
-                update,
-                status::observed_generation(previous.as_ref()),
-                message,
-            );
+        update.network = Some(acted.network);
+        if let Some(message) = &held.admission {
+            let observed = status::observed_generation(standing.as_ref());
+            crate::domain::admission::waiting_status(update, observed, message);
         }
     }
     match &verdict.publish {
@@ -434,7 +642,7 @@ async fn converge(
         }
         Publish::Nothing => {}
     }
-    let torn_down = match &outcomes_teardown {
+    let torn_down = match &acted.teardown {
         None => plan.teardowns().map(|t| &t.container).collect(),
         // Which one failed is not known: every container still counts.
         Some(_) => std::collections::HashSet::new(),
@@ -442,32 +650,54 @@ async fn converge(
     let mut published: Vec<String> = match &verdict.publish {
         Publish::Write(update) => update.services.keys().cloned().collect(),
         Publish::Delete => Vec::new(),
-        Publish::Nothing => previous
+        Publish::Nothing => standing
             .as_ref()
             .map(|p| p.services.keys().cloned().collect())
             .unwrap_or_default(),
     };
-    published.extend(admitted);
+    published.extend(held.admitted);
+    let owner = journal.owner.as_deref().unwrap_or_default();
+    let wanted = plan.wanted == Wanted::Yes;
     admission::settle(
         ctx,
         id,
-        journal.owner.as_deref().unwrap_or_default(),
-        plan.wanted == Wanted::Yes,
-        &observed,
+        owner,
+        wanted,
+        &seen.observed,
         &torn_down,
         published,
     );
-    if let Some(d) = desired.as_ref().filter(|_| {
-        new_request && plan.wanted == Wanted::Yes && !waiting_for_images && admission_wait.is_none()
-    }) {
+    if let Some(d) = desired
+        .filter(|_| acted.new_request && wanted && !waiting_for_images && held.admission.is_none())
+    {
         ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
     }
-    // Checkpoints and resets asked for (sandbox_checkpoint, sandbox_reset)
-    // run once the sandbox is ready and this reconcile changed nothing.
+    Ok(Published {
+        verdict,
+        standing,
+        look_at,
+    })
+}
+
+/// What follows the status: the checkpoints and resets asked for
+/// (`sandbox_checkpoint`, `sandbox_reset`), run once the sandbox is ready
+/// and this reconcile changed nothing, and when to look again.
+async fn follow_up(
+    ctx: &Context,
+    seen: &Seen<'_>,
+    plan: &Plan,
+    published: Published,
+    journal: &mut Journal,
+) -> Result<Next, ReconcileError> {
+    let Published {
+        verdict,
+        standing,
+        look_at,
+    } = published;
     let steady = plan.provisions().next().is_none()
         && plan.teardowns().next().is_none()
         && plan.promotions().next().is_none();
-    // The status as this reconcile left it: written above, or kept.
+    // The status as this reconcile left it: written, or kept.
     let status_now = match &verdict.publish {
         Publish::Write(u) => Some(checkpoint::Published {
             phase: u.phase,
@@ -475,28 +705,27 @@ async fn converge(
             services: &u.services,
         }),
         Publish::Delete => None,
-        Publish::Nothing => previous.as_ref().map(|p| checkpoint::Published {
+        Publish::Nothing => standing.as_ref().map(|p| checkpoint::Published {
             phase: p.phase,
             message: &p.message,
             services: &p.services,
         }),
     };
-    let checkpoints_waiting = match converging.filter(|_| verdict.failure.is_none()) {
-        Some(d) => checkpoint::perform(ctx, d, status_now, &observed, steady, journal).await?,
+    let checkpoints_waiting = match seen.converging(plan).filter(|_| verdict.failure.is_none()) {
+        Some(d) => checkpoint::perform(ctx, d, status_now, &seen.observed, steady, journal).await?,
         None => false,
     };
-    let checkpoint_look = checkpoints_waiting.then(|| now + chrono::Duration::seconds(1));
+    let checkpoint_look = checkpoints_waiting.then(|| seen.now + chrono::Duration::seconds(1));
     match verdict.failure {
         None => Ok(
             match plan
                 .next_look()
                 .into_iter()
-                .chain(heal_at)
-                .chain(pause_at)
+                .chain(look_at)
                 .chain(checkpoint_look)
                 .min()
             {
-                Some(until) => Next::After((until - now).to_std().unwrap_or_default()),
+                Some(until) => Next::After((until - seen.now).to_std().unwrap_or_default()),
                 None => Next::Idle,
             },
         ),
@@ -505,21 +734,16 @@ async fn converge(
     }
 }
 
-/// Takes out of the plan every provision whose image is absent: its fetch
-/// runs in the background (started here or joined) and wakes the sandbox
-/// when it ends, so no worker slot waits for a pull or a build. Returns a
-/// line per engine waiting, and a failure per engine whose fetch failed
-/// (reported like any provisioning failure, and retried with backoff).
-async fn await_images(
+/// The engines among `provisions` whose image is absent: each fetch runs
+/// in the background (started here or joined) and wakes the sandbox when
+/// it ends, so no worker slot waits for a pull or a build.
+async fn images_absent<'p>(
     ctx: &Context,
     desired: &DesiredSandbox,
-    plan: &mut Plan,
-) -> (
-    Vec<String>,
-    Vec<(EngineName, Result<ServiceStatus, String>)>,
-) {
-    let mut verdicts = BTreeMap::new();
-    for p in plan.provisions() {
+    provisions: impl Iterator<Item = &'p Provision>,
+) -> BTreeMap<EngineName, gate::Image> {
+    let mut absent = BTreeMap::new();
+    for p in provisions {
         // An engine this binary lacks is reported by provisioning.
         let Some(engine) = ctx.engines.get(p.engine) else {
             continue;
@@ -527,94 +751,104 @@ async fn await_images(
         let image = ctx.config.images.image_for(engine, !p.features.is_empty());
         match ctx.images.need(&image, &desired.id).await {
             Availability::Go => {}
-            other => {
-                verdicts.insert(p.engine, other);
+            Availability::Fetching(why) => {
+                absent.insert(p.engine, gate::Image::Fetching(why));
+            }
+            Availability::Failed(why) => {
+                absent.insert(p.engine, gate::Image::Failed(why));
             }
         }
     }
-    plan.actions.retain(|a| match a {
-        Action::Provision(p) => !verdicts.contains_key(&p.engine),
-        _ => true,
-    });
-    let mut awaiting = Vec::new();
-    let mut failed = Vec::new();
-    for (engine, verdict) in verdicts {
-        match verdict {
-            Availability::Fetching(why) => awaiting.push(format!("{engine}: {why}")),
-            Availability::Failed(why) => failed.push((engine, Err(why))),
-            Availability::Go => {}
-        }
-    }
-    (awaiting, failed)
+    absent
 }
 
-/// Applies the crash loop back-off to the heals the plan wants: a heal
-/// that is due is recorded and kept; one that must wait, or that is given
-/// up on (too many within the window at this generation of the row), is
-/// taken out of the plan and returned.
-fn hold_crash_loops(
+/// What the provisions of one reconcile share.
+struct Run<'r, 'c> {
+    /// The row changed since the status last observed it.
+    new_request: bool,
+    /// Why each healed engine needs it.
+    causes: &'r BTreeMap<EngineName, HealCause>,
+    /// What rotations publish through.
+    commit: &'r Commit,
+    /// The warm-pool containers reserved for them.
+    reserved: &'r pool::Reserved<'c>,
+}
+
+/// Provisions every engine the plan creates, at once, noting each in
+/// `journal`.
+async fn provision_all(
     ctx: &Context,
     desired: &DesiredSandbox,
-    plan: &mut Plan,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Vec<(EngineName, HealGate)> {
-    let policy = &ctx.config.crash_loop;
-    let mut held = Vec::new();
-    plan.actions.retain(|action| {
-        let Action::Provision(p) = action else {
-            return true;
-        };
-        if p.reason != ProvisionReason::Heal {
-            return true;
-        }
-        let heals = ctx
-            .crash_loops
-            .heals(&desired.id, p.engine, desired.generation);
-        match crash_loop::gate(&heals, now, policy) {
-            HealGate::Now => {
-                ctx.crash_loops.record(
-                    &desired.id,
-                    p.engine,
-                    desired.generation,
-                    now,
-                    policy.window,
-                );
-                true
+    plan: &Plan,
+    run: &Run<'_, '_>,
+    journal: &mut Journal,
+) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
+    let done = join_all(plan.provisions().map(|p| async move {
+        let cause = run.causes.get(&p.engine).copied();
+        let result = provision::provision(
+            ctx,
+            desired,
+            p,
+            run.new_request,
+            cause,
+            run.commit,
+            run.reserved,
+        )
+        .await;
+        (p, result.map_err(|e| e.to_string()))
+    }))
+    .await;
+    let mut provisioned = Vec::with_capacity(done.len());
+    for (p, result) in done {
+        let cause = run.causes.get(&p.engine).copied();
+        provisioned.push(match result {
+            Ok(done) => {
+                journal.saw_service(&done.status);
+                journal.push(Event::provisioned(
+                    p,
+                    cause,
+                    event::Done {
+                        status: &done.status,
+                        origin: done.origin,
+                        elapsed: done.elapsed,
+                        data_kept: desired.persistent,
+                    },
+                ));
+                (p.engine, Ok(done.status))
             }
-            gate => {
-                tracing::info!(engine = %p.engine, gate = ?gate, "heal held back: its container keeps dying");
-                held.push((p.engine, gate));
-                false
+            Err(e) => {
+                journal.push(Event::provision_failed(p, cause, &e));
+                (p.engine, Err(e))
             }
-        }
-    });
-    held
+        });
+    }
+    provisioned
 }
 
-/// Holds back the reap of a deleted row while the reaping breaker is open,
-/// or until a relist has looked at the fleet since the row went missing
-/// (asking for one): when to look again, if held.
-fn hold_reaping(
+/// Finishes the switches to rotations' new containers that were published
+/// before the controller stopped (the old containers went as duplicates),
+/// noting each in `journal`.
+async fn promote_all(
     ctx: &Context,
     id: &SandboxId,
+    network: &str,
     plan: &Plan,
-    gone_since: Option<chrono::DateTime<chrono::Utc>>,
-) -> Option<Next> {
-    let since = gone_since?;
-    if plan.wanted != Wanted::Deleted || plan.teardowns().next().is_none() {
-        return None;
+    journal: &mut Journal,
+) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
+    let promoted = join_all(plan.promotions().map(|(engine, container, status)| async move {
+        tracing::info!(%engine, %container, "finishing the switch to a rotation's published new container");
+        let result =
+            rotation::promote(ctx, id, network, engine, container, None, status.clone()).await;
+        (engine, result.map_err(|e| e.to_string()))
+    }))
+    .await;
+    for (engine, result) in &promoted {
+        journal.push(Event::promoted(
+            *engine,
+            result.as_ref().err().map(String::as_str),
+        ));
     }
-    match ctx.breaker.may_reap(id, since) {
-        Ok(()) => None,
-        Err(Held::Paused(_)) => {
-            tracing::debug!("reap held back: reaping is paused");
-            Some(Next::After(ctx.config.relist_interval))
-        }
-        Err(Held::Unconfirmed) => {
-            ctx.relist_now.notify_one();
-            Some(Next::After(Duration::from_secs(1)))
-        }
-    }
+    promoted
 }
 
 /// Tells `journal` whose sandbox this is (the row's owner and incarnation,
@@ -665,42 +899,6 @@ async fn heal_causes(ctx: &Context, plan: &Plan) -> BTreeMap<EngineName, HealCau
             (p.engine, cause)
         });
     join_all(heals).await.into_iter().collect()
-}
-
-/// Provisions every engine the plan creates, at once.
-async fn provision_all<'p>(
-    ctx: &Context,
-    desired: &DesiredSandbox,
-    plan: &'p Plan,
-    new_request: bool,
-    causes: &BTreeMap<EngineName, HealCause>,
-    commit: &Commit,
-    reserved: &pool::Reserved<'_>,
-) -> Vec<(&'p Provision, Result<Provisioned, String>)> {
-    join_all(plan.provisions().map(|p| async move {
-        let cause = causes.get(&p.engine).copied();
-        let result =
-            provision::provision(ctx, desired, p, new_request, cause, commit, reserved).await;
-        (p, result.map_err(|e| e.to_string()))
-    }))
-    .await
-}
-
-/// Finishes the switches to rotations' new containers that were published
-/// before the controller stopped (the old containers went as duplicates).
-async fn promote_all(
-    ctx: &Context,
-    id: &SandboxId,
-    network: &str,
-    plan: &Plan,
-) -> Vec<(EngineName, Result<ServiceStatus, String>)> {
-    join_all(plan.promotions().map(|(engine, container, status)| async move {
-        tracing::info!(%engine, %container, "finishing the switch to a rotation's published new container");
-        let result =
-            rotation::promote(ctx, id, network, engine, container, None, status.clone()).await;
-        (engine, result.map_err(|e| e.to_string()))
-    }))
-    .await
 }
 
 /// Runs every due teardown; all are attempted even if one fails, and each

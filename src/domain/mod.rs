@@ -13,6 +13,7 @@ pub mod container;
 pub mod crash_loop;
 pub(crate) mod desired_row;
 pub mod event;
+pub(crate) mod gate;
 pub(crate) mod id;
 pub mod identity;
 pub mod labels;

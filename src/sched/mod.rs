@@ -4,4 +4,4 @@
 
 pub mod queue;
 
-pub use self::queue::{FinishedAs, Outcome, QueueConfig, QueueObserver, WorkQueue};
+pub use self::queue::{Failed, FinishedAs, Next, QueueConfig, QueueObserver, WorkQueue};

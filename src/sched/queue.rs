@@ -10,11 +10,11 @@
 //!   run (unless that run failed: then the backoff retry covers the add).
 //! - **Global concurrency**: at most [`QueueConfig::concurrency`] handlers run
 //!   at once; ready keys start in the order they became ready.
-//! - **Backoff**: [`Outcome::Failed`] (or a panic) retries the key after
+//! - **Backoff**: [`Failed`] (or a panic) retries the key after
 //!   `backoff_base * 2^(failures - 1)`, capped at `backoff_cap`; any success
 //!   resets it. An `add` does not cut a backoff short (a failing key hammered
 //!   by events must not hot-loop), but it does cut a periodic
-//!   `requeue_after` short (an event should not wait for the next resync).
+//!   [`Next::After`] short (an event should not wait for the next resync).
 //!   [`WorkQueue::add_fresh`] is for a new request: it forgets the key's
 //!   failures and runs it at once, backoff or not (a client that asks again
 //!   after a failure must not wait for a retry scheduled for the old ask).
@@ -38,26 +38,32 @@ use tokio::time::Instant;
 /// Delays are clamped to this (about 34 years) so `Instant` arithmetic never overflows.
 const MAX_DELAY: Duration = Duration::from_secs(1 << 30);
 
-/// What a handler reports for one key.
+/// When a key whose handler succeeded is run again. A reconcile returns
+/// it too: it is the one answer from the controller to the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Success; requeue after this delay if `Some` (periodic resync).
-    Done {
-        /// Run the key again after this delay, unless it is due earlier anyway.
-        requeue_after: Option<Duration>,
-    },
-    /// Failure: retry with this key's exponential backoff.
-    Failed,
+pub enum Next {
+    /// Not until something adds it (or the periodic relist does).
+    Idle,
+    /// After this delay, unless it is due earlier anyway (a periodic
+    /// resync, or a wait such as a reap's grace window).
+    After(Duration),
 }
+
+/// A handler run that failed: its key is retried with backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failed;
+
+/// What a handler reports for one key.
+pub type Outcome = Result<Next, Failed>;
 
 /// How a handler run ended, as reported to [`QueueObserver::finished`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishedAs {
-    /// `Done { requeue_after: None }`.
+    /// `Ok(Next::Idle)`.
     Success,
-    /// `Done { requeue_after: Some(_) }`.
+    /// `Ok(Next::After(_))`.
     Requeue,
-    /// `Failed`, or the handler was aborted at shutdown.
+    /// `Err(Failed)`, or the handler was aborted at shutdown.
     Error,
     /// The handler panicked.
     Panic,
@@ -456,9 +462,12 @@ where
         let mut st = self.lock();
         let (started, dirty, fresh) = st.running.remove(&key).unwrap_or((now, None, false));
         let (finished, failed) = match result {
-            Ok(Outcome::Done { requeue_after }) => {
+            Ok(Ok(next)) => {
                 st.failures.remove(&key);
-                let requeue = requeue_after.map(|d| now + d.min(MAX_DELAY));
+                let requeue = match next {
+                    Next::Idle => None,
+                    Next::After(d) => Some(now + d.min(MAX_DELAY)),
+                };
                 let due = requeue.into_iter().chain(dirty.map(|d| d.max(now))).min();
                 if let Some(due) = due {
                     st.schedule(key.clone(), due, false, now);
@@ -469,7 +478,7 @@ where
                 };
                 (how, false)
             }
-            Ok(Outcome::Failed) => (FinishedAs::Error, true),
+            Ok(Err(Failed)) => (FinishedAs::Error, true),
             Err(err) if err.is_panic() => {
                 observer.panicked();
                 tracing::error!(key = ?key, panic = %panic_message(err), "handler panicked");
@@ -535,9 +544,7 @@ mod tests {
     use tokio::{sync::oneshot, task::JoinHandle, time::sleep};
 
     type Q = WorkQueue<&'static str>;
-    const DONE: Outcome = Outcome::Done {
-        requeue_after: None,
-    };
+    const DONE: Outcome = Ok(Next::Idle);
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -555,9 +562,7 @@ mod tests {
     }
 
     fn resync(every: u64) -> Outcome {
-        Outcome::Done {
-            requeue_after: Some(ms(every)),
-        }
+        Ok(Next::After(ms(every)))
     }
 
     /// What handlers did: start times (ms since test start), concurrency.
@@ -698,7 +703,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn failures_back_off_exponentially_up_to_the_cap_and_success_resets_them() {
         let q = queue(1, 500, 4000, Arc::new(NoopObserver));
-        let fail_but = |ok: bool| if ok { DONE } else { Outcome::Failed };
+        let fail_but = |ok: bool| if ok { DONE } else { Err(Failed) };
         let (rec, _tx, _task) = start(&q, move |_, n| (0, fail_but(n == 5 || n == 7)));
         q.add("a");
         sleep(ms(20_000)).await;
@@ -712,7 +717,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn add_does_not_cut_a_backoff_short() {
         let q = queue(1, 1000, 60_000, Arc::new(NoopObserver));
-        let (rec, _tx, _task) = start(&q, |_, n| (0, if n == 0 { Outcome::Failed } else { DONE }));
+        let (rec, _tx, _task) = start(&q, |_, n| (0, if n == 0 { Err(Failed) } else { DONE }));
         q.add("a");
         sleep(ms(100)).await;
         q.add("a");
@@ -725,7 +730,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn add_fresh_cuts_a_backoff_short_and_forgets_the_failures() {
         let q = queue(1, 1000, 60_000, Arc::new(NoopObserver));
-        let (rec, _tx, _task) = start(&q, |_, n| (0, if n < 4 { Outcome::Failed } else { DONE }));
+        let (rec, _tx, _task) = start(&q, |_, n| (0, if n < 4 { Err(Failed) } else { DONE }));
         q.add("a");
         // Failures at 0, 1000, 3000, 7000: the next retry would be at 15 000.
         sleep(ms(8_000)).await;
@@ -739,9 +744,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn add_fresh_during_a_failing_run_runs_the_key_again_at_once() {
         let q = queue(1, 10_000, 60_000, Arc::new(NoopObserver));
-        let (rec, _tx, _task) = start(&q, |_, n| {
-            (500, if n == 0 { Outcome::Failed } else { DONE })
-        });
+        let (rec, _tx, _task) = start(&q, |_, n| (500, if n == 0 { Err(Failed) } else { DONE }));
         q.add("a");
         sleep(ms(100)).await;
         q.add_fresh("a");
@@ -761,7 +764,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn done_with_requeue_after_runs_the_key_again_after_the_delay() {
+    async fn next_after_runs_the_key_again_after_the_delay() {
         let q = queue(1, 500, 1000, Arc::new(NoopObserver));
         let (rec, _tx, _task) = start(&q, move |_, _| (0, resync(10_000)));
         q.add("a");
