@@ -369,14 +369,60 @@ impl Controller {
     /// Leads until `stop` resolves: the initial lists, the watches, the
     /// periodic relist and the work queue.
     async fn lead(&self, stop: impl Future<Output = ()> + Send) -> Result<(), ControllerError> {
-        let shutdown = stop;
         let ctx = self.ctx.clone();
         if let Some(shared) = network::shared_spec(&ctx) {
             ctx.runtime.ensure_network(&shared).await?;
         }
+        let mut tasks = self.watch().await?;
+        let mut shutdown = std::pin::pin!(stop);
+        if !self.load_initial_lists(&mut shutdown).await {
+            return Ok(());
+        }
+        // Readiness gate: only now may anything be reaped or provisioned.
+        self.readiness.set(true);
+        template::prepare(&ctx).await;
+        tracing::info!(deployment = %ctx.config.deployment, "initial lists loaded; controller ready");
 
-        // Subscribe to both streams before the initial lists, so no change
-        // falls in between.
+        tasks.0.push(tokio::spawn(relist::relist_loop(
+            ctx.clone(),
+            self.queue.clone(),
+            self.known.clone(),
+            self.relist_now.clone(),
+        )));
+        tasks.0.push(tokio::spawn(pool::refill_loop(
+            ctx.clone(),
+            self.queue.clone(),
+        )));
+
+        let handler_ctx = ctx.clone();
+        let handler = move |id: SandboxId| {
+            let ctx = handler_ctx.clone();
+            async move {
+                reconcile::bounded(&ctx, &id).await.map_err(|e| {
+                    tracing::warn!(sandbox = %id, error = %e, "reconcile failed; retrying with backoff");
+                    Failed
+                })
+            }
+        };
+        let abandoned = self.queue.run(handler, shutdown).await;
+        self.readiness.set(false);
+        drop(tasks);
+        if abandoned > 0 {
+            tracing::warn!(
+                abandoned,
+                grace_ms = ctx.config.shutdown_grace.as_millis() as u64,
+                "shutdown grace elapsed with reconciles still running"
+            );
+        }
+        Ok(())
+    }
+
+    /// Follows Docker's events, removed networks and the desired rows'
+    /// notifications, each on a task of its own. Both streams are
+    /// subscribed to before the initial lists, so no change falls in
+    /// between.
+    async fn watch(&self) -> Result<Tasks, ControllerError> {
+        let ctx = &self.ctx;
         let sink: Arc<dyn Sink> = Arc::new(QueueSink {
             queue: self.queue.clone(),
             relist_now: self.relist_now.clone(),
@@ -398,7 +444,7 @@ impl Controller {
             RemovedNetworks::new(
                 ctx.runtime.clone(),
                 ctx.config.deployment.clone(),
-                network::shared_spec(&ctx).map(|n| n.name),
+                network::shared_spec(ctx).map(|n| n.name),
             ),
             None,
             ctx.metrics.clone(),
@@ -410,29 +456,29 @@ impl Controller {
             ctx.metrics.clone(),
             sink,
         ));
+        Ok(Tasks(vec![docker_watch, network_watch, pg_watch]))
+    }
 
-        // The state database's identity, then the initial lists, retried
-        // until they load (a state database that is locked or restarting
-        // must not end the controller): not ready meanwhile.
-        let mut shutdown = std::pin::pin!(shutdown);
-        // The warm pool of this term starts from what it lists (before the
-        // initial lists, which then see claimed containers as their
-        // sandboxes').
-        while let Err(e) = pool::start_term(&ctx).await {
+    /// The warm pool of this term (it starts from what it lists, before the
+    /// initial lists, which then see claimed containers as their
+    /// sandboxes'), then the initial lists, each retried until it loads (a
+    /// state database that is locked or restarting must not end the
+    /// controller): not ready meanwhile. False when `shutdown` came first.
+    async fn load_initial_lists(
+        &self,
+        shutdown: &mut std::pin::Pin<&mut (impl Future<Output = ()> + Send)>,
+    ) -> bool {
+        let ctx = &self.ctx;
+        while let Err(e) = pool::start_term(ctx).await {
             tracing::warn!(error = %e, "reading the warm pool failed; retrying");
             tokio::select! {
-                () = &mut shutdown => {
-                    docker_watch.abort();
-                    network_watch.abort();
-                    pg_watch.abort();
-                    return Ok(());
-                }
+                () = &mut *shutdown => return false,
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
         let mut delay = Duration::from_millis(200);
         while let Err(e) = relist::relist(
-            &ctx,
+            ctx,
             &self.queue,
             &self.known,
             false,
@@ -447,55 +493,24 @@ impl Controller {
                 "initial lists failed; not ready until they load"
             );
             tokio::select! {
-                () = &mut shutdown => {
-                    docker_watch.abort();
-                    network_watch.abort();
-                    pg_watch.abort();
-                    return Ok(());
-                }
+                () = &mut *shutdown => return false,
                 () = tokio::time::sleep(delay) => {}
             }
             delay = (delay * 2).min(Duration::from_secs(5));
         }
-        // Readiness gate: only now may anything be reaped or provisioned.
-        self.readiness.set(true);
-        template::prepare(&ctx).await;
-        tracing::info!(deployment = %ctx.config.deployment, "initial lists loaded; controller ready");
+        true
+    }
+}
 
-        let relister = tokio::spawn(relist::relist_loop(
-            ctx.clone(),
-            self.queue.clone(),
-            self.known.clone(),
-            self.relist_now.clone(),
-        ));
+/// A term's background tasks (watches, relist loop, pool refill), aborted
+/// together when the term ends, however it ends.
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
 
-        let refill = tokio::spawn(pool::refill_loop(ctx.clone(), self.queue.clone()));
-
-        let handler_ctx = ctx.clone();
-        let handler = move |id: SandboxId| {
-            let ctx = handler_ctx.clone();
-            async move {
-                reconcile::bounded(&ctx, &id).await.map_err(|e| {
-                    tracing::warn!(sandbox = %id, error = %e, "reconcile failed; retrying with backoff");
-                    Failed
-                })
-            }
-        };
-        let abandoned = self.queue.run(handler, shutdown).await;
-        self.readiness.set(false);
-        docker_watch.abort();
-        network_watch.abort();
-        pg_watch.abort();
-        relister.abort();
-        refill.abort();
-        if abandoned > 0 {
-            tracing::warn!(
-                abandoned,
-                grace_ms = ctx.config.shutdown_grace.as_millis() as u64,
-                "shutdown grace elapsed with reconciles still running"
-            );
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
         }
-        Ok(())
     }
 }
 
