@@ -138,18 +138,18 @@ fn touch_every_series(m: &crate::metrics::Metrics) {
         .next()
         .expect("the registry holds an engine")
         .name();
-    m.set_max_concurrent(1);
-    m.provision_finished(
+    m.queue.set_max_concurrent(1);
+    m.lifecycle.provision_finished(
         engine,
         ProvisionReason::Create,
         true,
         Duration::from_secs(1),
     );
-    m.request_to_ready(engine, 1.0);
-    m.healed(engine, HealCause::Exited);
-    m.rotated(engine);
+    m.lifecycle.request_to_ready(engine, 1.0);
+    m.lifecycle.healed(engine, HealCause::Exited);
+    m.lifecycle.rotated(engine);
     m.images.template_built(engine, true);
-    m.container_started(engine, "cold");
+    m.lifecycle.container_started(engine, "cold");
     m.watch
         .docker_event(crate::ports::runtime::ContainerAction::Die);
     m.fleet.containers(crate::engine::REGISTRY, &[]);

@@ -46,7 +46,7 @@ pub(crate) fn controller_with(
         shutdown_grace: config.shutdown_grace,
         ..QueueConfig::default()
     };
-    metrics.set_max_concurrent(queue_config.concurrency);
+    metrics.queue.set_max_concurrent(queue_config.concurrency);
     let queue = WorkQueue::new(queue_config, metrics.clone());
     let fence = Fence::default();
     let deadlines = RuntimeDeadlines {

@@ -115,7 +115,7 @@ impl GuardedRuntime {
 
     fn admit(&self, op: &'static str, target: &str) -> Result<Instant, RuntimeError> {
         let refused = |why: Fenced| {
-            self.metrics.fenced("docker");
+            self.metrics.leader.fenced("docker");
             tracing::warn!(op, target, reason = %why, "docker change refused: not leading");
             RuntimeError::Refused(format!("docker {op} for {target} refused: {why}"))
         };
@@ -143,7 +143,7 @@ impl GuardedRuntime {
             match (self.fence.check(), self.fence.until()) {
                 (Ok(_), Some(later)) if later > until => until = later,
                 _ => {
-                    self.metrics.fenced("docker");
+                    self.metrics.leader.fenced("docker");
                     tracing::warn!(
                         op,
                         target,

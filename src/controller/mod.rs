@@ -140,7 +140,7 @@ impl Context {
     pub(crate) fn term(&self) -> Result<crate::domain::lease::Term, Fenced> {
         self.fence
             .check()
-            .inspect_err(|_| self.metrics.fenced("status"))
+            .inspect_err(|_| self.metrics.leader.fenced("status"))
     }
 
     /// This state database's identity (read from the store the first time).

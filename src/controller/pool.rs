@@ -148,7 +148,7 @@ impl Pool {
             e.1 += st.creating.get(key).copied().unwrap_or(0);
         }
         for (engine, (ready, creating)) in by_engine {
-            ctx.metrics.pool_size(engine, ready, creating);
+            ctx.metrics.pool.size(engine, ready, creating);
         }
     }
 }
@@ -262,7 +262,7 @@ pub(crate) fn reserve<'a>(ctx: &'a Context, desired: &DesiredSandbox, plan: &Pla
                     .unwrap()
                     .insert(p.engine, (key, ready));
             }
-            None => ctx.metrics.pool_claim(p.engine, kind, None),
+            None => ctx.metrics.pool.claim(p.engine, kind, None),
         }
         ctx.pool.wake.notify_one();
     }
@@ -291,7 +291,7 @@ pub(crate) async fn claim(
     match take_over(ctx, desired, engine, p, &ready, credentials, image, network).await {
         Ok(claimed) => {
             let took = started.elapsed();
-            ctx.metrics.pool_claim(p.engine, kind, Some(took));
+            ctx.metrics.pool.claim(p.engine, kind, Some(took));
             tracing::info!(
                 container = %claimed.0,
                 kind = kind.as_str(),
@@ -302,7 +302,7 @@ pub(crate) async fn claim(
             Some(claimed)
         }
         Err(e) => {
-            ctx.metrics.pool_claim(p.engine, kind, None);
+            ctx.metrics.pool.claim(p.engine, kind, None);
             tracing::warn!(container = %ready.id, error = %e, "warm-pool claim failed; removing the container and provisioning cold");
             if let Err(e) = ctx.runtime.remove(&ready.id, Duration::ZERO).await {
                 tracing::warn!(container = %ready.id, error = %e, "could not remove the pool container; the next relist will");

@@ -49,10 +49,10 @@ pub(crate) async fn provision(
         ProvisionReason::Heal => {
             let cause = cause.unwrap_or(HealCause::Exited);
             ctx.heal_loops.record(&desired.id);
-            ctx.metrics.healed(p.engine, cause);
+            ctx.metrics.lifecycle.healed(p.engine, cause);
             tracing::info!(cause = cause.as_str(), "healing with the same credentials");
         }
-        ProvisionReason::Rotate => ctx.metrics.rotated(p.engine),
+        ProvisionReason::Rotate => ctx.metrics.lifecycle.rotated(p.engine),
         ProvisionReason::Create | ProvisionReason::Replace => {}
     }
     let started = Instant::now();
@@ -79,11 +79,13 @@ pub(crate) async fn provision(
         (Err(e), None) => Err(e),
     };
     ctx.metrics
+        .lifecycle
         .provision_finished(p.engine, p.reason, result.is_ok(), started.elapsed());
     match &result {
         Ok(_) => {
             if new_request && p.reason != ProvisionReason::Heal {
                 ctx.metrics
+                    .lifecycle
                     .request_to_ready(p.engine, ctx.seconds_since(desired.updated_at));
             }
             tracing::info!(
@@ -341,7 +343,9 @@ async fn cold(
             } else {
                 Origin::Cold
             };
-            ctx.metrics.container_started(p.engine, origin.as_str());
+            ctx.metrics
+                .lifecycle
+                .container_started(p.engine, origin.as_str());
             let status = ready_status(
                 ctx,
                 engine,

@@ -110,7 +110,7 @@ async fn within(
             Ok(result) => result,
             Err(_) => {
                 // The queue's handler logs it with the sandbox id.
-                ctx.metrics.reconcile_timed_out();
+                ctx.metrics.queue.timed_out();
                 Err(ReconcileError::TimedOut(after))
             }
         },
@@ -146,11 +146,11 @@ async fn record(ctx: &Context, id: &SandboxId, journal: &mut Journal) {
     };
     match ctx.store.record_events(batch, term).await {
         Ok(notices) => {
-            ctx.metrics.events_recorded(&events);
+            ctx.metrics.events.recorded(&events);
             ctx.webhook.offer(notices);
         }
         Err(e) => {
-            ctx.metrics.events_lost(events.len());
+            ctx.metrics.events.lost(events.len());
             tracing::warn!(error = %e, events = events.len(), "could not record events");
         }
     }
@@ -670,7 +670,9 @@ async fn publish(
     if let Some(d) = desired
         .filter(|_| acted.new_request && wanted && !waiting_for_images && held.admission.is_none())
     {
-        ctx.metrics.generation_lag(ctx.seconds_since(d.updated_at));
+        ctx.metrics
+            .lifecycle
+            .generation_lag(ctx.seconds_since(d.updated_at));
     }
     Ok(Published {
         verdict,
@@ -916,7 +918,7 @@ async fn teardown(ctx: &Context, plan: &Plan, journal: &mut Journal) -> Option<S
         ));
         match result {
             Ok(()) => {
-                ctx.metrics.reaped(t.reason);
+                ctx.metrics.lifecycle.reaped(t.reason);
                 tracing::info!(
                     container = %t.container,
                     engine = t.engine.as_str(),
@@ -925,7 +927,7 @@ async fn teardown(ctx: &Context, plan: &Plan, journal: &mut Journal) -> Option<S
                 );
             }
             Err(e) => {
-                ctx.metrics.teardown_failed();
+                ctx.metrics.lifecycle.teardown_failed();
                 tracing::warn!(container = %t.container, error = %e, "teardown failed; will retry");
                 first_error.get_or_insert(e.to_string());
             }

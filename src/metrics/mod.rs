@@ -9,11 +9,8 @@
 //! known up front start at zero, so dashboards and alerts see them before
 //! the first event.
 
-use crate::domain::id::EngineName;
-use crate::domain::plan::{HealCause, ProvisionReason, ReapReason};
 use prometheus::core::Collector;
 use prometheus::{exponential_buckets, Encoder, Registry, TextEncoder};
-use std::time::Duration;
 
 mod docker;
 mod events;
@@ -138,69 +135,6 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// The recording methods `controller::{reconcile, provision, pool, fence}`
-/// and `Controller::new` still call on `Metrics` itself; each forwards to
-/// its concern. They go once those call sites say
-/// `metrics.<concern>.<method>` like the rest.
-impl Metrics {
-    pub(crate) fn set_max_concurrent(&self, n: usize) {
-        self.queue.set_max_concurrent(n);
-    }
-    pub(crate) fn reconcile_timed_out(&self) {
-        self.queue.timed_out();
-    }
-    pub(crate) fn events_recorded(&self, events: &[crate::domain::event::Event]) {
-        self.events.recorded(events);
-    }
-    pub(crate) fn events_lost(&self, n: usize) {
-        self.events.lost(n);
-    }
-    pub(crate) fn provision_finished(
-        &self,
-        engine: EngineName,
-        reason: ProvisionReason,
-        ok: bool,
-        took: Duration,
-    ) {
-        self.lifecycle.provision_finished(engine, reason, ok, took);
-    }
-    pub(crate) fn request_to_ready(&self, engine: EngineName, seconds: f64) {
-        self.lifecycle.request_to_ready(engine, seconds);
-    }
-    pub(crate) fn generation_lag(&self, seconds: f64) {
-        self.lifecycle.generation_lag(seconds);
-    }
-    pub(crate) fn container_started(&self, engine: EngineName, from: &'static str) {
-        self.lifecycle.container_started(engine, from);
-    }
-    pub(crate) fn healed(&self, engine: EngineName, cause: HealCause) {
-        self.lifecycle.healed(engine, cause);
-    }
-    pub(crate) fn rotated(&self, engine: EngineName) {
-        self.lifecycle.rotated(engine);
-    }
-    pub(crate) fn reaped(&self, reason: ReapReason) {
-        self.lifecycle.reaped(reason);
-    }
-    pub(crate) fn teardown_failed(&self) {
-        self.lifecycle.teardown_failed();
-    }
-    pub(crate) fn pool_size(&self, engine: EngineName, ready: usize, creating: usize) {
-        self.pool.size(engine, ready, creating);
-    }
-    pub(crate) fn pool_claim(
-        &self,
-        engine: EngineName,
-        kind: crate::domain::pool::ClaimKind,
-        took: Option<Duration>,
-    ) {
-        self.pool.claim(engine, kind, took);
-    }
-    pub(crate) fn fenced(&self, call: &'static str) {
-        self.leader.fenced(call);
     }
 }
 
