@@ -54,7 +54,7 @@ pub(crate) fn controller_with(
 /// The transport of the configured webhook, if any: an `https://` one
 /// with its TLS client built (the platform's CA certificates plus
 /// `--webhook-ca-file`'s).
-pub(crate) fn webhook_transport(
+fn webhook_transport(
     config: &ControllerConfig,
 ) -> Result<Option<Arc<dyn WebhookTransport>>, WebhookTlsError> {
     let Some(w) = &config.webhook else {
