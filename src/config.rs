@@ -14,9 +14,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 mod webhook;
-mod webhook_tls;
+mod webhook_trust;
 pub use self::webhook::{WebhookConfig, WebhookConfigError, WebhookUrl};
-pub use self::webhook_tls::{WebhookTls, WebhookTlsError};
+pub use self::webhook_trust::{WebhookTrust, WebhookTrustError};
 
 /// Invalid configuration values.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -687,7 +687,8 @@ async fn the_http_client_reports_success_a_refusal_a_server_error_and_a_closed_c
     let hook = HttpWebhook::new(
         WebhookUrl::parse(&format!("http://127.0.0.1:{port}/h")).unwrap(),
         None,
-    );
+    )
+    .expect("an http:// transport");
     let body = br#"{"seq":1}"#;
     let signature = notice::sign(SECRET.as_bytes(), 1, body);
     hook.post(body, &signature).await.expect("a 204 is success");
@@ -805,7 +806,7 @@ async fn the_https_client_verifies_the_receivers_certificate_and_never_follows_a
             &ca_file,
         );
         assert!(config.check().is_ok());
-        HttpWebhook::new(config.url.clone(), config.tls.as_ref())
+        HttpWebhook::new(config.url.clone(), config.tls.as_ref()).expect("its TLS client")
     };
 
     // Trusted, and naming the address: delivered, over TLS.

@@ -8,6 +8,7 @@ pub mod http;
 pub mod postgres;
 pub mod swarm;
 pub mod webhook;
+pub mod webhook_tls;
 
 pub use self::docker::DockerRuntime;
 pub use self::postgres::PgStore;

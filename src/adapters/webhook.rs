@@ -1,11 +1,12 @@
 //! The webhook over HTTP/1.1 (hyper): one connection per attempt, one
 //! POST, the response's status. An `https://` URL goes over TLS (rustls,
-//! `config::WebhookTls`): the receiver's certificate is verified against
+//! `webhook_tls`): the receiver's certificate is verified against
 //! the trusted CAs and must name the URL's host. Redirects are not
 //! followed. A failed connection or handshake is `Unreachable`, its message
 //! never the URL's path or query.
 
-use crate::config::{WebhookTls, WebhookUrl};
+use super::webhook_tls::{WebhookTls, WebhookTlsError};
+use crate::config::{WebhookTrust, WebhookUrl};
 use crate::domain::notice::SIGNATURE_HEADER;
 use crate::ports::webhook::{WebhookError, WebhookTransport};
 use async_trait::async_trait;
@@ -34,13 +35,16 @@ impl std::fmt::Debug for HttpWebhook {
 }
 
 impl HttpWebhook {
-    /// A transport to `url`; an `https://` one is verified with `tls`
-    /// (without it every attempt fails: see `WebhookConfig::check`).
-    pub fn new(url: WebhookUrl, tls: Option<&WebhookTls>) -> Self {
-        let tls = tls
-            .filter(|_| url.is_https())
-            .map(|t| TlsConnector::from(t.client_config()));
-        Self { url, tls }
+    /// A transport to `url`; an `https://` one is verified against
+    /// `trust` and the platform's CA certificates, its TLS client built
+    /// here (without a trust every attempt fails: see
+    /// `WebhookConfig::check`).
+    pub fn new(url: WebhookUrl, trust: Option<&WebhookTrust>) -> Result<Self, WebhookTlsError> {
+        let tls = match trust.filter(|_| url.is_https()) {
+            Some(trust) => Some(TlsConnector::from(WebhookTls::new(trust)?.client_config())),
+            None => None,
+        };
+        Ok(Self { url, tls })
     }
 
     /// Sends `request` on `io` and waits for the response's head.

@@ -35,6 +35,9 @@ pub enum CliError {
     /// Docker failures.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// The webhook's TLS client cannot be set up.
+    #[error(transparent)]
+    WebhookTls(#[from] crate::adapters::webhook_tls::WebhookTlsError),
     /// Controller failures.
     #[error(transparent)]
     Controller(#[from] crate::controller::ControllerError),

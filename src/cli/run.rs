@@ -7,6 +7,7 @@
 use super::{CliError, RunArgs};
 use crate::adapters::deadline::BoundedStore;
 use crate::adapters::webhook::HttpWebhook;
+use crate::adapters::webhook_tls::WebhookTlsError;
 use crate::adapters::{http, DockerRuntime, PgStore, SwarmRuntime};
 use crate::config::{Backend, ControllerConfig, NetworkLayout};
 use crate::controller::{Controller, Elector, Fence, GuardedRuntime, Parts, RuntimeDeadlines};
@@ -22,6 +23,11 @@ use std::sync::Arc;
 /// every call of both gets its configured deadline, every change to the
 /// runtime waits for the leader's fence. Nothing runs until
 /// [`Controller::run`].
+///
+/// # Panics
+///
+/// When the TLS client of an `https://` webhook cannot be built (no CA
+/// certificate at all): `sandboxd run` reports that as an error at start.
 pub fn controller(
     runtime: Arc<dyn Runtime>,
     store: Arc<dyn Store>,
@@ -41,6 +47,35 @@ pub(crate) fn controller_with(
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
 ) -> Controller {
+    let webhook = webhook_transport(&config).unwrap_or_else(|e| panic!("{e}"));
+    wire(runtime, store, engines, config, clock, metrics, webhook)
+}
+
+/// The transport of the configured webhook, if any: an `https://` one
+/// with its TLS client built (the platform's CA certificates plus
+/// `--webhook-ca-file`'s).
+fn webhook_transport(
+    config: &ControllerConfig,
+) -> Result<Option<Arc<dyn WebhookTransport>>, WebhookTlsError> {
+    let Some(w) = &config.webhook else {
+        return Ok(None);
+    };
+    Ok(Some(Arc::new(HttpWebhook::new(
+        w.url.clone(),
+        w.tls.as_ref(),
+    )?)))
+}
+
+/// The controller over its parts, `webhook` built by [`webhook_transport`].
+fn wire(
+    runtime: Arc<dyn Runtime>,
+    store: Arc<dyn Store>,
+    engines: Registry,
+    config: ControllerConfig,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    webhook: Option<Arc<dyn WebhookTransport>>,
+) -> Controller {
     let queue_config = QueueConfig {
         concurrency: config.concurrency.max(1),
         shutdown_grace: config.shutdown_grace,
@@ -56,11 +91,6 @@ pub(crate) fn controller_with(
     };
     let runtime = GuardedRuntime::new(runtime, deadlines, fence.clone(), metrics.clone());
     let store: Arc<dyn Store> = Arc::new(BoundedStore::new(store, config.store_timeout));
-    let webhook = config.webhook.as_ref().map(|w| {
-        let transport: Arc<dyn WebhookTransport> =
-            Arc::new(HttpWebhook::new(w.url.clone(), w.tls.as_ref()));
-        transport
-    });
     let elector = Arc::new(Elector::new(
         store.clone(),
         config.lease,
@@ -108,6 +138,9 @@ async fn connect_runtime(config: &ControllerConfig) -> Result<Arc<dyn Runtime>, 
 /// endpoints until a signal.
 pub(super) async fn run(url: &str, args: &RunArgs) -> Result<(), CliError> {
     let config = args.to_config()?;
+    // The webhook's TLS client before anything runs: an `https://` webhook
+    // nothing can verify stops the start here, as a bad flag does.
+    let webhook = webhook_transport(&config)?;
     // Migrations get the default bound; the controller's statements
     // --store-timeout, enforced by the server too.
     let engines = REGISTRY;
@@ -125,13 +158,14 @@ pub(super) async fn run(url: &str, args: &RunArgs) -> Result<(), CliError> {
     .await?;
     let runtime = connect_runtime(&config).await?;
     let metrics = Arc::new(Metrics::new());
-    let controller = controller_with(
+    let controller = wire(
         runtime,
         Arc::new(store),
         engines,
         config.clone(),
         Arc::new(SystemClock),
         metrics.clone(),
+        webhook,
     );
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

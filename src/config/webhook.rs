@@ -1,9 +1,9 @@
 //! The webhook's configuration: where each recorded event is POSTed, the
-//! secret it is signed with, whom it trusts over https (`WebhookTls`), and
+//! secret it is signed with, whom it trusts over https (`WebhookTrust`), and
 //! how hard sandboxd tries. Validated once, at start; the URL is never shown
 //! in full (its path or query may hold a token) and the secret never at all.
 
-use super::webhook_tls::{WebhookTls, WebhookTlsError};
+use super::webhook_trust::{WebhookTrust, WebhookTrustError};
 use crate::domain::secret::Secret;
 use std::fmt;
 use std::path::Path;
@@ -63,9 +63,9 @@ pub enum WebhookConfigError {
         /// The URL with its path and query hidden.
         shown: String,
     },
-    /// The trust for an `https://` URL cannot be set up.
+    /// The `--webhook-ca-file` of an `https://` URL cannot be used.
     #[error(transparent)]
-    Tls(#[from] WebhookTlsError),
+    Tls(#[from] WebhookTrustError),
 }
 
 /// A validated `https://` or `http://` webhook URL. `Display` and `Debug`
@@ -185,7 +185,7 @@ pub struct WebhookConfig {
     /// Events waiting to be sent; past it new ones are dropped (counted).
     pub queue: usize,
     /// Whom an `https://` URL is verified against (`None` for `http://`).
-    pub tls: Option<WebhookTls>,
+    pub tls: Option<WebhookTrust>,
 }
 
 impl WebhookConfig {
@@ -206,7 +206,7 @@ impl WebhookConfig {
     /// `--webhook-ca-file`: none if neither of the first two is given. The
     /// secret is the file's content without surrounding whitespace. An
     /// `https://` URL trusts the platform's CA certificates and those of
-    /// the CA file.
+    /// the CA file (read here; the TLS client is the adapter's).
     pub fn from_flags(
         url: Option<&str>,
         secret_file: Option<&Path>,
@@ -218,10 +218,7 @@ impl WebhookConfig {
             (Some(url), Some(path)) => {
                 let url = WebhookUrl::parse(url)?;
                 let tls = match (url.is_https(), ca_file) {
-                    (true, ca) => {
-                        let extra = ca.map(WebhookTls::read_ca_file).transpose()?;
-                        Some(WebhookTls::new(extra.as_deref().unwrap_or_default())?)
-                    }
+                    (true, ca) => Some(WebhookTrust::from_ca_file(ca)?),
                     (false, Some(_)) => {
                         return Err(WebhookConfigError::CaWithoutTls {
                             shown: url.to_string(),
@@ -319,7 +316,7 @@ mod tests {
         assert!(matches!(
             WebhookConfig::from_flags(Some("https://127.0.0.1:9/x"), Some(&secret), Some(&ca)),
             Err(WebhookConfigError::Tls(
-                WebhookTlsError::NoCertificate { .. }
+                WebhookTrustError::NoCertificate { .. }
             ))
         ));
         // Built in code without its trust: refused by the start's check.
