@@ -102,47 +102,17 @@ pub(crate) struct KnownEngine {
 /// engine names once, here, with `engines`: names it does not resolve end
 /// up in `unknown_services`. Never fails: what cannot be used is described
 /// in `invalid`.
+///
+/// Each step reads one column (or the columns of one rule) and adds its
+/// problems in turn, so the steps run in column order.
 pub(crate) fn desired_from_row(
     id: &SandboxId,
     row: DesiredRow,
     engines: impl Fn(&str) -> Option<KnownEngine>,
 ) -> DesiredSandbox {
     let mut problems = Problems::default();
-    let mut owner = problems
-        .cell("owner", row.owner)
-        .flatten()
-        .unwrap_or_default();
-    if owner.chars().count() > MAX_OWNER_CHARS || owner.chars().any(char::is_control) {
-        problems.push(format!(
-            "owner must be text of at most {MAX_OWNER_CHARS} characters without control characters"
-        ));
-        // It may reach labels and logs: never with control characters.
-        owner = owner
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(MAX_OWNER_CHARS)
-            .collect();
-    }
-
-    let raw_services = problems.list("services", row.services, MAX_SERVICES);
-    if raw_services.as_ref().is_some_and(Vec::is_empty) {
-        problems.push("services is empty: name at least one engine".into());
-    }
-    let mut services = Vec::new();
-    let mut unknown_services = Vec::new();
-    for name in raw_services.unwrap_or_default() {
-        if services.iter().any(|e: &EngineName| e.as_str() == name)
-            || unknown_services.contains(&name)
-        {
-            problems.push(format!("services name {} twice", shown(&name)));
-            continue;
-        }
-        match engines(&name) {
-            Some(engine) => services.push(engine.name),
-            None => unknown_services.push(name),
-        }
-    }
-
+    let owner = read_owner(row.owner, &mut problems);
+    let (services, unknown_services) = read_services(row.services, &engines, &mut problems);
     let features = features(
         row.features,
         &engines,
@@ -150,104 +120,20 @@ pub(crate) fn desired_from_row(
         &unknown_services,
         &mut problems,
     );
-
-    let mut attach = problems
-        .list("attach", row.attach, MAX_ATTACH)
-        .unwrap_or_default();
-    if let Some(bad) = attach.iter().find(|n| !docker_name(n)) {
-        problems.push(format!(
-            "attach holds {}, which is not a Docker container name (1 to 128 characters from \
-             a-z, A-Z, 0-9, '_', '.' and '-', starting with a letter or digit)",
-            shown(bad)
-        ));
-        attach.retain(|n| docker_name(n));
-    }
-    let distinct: BTreeSet<&String> = attach.iter().collect();
-    if distinct.len() != attach.len() {
-        problems.push("attach names a container twice".into());
-        let mut seen = BTreeSet::new();
-        attach.retain(|n| seen.insert(n.clone()));
-    }
-
-    let has_expiry = problems.cell("has_expiry", row.has_expiry).unwrap_or(false);
-    let expires_at = problems.cell("expires_at", row.expires_at).flatten();
-    if has_expiry && expires_at.is_none() {
-        problems
-            .push("expires_at is not a finite time before the year 10000 (e.g. 'infinity')".into());
-    }
-    let updated_at_ok = problems
-        .cell("updated_at_ok", row.updated_at_ok)
-        .unwrap_or(false);
-    if !updated_at_ok {
-        problems.push("updated_at is not a finite time before the year 10000".into());
-    }
-    let updated_at = problems
-        .cell("updated_at", row.updated_at)
-        .unwrap_or(DateTime::UNIX_EPOCH);
+    let attach = read_attach(row.attach, &mut problems);
+    let expires_at = read_expiry(row.has_expiry, row.expires_at, &mut problems);
+    let updated_at = read_updated_at(row.updated_at_ok, row.updated_at, &mut problems);
     let generation = problems.cell("generation", row.generation).unwrap_or(0);
-    let incarnation = problems
-        .cell("incarnation", row.incarnation)
-        .flatten()
-        .and_then(|text| Incarnation::parse(&text).ok());
-    if incarnation.is_none() {
-        problems.push("incarnation is not a uuid".into());
-    }
+    let incarnation = read_incarnation(row.incarnation, &mut problems);
     // A missing or unreadable time of last use counts as the last change.
     let last_used_at = problems
         .cell("last_used_at", row.last_used_at)
         .flatten()
         .unwrap_or(updated_at);
-    let idle_timeout = match problems
-        .cell("idle_timeout_secs", row.idle_timeout_secs)
-        .flatten()
-    {
-        None => None,
-        Some(secs) if (0.0..=MAX_IDLE_TIMEOUT_SECS).contains(&secs) => {
-            Some(Duration::from_secs_f64(secs))
-        }
-        Some(_) => {
-            problems.push(format!(
-                "idle_timeout must be between 0 (never) and {MAX_IDLE_TIMEOUT_SECS} seconds"
-            ));
-            None
-        }
-    };
-    let persistent = match problems.cell("persistent", row.persistent).flatten() {
-        Some(p) => p,
-        None => {
-            problems.push("persistent is NULL: set it to true or false".into());
-            false
-        }
-    };
-    let idle_action = match problems
-        .cell("idle_action", row.idle_action)
-        .flatten()
-        .as_deref()
-        .map(|a| (a, IdleAction::parse(a)))
-    {
-        Some((_, Some(action))) => action,
-        Some((bad, None)) => {
-            problems.push(format!(
-                "idle_action is {}: use 'release' or 'pause'",
-                shown(bad)
-            ));
-            IdleAction::Release
-        }
-        None => {
-            problems.push("idle_action is NULL: use 'release' or 'pause'".into());
-            IdleAction::Release
-        }
-    };
-    let owner_container = problems
-        .cell("owner_container", row.owner_container)
-        .flatten();
-    if let Some(bad) = owner_container.as_ref().filter(|n| !docker_name(n)) {
-        problems.push(format!(
-            "owner_container holds {}, which is not a Docker container name",
-            shown(bad)
-        ));
-    }
-    let owner_container = owner_container.filter(|n| docker_name(n));
+    let idle_timeout = read_idle_timeout(row.idle_timeout_secs, &mut problems);
+    let persistent = read_persistent(row.persistent, &mut problems);
+    let idle_action = read_idle_action(row.idle_action, &mut problems);
+    let owner_container = read_owner_container(row.owner_container, &mut problems);
     // Only admission's arrival order reads it: an unreadable one counts
     // as the last change, and is no problem.
     let created_at = row.created_at.ok().flatten().unwrap_or(updated_at);
@@ -273,8 +159,191 @@ pub(crate) fn desired_from_row(
     }
 }
 
+/// The `owner` column: text of at most [`MAX_OWNER_CHARS`] characters
+/// without control characters (an unset one reads as empty).
+fn read_owner(column: Cell<Option<String>>, problems: &mut Problems) -> String {
+    let owner = problems.cell("owner", column).flatten().unwrap_or_default();
+    if owner.chars().count() <= MAX_OWNER_CHARS && !owner.chars().any(char::is_control) {
+        return owner;
+    }
+    problems.push(format!(
+        "owner must be text of at most {MAX_OWNER_CHARS} characters without control characters"
+    ));
+    // It may reach labels and logs: never with control characters.
+    owner
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_OWNER_CHARS)
+        .collect()
+}
+
+/// The `services` column: at least one engine, none named twice. Each name
+/// is looked up once, in the row's order; the engines this binary runs come
+/// back first, the names it does not know second.
+fn read_services(
+    column: ListColumn,
+    engines: &impl Fn(&str) -> Option<KnownEngine>,
+    problems: &mut Problems,
+) -> (Vec<EngineName>, Vec<String>) {
+    let raw_services = problems.list("services", column, MAX_SERVICES);
+    if raw_services.as_ref().is_some_and(Vec::is_empty) {
+        problems.push("services is empty: name at least one engine".into());
+    }
+    let mut services = Vec::new();
+    let mut unknown_services = Vec::new();
+    for name in raw_services.unwrap_or_default() {
+        if services.iter().any(|e: &EngineName| e.as_str() == name)
+            || unknown_services.contains(&name)
+        {
+            problems.push(format!("services name {} twice", shown(&name)));
+            continue;
+        }
+        match engines(&name) {
+            Some(engine) => services.push(engine.name),
+            None => unknown_services.push(name),
+        }
+    }
+    (services, unknown_services)
+}
+
+/// The `attach` column: distinct Docker container names. What breaks the
+/// rule is dropped (and reported once), the rest kept.
+fn read_attach(column: ListColumn, problems: &mut Problems) -> Vec<String> {
+    let mut attach = problems
+        .list("attach", column, MAX_ATTACH)
+        .unwrap_or_default();
+    if let Some(bad) = attach.iter().find(|n| !docker_name(n)) {
+        problems.push(format!(
+            "attach holds {}, which is not a Docker container name (1 to 128 characters from \
+             a-z, A-Z, 0-9, '_', '.' and '-', starting with a letter or digit)",
+            shown(bad)
+        ));
+        attach.retain(|n| docker_name(n));
+    }
+    let distinct: BTreeSet<&String> = attach.iter().collect();
+    if distinct.len() != attach.len() {
+        problems.push("attach names a container twice".into());
+        let mut seen = BTreeSet::new();
+        attach.retain(|n| seen.insert(n.clone()));
+    }
+    attach
+}
+
+/// The `expires_at` column: unset, or a finite time before the year 10000.
+fn read_expiry(
+    has_expiry: Cell<bool>,
+    expires_at: Cell<Option<DateTime<Utc>>>,
+    problems: &mut Problems,
+) -> Option<DateTime<Utc>> {
+    let has_expiry = problems.cell("has_expiry", has_expiry).unwrap_or(false);
+    let expires_at = problems.cell("expires_at", expires_at).flatten();
+    if has_expiry && expires_at.is_none() {
+        problems
+            .push("expires_at is not a finite time before the year 10000 (e.g. 'infinity')".into());
+    }
+    expires_at
+}
+
+/// The `updated_at` column: a finite time before the year 10000 (the time
+/// of the read stands in for one that is not, the epoch for an unreadable
+/// one).
+fn read_updated_at(
+    updated_at_ok: Cell<bool>,
+    updated_at: Cell<DateTime<Utc>>,
+    problems: &mut Problems,
+) -> DateTime<Utc> {
+    let updated_at_ok = problems
+        .cell("updated_at_ok", updated_at_ok)
+        .unwrap_or(false);
+    if !updated_at_ok {
+        problems.push("updated_at is not a finite time before the year 10000".into());
+    }
+    problems
+        .cell("updated_at", updated_at)
+        .unwrap_or(DateTime::UNIX_EPOCH)
+}
+
+/// The `incarnation` column: a uuid.
+fn read_incarnation(column: Cell<Option<String>>, problems: &mut Problems) -> Option<Incarnation> {
+    let incarnation = problems
+        .cell("incarnation", column)
+        .flatten()
+        .and_then(|text| Incarnation::parse(&text).ok());
+    if incarnation.is_none() {
+        problems.push("incarnation is not a uuid".into());
+    }
+    incarnation
+}
+
+/// The `idle_timeout` column: unset, or 0 (never) to
+/// [`MAX_IDLE_TIMEOUT_SECS`] seconds.
+fn read_idle_timeout(column: Cell<Option<f64>>, problems: &mut Problems) -> Option<Duration> {
+    match problems.cell("idle_timeout_secs", column).flatten() {
+        None => None,
+        Some(secs) if (0.0..=MAX_IDLE_TIMEOUT_SECS).contains(&secs) => {
+            Some(Duration::from_secs_f64(secs))
+        }
+        Some(_) => {
+            problems.push(format!(
+                "idle_timeout must be between 0 (never) and {MAX_IDLE_TIMEOUT_SECS} seconds"
+            ));
+            None
+        }
+    }
+}
+
+/// The `persistent` column: true or false (an unset one reads as false).
+fn read_persistent(column: Cell<Option<bool>>, problems: &mut Problems) -> bool {
+    match problems.cell("persistent", column).flatten() {
+        Some(p) => p,
+        None => {
+            problems.push("persistent is NULL: set it to true or false".into());
+            false
+        }
+    }
+}
+
+/// The `idle_action` column: 'release' or 'pause' (anything else reads as
+/// release).
+fn read_idle_action(column: Cell<Option<String>>, problems: &mut Problems) -> IdleAction {
+    match problems
+        .cell("idle_action", column)
+        .flatten()
+        .as_deref()
+        .map(|a| (a, IdleAction::parse(a)))
+    {
+        Some((_, Some(action))) => action,
+        Some((bad, None)) => {
+            problems.push(format!(
+                "idle_action is {}: use 'release' or 'pause'",
+                shown(bad)
+            ));
+            IdleAction::Release
+        }
+        None => {
+            problems.push("idle_action is NULL: use 'release' or 'pause'".into());
+            IdleAction::Release
+        }
+    }
+}
+
+/// The `owner_container` column: unset, or a Docker container name (one
+/// that is not is reported and dropped).
+fn read_owner_container(column: Cell<Option<String>>, problems: &mut Problems) -> Option<String> {
+    let owner_container = problems.cell("owner_container", column).flatten();
+    if let Some(bad) = owner_container.as_ref().filter(|n| !docker_name(n)) {
+        problems.push(format!(
+            "owner_container holds {}, which is not a Docker container name",
+            shown(bad)
+        ));
+    }
+    owner_container.filter(|n| docker_name(n))
+}
+
 /// The `features` column: a JSON object mapping each requested engine to
 /// at most [`MAX_FEATURES`] distinct allowlisted feature names.
+///
+/// Its engines are looked up once each, in the object's (sorted) order.
 fn features(
     column: Cell<Option<String>>,
     engines: &impl Fn(&str) -> Option<KnownEngine>,
@@ -283,6 +352,27 @@ fn features(
     problems: &mut Problems,
 ) -> BTreeMap<EngineName, BTreeSet<String>> {
     let mut features = BTreeMap::new();
+    let Some(raw) = features_object(column, problems) else {
+        return features;
+    };
+    for (name, list) in raw {
+        let Some(engine) = requested_engine(&name, engines, services, unknown_services, problems)
+        else {
+            continue;
+        };
+        if let Some(set) = engine_features(&name, engine, &list, problems) {
+            features.insert(engine.name, set);
+        }
+    }
+    features
+}
+
+/// The shape check of `features`: the column decoded as an object of
+/// engine name to a list of feature names, or `None` and a problem.
+fn features_object(
+    column: Cell<Option<String>>,
+    problems: &mut Problems,
+) -> Option<BTreeMap<String, Vec<String>>> {
     let text = match problems.cell("features", column) {
         Some(Some(text)) => text,
         Some(None) => {
@@ -290,10 +380,10 @@ fn features(
                 "features is larger than {MAX_FEATURES_BYTES} bytes: name at most \
                  {MAX_FEATURES} features per engine"
             ));
-            return features;
+            return None;
         }
         // Already reported.
-        None => return features,
+        None => return None,
     };
     let Ok(raw) = serde_json::from_str::<BTreeMap<String, Vec<String>>>(&text) else {
         problems.push(
@@ -301,50 +391,77 @@ fn features(
              e.g. {\"postgres\":[\"pg_trgm\"]}"
                 .into(),
         );
-        return features;
+        return None;
     };
-    for (name, list) in raw {
-        let engine = engines(&name);
-        let requested = match engine {
-            Some(e) => services.contains(&e.name),
-            None => unknown_services.contains(&name),
-        };
-        if !requested {
-            problems.push(format!(
-                "features name engine {}, which services do not request",
-                shown(&name)
-            ));
-            continue;
-        }
-        // Features of an engine this binary does not know: the row is
-        // already failed through `unknown_services`.
-        let Some(engine) = engine else { continue };
-        if list.len() > MAX_FEATURES {
-            problems.push(format!(
-                "features for {name} list {} entries: at most {MAX_FEATURES} are allowed",
-                list.len()
-            ));
-            continue;
-        }
-        let set: BTreeSet<String> = list.iter().cloned().collect();
-        if set.len() != list.len() {
-            problems.push(format!("features for {name} name a feature twice"));
-        }
-        let allowed = engine.allowed_features;
-        if let Some(bad) = set.iter().find(|f| !allowed.contains(&f.as_str())) {
-            problems.push(format!(
-                "feature {} is not allowed for engine {name}: allowed features are {}",
-                shown(bad),
-                if allowed.is_empty() {
-                    "(none)".to_owned()
-                } else {
-                    allowed.join(", ")
-                }
-            ));
-        }
-        features.insert(engine.name, set);
+    Some(raw)
+}
+
+/// The engine that the `features` key `name` names, when `services`
+/// requests it and this binary runs it; else `None` (and a problem when
+/// `services` does not request it).
+fn requested_engine(
+    name: &str,
+    engines: &impl Fn(&str) -> Option<KnownEngine>,
+    services: &[EngineName],
+    unknown_services: &[String],
+    problems: &mut Problems,
+) -> Option<KnownEngine> {
+    let engine = engines(name);
+    let requested = match engine {
+        Some(e) => services.contains(&e.name),
+        None => unknown_services.iter().any(|u| u == name),
+    };
+    if !requested {
+        problems.push(format!(
+            "features name engine {}, which services do not request",
+            shown(name)
+        ));
+        return None;
     }
-    features
+    // Features of an engine this binary does not know: the row is
+    // already failed through `unknown_services`.
+    engine
+}
+
+/// The features `list` asks of `engine` (named `name` in the row): at most
+/// [`MAX_FEATURES`], else `None` and a problem. A name listed twice and a
+/// feature off the engine's allowlist are reported; the set is kept either
+/// way.
+fn engine_features(
+    name: &str,
+    engine: KnownEngine,
+    list: &[String],
+    problems: &mut Problems,
+) -> Option<BTreeSet<String>> {
+    if list.len() > MAX_FEATURES {
+        problems.push(format!(
+            "features for {name} list {} entries: at most {MAX_FEATURES} are allowed",
+            list.len()
+        ));
+        return None;
+    }
+    let set: BTreeSet<String> = list.iter().cloned().collect();
+    if set.len() != list.len() {
+        problems.push(format!("features for {name} name a feature twice"));
+    }
+    check_allowlist(name, engine.allowed_features, &set, problems);
+    Some(set)
+}
+
+/// The allowlist check: the first feature of `set` that `allowed` does not
+/// hold, reported with what `allowed` does hold.
+fn check_allowlist(name: &str, allowed: &[&str], set: &BTreeSet<String>, problems: &mut Problems) {
+    if let Some(bad) = set.iter().find(|f| !allowed.contains(&f.as_str())) {
+        problems.push(format!(
+            "feature {} is not allowed for engine {name}: allowed features are {}",
+            shown(bad),
+            if allowed.is_empty() {
+                "(none)".to_owned()
+            } else {
+                allowed.join(", ")
+            }
+        ));
+    }
 }
 
 /// What is wrong with a desired row, collected while reading it.
