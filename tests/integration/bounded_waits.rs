@@ -36,12 +36,14 @@ async fn a_lock_held_on_sandbox_status_times_statements_out_on_the_server_and_pr
 
     // The controller keeps trying, but none of its sessions waits on the
     // lock for longer than its lock timeout (1 s): the server cancels them.
+    // (Sessions of this test's database: other tests share the server.)
     let mut waited = 0;
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(750)).await;
         let stuck: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity
-             WHERE usename = 'sandboxd' AND wait_event_type = 'Lock'
+             WHERE datname = current_database() AND usename = 'sandboxd'
+               AND wait_event_type = 'Lock'
                AND now() - query_start > interval '1.8 seconds'",
         )
         .fetch_one(&env.admin_pool)
@@ -50,7 +52,8 @@ async fn a_lock_held_on_sandbox_status_times_statements_out_on_the_server_and_pr
         assert_eq!(stuck, 0, "a session waited on the lock past its timeout");
         let waiting: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity
-             WHERE usename = 'sandboxd' AND wait_event_type = 'Lock'",
+             WHERE datname = current_database() AND usename = 'sandboxd'
+               AND wait_event_type = 'Lock'",
         )
         .fetch_one(&env.admin_pool)
         .await

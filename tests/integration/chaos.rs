@@ -10,7 +10,7 @@
 
 use crate::common;
 
-use common::{eventually, free_port, http_get, request, sandbox_id, TestEnv};
+use common::{eventually, free_port, http_get, request, sandbox_id, StateStorage, TestEnv};
 use sandboxd::adapters::chaos::Fault;
 use sandboxd::adapters::PgStore;
 use sandboxd::chaos::{Chaos, ChaosOptions};
@@ -77,7 +77,9 @@ async fn under_chaos_nothing_leaks_nothing_is_duplicated_and_no_credential_is_lo
         .and_then(|v| parse_duration(&v).ok());
     let duration = soak.unwrap_or(Duration::from_secs(45));
     let faults = (duration.as_secs() / 3).max(10) as usize;
-    let env = TestEnv::new().await;
+    // A server of its own: the test ends every session of the role
+    // `sandboxd` and freezes the server.
+    let env = TestEnv::new_with(StateStorage::Tmpfs).await;
     let client = Client::from_pool(env.pool.clone());
     let canary = Canary::start();
 

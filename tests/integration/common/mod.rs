@@ -1,10 +1,13 @@
-//! Shared fixtures for integration tests: a state Postgres of its own per
-//! test, started through testcontainers from the locally built engine image,
-//! with a superuser for the test and an ordinary role `sandboxd` owning the
-//! database for the controller (so every test proves the controller works
-//! without superuser rights); a unique deployment label per test; and a
-//! controller running in the background.
+//! Shared fixtures for integration tests: a state database of its own per
+//! test (see `state`), a unique deployment label per test, and a controller
+//! running in the background.
 #![allow(dead_code)]
+
+mod state;
+
+// benches/provision.rs takes this module too, and uses less of it.
+#[allow(unused_imports)]
+pub use state::{StatePostgres, StateStorage, STATE_LABEL};
 
 use sandboxd::adapters::{DockerRuntime, PgStore};
 use sandboxd::config::{ControllerConfig, Images};
@@ -18,149 +21,13 @@ use sandboxd::ports::Runtime;
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
-use testcontainers::core::{IntoContainerPort, WaitFor};
-use testcontainers::runners::AsyncRunner;
-use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
-/// Label on every state Postgres the fixtures start (`scripts/test.sh`
-/// removes any a killed test run left behind).
-pub const STATE_LABEL: &str = "io.sandboxd.test-state";
-
-/// The image of the state Postgres: `SANDBOXD_TEST_STATE_IMAGE`, else the
-/// Debian-built `sandboxd/postgres:17`.
-fn state_image() -> (String, String) {
-    let image = std::env::var("SANDBOXD_TEST_STATE_IMAGE")
-        .unwrap_or_else(|_| "sandboxd/postgres:17".into());
-    match image.rsplit_once(':') {
-        Some((name, tag)) if !tag.contains('/') => (name.into(), tag.into()),
-        _ => (image, "latest".into()),
-    }
-}
-
-fn random_suffix() -> String {
+/// Ten random lowercase letters and digits, for names of a test's own.
+pub fn random_suffix() -> String {
     use rand::distr::{Alphanumeric, SampleString};
     Alphanumeric
         .sample_string(&mut rand::rng(), 10)
         .to_lowercase()
-}
-
-/// Where a state Postgres keeps its data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateStorage {
-    /// On tmpfs, published on a port Docker picks: fast, lost on a restart.
-    Tmpfs,
-    /// On the image's volume and published on `port`, so that `docker
-    /// restart` brings the same database back at the same address.
-    Restartable {
-        /// The host port.
-        port: u16,
-    },
-}
-
-/// A throwaway Postgres for sandboxd's own state, removed when dropped.
-pub struct StatePostgres {
-    /// `postgres://sandboxd:…@127.0.0.1:PORT/sandboxd`: the controller's
-    /// role, a non-superuser that owns the database.
-    pub url: String,
-    /// `postgres://postgres:…@127.0.0.1:PORT/sandboxd`: a superuser, for
-    /// tests that create roles or force rows in.
-    pub admin_url: String,
-    container: ContainerAsync<GenericImage>,
-}
-
-impl StatePostgres {
-    /// Starts one (data on tmpfs, published on 127.0.0.1 only), waits
-    /// until its real server listens on TCP (the image's temporary init
-    /// server never does) and accepts a login, then creates the login role
-    /// `sandboxd` (no superuser, no CREATEROLE, no CREATEDB) and the
-    /// database `sandboxd` owned by it.
-    pub async fn start() -> Self {
-        Self::start_with(StateStorage::Tmpfs).await
-    }
-
-    /// Like [`StatePostgres::start`], with its data where `storage` says.
-    pub async fn start_with(storage: StateStorage) -> Self {
-        let (name, tag) = state_image();
-        let admin_password = random_suffix() + &random_suffix();
-        let password = random_suffix() + &random_suffix();
-        let container = GenericImage::new(name.clone(), tag.clone())
-            .with_exposed_port(5432.tcp())
-            .with_wait_for(WaitFor::message_on_stderr("listening on IPv4 address"))
-            .with_env_var("POSTGRES_USER", "postgres")
-            .with_env_var("POSTGRES_PASSWORD", &admin_password)
-            .with_cmd(["-c", "fsync=off", "-c", "max_connections=200"])
-            .with_label(STATE_LABEL, "true")
-            .with_startup_timeout(Duration::from_secs(120))
-            .with_host_config_modifier(move |hc| {
-                hc.publish_all_ports = Some(false);
-                hc.port_bindings = Some(std::collections::HashMap::from([(
-                    "5432/tcp".to_owned(),
-                    Some(vec![bollard::models::PortBinding {
-                        host_ip: Some("127.0.0.1".into()),
-                        host_port: Some(match storage {
-                            StateStorage::Tmpfs => String::new(),
-                            StateStorage::Restartable { port } => port.to_string(),
-                        }),
-                    }]),
-                )]));
-                if storage == StateStorage::Tmpfs {
-                    hc.tmpfs = Some(std::collections::HashMap::from([(
-                        "/var/lib/postgresql/data".to_owned(),
-                        "rw,size=512m".to_owned(),
-                    )]));
-                }
-            })
-            .start()
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "starting the state Postgres from {name}:{tag} failed: {e}; build the engine \
-                     images first (deploy/images/build.sh, which scripts/test.sh runs)"
-                )
-            });
-        let port = container
-            .get_host_port_ipv4(5432.tcp())
-            .await
-            .expect("the state Postgres publishes 5432");
-        let admin =
-            |db: &str| format!("postgres://postgres:{admin_password}@127.0.0.1:{port}/{db}");
-        // "listening" comes a moment before "ready to accept connections".
-        let mut conn = eventually(
-            "the state Postgres accepts logins",
-            Duration::from_secs(30),
-            || async {
-                use sqlx::Connection;
-                sqlx::PgConnection::connect(&admin("postgres")).await.ok()
-            },
-        )
-        .await;
-        // Utility statements take no parameters; the password is alphanumeric.
-        for sql in [
-            format!(
-                "CREATE ROLE sandboxd LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD '{password}'"
-            ),
-            "CREATE DATABASE sandboxd OWNER sandboxd".to_owned(),
-        ] {
-            sqlx::query(&sql)
-                .execute(&mut conn)
-                .await
-                .expect("create the controller's role and database");
-        }
-        {
-            use sqlx::Connection;
-            conn.close().await.expect("close the setup connection");
-        }
-        Self {
-            url: format!("postgres://sandboxd:{password}@127.0.0.1:{port}/sandboxd"),
-            admin_url: admin("sandboxd"),
-            container,
-        }
-    }
-
-    /// The container's id.
-    pub fn id(&self) -> &str {
-        self.container.id()
-    }
 }
 
 impl TestEnv {
@@ -169,7 +36,7 @@ impl TestEnv {
     pub async fn pause_state_database(&self, d: Duration) {
         let docker = |verb: &str| {
             let out = std::process::Command::new("docker")
-                .args([verb, self.state.id()])
+                .args([verb, self.state.own_server()])
                 .output()
                 .expect("run docker");
             assert!(
@@ -186,7 +53,7 @@ impl TestEnv {
     /// [`StateStorage::Restartable`] to keep its data and address).
     pub fn restart_state_database(&self) {
         let out = std::process::Command::new("docker")
-            .args(["restart", "-t", "5", self.state.id()])
+            .args(["restart", "-t", "5", self.state.own_server()])
             .output()
             .expect("run docker");
         assert!(
@@ -215,21 +82,30 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
-    /// A fresh, migrated state database and a unique deployment.
+    /// A fresh, migrated state database (on the test process's shared
+    /// server) and a unique deployment.
     pub async fn new() -> Self {
-        Self::new_with(StateStorage::Tmpfs).await
+        Self::on(StatePostgres::migrated().await, false).await
     }
 
-    /// Like [`TestEnv::new`], the state database's data where `storage` says.
+    /// Like [`TestEnv::new`], on a state Postgres server of its own with
+    /// its data where `storage` says: for a test that stops, pauses or
+    /// restarts it, or acts on every session of a role.
     pub async fn new_with(storage: StateStorage) -> Self {
-        let state = StatePostgres::start_with(storage).await;
+        Self::on(StatePostgres::start_with(storage).await, true).await
+    }
+
+    /// The world on `state`, which is migrated first if `migrate`.
+    async fn on(state: StatePostgres, migrate: bool) -> Self {
         let store = PgStore::connect(&state.url, 8)
             .await
             .expect("connect the test state database");
-        store
-            .migrate()
-            .await
-            .expect("migrate the test state database");
+        if migrate {
+            store
+                .migrate()
+                .await
+                .expect("migrate the test state database");
+        }
         let admin_pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(4)
             .connect(&state.admin_url)
@@ -264,16 +140,25 @@ impl TestEnv {
 
     /// Creates the login role `name` as the superuser (roles are
     /// cluster-wide; the controller's role cannot create them) and returns
-    /// a pool connected as it and its URL.
+    /// a pool connected as it and its URL. Tests on the shared server that
+    /// name the same role share it (it has the same password everywhere);
+    /// each grants it privileges in its own database only.
     pub async fn create_login_role(&self, name: &str) -> (PgPool, String) {
-        let password = random_suffix() + &random_suffix();
-        sqlx::query(&format!(
+        static PASSWORD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let password = PASSWORD.get_or_init(|| random_suffix() + &random_suffix());
+        let created = sqlx::query(&format!(
             "CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'"
         ))
         .execute(&self.admin_pool)
-        .await
-        .unwrap_or_else(|e| panic!("create role {name}: {e}"));
-        let url = self.url_as(name, &password);
+        .await;
+        if let Err(e) = created {
+            // 42710: it exists; 23505: another test created it just now.
+            let code = e.as_database_error().and_then(|d| d.code());
+            if !matches!(code.as_deref(), Some("42710" | "23505")) {
+                panic!("create role {name}: {e}");
+            }
+        }
+        let url = self.url_as(name, password);
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(2)
             .connect(&url)
@@ -470,7 +355,7 @@ fn remove_labelled(list: &[&str], remove: &[&str], label: &str) {
 
 impl Drop for TestEnv {
     /// Removes every container of this test's deployment, even when the
-    /// test panicked; the state Postgres goes with its field.
+    /// test panicked; the state database goes with its field.
     fn drop(&mut self) {
         remove_containers_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
         remove_networks_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
