@@ -35,18 +35,36 @@ impl TestEnv {
     /// connection stalls, nothing answers, then it goes on.
     pub async fn pause_state_database(&self, d: Duration) {
         let docker = |verb: &str| {
-            let out = std::process::Command::new("docker")
+            std::process::Command::new("docker")
                 .args([verb, self.state.own_server()])
                 .output()
-                .expect("run docker");
-            assert!(
-                out.status.success(),
-                "docker {verb} the state database failed"
-            );
+                .expect("run docker")
         };
-        docker("pause");
+        // runc gives up freezing a cgroup v1 whose processes keep forking
+        // ("unable to freeze"), as a server does while its clients
+        // reconnect on a loaded machine; it thaws it again, so try anew.
+        let mut attempts = 0;
+        let out = loop {
+            let out = docker("pause");
+            attempts += 1;
+            let refused = String::from_utf8_lossy(&out.stderr).contains("unable to freeze");
+            if out.status.success() || !refused || attempts == 10 {
+                break out;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(
+            out.status.success(),
+            "docker pause the state database failed ({attempts} attempts): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         tokio::time::sleep(d).await;
-        docker("unpause");
+        let out = docker("unpause");
+        assert!(
+            out.status.success(),
+            "docker unpause the state database failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Restarts the state Postgres (`docker restart`; start it with
@@ -58,7 +76,8 @@ impl TestEnv {
             .expect("run docker");
         assert!(
             out.status.success(),
-            "docker restart the state database failed"
+            "docker restart the state database failed: {}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 }
