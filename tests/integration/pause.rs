@@ -238,10 +238,14 @@ async fn a_sandbox_with_an_open_client_connection_is_neither_paused_nor_released
         chrono::Utc::now() - last_used < chrono::Duration::seconds(8),
         "the connection was recorded as a use: last used {last_used}"
     );
-    let one: i32 = sqlx::query_scalar("SELECT 1")
-        .fetch_one(&mut held_pg)
-        .await
-        .unwrap();
+    // Bounded: a container frozen under the connection would never answer.
+    let one: i32 = tokio::time::timeout(
+        Duration::from_secs(10),
+        sqlx::query_scalar("SELECT 1").fetch_one(&mut held_pg),
+    )
+    .await
+    .expect("the held connection answers within 10 s (was its container paused under it?)")
+    .unwrap();
     assert_eq!(one, 1, "the held connection still works");
 
     // The clients go: paused and released once idle. (Dropped, not closed:
