@@ -21,7 +21,7 @@
 //! (default 3) set the iteration counts, `BENCH_BATCH` (default 8) the
 //! batch size. The tables go to stdout and to `target/bench/provision.md`.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/integration/common/mod.rs"]
 mod common;
 #[path = "support/measure.rs"]
 mod measure;

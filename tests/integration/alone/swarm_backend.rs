@@ -1,0 +1,418 @@
+//! The Swarm backend (`--backend swarm`) on a real single-node Swarm that
+//! the tests create on the engine they use and leave again: rows become
+//! hardened one-replica services, reachable with their credentials through
+//! the sandbox's attachable overlay; a killed task is healed with the same
+//! credentials; a grown feature set rotates them; a released row's
+//! services, secrets, volumes and network go; no credential appears in
+//! `docker service inspect` or in `docker inspect` of the tasks'
+//! containers.
+//!
+//! The controller runs in the test process on the host, so it probes the
+//! engines at 127.0.0.1 on the port each task publishes in host mode
+//! (`--swarm-publish host`). The Swarm's gateway bridge is created first
+//! without masquerading or traffic between its containers, as the backend
+//! requires for that mode.
+
+use crate::common;
+
+use common::{
+    create_closed_gateway_bridge, docker, docker_ok, eventually, exec_in, host_pg_url,
+    remove_swarm_objects, request, sandbox_id, Agent, TestEnv,
+};
+use sandboxd::adapters::swarm::docker_name;
+use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
+use sandboxd::client::{Client, ClientError, SandboxRequest};
+use sandboxd::config::{Backend, SwarmPublish};
+use sandboxd::domain::{Phase, SandboxStatus};
+use sqlx::{Connection, PgConnection};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const READY: Duration = Duration::from_secs(120);
+
+/// How many tests use the Swarm, and whether they created it.
+static SWARM: Mutex<(usize, bool)> = Mutex::new((0, false));
+
+/// A single-node Swarm while any test of this file runs: created (with a
+/// gateway bridge that neither masquerades nor lets its containers talk)
+/// unless the engine already is in one, and left by the last test out.
+struct Swarm;
+
+impl Swarm {
+    fn join() -> Self {
+        let mut users = SWARM.lock().unwrap_or_else(|e| e.into_inner());
+        if users.0 == 0 {
+            let state = docker_ok(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
+            users.1 = state != "active";
+            if users.1 {
+                create_closed_gateway_bridge();
+                docker_ok(&["swarm", "init", "--advertise-addr", "127.0.0.1"]);
+            }
+        }
+        users.0 += 1;
+        Swarm
+    }
+}
+
+impl Drop for Swarm {
+    fn drop(&mut self) {
+        let mut users = SWARM.lock().unwrap_or_else(|e| e.into_inner());
+        users.0 -= 1;
+        if users.0 == 0 && users.1 {
+            docker(&["swarm", "leave", "--force"]);
+            docker(&["network", "rm", "docker_gwbridge"]);
+        }
+    }
+}
+
+/// Removes what a test's deployment left.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        remove_swarm_objects(
+            &format!("io.sandboxd.deployment={}", self.0),
+            &format!("io.sandboxd.swarm-deployment={}", self.0),
+        );
+    }
+}
+
+/// A controller of `env`'s deployment on the Swarm backend.
+async fn start(env: &TestEnv) -> common::RunningController {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let mut config = env.config();
+    config.backend = Backend::Swarm;
+    config.swarm_publish = SwarmPublish::Host;
+    config.relist_interval = Duration::from_secs(2);
+    let config = config
+        .for_swarm()
+        .expect("a configuration the Swarm backend takes");
+    assert!(!config.templates, "templates are off under Swarm");
+    let node = DockerRuntime::connect().await.expect("docker");
+    let runtime = SwarmRuntime::connect(node, SwarmPublish::Host, false)
+        .await
+        .expect("the engine is a Swarm manager with a closed gateway bridge");
+    env.start_on(
+        Arc::new(runtime),
+        config,
+        PgStore::from_pool(env.pool.clone()),
+    )
+}
+
+/// `docker service ls` of a label: each service's name and replicas.
+fn services(label: &str) -> Vec<String> {
+    let out = docker_ok(&[
+        "service",
+        "ls",
+        "--filter",
+        &format!("label={label}"),
+        "--format",
+        "{{.Name}} {{.Replicas}}",
+    ]);
+    out.lines().map(str::to_owned).collect()
+}
+
+/// The containers (tasks) of a label, running or not.
+fn task_containers(label: &str) -> Vec<String> {
+    let out = docker_ok(&["ps", "-aq", "--filter", &format!("label={label}")]);
+    out.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Whether `url` logs in (within a few seconds).
+async fn logs_in(url: &str) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(url)).await,
+        Ok(Ok(_))
+    )
+}
+
+#[tokio::test]
+async fn a_postgres_and_redis_row_becomes_hardened_swarm_services_reachable_through_its_overlay_with_no_credential_in_any_inspect(
+) {
+    let _swarm = Swarm::join();
+    let env = TestEnv::new().await;
+    let _cleanup = Cleanup(env.deployment.to_string());
+    let _controller = start(&env).await;
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("swarm");
+    // Agents the row attaches to its overlay (sandboxd detaches strangers).
+    let agent = Agent::start_from(&format!("{}-agent", env.deployment), "sandboxd/postgres:17");
+    let redis_agent = Agent::start(&format!("{}-redis-agent", env.deployment));
+    let status = client
+        .provision(
+            &id,
+            &SandboxRequest {
+                attach: vec![agent.0.clone(), redis_agent.0.clone()],
+                ..request(&["postgres", "redis"], &[])
+            },
+            READY,
+        )
+        .await
+        .expect("the sandbox becomes ready on Swarm");
+    let pg = &status.services["postgres"];
+    let redis = &status.services["redis"];
+
+    // Two one-replica services, and every container of the deployment is
+    // one of their tasks.
+    let sandbox_label = format!("io.sandboxd.sandbox={id}");
+    let listed = services(&sandbox_label);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed.iter().all(|l| l.ends_with(" 1/1")), "{listed:?}");
+    for c in task_containers(&format!("io.sandboxd.deployment={}", env.deployment)) {
+        let service = docker_ok(&[
+            "inspect",
+            "--format",
+            "{{index .Config.Labels \"com.docker.swarm.service.id\"}}",
+            &c,
+        ]);
+        assert!(!service.is_empty(), "container {c} is not a Swarm task");
+    }
+
+    // Hardened as containers are: the engine's uid, read-only root, no
+    // capability, tmpfs volumes, caps and reservations, no restart by Swarm.
+    let ids = docker_ok(&[
+        "service",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label={sandbox_label}"),
+    ]);
+    for service in ids.split_whitespace() {
+        let spec = docker_ok(&[
+            "service",
+            "inspect",
+            "--format",
+            "{{json .Spec.TaskTemplate}} {{json .Spec.EndpointSpec}}",
+            service,
+        ]);
+        for part in [
+            r#""User":"999:999""#,
+            r#""ReadOnly":true"#,
+            r#""CapabilityDrop":["ALL"]"#,
+            r#""Condition":"none""#,
+            r#""SecretName":"#,
+            r#""MemoryBytes":268435456"#,
+            r#""Reservations":{"MemoryBytes":268435456}"#,
+            r#""Mode":"dnsrr""#,
+            r#""PublishMode":"host""#,
+            "mode=0700,noexec,nosuid,nodev",
+        ] {
+            assert!(spec.contains(part), "{part} missing from {spec}");
+        }
+        assert!(!spec.contains(r#""Type":"tmpfs""#), "{spec}");
+    }
+
+    // The overlay is attachable; the gateway bridge that host-mode
+    // publishing puts tasks on neither masquerades nor connects them.
+    let network = docker_name(
+        &status
+            .network
+            .clone()
+            .expect("the status names the network"),
+    );
+    assert_eq!(
+        docker_ok(&[
+            "network",
+            "inspect",
+            "--format",
+            "{{.Driver}} {{.Attachable}}",
+            &network
+        ]),
+        "overlay true"
+    );
+    let gw = docker_ok(&[
+        "network",
+        "inspect",
+        "--format",
+        "{{json .Options}}",
+        "docker_gwbridge",
+    ]);
+    assert!(
+        gw.contains(r#""com.docker.network.bridge.enable_ip_masquerade":"false""#)
+            && gw.contains(r#""com.docker.network.bridge.enable_icc":"false""#),
+        "{gw}"
+    );
+
+    // The agents the row attached reach both engines by name on the
+    // overlay with the status's credentials; another password is refused.
+    let psql = format!(
+        "psql -h {} -p {} -U {} -d {} -tAc 'select 40 + 2'",
+        pg.host, pg.port, pg.user, pg.database
+    );
+    let (code, out) = exec_in(
+        &env,
+        &agent.0,
+        &psql,
+        vec![format!("PGPASSWORD={}", pg.password.expose())],
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "42"), "{out}");
+    let (code, out) = exec_in(&env, &agent.0, &psql, vec!["PGPASSWORD=wrong".into()]).await;
+    assert_ne!(code, 0, "a wrong password logged in: {out}");
+    let ping = format!(
+        "redis-cli --no-auth-warning -h {} -p {} ping",
+        redis.host, redis.port
+    );
+    let (code, out) = exec_in(
+        &env,
+        &redis_agent.0,
+        &ping,
+        vec![format!("REDISCLI_AUTH={}", redis.password.expose())],
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "PONG"), "{out}");
+    let (_, out) = exec_in(
+        &env,
+        &redis_agent.0,
+        &ping,
+        vec!["REDISCLI_AUTH=wrong".into()],
+    )
+    .await;
+    assert_ne!(out.trim(), "PONG", "a wrong password was let in");
+
+    // The controller, on the host, logs in at the published port too.
+    assert!(logs_in(&host_pg_url(pg)).await);
+
+    // No password in any inspect of the services or their tasks' containers.
+    let mut inspected = docker_ok(
+        &["service", "inspect"]
+            .into_iter()
+            .chain(ids.split_whitespace())
+            .collect::<Vec<_>>(),
+    );
+    for c in task_containers(&sandbox_label) {
+        inspected.push_str(&docker_ok(&["inspect", &c]));
+    }
+    for password in [pg.password.expose(), redis.password.expose()] {
+        assert!(!inspected.contains(password), "a password is in an inspect");
+    }
+    assert!(inspected.contains("SANDBOXD_SECRETS_FILE=/run/secrets/sandboxd"));
+}
+
+#[tokio::test]
+async fn a_killed_task_is_healed_with_the_same_credentials_a_grown_feature_set_rotates_and_a_released_row_leaves_nothing(
+) {
+    let _swarm = Swarm::join();
+    let env = TestEnv::new().await;
+    let _cleanup = Cleanup(env.deployment.to_string());
+    let _controller = start(&env).await;
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("swarmheal");
+    let first = client
+        .provision(&id, &request(&["postgres"], &[]), READY)
+        .await
+        .expect("ready");
+    let pg = first.services["postgres"].clone();
+    assert!(logs_in(&host_pg_url(&pg)).await);
+
+    // Kill the task's container: Swarm does not restart it (condition
+    // none); sandboxd re-creates the service with the same credentials.
+    let sandbox_label = format!("io.sandboxd.sandbox={id}");
+    let running = docker_ok(&["ps", "-q", "--filter", &format!("label={sandbox_label}")]);
+    assert_eq!(running.lines().count(), 1, "{running}");
+    docker_ok(&["kill", running.trim()]);
+    let healed: SandboxStatus = eventually("the heal", READY, || async {
+        let s = client.status(&id).await.ok()??;
+        let p = s.services.get("postgres")?;
+        (s.phase == Phase::Ready && p.heals == 1 && p.instance != pg.instance).then_some(s)
+    })
+    .await;
+    let after = &healed.services["postgres"];
+    assert_eq!(after.password.expose(), pg.password.expose());
+    assert_eq!(after.user, pg.user);
+    assert!(
+        logs_in(&host_pg_url(after)).await,
+        "the healed engine takes the same password"
+    );
+    assert_eq!(services(&sandbox_label).len(), 1);
+
+    // A grown feature set rotates: new credentials, the feature there,
+    // one service.
+    let generation = client
+        .apply(&id, &request(&["postgres"], &[("postgres", "citext")]))
+        .await
+        .unwrap();
+    let rotated = client
+        .wait_ready(&id, &generation, READY)
+        .await
+        .expect("the rotation finishes");
+    let new = &rotated.services["postgres"];
+    assert_ne!(new.password.expose(), pg.password.expose());
+    assert!(
+        new.available_extensions.iter().any(|e| e == "citext"),
+        "{:?}",
+        new.available_extensions
+    );
+    assert!(logs_in(&host_pg_url(new)).await);
+    let old_password = host_pg_url(new).replace(new.password.expose(), pg.password.expose());
+    assert!(
+        !logs_in(&old_password).await,
+        "the old password still works"
+    );
+    assert_eq!(services(&sandbox_label).len(), 1);
+
+    // Released: its service, secrets, volumes and network go.
+    assert!(client.release(&id).await.unwrap());
+    let network = docker_name(&rotated.network.clone().expect("network"));
+    eventually("everything of the released sandbox gone", READY, || async {
+        let left = [
+            docker_ok(&[
+                "service",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("label={sandbox_label}"),
+            ]),
+            docker_ok(&[
+                "secret",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("label={sandbox_label}"),
+            ]),
+            docker_ok(&[
+                "volume",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("label={sandbox_label}"),
+            ]),
+            docker_ok(&[
+                "network",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("name=^{network}$"),
+            ]),
+        ];
+        left.iter().all(String::is_empty).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_persistent_row_is_refused_under_swarm_with_the_reason() {
+    let _swarm = Swarm::join();
+    let env = TestEnv::new().await;
+    let _cleanup = Cleanup(env.deployment.to_string());
+    let _controller = start(&env).await;
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("swarmkeep");
+    let req = SandboxRequest {
+        persistent: true,
+        ..request(&["postgres"], &[])
+    };
+    match client.provision(&id, &req, READY).await {
+        Err(ClientError::Failed { message, .. }) => {
+            assert!(
+                message.contains("persistent sandboxes are refused under --backend swarm"),
+                "{message}"
+            )
+        }
+        other => panic!("expected the row to fail, got {other:?}"),
+    }
+    assert!(services(&format!("io.sandboxd.sandbox={id}")).is_empty());
+}

@@ -1,0 +1,264 @@
+//! The Swarm backend on two nodes: this machine's engine as the manager
+//! and a second `dockerd` in a network namespace of its own as a worker
+//! (`tests/fixtures/swarm-worker.sh`), set up by the test and torn down
+//! after it. Sandboxes whose reservations do not fit one node together are
+//! placed on both; one that fits on neither stays unplaced with Swarm's
+//! reason; draining a node moves its sandbox to the other with the same
+//! credentials, reached by an agent over the cross-node overlay.
+//!
+//! Both nodes share this VM's memory: the reservations (13 GiB of the
+//! 24 GiB each node reports) are Swarm's bookkeeping, nothing is used.
+
+use crate::common;
+
+use common::{
+    create_closed_gateway_bridge, docker, docker_ok, eventually, exec_in, request, sandbox_id,
+    Agent, TestEnv,
+};
+use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
+use sandboxd::client::{Client, SandboxRequest};
+use sandboxd::config::{Backend, SwarmPublish};
+use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+const READY: Duration = Duration::from_secs(120);
+/// Where the manager advertises itself (the host's end of the veth pair
+/// the fixture creates).
+const MANAGER_ADDR: &str = "10.210.0.1";
+const GIB: i64 = 1024 * 1024 * 1024;
+
+fn fixture(command: &str, state: &std::path::Path) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/swarm-worker.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(command)
+        .arg(state)
+        // The worker runs Redis only (and saves a copy of the rest).
+        .env("SBXW_IMAGES", "sandboxd/redis:8")
+        .output()
+        .expect("run the worker fixture");
+    assert!(
+        out.status.success(),
+        "swarm-worker.sh {command}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The two-node Swarm: the manager (this engine, with a closed gateway
+/// bridge) and the fixture's worker; all of it undone when dropped.
+struct TwoNodes {
+    state: PathBuf,
+    worker: String,
+}
+
+impl TwoNodes {
+    fn start() -> Self {
+        let state = std::env::temp_dir().join(format!("sbxw-{}", std::process::id()));
+        let state_s = state.clone();
+        let this = TwoNodes {
+            state,
+            worker: String::new(),
+        };
+        assert_eq!(
+            docker_ok(&["info", "--format", "{{.Swarm.LocalNodeState}}"]),
+            "inactive",
+            "the engine must not be in a Swarm already"
+        );
+        fixture("net", &state_s);
+        create_closed_gateway_bridge();
+        docker_ok(&["swarm", "init", "--advertise-addr", MANAGER_ADDR]);
+        let mut this = this;
+        this.worker = fixture("up", &state_s);
+        this
+    }
+}
+
+impl Drop for TwoNodes {
+    fn drop(&mut self) {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/swarm-worker.sh");
+        let _ = Command::new("bash")
+            .arg(script)
+            .arg("down")
+            .arg(&self.state)
+            .output();
+        docker(&["swarm", "leave", "--force"]);
+        docker(&["network", "rm", "docker_gwbridge"]);
+    }
+}
+
+/// The hostname of the node running the current task of the sandbox's
+/// one engine, once Swarm placed it.
+fn node_of(id: &SandboxId) -> Option<String> {
+    let service = docker_ok(&[
+        "service",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=io.sandboxd.sandbox={id}"),
+    ]);
+    let service = service.lines().next()?;
+    let nodes = docker_ok(&[
+        "service",
+        "ps",
+        "--filter",
+        "desired-state=running",
+        "--format",
+        "{{.Node}}",
+        service,
+    ]);
+    nodes
+        .lines()
+        .next()
+        .map(str::to_owned)
+        .filter(|n| !n.is_empty())
+}
+
+/// Pings the sandbox's Redis by name from `agent` with `password`.
+async fn pings(env: &TestEnv, agent: &str, password: &str) -> String {
+    let (_, out) = exec_in(
+        env,
+        agent,
+        "redis-cli --no-auth-warning -h redis -p 6379 ping",
+        vec![format!("REDISCLI_AUTH={password}")],
+    )
+    .await;
+    out.trim().to_owned()
+}
+
+#[tokio::test]
+async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_node_moves_its_sandbox_with_the_same_credentials(
+) {
+    let nodes = TwoNodes::start();
+    let manager = docker_ok(&["info", "--format", "{{.Name}}"]);
+    let env = TestEnv::new().await;
+    let deployment = env.deployment.to_string();
+    let _cleanup = scopeguard(deployment.clone());
+    let mut config = env.config();
+    config.backend = Backend::Swarm;
+    config.swarm_publish = SwarmPublish::Host;
+    config.relist_interval = Duration::from_secs(2);
+    config.limits.memory_bytes = 13 * GIB;
+    let config = config.for_swarm().expect("a Swarm configuration");
+    let runtime = SwarmRuntime::connect(
+        DockerRuntime::connect().await.expect("docker"),
+        SwarmPublish::Host,
+        false,
+    )
+    .await
+    .expect("the engine manages the two-node Swarm");
+    let _controller = env.start_on(
+        Arc::new(runtime),
+        config,
+        PgStore::from_pool(env.pool.clone()),
+    );
+    let client = Client::from_pool(env.pool.clone());
+
+    // Two sandboxes of 13 GiB each: no node holds both.
+    let agents: Vec<Agent> = (0..2)
+        .map(|i| Agent::start(&format!("{deployment}-agent{i}")))
+        .collect();
+    let ids: Vec<SandboxId> = (0..2).map(|i| sandbox_id(&format!("two{i}"))).collect();
+    let mut statuses: Vec<SandboxStatus> = Vec::new();
+    for (id, agent) in ids.iter().zip(&agents) {
+        let req = SandboxRequest {
+            attach: vec![agent.0.clone()],
+            ..request(&["redis"], &[])
+        };
+        statuses.push(
+            client
+                .provision(id, &req, READY)
+                .await
+                .expect("each sandbox is placed and ready"),
+        );
+    }
+    let placed: Vec<String> = ids.iter().map(|id| node_of(id).expect("placed")).collect();
+    let mut both = placed.clone();
+    both.sort();
+    let mut expected = vec![manager.clone(), nodes.worker.clone()];
+    expected.sort();
+    assert_eq!(both, expected, "one sandbox on each node");
+    // Each answers its agent (on the manager) over its overlay, the one on
+    // the worker across nodes.
+    for ((status, agent), node) in statuses.iter().zip(&agents).zip(&placed) {
+        let password = status.services["redis"].password.expose();
+        assert_eq!(pings(&env, &agent.0, password).await, "PONG", "on {node}");
+    }
+
+    // A third fits on neither node: Swarm leaves it unplaced and says why.
+    let third = sandbox_id("two2");
+    client
+        .apply(&third, &request(&["redis"], &[]))
+        .await
+        .unwrap();
+    eventually("Swarm's reason for not placing it", READY, || async {
+        let service = docker_ok(&[
+            "service",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=io.sandboxd.sandbox={third}"),
+        ]);
+        let service = service.lines().next()?.to_owned();
+        let errors = docker_ok(&[
+            "service",
+            "ps",
+            "--no-trunc",
+            "--format",
+            "{{.Error}}",
+            &service,
+        ]);
+        errors
+            .contains("insufficient resources on 2 nodes")
+            .then_some(())
+    })
+    .await;
+    assert!(client.release(&third).await.unwrap());
+
+    // Release the second, drain the first's node: its sandbox moves to the
+    // other node, with the same credentials.
+    assert!(client.release(&ids[1]).await.unwrap());
+    eventually("the second sandbox's service gone", READY, || async {
+        node_of(&ids[1]).is_none().then_some(())
+    })
+    .await;
+    let before = &statuses[0].services["redis"];
+    let drained = placed[0].clone();
+    docker_ok(&["node", "update", "--availability", "drain", &drained]);
+    let moved: SandboxStatus = eventually("the drained node's sandbox moved", READY, || async {
+        let s = client.status(&ids[0]).await.ok()??;
+        let r = s.services.get("redis")?;
+        (s.phase == Phase::Ready && r.heals >= 1 && r.instance != before.instance).then_some(s)
+    })
+    .await;
+    let now_on = node_of(&ids[0]).expect("placed again");
+    assert_ne!(now_on, drained, "moved off the drained node");
+    let after = &moved.services["redis"];
+    assert_eq!(after.password.expose(), before.password.expose());
+    assert_eq!(
+        pings(&env, &agents[0].0, after.password.expose()).await,
+        "PONG",
+        "the same password works on {now_on}"
+    );
+    drop(agents);
+}
+
+/// Removes the deployment's services and what they leave once the test
+/// ends (before the Swarm goes).
+fn scopeguard(deployment: String) -> impl Drop {
+    struct Guard(String);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            common::remove_swarm_objects(
+                &format!("io.sandboxd.deployment={}", self.0),
+                &format!("io.sandboxd.swarm-deployment={}", self.0),
+            );
+        }
+    }
+    Guard(deployment)
+}

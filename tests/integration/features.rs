@@ -1,0 +1,245 @@
+//! Every allowlisted feature works through the real controller: a row asks
+//! for an engine with all of its features, becomes ready on the images
+//! `deploy/images/build.sh` builds, and a real client uses each feature with
+//! the published credentials (Postgres: pgvector and PostGIS in one database
+//! with the contrib extensions; Redis and Valkey: RedisJSON, RediSearch on
+//! JSON documents and RedisBloom).
+
+use crate::common;
+
+use common::{host_pg_url, request, sandbox_id, test_features_images, test_images, TestEnv};
+use sandboxd::client::Client;
+use sandboxd::config::Images;
+use sandboxd::domain::{Phase, ServiceStatus};
+use sqlx::Connection;
+use std::time::Duration;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Valkey's image, both with and without features (it ships the modules).
+const VALKEY_IMAGE: &str = "valkey=sandboxd/valkey:8";
+
+/// Asks for `engine` with `features`, waits until ready and returns its
+/// status entry after checking that the status lists every feature.
+async fn provision(env: &TestEnv, engine: &str, features: &[&str]) -> ServiceStatus {
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id(&format!("feat-{engine}"));
+    let pairs: Vec<(&str, &str)> = features.iter().map(|f| (engine, *f)).collect();
+    let status = client
+        .provision(&id, &request(&[engine], &pairs), READY_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{engine} with features {features:?} becomes ready: {e}"));
+    assert_eq!(status.phase, Phase::Ready);
+    let service = status.services[engine].clone();
+    for f in features {
+        assert!(
+            service.available_extensions.iter().any(|e| e == f),
+            "{engine}: {f} in the status's available_extensions {:?}",
+            service.available_extensions
+        );
+    }
+    *service
+}
+
+#[tokio::test]
+async fn postgres_vector_and_postgis_work_in_one_database() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let pg = provision(
+        &env,
+        "postgres",
+        &["vector", "postgis", "pg_trgm", "citext", "uuid-ossp"],
+    )
+    .await;
+
+    let mut conn = sqlx::PgConnection::connect(&host_pg_url(&pg))
+        .await
+        .expect("log in to the sandbox postgres");
+    // Already there (created by the image's superuser), so these succeed
+    // for the agent's role too.
+    for ext in ["vector", "postgis", "pg_trgm", "citext", "uuid-ossp"] {
+        sqlx::query(&format!("CREATE EXTENSION IF NOT EXISTS \"{ext}\""))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("CREATE EXTENSION IF NOT EXISTS {ext}: {e}"));
+    }
+    let mut installed: Vec<String> =
+        sqlx::query_scalar("SELECT extname::text FROM pg_extension WHERE extname <> 'plpgsql'")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    installed.sort();
+    assert_eq!(
+        installed,
+        ["citext", "pg_trgm", "postgis", "uuid-ossp", "vector"]
+    );
+
+    // pgvector: a nearest-neighbour query.
+    for sql in [
+        "CREATE TABLE items (id int PRIMARY KEY, name text, embedding vector(3))",
+        "INSERT INTO items VALUES (1, 'one', '[1,2,3]'), (2, 'two', '[4,5,6]'), (3, 'far', '[10,10,10]')",
+        "CREATE INDEX ON items USING hnsw (embedding vector_l2_ops)",
+    ] {
+        sqlx::query(sql)
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let (id, name): (i32, String) =
+        sqlx::query_as("SELECT id, name FROM items ORDER BY embedding <-> '[3.9,5.2,6.1]' LIMIT 1")
+            .fetch_one(&mut conn)
+            .await
+            .expect("nearest neighbour");
+    assert_eq!((id, name.as_str()), (2, "two"));
+
+    // PostGIS, in the same database.
+    let d: f64 =
+        sqlx::query_scalar("SELECT ST_Distance('POINT(0 0)'::geometry, 'POINT(3 4)'::geometry)")
+            .fetch_one(&mut conn)
+            .await
+            .expect("ST_Distance");
+    assert_eq!(d, 5.0);
+
+    // The contrib features.
+    let (sim, same, uuid): (f32, bool, bool) = sqlx::query_as(
+        "SELECT similarity('sandbox', 'sandbox'), 'ABC'::citext = 'abc', uuid_generate_v4() IS NOT NULL",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("pg_trgm, citext, uuid-ossp");
+    assert_eq!((sim, same, uuid), (1.0, true, true));
+
+    conn.close().await.unwrap();
+    controller.stop().await;
+}
+
+/// JSON.SET/JSON.GET, FT.CREATE … ON JSON + FT.SEARCH and BF.ADD/BF.EXISTS
+/// against a Redis-protocol sandbox with the three modules loaded.
+async fn json_search_and_bloom_work(engine: &str, s: &ServiceStatus) {
+    let url = format!(
+        "redis://:{}@127.0.0.1:{}/0",
+        s.password.expose(),
+        s.host_port
+    );
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("log in to the sandbox {engine}: {e}"));
+    let q = |args: &[&str]| {
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        c
+    };
+
+    // The names the controller looks for in INFO modules.
+    let info: String = q(&["INFO", "modules"]).query_async(&mut con).await.unwrap();
+    for m in ["ReJSON", "search", "bf"] {
+        assert!(
+            info.contains(&format!("module:name={m},")),
+            "{engine}: {m} in INFO modules: {info}"
+        );
+    }
+
+    // RediSearch over RedisJSON documents: the index first, then documents.
+    let ok: String = q(&[
+        "FT.CREATE",
+        "idx",
+        "ON",
+        "JSON",
+        "PREFIX",
+        "1",
+        "doc:",
+        "SCHEMA",
+        "$.name",
+        "AS",
+        "name",
+        "TEXT",
+    ])
+    .query_async(&mut con)
+    .await
+    .unwrap_or_else(|e| panic!("{engine}: FT.CREATE ON JSON: {e}"));
+    assert_eq!(ok, "OK");
+    for (key, doc) in [
+        ("doc:1", r#"{"name":"alice","n":1}"#),
+        ("doc:2", r#"{"name":"bob","n":2}"#),
+    ] {
+        let ok: String = q(&["JSON.SET", key, "$", doc])
+            .query_async(&mut con)
+            .await
+            .unwrap_or_else(|e| panic!("{engine}: JSON.SET: {e}"));
+        assert_eq!(ok, "OK");
+    }
+    let got: String = q(&["JSON.GET", "doc:1", "$.name"])
+        .query_async(&mut con)
+        .await
+        .unwrap_or_else(|e| panic!("{engine}: JSON.GET: {e}"));
+    assert_eq!(got, r#"["alice"]"#);
+    let found: redis::Value = q(&["FT.SEARCH", "idx", "@name:alice"])
+        .query_async(&mut con)
+        .await
+        .unwrap_or_else(|e| panic!("{engine}: FT.SEARCH: {e}"));
+    match &found {
+        redis::Value::Array(items) => {
+            assert_eq!(items.first(), Some(&redis::Value::Int(1)), "{found:?}");
+            assert_eq!(
+                items.get(1),
+                Some(&redis::Value::BulkString(b"doc:1".to_vec())),
+                "{found:?}"
+            );
+        }
+        other => panic!("{engine}: FT.SEARCH answered {other:?}"),
+    }
+
+    // RedisBloom.
+    let added: i64 = q(&["BF.ADD", "seen", "x"])
+        .query_async(&mut con)
+        .await
+        .unwrap_or_else(|e| panic!("{engine}: BF.ADD: {e}"));
+    assert_eq!(added, 1);
+    let x: i64 = q(&["BF.EXISTS", "seen", "x"])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let y: i64 = q(&["BF.EXISTS", "seen", "y"])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!((x, y), (1, 0), "{engine}: BF.EXISTS");
+
+    // The agent still cannot load modules or change the configuration.
+    for args in [
+        &["MODULE", "LOAD", "/usr/lib/redis/modules/rejson.so"][..],
+        &["CONFIG", "SET", "maxmemory", "1"][..],
+        &["DEBUG", "SLEEP", "0"][..],
+    ] {
+        let r: redis::RedisResult<redis::Value> = q(args).query_async(&mut con).await;
+        assert!(r.is_err(), "{engine}: {args:?} is refused: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn redis_json_search_and_bloom_modules_work_in_one_sandbox() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let rd = provision(&env, "redis", &["json", "search", "bloom"]).await;
+    json_search_and_bloom_work("redis", &rd).await;
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn valkey_json_search_and_bloom_modules_work_in_one_sandbox() {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.images = Images::new(
+        &[test_images(), VALKEY_IMAGE.into()],
+        &[test_features_images(), VALKEY_IMAGE.into()],
+    )
+    .expect("test images");
+    let controller = env.start(config);
+    let vk = provision(&env, "valkey", &["json", "search", "bloom"]).await;
+    json_search_and_bloom_work("valkey", &vk).await;
+    controller.stop().await;
+}

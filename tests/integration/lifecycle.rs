@@ -1,0 +1,643 @@
+//! The controller converges whatever happens to containers, rows or the
+//! controller itself: self-heal, rotation, grace-window reaping, scope and
+//! restart safety, on the real Docker engine.
+
+use crate::common;
+
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, KillContainerOptions, RemoveContainerOptionsBuilder,
+};
+use common::{eventually, free_port, host_pg_url, request, sandbox_id, TestEnv};
+use sandboxd::client::Client;
+use sandboxd::domain::container::{ContainerState, ObservedContainer};
+use sandboxd::domain::SandboxId;
+use sandboxd::domain::{Phase, SandboxStatus};
+use sqlx::Connection;
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+const READY: Duration = Duration::from_secs(90);
+
+fn pg_url(s: &SandboxStatus) -> String {
+    host_pg_url(&s.services["postgres"])
+}
+
+async fn engine_container(
+    env: &TestEnv,
+    id: &SandboxId,
+    engine: &str,
+) -> Option<ObservedContainer> {
+    env.containers(Some(id))
+        .await
+        .into_iter()
+        .find(|c| c.labels.engine == engine && c.state == ContainerState::Running)
+}
+
+/// A configuration whose periodic relist is too slow to matter, so a heal
+/// within the test's timeout proves the Docker event stream drove it.
+fn events_only(env: &TestEnv) -> sandboxd::config::ControllerConfig {
+    let mut config = env.config();
+    config.relist_interval = Duration::from_secs(3600);
+    config
+}
+
+/// Waits until `engine` runs in a container other than `old` and the
+/// status is ready again.
+async fn wait_replaced(
+    env: &TestEnv,
+    client: &Client,
+    id: &SandboxId,
+    engine: &str,
+    old: &str,
+    within: Duration,
+) -> SandboxStatus {
+    eventually(
+        "a replacement container and a ready status",
+        within,
+        || async {
+            let c = engine_container(env, id, engine).await?;
+            let s = client.status(id).await.unwrap()?;
+            (c.id.as_str() != old
+                && s.phase == Phase::Ready
+                && s.services[engine].instance == c.labels.instance)
+                .then_some(s)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_killed_container_is_healed_with_the_same_credentials_and_endpoint() {
+    let env = TestEnv::new().await;
+    let controller = env.start(events_only(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("kill");
+    let before = client
+        .provision(&id, &request(&["postgres", "redis"], &[]), READY)
+        .await
+        .unwrap();
+    let victim = engine_container(&env, &id, "postgres").await.unwrap();
+    let redis_before = engine_container(&env, &id, "redis").await.unwrap();
+
+    env.docker
+        .kill_container(victim.id.as_str(), None::<KillContainerOptions>)
+        .await
+        .unwrap();
+    let after = wait_replaced(
+        &env,
+        &client,
+        &id,
+        "postgres",
+        victim.id.as_str(),
+        Duration::from_secs(20),
+    )
+    .await;
+
+    assert_eq!(
+        after.services["postgres"].password,
+        before.services["postgres"].password
+    );
+    assert_eq!(
+        after.services["postgres"].host_port,
+        before.services["postgres"].host_port
+    );
+    assert_eq!(
+        after.services["postgres"].host,
+        before.services["postgres"].host
+    );
+    // A client that reconnects with what it already had succeeds.
+    let mut conn = sqlx::PgConnection::connect(&pg_url(&before))
+        .await
+        .expect("reconnect with old credentials");
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+    // The other engine was not touched.
+    assert_eq!(
+        engine_container(&env, &id, "redis").await.unwrap().id,
+        redis_before.id
+    );
+    // Exactly one container per engine.
+    assert_eq!(env.containers(Some(&id)).await.len(), 2);
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_container_removed_out_of_band_is_healed_with_the_same_credentials() {
+    let env = TestEnv::new().await;
+    let controller = env.start(events_only(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("rm");
+    let before = client
+        .provision(&id, &request(&["redis"], &[]), READY)
+        .await
+        .unwrap();
+    let victim = engine_container(&env, &id, "redis").await.unwrap();
+
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    env.docker
+        .remove_container(victim.id.as_str(), Some(force))
+        .await
+        .unwrap();
+    let after = wait_replaced(
+        &env,
+        &client,
+        &id,
+        "redis",
+        victim.id.as_str(),
+        Duration::from_secs(20),
+    )
+    .await;
+
+    let (old, new) = (&before.services["redis"], &after.services["redis"]);
+    assert_eq!(new.password, old.password);
+    assert_eq!(new.host_port, old.host_port);
+    let c = redis::Client::open(format!(
+        "redis://:{}@127.0.0.1:{}/0",
+        old.password.expose(),
+        old.host_port
+    ))
+    .unwrap();
+    let mut con = c
+        .get_multiplexed_async_connection()
+        .await
+        .expect("reconnect with old credentials");
+    let pong: String = redis::cmd("PING").query_async(&mut con).await.unwrap();
+    assert_eq!(pong, "PONG");
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_feature_superset_rotates_credentials_and_a_subset_changes_nothing() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("rot");
+    let first = client
+        .provision(
+            &id,
+            &request(
+                &["postgres"],
+                &[("postgres", "pg_trgm"), ("postgres", "citext")],
+            ),
+            READY,
+        )
+        .await
+        .unwrap();
+    let first_container = engine_container(&env, &id, "postgres").await.unwrap();
+
+    // Subset: a new generation, nothing else changes.
+    let subset = client
+        .provision(
+            &id,
+            &request(&["postgres"], &[("postgres", "pg_trgm")]),
+            READY,
+        )
+        .await
+        .unwrap();
+    assert_eq!(subset.observed_generation, 2);
+    assert_eq!(
+        subset.services["postgres"].password,
+        first.services["postgres"].password
+    );
+    assert_eq!(
+        engine_container(&env, &id, "postgres").await.unwrap().id,
+        first_container.id
+    );
+
+    // Superset: the union, fresh credentials.
+    let superset = client
+        .provision(
+            &id,
+            &request(
+                &["postgres"],
+                &[("postgres", "pg_trgm"), ("postgres", "uuid-ossp")],
+            ),
+            READY,
+        )
+        .await
+        .unwrap();
+    assert_eq!(superset.observed_generation, 3);
+    let pg = &superset.services["postgres"];
+    assert_ne!(
+        pg.password, first.services["postgres"].password,
+        "rotation gives fresh credentials"
+    );
+    for ext in ["citext", "pg_trgm", "uuid-ossp"] {
+        assert!(
+            pg.available_extensions.iter().any(|e| e == ext),
+            "{ext} in {:?}",
+            pg.available_extensions
+        );
+    }
+    let mut conn = sqlx::PgConnection::connect(&pg_url(&superset))
+        .await
+        .unwrap();
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_extension WHERE extname = 'uuid-ossp'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(n, 1);
+    assert!(
+        sqlx::PgConnection::connect(&pg_url(&first)).await.is_err(),
+        "old credentials no longer work"
+    );
+    assert_eq!(env.containers(Some(&id)).await.len(), 1);
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn adding_a_service_adds_only_that_engine_and_dropping_one_removes_only_it() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("add");
+    let first = client
+        .provision(&id, &request(&["redis"], &[]), READY)
+        .await
+        .unwrap();
+    let redis_container = engine_container(&env, &id, "redis").await.unwrap();
+
+    let both = client
+        .provision(&id, &request(&["redis", "postgres"], &[]), READY)
+        .await
+        .unwrap();
+    assert_eq!(
+        both.services["redis"].password,
+        first.services["redis"].password
+    );
+    assert_eq!(
+        engine_container(&env, &id, "redis").await.unwrap().id,
+        redis_container.id
+    );
+    assert!(both.services.contains_key("postgres"));
+
+    let only_pg = client
+        .provision(&id, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    assert!(!only_pg.services.contains_key("redis"));
+    eventually(
+        "the redis container is reaped",
+        Duration::from_secs(30),
+        || async {
+            engine_container(&env, &id, "redis")
+                .await
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        only_pg.services["postgres"].password,
+        both.services["postgres"].password
+    );
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_deleted_young_sandbox_is_reaped_only_after_the_grace_window() {
+    let env = TestEnv::new().await;
+    let grace = Duration::from_secs(6);
+    let mut config = env.config();
+    config.grace = grace;
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("grace");
+    client
+        .provision(&id, &request(&["redis"], &[]), READY)
+        .await
+        .unwrap();
+    let container = engine_container(&env, &id, "redis").await.unwrap();
+    client.release(&id).await.unwrap();
+
+    let terminating = eventually("phase terminating", Duration::from_secs(10), || async {
+        client
+            .status(&id)
+            .await
+            .unwrap()
+            .filter(|s| s.phase == Phase::Terminating)
+    })
+    .await;
+    assert!(
+        terminating.message.contains("grace"),
+        "{}",
+        terminating.message
+    );
+    let age = chrono::Utc::now() - container.created;
+    assert!(
+        age < chrono::Duration::from_std(grace).unwrap() - chrono::Duration::seconds(2),
+        "test too slow to observe the wait"
+    );
+    assert!(
+        engine_container(&env, &id, "redis").await.is_some(),
+        "a young container waits for the grace window"
+    );
+
+    eventually(
+        "the container and the status are gone",
+        Duration::from_secs(30),
+        || async {
+            (env.containers(Some(&id)).await.is_empty()
+                && client.status(&id).await.unwrap().is_none())
+            .then_some(())
+        },
+    )
+    .await;
+    let reaped_at = chrono::Utc::now();
+    assert!(reaped_at - container.created >= chrono::Duration::from_std(grace).unwrap());
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn an_expired_row_is_torn_down_and_reported_terminating() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("exp");
+    client
+        .provision(&id, &request(&["redis"], &[]), READY)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE sandbox_desired SET expires_at = now() - interval '1 second' WHERE id = $1",
+    )
+    .bind(id.as_str())
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let s = eventually(
+        "expired sandbox torn down",
+        Duration::from_secs(30),
+        || async {
+            let s = client.status(&id).await.unwrap()?;
+            (s.phase == Phase::Terminating && env.containers(Some(&id)).await.is_empty())
+                .then_some(s)
+        },
+    )
+    .await;
+    assert!(s.message.contains("expired"), "{}", s.message);
+    assert!(
+        s.services.is_empty(),
+        "no credentials are published for a torn-down sandbox"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn containers_of_another_deployment_or_without_labels_are_never_touched() {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.relist_interval = Duration::from_millis(500);
+    // Look-alikes: another deployment's sandbox (whose row this database
+    // does not have) and an unlabelled container with a sandbox-like name.
+    let mut ids = Vec::new();
+    for (name, labels) in [
+        (
+            format!("sandboxd-other-{}-redis", env.deployment),
+            HashMap::from([
+                ("io.sandboxd.managed-by".to_string(), "sandboxd".to_string()),
+                (
+                    "io.sandboxd.deployment".to_string(),
+                    format!("{}-other", env.deployment),
+                ),
+                ("io.sandboxd.sandbox".to_string(), "orphan".to_string()),
+                ("io.sandboxd.engine".to_string(), "redis".to_string()),
+                ("io.sandboxd.generation".to_string(), "1".to_string()),
+                ("io.sandboxd.features".to_string(), String::new()),
+            ]),
+        ),
+        (
+            format!("sandboxd.{}.orphan.redis", env.deployment),
+            HashMap::new(),
+        ),
+    ] {
+        let body = ContainerCreateBody {
+            image: Some("sandboxd/redis:8".into()),
+            labels: Some(labels),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let created = env
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .unwrap();
+        env.docker.start_container(&created.id, None).await.unwrap();
+        ids.push((name, created.id));
+    }
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    // Our own sandbox converges meanwhile, so the controller is demonstrably working.
+    let id = sandbox_id("mine");
+    client
+        .provision(&id, &request(&["redis"], &[]), READY)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await; // several relists with grace 0
+
+    for (name, cid) in &ids {
+        let info = env
+            .docker
+            .inspect_container(cid, None)
+            .await
+            .expect("still exists");
+        assert_eq!(
+            info.state.and_then(|s| s.running),
+            Some(true),
+            "{name} still running"
+        );
+    }
+    controller.stop().await;
+    for (_, cid) in ids {
+        let force = RemoveContainerOptionsBuilder::default().force(true).build();
+        env.docker
+            .remove_container(&cid, Some(force))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn restarting_the_controller_while_sandboxes_are_ready_changes_no_credentials() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("restart");
+    let before = client
+        .provision(
+            &id,
+            &request(&["postgres", "redis"], &[("redis", "search")]),
+            READY,
+        )
+        .await
+        .unwrap();
+    let containers_before: BTreeSet<String> = env
+        .containers(Some(&id))
+        .await
+        .into_iter()
+        .map(|c| c.id.as_str().to_owned())
+        .collect();
+    controller.stop().await;
+
+    let controller = env.start(env.config());
+    eventually(
+        "the new controller is ready",
+        Duration::from_secs(10),
+        || async { controller.readiness.is_ready().then_some(()) },
+    )
+    .await;
+    // Give it time to reconcile everything it listed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = client.status(&id).await.unwrap().unwrap();
+    assert_eq!(after.phase, Phase::Ready);
+    for engine in ["postgres", "redis"] {
+        assert_eq!(
+            after.services[engine].password, before.services[engine].password,
+            "{engine}"
+        );
+        assert_eq!(
+            after.services[engine].host_port, before.services[engine].host_port,
+            "{engine}"
+        );
+    }
+    let containers_after: BTreeSet<String> = env
+        .containers(Some(&id))
+        .await
+        .into_iter()
+        .map(|c| c.id.as_str().to_owned())
+        .collect();
+    assert_eq!(
+        containers_after, containers_before,
+        "no container was recreated"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_controller_killed_mid_provision_and_restarted_converges_to_one_container_per_engine() {
+    let env = TestEnv::new().await;
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("sigkill");
+    let port = free_port();
+    let first = env.spawn_binary(port, &[]);
+    // postgis makes provisioning long enough to be caught in the middle.
+    let revision = client
+        .apply(
+            &id,
+            &request(
+                &["postgres", "redis"],
+                &[("postgres", "postgis"), ("redis", "search")],
+            ),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "provisioning has started",
+        Duration::from_secs(30),
+        || async {
+            let s = client.status(&id).await.unwrap()?;
+            let started = !env.containers(Some(&id)).await.is_empty();
+            (s.phase == Phase::Provisioning && started).then_some(())
+        },
+    )
+    .await;
+    first.signal("KILL");
+    drop(first);
+
+    let _second = env.spawn_binary(port, &[]);
+    let status = client
+        .wait_ready(&id, &revision, READY)
+        .await
+        .expect("converges after the restart");
+    let containers = env.containers(Some(&id)).await;
+    let engines: Vec<&str> = containers
+        .iter()
+        .map(|c| c.labels.engine.as_str())
+        .collect();
+    assert_eq!(
+        containers.len(),
+        2,
+        "exactly one container per engine: {engines:?}"
+    );
+    assert!(containers
+        .iter()
+        .all(|c| c.state == ContainerState::Running));
+    let mut conn = sqlx::PgConnection::connect(&pg_url(&status))
+        .await
+        .expect("published credentials work");
+    let postgis: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_extension WHERE extname = 'postgis'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(postgis, 1);
+}
+
+#[tokio::test]
+async fn a_container_killed_every_second_is_healed_with_back_off_then_failed_as_a_crash_loop() {
+    let env = TestEnv::new().await;
+    let mut config = events_only(&env);
+    config.crash_loop = sandboxd::domain::crash_loop::CrashLoopPolicy {
+        base: Duration::from_millis(500),
+        cap: Duration::from_secs(5),
+        window: Duration::from_secs(120),
+        limit: 3,
+    };
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("crashy");
+    let before = client
+        .provision(&id, &request(&["redis"], &[]), READY)
+        .await
+        .unwrap();
+
+    let started = std::time::Instant::now();
+    let failed = loop {
+        if let Some(c) = engine_container(&env, &id, "redis").await {
+            let _ = env
+                .docker
+                .kill_container(c.id.as_str(), None::<KillContainerOptions>)
+                .await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let s = client.status(&id).await.unwrap().unwrap();
+        if s.phase == Phase::Failed {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no crash loop after a minute: {s:?}"
+        );
+    };
+    assert!(failed.message.contains("crash loop"), "{}", failed.message);
+    // Healed three times, the credentials kept throughout.
+    assert_eq!(failed.services["redis"].heals, 3);
+    assert_eq!(
+        failed.services["redis"].password,
+        before.services["redis"].password
+    );
+    // Not re-created while the row stays as it is.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(engine_container(&env, &id, "redis").await.is_none());
+    assert_eq!(
+        client.status(&id).await.unwrap().unwrap().phase,
+        Phase::Failed
+    );
+
+    // Asking again brings it back.
+    let revision = client
+        .apply(&id, &{
+            let mut r = request(&["redis"], &[]);
+            r.idle_timeout = Some(Duration::from_secs(3600));
+            r
+        })
+        .await
+        .unwrap();
+    client.wait_ready(&id, &revision, READY).await.unwrap();
+    controller.stop().await;
+}

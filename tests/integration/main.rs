@@ -1,0 +1,40 @@
+//! The integration tests: one test binary, so the crate and its
+//! dependencies link once. Each module is one area of behaviour against the
+//! real Docker engine and a real Postgres; `common` holds the fixtures.
+
+mod common;
+
+mod alone;
+mod bounded_waits;
+mod chaos;
+mod checkpoints;
+mod cli;
+mod deletion_safety;
+mod density;
+mod events;
+mod examples;
+mod features;
+mod first_session;
+mod fixtures;
+mod hostile_rows;
+mod identity;
+mod incarnation;
+mod isolation;
+mod leadership;
+mod lifecycle;
+mod network_recovery;
+mod notifications;
+mod observability;
+mod pause;
+mod pool;
+mod provisioning;
+mod quotas;
+mod requests;
+mod roles;
+mod rotation;
+mod schema;
+mod secrets_file;
+mod state_restart;
+mod templates;
+mod valkey;
+mod workflows;

@@ -1,0 +1,396 @@
+//! Pre-initialised templates on the real Docker engine: a Postgres sandbox
+//! starts from a copy of a template's data directory, with fresh
+//! credentials the template never held; a feature set and a changed image
+//! each get their own template, the older one is removed once unused; a
+//! heal starts from the template with the same credentials; a persistent
+//! sandbox never uses one.
+
+use crate::common;
+
+use bollard::query_parameters::KillContainerOptions;
+use common::{eventually, host_pg_url, request, sample, sandbox_id, TestEnv};
+use sandboxd::client::Client;
+use sandboxd::config::{ControllerConfig, Images};
+use sandboxd::controller::template::{TEMPLATE, TEMPLATE_BINARIES};
+use sandboxd::domain::{SandboxId, SandboxStatus};
+use sqlx::{Connection, PgConnection};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const READY: Duration = Duration::from_secs(90);
+
+fn with_templates(env: &TestEnv) -> ControllerConfig {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let mut config = env.config();
+    config.templates = true;
+    config
+}
+
+/// The template volumes of this test's deployment.
+fn template_volumes(env: &TestEnv) -> Vec<String> {
+    labelled_volumes(env, TEMPLATE)
+}
+
+/// The template binaries volumes of this test's deployment.
+fn binaries_volumes(env: &TestEnv) -> Vec<String> {
+    labelled_volumes(env, TEMPLATE_BINARIES)
+}
+
+/// The volumes of this test's deployment that carry `label`.
+fn labelled_volumes(env: &TestEnv, label: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=io.sandboxd.deployment={}", env.deployment),
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .output()
+        .expect("docker volume ls");
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names
+}
+
+/// The read-only template volume mounted into the sandbox's Postgres
+/// container, if any.
+async fn mounted_template(env: &TestEnv, id: &SandboxId) -> Option<String> {
+    mounted(env, id, "/var/lib/postgresql/template").await
+}
+
+/// The read-only volume with the image's binaries mounted over `/usr` in
+/// the sandbox's Postgres container, if any.
+async fn mounted_binaries(env: &TestEnv, id: &SandboxId) -> Option<String> {
+    mounted(env, id, "/usr").await
+}
+
+/// The read-only volume mounted on `destination` in the sandbox's
+/// container, if any.
+async fn mounted(env: &TestEnv, id: &SandboxId, destination: &str) -> Option<String> {
+    let containers = env.containers(Some(id)).await;
+    let container = containers.first().expect("the sandbox's container");
+    let info = env
+        .docker
+        .inspect_container(container.id.as_str(), None)
+        .await
+        .unwrap();
+    info.mounts?
+        .into_iter()
+        .find(|m| m.destination.as_deref() == Some(destination))
+        .inspect(|m| assert_eq!(m.rw, Some(false), "{destination} is mounted read-only"))
+        .and_then(|m| m.name)
+}
+
+/// Waits until `n` template jobs have ended well.
+async fn templates_built(controller: &common::RunningController, n: f64) {
+    eventually("template jobs to succeed", READY, || async {
+        let built = sample(
+            &controller.metrics.render(),
+            "sandboxd_template_builds_total{engine=\"postgres\",result=\"ok\"}",
+        );
+        (built.unwrap_or(0.0) >= n).then_some(())
+    })
+    .await;
+}
+
+async fn logs_in(url: &str) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(url)).await,
+        Ok(Ok(_))
+    )
+}
+
+fn pg_url(s: &SandboxStatus) -> String {
+    host_pg_url(&s.services["postgres"])
+}
+
+/// Runs `script` with bash in a throwaway container that mounts `volume`
+/// read-only on /t (no network), feeding it `stdin`; its exit code and
+/// output.
+fn on_volume(volume: &str, script: &str, stdin: &str) -> (Option<i32>, String) {
+    let mut child = Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "-i",
+            "--network",
+            "none",
+            "--user",
+            "999:999",
+            "-v",
+            &format!("{volume}:/t:ro"),
+            "--entrypoint",
+            "bash",
+            "sandboxd/postgres:17",
+            "-c",
+            script,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("docker run");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+    )
+}
+
+/// Whether any file in the volume holds `secret` (read on standard
+/// input by grep, so it is never an argument).
+fn volume_holds(volume: &str, secret: &str) -> bool {
+    let script = "test -f /t/cluster/PG_VERSION || exit 3; grep -rlF -f /dev/stdin /t; test $? = 1";
+    let (code, _) = on_volume(volume, script, &format!("{secret}\n"));
+    assert_ne!(code, Some(3), "{volume} holds a cluster");
+    code != Some(0)
+}
+
+/// Whether the template's cluster has any role with a password (a SCRAM
+/// verifier in pg_authid, relation 1260).
+fn template_has_a_password(volume: &str) -> bool {
+    let script =
+        "test -f /t/cluster/global/1260 || exit 3; grep -c SCRAM-SHA-256 /t/cluster/global/1260";
+    let (code, out) = on_volume(volume, script, "");
+    assert_ne!(code, Some(3), "pg_authid is where it should be");
+    out != "0"
+}
+
+#[tokio::test]
+async fn a_postgres_sandbox_starts_from_a_template_with_fresh_credentials_the_template_never_held()
+{
+    let env = TestEnv::new().await;
+    let controller = env.start(with_templates(&env));
+    // The plain image's template is prepared at start.
+    templates_built(&controller, 1.0).await;
+    let client = Client::from_pool(env.pool.clone());
+
+    let a = sandbox_id("tpl-a");
+    let b = sandbox_id("tpl-b");
+    let first = client
+        .provision(&a, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let second = client
+        .provision(&b, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let volume = mounted_template(&env, &a)
+        .await
+        .expect("the sandbox's container mounts the template");
+    assert_eq!(mounted_template(&env, &b).await.as_deref(), Some(&*volume));
+    assert_eq!(template_volumes(&env), vec![volume.clone()]);
+    // The server runs from the image's binaries in a volume both share.
+    let binaries = mounted_binaries(&env, &a)
+        .await
+        .expect("the sandbox's container mounts the image's binaries");
+    assert!(binaries.contains("-binaries-postgres-plain-"), "{binaries}");
+    assert_eq!(
+        mounted_binaries(&env, &b).await.as_deref(),
+        Some(&*binaries)
+    );
+    assert_eq!(binaries_volumes(&env), vec![binaries.clone()]);
+    assert_eq!(
+        sample(
+            &controller.metrics.render(),
+            "sandboxd_container_starts_total{engine=\"postgres\",from=\"template\"}"
+        ),
+        Some(2.0)
+    );
+
+    // Fresh credentials per sandbox, each working on its own container only.
+    let (pa, pb) = (&first.services["postgres"], &second.services["postgres"]);
+    assert_ne!(pa.password, pb.password);
+    assert!(logs_in(&pg_url(&first)).await);
+    assert!(logs_in(&pg_url(&second)).await);
+    let crossed = format!(
+        "postgres://{}:{}@127.0.0.1:{}/{}",
+        pa.user,
+        pb.password.expose(),
+        pa.host_port,
+        pa.database
+    );
+    assert!(!logs_in(&crossed).await, "b's password does not open a");
+    let mut conn = PgConnection::connect(&pg_url(&first)).await.unwrap();
+    let (superuser, db): (bool, String) = sqlx::query_as(
+        "SELECT rolsuper, current_database()::text FROM pg_roles WHERE rolname = current_user",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!(!superuser, "the agent's role is no superuser");
+    assert_eq!(db, "sandbox");
+
+    // The template holds no credential: no role has a password, and
+    // neither sandbox's password is in any of its files.
+    assert!(!template_has_a_password(&volume));
+    assert!(!volume_holds(&volume, pa.password.expose()));
+    assert!(!volume_holds(&volume, pb.password.expose()));
+
+    // A persistent sandbox keeps its data on its volume: no template.
+    let kept = sandbox_id("tpl-kept");
+    let mut persistent = request(&["postgres"], &[]);
+    persistent.persistent = true;
+    client.provision(&kept, &persistent, READY).await.unwrap();
+    assert_eq!(mounted_template(&env, &kept).await, None);
+    assert_eq!(mounted_binaries(&env, &kept).await, None);
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_heal_starts_from_the_template_with_the_same_credentials() {
+    let env = TestEnv::new().await;
+    let controller = env.start(with_templates(&env));
+    templates_built(&controller, 1.0).await;
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("tpl-heal");
+    let before = client
+        .provision(&id, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let victim = env.containers(Some(&id)).await.remove(0);
+    env.docker
+        .kill_container(victim.id.as_str(), None::<KillContainerOptions>)
+        .await
+        .unwrap();
+    let healed = eventually("the heal", READY, || async {
+        let s = client.status(&id).await.ok()??;
+        let pg = &s.services["postgres"];
+        (pg.heals == 1 && s.phase == sandboxd::domain::Phase::Ready).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        healed.services["postgres"].password,
+        before.services["postgres"].password
+    );
+    assert!(logs_in(&pg_url(&healed)).await);
+    assert!(mounted_template(&env, &id).await.is_some());
+    controller.stop().await;
+}
+
+/// Removes the image tag when dropped.
+struct Tag(String);
+
+impl Drop for Tag {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+/// Tags a new image (a label on top of the plain Postgres image) as `tag`.
+fn tag_variant(tag: &str, variant: &str) {
+    let mut child = Command::new("docker")
+        .args(["build", "-q", "-t", tag, "-"])
+        .env("DOCKER_BUILDKIT", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("docker build");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            format!("FROM sandboxd/postgres:17\nLABEL io.sandboxd.test-variant={variant}\n")
+                .as_bytes(),
+        )
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "docker build {tag}");
+}
+
+#[tokio::test]
+async fn a_feature_set_gets_its_own_template_and_a_changed_image_replaces_the_old_one() {
+    let env = TestEnv::new().await;
+    let tag = format!("sandboxd-test/tpl-{}:latest", env.deployment);
+    let _removed_at_the_end = Tag(tag.clone());
+    tag_variant(&tag, "one");
+    let mut config = with_templates(&env);
+    config.images = Images::new(
+        &[format!("postgres={tag}")],
+        &["postgres=sandboxd/postgres-ext:17".to_owned()],
+    )
+    .unwrap();
+    let controller = env.start(config.clone());
+    templates_built(&controller, 1.0).await;
+    let client = Client::from_pool(env.pool.clone());
+
+    // A feature set: its first sandbox may start cold while its template
+    // is built; the next one starts from it.
+    let cold = sandbox_id("tpl-f1");
+    let features = request(&["postgres"], &[("postgres", "citext")]);
+    client.provision(&cold, &features, READY).await.unwrap();
+    templates_built(&controller, 2.0).await;
+    let warm = sandbox_id("tpl-f2");
+    let status = client.provision(&warm, &features, READY).await.unwrap();
+    let featured = mounted_template(&env, &warm)
+        .await
+        .expect("from a template");
+    assert!(featured.contains("-citext-"), "{featured}");
+    let mut conn = PgConnection::connect(&pg_url(&status)).await.unwrap();
+    let ext: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_extension WHERE extname = 'citext'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ext, 1, "the template's feature is there");
+
+    // The plain image changes: the next sandbox gets a new template, and
+    // the old one goes once no container mounts it.
+    let plain = sandbox_id("tpl-p1");
+    client
+        .provision(&plain, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let old = mounted_template(&env, &plain)
+        .await
+        .expect("from a template");
+    let old_binaries = mounted_binaries(&env, &plain)
+        .await
+        .expect("with the image's binaries");
+    client.release(&plain).await.unwrap();
+    eventually("the first plain sandbox to go", READY, || async {
+        env.containers(Some(&plain)).await.is_empty().then_some(())
+    })
+    .await;
+    tag_variant(&tag, "two");
+    let next = sandbox_id("tpl-p2");
+    client
+        .provision(&next, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    templates_built(&controller, 3.0).await;
+    let newer = sandbox_id("tpl-p3");
+    client
+        .provision(&newer, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let new = mounted_template(&env, &newer)
+        .await
+        .expect("from a template");
+    assert_ne!(new, old, "a changed image has its own template");
+    let new_binaries = mounted_binaries(&env, &newer)
+        .await
+        .expect("with the image's binaries");
+    assert_ne!(new_binaries, old_binaries, "and its own binaries");
+    eventually("the old template to be removed", READY, || async {
+        (!template_volumes(&env).contains(&old) && !binaries_volumes(&env).contains(&old_binaries))
+            .then_some(())
+    })
+    .await;
+    assert!(template_volumes(&env).contains(&featured));
+    controller.stop().await;
+}
