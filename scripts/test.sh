@@ -6,8 +6,9 @@
 #
 # Without arguments, in two passes: every test but the integration tests'
 # `alone::` module, side by side ($SANDBOXD_TEST_THREADS at a time, default
-# 4), then `alone::` one test at a time (they create a Docker Swarm or churn
-# a hundred networks: nothing may run beside them). With arguments, one
+# 2: four at once broke timing-sensitive tests on a loaded 2-core machine),
+# then `alone::` one test at a time (they create a Docker Swarm or churn a
+# hundred networks: nothing may run beside them). With arguments, one
 # `cargo test` with exactly those, e.g.
 #   scripts/test.sh --test integration -- events::
 set -euo pipefail
@@ -40,7 +41,7 @@ cleanup() {
   if [ -n "$leftovers" ]; then docker volume rm -f $leftovers >/dev/null 2>&1 || true; fi
   leftovers=$(docker ps -aq --filter label=io.sandboxd.test-state)
   if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
-  # State databases that tests/first_session.rs started through run.sh.
+  # State databases that tests/integration/first_session.rs started through run.sh.
   leftovers=$(docker ps -a --filter label=io.sandboxd.state=true --format '{{.Names}}' | grep -E '^sandboxd-state-t[a-z0-9]+$' || true)
   if [ -n "$leftovers" ]; then docker rm -f -v $leftovers >/dev/null 2>&1 || true; fi
   leftovers=$(docker volume ls -q --filter label=io.sandboxd.state=true | grep -E '^sandboxd-state-t[a-z0-9]+$' || true)
@@ -59,7 +60,7 @@ run() {
 if [ $# -gt 0 ]; then
   run "$@"
 else
-  run --all-targets -- --test-threads="${SANDBOXD_TEST_THREADS:-4}" --skip alone::
+  run --all-targets -- --test-threads="${SANDBOXD_TEST_THREADS:-2}" --skip alone::
   run --test integration -- --test-threads=1 alone::
   # Tests that need an image this machine may not have are #[ignore]d; run
   # them when the image is there, and say so when it is not.
@@ -72,8 +73,14 @@ else
     log "SKIPPED a_mongo_sandbox_resets_to_its_checkpoint_and_to_the_empty_baseline: no mongo:8 image (as above)"
   fi
 fi
-# One closing line over every pass and test binary.
+# One closing line over every pass and test binary (a binary killed by a
+# signal reports no result: it is counted apart).
 awk '/^ignored tests run:/ { ran = 1 }
   /^test result:/ { p += $4; f += $6; i += ran ? -($4 + $6) : $8 }
-  END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$results"
+  /process didn.t exit successfully: .*\(signal:/ { k += 1 }
+  END {
+    printf "tests: %d passed, %d failed, %d skipped", p, f, i
+    if (k) printf " (%d test binaries killed before they reported)", k
+    printf "\n"
+  }' "$results"
 exit "$status"
