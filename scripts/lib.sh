@@ -57,7 +57,7 @@ ensure_netns_tools() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 util-linux >/dev/null
 }
 
-# Installs what the orchestrator examples (examples/, tests/examples.rs) run
+# Installs what the orchestrator examples (examples/, tests/integration/examples.rs) run
 # with, if missing: psql (Debian's postgresql-client) and psycopg 3.2 or
 # later for python3 (from PyPI; Debian's python3-psycopg where pip may not
 # install into that python).

@@ -4,7 +4,7 @@
 //! exactly one container per desired engine, none without a desired row,
 //! every `ready` status's credentials log in, and no container of another
 //! deployment touched. `sandboxd chaos` runs it against a deployment;
-//! `tests/chaos.rs` adds controller kills, state database faults and row
+//! `tests/integration/chaos.rs` adds controller kills, state database faults and row
 //! churn around it.
 
 use crate::adapters::chaos::{Fault, Injector};
