@@ -1544,16 +1544,20 @@ async fn a_database_the_fourteen_old_migrations_made_is_adopted_with_its_rows_an
 ) {
     let state = common::StatePostgres::start().await;
     let admin = sqlx::PgPool::connect(&state.admin_url).await.unwrap();
-    // Roles are the cluster's: one orchestrator, registered in both databases.
+    // Roles are the cluster's (and the state server is shared by the
+    // process's tests, another of which may have made this one): one
+    // orchestrator, registered in both databases.
+    let legacy_name = format!("legacy_{}", common::random_suffix());
     for sql in [
-        "CREATE ROLE agents",
-        "CREATE DATABASE legacy OWNER sandboxd",
+        "DO $$ BEGIN CREATE ROLE agents; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+            .to_owned(),
+        format!("CREATE DATABASE {legacy_name} OWNER sandboxd"),
     ] {
-        sqlx::raw_sql(sql).execute(&admin).await.unwrap();
+        sqlx::raw_sql(&sql).execute(&admin).await.unwrap();
     }
 
     // A database made by the 14 migrations as they were, with rows in it.
-    let legacy_url = url_of_database(&state.url, "legacy");
+    let legacy_url = url_of_database(&state.url, &legacy_name);
     let legacy = sqlx::PgPool::connect(&legacy_url).await.unwrap();
     let old = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
