@@ -1545,11 +1545,11 @@ async fn a_database_the_fourteen_old_migrations_made_is_adopted_with_its_rows_an
     let state = common::StatePostgres::start().await;
     let admin = sqlx::PgPool::connect(&state.admin_url).await.unwrap();
     // Roles are the cluster's (and the state server is shared by the
-    // process's tests, another of which may have made this one): one
-    // orchestrator, registered in both databases.
+    // process's tests): one orchestrator role of this test's own, registered
+    // in both databases.
     let legacy_name = format!("legacy_{}", common::random_suffix());
     for sql in [
-        "DO $$ BEGIN CREATE ROLE agents; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        "DO $$ BEGIN CREATE ROLE legacy_orchestrator; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
             .to_owned(),
         format!("CREATE DATABASE {legacy_name} OWNER sandboxd"),
     ] {
@@ -1568,7 +1568,7 @@ async fn a_database_the_fourteen_old_migrations_made_is_adopted_with_its_rows_an
     assert_eq!(old.iter().count(), 14);
     old.run(&legacy).await.expect("the old migrations apply");
     sqlx::raw_sql(
-        "SELECT sandbox_grant_orchestrator('agents', true);
+        "SELECT sandbox_grant_orchestrator('legacy_orchestrator', true);
          SELECT sandbox_request('kept', 'agents', '{postgres}', '{\"postgres\":[\"pg_trgm\"]}');
          INSERT INTO sandbox_quotas (owner, max_sandboxes) VALUES ('agents', 3);",
     )
@@ -1626,7 +1626,7 @@ async fn a_database_the_fourteen_old_migrations_made_is_adopted_with_its_rows_an
         .await
         .unwrap();
     fresh.migrate().await.expect("a fresh database migrates");
-    sqlx::query("SELECT sandbox_grant_orchestrator('agents', true)")
+    sqlx::query("SELECT sandbox_grant_orchestrator('legacy_orchestrator', true)")
         .execute(fresh.pool())
         .await
         .unwrap();
