@@ -97,6 +97,30 @@ fn pool_engine_names() -> String {
         .join(", ")
 }
 
+/// Warm pools learned from demand (see [`ControllerConfig::warm_pool_demand`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolDemand {
+    /// The most containers all learned pools hold together (0: off).
+    pub max: usize,
+    /// How long a request counts as demand for its feature set.
+    pub window: Duration,
+}
+
+impl PoolDemand {
+    /// No learned pools.
+    pub const fn off() -> Self {
+        Self {
+            max: 0,
+            window: Duration::from_secs(600),
+        }
+    }
+
+    /// Whether pools are learned at all.
+    pub fn is_on(&self) -> bool {
+        self.max > 0
+    }
+}
+
 /// The warm pools from `--warm-pool ENGINE[:FEATURE,FEATURE]=SIZE` entries
 /// (features are comma-separated, so entries are not): each engine and
 /// feature set at most once, engines that have a pool only; size 0 is off.
@@ -332,6 +356,10 @@ pub struct ControllerConfig {
     /// Warm pools: ready, unclaimed containers kept per engine and
     /// feature set (empty: off).
     pub warm_pool: BTreeMap<PoolKey, usize>,
+    /// Warm pools learned from demand: the feature sets requested within
+    /// `window` each get a pool, sized from how often they were asked
+    /// for, all of them together holding at most `max` containers (0: off).
+    pub warm_pool_demand: PoolDemand,
     /// How many events each sandbox keeps in `sandbox_events` (its newest).
     pub events_per_sandbox: u32,
     /// Events that last happened longer ago than this are deleted (at
@@ -403,6 +431,7 @@ impl ControllerConfig {
             holder: default_holder(),
             breaker: BreakerPolicy::default(),
             warm_pool: BTreeMap::new(),
+            warm_pool_demand: PoolDemand::off(),
             events_per_sandbox: DEFAULT_EVENTS_PER_SANDBOX,
             event_retention: Duration::from_secs(24 * 3600),
             webhook: None,
@@ -453,6 +482,8 @@ impl ControllerConfig {
         if self.backend != Backend::Swarm {
             return Ok(self);
         }
+        // Learned pools are the pool too: under Swarm they are off.
+        self.warm_pool_demand = PoolDemand::off();
         if !self.warm_pool.is_empty() {
             return Err(ConfigError::Swarm(
                 "warm pools are not available under Swarm yet: drop --warm-pool",

@@ -83,6 +83,19 @@ pub struct RunArgs {
     /// variable, separated by spaces or ';'). Off unless set.
     #[arg(long = "warm-pool", env = "SANDBOXD_WARM_POOL", value_delimiter = ';')]
     pub warm_pool: Vec<String>,
+    /// Warm pools learned from demand: every engine and feature set
+    /// requested within --warm-pool-demand-window gets a pool of its own,
+    /// sized from how often it was asked for; together they hold at most
+    /// this many containers, counted in the memory budget (0: off).
+    #[arg(
+        long = "warm-pool-demand",
+        env = "SANDBOXD_WARM_POOL_DEMAND",
+        default_value_t = 4
+    )]
+    pub warm_pool_demand: usize,
+    /// How long a request counts as demand for its engine and feature set.
+    #[arg(long = "warm-pool-demand-window", env = "SANDBOXD_WARM_POOL_DEMAND_WINDOW", default_value = "10m", value_parser = parse_duration)]
+    pub warm_pool_demand_window: Duration,
     /// Containers younger than this are not reaped, nor those of a row this
     /// sandboxd saw deleted more recently (e.g. 180s, 3m).
     #[arg(long, env = "SANDBOXD_GRACE", default_value = "180s", value_parser = parse_duration)]
@@ -254,6 +267,10 @@ impl RunArgs {
                 .map(String::from)
                 .collect::<Vec<_>>(),
         )?;
+        c.warm_pool_demand = crate::config::PoolDemand {
+            max: self.warm_pool_demand,
+            window: self.warm_pool_demand_window,
+        };
         c.grace = self.grace;
         c.relist_interval = self.relist_interval;
         c.resync_interval = self.resync_interval;
