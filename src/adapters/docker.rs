@@ -1180,8 +1180,11 @@ impl Runtime for DockerRuntime {
         {
             Ok(info) => {
                 let state = info.state.unwrap_or_default();
+                let running = state.running.unwrap_or(false);
                 Ok(Some(RunState {
-                    running: state.running.unwrap_or(false),
+                    running,
+                    // Docker keeps the last run's code (0 before any run).
+                    exit_code: state.exit_code.filter(|_| !running),
                     oom_killed: state.oom_killed.unwrap_or(false),
                     // Docker says 0001-01-01T00:00:00Z for "never".
                     finished_at: state

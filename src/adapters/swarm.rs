@@ -1014,6 +1014,13 @@ impl Runtime for SwarmRuntime {
             } else {
                 time(status.and_then(|s| s.timestamp))
             },
+            exit_code: if running {
+                None
+            } else {
+                status
+                    .and_then(|s| s.container_status.as_ref())
+                    .and_then(|c| c.exit_code)
+            },
         }))
     }
 

@@ -42,6 +42,8 @@ pub enum ProvisionError {
         engine: EngineName,
         /// Container name.
         container: String,
+        /// Its id.
+        id: ContainerId,
         /// Tail of its output, credentials scrubbed.
         logs: String,
     },
@@ -52,6 +54,8 @@ pub enum ProvisionError {
         engine: EngineName,
         /// Container name.
         container: String,
+        /// Its id.
+        id: ContainerId,
         /// How long sandboxd waited.
         waited: Duration,
         /// The last probe error.
@@ -100,6 +104,15 @@ pub enum ProvisionError {
 }
 
 impl ProvisionError {
+    /// The container that was started and did not come up, if that is
+    /// what failed (it has been removed since).
+    pub(crate) fn started(&self) -> Option<&ContainerId> {
+        match self {
+            ProvisionError::Exited { id, .. } | ProvisionError::NotReady { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+
     /// Whether the failure came before anything was removed or created
     /// (the image, or an unknown engine).
     pub(crate) fn changed_nothing(&self) -> bool {
@@ -455,6 +468,7 @@ async fn poll_ready(
             return Err(ProvisionError::Exited {
                 engine: engine.name(),
                 container: name.to_owned(),
+                id: id.clone(),
                 logs: scrubbed_logs(runtime, id, target.credentials).await,
             });
         }
@@ -462,6 +476,7 @@ async fn poll_ready(
             return Err(ProvisionError::NotReady {
                 engine: engine.name(),
                 container: name.to_owned(),
+                id: id.clone(),
                 waited: started.elapsed(),
                 last: scrub(&last, target.credentials),
                 logs: scrubbed_logs(runtime, id, target.credentials).await,

@@ -1,6 +1,7 @@
-//! The times each engine of each sandbox was healed at the row's current
-//! generation, for the crash loop back-off (`domain::crash_loop`). Memory
-//! only: a controller restart starts counting again.
+//! The times each engine of each sandbox was healed of its own deaths at
+//! the row's current generation, for the crash loop back-off
+//! (`domain::crash_loop`), and whether its last heal failed to come up.
+//! Memory only: a controller restart starts counting again.
 
 use crate::domain::id::{EngineName, SandboxId};
 use chrono::{DateTime, Utc};
@@ -9,8 +10,18 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 type Key = (SandboxId, EngineName);
-/// The generation the heal times count for, and the times.
-type Heals = (i64, Vec<DateTime<Utc>>);
+
+/// One engine's record.
+#[derive(Debug, Default)]
+struct Heals {
+    /// The generation the heal times count for.
+    generation: i64,
+    /// The times.
+    times: Vec<DateTime<Utc>>,
+    /// Its last heal failed (its new container was removed, so the next
+    /// heal finds it gone: that is the engine's doing, not an order).
+    failed: bool,
+}
 
 /// Heal times by sandbox and engine, with the generation they count for.
 #[derive(Debug, Default)]
@@ -26,7 +37,7 @@ impl CrashLoops {
         generation: i64,
     ) -> Vec<DateTime<Utc>> {
         match self.lock().get(&(id.clone(), engine)) {
-            Some((g, times)) if *g == generation => times.clone(),
+            Some(h) if h.generation == generation => h.times.clone(),
             _ => Vec::new(),
         }
     }
@@ -42,14 +53,45 @@ impl CrashLoops {
     ) {
         let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
         let mut map = self.lock();
-        let entry = map
-            .entry((id.clone(), engine))
-            .or_insert((generation, Vec::new()));
-        if entry.0 != generation {
-            *entry = (generation, Vec::new());
+        let entry = map.entry((id.clone(), engine)).or_insert(Heals {
+            generation,
+            ..Heals::default()
+        });
+        if entry.generation != generation {
+            *entry = Heals {
+                generation,
+                ..Heals::default()
+            };
         }
-        entry.1.retain(|t| at.signed_duration_since(*t) <= window);
-        entry.1.push(at);
+        entry
+            .times
+            .retain(|t| at.signed_duration_since(*t) <= window);
+        entry.times.push(at);
+    }
+
+    /// Records how a heal of `engine` of `id` went.
+    pub(crate) fn heal_done(&self, id: &SandboxId, engine: EngineName, came_up: bool) {
+        let mut map = self.lock();
+        match map.get_mut(&(id.clone(), engine)) {
+            Some(h) => h.failed = !came_up,
+            None if !came_up => {
+                map.insert(
+                    (id.clone(), engine),
+                    Heals {
+                        failed: true,
+                        ..Heals::default()
+                    },
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// Whether the last heal of `engine` of `id` failed to come up.
+    pub(crate) fn last_heal_failed(&self, id: &SandboxId, engine: EngineName) -> bool {
+        self.lock()
+            .get(&(id.clone(), engine))
+            .is_some_and(|h| h.failed)
     }
 
     /// Forgets every engine of `id` (nothing of it is left).
@@ -89,5 +131,17 @@ mod tests {
         assert_eq!(loops.heals(&id, e, 2), [at(606)]);
         loops.forget(&id);
         assert!(loops.heals(&id, e, 2).is_empty());
+    }
+
+    #[test]
+    fn a_failed_heal_is_remembered_until_one_comes_up() {
+        let loops = CrashLoops::default();
+        let id = SandboxId::parse("a").unwrap();
+        let e = EngineName::of_engine("redis");
+        assert!(!loops.last_heal_failed(&id, e));
+        loops.heal_done(&id, e, false);
+        assert!(loops.last_heal_failed(&id, e));
+        loops.heal_done(&id, e, true);
+        assert!(!loops.last_heal_failed(&id, e));
     }
 }

@@ -42,6 +42,7 @@ pub(crate) use self::leader::Elector;
 use self::probes::ControllerProbes;
 use crate::config::ControllerConfig;
 use crate::domain::clock::Clock;
+use crate::domain::death::Orders;
 use crate::domain::id::SandboxId;
 use crate::domain::identity::StateId;
 use crate::engine::Registry;
@@ -108,6 +109,9 @@ pub(crate) struct Context {
     pub(crate) gone: GoneSince,
     /// Recent heals per engine, for the crash loop back-off.
     pub(crate) crash_loops: CrashLoops,
+    /// The orders (`docker kill`, `stop`, `rm -f`) the event stream
+    /// reported: a heal of what one ended does not back off.
+    pub(crate) orders: Arc<Orders>,
     /// Whether this process may act, and in which term.
     pub(crate) fence: Fence,
     /// The reaping circuit breaker.
@@ -270,6 +274,7 @@ impl Controller {
                 heal_loops: HealLoops::default(),
                 gone: GoneSince::default(),
                 crash_loops: CrashLoops::default(),
+                orders: Arc::default(),
                 fence,
                 breaker: ReapBreaker::default(),
                 relist_now: relist_now.clone(),
@@ -435,7 +440,8 @@ impl Controller {
                 self.known.clone(),
                 ctx.metrics.clone(),
             )
-            .with_claims(ctx.pool.index.clone()),
+            .with_claims(ctx.pool.index.clone())
+            .with_orders(ctx.orders.clone()),
             None,
             ctx.metrics.clone(),
             sink.clone(),

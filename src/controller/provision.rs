@@ -160,18 +160,6 @@ async fn roll_back(
     }
 }
 
-/// Why a container needs healing: it is gone (`removed`), the kernel
-/// killed it for memory (`oom`), or it stopped otherwise (`exited`).
-pub(crate) async fn heal_cause(runtime: &dyn Runtime, replaced: &[ContainerId]) -> HealCause {
-    let Some(dead) = replaced.first() else {
-        return HealCause::Removed;
-    };
-    match runtime.inspect(dead).await {
-        Ok(Some(state)) if state.oom_killed => HealCause::Oom,
-        _ => HealCause::Exited,
-    }
-}
-
 /// Creates the container (or claims the warm-pool container `reserved`
 /// holds for its engine) on the sandbox's `network` and brings it up; on
 /// failure the new container is removed, so nothing leaks. A rotation's

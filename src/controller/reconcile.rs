@@ -29,7 +29,9 @@ use super::Context;
 use super::{admission, checkpoint, network, pool, provision, volume};
 use crate::config::NetworkLayout;
 use crate::domain::container::ObservedContainer;
-use crate::domain::crash_loop::HealGate;
+use crate::domain::container::RunState;
+use crate::domain::crash_loop::{self, HealGate};
+use crate::domain::death;
 use crate::domain::event::{self, Event, Journal};
 use crate::domain::gate::{self, Gated, Reaping};
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
@@ -45,7 +47,7 @@ use crate::ports::store::{EventBatch, StoreError};
 pub(crate) use crate::sched::Next;
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Why a reconcile failed; it is retried with backoff.
@@ -328,6 +330,10 @@ async fn gate(
         Some(d) => images_absent(ctx, d, gate::admitted(&plan, &admission)).await,
         None => BTreeMap::new(),
     };
+    let causes = match &seen.desired {
+        Some(d) => heal_causes(ctx, d, &plan).await,
+        None => BTreeMap::new(),
+    };
     let heals = match &seen.desired {
         Some(d) => plan
             .provisions()
@@ -353,6 +359,7 @@ async fn gate(
         admission,
         images,
         heals,
+        causes,
         crash_loop: &ctx.config.crash_loop,
         now: seen.now,
         foreign: &seen.foreign,
@@ -368,7 +375,7 @@ async fn gate(
         }
     }
     for (engine, gate) in &gated.held.crash_loops {
-        tracing::info!(engine = %engine, gate = ?gate, "heal held back: its container keeps dying");
+        tracing::info!(engine = %engine, gate = ?gate, "heal held back: its container keeps dying on its own (crash-loop back-off)");
     }
     let (actions, held) = (gated.plan.actions.len(), gated.held.crash_loops.len());
     tracing::debug!(actions, held, "planned");
@@ -412,6 +419,9 @@ struct Acted {
     teardown: Option<String>,
     /// The containers the row names that could not be attached.
     attach: Vec<String>,
+    /// Heals that failed, held back by the crash-loop back-off, and what
+    /// failed.
+    retries: Vec<(EngineName, HealGate, String)>,
     /// Whether the sandbox was frozen (see [`Outcomes::paused`]).
     paused: Option<Result<(), String>>,
     /// A pause waiting for a provision to finish looks again then.
@@ -436,7 +446,7 @@ async fn act(
     held: &gate::Held,
     journal: &mut Journal,
 ) -> Result<Acted, ReconcileError> {
-    let causes = heal_causes(ctx, plan).await;
+    let causes = &held.causes;
     // A paused sandbox in use again resumes first (the request waits for
     // it); a frozen container about to go is thawed to take its stop.
     super::pause::thaw(ctx, plan, freezing, &seen.observed, journal).await?;
@@ -447,7 +457,7 @@ async fn act(
         Some(d) => pool::reserve(ctx, d, plan),
         None => pool::Reserved::none(&ctx.pool),
     };
-    let (network, commit) = place(ctx, id, seen, plan, &causes, &reserved).await?;
+    let (network, commit) = place(ctx, id, seen, plan, causes, &reserved).await?;
     let new_request = seen
         .desired
         .as_ref()
@@ -456,15 +466,22 @@ async fn act(
         Some(_) => promote_all(ctx, id, &network, plan, journal).await,
         None => Vec::new(),
     };
+    let mut interrupted = BTreeSet::new();
     if let Some(d) = &seen.desired {
         let run = Run {
             new_request,
-            causes: &causes,
+            causes,
             commit: &commit,
             reserved: &reserved,
+            interrupted: Default::default(),
         };
         provisioned.extend(provision_all(ctx, d, plan, &run, journal).await);
+        interrupted = run.interrupted.into_inner().unwrap_or_default();
     }
+    let retries = match &seen.desired {
+        Some(d) => heals_back_off(ctx, d, plan, seen.now, &interrupted, &mut provisioned),
+        None => Vec::new(),
+    };
     drop(reserved);
     for (engine, why) in &held.names {
         journal.push(Event::not_provisioned(*engine, "name", why));
@@ -501,6 +518,7 @@ async fn act(
         provisioned,
         teardown,
         attach,
+        retries,
         paused,
         pause_at,
         standing,
@@ -607,9 +625,16 @@ async fn publish(
     acted: Acted,
     journal: &Journal,
 ) -> Result<Published, ReconcileError> {
-    let heal_at = held.crash_loops.iter().filter_map(|(_, gate)| match gate {
-        HealGate::At(at) => Some(*at),
-        _ => None,
+    let mut held = held;
+    let mut heal_failures = BTreeMap::new();
+    for (engine, gate, failure) in acted.retries {
+        held.crash_loops.push((engine, gate));
+        heal_failures.insert(engine, failure);
+    }
+    let heal_at = held.crash_loops.iter().map(|(_, gate)| match gate {
+        HealGate::At { at, .. } => *at,
+        // An interrupted heal goes again at once.
+        HealGate::Now => seen.now,
     });
     let look_at = heal_at.chain(acted.pause_at).min();
     let waiting_for_images = !held.awaiting.is_empty();
@@ -618,6 +643,7 @@ async fn publish(
         teardown: acted.teardown.clone(),
         attach: acted.attach,
         held: held.crash_loops,
+        heal_failures,
         awaiting: held.awaiting,
         paused: acted.paused,
     };
@@ -774,6 +800,9 @@ struct Run<'r, 'c> {
     commit: &'r Commit,
     /// The warm-pool containers reserved for them.
     reserved: &'r pool::Reserved<'c>,
+    /// Heals whose new container was ended from outside before it was
+    /// ready (filled in by the provisions).
+    interrupted: std::sync::Mutex<BTreeSet<EngineName>>,
 }
 
 /// Provisions every engine the plan creates, at once, noting each in
@@ -797,6 +826,17 @@ async fn provision_all(
             run.reserved,
         )
         .await;
+        // A heal whose new container was killed, stopped or removed from
+        // outside before it was ready was interrupted, not crashed.
+        let interrupted = p.reason == ProvisionReason::Heal
+            && result
+                .as_ref()
+                .err()
+                .and_then(|e| e.started())
+                .is_some_and(|c| ctx.orders.of(c).is_some());
+        if interrupted {
+            run.interrupted.lock().unwrap().insert(p.engine);
+        }
         (p, result.map_err(|e| e.to_string()))
     }))
     .await;
@@ -890,17 +930,92 @@ async fn owner_state(ctx: &Context, name: &str) -> Result<OwnerState, ReconcileE
     })
 }
 
-/// Why each engine the plan heals needs it (looked up before the status
-/// says `healing`, so that it can say why).
-async fn heal_causes(ctx: &Context, plan: &Plan) -> BTreeMap<EngineName, HealCause> {
+/// Why each engine the plan heals needs it (`domain::death`): an order
+/// from outside the event stream reported, else how its container ended.
+/// Looked up before the gates, so that only the engine's own deaths back
+/// off, and before the status says `healing`, so that it can say why.
+async fn heal_causes(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    plan: &Plan,
+) -> BTreeMap<EngineName, HealCause> {
     let heals = plan
         .provisions()
         .filter(|p| p.reason == ProvisionReason::Heal)
         .map(|p| async move {
-            let cause = provision::heal_cause(ctx.runtime.as_ref(), &p.replace).await;
+            let retrying = ctx.crash_loops.last_heal_failed(&desired.id, p.engine);
+            let cause = match p.replace.first() {
+                Some(dead) => {
+                    let order = ctx.orders.of(dead);
+                    // An inspect that fails says nothing: judged as ended.
+                    let ended = ctx.runtime.inspect(dead).await.unwrap_or_else(|e| {
+                        tracing::debug!(container = %dead, error = %e, "could not inspect the dead container");
+                        Some(RunState::default())
+                    });
+                    death::cause(order, ended.as_ref(), retrying)
+                }
+                None => death::cause(None, None, retrying),
+            };
             (p.engine, cause)
         });
     join_all(heals).await.into_iter().collect()
+}
+
+/// Heals that failed to come up are retried under the crash-loop back-off
+/// rather than failing the reconcile: the sandbox stays `healing`, with
+/// its credentials, and says when the next try is (a heal never ends in
+/// `failed`). Each failure counts as the engine's own death (a heal of an
+/// order from outside was not counted when it went); one that came up
+/// clears the engine's record of failing. A heal `interrupted` from outside
+/// (its new container killed before it was ready) is no death of the
+/// engine's: it goes again at once. Returns each held engine with its gate
+/// and what failed, taking their failures out of `provisioned`.
+fn heals_back_off(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    plan: &Plan,
+    now: DateTime<Utc>,
+    interrupted: &BTreeSet<EngineName>,
+    provisioned: &mut Vec<(EngineName, Result<ServiceStatus, String>)>,
+) -> Vec<(EngineName, HealGate, String)> {
+    let policy = &ctx.config.crash_loop;
+    let mut held = Vec::new();
+    provisioned.retain(|(engine, result)| {
+        let Some(p) = plan
+            .provisions()
+            .find(|p| p.engine == *engine && p.reason == ProvisionReason::Heal)
+        else {
+            return true;
+        };
+        let Err(e) = result else {
+            ctx.crash_loops.heal_done(&desired.id, *engine, true);
+            for dead in &p.replace {
+                ctx.orders.forget(dead);
+            }
+            return true;
+        };
+        if interrupted.contains(engine) {
+            tracing::info!(engine = %engine, error = %e, "heal interrupted from outside; healing again at once");
+            held.push((*engine, HealGate::Now, e.clone()));
+            return false;
+        }
+        let recorded = ctx.crash_loops.heals(&desired.id, *engine, desired.generation);
+        if !recorded.contains(&now) {
+            ctx.crash_loops
+                .record(&desired.id, *engine, desired.generation, now, policy.window);
+        }
+        ctx.crash_loops.heal_done(&desired.id, *engine, false);
+        let heals = ctx.crash_loops.heals(&desired.id, *engine, desired.generation);
+        match crash_loop::gate(&heals, now, policy) {
+            HealGate::Now => true,
+            gate => {
+                tracing::warn!(engine = %engine, error = %e, gate = ?gate, "heal failed; retrying under the crash-loop back-off");
+                held.push((*engine, gate, e.clone()));
+                false
+            }
+        }
+    });
+    held
 }
 
 /// Runs every due teardown; all are attempted even if one fails, and each

@@ -69,6 +69,9 @@ pub struct RunState {
     pub(crate) oom_killed: bool,
     /// When its last run ended (`None` while running or if never run).
     pub(crate) finished_at: Option<DateTime<Utc>>,
+    /// How its last run's process ended (`None` while running, or if the
+    /// runtime did not say).
+    pub(crate) exit_code: Option<i64>,
 }
 
 /// What a command run inside a container printed, and how it ended.

@@ -1,7 +1,10 @@
-//! CrashLoopBackOff for heals: an engine whose container keeps dying is
-//! re-created after a growing delay, and past a limit within a window it
-//! is not re-created at all until its row changes. Pure, so every case is
-//! a unit test; the controller keeps the heal times.
+//! CrashLoopBackOff for heals: an engine whose container keeps dying on
+//! its own is re-created after a growing delay, up to a cap, and keeps
+//! being re-created (as Kubernetes restarts a pod's container): a sandbox
+//! is never given up on, so its credentials are never dropped. Only the
+//! engine's own deaths count (`domain::death`): a container killed,
+//! stopped or removed from outside is healed at once, every time. Pure,
+//! so every case is a unit test; the controller keeps the heal times.
 
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -14,23 +17,20 @@ pub struct CrashLoopPolicy {
     pub base: Duration,
     /// The longest delay between two heals.
     pub cap: Duration,
-    /// How far back heals count.
+    /// How far back heals count: an engine that ran this long without
+    /// dying starts afresh.
     pub window: Duration,
-    /// After this many heals within the window (at one generation of the
-    /// row) the engine is not healed again: the sandbox is `failed` with
-    /// reason `crash loop` until its row changes.
-    pub limit: usize,
 }
 
 impl Default for CrashLoopPolicy {
-    /// Heals at 0, 2, 4, 8 and 16 s after the deaths that cause them; a
-    /// sixth death within 10 minutes is a crash loop.
+    /// Heals at 0, 2, 4, 8, 16, 32 s after the deaths that cause them,
+    /// then every 60 s, for as long as it keeps dying; 10 minutes without
+    /// a death start afresh.
     fn default() -> Self {
         Self {
             base: Duration::from_secs(2),
             cap: Duration::from_secs(60),
             window: Duration::from_secs(600),
-            limit: 5,
         }
     }
 }
@@ -40,10 +40,14 @@ impl Default for CrashLoopPolicy {
 pub(crate) enum HealGate {
     /// Heal it now.
     Now,
-    /// Heal it at this time (back-off after the last heal).
-    At(DateTime<Utc>),
-    /// It was healed this many times within the window: give up.
-    GiveUp(usize),
+    /// Heal it at `at` (back-off after the last heal): it was healed
+    /// `heals` times within the window and keeps dying.
+    At {
+        /// When.
+        at: DateTime<Utc>,
+        /// Its heals within the window.
+        heals: usize,
+    },
 }
 
 /// Decides from the times of this engine's recent heals (at the row's
@@ -62,9 +66,6 @@ pub(crate) fn gate(
     let Some(last) = recent.iter().max().copied() else {
         return HealGate::Now;
     };
-    if recent.len() >= policy.limit.max(1) {
-        return HealGate::GiveUp(recent.len());
-    }
     let factor = 1u32 << (recent.len() - 1).min(31);
     let delay = policy
         .base
@@ -78,7 +79,10 @@ pub(crate) fn gate(
     if now >= due {
         HealGate::Now
     } else {
-        HealGate::At(due)
+        HealGate::At {
+            at: due,
+            heals: recent.len(),
+        }
     }
 }
 
@@ -91,43 +95,45 @@ mod tests {
         Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap()
     }
 
-    #[test]
-    fn the_first_heal_is_at_once_and_each_later_one_waits_twice_as_long() {
-        let p = CrashLoopPolicy::default();
-        assert_eq!(gate(&[], at(0), &p), HealGate::Now);
-        assert_eq!(gate(&[at(0)], at(1), &p), HealGate::At(at(2)));
-        assert_eq!(gate(&[at(0)], at(2), &p), HealGate::Now);
-        assert_eq!(gate(&[at(0), at(2)], at(3), &p), HealGate::At(at(6)));
-        assert_eq!(
-            gate(&[at(0), at(2), at(6)], at(7), &p),
-            HealGate::At(at(14))
-        );
+    fn wait(secs: i64, heals: usize) -> HealGate {
+        HealGate::At {
+            at: at(secs),
+            heals,
+        }
     }
 
     #[test]
-    fn the_delay_is_capped() {
-        let p = CrashLoopPolicy {
-            limit: 100,
-            ..Default::default()
-        };
-        let heals: Vec<_> = (0..10).map(|i| at(i * 60)).collect();
-        assert_eq!(gate(&heals, at(541), &p), HealGate::At(at(540 + 60)));
-    }
-
-    #[test]
-    fn past_the_limit_within_the_window_it_gives_up() {
+    fn heals_back_off_doubling_to_the_cap_and_never_stop() {
         let p = CrashLoopPolicy::default();
-        let heals = [at(0), at(2), at(6), at(14), at(30)];
-        assert_eq!(gate(&heals, at(40), &p), HealGate::GiveUp(5));
-    }
-
-    #[test]
-    fn heals_older_than_the_window_do_not_count() {
-        let p = CrashLoopPolicy::default();
-        let heals = [at(0), at(2), at(6), at(14), at(30)];
-        // At 605 s only the heals at 6, 14 and 30 s count: not a loop.
-        assert_eq!(gate(&heals, at(605), &p), HealGate::Now);
-        assert_eq!(gate(&[at(0), at(500)], at(601), &p), HealGate::Now);
-        assert_eq!(gate(&[at(0), at(600)], at(600), &p), HealGate::At(at(604)));
+        let every_minute: Vec<_> = (0..30).map(|i| at(i * 20)).collect();
+        let table: [(&str, &[DateTime<Utc>], i64, HealGate); 9] = [
+            ("the first heal is at once", &[], 0, HealGate::Now),
+            ("the second waits the base", &[at(0)], 1, wait(2, 1)),
+            ("and goes once it passed", &[at(0)], 2, HealGate::Now),
+            (
+                "each later one twice as long",
+                &[at(0), at(2)],
+                3,
+                wait(6, 2),
+            ),
+            ("", &[at(0), at(2), at(6)], 7, wait(14, 3)),
+            (
+                "capped, and still trying after thirty heals in ten minutes",
+                &every_minute,
+                581,
+                wait(580 + 60, 30),
+            ),
+            (
+                "heals older than the window do not count",
+                &[at(0), at(2), at(6), at(14), at(30)],
+                605,
+                HealGate::Now,
+            ),
+            ("", &[at(0), at(500)], 601, HealGate::Now),
+            ("", &[at(0), at(600)], 600, wait(604, 2)),
+        ];
+        for (case, heals, now, want) in table {
+            assert_eq!(gate(heals, at(now), &p), want, "{case}");
+        }
     }
 }

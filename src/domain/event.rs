@@ -342,15 +342,13 @@ impl Event {
         }
     }
 
-    /// A heal held back by the crash-loop back-off.
+    /// A heal held back by the crash-loop back-off. It reads the same at
+    /// every death, so that repeats are counted, not stored (the status
+    /// says how many and when the next heal is).
     pub(crate) fn held(engine: EngineName, gate: HealGate) -> Self {
         let message = match gate {
-            HealGate::GiveUp(n) => format!(
-                "its container died {n} times in a short while: no more heals at this generation of the row; fix what kills it, then request the sandbox again (a new generation) to retry"
-            ),
-            HealGate::At(_) | HealGate::Now => {
-                "its container keeps dying: the next heal waits (crash-loop back-off)".to_owned()
-            }
+            HealGate::At { .. } => "crash loop: its container keeps dying on its own; each heal waits twice as long as the last, up to the cap, and heals go on; its last container's logs say why it dies".to_owned(),
+            HealGate::Now => "its container keeps dying: healing it now".to_owned(),
         };
         Self::new(
             EventReason::BackOff,
@@ -679,13 +677,20 @@ mod tests {
     fn a_held_heal_reads_the_same_each_time_so_repeats_are_counted_not_stored() {
         let pg = EngineName::of_engine("postgres");
         let now = Utc::now();
+        let later = now + chrono::Duration::seconds(9);
         assert_eq!(
-            Event::held(pg, HealGate::At(now)),
-            Event::held(pg, HealGate::At(now + chrono::Duration::seconds(9)))
+            Event::held(pg, HealGate::At { at: now, heals: 2 }),
+            Event::held(
+                pg,
+                HealGate::At {
+                    at: later,
+                    heals: 3
+                }
+            )
         );
-        assert!(Event::held(pg, HealGate::GiveUp(5))
+        assert!(Event::held(pg, HealGate::At { at: now, heals: 2 })
             .message
-            .contains("died 5 times"));
+            .contains("heals go on"));
     }
 
     #[test]

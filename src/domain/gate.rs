@@ -15,7 +15,7 @@ use super::container::ObservedContainer;
 use super::crash_loop::{self, CrashLoopPolicy, HealGate};
 use super::id::EngineName;
 use super::identity::{self, StateId};
-use super::plan::{Action, Plan, Provision, ProvisionReason, Wanted};
+use super::plan::{Action, HealCause, Plan, Provision, ProvisionReason, Wanted};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
@@ -30,6 +30,9 @@ pub struct Facts<'a> {
     /// The heals recorded for each engine the plan heals, at this
     /// generation of the row.
     pub heals: BTreeMap<EngineName, Vec<DateTime<Utc>>>,
+    /// Why each engine the plan heals died (`domain::death`): only the
+    /// engine's own deaths back off.
+    pub causes: BTreeMap<EngineName, HealCause>,
     /// The crash-loop back-off.
     pub crash_loop: &'a CrashLoopPolicy,
     /// Now.
@@ -95,11 +98,13 @@ pub struct Held {
     pub awaiting: Vec<String>,
     /// Each engine whose image could not be had, and why.
     pub images_failed: Vec<(EngineName, String)>,
-    /// Heals held back by the crash-loop back-off: until a time, or given
-    /// up on.
+    /// Heals held back by the crash-loop back-off, until a time.
     pub crash_loops: Vec<(EngineName, HealGate)>,
-    /// Heals that go now (each is recorded against the back-off).
+    /// Heals of the engine's own deaths that go now (each is recorded
+    /// against the back-off; heals of orders from outside are not).
     pub heals_due: Vec<EngineName>,
+    /// Why each heal let through is needed.
+    pub causes: BTreeMap<EngineName, HealCause>,
     /// Provisions whose container name another state database's
     /// container holds, and what to tell.
     pub names: Vec<(EngineName, String)>,
@@ -138,6 +143,16 @@ pub fn gate(mut plan: Plan, facts: &Facts<'_>) -> Gated {
         if p.reason != ProvisionReason::Heal {
             return true;
         }
+        // Killed, stopped or removed from outside: healed at once, every
+        // time, and not counted (a back-off cannot stop what an operator
+        // or a chaos test keeps doing).
+        if facts
+            .causes
+            .get(&p.engine)
+            .is_some_and(|c| c.from_outside())
+        {
+            return true;
+        }
         let heals = facts.heals.get(&p.engine).map_or(&[][..], Vec::as_slice);
         match crash_loop::gate(heals, facts.now, facts.crash_loop) {
             HealGate::Now => {
@@ -150,6 +165,11 @@ pub fn gate(mut plan: Plan, facts: &Facts<'_>) -> Gated {
             }
         }
     });
+    held.causes = plan
+        .provisions()
+        .filter(|p| p.reason == ProvisionReason::Heal)
+        .filter_map(|p| Some((p.engine, *facts.causes.get(&p.engine)?)))
+        .collect();
     held.names = identity::hold_names_held_by_foreign(&mut plan, facts.foreign, facts.state);
     if facts.reaping != Reaping::Go && reaps_deleted_row(&plan) {
         held.reaping = Some(facts.reaping);

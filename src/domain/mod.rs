@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod clock;
 pub mod container;
 pub mod crash_loop;
+pub mod death;
 pub(crate) mod desired_row;
 pub mod event;
 pub(crate) mod gate;

@@ -40,11 +40,13 @@ impl ProvisionReason {
 /// Why a container needed healing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HealCause {
-    /// It is gone: removed out of band.
+    /// It is gone: removed from outside (`docker rm -f`).
     Removed,
+    /// Killed or stopped from outside (`docker kill`, `docker stop`).
+    Stopped,
     /// The kernel killed it for memory.
     Oom,
-    /// It stopped otherwise (exited, killed, never started).
+    /// Its process ended on its own (or its last heal did not come up).
     Exited,
 }
 
@@ -53,6 +55,7 @@ impl HealCause {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             HealCause::Removed => "removed",
+            HealCause::Stopped => "stopped",
             HealCause::Oom => "oom",
             HealCause::Exited => "exited",
         }
@@ -62,9 +65,17 @@ impl HealCause {
     pub(crate) fn phrase(self) -> &'static str {
         match self {
             HealCause::Removed => "its container was removed",
+            HealCause::Stopped => "its container was killed or stopped from outside",
             HealCause::Oom => "its container was killed for lack of memory",
             HealCause::Exited => "its container stopped",
         }
+    }
+
+    /// Whether something outside ended the container (an order, healed at
+    /// once every time) rather than the engine itself (which counts
+    /// towards the crash-loop back-off).
+    pub(crate) fn from_outside(self) -> bool {
+        matches!(self, HealCause::Removed | HealCause::Stopped)
     }
 }
 

@@ -65,9 +65,12 @@ pub(crate) struct Outcomes {
     pub(crate) teardown: Option<String>,
     /// Containers the row names in `attach` that could not be attached.
     pub(crate) attach: Vec<String>,
-    /// Engines that died again and were not healed: backing off until a
-    /// time, or given up on (a crash loop).
+    /// Engines that died on their own again and were not healed yet:
+    /// backing off until a time (a crash loop; heals go on); or whose heal
+    /// was interrupted from outside (`Now`: healed again at once).
     pub(crate) held: Vec<(EngineName, HealGate)>,
+    /// Why the last heal of a held engine did not come up, if it did not.
+    pub(crate) heal_failures: BTreeMap<EngineName, String>,
     /// Engines not provisioned yet because their image is being pulled or
     /// built in the background, one line each saying so.
     pub(crate) awaiting: Vec<String>,
@@ -271,31 +274,32 @@ pub(crate) fn decide(
             Err(e) => failures.push(format!("{engine}: {e}")),
         }
     }
-    let mut crash_loops = Vec::new();
     let mut waiting = Vec::new();
     for (engine, gate) in &outcomes.held {
-        match gate {
-            HealGate::GiveUp(heals) => crash_loops.push(format!(
-                "{engine}: crash loop: its container died again after {heals} re-creations in a row; \
-                 it is not re-created again until the row changes (request or apply it again); \
-                 its last container's logs say why it dies"
-            )),
-            HealGate::At(at) => waiting.push(format!(
-                "healing {engine}: its container keeps dying; re-created at {} (crash loop back-off)",
+        if let (HealGate::Now, Some(e)) = (gate, outcomes.heal_failures.get(engine)) {
+            waiting.push(format!(
+                "healing {engine}: its new container was ended from outside before it was ready ({e}); re-creating it at once, with the same credentials"
+            ));
+        }
+        if let HealGate::At { at, heals } = gate {
+            let why = match outcomes.heal_failures.get(engine) {
+                Some(e) => format!("its last re-creation did not come up ({e})"),
+                None => "its last container's logs say why it dies".to_owned(),
+            };
+            waiting.push(format!(
+                "healing {engine}: crash loop: its container died on its own {heals} time(s) in a row; \
+                 the next heal is at {} (the wait doubles up to its cap, and heals go on, with the same credentials); {why}",
                 at.format("%H:%M:%S UTC")
-            )),
-            HealGate::Now => {}
+            ));
         }
     }
     // Waiting for an image: not failed, not retried (the image's fetch
     // wakes the sandbox), and the row's generation is not observed yet.
-    let awaiting = failures.is_empty() && crash_loops.is_empty() && !outcomes.awaiting.is_empty();
+    let awaiting = failures.is_empty() && !outcomes.awaiting.is_empty();
     if !failures.is_empty() {
         failures.extend(outcomes.awaiting.iter().cloned());
     }
     let (phase, message, failure) = match (failures.is_empty(), &outcomes.teardown) {
-        // Settled until the row changes: nothing to retry.
-        (true, _) if !crash_loops.is_empty() => (Phase::Failed, crash_loops.join("\n"), None),
         (true, teardown) if awaiting => (
             Phase::Provisioning,
             outcomes.awaiting.join("\n"),

@@ -59,7 +59,7 @@ impl LifecycleMetrics {
                 &["engine", "from"]
             )),
             heals: register(registry, IntCounterVec::new(
-                Opts::new("sandboxd_heals_total", "Engine containers replaced with the same credentials, by engine and cause (exited, oom, removed)"),
+                Opts::new("sandboxd_heals_total", "Engine containers replaced with the same credentials, by engine and cause (stopped and removed: from outside, healed at once; exited and oom: the engine's own, counted towards the crash-loop back-off)"),
                 &["engine", "cause"]
             )),
             rotations: register(registry, IntCounterVec::new(

@@ -46,6 +46,8 @@ pub(crate) struct FakeContainer {
     pub(crate) labels: ContainerLabels,
     pub(crate) state: ContainerState,
     pub(crate) oom_killed: bool,
+    /// How its process ended, once it did.
+    pub(crate) exit_code: Option<i64>,
     pub(crate) created: DateTime<Utc>,
     pub(crate) host_port: u16,
     /// Frozen by `pause`: its exec (and so the fake engine's probe) fails.
@@ -354,15 +356,30 @@ impl FakeRuntime {
         self.full_lists.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Stops a container as if its process died (OOM-killed if `oom`).
+    /// Stops a container as if its process died on its own (exit code
+    /// 1), or was OOM-killed if `oom`: only `die` is reported.
     pub(crate) fn kill(&self, id: &ContainerId, oom: bool) {
         let mut w = self.world.lock().unwrap();
         let sandbox = w.containers.get_mut(id).map(|c| {
             c.state = ContainerState::Exited;
             c.paused = false;
             c.oom_killed = oom;
+            c.exit_code = Some(if oom { 137 } else { 1 });
             c.labels.sandbox.clone()
         });
+        emit(&mut w, id, ContainerAction::Die, sandbox);
+    }
+
+    /// `docker kill`: the API reports `kill`, then the process's `die`.
+    pub(crate) fn kill_from_outside(&self, id: &ContainerId) {
+        let mut w = self.world.lock().unwrap();
+        let sandbox = w.containers.get_mut(id).map(|c| {
+            c.state = ContainerState::Exited;
+            c.paused = false;
+            c.exit_code = Some(137);
+            c.labels.sandbox.clone()
+        });
+        emit(&mut w, id, ContainerAction::Kill, sandbox.clone());
         emit(&mut w, id, ContainerAction::Die, sandbox);
     }
 }
@@ -712,6 +729,7 @@ impl Runtime for FakeRuntime {
                 labels,
                 state: ContainerState::Running,
                 oom_killed: false,
+                exit_code: None,
                 created: Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap(),
                 host_port,
                 paused: false,
@@ -799,6 +817,7 @@ impl Runtime for FakeRuntime {
                 running: c.state == ContainerState::Running,
                 oom_killed: c.oom_killed,
                 finished_at: None,
+                exit_code: c.exit_code,
             });
         Ok(sandboxd.or_else(|| w.agents.get(id.as_str()).copied()))
     }

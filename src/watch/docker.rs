@@ -6,11 +6,12 @@
 
 use super::follow::Subscription;
 use super::{KnownContainers, Sink};
+use crate::domain::death::{Order, Orders};
 use crate::domain::id::Deployment;
 use crate::domain::network::sandbox_of_network;
 use crate::domain::pool::ClaimIndex;
 use crate::metrics::Metrics;
-use crate::ports::runtime::{Runtime, RuntimeError, RuntimeEvent};
+use crate::ports::runtime::{ContainerAction, Runtime, RuntimeError, RuntimeEvent};
 use crate::ports::StreamSource;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -42,6 +43,9 @@ pub(crate) struct DockerEvents {
     since: Option<i64>,
     /// Claimed warm-pool containers: their labels name no sandbox.
     claims: Option<Arc<ClaimIndex>>,
+    /// Where `kill`, `stop` and `destroy` are recorded: orders from
+    /// outside, which heals do not back off from.
+    orders: Option<Arc<Orders>>,
 }
 
 impl DockerEvents {
@@ -59,7 +63,14 @@ impl DockerEvents {
             metrics,
             since: None,
             claims: None,
+            orders: None,
         }
+    }
+
+    /// Also records the orders sent to containers (`domain::death`).
+    pub(crate) fn with_orders(mut self, orders: Arc<Orders>) -> Self {
+        self.orders = Some(orders);
+        self
     }
 
     /// Also wakes the sandbox a claimed warm-pool container serves.
@@ -87,6 +98,15 @@ impl Subscription for DockerEvents {
         }
         self.metrics.watch.docker_event(event.action);
         self.known.record(&event.container, event.action);
+        let order = match event.action {
+            ContainerAction::Kill => Some(Order::Kill),
+            ContainerAction::Stop => Some(Order::Stop),
+            ContainerAction::Destroy => Some(Order::Destroy),
+            _ => None,
+        };
+        if let (Some(order), Some(orders)) = (order, &self.orders) {
+            orders.record(&event.container, order);
+        }
         let sandbox = event.sandbox.or_else(|| {
             self.claims
                 .as_ref()

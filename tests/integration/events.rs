@@ -162,7 +162,6 @@ async fn a_sandboxs_events_stay_under_the_bound_after_a_hundred_heals() {
         base: Duration::ZERO,
         cap: Duration::ZERO,
         window: Duration::from_millis(1),
-        limit: usize::MAX,
     };
     let keep = config.events_per_sandbox;
     let controller = env.start(config);

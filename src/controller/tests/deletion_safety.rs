@@ -44,48 +44,71 @@ async fn an_orphan_container_found_at_start_is_kept_for_the_grace_window_from_th
 }
 
 #[tokio::test]
-async fn an_engine_that_keeps_dying_is_healed_with_back_off_then_failed_as_a_crash_loop_until_its_row_changes(
-) {
+async fn an_engine_that_keeps_dying_on_its_own_backs_off_to_the_cap_and_is_never_given_up() {
     let h = Harness::new();
     let ctx = h.context();
     h.store.put_desired(row("a"));
     reconcile(&ctx, &id("a")).await.unwrap();
+    let (_, first) = h.published(&id("a"));
     let policy = h.config.crash_loop;
     let mut waits = Vec::new();
-    for _ in 0..policy.limit {
+    for _ in 0..9 {
         let (container, _) = h.published(&id("a"));
         h.runtime.kill(&container, false);
         match reconcile(&ctx, &id("a")).await.unwrap() {
             Next::Idle => waits.push(0),
             Next::After(wait) => {
-                assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Healing));
+                let status = h.store.status_of(&id("a")).unwrap();
+                assert_eq!(status.phase, Phase::Healing);
+                assert!(
+                    status.message.contains("crash loop")
+                        && status.message.contains("next heal is at"),
+                    "{}",
+                    status.message
+                );
                 waits.push(wait.as_secs());
                 h.clock.advance(chrono::Duration::from_std(wait).unwrap());
                 reconcile(&ctx, &id("a")).await.unwrap();
             }
         }
     }
-    // The first heal at once, then 2, 4, 8 and 16 s after the previous one.
-    assert_eq!(waits, [0, 2, 4, 8, 16]);
-    let (container, service) = h.published(&id("a"));
-    assert_eq!(service.heals, policy.limit as u32);
-
-    // One death too many within the window: not re-created, failed.
-    h.runtime.kill(&container, false);
-    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
-    let status = h.store.status_of(&id("a")).unwrap();
-    assert_eq!(status.phase, Phase::Failed);
-    assert!(status.message.contains("crash loop"), "{}", status.message);
-    h.clock.advance(chrono::Duration::seconds(60));
-    reconcile(&ctx, &id("a")).await.unwrap();
+    // The first heal at once, then doubling from the base up to the cap,
+    // and on at the cap.
+    assert_eq!(waits, [0, 2, 4, 8, 16, 32, 60, 60, 60]);
+    assert_eq!(policy.cap.as_secs(), 60);
+    let (_, service) = h.published(&id("a"));
+    assert_eq!(service.heals, 9);
     assert_eq!(
-        h.store.phase_of(&id("a")),
-        Some(Phase::Failed),
-        "until the row changes"
+        service.password, first.password,
+        "the same credentials throughout"
     );
+}
 
-    // The row changes: healed at once.
+#[tokio::test]
+async fn a_container_killed_from_outside_is_healed_at_once_every_time_and_not_counted() {
+    let h = Harness::new();
+    let ctx = h.context();
     h.store.put_desired(row("a"));
     reconcile(&ctx, &id("a")).await.unwrap();
-    h.published(&id("a"));
+    let (_, first) = h.published(&id("a"));
+    for _ in 0..20 {
+        let (container, _) = h.published(&id("a"));
+        h.runtime.kill_from_outside(&container);
+        // The event watcher records the order before the heal looks.
+        ctx.orders
+            .record(&container, crate::domain::death::Order::Kill);
+        assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+        assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Ready));
+    }
+    let (_, service) = h.published(&id("a"));
+    assert_eq!(service.heals, 20);
+    assert_eq!(service.password, first.password);
+    assert!(
+        ctx.crash_loops.heals(&id("a"), ENGINE, 0).is_empty(),
+        "orders from outside never count towards the crash loop"
+    );
+    // The engine then dies on its own: its first death is healed at once.
+    let (container, _) = h.published(&id("a"));
+    h.runtime.kill(&container, false);
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
 }

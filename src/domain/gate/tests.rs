@@ -95,6 +95,7 @@ struct Case {
     admission: Admission,
     images: Vec<(&'static str, Image)>,
     heals: Vec<(&'static str, Vec<DateTime<Utc>>)>,
+    causes: Vec<(&'static str, HealCause)>,
     foreign: Vec<ObservedContainer>,
     reaping: Reaping,
 }
@@ -105,6 +106,7 @@ impl Default for Case {
             admission: Admission::Go,
             images: Vec::new(),
             heals: Vec::new(),
+            causes: Vec::new(),
             foreign: Vec::new(),
             reaping: Reaping::Go,
         }
@@ -125,6 +127,11 @@ fn run(plan: Plan, case: Case) -> Gated {
             .heals
             .into_iter()
             .map(|(e, h)| (engine(e), h))
+            .collect(),
+        causes: case
+            .causes
+            .into_iter()
+            .map(|(e, c)| (engine(e), c))
             .collect(),
         crash_loop: &policy,
         now: now(),
@@ -286,8 +293,7 @@ fn a_create_that_waits_for_admission_does_not_ask_for_its_image() {
 
 #[test]
 fn heals_due_are_returned_to_be_recorded_and_held_ones_with_their_gate() {
-    let policy = CrashLoopPolicy::default();
-    let many: Vec<DateTime<Utc>> = (1..=policy.limit as i64).map(|i| ago(i * 30)).collect();
+    let many: Vec<DateTime<Utc>> = (1..=30).map(|i| ago(i * 10)).collect();
     let gated = run(
         plan(
             Wanted::Yes,
@@ -303,10 +309,45 @@ fn heals_due_are_returned_to_be_recorded_and_held_ones_with_their_gate() {
     assert_eq!(held.len(), 2);
     assert_eq!(held[0].0, engine("postgres"));
     assert!(
-        matches!(held[0].1, HealGate::At(at) if at > now()),
+        matches!(held[0].1, HealGate::At { at, heals: 1 } if at > now()),
         "{held:?}"
     );
-    assert_eq!(held[1], (engine("redis"), HealGate::GiveUp(policy.limit)));
+    assert!(
+        matches!(held[1].1, HealGate::At { at, heals: 30 } if at <= now() + chrono::Duration::seconds(60)),
+        "thirty deaths still only wait the cap: {held:?}"
+    );
+}
+
+#[test]
+fn orders_from_outside_are_healed_at_once_and_not_counted_whatever_came_before() {
+    let many: Vec<DateTime<Utc>> = (1..=30).map(|i| ago(i)).collect();
+    let table = [
+        (HealCause::Stopped, true),
+        (HealCause::Removed, true),
+        (HealCause::Exited, false),
+        (HealCause::Oom, false),
+    ];
+    for (cause, healed_now) in table {
+        let gated = run(
+            plan(Wanted::Yes, vec![heal("postgres")]),
+            Case {
+                heals: vec![("postgres", many.clone())],
+                causes: vec![("postgres", cause)],
+                ..Case::default()
+            },
+        );
+        assert_eq!(
+            gated.plan.provisions().count() == 1,
+            healed_now,
+            "{cause:?}"
+        );
+        assert!(
+            gated.held.heals_due.is_empty(),
+            "{cause:?}: recorded only when the engine's own death is healed: {:?}",
+            gated.held
+        );
+        assert_eq!(gated.held.crash_loops.is_empty(), healed_now, "{cause:?}");
+    }
 }
 
 #[test]

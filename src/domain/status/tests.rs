@@ -181,6 +181,7 @@ fn outcomes(
         teardown: teardown.map(String::from),
         attach: Vec::new(),
         held: Vec::new(),
+        heal_failures: BTreeMap::new(),
         awaiting: Vec::new(),
         paused: None,
     }
@@ -513,36 +514,41 @@ fn a_failed_rotation_keeps_the_old_credentials_published_and_says_why() {
 }
 
 #[test]
-fn a_held_heal_is_healing_until_its_time_and_a_crash_loop_is_failed_without_a_retry() {
+fn a_held_heal_is_healing_with_its_credentials_and_never_failed() {
     let p = plan(Wanted::Yes, vec![keep("postgres", "p1")]);
     let d = row(2, &["postgres", "redis"]);
     let prev = published(2, &[("postgres", "p1"), ("redis", "r1")]);
     let mut o = outcomes(Vec::new(), None);
-    o.held = vec![(engine("redis"), HealGate::At(now()))];
-    let v = decide(&p, Some(&d), Some(&prev), &o);
-    let Publish::Write(update) = &v.publish else {
-        panic!("a status is written");
-    };
-    assert_eq!(update.phase, Phase::Healing);
-    assert!(update.message.contains("redis") && update.message.contains("back-off"));
-    assert_eq!(
-        update.services["redis"].instance, "r1",
-        "credentials stay published"
-    );
-    assert_eq!(v.failure, None);
-
-    o.held = vec![(engine("redis"), HealGate::GiveUp(5))];
-    let v = decide(&p, Some(&d), Some(&prev), &o);
-    let Publish::Write(update) = &v.publish else {
-        panic!("a status is written");
-    };
-    assert_eq!(update.phase, Phase::Failed);
-    assert!(
-        update.message.starts_with("redis: crash loop"),
-        "{}",
-        update.message
-    );
-    assert_eq!(v.failure, None, "settled until the row changes");
+    let at = now() + chrono::Duration::seconds(60);
+    for (heals, failure) in [(1, None), (40, Some("exited before it became ready"))] {
+        o.held = vec![(engine("redis"), HealGate::At { at, heals })];
+        o.heal_failures = failure
+            .map(|f| (engine("redis"), f.to_owned()))
+            .into_iter()
+            .collect();
+        let v = decide(&p, Some(&d), Some(&prev), &o);
+        let Publish::Write(update) = &v.publish else {
+            panic!("a status is written");
+        };
+        assert_eq!(update.phase, Phase::Healing, "{heals} heals");
+        let m = &update.message;
+        assert!(
+            m.starts_with("healing redis: crash loop") && m.contains(&format!("{heals} time(s)")),
+            "{m}"
+        );
+        assert!(
+            m.contains(&at.format("%H:%M:%S UTC").to_string()),
+            "says when: {m}"
+        );
+        if let Some(f) = failure {
+            assert!(m.contains(f), "says what failed: {m}");
+        }
+        assert_eq!(
+            update.services["redis"].instance, "r1",
+            "credentials stay published"
+        );
+        assert_eq!(v.failure, None, "the back-off, not a retry, says when");
+    }
 }
 
 #[test]
