@@ -130,7 +130,14 @@ mod tests {
     #[test]
     fn orders_from_outside_are_told_from_the_engines_own_deaths() {
         use HealCause::*;
-        let table: [(&str, Option<Order>, Option<RunState>, bool, HealCause); 11] = [
+        type Case = (
+            &'static str,
+            Option<Order>,
+            Option<RunState>,
+            bool,
+            HealCause,
+        );
+        let table: [Case; 11] = [
             (
                 "docker kill",
                 Some(Order::Kill),
@@ -200,8 +207,8 @@ mod tests {
         for (case, order, ended, retrying, want) in table {
             assert_eq!(cause(order, ended.as_ref(), retrying), want, "{case}");
         }
-        assert!(!Exited.from_outside() && !Oom.from_outside());
-        assert!(Stopped.from_outside() && Removed.from_outside());
+        assert!(!Exited.is_outside_order() && !Oom.is_outside_order());
+        assert!(Stopped.is_outside_order() && Removed.is_outside_order());
     }
 
     #[test]

@@ -149,7 +149,7 @@ pub fn gate(mut plan: Plan, facts: &Facts<'_>) -> Gated {
         if facts
             .causes
             .get(&p.engine)
-            .is_some_and(|c| c.from_outside())
+            .is_some_and(|c| c.is_outside_order())
         {
             return true;
         }

@@ -74,7 +74,7 @@ impl HealCause {
     /// Whether something outside ended the container (an order, healed at
     /// once every time) rather than the engine itself (which counts
     /// towards the crash-loop back-off).
-    pub(crate) fn from_outside(self) -> bool {
+    pub(crate) fn is_outside_order(self) -> bool {
         matches!(self, HealCause::Removed | HealCause::Stopped)
     }
 }

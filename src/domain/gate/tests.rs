@@ -320,7 +320,7 @@ fn heals_due_are_returned_to_be_recorded_and_held_ones_with_their_gate() {
 
 #[test]
 fn orders_from_outside_are_healed_at_once_and_not_counted_whatever_came_before() {
-    let many: Vec<DateTime<Utc>> = (1..=30).map(|i| ago(i)).collect();
+    let many: Vec<DateTime<Utc>> = (1..=30).map(ago).collect();
     let table = [
         (HealCause::Stopped, true),
         (HealCause::Removed, true),
