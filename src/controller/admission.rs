@@ -40,7 +40,10 @@ impl Admission {
     /// An empty ledger; `queue` is woken for the rows that may go next.
     pub(crate) fn new(config: &ControllerConfig, queue: WorkQueue<SandboxId>) -> Self {
         let engine = u64::try_from(config.limits.memory_bytes).unwrap_or(0);
-        let pooled = config.warm_pool.values().sum::<usize>() as u64;
+        // Learned pools are counted at their bound: they grow and shrink
+        // with demand, never past it.
+        let pooled =
+            (config.warm_pool.values().sum::<usize>() + config.warm_pool_demand.max) as u64;
         Admission {
             ledger: Mutex::new(Ledger::new(engine, pooled * engine, config.memory_budget)),
             limits: Mutex::new(BTreeMap::new()),

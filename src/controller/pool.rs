@@ -28,12 +28,13 @@ use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::labels;
 use crate::domain::network::{bridge_name, pool_network_prefix};
 use crate::domain::plan::{Plan, Provision};
-use crate::domain::pool::{self, ClaimIndex, PoolClaim, PoolKey, PooledContainer};
+use crate::domain::pool::{self, demand, ClaimIndex, PoolClaim, PoolKey, PooledContainer};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
 use crate::engine::{Credentials, Engine};
 use crate::ports::runtime::{NetworkSpec, ObservedResource, RuntimeError};
 use crate::sched::WorkQueue;
+use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -93,6 +94,9 @@ struct Ready {
 struct PoolState {
     ready: BTreeMap<PoolKey, Vec<Ready>>,
     creating: BTreeMap<PoolKey, usize>,
+    /// When each engine and feature set was requested (for the pools
+    /// learned from demand; only within the window).
+    asks: demand::Asks,
 }
 
 /// The warm pool's memory (a cache: claims live in the state database,
@@ -113,6 +117,36 @@ pub(crate) struct Pool {
 impl Pool {
     fn take(&self, key: &PoolKey) -> Option<Ready> {
         self.state.lock().unwrap().ready.get_mut(key)?.pop()
+    }
+
+    /// Records a request for `key` at `now`, forgetting requests older
+    /// than `window`.
+    fn ask(&self, key: &PoolKey, now: DateTime<Utc>, window: Duration) {
+        let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+        let mut st = self.state.lock().unwrap();
+        st.asks.retain(|_, times| {
+            times.retain(|t| now.signed_duration_since(*t) <= window);
+            !times.is_empty()
+        });
+        st.asks.entry(key.clone()).or_default().push(now);
+    }
+
+    /// Every pool's size now: those configured, and those learned from
+    /// the requests of the window ([`demand::sizes`]).
+    fn targets(&self, ctx: &Context) -> BTreeMap<PoolKey, usize> {
+        let mut targets = ctx.config.warm_pool.clone();
+        let learned = &ctx.config.warm_pool_demand;
+        if learned.is_on() {
+            let st = self.state.lock().unwrap();
+            targets.extend(demand::sizes(
+                &st.asks,
+                ctx.clock.now(),
+                learned.window,
+                learned.max,
+                &ctx.config.warm_pool,
+            ));
+        }
+        targets
     }
 
     fn remember_claim(&self, claim: PoolClaim) {
@@ -142,7 +176,12 @@ impl Pool {
     fn report(&self, ctx: &Context) {
         let st = self.state.lock().unwrap();
         let mut by_engine: BTreeMap<_, (usize, usize)> = BTreeMap::new();
-        for key in ctx.config.warm_pool.keys() {
+        for engine in ctx.config.warm_pool.keys().map(|k| k.engine) {
+            by_engine.entry(engine).or_default();
+        }
+        let keys: std::collections::BTreeSet<&PoolKey> =
+            st.ready.keys().chain(st.creating.keys()).collect();
+        for key in keys {
             let e = by_engine.entry(key.engine).or_default();
             e.0 += st.ready.get(key).map_or(0, Vec::len);
             e.1 += st.creating.get(key).copied().unwrap_or(0);
@@ -240,9 +279,10 @@ impl Drop for Reserved<'_> {
 /// wakes the refill.
 pub(crate) fn reserve<'a>(ctx: &'a Context, desired: &DesiredSandbox, plan: &Plan) -> Reserved<'a> {
     let reserved = Reserved::none(&ctx.pool);
-    if ctx.config.warm_pool.is_empty() {
+    if !pools_on(ctx) {
         return reserved;
     }
+    let learned = ctx.config.warm_pool_demand;
     for p in plan.provisions() {
         let Some(kind) = pool::claim_kind(p.reason, desired.persistent, p.retire.is_some()) else {
             continue;
@@ -251,7 +291,9 @@ pub(crate) fn reserve<'a>(ctx: &'a Context, desired: &DesiredSandbox, plan: &Pla
             engine: p.engine,
             features: p.features.clone(),
         };
-        if !ctx.config.warm_pool.contains_key(&key) {
+        if learned.is_on() {
+            ctx.pool.ask(&key, ctx.clock.now(), learned.window);
+        } else if !ctx.config.warm_pool.contains_key(&key) {
             continue;
         }
         match ctx.pool.take(&key) {
@@ -441,7 +483,7 @@ pub(crate) async fn observed_of(
 /// planner sees it, and every pool container. The pool's memory is
 /// brought in line with what is listed.
 pub(crate) async fn relisted(ctx: &Context) -> Result<Relisted, ControllerError> {
-    if ctx.config.warm_pool.is_empty() && ctx.pool.claims.lock().unwrap().is_empty() {
+    if !pools_on(ctx) && ctx.pool.claims.lock().unwrap().is_empty() {
         return Ok(Relisted::default());
     }
     let listed = ctx.runtime.pool_containers(&ctx.config.deployment).await?;
@@ -599,7 +641,7 @@ pub(crate) async fn start_term(ctx: &Context) -> Result<(), ControllerError> {
 /// than leaving them to be refused by the fence (what they leave behind
 /// the next leader removes, see [`start_term`]).
 pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domain::id::SandboxId>) {
-    if ctx.config.warm_pool.is_empty() {
+    if !pools_on(&ctx) {
         return;
     }
     let mut fills = tokio::task::JoinSet::new();
@@ -607,7 +649,9 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
         // Finished fills report themselves; only their slots are freed here.
         while fills.try_join_next().is_some() {}
         let busy = queue.due() > 0;
-        for (key, size) in &ctx.config.warm_pool {
+        let targets = ctx.pool.targets(&ctx);
+        shrink(&ctx, &targets).await;
+        for (key, size) in &targets {
             let n = {
                 let mut st = ctx.pool.state.lock().unwrap();
                 let ready = st.ready.get(key).map_or(0, Vec::len);
@@ -644,6 +688,45 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
         }
         // A failing refill must not spin.
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether any pool is kept: configured, or learned from demand.
+fn pools_on(ctx: &Context) -> bool {
+    !ctx.config.warm_pool.is_empty() || ctx.config.warm_pool_demand.is_on()
+}
+
+/// Removes the ready containers of pools above their size now (a learned
+/// pool whose feature set nobody asked for within the window has size 0):
+/// they hold memory the pools that are asked for need. Their networks go
+/// at the next relist ([`remove_orphan_networks`]).
+async fn shrink(ctx: &Context, targets: &BTreeMap<PoolKey, usize>) {
+    let surplus: Vec<(PoolKey, Ready)> = {
+        let mut st = ctx.pool.state.lock().unwrap();
+        let mut surplus = Vec::new();
+        for (key, ready) in st.ready.iter_mut() {
+            let keep = targets.get(key).copied().unwrap_or(0);
+            while ready.len() > keep {
+                if let Some(r) = ready.pop() {
+                    surplus.push((key.clone(), r));
+                }
+            }
+        }
+        st.ready.retain(|_, ready| !ready.is_empty());
+        surplus
+    };
+    for (key, r) in surplus {
+        match ctx.runtime.remove(&r.id, Duration::ZERO).await {
+            Ok(()) => {
+                tracing::info!(pool = %key, container = %r.id, "removed a warm-pool container no recent request needs")
+            }
+            Err(e) => {
+                tracing::warn!(pool = %key, container = %r.id, error = %e, "could not remove a surplus warm-pool container; the next term removes it")
+            }
+        }
+    }
+    if !targets.is_empty() {
+        ctx.pool.report(ctx);
     }
 }
 

@@ -3,6 +3,8 @@
 //! claimed pool container serves (Docker labels cannot change, so a claim
 //! is recorded in the state database and read back from there).
 
+pub(crate) mod demand;
+
 use super::container::{ContainerState, ObservedContainer};
 use super::id::{ContainerId, Deployment, EngineName, SandboxId};
 use super::labels::ContainerLabels;

@@ -409,3 +409,89 @@ async fn a_heal_after_docker_kill_claims_from_the_pool_with_the_same_credentials
     ));
     controller.stop().await;
 }
+
+#[tokio::test]
+async fn feature_sets_that_are_asked_for_get_pools_of_their_own_and_creates_and_heals_claim_from_them(
+) {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.relist_interval = Duration::from_secs(3600);
+    config.warm_pool_demand = sandboxd::config::PoolDemand {
+        max: 2,
+        window: Duration::from_secs(600),
+    };
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let trgm = || request(&["postgres"], &[("postgres", "pg_trgm")]);
+    let hits = |kind: &str| {
+        common::sample(
+            &controller.metrics.render(),
+            &format!(
+                "sandboxd_pool_claims_total{{engine=\"postgres\",kind=\"{kind}\",result=\"hit\"}}"
+            ),
+        )
+        .unwrap_or(0.0)
+    };
+
+    // The first request of a feature set is a miss, served cold; it
+    // teaches the pool the set.
+    let first = sandbox_id("learn1");
+    client.provision(&first, &trgm(), READY).await.unwrap();
+    assert_eq!(hits("create"), 0.0);
+    let ready = pool_ready(&env, &controller, &["postgres"], 1.0).await;
+    assert_eq!(ready.len(), 1);
+    assert_eq!(
+        ready[0]
+            .features
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        ["pg_trgm"],
+        "a pool container of the asked-for set"
+    );
+
+    // The next one claims it, with its feature.
+    let second = sandbox_id("learn2");
+    let status = client.provision(&second, &trgm(), READY).await.unwrap();
+    assert_eq!(hits("create"), 1.0);
+    let mut conn = sqlx::PgConnection::connect(&host_pg_url(&status.services["postgres"]))
+        .await
+        .unwrap();
+    let trgm_there: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_extension WHERE extname = 'pg_trgm'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(trgm_there, 1);
+
+    // A heal of the cold one claims the refilled spare, same credentials.
+    pool_ready(&env, &controller, &["postgres"], 1.0).await;
+    let before = client.status(&first).await.unwrap().unwrap();
+    let victim = sandboxd::domain::network::container_name(
+        &env.deployment,
+        &first,
+        sandboxd::engine::lookup("postgres").unwrap().name(),
+    );
+    env.docker
+        .kill_container(&victim, None::<KillContainerOptions>)
+        .await
+        .unwrap();
+    let after = eventually("healed from the pool", Duration::from_secs(30), || async {
+        let s = client.status(&first).await.unwrap()?;
+        (s.phase == Phase::Ready
+            && s.services["postgres"].instance != before.services["postgres"].instance)
+            .then_some(s)
+    })
+    .await;
+    assert_eq!(
+        after.services["postgres"].password,
+        before.services["postgres"].password
+    );
+    assert_eq!(hits("heal"), 1.0);
+    // Never above the bound, whatever was asked.
+    assert!(
+        pool_containers(&env).await.len() <= 2 + 2,
+        "two claimed, at most two spare"
+    );
+    controller.stop().await;
+}
