@@ -16,15 +16,29 @@
 //! when the controller's tracing spans (`reconcile`, `provision`,
 //! `wait_ready`) open and close, and a LISTEN on both channels.
 //!
+//! The realistic mix of agents' requests (Postgres plain, `pg_trgm`,
+//! `vector`, `vector,postgis`; Redis plain and `search`) against warm
+//! pools learned from demand has a module of its own, `support/mix.rs`:
+//! request to ready, heals after kill, rm -f and stop, and a chaos run.
+//!
 //! Run it with `scripts/bench.sh` (Docker, the local images and a throwaway
 //! state Postgres). `BENCH_ITERS` (default 7) and `BENCH_BATCH_ITERS`
-//! (default 3) set the iteration counts, `BENCH_BATCH` (default 8) the
-//! batch size. The tables go to stdout and to `target/bench/provision.md`.
+//! (default 3) set the iteration counts (`BENCH_ITERS` also the passes
+//! over the mix), `BENCH_BATCH` (default 20) the batch size,
+//! `BENCH_HEAL_ITERS` (default 3) the sandboxes per entry of the mix whose
+//! heals are timed, `BENCH_CHAOS_SECONDS` (default 600) the chaos run. The
+//! tables go to stdout and to `target/bench/provision.md`. `BENCH_ONLY`
+//! runs one part alone, its table to `target/bench/<part>.md`: `pause`,
+//! `reset`, and the mix's `mix`, `mix-heals` and `chaos` (each against a
+//! floor measured first), e.g.
+//! `BENCH_ONLY=chaos BENCH_CHAOS_SECONDS=60 cargo bench --bench provision`.
 
 #[path = "../tests/integration/common/mod.rs"]
 mod common;
 #[path = "support/measure.rs"]
 mod measure;
+#[path = "support/mix.rs"]
+mod mix;
 
 use common::{sandbox_id, TestEnv};
 use futures::future::join_all;
@@ -1345,6 +1359,8 @@ struct Figures<'a> {
     heal_pool: &'a [Duration],
     pool: &'a [(&'a str, &'a Scenario, &'a [Duration])],
     idle: &'a Idle,
+    /// The mix's targets (request to ready, heals, chaos).
+    mix: Vec<mix::Target>,
 }
 
 fn targets(f: &Figures<'_>) -> String {
@@ -1422,6 +1438,7 @@ fn targets(f: &Figures<'_>) -> String {
             m > 0.0 && m < cap,
         ));
     }
+    lines.extend(f.mix.iter().cloned());
     let _ = writeln!(md, "\n## Targets\n");
     let _ = writeln!(md, "| target | measured | met |");
     let _ = writeln!(md, "|---|---:|:---:|");
@@ -1462,6 +1479,16 @@ async fn run() {
         (
             env_usize("BENCH_IDLE", 200) / 2,
             Duration::from_secs(env_usize("BENCH_IDLE_SECONDS", 120) as u64),
+        )
+    };
+    // The mix (benches/support/mix.rs): heal rounds per entry, and how
+    // long the chaos run lasts.
+    let (heal_iters, chaos_for) = if smoke {
+        (1, Duration::from_secs(10))
+    } else {
+        (
+            env_usize("BENCH_HEAL_ITERS", 3),
+            Duration::from_secs(env_usize("BENCH_CHAOS_SECONDS", 600) as u64),
         )
     };
     let started = Instant::now();
@@ -1535,6 +1562,36 @@ async fn run() {
         controller.stop().await;
         return;
     }
+    // `BENCH_ONLY=mix`, `mix-heals` or `chaos`: one part of the mix alone,
+    // against a floor measured first (BENCH_ITERS containers per engine);
+    // its table goes to target/bench/<part>.md.
+    if let Ok(part @ ("mix" | "mix-heals" | "chaos")) = std::env::var("BENCH_ONLY").as_deref() {
+        controller.stop().await;
+        eprintln!("bench: the floor");
+        let floors = mix::Floors::measure(&mut bench, iters).await;
+        let controller = start_controller(&bench.env, mix::demand_config(&bench.config)).await;
+        let entries = mix::mix(smoke);
+        let md = match part {
+            "mix" => mix::requests(&bench, &controller, &entries, iters)
+                .await
+                .report(&floors),
+            "mix-heals" => mix::heals(&bench, &controller, &entries, heal_iters)
+                .await
+                .report(&floors),
+            _ => mix::chaos(&bench, &controller, &entries, chaos_for)
+                .await
+                .report(&floors),
+        };
+        println!("{md}");
+        if !smoke {
+            let path = output_path().with_file_name(format!("{part}.md"));
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
+            std::fs::write(&path, &md).expect("write report");
+            eprintln!("bench: wrote {}", path.display());
+        }
+        controller.stop().await;
+        return;
+    }
 
     eprintln!("bench: warm-up");
     for e in [postgres, redis] {
@@ -1579,6 +1636,18 @@ async fn run() {
     let heal_pool = heals(&bench, "postgres", iters, Some(&controller)).await;
     controller.stop().await;
 
+    // The mix against warm pools learned from demand (templates on).
+    let controller = start_controller(&bench.env, mix::demand_config(&bench.config)).await;
+    let floors = mix::Floors::from_scenarios(&pg, &rd);
+    let entries = mix::mix(smoke);
+    eprintln!("bench: the mix");
+    let mix_requests = mix::requests(&bench, &controller, &entries, iters).await;
+    eprintln!("bench: heals of the mix");
+    let mix_heals = mix::heals(&bench, &controller, &entries, heal_iters).await;
+    eprintln!("bench: chaos");
+    let chaos = mix::chaos(&bench, &controller, &entries, chaos_for).await;
+    controller.stop().await;
+
     // Resets to a checkpoint (a larger memory cap for the 100 MB table).
     let controller = start_controller(&bench.env, reset_config(&bench.config)).await;
     eprintln!("bench: resets");
@@ -1616,6 +1685,9 @@ async fn run() {
         ("postgres", &pg, &pool_pg),
         ("redis", &rd, &pool_rd),
     ]));
+    md.push_str(&mix_requests.report(&floors));
+    md.push_str(&mix_heals.report(&floors));
+    md.push_str(&chaos.report(&floors));
     md.push_str(&resume_report(&resumed));
     md.push_str(&reset_report(&reset));
     md.push_str(&idle_report(&idle));
@@ -1628,6 +1700,7 @@ async fn run() {
         heal_pool: &heal_pool,
         pool: &[("postgres", &pg, &pool_pg), ("redis", &rd, &pool_rd)],
         idle: &idle,
+        mix: [mix_requests.targets(), mix_heals.targets(), chaos.targets()].concat(),
     }));
     println!("{md}");
     if smoke {

@@ -2,7 +2,7 @@
 # The benchmark: every figure against a floor measured in the same run, and
 # one report, docs/benchmarks.md (docs/scaling.md's benchmark table summarises it).
 #
-#   scripts/bench.sh            # ~15 minutes on 2 cores
+#   scripts/bench.sh            # ~40 minutes on 2 cores (10 of them the chaos run)
 #
 # It checks Docker (starting dockerd if needed), builds the engine images from
 # Debian packages if they are missing, then runs
@@ -10,7 +10,14 @@
 #      testcontainers, the controller in-process): cold sandboxes per engine
 #      against bare create+start+readiness, a Postgres sandbox from a template,
 #      warm pool hits, a burst of 20, heals after `docker kill` with and
-#      without templates and a pool, and an idle fleet (controller CPU, Docker
+#      without templates and a pool; then the realistic mix (Postgres plain,
+#      pg_trgm, vector, vector+postgis; Redis plain and search) against warm
+#      pools learned from demand: request to ready (p50 < 100 ms, p99 <
+#      250 ms), heals after `docker kill`, `rm -f` and `stop` of every entry
+#      (p50 < 0.5 s, p95 < 1 s), and a 10-minute chaos run through
+#      `sandboxd chaos`'s library with rows churning and one sandbox hit
+#      again and again (0 unhealed, 0 lost credentials, heal p50 < 1 s);
+#      resets to a checkpoint, and an idle fleet (controller CPU, Docker
 #      calls, resident memory, memory per sandbox by engine);
 #   2. `cargo bench --bench fleet_sim --features simulation`: the reconciler
 #      core against in-memory fakes at 10 000 and 100 000 rows (the resync
@@ -18,8 +25,11 @@
 #      memory);
 # and writes docs/benchmarks.md from both (target/bench/ keeps the parts).
 # Anything a crashed run left behind is removed at the end.
-# BENCH_ITERS, BENCH_BATCH_ITERS, BENCH_BATCH, BENCH_IDLE and
-# BENCH_IDLE_SECONDS tune step 1 (see benches/provision.rs).
+# BENCH_ITERS, BENCH_BATCH_ITERS, BENCH_BATCH, BENCH_HEAL_ITERS,
+# BENCH_CHAOS_SECONDS, BENCH_IDLE and BENCH_IDLE_SECONDS tune step 1 (see
+# benches/provision.rs). One part of it alone, its table in
+# target/bench/<part>.md and docs/benchmarks.md left as it is:
+#   BENCH_ONLY=mix|mix-heals|chaos|pause|reset cargo bench --bench provision
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

@@ -224,7 +224,7 @@ impl Chaos {
         for _ in 0..self.options.faults {
             let fault = self.options.kinds[rng.random_range(0..self.options.kinds.len())];
             let pick: u64 = rng.random();
-            match self.inject_one(fault, pick).await {
+            match self.inject_one(fault, pick, None).await {
                 Ok(Some((record, watch))) => watchers.push(tokio::spawn(watch.run(record))),
                 Ok(None) => tracing::info!("chaos: no ready container to hit; skipping one fault"),
                 Err(e) => tracing::warn!(error = %e, "chaos: could not look at the fleet"),
@@ -240,16 +240,39 @@ impl Chaos {
         records
     }
 
+    /// Injects `fault` into a ready engine of `sandbox` (the one `pick`
+    /// chooses if several are ready) and waits until it is healed or
+    /// [`HEAL_TIMEOUT`] has passed: for a run that hits the same sandbox
+    /// again and again, each fault after the previous heal. `None` if the
+    /// sandbox has no ready engine to hit now.
+    pub async fn hit(
+        &self,
+        fault: Fault,
+        sandbox: &SandboxId,
+        pick: u64,
+    ) -> Result<Option<FaultRecord>, ChaosError> {
+        Ok(match self.inject_one(fault, pick, Some(sandbox)).await? {
+            Some((record, watch)) => Some(watch.run(record).await),
+            None => None,
+        })
+    }
+
+    /// Injects `fault` into a ready engine, of `only` if given, of any
+    /// sandbox otherwise.
     async fn inject_one(
         &self,
         fault: Fault,
         pick: u64,
+        only: Option<&SandboxId>,
     ) -> Result<Option<(FaultRecord, HealWatch)>, ChaosError> {
         let statuses = self.store.list_status().await?;
         let containers = self.containers().await?;
         // Containers that are the published one of a ready engine.
         let mut targets = Vec::new();
-        for s in statuses.iter().filter(|s| s.phase == Phase::Ready) {
+        for s in statuses
+            .iter()
+            .filter(|s| s.phase == Phase::Ready && only.is_none_or(|o| *o == s.id))
+        {
             for c in containers
                 .iter()
                 .filter(|c| c.labels.sandbox == s.id && c.state == ContainerState::Running)

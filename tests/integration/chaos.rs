@@ -217,3 +217,107 @@ async fn under_chaos_nothing_leaks_nothing_is_duplicated_and_no_credential_is_lo
     assert!(counted >= healed_since as f64);
     drop(controller);
 }
+
+/// The fields of `after` that differ from `before` among those a client
+/// connects with (named, not shown: they hold the password).
+fn changed(
+    before: &sandboxd::domain::ServiceStatus,
+    after: &sandboxd::domain::ServiceStatus,
+) -> Vec<&'static str> {
+    [
+        ("host", before.host == after.host),
+        ("port", before.port == after.port),
+        ("host_port", before.host_port == after.host_port),
+        ("user", before.user == after.user),
+        (
+            "password",
+            before.password.expose() == after.password.expose(),
+        ),
+        ("database", before.database == after.database),
+        ("url", before.url == after.url),
+        ("env", before.env == after.env),
+    ]
+    .into_iter()
+    .filter(|(_, same)| !same)
+    .map(|(name, _)| name)
+    .collect()
+}
+
+/// The same engine killed from outside again and again, each fault once
+/// the previous heal is ready, as a chaos tool does: every kill is an
+/// operator's, so none may count toward a crash loop, and every heal
+/// publishes the same credentials, which log in and find the feature.
+#[tokio::test]
+async fn one_engine_killed_eight_times_in_a_row_is_healed_every_time_with_the_same_credentials() {
+    use sandboxd::adapters::chaos::Injector;
+    use sandboxd::domain::Phase;
+    use sqlx::Connection;
+    const KILLS: usize = 8;
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("rekill");
+    let first = client
+        .provision(
+            &id,
+            &request(&["postgres"], &[("postgres", "pg_trgm")]),
+            Duration::from_secs(120),
+        )
+        .await
+        .unwrap();
+    let published = first.services["postgres"].clone();
+    let url = common::host_pg_url(&first.services["postgres"]);
+    // By name: a container claimed from a warm pool has the sandbox's
+    // container name but not its labels.
+    let postgres = sandboxd::engine::lookup("postgres").unwrap();
+    let victim = sandboxd::domain::network::container_name(&env.deployment, &id, postgres.name());
+    let injector = Injector::new((*env.runtime).clone());
+    let faults = [Fault::Kill, Fault::Remove, Fault::Stop];
+    let mut heals = first.services["postgres"].heals;
+    for n in 1..=KILLS {
+        let fault = faults[(n - 1) % faults.len()];
+        injector
+            .inject(fault, &victim, postgres.data_path())
+            .await
+            .unwrap_or_else(|e| panic!("fault {n} ({}): {e}", fault.as_str()));
+        let healed = eventually(
+            &format!("heal {n} (after `{}`)", fault.as_str()),
+            Duration::from_secs(45),
+            || async {
+                let s = client.status(&id).await.unwrap()?;
+                assert!(
+                    s.phase != Phase::Failed,
+                    "fault {n} ({}) was not healed: {}",
+                    fault.as_str(),
+                    s.message
+                );
+                (s.phase == Phase::Ready && s.services["postgres"].heals > heals).then_some(s)
+            },
+        )
+        .await;
+        let service = &healed.services["postgres"];
+        heals = service.heals;
+        let changed = changed(&published, service);
+        assert!(
+            changed.is_empty(),
+            "heal {n} (after `{}`) published another {changed:?}",
+            fault.as_str()
+        );
+        // What the status published still logs in, to the feature asked for.
+        let mut conn = sqlx::PgConnection::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("login after heal {n}: {e}"));
+        let trgm: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_extension WHERE extname = 'pg_trgm'")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(trgm, 1, "pg_trgm after heal {n}");
+        conn.close().await.unwrap();
+    }
+    assert!(heals >= KILLS as u32, "{heals} heals for {KILLS} faults");
+    // One container serves it.
+    let containers = env.containers(Some(&id)).await;
+    assert!(containers.len() <= 1, "{containers:?}");
+    controller.stop().await;
+}
