@@ -654,6 +654,24 @@ mod tests {
             done(Origin::Cold),
         );
         assert_eq!(rotated.reason, EventReason::Rotated);
+        // A cold start for a refused template says so (describe shows it)
+        // and counts as cold.
+        let refused = Event::provisioned(
+            &create,
+            None,
+            done(Origin::ColdTemplateRefused(
+                super::super::template_volume::Refusal::AnotherDeployment,
+            )),
+        );
+        assert_eq!(refused.detail.as_deref(), Some("cold"));
+        assert!(
+            refused.message.starts_with(
+                "created cold (its template is refused [another_deployment]: a volume of another deployment"
+            ),
+            "{}",
+            refused.message
+        );
+        assert!(refused.message.contains("SandboxdTemplateRefused"));
     }
 
     #[test]

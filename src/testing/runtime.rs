@@ -282,6 +282,15 @@ impl FakeRuntime {
         self.world.lock().unwrap().volumes.keys().cloned().collect()
     }
 
+    /// Makes the volume `name` exist with `labels` (made by someone else).
+    pub(crate) fn put_volume(&self, name: &str, labels: HashMap<String, String>) {
+        self.world
+            .lock()
+            .unwrap()
+            .volumes
+            .insert(name.to_owned(), labels);
+    }
+
     /// The labels of the volume `name`, if it exists.
     pub(crate) fn volume_labels(&self, name: &str) -> Option<HashMap<String, String>> {
         self.world.lock().unwrap().volumes.get(name).cloned()
