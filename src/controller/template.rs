@@ -221,7 +221,8 @@ impl Templates {
         if refused.is_none() {
             slots.insert(volume.name.clone(), Slot::Building);
         } else if let Some(Slot::Refused { retry_at, .. }) = slots.get_mut(&volume.name) {
-            // Not looked at again until this job ends.
+            // Not looked at again until this job ends (it then records
+            // what it found); the bound only matters should it never end.
             *retry_at = Instant::now() + RETRY_AFTER * 10;
         }
         drop(slots);
