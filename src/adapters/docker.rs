@@ -10,6 +10,7 @@ use crate::domain::limits::Limits;
 use crate::domain::network::Ipv4Net;
 use crate::domain::pool::{self, PooledContainer};
 use crate::domain::secret::Secret;
+use crate::domain::template_volume::{self, Refusal, Verdict};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
     ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
@@ -96,6 +97,21 @@ async fn write_secret(
 }
 
 /// `volume` mounted at its path.
+/// The error for a refused template volume `wanted` that exists with
+/// `existing` labels.
+fn template_refused(
+    wanted: &Volume,
+    existing: &HashMap<String, String>,
+    refusal: Refusal,
+) -> RuntimeError {
+    RuntimeError::TemplateRefused {
+        volume: wanted.name.clone(),
+        refusal,
+        deployment: existing.get(labels::DEPLOYMENT).cloned(),
+        sandbox: existing.get(labels::SANDBOX).cloned(),
+    }
+}
+
 fn mount(volume: &Volume, read_only: bool) -> Mount {
     Mount {
         target: Some(volume.path.clone()),
@@ -312,17 +328,62 @@ impl DockerRuntime {
             .map_err(api("create volume", &volume.name))
     }
 
+    /// Makes the template (or template binaries) volume `wanted` ready for
+    /// its job: creates it if missing; keeps one whose labels prove it
+    /// holds this content, whichever state database's controller built it;
+    /// removes and creates again this deployment's template of other
+    /// content; refuses anything else (see [`template_volume::judge`]).
+    async fn ensure_template_volume(&self, wanted: &Volume) -> Result<(), RuntimeError> {
+        let existing = {
+            let _timer = metrics::time_docker_call(DockerCall::Volume);
+            match self.docker.inspect_volume(&wanted.name).await {
+                Ok(info) => Some(info.labels),
+                Err(e) if is_status(&e, &[404]) => None,
+                Err(e) => return Err(api("inspect volume", &wanted.name)(e)),
+            }
+        };
+        if let Some(existing) = existing {
+            match template_volume::judge(&existing, &wanted.labels) {
+                Verdict::Reuse => return Ok(()),
+                Verdict::Refuse(refusal) => {
+                    return Err(template_refused(wanted, &existing, refusal))
+                }
+                Verdict::Replace => {
+                    let _timer = metrics::time_docker_call(DockerCall::Volume);
+                    match self
+                        .docker
+                        .remove_volume(&wanted.name, None::<RemoveVolumeOptions>)
+                        .await
+                    {
+                        Ok(()) => {
+                            tracing::info!(template = %wanted.name, "removed a template whose labels do not prove this content; building it again")
+                        }
+                        Err(e) if is_status(&e, &[404]) => {}
+                        Err(e) if is_status(&e, &[409]) => {
+                            return Err(template_refused(wanted, &existing, Refusal::InUse))
+                        }
+                        Err(e) => return Err(api("remove volume", &wanted.name)(e)),
+                    }
+                }
+            }
+        }
+        self.ensure_volume(wanted).await
+    }
+
     /// Refuses a template (or template binaries) volume that is missing
-    /// (Docker would create an empty, unlabelled one) or that `template`'s
-    /// labels do not match.
+    /// (Docker would create an empty, unlabelled one) or whose labels do
+    /// not prove it holds `template`'s content.
     async fn check_template(&self, template: &Volume) -> Result<(), RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Volume);
         match self.docker.inspect_volume(&template.name).await {
-            Ok(info) if identity::may_mount(&info.labels, &template.labels) => Ok(()),
-            Ok(_) => Err(RuntimeError::Refused(format!(
-                "template volume {} exists but its labels are not the ones sandboxd gives its templates; remove it and sandboxd builds it again",
-                template.name
-            ))),
+            Ok(info) => match template_volume::judge(&info.labels, &template.labels) {
+                Verdict::Reuse => Ok(()),
+                Verdict::Refuse(refusal) => Err(template_refused(template, &info.labels, refusal)),
+                Verdict::Replace => Err(RuntimeError::Refused(format!(
+                    "template volume {} exists but its labels do not prove the content sandboxd builds; its job replaces it",
+                    template.name
+                ))),
+            },
             Err(e) if is_status(&e, &[404]) => Err(RuntimeError::Refused(format!(
                 "template volume {} is gone (removed behind sandboxd's back); sandboxd builds it again",
                 template.name
@@ -939,12 +1000,12 @@ impl Runtime for DockerRuntime {
 
     async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
         self.remove_any(&job.name, Duration::ZERO).await?;
-        self.ensure_volume(&job.volume).await?;
+        self.ensure_template_volume(&job.volume).await?;
         let mut mounts = vec![mount(&job.volume, false)];
         if let Some(binaries) = &job.binaries {
             // Empty when created: Docker copies the image's files into it
             // when the job's container is created.
-            self.ensure_volume(binaries).await?;
+            self.ensure_template_volume(binaries).await?;
             mounts.push(mount(binaries, false));
         }
         let _timer = metrics::time_docker_call(DockerCall::Create);

@@ -302,9 +302,11 @@ async fn cold(
         volume,
     );
     spec.host_port = p.host_port;
-    if !desired.persistent {
-        template::apply(ctx, engine, &p.features, &mut spec).await;
-    }
+    let refused = if desired.persistent {
+        None
+    } else {
+        template::apply_or_refusal(ctx, engine, &p.features, &mut spec).await
+    };
     if let Some(term) = ctx.fence.term() {
         spec.labels
             .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
@@ -326,10 +328,10 @@ async fn cold(
 
     match bring_up(ctx, engine, &id, &name, &credentials, &p.features, &image).await {
         Ok((host_port, available)) => {
-            let origin = if spec.template.is_some() {
-                Origin::Template
-            } else {
-                Origin::Cold
+            let origin = match (&spec.template, refused) {
+                (Some(_), _) => Origin::Template,
+                (None, Some(refusal)) => Origin::ColdTemplateRefused(refusal),
+                (None, None) => Origin::Cold,
             };
             ctx.metrics
                 .lifecycle

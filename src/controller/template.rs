@@ -7,9 +7,18 @@
 //!
 //! A sandbox never waits for a template: until its template is ready it
 //! starts cold, as without templates. The volume's name carries the
-//! image's id, so an image that changes gets a new template; the old one is
+//! image's id and the digest of the job's recipe, so an image or a
+//! sandboxd that builds differently gets a new template; the old one is
 //! removed after the new one is built, once no container mounts it.
 //! Persistent sandboxes never use templates (their data is a volume).
+//!
+//! A template belongs to the deployment, not to the state database: a
+//! controller on a recreated state database (another identity) reuses the
+//! templates the previous one built when their labels prove the same
+//! content, and replaces them when not (see
+//! [`crate::domain::template_volume`]). A volume it may neither reuse nor
+//! replace is *refused*: counted in `sandboxd_templates_refused`, alerted
+//! on, and named in the events of the sandboxes that start cold for it.
 //!
 //! With the template, the job fills a second volume per image with the
 //! image's binaries (the engine's [`Engine::binaries_dir`]), which the
@@ -22,6 +31,7 @@ use super::Context;
 use crate::config::ControllerConfig;
 use crate::domain::id::EngineName;
 use crate::domain::labels;
+use crate::domain::template_volume::{self, Refusal, TEMPLATE_RECIPE};
 use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, TemplateJob, Tmpfs, Volume};
@@ -31,12 +41,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-/// The label naming the engine a template volume is for.
-pub const TEMPLATE: &str = "io.sandboxd.template";
-/// The label naming the image id a template volume was built from.
-pub const TEMPLATE_IMAGE: &str = "io.sandboxd.template-image";
-/// The label naming the engine a template binaries volume is for.
-pub const TEMPLATE_BINARIES: &str = "io.sandboxd.template-binaries";
+pub use crate::domain::template_volume::{TEMPLATE, TEMPLATE_BINARIES, TEMPLATE_IMAGE};
 
 /// How long a failed template build is not tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -50,6 +55,20 @@ enum Slot {
     Ready,
     /// Its job failed; not tried again before then.
     Failed { retry_at: Instant },
+    /// A volume under its name may be neither reused nor replaced; looked
+    /// at again from then (an operator may have removed it).
+    Refused { refusal: Refusal, retry_at: Instant },
+}
+
+/// What a lookup found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Resolved {
+    /// The template is ready: mount these.
+    Ready(Mounts),
+    /// Start cold: the template is being built, failed lately, or is off.
+    Cold,
+    /// Start cold: the template's volume is refused.
+    Refused(Refusal),
 }
 
 /// The templates of this controller (memory only: after a restart, the
@@ -93,10 +112,16 @@ pub(crate) struct TemplateKey {
 }
 
 impl TemplateKey {
-    /// The volume name: deployment, engine, features and a short image id,
-    /// so it is the same in every process and new for a changed image.
-    fn volume_name(&self, config: &ControllerConfig) -> String {
-        format!("{}-{}", self.prefix(config), short_id(&self.image_id))
+    /// The volume name: deployment, engine, features, a short image id and
+    /// the job's `recipe` (see [`recipe`]), so it is the same in every
+    /// process (whatever its state database) and new for a changed image
+    /// or a sandboxd that builds templates differently.
+    fn volume_name(&self, config: &ControllerConfig, recipe: &str) -> String {
+        format!(
+            "{}-{}.{recipe}",
+            self.prefix(config),
+            short_id(&self.image_id)
+        )
     }
 
     /// What every template volume of this engine and feature set is
@@ -142,33 +167,64 @@ fn short_id(id: &str) -> String {
 }
 
 impl Templates {
-    /// The template volumes a new container for `key` mounts, if they are
-    /// ready; otherwise `None` (the container starts cold) and, unless its
-    /// job runs or failed recently, the job starts in the background.
+    /// [`Templates::resolve`]'s mounts, if any (for tests).
+    #[cfg(test)]
     pub(crate) fn lookup(
         &self,
         ctx: &Context,
         engine: &'static dyn Engine,
         key: &TemplateKey,
     ) -> Option<Mounts> {
-        let mount = engine.template_dir()?;
-        let volume = template_volume(ctx, key, mount);
+        match self.resolve(ctx, engine, key) {
+            Resolved::Ready(mounts) => Some(mounts),
+            Resolved::Cold | Resolved::Refused(_) => None,
+        }
+    }
+
+    /// The template volumes a new container for `key` mounts, if they are
+    /// ready; otherwise why it starts cold and, unless its job runs or
+    /// failed (or was refused) recently, the job starts in the background.
+    pub(crate) fn resolve(
+        &self,
+        ctx: &Context,
+        engine: &'static dyn Engine,
+        key: &TemplateKey,
+    ) -> Resolved {
+        let Some(mount) = engine.template_dir() else {
+            return Resolved::Cold;
+        };
+        let volume = template_volume(ctx, engine, key, mount);
         let binaries = engine
             .binaries_dir()
             .map(|dir| binaries_volume(ctx, key, dir));
         let mut slots = self.slots.lock().unwrap();
         match slots.get(&volume.name) {
             Some(Slot::Ready) => {
-                return Some(Mounts {
+                return Resolved::Ready(Mounts {
                     data: volume,
                     binaries,
                 })
             }
-            Some(Slot::Building) => return None,
-            Some(Slot::Failed { retry_at }) if Instant::now() < *retry_at => return None,
+            Some(Slot::Building) => return Resolved::Cold,
+            Some(Slot::Failed { retry_at }) if Instant::now() < *retry_at => return Resolved::Cold,
+            Some(Slot::Refused { refusal, retry_at }) if Instant::now() < *retry_at => {
+                return Resolved::Refused(*refusal)
+            }
             _ => {}
         }
-        slots.insert(volume.name.clone(), Slot::Building);
+        // A refused template stays counted as refused while its job looks
+        // again, so that the metric does not flap.
+        let refused = match slots.get(&volume.name) {
+            Some(Slot::Refused { refusal, .. }) => Some(*refusal),
+            _ => None,
+        };
+        if refused.is_none() {
+            slots.insert(volume.name.clone(), Slot::Building);
+        } else if let Some(Slot::Refused { retry_at, .. }) = slots.get_mut(&volume.name) {
+            // Not looked at again until this job ends (it then records
+            // what it found); the bound only matters should it never end.
+            *retry_at = Instant::now() + RETRY_AFTER * 10;
+        }
         drop(slots);
         let job = template_job(ctx, engine, key, volume, binaries);
         let prefixes = Prefixes {
@@ -185,7 +241,7 @@ impl Templates {
             engine.name(),
             job,
         ));
-        None
+        refused.map_or(Resolved::Cold, Resolved::Refused)
     }
 
     /// Forgets a template that turned out to be gone or broken: the next
@@ -204,10 +260,26 @@ pub(crate) async fn apply(
     features: &BTreeSet<String>,
     spec: &mut ContainerSpec,
 ) {
-    if let Some(mounts) = for_container(ctx, engine, &spec.image, features).await {
-        spec.template = Some(mounts.data);
-        spec.binaries = mounts.binaries;
-        spec.env.push("SANDBOXD_TEMPLATE=use".to_owned());
+    let _ = apply_or_refusal(ctx, engine, features, spec).await;
+}
+
+/// As [`apply`], returning why the container starts cold if its template
+/// is refused (the sandbox's event says so).
+pub(crate) async fn apply_or_refusal(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    features: &BTreeSet<String>,
+    spec: &mut ContainerSpec,
+) -> Option<Refusal> {
+    match resolve(ctx, engine, &spec.image, features).await {
+        Resolved::Ready(mounts) => {
+            spec.template = Some(mounts.data);
+            spec.binaries = mounts.binaries;
+            spec.env.push("SANDBOXD_TEMPLATE=use".to_owned());
+            None
+        }
+        Resolved::Cold => None,
+        Resolved::Refused(refusal) => Some(refusal),
     }
 }
 
@@ -221,15 +293,28 @@ pub(crate) async fn for_container(
     image: &str,
     features: &BTreeSet<String>,
 ) -> Option<Mounts> {
+    match resolve(ctx, engine, image, features).await {
+        Resolved::Ready(mounts) => Some(mounts),
+        Resolved::Cold | Resolved::Refused(_) => None,
+    }
+}
+
+/// As [`for_container`], saying whether the template is refused.
+async fn resolve(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    image: &str,
+    features: &BTreeSet<String>,
+) -> Resolved {
     if !ctx.config.templates || engine.template_dir().is_none() {
-        return None;
+        return Resolved::Cold;
     }
     let image_id = match ctx.runtime.image_id(image).await {
         Ok(Some(id)) => id,
-        Ok(None) => return None,
+        Ok(None) => return Resolved::Cold,
         Err(e) => {
             tracing::debug!(image, error = %e, "image id unreadable; starting cold");
-            return None;
+            return Resolved::Cold;
         }
     };
     let key = TemplateKey {
@@ -238,7 +323,7 @@ pub(crate) async fn for_container(
         image_id,
         features: features.clone(),
     };
-    ctx.templates.lookup(ctx, engine, &key)
+    ctx.templates.resolve(ctx, engine, &key)
 }
 
 /// Starts the jobs of the templates of every engine's plain image, so
@@ -264,11 +349,19 @@ fn binaries_volume(ctx: &Context, key: &TemplateKey, dir: &str) -> Volume {
     )
 }
 
-/// The labels and mount of `key`'s volume.
-fn template_volume(ctx: &Context, key: &TemplateKey, mount: &str) -> Volume {
+/// The labels and mount of `key`'s volume. They say what it holds (image
+/// id, features, recipe), which is all a controller of this deployment on
+/// any state database needs to know to reuse it.
+fn template_volume(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    key: &TemplateKey,
+    mount: &str,
+) -> Volume {
+    let recipe = recipe(engine, key, mount);
     owned_volume(
         ctx,
-        key.volume_name(&ctx.config),
+        key.volume_name(&ctx.config, &recipe),
         mount,
         [
             (TEMPLATE.to_owned(), key.engine.to_string()),
@@ -277,8 +370,39 @@ fn template_volume(ctx: &Context, key: &TemplateKey, mount: &str) -> Volume {
                 labels::FEATURES.to_owned(),
                 key.features.iter().cloned().collect::<Vec<_>>().join(","),
             ),
+            (TEMPLATE_RECIPE.to_owned(), recipe),
         ],
     )
+}
+
+/// The digest of everything `key`'s job does besides its image: the
+/// features, its environment and arguments, its user, where the template
+/// is mounted, and the builder version. Same digest and image id, same
+/// template: the job is deterministic given them (it holds no credential).
+fn recipe(engine: &'static dyn Engine, key: &TemplateKey, mount: &str) -> String {
+    let (env, cmd) = job_env_and_args(engine, key);
+    let features = key.features.iter().cloned().collect::<Vec<_>>().join(",");
+    let env = env.join("\n");
+    let cmd = cmd.join("\n");
+    template_volume::recipe([
+        key.image_id.as_str(),
+        features.as_str(),
+        env.as_str(),
+        cmd.as_str(),
+        engine.user(),
+        mount,
+    ])
+}
+
+/// The template job's environment and arguments: the engine's
+/// sandbox-mode ones with `SANDBOXD_TEMPLATE=build`, no password.
+fn job_env_and_args(engine: &'static dyn Engine, key: &TemplateKey) -> (Vec<String>, Vec<String>) {
+    // Only the user and database names are read from these; the password
+    // is never sent (a template holds none).
+    let names = engine.credentials(crate::domain::secret::Secret::generate());
+    let mut env = engine.container_env(&names, &key.features, false);
+    env.push("SANDBOXD_TEMPLATE=build".to_owned());
+    (env, engine.container_args(&key.features, false))
 }
 
 /// A volume `name` mounted on `path`, labelled as this deployment's (and
@@ -317,11 +441,7 @@ fn template_job(
     binaries: Option<Volume>,
 ) -> TemplateJob {
     let config = &ctx.config;
-    // Only the user and database names are read from these; the password
-    // is never sent (a template holds none).
-    let names = engine.credentials(crate::domain::secret::Secret::generate());
-    let mut env = engine.container_env(&names, &key.features, false);
-    env.push("SANDBOXD_TEMPLATE=build".to_owned());
+    let (env, cmd) = job_env_and_args(engine, key);
     let scratch = |path: &str| Tmpfs {
         path: path.to_owned(),
         bytes: config.limits.scratch_bytes,
@@ -330,11 +450,12 @@ fn template_job(
     tmpfs.extend(engine.runtime_dirs().iter().map(|d| scratch(d)));
     let mut job_labels = volume.labels.clone();
     job_labels.remove(TEMPLATE_IMAGE);
+    job_labels.remove(TEMPLATE_RECIPE);
     TemplateJob {
         name: format!("{}-job", volume.name),
         image: key.image.clone(),
         env,
-        cmd: engine.container_args(&key.features, false),
+        cmd,
         labels: job_labels,
         user: engine.user().to_owned(),
         limits: config.limits,
@@ -380,6 +501,15 @@ async fn build(
             );
             Slot::Ready
         }
+        Err(RuntimeError::TemplateRefused { refusal, .. }) => {
+            // Counted and alerted on (SandboxdTemplateRefused), and named
+            // in the events of the sandboxes that start cold for it.
+            tracing::warn!(template = %name, reason = refusal.as_str(), error = %outcome.as_ref().unwrap_err(), "template refused; its sandboxes start cold");
+            Slot::Refused {
+                refusal: *refusal,
+                retry_at: Instant::now() + RETRY_AFTER,
+            }
+        }
         Err(e) => {
             tracing::warn!(template = %name, error = %e, "template build failed; sandboxes start cold");
             Slot::Failed {
@@ -387,14 +517,26 @@ async fn build(
             }
         }
     };
-    let ready = {
+    let (ready, refused) = {
         let mut slots = slots.lock().unwrap();
         slots.insert(name.clone(), slot);
-        slots.values().filter(|s| **s == Slot::Ready).count()
+        let ready = slots.values().filter(|s| **s == Slot::Ready).count();
+        let refused = Refusal::ALL.map(|r| {
+            let n = slots
+                .values()
+                .filter(|s| matches!(s, Slot::Refused { refusal, .. } if *refusal == r))
+                .count();
+            (r, n)
+        });
+        (ready, refused)
     };
     metrics.images.templates_ready(ready);
+    metrics.images.templates_refused(&refused);
     if let (Err(e), Some(binaries)) = (&outcome, &job.binaries) {
-        if !matches!(e, RuntimeError::TemplateJob { .. }) {
+        if !matches!(
+            e,
+            RuntimeError::TemplateJob { .. } | RuntimeError::TemplateRefused { .. }
+        ) {
             // The job never ran: Docker may have left the binaries half
             // copied, and it fills only an empty volume. Unless a running
             // container uses it, it goes, to be filled again at the retry.
@@ -466,16 +608,25 @@ mod tests {
             features: ["vector".to_owned(), "citext".to_owned()].into(),
         };
         assert_eq!(
-            key.volume_name(&config),
-            "ci-template-postgres-citext.vector-3e6d1f6a4780"
+            key.volume_name(&config, "0123456789ab"),
+            "ci-template-postgres-citext.vector-3e6d1f6a4780.0123456789ab"
         );
         let plain = TemplateKey {
             features: BTreeSet::new(),
-            ..key
+            ..key.clone()
         };
         assert_eq!(
-            plain.volume_name(&config),
-            "ci-template-postgres-plain-3e6d1f6a4780"
+            plain.volume_name(&config, "0123456789ab"),
+            "ci-template-postgres-plain-3e6d1f6a4780.0123456789ab"
+        );
+        // The recipe is fixed by the key (no password, nothing random) and
+        // differs by feature set.
+        let postgres = crate::engine::lookup("postgres").unwrap();
+        let mount = postgres.template_dir().unwrap();
+        assert_eq!(recipe(postgres, &key, mount), recipe(postgres, &key, mount));
+        assert_ne!(
+            recipe(postgres, &key, mount),
+            recipe(postgres, &plain, mount)
         );
     }
 }

@@ -108,6 +108,10 @@ pub(crate) enum Origin {
     Template,
     /// A container that initialised its data at start.
     Cold,
+    /// A container that initialised its data at start because its
+    /// template's volume is refused (counted as `cold`; the event says
+    /// why, so `sandboxd describe` shows it).
+    ColdTemplateRefused(super::template_volume::Refusal),
 }
 
 impl Origin {
@@ -116,15 +120,20 @@ impl Origin {
         match self {
             Origin::Pool => "pool",
             Origin::Template => "template",
-            Origin::Cold => "cold",
+            Origin::Cold | Origin::ColdTemplateRefused(_) => "cold",
         }
     }
 
-    fn phrase(self) -> &'static str {
+    fn phrase(self) -> String {
         match self {
-            Origin::Pool => "from the warm pool",
-            Origin::Template => "from the template",
-            Origin::Cold => "cold",
+            Origin::Pool => "from the warm pool".to_owned(),
+            Origin::Template => "from the template".to_owned(),
+            Origin::Cold => "cold".to_owned(),
+            Origin::ColdTemplateRefused(refusal) => format!(
+                "cold (its template is refused [{}]: {}; see SandboxdTemplateRefused in docs/runbook.md)",
+                refusal.as_str(),
+                refusal.phrase()
+            ),
         }
     }
 }
@@ -236,7 +245,7 @@ impl Event {
                     ),
                     _ => (EventReason::Provisioned, "created"),
                 };
-                let origin = if done.origin == Origin::Pool { "" } else { origin };
+                let origin = if done.origin == Origin::Pool { "" } else { &origin };
                 let sep = if origin.is_empty() { "" } else { " " };
                 Self::new(
                     reason,
@@ -643,6 +652,24 @@ mod tests {
             done(Origin::Cold),
         );
         assert_eq!(rotated.reason, EventReason::Rotated);
+        // A cold start for a refused template says so (describe shows it)
+        // and counts as cold.
+        let refused = Event::provisioned(
+            &create,
+            None,
+            done(Origin::ColdTemplateRefused(
+                super::super::template_volume::Refusal::AnotherDeployment,
+            )),
+        );
+        assert_eq!(refused.detail.as_deref(), Some("cold"));
+        assert!(
+            refused.message.starts_with(
+                "created cold (its template is refused [another_deployment]: a volume of another deployment"
+            ),
+            "{}",
+            refused.message
+        );
+        assert!(refused.message.contains("SandboxdTemplateRefused"));
     }
 
     #[test]

@@ -13,6 +13,11 @@
 //!   it (`io.sandboxd.incarnation`), statuses too, and a container of
 //!   another incarnation is never the row's (see `plan`).
 //!
+//! Templates are not scoped by the state database: they hold no tenant's
+//! data, so a template another identity built is reused when its labels
+//! prove the same content ([`super::template_volume::judge`]); only data
+//! volumes obey [`may_mount`].
+//!
 //! Pure decisions, tested with tables.
 
 use super::container::ObservedContainer;

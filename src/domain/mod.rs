@@ -29,6 +29,7 @@ pub(crate) mod resync;
 pub mod sandbox;
 pub(crate) mod secret;
 pub mod status;
+pub mod template_volume;
 
 pub use self::id::{ContainerId, Deployment, EngineName, IdError, SandboxId};
 pub use self::identity::{Incarnation, StateId};

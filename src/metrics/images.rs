@@ -3,7 +3,8 @@
 
 use super::{outcome, register};
 use crate::domain::id::EngineName;
-use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use crate::domain::template_volume::Refusal;
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// The images' and templates' metrics.
 pub(crate) struct ImageMetrics {
@@ -12,6 +13,7 @@ pub(crate) struct ImageMetrics {
     fetches: IntGauge,
     template_builds: IntCounterVec,
     templates_ready: IntGauge,
+    templates_refused: IntGaugeVec,
 }
 
 impl ImageMetrics {
@@ -43,7 +45,17 @@ impl ImageMetrics {
                 "sandboxd_templates_ready",
                 "Pre-initialised templates this process has ready (one per engine image and feature set in use)"
             )),
+            templates_refused: register(registry, IntGaugeVec::new(
+                Opts::new(
+                    "sandboxd_templates_refused",
+                    "Templates this process cannot build because a volume under the template's name may be neither reused nor replaced, by reason (another_deployment, not_a_template, in_use); their sandboxes start cold (docs/runbook.md, SandboxdTemplateRefused)"
+                ),
+                &["reason"]
+            )),
         };
+        for r in Refusal::ALL {
+            m.templates_refused.with_label_values(&[r.as_str()]);
+        }
         for ok in [true, false] {
             m.pulls.with_label_values(&[outcome(ok)]);
             m.builds.with_label_values(&[outcome(ok)]);
@@ -77,5 +89,14 @@ impl ImageMetrics {
     /// How many templates are ready.
     pub(crate) fn templates_ready(&self, n: usize) {
         self.templates_ready.set(n as i64);
+    }
+
+    /// How many templates are refused, by reason.
+    pub(crate) fn templates_refused(&self, counts: &[(Refusal, usize)]) {
+        for (r, n) in counts {
+            self.templates_refused
+                .with_label_values(&[r.as_str()])
+                .set(*n as i64);
+        }
     }
 }

@@ -59,6 +59,20 @@ pub enum RuntimeError {
         /// The tail of its output (a template holds no credential).
         logs: String,
     },
+    /// A volume under a template's name is not one sandboxd may mount or
+    /// replace (see [`crate::domain::template_volume::judge`]): the
+    /// template's sandboxes start cold until an operator acts.
+    #[error("template volume {volume} is refused: {} (its labels say deployment {deployment:?}, sandbox {sandbox:?}); sandboxes that would start from it start cold", refusal.phrase())]
+    TemplateRefused {
+        /// The volume's name.
+        volume: String,
+        /// Why.
+        refusal: crate::domain::template_volume::Refusal,
+        /// The deployment its labels name.
+        deployment: Option<String>,
+        /// The sandbox its labels name.
+        sandbox: Option<String>,
+    },
     /// An API call did not answer within its deadline.
     #[error("docker {op} for {target} did not answer within {after:?}; is the Docker daemon overloaded or stuck? (`docker info`, `systemctl status docker`)")]
     Timeout {

@@ -284,6 +284,15 @@ impl FakeRuntime {
         self.world.lock().unwrap().volumes.keys().cloned().collect()
     }
 
+    /// Makes the volume `name` exist with `labels` (made by someone else).
+    pub(crate) fn put_volume(&self, name: &str, labels: HashMap<String, String>) {
+        self.world
+            .lock()
+            .unwrap()
+            .volumes
+            .insert(name.to_owned(), labels);
+    }
+
     /// The labels of the volume `name`, if it exists.
     pub(crate) fn volume_labels(&self, name: &str) -> Option<HashMap<String, String>> {
         self.world.lock().unwrap().volumes.get(name).cloned()
@@ -629,9 +638,35 @@ impl Runtime for FakeRuntime {
             .map_err(|e| injected("template job", e))?;
         let mut w = self.world.lock().unwrap();
         for volume in std::iter::once(&job.volume).chain(&job.binaries) {
-            w.volumes
-                .entry(volume.name.clone())
-                .or_insert_with(|| volume.labels.clone());
+            // As the Docker adapter: reuse what the labels prove, replace
+            // this deployment's other templates unless mounted, refuse the
+            // rest.
+            if let Some(existing) = w.volumes.get(&volume.name) {
+                use crate::domain::template_volume::{judge, Refusal, Verdict};
+                let refused = |refusal| RuntimeError::TemplateRefused {
+                    volume: volume.name.clone(),
+                    refusal,
+                    deployment: existing.get(labels::DEPLOYMENT).cloned(),
+                    sandbox: existing.get(labels::SANDBOX).cloned(),
+                };
+                match judge(existing, &volume.labels) {
+                    Verdict::Reuse => continue,
+                    Verdict::Refuse(refusal) => return Err(refused(refusal)),
+                    Verdict::Replace => {
+                        let mounted = w.containers.values().any(|c| {
+                            c.spec
+                                .template
+                                .iter()
+                                .chain(&c.spec.binaries)
+                                .any(|t| t.name == volume.name)
+                        });
+                        if mounted {
+                            return Err(refused(Refusal::InUse));
+                        }
+                    }
+                }
+            }
+            w.volumes.insert(volume.name.clone(), volume.labels.clone());
         }
         w.template_jobs += 1;
         Ok(())

@@ -3,12 +3,15 @@
 //! credentials the template never held; a feature set and a changed image
 //! each get their own template, the older one is removed once unused; a
 //! heal starts from the template with the same credentials; a persistent
-//! sandbox never uses one.
+//! sandbox never uses one; templates outlive their state database (a
+//! controller on a fresh one reuses them), and a template whose name
+//! another deployment's volume holds is refused, counted and described.
 
 use crate::common;
 
 use bollard::query_parameters::KillContainerOptions;
-use common::{eventually, host_pg_url, request, sample, sandbox_id, TestEnv};
+use common::{eventually, host_pg_url, request, sample, sandbox_id, StatePostgres, TestEnv};
+use sandboxd::adapters::PgStore;
 use sandboxd::client::Client;
 use sandboxd::config::{ControllerConfig, Images};
 use sandboxd::controller::template::{TEMPLATE, TEMPLATE_BINARIES};
@@ -392,5 +395,190 @@ async fn a_feature_set_gets_its_own_template_and_a_changed_image_replaces_the_ol
     })
     .await;
     assert!(template_volumes(&env).contains(&featured));
+    controller.stop().await;
+}
+
+/// The state database identity of `pool`'s database.
+async fn state_id(pool: &sqlx::PgPool) -> String {
+    sqlx::query_scalar("SELECT state_id::text FROM sandbox_identity")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The labels of the volume `name`.
+async fn volume_labels(env: &TestEnv, name: &str) -> std::collections::HashMap<String, String> {
+    env.docker.inspect_volume(name).await.unwrap().labels
+}
+
+#[tokio::test]
+async fn templates_built_under_one_state_database_serve_a_controller_on_a_fresh_one() {
+    let env = TestEnv::new().await;
+    let first = env.start(with_templates(&env));
+    templates_built(&first, 1.0).await;
+    let client = Client::from_pool(env.pool.clone());
+    let features = request(&["postgres"], &[("postgres", "pg_trgm")]);
+    // Its feature set's template is built under the first database; its
+    // container stays (foreign to the next database), mounting it.
+    let before = sandbox_id("tpl-db1");
+    client.provision(&before, &features, READY).await.unwrap();
+    templates_built(&first, 2.0).await;
+    let built = template_volumes(&env);
+    let binaries = binaries_volumes(&env);
+    assert_eq!(built.len(), 2, "{built:?}");
+    let trgm = built
+        .iter()
+        .find(|v| v.contains("-pg_trgm-"))
+        .expect("the feature set's template")
+        .clone();
+    let old = state_id(&env.pool).await;
+    assert_eq!(
+        volume_labels(&env, &trgm).await.get("io.sandboxd.state-id"),
+        Some(&old)
+    );
+    first.stop().await;
+
+    // The same deployment on a fresh state database: another identity.
+    let fresh = StatePostgres::start().await;
+    let store = PgStore::connect(&fresh.url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    assert_ne!(state_id(store.pool()).await, old, "a new identity");
+    let second = env.start_with_store(with_templates(&env), store.clone());
+    templates_built(&second, 1.0).await;
+    let client = Client::from_pool(store.pool().clone());
+    // This controller looks at a template when a sandbox first asks for
+    // it; its job finds it built and ends at once.
+    client
+        .provision(&sandbox_id("tpl-db2"), &features, READY)
+        .await
+        .unwrap();
+    templates_built(&second, 2.0).await;
+    let served = sandbox_id("tpl-db2");
+    let status = client.provision(&served, &features, READY).await.unwrap();
+    assert_eq!(
+        mounted_template(&env, &served).await.as_deref(),
+        Some(&*trgm),
+        "served from the template the first database's controller built"
+    );
+    let text = second.metrics.render();
+    assert!(
+        sample(
+            &text,
+            "sandboxd_container_starts_total{engine=\"postgres\",from=\"template\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    let mut conn = PgConnection::connect(&pg_url(&status)).await.unwrap();
+    let ext: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_extension WHERE extname = 'pg_trgm'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(ext, 1, "the template's feature is there");
+
+    // Reused, not rebuilt: the same volumes, still labelled by the first
+    // database's identity; no build failed, nothing refused.
+    assert_eq!(template_volumes(&env), built);
+    assert_eq!(binaries_volumes(&env), binaries);
+    assert_eq!(
+        volume_labels(&env, &trgm).await.get("io.sandboxd.state-id"),
+        Some(&old)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "sandboxd_template_builds_total{engine=\"postgres\",result=\"failed\"}"
+        )
+        .unwrap_or(0.0),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(
+        common::total(&text, "sandboxd_templates_refused"),
+        0.0,
+        "{text}"
+    );
+    second.stop().await;
+}
+
+/// Removes the volume when dropped.
+struct OtherVolume(String);
+
+impl Drop for OtherVolume {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "-f", &self.0])
+            .output();
+    }
+}
+
+#[tokio::test]
+async fn a_template_name_held_by_another_deployments_volume_is_refused_counted_and_described() {
+    let env = TestEnv::new().await;
+    let first = env.start(with_templates(&env));
+    templates_built(&first, 1.0).await;
+    let plain = template_volumes(&env).remove(0);
+    first.stop().await;
+    // Another deployment's volume takes the plain template's name.
+    common::docker_ok(&["volume", "rm", &plain]);
+    let other = format!("{}-other", env.deployment);
+    common::docker_ok(&[
+        "volume",
+        "create",
+        "--label",
+        "io.sandboxd.managed-by=sandboxd",
+        "--label",
+        &format!("io.sandboxd.deployment={other}"),
+        &plain,
+    ]);
+    let _removed_at_the_end = OtherVolume(plain.clone());
+
+    let controller = env.start(with_templates(&env));
+    let refused = "sandboxd_templates_refused{reason=\"another_deployment\"}";
+    eventually("the template to be refused and counted", READY, || async {
+        (sample(&controller.metrics.render(), refused) == Some(1.0)).then_some(())
+    })
+    .await;
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("tpl-refused");
+    let status = client
+        .provision(&id, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    assert!(logs_in(&pg_url(&status)).await, "it works, cold");
+    assert_eq!(mounted_template(&env, &id).await, None);
+    assert_eq!(
+        sample(
+            &controller.metrics.render(),
+            "sandboxd_container_starts_total{engine=\"postgres\",from=\"cold\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(sample(&controller.metrics.render(), refused), Some(1.0));
+    // Never touched: still the other deployment's.
+    assert_eq!(
+        volume_labels(&env, &plain)
+            .await
+            .get("io.sandboxd.deployment"),
+        Some(&other)
+    );
+
+    // `sandboxd describe` says why it started cold.
+    let line = eventually("describe to show the refusal", READY, || async {
+        let out = Command::new(common::BIN)
+            .args(["describe", id.as_str()])
+            .env("DATABASE_URL", &env.url)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find(|l| l.contains("its template is refused [another_deployment]"))
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(line.contains("created cold"), "{line}");
+    assert!(line.contains("another deployment"), "{line}");
     controller.stop().await;
 }

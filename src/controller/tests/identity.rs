@@ -190,7 +190,13 @@ async fn a_template_is_built_once_in_the_background_and_a_failed_build_is_retrie
         .lookup(&ctx, postgres, &key)
         .expect("the template is ready");
     let volume = mounts.data;
-    assert_eq!(volume.name, "test-template-postgres-plain-0123456789ab");
+    assert!(
+        volume
+            .name
+            .starts_with("test-template-postgres-plain-0123456789ab."),
+        "{}",
+        volume.name
+    );
     assert_eq!(volume.path, "/var/lib/postgresql/template");
     let binaries = mounts.binaries.expect("Postgres shares its binaries");
     assert_eq!(binaries.name, "test-binaries-postgres-plain-0123456789ab");
@@ -217,4 +223,85 @@ async fn a_template_is_built_once_in_the_background_and_a_failed_build_is_retrie
         2,
         "a forgotten template is checked again"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_template_of_another_state_database_is_reused_and_one_of_another_deployment_is_refused_and_counted(
+) {
+    use crate::domain::template_volume::Refusal;
+    let h = Harness::new();
+    let ctx = h.context();
+    let postgres = crate::engine::lookup("postgres").unwrap();
+    let key = template::TemplateKey {
+        engine: postgres.name(),
+        image: "sandboxd/postgres-ext:17".into(),
+        image_id: "sha256:0123456789abcdef".into(),
+        features: ["pg_trgm".to_owned()].into(),
+    };
+    let settle = || tokio::time::sleep(Duration::from_millis(10));
+    let refused = |reason: &str| {
+        h.metric(&format!(
+            "sandboxd_templates_refused{{reason=\"{reason}\"}}"
+        ))
+    };
+    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    settle().await;
+    let volume = ctx
+        .templates
+        .lookup(&ctx, postgres, &key)
+        .expect("built")
+        .data;
+
+    // The state database is recreated: the template now says another
+    // identity built it. Its content is what this one builds: reused.
+    let mut theirs = h.runtime.volume_labels(&volume.name).unwrap();
+    theirs.insert(crate::domain::labels::STATE_ID.into(), THEIRS.into());
+    h.runtime.put_volume(&volume.name, theirs.clone());
+    ctx.templates.forget(&volume.name);
+    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    settle().await;
+    assert_eq!(
+        ctx.templates.lookup(&ctx, postgres, &key).map(|m| m.data),
+        Some(volume.clone()),
+        "served from the other identity's template"
+    );
+    assert_eq!(h.runtime.template_jobs(), 2);
+    assert_eq!(
+        h.runtime.volume_labels(&volume.name),
+        Some(theirs),
+        "reused, not rebuilt"
+    );
+    for r in Refusal::ALL {
+        assert_eq!(refused(r.as_str()), 0.0, "{r:?}");
+    }
+
+    // Another deployment's volume under that name: never touched, counted.
+    let mut other = h.runtime.volume_labels(&volume.name).unwrap();
+    other.insert(crate::domain::labels::DEPLOYMENT.into(), "other".into());
+    h.runtime.put_volume(&volume.name, other.clone());
+    ctx.templates.forget(&volume.name);
+    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    settle().await;
+    assert_eq!(
+        ctx.templates.resolve(&ctx, postgres, &key),
+        template::Resolved::Refused(Refusal::AnotherDeployment)
+    );
+    assert_eq!(refused("another_deployment"), 1.0);
+    assert_eq!(h.runtime.volume_labels(&volume.name), Some(other));
+
+    // Once the operator removed it, the next look builds the template and
+    // the refusal is no longer counted.
+    h.runtime
+        .remove_volume(&volume.name, &"other".parse().unwrap())
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(61)).await;
+    assert_eq!(
+        ctx.templates.resolve(&ctx, postgres, &key),
+        template::Resolved::Refused(Refusal::AnotherDeployment),
+        "still refused while its job looks again"
+    );
+    settle().await;
+    assert!(ctx.templates.lookup(&ctx, postgres, &key).is_some());
+    assert_eq!(refused("another_deployment"), 0.0);
 }
