@@ -2,7 +2,9 @@
 //! terms (managed containers, specs, teardown) and turning Docker's errors
 //! into messages an operator can act on.
 
+use super::host_net;
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
+use crate::domain::host_net::{self as domain_host_net, Link, Route, RouteConflict};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
@@ -13,7 +15,7 @@ use crate::domain::secret::Secret;
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
     ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
-    Runtime, RuntimeError, RuntimeEvent, TemplateJob, Tmpfs, Volume,
+    Runtime, RuntimeError, RuntimeEvent, StaleBridge, TemplateJob, Tmpfs, Volume,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -35,7 +37,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use chrono::{TimeZone, Utc};
 use futures::StreamExt;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -158,6 +160,14 @@ async fn next_within<S: futures::Stream + Unpin>(
             target: target.to_owned(),
             after,
         })
+}
+
+/// Every network on the host as its host side sees it.
+struct HostNetworks {
+    /// The subnets they use.
+    subnets: Vec<Ipv4Net>,
+    /// Each bridge network's Linux bridge, by network name.
+    bridges: HashMap<String, String>,
 }
 
 /// The local Docker daemon as a [`Runtime`].
@@ -363,19 +373,58 @@ impl DockerRuntime {
             .collect())
     }
 
-    /// Every subnet a network on this host uses (any owner's).
-    async fn used_subnets(&self) -> Result<Vec<Ipv4Net>, RuntimeError> {
+    /// Every network on this host (any owner's): the subnets they use and
+    /// the Linux bridge of each bridge network.
+    async fn host_networks(&self) -> Result<HostNetworks, RuntimeError> {
         let networks = self
             .docker
             .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
             .await
             .map_err(api("list networks", "all networks"))?;
-        Ok(networks
+        let subnets = networks
             .iter()
             .filter_map(|n| n.ipam.as_ref()?.config.as_ref())
             .flatten()
             .filter_map(|c| c.subnet.as_deref()?.parse().ok())
-            .collect())
+            .collect();
+        let bridges = networks
+            .iter()
+            .filter(|n| n.driver.as_deref() == Some("bridge"))
+            .filter_map(|n| {
+                // Docker's own name unless the network asked for one.
+                let bridge = n
+                    .options
+                    .as_ref()
+                    .and_then(|o| o.get("com.docker.network.bridge.name").cloned())
+                    .or_else(|| Some(format!("br-{}", n.id.as_deref()?.get(..12)?)))?;
+                Some((n.name.clone()?, bridge))
+            })
+            .collect();
+        Ok(HostNetworks { subnets, bridges })
+    }
+
+    /// The host's links and routes, if this process sees the network
+    /// namespace Docker's bridges are in (`networks` tells which those
+    /// are); `None` on a Swarm backend (overlays have no host bridge), in
+    /// a container of its own, or when they cannot be read.
+    fn host_view(&self, networks: &HostNetworks) -> Option<(Vec<Link>, Vec<Route>)> {
+        if self.overlay.is_some() {
+            return None;
+        }
+        let read = || Ok::<_, host_net::HostNetError>((host_net::links()?, host_net::routes()?));
+        let (links, routes) = match read() {
+            Ok(view) => view,
+            Err(e) => {
+                tracing::warn!(error = %e, "the host's network is not readable; subnets are chosen by Docker's networks alone");
+                return None;
+            }
+        };
+        let bridges: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();
+        if !domain_host_net::sees_host(&links, &bridges) {
+            tracing::debug!("Docker's bridges are not in this process's network namespace (sandboxd in a container of its own): the host's routes are not checked");
+            return None;
+        }
+        Some((links, routes))
     }
 
     /// Creates the network; with a pool, in the first subnet no network on
@@ -431,11 +480,25 @@ impl DockerRuntime {
         let _one_at_a_time = self.subnet_lock.lock().await;
         let mut taken: Vec<Ipv4Net> = Vec::new();
         for _ in 0..8 {
-            let mut used = self.used_subnets().await?;
+            let networks = self.host_networks().await?;
+            let routes = self
+                .host_view(&networks)
+                .map(|(_, routes)| routes)
+                .unwrap_or_default();
+            let mut used = networks.subnets;
             used.extend(taken.iter().copied());
-            let subnet = pool.first_free(&used).ok_or_else(|| {
+            // A subnet the host routes through another interface (a bridge
+            // that outlived its network) would leave the engines
+            // unreachable from the host: never handed out.
+            let subnet = domain_host_net::free_subnet(&pool, &used, &routes);
+            if let Some(first) = pool.first_free(&used).filter(|f| Some(*f) != subnet) {
+                if let Some(route) = domain_host_net::shadowing(&routes, &first) {
+                    tracing::warn!(network = %spec.name, subnet = %first, interface = route.iface, route = %route.dest, "subnet skipped: the host routes it through another interface (a stale sandboxd bridge is removed at the next relist)");
+                }
+            }
+            let subnet = subnet.ok_or_else(|| {
                 RuntimeError::Refused(format!(
-                    "no free /{} subnet left in the pool {} for network {}: remove unused networks (docker network ls --filter label={}) or give --subnet-pool a larger range",
+                    "no free /{} subnet left in the pool {} for network {} (Docker's networks and the host's routes hold them all): remove unused networks (docker network ls --filter label={}) or routes, or give --subnet-pool a larger range",
                     pool.prefix(),
                     pool.pool(),
                     spec.name,
@@ -733,6 +796,72 @@ impl Runtime for DockerRuntime {
             }
         }
         Ok(created)
+    }
+
+    async fn remove_stale_bridges(&self) -> Result<Vec<StaleBridge>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        // No network of this process is created meanwhile (its bridge
+        // would be seen before its network is listed).
+        let _one_at_a_time = self.subnet_lock.lock().await;
+        // The links first, then the networks that own bridges: a bridge
+        // whose network someone else was creating as the links were read
+        // is listed with its network by then.
+        let networks = self.host_networks().await?;
+        let Some((links, _)) = self.host_view(&networks) else {
+            return Ok(Vec::new());
+        };
+        let networks = self.host_networks().await?;
+        let owned: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();
+        let mut swept = Vec::new();
+        for name in domain_host_net::stale_bridges(&links, &owned) {
+            let outcome = host_net::delete_bridge(name, self.stream_timeout).await;
+            swept.push(StaleBridge {
+                name: name.to_owned(),
+                outcome,
+            });
+        }
+        Ok(swept)
+    }
+
+    async fn route_conflict(
+        &self,
+        id: &ContainerId,
+    ) -> Result<Option<RouteConflict>, RuntimeError> {
+        let info = match self
+            .docker
+            .inspect_container(id.as_str(), None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) => return Ok(None),
+            Err(e) => return Err(api("inspect", id.as_str())(e)),
+        };
+        let endpoints = info
+            .network_settings
+            .and_then(|n| n.networks)
+            .unwrap_or_default();
+        let networks = self.host_networks().await?;
+        let Some((links, routes)) = self.host_view(&networks) else {
+            return Ok(None);
+        };
+        let owned: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();
+        let stale = domain_host_net::stale_bridges(&links, &owned);
+        let mut endpoints: Vec<_> = endpoints.into_iter().collect();
+        endpoints.sort_by(|a, b| a.0.cmp(&b.0));
+        for (network, endpoint) in endpoints {
+            let (Some(bridge), Some(addr)) = (
+                networks.bridges.get(&network),
+                endpoint.ip_address.as_deref().and_then(|a| a.parse().ok()),
+            ) else {
+                continue;
+            };
+            if let Some(conflict) =
+                domain_host_net::route_conflict(&routes, addr, &network, bridge, &stale)
+            {
+                return Ok(Some(conflict));
+            }
+        }
+        Ok(None)
     }
 
     async fn networks(
