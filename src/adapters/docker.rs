@@ -177,6 +177,9 @@ pub struct DockerRuntime {
     /// Held while a subnet is chosen and its network created, so this
     /// process never hands one subnet out twice.
     subnet_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The stale bridges the last sweep saw: one is removed when a second
+    /// sweep sees it stale again.
+    stale_seen: Arc<std::sync::Mutex<HashSet<String>>>,
     /// How long any stream may stay silent: each read of an exec's or a
     /// log's output and each progress message of a pull, the event
     /// stream's connect, writing a container's secrets.
@@ -205,6 +208,7 @@ impl DockerRuntime {
         Ok(Self {
             docker,
             subnet_lock: Arc::default(),
+            stale_seen: Arc::default(),
             stream_timeout: STREAM_TIMEOUT,
             overlay: None,
         })
@@ -805,15 +809,24 @@ impl Runtime for DockerRuntime {
         let _one_at_a_time = self.subnet_lock.lock().await;
         // The links first, then the networks that own bridges: a bridge
         // whose network someone else was creating as the links were read
-        // is listed with its network by then.
+        // is listed with its network by then. And only a bridge two sweeps
+        // found stale goes: one caught between its network's creation or
+        // removal and Docker's list is stale for a moment only.
         let networks = self.host_networks().await?;
         let Some((links, _)) = self.host_view(&networks) else {
             return Ok(Vec::new());
         };
         let networks = self.host_networks().await?;
         let owned: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();
+        let stale = domain_host_net::stale_bridges(&links, &owned);
+        let due = {
+            let mut seen = self.stale_seen.lock().unwrap_or_else(|p| p.into_inner());
+            let due = domain_host_net::seen_twice(&stale, &seen);
+            *seen = stale.iter().map(|s| (*s).to_owned()).collect();
+            due
+        };
         let mut swept = Vec::new();
-        for name in domain_host_net::stale_bridges(&links, &owned) {
+        for name in due {
             let outcome = host_net::delete_bridge(name, self.stream_timeout).await;
             swept.push(StaleBridge {
                 name: name.to_owned(),
@@ -1532,6 +1545,7 @@ mod tests {
         let runtime = DockerRuntime {
             docker,
             subnet_lock: Arc::default(),
+            stale_seen: Arc::default(),
             stream_timeout: STREAM_TIMEOUT,
             overlay: None,
         }

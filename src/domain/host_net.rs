@@ -101,7 +101,7 @@ pub struct RouteConflict {
     /// The route the host takes instead (`None`: no route at all).
     pub taken: Option<Route>,
     /// Whether the route's interface is a sandboxd bridge no Docker network
-    /// owns (the next relist removes it).
+    /// owns (a relist removes it).
     pub stale: bool,
 }
 
@@ -122,7 +122,7 @@ impl fmt::Display for RouteConflict {
         if self.stale {
             write!(
                 f,
-                "{} is a sandboxd bridge no Docker network owns (it outlived its network): sandboxd removes it at its next relist (if it may: it needs CAP_NET_ADMIN), or remove it now with `ip link delete {}`",
+                "{} is a sandboxd bridge no Docker network owns (it outlived its network): sandboxd removes it at a relist once two in a row have found it (if it may: that needs CAP_NET_ADMIN on the host), or remove it now with `ip link delete {}`",
                 route.iface, route.iface
             )
         } else {
@@ -192,6 +192,18 @@ pub(crate) fn stale_bridges<'a>(links: &'a [Link], owned: &HashSet<&str>) -> Vec
                 && !owned.contains(l.name.as_str())
         })
         .map(|l| l.name.as_str())
+        .collect()
+}
+
+/// The bridges of `stale` that the previous sweep found stale too
+/// (`before`): a bridge is caught without a network for a moment while
+/// another process creates or removes its network, never twice a relist
+/// apart.
+pub(crate) fn seen_twice<'a>(stale: &[&'a str], before: &HashSet<String>) -> Vec<&'a str> {
+    stale
+        .iter()
+        .copied()
+        .filter(|s| before.contains(*s))
         .collect()
 }
 
@@ -368,7 +380,7 @@ mod tests {
             "10.213.0.0/27",
             bridge,
             "10.213.0.2",
-            "next relist",
+            "two in a row",
             "ip link delete",
         ] {
             assert!(text.contains(part), "{part}: {text}");
@@ -402,6 +414,25 @@ mod tests {
         assert_eq!(stale_bridges(&links, &owned), vec!["sbx0123456789ab"]);
         let name = super::super::network::bridge_name("sandboxd.a.b");
         assert!(is_sandbox_bridge_name(&name), "{name}");
+    }
+
+    #[test]
+    fn a_bridge_goes_only_when_two_sweeps_in_a_row_find_it_stale() {
+        let before: HashSet<String> = ["sbx000000000001", "sbx000000000002"]
+            .map(String::from)
+            .into();
+        let table: [(&[&str], &[&str]); 4] = [
+            (&[], &[]),
+            (&["sbx000000000001"], &["sbx000000000001"]),
+            (&["sbx000000000003"], &[]),
+            (
+                &["sbx000000000002", "sbx000000000003", "sbx000000000001"],
+                &["sbx000000000002", "sbx000000000001"],
+            ),
+        ];
+        for (stale, want) in table {
+            assert_eq!(seen_twice(stale, &before), want, "{stale:?}");
+        }
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! subnet of the controller's pool (real Docker, real host routes).
 //!
 //! Its subnet is never handed out; a sandbox whose host route it takes
-//! over fails its readiness with a message that names it; the next relist
-//! removes it and counts it, and the sandbox heals.
+//! over fails its readiness with a message that names it; the next
+//! relists remove it (found stale twice in a row) and count it, and the
+//! sandbox heals.
 //!
 //! Alone: the bridge and its routes are the host's, and any other
 //! controller running beside this test would remove the bridge at its own
@@ -67,7 +68,7 @@ async fn subnet_of(env: &TestEnv, name: &str) -> Ipv4Net {
 }
 
 #[tokio::test]
-async fn a_stale_sbx_bridge_keeps_its_subnet_from_being_handed_out_is_named_when_it_takes_a_route_and_is_removed_at_the_next_relist(
+async fn a_stale_sbx_bridge_keeps_its_subnet_from_being_handed_out_is_named_when_it_takes_a_route_and_is_removed_by_the_next_relists(
 ) {
     let env = TestEnv::new().await;
     // A pool of this test's own, four /29s, that no other test uses.
@@ -147,14 +148,15 @@ async fn a_stale_sbx_bridge_keeps_its_subnet_from_being_handed_out_is_named_when
         "/30",
         &a_network,
         "no Docker network owns",
-        "next relist",
+        "relist",
     ] {
         assert!(message.contains(part), "{part:?} in {message}");
     }
     controller.stop().await;
 
-    // The next relist (a new controller's first) removes the bridge, with
-    // its routes, counts it, and a heals.
+    // The next relists (a new controller's first two: the bridge must be
+    // found stale twice in a row) remove the bridge, with its routes,
+    // count it, and a heals.
     config.relist_interval = Duration::from_secs(5);
     let controller = env.start(config);
     eventually(
