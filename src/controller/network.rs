@@ -302,7 +302,7 @@ pub(crate) async fn remove_stale_bridges(ctx: &Context) {
                 "removed"
             }
             BridgeOutcome::NotPermitted(why) => {
-                tracing::error!(bridge = bridge.name, reason = why.as_str(), "a stale sandboxd bridge (no Docker network owns it) holds its subnet's route and sandboxd may not remove it; its subnet is not handed out meanwhile");
+                tracing::error!(bridge = bridge.name, reason = why.as_str(), "a stale sandboxd bridge (no Docker network owns it) cannot be removed: sandboxd may not; any subnet it routes is not handed out meanwhile, but sandboxes given one before stay unreachable until an operator removes it");
                 "not_permitted"
             }
             BridgeOutcome::Failed(why) => {

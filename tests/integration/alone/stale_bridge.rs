@@ -14,7 +14,7 @@
 use crate::common;
 
 use bollard::query_parameters::InspectNetworkOptions;
-use common::{eventually, request, sandbox_id, TestEnv};
+use common::{eventually, free_port, http_get, request, sandbox_id, TestEnv};
 use sandboxd::client::Client;
 use sandboxd::config::{readiness_overrides, NetworkLayout};
 use sandboxd::domain::network::{Ipv4Net, SubnetPool};
@@ -50,6 +50,18 @@ impl Drop for Bridge {
                 .status();
         }
     }
+}
+
+/// Plants a bridge that outlived its network: named like sandboxd's,
+/// owned by no Docker network.
+fn plant_stale_bridge() -> Bridge {
+    let hex = common::random_suffix()
+        .bytes()
+        .map(|b| format!("{:x}", b % 16))
+        .collect::<String>();
+    let bridge = Bridge(format!("sbx{}", &format!("{hex}00")[..12]));
+    ip(&["link", "add", &bridge.0, "type", "bridge"]);
+    bridge
 }
 
 /// The subnet of the Docker network `name`.
@@ -94,13 +106,8 @@ async fn a_stale_sbx_bridge_keeps_its_subnet_from_being_handed_out_is_named_when
 
     // A bridge that outlived its network: named like sandboxd's, owned by
     // no Docker network, with the route for the pool's first subnet.
-    let hex = common::random_suffix()
-        .bytes()
-        .map(|b| format!("{:x}", b % 16))
-        .collect::<String>();
-    let bridge = Bridge(format!("sbx{}", &format!("{hex}00")[..12]));
+    let bridge = plant_stale_bridge();
     let name = bridge.0.as_str();
-    ip(&["link", "add", name, "type", "bridge"]);
     let gateway = subnets[0].gateway().to_string();
     ip(&["addr", "add", &format!("{gateway}/29"), "dev", name]);
     ip(&["link", "set", name, "up"]);
@@ -189,4 +196,46 @@ async fn a_stale_sbx_bridge_keeps_its_subnet_from_being_handed_out_is_named_when
     .await;
     assert_eq!(healed.network.as_deref(), Some(a_network.as_str()));
     controller.stop().await;
+}
+
+#[tokio::test]
+async fn without_cap_net_admin_a_stale_bridge_is_counted_and_left_and_sandboxd_keeps_running() {
+    let env = TestEnv::new().await;
+    let bridge = plant_stale_bridge();
+    // `sandboxd run` as root without CAP_NET_ADMIN (dropped from the
+    // bounding set, so neither it nor the `ip` it starts has it): an
+    // operator's unprivileged deployment.
+    let port = free_port();
+    let mut sandboxd = env.spawn_binary_under(
+        &[
+            "setpriv",
+            "--bounding-set=-net_admin",
+            "--inh-caps=-net_admin",
+            "--",
+        ],
+        port,
+        &[("SANDBOXD_RELIST_INTERVAL", "1s")],
+    );
+    eventually("sandboxd /readyz", Duration::from_secs(30), || async {
+        matches!(http_get(port, "/readyz").await, Some((200, _))).then_some(())
+    })
+    .await;
+    eventually(
+        "the refusal is counted",
+        Duration::from_secs(30),
+        || async {
+            let (_, text) = http_get(port, "/metrics").await?;
+            let refused = common::sample(
+                &text,
+                "sandboxd_stale_bridges_total{outcome=\"not_permitted\"}",
+            )?;
+            (refused >= 1.0).then_some(())
+        },
+    )
+    .await;
+    assert!(link_exists(&bridge.0), "the bridge is left to the operator");
+    // Relists go on: still ready, still running.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(sandboxd.0.try_wait().unwrap().is_none(), "sandboxd runs");
+    assert!(matches!(http_get(port, "/readyz").await, Some((200, _))));
 }
