@@ -4,7 +4,7 @@
 
 use super::host_net;
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
-use crate::domain::host_net::{self as domain_host_net, Link, Route, RouteConflict};
+use crate::domain::host_net::{self as domain_host_net, Route, RouteConflict};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
@@ -407,28 +407,30 @@ impl DockerRuntime {
         Ok(HostNetworks { subnets, bridges })
     }
 
-    /// The host's links and routes, if this process sees the network
-    /// namespace Docker's bridges are in (`networks` tells which those
-    /// are); `None` on a Swarm backend (overlays have no host bridge), in
-    /// a container of its own, or when they cannot be read.
-    fn host_view(&self, networks: &HostNetworks) -> Option<(Vec<Link>, Vec<Route>)> {
-        if self.overlay.is_some() {
-            return None;
-        }
-        let read = || Ok::<_, host_net::HostNetError>((host_net::links()?, host_net::routes()?));
-        let (links, routes) = match read() {
-            Ok(view) => view,
-            Err(e) => {
-                tracing::warn!(error = %e, "the host's network is not readable; subnets are chosen by Docker's networks alone");
-                return None;
-            }
-        };
+    /// Whether this process sees the network namespace Docker's bridges
+    /// are in (the host's; `networks` says which bridges those are): not
+    /// on a Swarm backend (overlays have no host bridge), nor in a
+    /// container of its own.
+    fn sees_host(&self, networks: &HostNetworks) -> bool {
         let bridges: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();
-        if !domain_host_net::sees_host(&links, &bridges) {
-            tracing::debug!("Docker's bridges are not in this process's network namespace (sandboxd in a container of its own): the host's routes are not checked");
-            return None;
+        let sees =
+            self.overlay.is_none() && domain_host_net::sees_host(&bridges, host_net::has_link);
+        if !sees {
+            tracing::debug!("Docker's bridges are not in this process's network namespace: the host's routes and bridges are not checked");
         }
-        Some((links, routes))
+        sees
+    }
+
+    /// The host's routes, if this process sees them (none otherwise: the
+    /// subnets are then chosen by Docker's networks alone).
+    fn host_routes(&self, networks: &HostNetworks) -> Vec<Route> {
+        if !self.sees_host(networks) {
+            return Vec::new();
+        }
+        host_net::routes().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "subnets are chosen by Docker's networks alone");
+            Vec::new()
+        })
     }
 
     /// Creates the network; with a pool, in the first subnet no network on
@@ -485,10 +487,7 @@ impl DockerRuntime {
         let mut taken: Vec<Ipv4Net> = Vec::new();
         for _ in 0..8 {
             let networks = self.host_networks().await?;
-            let routes = self
-                .host_view(&networks)
-                .map(|(_, routes)| routes)
-                .unwrap_or_default();
+            let routes = self.host_routes(&networks);
             let mut used = networks.subnets;
             used.extend(taken.iter().copied());
             // A subnet the host routes through another interface (a bridge
@@ -812,11 +811,17 @@ impl Runtime for DockerRuntime {
         // is listed with its network by then. And only a bridge two sweeps
         // found stale goes: one caught between its network's creation or
         // removal and Docker's list is stale for a moment only.
-        let networks = self.host_networks().await?;
-        let Some((links, _)) = self.host_view(&networks) else {
-            return Ok(Vec::new());
+        let links = match host_net::links() {
+            Ok(links) => links,
+            Err(e) => {
+                tracing::warn!(error = %e, "stale bridges are not looked for");
+                return Ok(Vec::new());
+            }
         };
         let networks = self.host_networks().await?;
+        if !self.sees_host(&networks) {
+            return Ok(Vec::new());
+        }
         let owned: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();
         let stale = domain_host_net::stale_bridges(&links, &owned);
         let due = {
@@ -854,7 +859,10 @@ impl Runtime for DockerRuntime {
             .and_then(|n| n.networks)
             .unwrap_or_default();
         let networks = self.host_networks().await?;
-        let Some((links, routes)) = self.host_view(&networks) else {
+        if !self.sees_host(&networks) {
+            return Ok(None);
+        }
+        let (Ok(links), Ok(routes)) = (host_net::links(), host_net::routes()) else {
             return Ok(None);
         };
         let owned: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();

@@ -48,11 +48,19 @@ pub(crate) fn links() -> Result<Vec<Link>, HostNetError> {
         let ports = std::fs::read_dir(dir.join("brif")).map_or(0, |d| d.count());
         links.push(Link {
             name: entry.file_name().to_string_lossy().into_owned(),
-            bridge: Path::new(&dir).join("bridge").is_dir(),
+            bridge: dir.join("bridge").is_dir(),
             ports,
         });
     }
     Ok(links)
+}
+
+/// Whether this process sees a network interface called `name`.
+pub(crate) fn has_link(name: &str) -> bool {
+    !name.is_empty()
+        && !name.contains('/')
+        && name != ".."
+        && Path::new("/sys/class/net").join(name).exists()
 }
 
 /// Removes the bridge `name` with `ip link delete`, within `within`.
