@@ -496,7 +496,7 @@ impl DockerRuntime {
             let subnet = domain_host_net::free_subnet(&pool, &used, &routes);
             if let Some(first) = pool.first_free(&used).filter(|f| Some(*f) != subnet) {
                 if let Some(route) = domain_host_net::shadowing(&routes, &first) {
-                    tracing::warn!(network = %spec.name, subnet = %first, interface = route.iface, route = %route.dest, "subnet skipped: the host routes it through another interface (a stale sandboxd bridge is removed at the next relist)");
+                    tracing::warn!(network = %spec.name, subnet = %first, interface = route.iface, route = %route.dest, "subnet skipped: the host routes it through another interface (a stale sandboxd bridge is removed once two relists in a row find it)");
                 }
             }
             let subnet = subnet.ok_or_else(|| {
