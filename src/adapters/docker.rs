@@ -2,7 +2,9 @@
 //! terms (managed containers, specs, teardown) and turning Docker's errors
 //! into messages an operator can act on.
 
+use super::host_net;
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
+use crate::domain::host_net::{self as domain_host_net, Route, RouteConflict};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
@@ -14,7 +16,7 @@ use crate::domain::template_volume::{self, Refusal, Verdict};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
     ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
-    Runtime, RuntimeError, RuntimeEvent, TemplateJob, Tmpfs, Volume,
+    Runtime, RuntimeError, RuntimeEvent, StaleBridge, TemplateJob, Tmpfs, Volume,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -36,7 +38,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use chrono::{TimeZone, Utc};
 use futures::StreamExt;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -176,6 +178,14 @@ async fn next_within<S: futures::Stream + Unpin>(
         })
 }
 
+/// Every network on the host as its host side sees it.
+struct HostNetworks {
+    /// The subnets they use.
+    subnets: Vec<Ipv4Net>,
+    /// Each bridge network's Linux bridge, by network name.
+    bridges: HashMap<String, String>,
+}
+
 /// The local Docker daemon as a [`Runtime`].
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
@@ -183,6 +193,9 @@ pub struct DockerRuntime {
     /// Held while a subnet is chosen and its network created, so this
     /// process never hands one subnet out twice.
     subnet_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The stale bridges the last sweep saw: one is removed when a second
+    /// sweep sees it stale again.
+    stale_seen: Arc<std::sync::Mutex<HashSet<String>>>,
     /// How long any stream may stay silent: each read of an exec's or a
     /// log's output and each progress message of a pull, the event
     /// stream's connect, writing a container's secrets.
@@ -211,6 +224,7 @@ impl DockerRuntime {
         Ok(Self {
             docker,
             subnet_lock: Arc::default(),
+            stale_seen: Arc::default(),
             stream_timeout: STREAM_TIMEOUT,
             overlay: None,
         })
@@ -424,19 +438,60 @@ impl DockerRuntime {
             .collect())
     }
 
-    /// Every subnet a network on this host uses (any owner's).
-    async fn used_subnets(&self) -> Result<Vec<Ipv4Net>, RuntimeError> {
+    /// Every network on this host (any owner's): the subnets they use and
+    /// the Linux bridge of each bridge network.
+    async fn host_networks(&self) -> Result<HostNetworks, RuntimeError> {
         let networks = self
             .docker
             .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
             .await
             .map_err(api("list networks", "all networks"))?;
-        Ok(networks
+        let subnets = networks
             .iter()
             .filter_map(|n| n.ipam.as_ref()?.config.as_ref())
             .flatten()
             .filter_map(|c| c.subnet.as_deref()?.parse().ok())
-            .collect())
+            .collect();
+        let bridges = networks
+            .iter()
+            .filter(|n| n.driver.as_deref() == Some("bridge"))
+            .filter_map(|n| {
+                // Docker's own name unless the network asked for one.
+                let bridge = n
+                    .options
+                    .as_ref()
+                    .and_then(|o| o.get("com.docker.network.bridge.name").cloned())
+                    .or_else(|| Some(format!("br-{}", n.id.as_deref()?.get(..12)?)))?;
+                Some((n.name.clone()?, bridge))
+            })
+            .collect();
+        Ok(HostNetworks { subnets, bridges })
+    }
+
+    /// Whether this process sees the network namespace Docker's bridges
+    /// are in (the host's; `networks` says which bridges those are): not
+    /// on a Swarm backend (overlays have no host bridge), nor in a
+    /// container of its own.
+    fn sees_host(&self, networks: &HostNetworks) -> bool {
+        let bridges: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();
+        let sees =
+            self.overlay.is_none() && domain_host_net::sees_host(&bridges, host_net::has_link);
+        if !sees {
+            tracing::debug!("Docker's bridges are not in this process's network namespace: the host's routes and bridges are not checked");
+        }
+        sees
+    }
+
+    /// The host's routes, if this process sees them (none otherwise: the
+    /// subnets are then chosen by Docker's networks alone).
+    fn host_routes(&self, networks: &HostNetworks) -> Vec<Route> {
+        if !self.sees_host(networks) {
+            return Vec::new();
+        }
+        host_net::routes().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "subnets are chosen by Docker's networks alone");
+            Vec::new()
+        })
     }
 
     /// Creates the network; with a pool, in the first subnet no network on
@@ -492,11 +547,22 @@ impl DockerRuntime {
         let _one_at_a_time = self.subnet_lock.lock().await;
         let mut taken: Vec<Ipv4Net> = Vec::new();
         for _ in 0..8 {
-            let mut used = self.used_subnets().await?;
+            let networks = self.host_networks().await?;
+            let routes = self.host_routes(&networks);
+            let mut used = networks.subnets;
             used.extend(taken.iter().copied());
-            let subnet = pool.first_free(&used).ok_or_else(|| {
+            // A subnet the host routes through another interface (a bridge
+            // that outlived its network) would leave the engines
+            // unreachable from the host: never handed out.
+            let subnet = domain_host_net::free_subnet(&pool, &used, &routes);
+            if let Some(first) = pool.first_free(&used).filter(|f| Some(*f) != subnet) {
+                if let Some(route) = domain_host_net::shadowing(&routes, &first) {
+                    tracing::warn!(network = %spec.name, subnet = %first, interface = route.iface, route = %route.dest, "subnet skipped: the host routes it through another interface (a stale sandboxd bridge is removed once two relists in a row find it)");
+                }
+            }
+            let subnet = subnet.ok_or_else(|| {
                 RuntimeError::Refused(format!(
-                    "no free /{} subnet left in the pool {} for network {}: remove unused networks (docker network ls --filter label={}) or give --subnet-pool a larger range",
+                    "no free /{} subnet left in the pool {} for network {} (Docker's networks and the host's routes hold them all): remove unused networks (docker network ls --filter label={}) or routes, or give --subnet-pool a larger range",
                     pool.prefix(),
                     pool.pool(),
                     spec.name,
@@ -794,6 +860,90 @@ impl Runtime for DockerRuntime {
             }
         }
         Ok(created)
+    }
+
+    async fn remove_stale_bridges(&self) -> Result<Vec<StaleBridge>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        // No network of this process is created meanwhile (its bridge
+        // would be seen before its network is listed).
+        let _one_at_a_time = self.subnet_lock.lock().await;
+        // The links first, then the networks that own bridges: a bridge
+        // whose network someone else was creating as the links were read
+        // is listed with its network by then. And only a bridge two sweeps
+        // found stale goes: one caught between its network's creation or
+        // removal and Docker's list is stale for a moment only.
+        let links = match host_net::links() {
+            Ok(links) => links,
+            Err(e) => {
+                tracing::warn!(error = %e, "stale bridges are not looked for");
+                return Ok(Vec::new());
+            }
+        };
+        let networks = self.host_networks().await?;
+        if !self.sees_host(&networks) {
+            return Ok(Vec::new());
+        }
+        let owned: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();
+        let stale = domain_host_net::stale_bridges(&links, &owned);
+        let due = {
+            let mut seen = self.stale_seen.lock().unwrap_or_else(|p| p.into_inner());
+            let due = domain_host_net::seen_twice(&stale, &seen);
+            *seen = stale.iter().map(|s| (*s).to_owned()).collect();
+            due
+        };
+        let mut swept = Vec::new();
+        for name in due {
+            let outcome = host_net::delete_bridge(name, self.stream_timeout).await;
+            swept.push(StaleBridge {
+                name: name.to_owned(),
+                outcome,
+            });
+        }
+        Ok(swept)
+    }
+
+    async fn route_conflict(
+        &self,
+        id: &ContainerId,
+    ) -> Result<Option<RouteConflict>, RuntimeError> {
+        let info = match self
+            .docker
+            .inspect_container(id.as_str(), None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) => return Ok(None),
+            Err(e) => return Err(api("inspect", id.as_str())(e)),
+        };
+        let endpoints = info
+            .network_settings
+            .and_then(|n| n.networks)
+            .unwrap_or_default();
+        let networks = self.host_networks().await?;
+        if !self.sees_host(&networks) {
+            return Ok(None);
+        }
+        let (Ok(links), Ok(routes)) = (host_net::links(), host_net::routes()) else {
+            return Ok(None);
+        };
+        let owned: HashSet<&str> = networks.bridges.values().map(String::as_str).collect();
+        let stale = domain_host_net::stale_bridges(&links, &owned);
+        let mut endpoints: Vec<_> = endpoints.into_iter().collect();
+        endpoints.sort_by(|a, b| a.0.cmp(&b.0));
+        for (network, endpoint) in endpoints {
+            let (Some(bridge), Some(addr)) = (
+                networks.bridges.get(&network),
+                endpoint.ip_address.as_deref().and_then(|a| a.parse().ok()),
+            ) else {
+                continue;
+            };
+            if let Some(conflict) =
+                domain_host_net::route_conflict(&routes, addr, &network, bridge, &stale)
+            {
+                return Ok(Some(conflict));
+            }
+        }
+        Ok(None)
     }
 
     async fn networks(
@@ -1467,6 +1617,7 @@ mod tests {
         let runtime = DockerRuntime {
             docker,
             subnet_lock: Arc::default(),
+            stale_seen: Arc::default(),
             stream_timeout: STREAM_TIMEOUT,
             overlay: None,
         }

@@ -4,6 +4,7 @@
 pub mod chaos;
 pub mod deadline;
 pub mod docker;
+pub(crate) mod host_net;
 pub mod http;
 pub mod postgres;
 pub mod swarm;

@@ -10,6 +10,7 @@ use super::rotation::SwitchError;
 use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
 use crate::domain::container::ExecOutput;
+use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::plan::{Provision, ProvisionReason};
 use crate::domain::sandbox::ServiceStatus;
@@ -48,7 +49,7 @@ pub enum ProvisionError {
         logs: String,
     },
     /// The engine did not answer in time.
-    #[error("{engine} container {container} did not become ready within {waited:?} ({last}); last log lines:\n{logs}")]
+    #[error("{engine} container {container} did not become ready within {waited:?} ({last}){}; last log lines:\n{logs}", route_cause(.route.as_ref()))]
     NotReady {
         /// Engine name.
         engine: EngineName,
@@ -60,6 +61,9 @@ pub enum ProvisionError {
         waited: Duration,
         /// The last probe error.
         last: String,
+        /// Why the host could not reach it, when the host's route for its
+        /// address goes elsewhere (a stale bridge holds its subnet).
+        route: Option<RouteConflict>,
         /// Tail of its output, credentials scrubbed.
         logs: String,
     },
@@ -123,6 +127,12 @@ impl ProvisionError {
                 | ProvisionError::UnknownEngine(_)
         )
     }
+}
+
+/// What a readiness timeout says of the route: nothing, or why the host
+/// cannot reach the container.
+fn route_cause(route: Option<&RouteConflict>) -> String {
+    route.map(|r| format!(": {r}")).unwrap_or_default()
 }
 
 /// A fresh credential-set token (see [`crate::domain::labels::INSTANCE`]).
@@ -473,11 +483,22 @@ async fn poll_ready(
             });
         }
         if Instant::now() >= deadline {
+            // An engine that is up but unreachable from the host: the
+            // host's route for its address may go through another
+            // interface (a bridge that outlived its network).
+            let route = runtime.route_conflict(id).await.unwrap_or_else(|e| {
+                tracing::debug!(container = name, error = %e, "could not check the host's route to the container");
+                None
+            });
+            if let Some(conflict) = &route {
+                tracing::warn!(container = name, cause = %conflict, "readiness timed out: the host's route to the container goes elsewhere");
+            }
             return Err(ProvisionError::NotReady {
                 engine: engine.name(),
                 container: name.to_owned(),
                 id: id.clone(),
                 waited: started.elapsed(),
+                route,
                 last: scrub(&last, target.credentials),
                 logs: scrubbed_logs(runtime, id, target.credentials).await,
             });

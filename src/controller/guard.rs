@@ -11,12 +11,13 @@
 
 use super::fence::{Fence, Fenced};
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
+use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::pool::PooledContainer;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
     ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
-    RuntimeError, TemplateJob,
+    RuntimeError, StaleBridge, TemplateJob,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -182,6 +183,27 @@ impl Runtime for GuardedRuntime {
         let call = self.inner.ensure_network(spec);
         let after = self.deadlines.call;
         self.change("network create", "network", &spec.name, after, call)
+            .await
+    }
+
+    async fn remove_stale_bridges(&self) -> Result<Vec<StaleBridge>, RuntimeError> {
+        let call = self.inner.remove_stale_bridges();
+        let after = self.deadlines.call;
+        self.change(
+            "bridge removal",
+            "remove stale bridges",
+            "the host's bridges",
+            after,
+            call,
+        )
+        .await
+    }
+
+    async fn route_conflict(
+        &self,
+        id: &ContainerId,
+    ) -> Result<Option<RouteConflict>, RuntimeError> {
+        self.read("route check", id.as_str(), self.inner.route_conflict(id))
             .await
     }
 

@@ -12,7 +12,7 @@ use crate::domain::labels;
 use crate::domain::network::{bridge_name, container_name};
 use crate::domain::plan::{Action, Plan};
 use crate::domain::sandbox::DesiredSandbox;
-use crate::ports::runtime::{ContainerSpec, NetworkSpec, RuntimeError};
+use crate::ports::runtime::{BridgeOutcome, ContainerSpec, NetworkSpec, RuntimeError};
 use std::collections::{BTreeSet, HashMap};
 
 /// Where one engine container of a sandbox lives on the network.
@@ -279,4 +279,41 @@ pub(crate) async fn remove(ctx: &Context, name: &str, state: &StateId) -> Result
     ctx.runtime
         .remove_network(name, &ctx.config.deployment)
         .await
+}
+
+/// Removes the host's stale bridges (named like sandboxd's, owned by no
+/// Docker network, nothing plugged in): one that outlived its network
+/// keeps its subnet's route, and every sandbox later given that subnet is
+/// unreachable from the host. Each is counted; one sandboxd may not remove
+/// (no CAP_NET_ADMIN) is said and left to the operator, every relist, and
+/// nothing else stops (a relist never fails for it).
+pub(crate) async fn remove_stale_bridges(ctx: &Context) {
+    let swept = match ctx.runtime.remove_stale_bridges().await {
+        Ok(swept) => swept,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not look for stale bridges; the next relist tries again");
+            return;
+        }
+    };
+    for bridge in swept {
+        let outcome = match &bridge.outcome {
+            BridgeOutcome::Removed => {
+                tracing::warn!(bridge = bridge.name, "removed a stale sandboxd bridge: no Docker network owned it, and its route would have made its subnet unreachable from the host");
+                "removed"
+            }
+            BridgeOutcome::NotPermitted(why) => {
+                tracing::error!(bridge = bridge.name, reason = why.as_str(), "a stale sandboxd bridge (no Docker network owns it) cannot be removed: sandboxd may not; any subnet it routes is not handed out meanwhile, but sandboxes given one before stay unreachable until an operator removes it");
+                "not_permitted"
+            }
+            BridgeOutcome::Failed(why) => {
+                tracing::warn!(
+                    bridge = bridge.name,
+                    error = why.as_str(),
+                    "could not remove a stale sandboxd bridge; the next relist tries again"
+                );
+                "failed"
+            }
+        };
+        ctx.metrics.lifecycle.stale_bridge(outcome);
+    }
 }

@@ -72,6 +72,8 @@ pub(crate) async fn relist(
         .filter(|n| n.starts_with(&pool_prefix))
         .collect();
     super::pool::remove_orphan_networks(ctx, &lists.pooled, &lists.networks, &adopted).await?;
+    // After the networks this relist removed: their bridges go with them.
+    super::network::remove_stale_bridges(ctx).await;
     // Each sandbox's containers side by side, for the plans below.
     lists
         .containers

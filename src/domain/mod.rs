@@ -15,6 +15,7 @@ pub mod death;
 pub(crate) mod desired_row;
 pub mod event;
 pub(crate) mod gate;
+pub mod host_net;
 pub(crate) mod id;
 pub mod identity;
 pub mod labels;

@@ -141,6 +141,23 @@ impl Ipv4Net {
         self.addr | !self.mask()
     }
 
+    /// The network of `addr` under the netmask `mask`, if the mask is
+    /// contiguous (`255.255.255.224`, not `255.0.255.0`).
+    pub(crate) fn with_mask(addr: Ipv4Addr, mask: Ipv4Addr) -> Option<Self> {
+        let mask = u32::from(mask);
+        let prefix = mask.leading_ones() as u8;
+        (mask.count_ones() == u32::from(prefix)).then(|| Self {
+            addr: u32::from(addr) & mask,
+            prefix,
+        })
+    }
+
+    /// Whether `addr` is in the network.
+    pub(crate) fn contains(&self, addr: Ipv4Addr) -> bool {
+        let a = u32::from(addr);
+        self.addr <= a && a <= self.last()
+    }
+
     /// Whether the two networks share an address.
     pub(crate) fn overlaps(&self, other: &Ipv4Net) -> bool {
         self.addr <= other.last() && other.addr <= self.last()
@@ -354,6 +371,28 @@ mod tests {
         assert!(net("10.213.4.0/27").overlaps(&net("10.0.0.0/8")));
         assert!(!net("10.213.4.0/27").overlaps(&net("10.213.4.32/27")));
         assert!(net("0.0.0.0/0").overlaps(&net("192.168.1.0/24")));
+    }
+
+    #[test]
+    fn netmasks_give_prefixes_and_addresses_fall_inside_or_outside() {
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let table = [
+            ("10.213.0.0", "255.255.255.224", Some("10.213.0.0/27")),
+            ("10.213.0.7", "255.255.255.224", Some("10.213.0.0/27")),
+            ("0.0.0.0", "0.0.0.0", Some("0.0.0.0/0")),
+            ("192.0.2.1", "255.255.255.255", Some("192.0.2.1/32")),
+            ("10.0.0.0", "255.0.255.0", None),
+        ];
+        for (addr, mask, want) in table {
+            assert_eq!(
+                Ipv4Net::with_mask(ip(addr), ip(mask)),
+                want.map(net),
+                "{addr} {mask}"
+            );
+        }
+        assert!(net("10.213.0.0/27").contains(ip("10.213.0.31")));
+        assert!(!net("10.213.0.0/27").contains(ip("10.213.0.32")));
+        assert!(net("0.0.0.0/0").contains(ip("255.255.255.255")));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub(crate) struct LifecycleMetrics {
     rotations: IntCounterVec,
     networks_recreated: IntCounter,
     network_reconnects: IntCounter,
+    stale_bridges: IntCounterVec,
     idle_actions: IntCounterVec,
     checkpoint_seconds: HistogramVec,
     reaps: IntCounterVec,
@@ -74,6 +75,13 @@ impl LifecycleMetrics {
                 "sandboxd_network_reconnects_total",
                 "Engine containers put back on their network, under their names, after they lost it"
             )),
+            stale_bridges: register(registry, IntCounterVec::new(
+                Opts::new(
+                    "sandboxd_stale_bridges_total",
+                    "Linux bridges named like sandboxd's (sbx…) that no Docker network owned, found by a relist, by outcome (removed; not_permitted: sandboxd lacks CAP_NET_ADMIN or `ip`, an operator must remove it; failed)"
+                ),
+                &["outcome"]
+            )),
             idle_actions: register(registry, IntCounterVec::new(
                 Opts::new(
                     "sandboxd_idle_actions_total",
@@ -101,6 +109,10 @@ impl LifecycleMetrics {
         }
         for action in ["paused", "resumed", "in_use"] {
             m.idle_actions.with_label_values(&[action]);
+        }
+        // The stale-bridge alert sees a bridge sandboxd may not remove.
+        for outcome in ["removed", "not_permitted", "failed"] {
+            m.stale_bridges.with_label_values(&[outcome]);
         }
         // The checkpoint panels and alert see every op and result at 0.
         for op in ["checkpoint", "reset"] {
@@ -169,6 +181,12 @@ impl LifecycleMetrics {
     /// One engine container put back on its network.
     pub(crate) fn network_reconnected(&self) {
         self.network_reconnects.inc();
+    }
+
+    /// One stale bridge found, and what became of it (`removed`,
+    /// `not_permitted` or `failed`).
+    pub(crate) fn stale_bridge(&self, outcome: &str) {
+        self.stale_bridges.with_label_values(&[outcome]).inc();
     }
 
     /// One idle sandbox paused.

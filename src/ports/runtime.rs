@@ -2,6 +2,7 @@
 
 use super::BoxError;
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
+use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::labels;
 use crate::domain::limits::Limits;
@@ -206,6 +207,28 @@ pub struct NetworkSpec {
     pub bridge: Option<String>,
 }
 
+/// What became of one stale bridge (a Linux bridge named like sandboxd's
+/// that no Docker network owns; see [`crate::domain::host_net`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BridgeOutcome {
+    /// It was removed, and its route with it.
+    Removed,
+    /// This process may not remove it (no CAP_NET_ADMIN, or no `ip`):
+    /// the reason says what the operator does instead.
+    NotPermitted(String),
+    /// Removing it failed otherwise.
+    Failed(String),
+}
+
+/// A stale bridge a sweep found, and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleBridge {
+    /// The bridge's name.
+    pub name: String,
+    /// What became of it.
+    pub outcome: BridgeOutcome,
+}
+
 /// A network or volume sandboxd created, as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedResource {
@@ -358,6 +381,24 @@ pub trait Runtime: Send + Sync + 'static {
     /// created it); a per-sandbox network takes the first free subnet of
     /// its pool.
     async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError>;
+    /// Removes the host's Linux bridges named like sandboxd's (`sbx…`)
+    /// that no Docker network of any kind owns and nothing is plugged
+    /// into: one that outlived its network keeps its subnet's route, and a
+    /// network given that subnet is unreachable from the host. Runtimes
+    /// without host bridges (or that cannot see the host's) find none.
+    async fn remove_stale_bridges(&self) -> Result<Vec<StaleBridge>, RuntimeError> {
+        Ok(Vec::new())
+    }
+    /// Why the host cannot reach the container `id` on a network of its,
+    /// if the host's route for its address goes through another interface
+    /// than that network's bridge (`None`: it does not, or the runtime
+    /// cannot tell).
+    async fn route_conflict(
+        &self,
+        _id: &ContainerId,
+    ) -> Result<Option<RouteConflict>, RuntimeError> {
+        Ok(None)
+    }
     /// The networks `deployment` created.
     async fn networks(
         &self,

@@ -561,7 +561,25 @@ impl TestEnv {
     /// Starts `sandboxd run` as a separate process for this test's database
     /// and deployment, with `extra` environment on top of the test defaults.
     pub fn spawn_binary(&self, metrics_port: u16, extra: &[(&str, &str)]) -> Process {
-        let mut cmd = std::process::Command::new(BIN);
+        self.spawn_binary_under(&[], metrics_port, extra)
+    }
+
+    /// [`TestEnv::spawn_binary`] through `wrapper` (a command that runs
+    /// the command line after it: `setpriv …`); none when empty.
+    pub fn spawn_binary_under(
+        &self,
+        wrapper: &[&str],
+        metrics_port: u16,
+        extra: &[(&str, &str)],
+    ) -> Process {
+        let mut cmd = match wrapper.split_first() {
+            None => std::process::Command::new(BIN),
+            Some((program, args)) => {
+                let mut cmd = std::process::Command::new(program);
+                cmd.args(args).arg(BIN);
+                cmd
+            }
+        };
         cmd.arg("run")
             .env("DATABASE_URL", &self.url)
             .env("SANDBOXD_DEPLOYMENT", self.deployment.as_str())
