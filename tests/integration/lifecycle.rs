@@ -170,6 +170,71 @@ async fn a_container_removed_out_of_band_is_healed_with_the_same_credentials() {
     controller.stop().await;
 }
 
+/// `docker rm -f` answers before Docker has removed the container, which
+/// keeps its name until then: the heal (driven by the `kill`/`die` events
+/// at once) meets the name still held and waits for the removal, instead
+/// of failing the reconcile into back-off.
+#[tokio::test]
+async fn a_container_force_removed_again_and_again_is_healed_each_time_without_a_reconcile_error() {
+    let env = TestEnv::new().await;
+    let controller = env.start(events_only(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("rmf");
+    let before = client
+        .provision(&id, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    for round in 1..=3 {
+        let victim = engine_container(&env, &id, "postgres").await.unwrap();
+        env.docker
+            .remove_container(victim.id.as_str(), Some(force.clone()))
+            .await
+            .unwrap();
+        // Within the crash-loop back-off this many heals may take (the
+        // heals come 0, 2 and 4 s after the one before).
+        let after = wait_replaced(
+            &env,
+            &client,
+            &id,
+            "postgres",
+            victim.id.as_str(),
+            Duration::from_secs(30),
+        )
+        .await;
+        let (old, new) = (&before.services["postgres"], &after.services["postgres"]);
+        assert_eq!(new.password, old.password, "round {round}");
+        let mut conn = sqlx::PgConnection::connect(&pg_url(&after))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the old credentials work: {e}"));
+        let one: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(one, 1);
+    }
+    let events = client.events(&id, 100).await.unwrap();
+    let heals: i32 = events
+        .iter()
+        .filter(|e| e.reason == "healed")
+        .map(|e| e.count)
+        .sum();
+    assert_eq!(heals, 3, "one heal per removal: {events:#?}");
+    let failed: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason == "reconcile_failed")
+        .collect();
+    assert!(failed.is_empty(), "no reconcile failed: {failed:#?}");
+    let errors = common::sample(
+        &controller.metrics.render(),
+        "controller_runtime_reconcile_errors_total{controller=\"sandbox\"}",
+    )
+    .expect("the reconcile error counter");
+    assert_eq!(errors, 0.0, "no reconcile error at all");
+    assert_eq!(env.containers(Some(&id)).await.len(), 1);
+    controller.stop().await;
+}
+
 #[tokio::test]
 async fn a_feature_superset_rotates_credentials_and_a_subset_changes_nothing() {
     let env = TestEnv::new().await;
