@@ -10,7 +10,7 @@ use crate::domain::container::ObservedContainer;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{self, StateId};
 use crate::domain::labels;
-use crate::domain::network::{bridge_name, container_name};
+use crate::domain::network::{bridge_name, container_name, container_name_prefix};
 use crate::domain::plan::{Action, Plan};
 use crate::domain::sandbox::DesiredSandbox;
 use crate::ports::runtime::{ContainerSpec, NetworkSpec, RuntimeError};
@@ -241,7 +241,7 @@ pub(crate) async fn sync_attached(
     let Some(members) = ctx.runtime.network_members(network).await? else {
         return Ok(Vec::new());
     };
-    let own_prefix = format!("sandboxd.{}.{}.", ctx.config.deployment, desired.id);
+    let own_prefix = container_name_prefix(&ctx.config.deployment, &desired.id);
     let wanted: BTreeSet<&str> = desired.attach.iter().map(String::as_str).collect();
     let mut problems = Vec::new();
     for name in &wanted {
