@@ -409,3 +409,109 @@ async fn a_heal_after_docker_kill_claims_from_the_pool_with_the_same_credentials
     ));
     controller.stop().await;
 }
+
+/// The names of the containers Docker's name filter `selector` lists.
+async fn named(env: &TestEnv, selector: &str) -> Vec<(String, String)> {
+    let injector = sandboxd::adapters::chaos::Injector::new((*env.runtime).clone());
+    let mut found: Vec<(String, String)> = injector
+        .named(selector)
+        .await
+        .expect("list by name")
+        .into_iter()
+        .map(|c| (c.name, c.id.as_str().to_owned()))
+        .collect();
+    found.sort();
+    found
+}
+
+// Multi-threaded: the controller runs in this process while the test
+// blocks on `sandboxd describe`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_documented_selector_finds_a_sandboxs_claimed_and_cold_containers_and_none_of_a_sandbox_it_prefixes(
+) {
+    use sandboxd::domain::network::container_selector;
+    let env = TestEnv::new().await;
+    let controller = env.start(pooled(&env, &["postgres=1"]));
+    pool_ready(&env, &controller, &["postgres"], 1.0).await;
+    let client = Client::from_pool(env.pool.clone());
+    let a = sandbox_id("sel");
+    // `a`'s id is a prefix of `ab`'s.
+    let ab = SandboxId::parse(&format!("{a}b")).unwrap();
+    let status = client
+        .provision(&a, &request(&["postgres", "redis"], &[]), READY)
+        .await
+        .unwrap();
+    client
+        .provision(&ab, &request(&["redis"], &[]), READY)
+        .await
+        .unwrap();
+    let claimed = pool_containers(&env)
+        .await
+        .into_iter()
+        .find(|c| c.name == format!("sandboxd.{}.{a}.postgres", env.deployment))
+        .expect("a's postgres is a claimed pool container");
+    let cold = env
+        .containers(Some(&a))
+        .await
+        .into_iter()
+        .find(|c| c.labels.engine == "redis")
+        .expect("a's cold redis");
+    // Why a label selector will not do: the claimed one has no sandbox label.
+    let labelled: Vec<String> = env
+        .containers(Some(&a))
+        .await
+        .into_iter()
+        .map(|c| c.id.as_str().to_owned())
+        .collect();
+    assert!(
+        !labelled.contains(&claimed.id.as_str().to_owned()),
+        "the claimed container carries no io.sandboxd.sandbox label"
+    );
+
+    let selector = container_selector(&env.deployment, &a);
+    let found = named(&env, &selector).await;
+    let want = {
+        let mut w = vec![
+            (claimed.name.clone(), claimed.id.as_str().to_owned()),
+            (cold.name.clone(), cold.id.as_str().to_owned()),
+        ];
+        w.sort();
+        w
+    };
+    assert_eq!(
+        found, want,
+        "{selector} finds a's claimed postgres and cold redis, and nothing else (not ab's)"
+    );
+    let found_ab = named(&env, &container_selector(&env.deployment, &ab)).await;
+    assert_eq!(found_ab.len(), 1, "ab's own redis only: {found_ab:?}");
+    assert!(found_ab[0]
+        .0
+        .starts_with(&format!("sandboxd.{}.{ab}.", env.deployment)));
+    // Unescaped, the same prefix would find ab's too: the escaping matters.
+    let loose = named(&env, &format!("^sandboxd.{}.{a}.", env.deployment)).await;
+    assert_eq!(loose.len(), 3, "{loose:?}");
+
+    // `sandboxd describe` prints that selector.
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "describe",
+            a.as_str(),
+            "--deployment",
+            env.deployment.as_str(),
+        ])
+        .env("DATABASE_URL", &env.url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("docker ps -a --filter 'name={selector}'")),
+        "{text}"
+    );
+    assert_eq!(status.phase, Phase::Ready);
+    controller.stop().await;
+}
