@@ -239,6 +239,91 @@ async fn a_container_force_removed_again_and_again_is_healed_each_time_without_a
     controller.stop().await;
 }
 
+/// On the real engine: a create whose name is still held by a container
+/// Docker is removing is told as `NameBeingRemoved`, naming that
+/// container (what the controller waits out), and succeeds once the
+/// removal is done.
+#[tokio::test]
+async fn a_create_meeting_its_name_held_by_a_container_being_removed_names_it_and_succeeds_after() {
+    use bollard::models::ContainerStateStatusEnum;
+    use bollard::query_parameters::InspectContainerOptions;
+    use sandboxd::ports::runtime::{ContainerSpec, Runtime, RuntimeError};
+    let env = TestEnv::new().await;
+    let id = sandbox_id("held");
+    let name = format!("sandboxd.{}.{id}.redis", env.deployment);
+    // A sandbox container's labels (sandboxd's own, as `ContainerLabels` writes them).
+    let labels: HashMap<String, String> = [
+        ("io.sandboxd.managed-by", "sandboxd"),
+        ("io.sandboxd.deployment", env.deployment.as_str()),
+        ("io.sandboxd.sandbox", id.as_str()),
+        ("io.sandboxd.owner", "test"),
+        ("io.sandboxd.engine", "redis"),
+        ("io.sandboxd.generation", "0"),
+        ("io.sandboxd.features", ""),
+        ("io.sandboxd.instance", "i1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let spec = ContainerSpec {
+        name: name.clone(),
+        image: "sandboxd/redis:8".into(),
+        env: Vec::new(),
+        cmd: Vec::new(),
+        entrypoint: Some(vec!["sleep".into(), "600".into()]),
+        labels: labels.clone(),
+        port: 6379,
+        host_port: None,
+        network: "bridge".into(),
+        aliases: Vec::new(),
+        user: "999:999".into(),
+        limits: Default::default(),
+        tmpfs: Vec::new(),
+        volume: None,
+        template: None,
+        binaries: None,
+        stdin: None,
+        image_label: None,
+    };
+    let holder = env.runtime.create_and_start(&spec).await.unwrap();
+
+    // `docker rm -f` in the background; the create as soon as Docker says
+    // the holder is being removed (it takes a few hundred ms here).
+    let docker = env.docker.clone();
+    let victim = holder.as_str().to_owned();
+    let removal = tokio::spawn(async move {
+        let force = RemoveContainerOptionsBuilder::default().force(true).build();
+        docker.remove_container(&victim, Some(force)).await
+    });
+    eventually(
+        "the holder being removed",
+        Duration::from_secs(10),
+        || async {
+            let info = env
+                .docker
+                .inspect_container(holder.as_str(), None::<InspectContainerOptions>)
+                .await
+                .ok()?;
+            (info.state?.status? == ContainerStateStatusEnum::REMOVING).then_some(())
+        },
+    )
+    .await;
+    match env.runtime.create_and_start(&spec).await {
+        Err(RuntimeError::NameBeingRemoved { name: n, holder: h }) => {
+            assert_eq!((n.as_str(), h.as_str()), (name.as_str(), holder.as_str()));
+        }
+        other => panic!("a name held by a container being removed: {other:?}"),
+    }
+    removal.await.unwrap().unwrap();
+    let created = env
+        .runtime
+        .create_and_start(&spec)
+        .await
+        .expect("the name is free once the removal is done");
+    assert_ne!(created, holder);
+    env.runtime.remove(&created, Duration::ZERO).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_feature_superset_rotates_credentials_and_a_subset_changes_nothing() {
     let env = TestEnv::new().await;
