@@ -515,3 +515,71 @@ async fn the_documented_selector_finds_a_sandboxs_claimed_and_cold_containers_an
     assert_eq!(status.phase, Phase::Ready);
     controller.stop().await;
 }
+
+/// `docker rm -f` of a claimed pool container, again and again: each heal
+/// (a claim or a cold create, whichever the pool allows) meets the name
+/// still held for a moment and goes on; no reconcile fails.
+#[tokio::test]
+async fn a_claimed_container_force_removed_again_and_again_is_healed_each_time_without_a_reconcile_error(
+) {
+    use bollard::query_parameters::RemoveContainerOptionsBuilder;
+    let env = TestEnv::new().await;
+    let mut config = pooled(&env, &["postgres=1"]);
+    config.relist_interval = Duration::from_secs(3600);
+    let controller = env.start(config);
+    pool_ready(&env, &controller, &["postgres"], 1.0).await;
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("poolrm");
+    let before = client
+        .provision(&id, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let name = format!("sandboxd.{}.{id}.postgres", env.deployment);
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    let mut instance = before.services["postgres"].instance.clone();
+    for round in 1..=3 {
+        env.docker
+            .remove_container(&name, Some(force.clone()))
+            .await
+            .unwrap();
+        let after = eventually(
+            "a healed, ready sandbox",
+            Duration::from_secs(30),
+            || async {
+                let s = client.status(&id).await.unwrap()?;
+                (s.phase == Phase::Ready && s.services["postgres"].instance != instance)
+                    .then_some(s)
+            },
+        )
+        .await;
+        instance = after.services["postgres"].instance.clone();
+        assert_eq!(
+            after.services["postgres"].password, before.services["postgres"].password,
+            "round {round}"
+        );
+        let mut conn = sqlx::PgConnection::connect(&host_pg_url(&after.services["postgres"]))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the same credentials work: {e}"));
+        let one: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(one, 1);
+    }
+    let events = client.events(&id, 100).await.unwrap();
+    let failed: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason == "reconcile_failed")
+        .collect();
+    assert!(failed.is_empty(), "no reconcile failed: {failed:#?}");
+    let text = controller.metrics.render();
+    assert_eq!(
+        common::sample(
+            &text,
+            "controller_runtime_reconcile_errors_total{controller=\"sandbox\"}"
+        ),
+        Some(0.0),
+        "no reconcile error at all"
+    );
+    controller.stop().await;
+}
