@@ -488,14 +488,13 @@ impl DockerRuntime {
 
     /// What a create (of a container with `labels`) or a rename (`None`)
     /// refused with `409 Conflict` for the container name `name` meets:
-    /// the holder Docker names
-    /// in its refusal, inspected. One being removed (`docker rm -f`
-    /// answers before the removal is done), already gone, or left `dead`
-    /// by a removal that failed (and this sandbox's to remove: it is
-    /// removed now) is [`RuntimeError::NameBeingRemoved`], which the
-    /// controller waits out. A live holder keeps Docker's refusal: another
-    /// sandbox's, state database's or program's container is never waited
-    /// for nor touched.
+    /// the holder Docker names in its refusal, inspected. One being
+    /// removed (`docker rm -f` answers the kill before the removal is
+    /// done), already gone, or left `dead` by a removal that failed (and
+    /// this sandbox's to remove: it is removed now) is
+    /// [`RuntimeError::NameBeingRemoved`], which the controller waits out.
+    /// A live holder keeps Docker's refusal: another sandbox's, state
+    /// database's or program's container is never waited for nor touched.
     async fn name_conflict(
         &self,
         op: &'static str,
