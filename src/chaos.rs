@@ -9,9 +9,9 @@
 
 use crate::adapters::chaos::{Fault, Injector};
 use crate::adapters::{DockerRuntime, PgStore};
-use crate::domain::container::ContainerState;
 use crate::domain::container::ObservedContainer;
 use crate::domain::id::{Deployment, SandboxId};
+use crate::domain::network::{container_name_prefix, container_selector};
 use crate::domain::sandbox::Phase;
 use crate::engine::{self, Credentials, Exec, Target};
 use crate::ports::runtime::{Runtime, RuntimeError};
@@ -266,27 +266,33 @@ impl Chaos {
         only: Option<&SandboxId>,
     ) -> Result<Option<(FaultRecord, HealWatch)>, ChaosError> {
         let statuses = self.store.list_status().await?;
-        let containers = self.containers().await?;
-        // Containers that are the published one of a ready engine.
+        // The published container of each engine of a ready sandbox, found
+        // as an operator finds a sandbox's containers: by the one selector
+        // (`container_selector`, Docker's name filter), which finds the
+        // warm-pool containers claimed for it too (they keep the pool's
+        // labels). The engine's own name is the published container's
+        // (a rotation's candidate has a name of its own until it is).
+        let deployment = &self.options.deployment;
         let mut targets = Vec::new();
         for s in statuses
             .iter()
             .filter(|s| s.phase == Phase::Ready && only.is_none_or(|o| *o == s.id))
         {
-            for c in containers
-                .iter()
-                .filter(|c| c.labels.sandbox == s.id && c.state == ContainerState::Running)
-            {
-                if let Some(service) = s.services.get(&c.labels.engine) {
-                    if service.instance == c.labels.instance {
-                        targets.push((
-                            s.id.clone(),
-                            c.labels.engine.clone(),
-                            c.name.clone(),
-                            c.id.clone(),
-                            service.heals,
-                        ));
-                    }
+            let named = self
+                .injector
+                .named(&container_selector(deployment, &s.id))
+                .await?;
+            let prefix = container_name_prefix(deployment, &s.id);
+            for (engine_name, service) in &s.services {
+                let published = format!("{prefix}{engine_name}");
+                if let Some(c) = named.iter().find(|c| c.running && c.name == published) {
+                    targets.push((
+                        s.id.clone(),
+                        engine_name.clone(),
+                        c.name.clone(),
+                        c.id.clone(),
+                        service.heals,
+                    ));
                 }
             }
         }

@@ -6,11 +6,12 @@
 use super::docker::DockerRuntime;
 use crate::domain::id::ContainerId;
 use crate::ports::runtime::{Runtime, RuntimeError};
+use bollard::models::ContainerSummaryStateEnum;
 use bollard::query_parameters::{
     KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
     StopContainerOptionsBuilder,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::time::Duration;
 
@@ -48,6 +49,17 @@ impl Fault {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|f| f.as_str() == s)
     }
+}
+
+/// A container a name filter found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    /// Its id.
+    pub id: ContainerId,
+    /// Its name, without the leading slash.
+    pub name: String,
+    /// Whether it runs.
+    pub running: bool,
 }
 
 /// Injects faults through a Docker connection.
@@ -124,6 +136,33 @@ impl Injector {
                 }
             }
         }
+    }
+
+    /// The containers Docker's name filter `selector` finds (see
+    /// `domain::network::container_selector`), any state, as (id, name
+    /// without the leading slash, state).
+    pub async fn named(&self, selector: &str) -> Result<Vec<Named>, RuntimeError> {
+        let filters = HashMap::from([("name", vec![selector.to_owned()])]);
+        let opts = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let listed = bounded(
+            "list",
+            selector,
+            self.docker.client().list_containers(Some(opts)),
+        )
+        .await?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|c| {
+                Some(Named {
+                    name: c.names?.first()?.trim_start_matches('/').to_owned(),
+                    id: ContainerId::new(c.id?),
+                    running: c.state == Some(ContainerSummaryStateEnum::RUNNING),
+                })
+            })
+            .collect())
     }
 
     /// Every container on the host that `deployment` does not own, as

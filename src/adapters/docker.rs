@@ -613,6 +613,57 @@ impl DockerRuntime {
         }
     }
 
+    /// What a create (of a container with `labels`) or a rename (`None`)
+    /// refused with `409 Conflict` for the container name `name` meets:
+    /// the holder Docker names in its refusal, inspected. One being
+    /// removed (`docker rm -f` answers the kill before the removal is
+    /// done), already gone, or left `dead` by a removal that failed (and
+    /// this sandbox's to remove: it is removed now) is
+    /// [`RuntimeError::NameBeingRemoved`], which the controller waits out.
+    /// A live holder keeps Docker's refusal: another sandbox's, state
+    /// database's or program's container is never waited for nor touched.
+    async fn name_conflict(
+        &self,
+        op: &'static str,
+        name: &str,
+        labels: Option<&HashMap<String, String>>,
+        refused: DockerError,
+    ) -> RuntimeError {
+        use bollard::models::ContainerStateStatusEnum as Status;
+        let holder = name_holder(&refused.to_string()).unwrap_or(name).to_owned();
+        let being_removed = |holder: String| RuntimeError::NameBeingRemoved {
+            name: name.to_owned(),
+            holder: ContainerId::new(holder),
+        };
+        let info = match self
+            .docker
+            .inspect_container(&holder, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) && holder != name => return being_removed(holder),
+            Err(_) => return api(op, name)(refused),
+        };
+        let status = info.state.and_then(|s| s.status);
+        let theirs = info.config.and_then(|c| c.labels).unwrap_or_default();
+        let holder = info.id.unwrap_or(holder);
+        match status {
+            Some(Status::REMOVING) => being_removed(holder),
+            Some(Status::DEAD) if labels.is_some_and(|l| identity::may_replace(&theirs, l)) => {
+                tracing::info!(
+                    container = name,
+                    holder,
+                    "the name's holder is dead (its removal failed); removing it again"
+                );
+                match self.remove_any(&holder, Duration::ZERO).await {
+                    Ok(()) => being_removed(holder),
+                    Err(e) => e,
+                }
+            }
+            _ => api(op, name)(refused),
+        }
+    }
+
     /// Refuses an image without the label `key=value`.
     pub(crate) async fn check_image_label(
         &self,
@@ -1304,11 +1355,15 @@ impl Runtime for DockerRuntime {
                 }
             }
         };
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(gone("create"))?;
+        let created = match self.docker.create_container(Some(options), body).await {
+            Ok(created) => created,
+            Err(e) if is_status(&e, &[409]) => {
+                return Err(self
+                    .name_conflict("create", &spec.name, Some(&spec.labels), e)
+                    .await)
+            }
+            Err(e) => return Err(gone("create")(e)),
+        };
         let started = async {
             self.docker
                 .start_container(&created.id, None)
@@ -1330,10 +1385,13 @@ impl Runtime for DockerRuntime {
     async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Rename);
         let options = RenameContainerOptionsBuilder::default().name(name).build();
-        self.docker
-            .rename_container(id.as_str(), options)
-            .await
-            .map_err(api("rename", name))
+        match self.docker.rename_container(id.as_str(), options).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, &[409]) => {
+                Err(self.name_conflict("rename", name, None, e).await)
+            }
+            Err(e) => Err(api("rename", name)(e)),
+        }
     }
 
     async fn rejoin(
@@ -1551,6 +1609,15 @@ impl Runtime for DockerRuntime {
     }
 }
 
+/// The container Docker names in a `409 Conflict` refusal of a name
+/// (`Conflict. The container name "/x" is already in use by container
+/// "<id>". You have to remove (or rename) …`).
+fn name_holder(refusal: &str) -> Option<&str> {
+    let (_, rest) = refusal.split_once("is already in use by container \"")?;
+    let (id, _) = rest.split_once('"')?;
+    (!id.is_empty()).then_some(id)
+}
+
 /// Splits `repo[:tag]` (registry ports and digests included) into name and tag.
 fn split_reference(image: &str) -> (&str, &str) {
     if image.contains('@') {
@@ -1643,6 +1710,22 @@ mod tests {
             "the event stream's connect is bounded: {first:?}"
         );
         let _ = std::fs::remove_file(socket);
+    }
+
+    #[test]
+    fn a_name_conflict_names_the_container_that_holds_the_name() {
+        let cases = [
+            (
+                r#"Docker responded with status code 409: Conflict. The container name "/sandboxd.d.a.postgres" is already in use by container "3f2a9c". You have to remove (or rename) that container to be able to reuse that name."#,
+                Some("3f2a9c"),
+            ),
+            ("Docker responded with status code 409: removal of container 3f2a9c is already in progress", None),
+            (r#"is already in use by container """#, None),
+            ("", None),
+        ];
+        for (refusal, holder) in cases {
+            assert_eq!(name_holder(refusal), holder, "{refusal}");
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@ use super::table::{age, Table};
 use super::CliError;
 use crate::client::{Client, RowSummary};
 use crate::domain::event::RecordedEvent;
-use crate::domain::id::SandboxId;
+use crate::domain::id::{Deployment, SandboxId};
+use crate::domain::network::container_selector;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use chrono::{DateTime, Utc};
 use clap::{Args, ValueEnum};
@@ -28,6 +29,23 @@ pub struct Described<'a> {
     pub events: &'a [RecordedEvent],
     /// Whether to show passwords and URLs.
     pub show_secrets: bool,
+    /// The deployment that runs it (for the selector of its containers).
+    pub deployment: &'a Deployment,
+}
+
+impl Described<'_> {
+    /// The `docker ps` that lists every container of the sandbox, claimed
+    /// warm-pool containers included (see
+    /// [`container_selector`]).
+    pub fn containers_command(&self) -> String {
+        match SandboxId::parse(self.id) {
+            Ok(id) => format!(
+                "docker ps -a --filter 'name={}'",
+                container_selector(self.deployment, &id)
+            ),
+            Err(_) => "(not a sandbox id)".to_owned(),
+        }
+    }
 }
 
 /// `2026-12-01T21:50:00Z (5m ago)`, or `(in 5m)` for a time to come.
@@ -122,6 +140,7 @@ pub fn render(d: &Described<'_>, now: DateTime<Utc>) -> String {
     if let Some(row) = d.desired {
         desired(&mut out, row, now);
     }
+    field(&mut out, "Containers", d.containers_command());
     if let Some(s) = d.status {
         field(
             &mut out,
@@ -275,6 +294,7 @@ pub fn json(d: &Described<'_>) -> serde_json::Value {
         "desired": desired,
         "status": status,
         "events": d.events,
+        "container_selector": SandboxId::parse(d.id).ok().map(|id| container_selector(d.deployment, &id)),
     })
 }
 
@@ -292,6 +312,10 @@ pub struct DescribeArgs {
     /// `text` (for reading) or `json`.
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: DescribeOutput,
+    /// The deployment that runs the sandbox (`sandboxd run --deployment`):
+    /// its containers' names start with it.
+    #[arg(long, env = "SANDBOXD_DEPLOYMENT", default_value = "default")]
+    pub deployment: Deployment,
 }
 
 /// `sandboxd describe --output` values.
@@ -322,6 +346,7 @@ pub(super) async fn run(url: &str, args: DescribeArgs) -> Result<(), CliError> {
         status: status.as_ref(),
         events: &events,
         show_secrets: args.show_secrets,
+        deployment: &args.deployment,
     };
     match args.output {
         DescribeOutput::Text => say!("{}", render(&d, chrono::Utc::now()).trim_end()),
@@ -397,6 +422,7 @@ mod tests {
             status: Some(&s),
             events: &events,
             show_secrets: false,
+            deployment: &Deployment::parse("default").unwrap(),
         };
         let text = render(&d, now);
         for want in [
@@ -407,6 +433,7 @@ mod tests {
             "Features:     pg_trgm",
             "Heals:        2",
             "Password:     *** (--show-secrets)",
+            r"Containers:   docker ps -a --filter 'name=^sandboxd\.default\.agent-7\.'",
         ] {
             assert!(text.contains(want), "{want:?} in\n{text}");
         }
@@ -416,6 +443,10 @@ mod tests {
         assert!(provisioned < healed, "newest last:\n{text}");
         assert!(text.contains("(x2 over 60s)"), "{text}");
         assert!(!json(&d).to_string().contains("hunter2"));
+        assert_eq!(
+            json(&d)["container_selector"],
+            r"^sandboxd\.default\.agent-7\."
+        );
 
         let shown = render(
             &Described {

@@ -14,6 +14,7 @@ mod guard;
 mod heal_loop;
 mod image;
 mod leader;
+mod name_release;
 pub mod network;
 mod pause;
 mod pool;

@@ -3,13 +3,14 @@
 //! the orchestrator's containers attached to it, and its removal once the
 //! sandbox is gone.
 
+use super::name_release;
 use super::Context;
 use crate::config::{ControllerConfig, NetworkLayout};
 use crate::domain::container::ObservedContainer;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{self, StateId};
 use crate::domain::labels;
-use crate::domain::network::{bridge_name, container_name};
+use crate::domain::network::{bridge_name, container_name, container_name_prefix};
 use crate::domain::plan::{Action, Plan};
 use crate::domain::sandbox::DesiredSandbox;
 use crate::ports::runtime::{BridgeOutcome, ContainerSpec, NetworkSpec, RuntimeError};
@@ -196,19 +197,27 @@ async fn create(
 
 /// Creates and starts the container of `spec` (an engine of sandbox `id`);
 /// when its network turns out to be gone, creates the network again and
-/// tries once more.
+/// tries once more. A name still held by a container Docker is removing
+/// (a heal right after `docker rm -f`) is waited for, not failed on
+/// ([`name_release`]).
 pub(crate) async fn create_and_start(
     ctx: &Context,
     id: &SandboxId,
     container: &ContainerSpec,
 ) -> Result<ContainerId, RuntimeError> {
-    match ctx.runtime.create_and_start(container).await {
+    let runtime = ctx.runtime.as_ref();
+    let create_once_released = || {
+        name_release::once_released(runtime, name_release::RELEASE_WITHIN, || {
+            runtime.create_and_start(container)
+        })
+    };
+    match create_once_released().await {
         Err(RuntimeError::NetworkGone { network }) => {
             tracing::warn!(sandbox = %id, network, container = container.name, "network gone at create; creating it again and retrying once");
             if let Some(spec) = spec_of(ctx, id, &container.network) {
                 create(ctx, id, &spec, true).await?;
             }
-            ctx.runtime.create_and_start(container).await
+            create_once_released().await
         }
         other => other,
     }
@@ -232,7 +241,7 @@ pub(crate) async fn sync_attached(
     let Some(members) = ctx.runtime.network_members(network).await? else {
         return Ok(Vec::new());
     };
-    let own_prefix = format!("sandboxd.{}.{}.", ctx.config.deployment, desired.id);
+    let own_prefix = container_name_prefix(&ctx.config.deployment, &desired.id);
     let wanted: BTreeSet<&str> = desired.attach.iter().map(String::as_str).collect();
     let mut problems = Vec::new();
     for name in &wanted {

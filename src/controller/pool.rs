@@ -409,7 +409,12 @@ async fn take_over(
         })
     };
     let rename = async {
-        runtime.rename(id, &placement.container).await?;
+        // A heal after `docker rm -f` meets the name still held by the
+        // container being removed: wait for it (see `name_release`).
+        super::name_release::once_released(runtime, super::name_release::RELEASE_WITHIN, || {
+            runtime.rename(id, &placement.container)
+        })
+        .await?;
         Ok::<(), PoolError>(())
     };
     let joins = placement.network != ready.network;

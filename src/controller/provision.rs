@@ -22,7 +22,7 @@ use crate::domain::plan::{HealCause, Provision, ProvisionReason};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
 use crate::engine::{Credentials, Engine};
-use crate::ports::runtime::{ContainerSpec, Runtime};
+use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -313,7 +313,8 @@ async fn cold(
     }
     let id = match network::create_and_start(ctx, &desired.id, &spec).await {
         Ok(id) => id,
-        Err(e) if spec.host_port.is_some() => {
+        // A removal that did not end is not cured by another port.
+        Err(e) if spec.host_port.is_some() && !matches!(e, RuntimeError::NameStillHeld { .. }) => {
             // The old host port may be taken by now: take any port rather
             // than fail (the status publishes the new one).
             tracing::warn!(container = %name, error = %e, "could not keep the host port; using a new one");

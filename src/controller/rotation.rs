@@ -26,6 +26,7 @@
 //! and features are re-created on the volume and published the same way
 //! ([`Commit::publish`]), so its data and credentials work again.
 
+use super::name_release;
 use super::network;
 use super::Context;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
@@ -223,10 +224,13 @@ pub(crate) async fn promote(
             .await
             .map_err(failed)?;
     }
-    runtime
-        .rename(container, &placement.container)
-        .await
-        .map_err(failed)?;
+    // The old container may still hold the name for a moment (removed by
+    // someone else, whose `rm -f` Docker is still carrying out).
+    name_release::once_released(runtime, name_release::RELEASE_WITHIN, || {
+        runtime.rename(container, &placement.container)
+    })
+    .await
+    .map_err(failed)?;
     let host_port = runtime
         .published_port(container)
         .await

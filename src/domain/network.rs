@@ -16,6 +16,31 @@ pub fn container_name(deployment: &Deployment, sandbox: &SandboxId, engine: Engi
     format!("sandboxd.{deployment}.{sandbox}.{engine}")
 }
 
+/// What the name of every container of one sandbox starts with: its
+/// engines' ([`container_name`]), a rotation's candidates
+/// ([`candidate_name`]) and the warm-pool containers claimed for it, which
+/// take the engine's name when claimed but keep the pool's labels (Docker
+/// cannot relabel a container), so that only the name tells whose they
+/// are. Neither a deployment nor a sandbox id has a dot: sandbox `a`'s
+/// prefix is never the start of sandbox `ab`'s names.
+pub fn container_name_prefix(deployment: &Deployment, sandbox: &SandboxId) -> String {
+    format!("sandboxd.{deployment}.{sandbox}.")
+}
+
+/// The one selector that finds every container of a sandbox, claimed
+/// warm-pool containers included: Docker's name filter,
+/// `docker ps -a --filter 'name=<this>'` (the `filters` of the list API).
+/// Docker matches a name filter as an unanchored regular expression
+/// against the name with and without its leading slash, so this one is
+/// anchored at the start and its dots are escaped (a bare `.` matches any
+/// character: `sandboxd.d.a.` would find sandbox `ab`'s containers too).
+pub fn container_selector(deployment: &Deployment, sandbox: &SandboxId) -> String {
+    format!(
+        "^{}",
+        container_name_prefix(deployment, sandbox).replace('.', "\\.")
+    )
+}
+
 /// Whether `name` is [`container_name`]`(deployment, sandbox, engine)`,
 /// told without building it (a relist asks for every container).
 pub(crate) fn is_container_name(
@@ -269,6 +294,28 @@ impl Default for SubnetPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_container_selector_is_the_sandboxs_name_prefix_anchored_with_its_dots_escaped() {
+        let d = Deployment::parse("prod").unwrap();
+        let cases = [
+            ("a", "sandboxd.prod.a.", r"^sandboxd\.prod\.a\."),
+            ("ab", "sandboxd.prod.ab.", r"^sandboxd\.prod\.ab\."),
+            (
+                "agent-7_x",
+                "sandboxd.prod.agent-7_x.",
+                r"^sandboxd\.prod\.agent-7_x\.",
+            ),
+        ];
+        for (id, prefix, selector) in cases {
+            let id = SandboxId::parse(id).unwrap();
+            assert_eq!(container_name_prefix(&d, &id), prefix);
+            assert_eq!(container_selector(&d, &id), selector);
+            let name = container_name(&d, &id, EngineName::of_engine("postgres"));
+            assert!(name.starts_with(prefix), "{name}");
+            assert!(candidate_name(&name, "I1").starts_with(prefix));
+        }
+    }
 
     fn net(s: &str) -> Ipv4Net {
         s.parse().unwrap()

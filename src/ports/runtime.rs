@@ -50,6 +50,29 @@ pub enum RuntimeError {
         /// The network's name.
         network: String,
     },
+    /// The container name is still held by a container Docker is removing
+    /// (`docker rm -f` answers before the removal is done; a removal that
+    /// failed half-way leaves the container `dead`): the name is free once
+    /// that container is gone, so the create is worth trying again then
+    /// (see `controller::network::create_and_start`).
+    #[error("the container name {name} is still held by container {holder}, which Docker is removing; sandboxd waits for the removal, then creates it")]
+    NameBeingRemoved {
+        /// The container name.
+        name: String,
+        /// The container that holds it.
+        holder: ContainerId,
+    },
+    /// A container Docker was removing still held the container name
+    /// when the wait for its removal ran out.
+    #[error("the container name {name} is still held by container {holder}, which Docker began removing more than {after:?} ago; is the daemon or its storage stuck? (`docker inspect {holder}`; `docker rm -f {holder}` ends it); sandboxd tries again at the next reconcile")]
+    NameStillHeld {
+        /// The container name.
+        name: String,
+        /// The container that holds it.
+        holder: ContainerId,
+        /// How long sandboxd waited.
+        after: Duration,
+    },
     /// A template job exited with an error.
     #[error("template job {name} exited with code {code}; last log lines:\n{logs}")]
     TemplateJob {

@@ -96,6 +96,10 @@ struct World {
     pulls: BTreeMap<String, u32>,
     /// What `host_memory` reports.
     host_memory: Option<u64>,
+    /// Containers being removed (`docker rm -f` answered, the removal is
+    /// not done): they keep their name until the number of looks
+    /// (`inspect`) left here runs out.
+    releasing: BTreeMap<ContainerId, u32>,
 }
 
 impl World {
@@ -363,6 +367,23 @@ impl FakeRuntime {
 
     pub(crate) fn full_lists(&self) -> u64 {
         self.full_lists.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Removes a container as `docker rm -f` does on a busy host: it is
+    /// killed and listed as being removed at once, but keeps its name
+    /// (a create or rename of that name meets
+    /// [`RuntimeError::NameBeingRemoved`]) until it has been inspected
+    /// `looks` times more; then it is gone.
+    pub(crate) fn remove_slowly(&self, id: &ContainerId, looks: u32) {
+        let mut w = self.world.lock().unwrap();
+        let sandbox = w.containers.get_mut(id).map(|c| {
+            c.state = ContainerState::Removing;
+            c.paused = false;
+            c.labels.sandbox.clone()
+        });
+        w.releasing.insert(id.clone(), looks);
+        emit(&mut w, id, ContainerAction::Kill, sandbox.clone());
+        emit(&mut w, id, ContainerAction::Die, sandbox);
     }
 
     /// Stops a container as if its process died on its own (exit code
@@ -734,6 +755,12 @@ impl Runtime for FakeRuntime {
                 spec.name
             )));
         }
+        if let Some(holder) = taken.iter().find(|id| w.releasing.contains_key(id)) {
+            return Err(RuntimeError::NameBeingRemoved {
+                name: spec.name.clone(),
+                holder: holder.clone(),
+            });
+        }
         if let Some(v) = &spec.volume {
             if let Some(existing) = w.volumes.get(&v.name) {
                 if !identity::may_mount(existing, &v.labels) {
@@ -782,6 +809,16 @@ impl Runtime for FakeRuntime {
             .await
             .map_err(|e| injected("rename", e))?;
         let mut w = self.world.lock().unwrap();
+        if let Some(holder) = w
+            .named(name)
+            .into_iter()
+            .find(|other| other != id && w.releasing.contains_key(other))
+        {
+            return Err(RuntimeError::NameBeingRemoved {
+                name: name.to_owned(),
+                holder,
+            });
+        }
         if w.named(name).iter().any(|other| other != id) {
             return Err(injected("rename", format!("the name {name} is in use")));
         }
@@ -843,7 +880,17 @@ impl Runtime for FakeRuntime {
             .check(RuntimeOp::Inspect)
             .await
             .map_err(|e| injected("inspect", e))?;
-        let w = self.world.lock().unwrap();
+        let mut w = self.world.lock().unwrap();
+        if let Some(looks) = w.releasing.get_mut(id) {
+            *looks = looks.saturating_sub(1);
+            if *looks == 0 {
+                w.releasing.remove(id);
+                if let Some(c) = w.take(id) {
+                    emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
+                }
+                return Ok(None);
+            }
+        }
         let sandboxd = w
             .containers
             .get(id)
@@ -889,6 +936,10 @@ impl Runtime for FakeRuntime {
             .await
             .map_err(|e| injected("remove", e))?;
         let mut w = self.world.lock().unwrap();
+        if w.releasing.contains_key(id) {
+            // Docker: "removal already in progress" (the adapter's success).
+            return Ok(());
+        }
         if let Some(c) = w.take(id) {
             emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
         }

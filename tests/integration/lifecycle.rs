@@ -170,6 +170,160 @@ async fn a_container_removed_out_of_band_is_healed_with_the_same_credentials() {
     controller.stop().await;
 }
 
+/// `docker rm -f` answers before Docker has removed the container, which
+/// keeps its name until then: the heal (driven by the `kill`/`die` events
+/// at once) meets the name still held and waits for the removal, instead
+/// of failing the reconcile into back-off.
+#[tokio::test]
+async fn a_container_force_removed_again_and_again_is_healed_each_time_without_a_reconcile_error() {
+    let env = TestEnv::new().await;
+    let controller = env.start(events_only(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("rmf");
+    let before = client
+        .provision(&id, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    for round in 1..=3 {
+        let victim = engine_container(&env, &id, "postgres").await.unwrap();
+        env.docker
+            .remove_container(victim.id.as_str(), Some(force.clone()))
+            .await
+            .unwrap();
+        // Within the crash-loop back-off this many heals may take (the
+        // heals come 0, 2 and 4 s after the one before).
+        let after = wait_replaced(
+            &env,
+            &client,
+            &id,
+            "postgres",
+            victim.id.as_str(),
+            Duration::from_secs(30),
+        )
+        .await;
+        let (old, new) = (&before.services["postgres"], &after.services["postgres"]);
+        assert_eq!(new.password, old.password, "round {round}");
+        let mut conn = sqlx::PgConnection::connect(&pg_url(&after))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the old credentials work: {e}"));
+        let one: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(one, 1);
+    }
+    // The events are written after the status: the third heal's may lag.
+    let events = eventually("an event per heal", Duration::from_secs(10), || async {
+        let events = client.events(&id, 100).await.unwrap();
+        let heals: i32 = events
+            .iter()
+            .filter(|e| e.reason == "healed")
+            .map(|e| e.count)
+            .sum();
+        (heals >= 3).then_some(events)
+    })
+    .await;
+    let failed: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason == "reconcile_failed")
+        .collect();
+    assert!(failed.is_empty(), "no reconcile failed: {failed:#?}");
+    let errors = common::sample(
+        &controller.metrics.render(),
+        "controller_runtime_reconcile_errors_total{controller=\"sandbox\"}",
+    )
+    .expect("the reconcile error counter");
+    assert_eq!(errors, 0.0, "no reconcile error at all");
+    assert_eq!(env.containers(Some(&id)).await.len(), 1);
+    controller.stop().await;
+}
+
+/// On the real engine: a create whose name is still held by a container
+/// Docker is removing is told as `NameBeingRemoved`, naming that
+/// container (what the controller waits out), and succeeds once the
+/// removal is done.
+#[tokio::test]
+async fn a_create_meeting_its_name_held_by_a_container_being_removed_names_it_and_succeeds_after() {
+    use bollard::models::ContainerStateStatusEnum;
+    use bollard::query_parameters::InspectContainerOptions;
+    use sandboxd::ports::runtime::{ContainerSpec, Runtime, RuntimeError};
+    let env = TestEnv::new().await;
+    let id = sandbox_id("held");
+    let name = format!("sandboxd.{}.{id}.redis", env.deployment);
+    // A sandbox container's labels (sandboxd's own, as `ContainerLabels` writes them).
+    let labels: HashMap<String, String> = [
+        ("io.sandboxd.managed-by", "sandboxd"),
+        ("io.sandboxd.deployment", env.deployment.as_str()),
+        ("io.sandboxd.sandbox", id.as_str()),
+        ("io.sandboxd.owner", "test"),
+        ("io.sandboxd.engine", "redis"),
+        ("io.sandboxd.generation", "0"),
+        ("io.sandboxd.features", ""),
+        ("io.sandboxd.instance", "i1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let spec = ContainerSpec {
+        name: name.clone(),
+        image: "sandboxd/redis:8".into(),
+        env: Vec::new(),
+        cmd: Vec::new(),
+        entrypoint: Some(vec!["sleep".into(), "600".into()]),
+        labels: labels.clone(),
+        port: 6379,
+        host_port: None,
+        network: "bridge".into(),
+        aliases: Vec::new(),
+        user: "999:999".into(),
+        limits: Default::default(),
+        tmpfs: Vec::new(),
+        volume: None,
+        template: None,
+        binaries: None,
+        stdin: None,
+        image_label: None,
+    };
+    let holder = env.runtime.create_and_start(&spec).await.unwrap();
+
+    // `docker rm -f` in the background; the create as soon as Docker says
+    // the holder is being removed (it takes a few hundred ms here).
+    let docker = env.docker.clone();
+    let victim = holder.as_str().to_owned();
+    let removal = tokio::spawn(async move {
+        let force = RemoveContainerOptionsBuilder::default().force(true).build();
+        docker.remove_container(&victim, Some(force)).await
+    });
+    eventually(
+        "the holder being removed",
+        Duration::from_secs(10),
+        || async {
+            let info = env
+                .docker
+                .inspect_container(holder.as_str(), None::<InspectContainerOptions>)
+                .await
+                .ok()?;
+            (info.state?.status? == ContainerStateStatusEnum::REMOVING).then_some(())
+        },
+    )
+    .await;
+    match env.runtime.create_and_start(&spec).await {
+        Err(RuntimeError::NameBeingRemoved { name: n, holder: h }) => {
+            assert_eq!((n.as_str(), h.as_str()), (name.as_str(), holder.as_str()));
+        }
+        other => panic!("a name held by a container being removed: {other:?}"),
+    }
+    removal.await.unwrap().unwrap();
+    let created = env
+        .runtime
+        .create_and_start(&spec)
+        .await
+        .expect("the name is free once the removal is done");
+    assert_ne!(created, holder);
+    env.runtime.remove(&created, Duration::ZERO).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_feature_superset_rotates_credentials_and_a_subset_changes_nothing() {
     let env = TestEnv::new().await;

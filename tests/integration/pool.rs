@@ -495,3 +495,177 @@ async fn feature_sets_that_are_asked_for_get_pools_of_their_own_and_creates_and_
     );
     controller.stop().await;
 }
+
+/// The names of the containers Docker's name filter `selector` lists.
+async fn named(env: &TestEnv, selector: &str) -> Vec<(String, String)> {
+    let injector = sandboxd::adapters::chaos::Injector::new((*env.runtime).clone());
+    let mut found: Vec<(String, String)> = injector
+        .named(selector)
+        .await
+        .expect("list by name")
+        .into_iter()
+        .map(|c| (c.name, c.id.as_str().to_owned()))
+        .collect();
+    found.sort();
+    found
+}
+
+// Multi-threaded: the controller runs in this process while the test
+// blocks on `sandboxd describe`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_documented_selector_finds_a_sandboxs_claimed_and_cold_containers_and_none_of_a_sandbox_it_prefixes(
+) {
+    use sandboxd::domain::network::container_selector;
+    let env = TestEnv::new().await;
+    let controller = env.start(pooled(&env, &["postgres=1"]));
+    pool_ready(&env, &controller, &["postgres"], 1.0).await;
+    let client = Client::from_pool(env.pool.clone());
+    let a = sandbox_id("sel");
+    // `a`'s id is a prefix of `ab`'s.
+    let ab = SandboxId::parse(&format!("{a}b")).unwrap();
+    let status = client
+        .provision(&a, &request(&["postgres", "redis"], &[]), READY)
+        .await
+        .unwrap();
+    client
+        .provision(&ab, &request(&["redis"], &[]), READY)
+        .await
+        .unwrap();
+    let claimed = pool_containers(&env)
+        .await
+        .into_iter()
+        .find(|c| c.name == format!("sandboxd.{}.{a}.postgres", env.deployment))
+        .expect("a's postgres is a claimed pool container");
+    let cold = env
+        .containers(Some(&a))
+        .await
+        .into_iter()
+        .find(|c| c.labels.engine == "redis")
+        .expect("a's cold redis");
+    // Why a label selector will not do: the claimed one has no sandbox label.
+    let labelled: Vec<String> = env
+        .containers(Some(&a))
+        .await
+        .into_iter()
+        .map(|c| c.id.as_str().to_owned())
+        .collect();
+    assert!(
+        !labelled.contains(&claimed.id.as_str().to_owned()),
+        "the claimed container carries no io.sandboxd.sandbox label"
+    );
+
+    let selector = container_selector(&env.deployment, &a);
+    let found = named(&env, &selector).await;
+    let want = {
+        let mut w = vec![
+            (claimed.name.clone(), claimed.id.as_str().to_owned()),
+            (cold.name.clone(), cold.id.as_str().to_owned()),
+        ];
+        w.sort();
+        w
+    };
+    assert_eq!(
+        found, want,
+        "{selector} finds a's claimed postgres and cold redis, and nothing else (not ab's)"
+    );
+    let found_ab = named(&env, &container_selector(&env.deployment, &ab)).await;
+    assert_eq!(found_ab.len(), 1, "ab's own redis only: {found_ab:?}");
+    assert!(found_ab[0]
+        .0
+        .starts_with(&format!("sandboxd.{}.{ab}.", env.deployment)));
+    // Unescaped, the same prefix would find ab's too: the escaping matters.
+    let loose = named(&env, &format!("^sandboxd.{}.{a}.", env.deployment)).await;
+    assert_eq!(loose.len(), 3, "{loose:?}");
+
+    // `sandboxd describe` prints that selector.
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "describe",
+            a.as_str(),
+            "--deployment",
+            env.deployment.as_str(),
+        ])
+        .env("DATABASE_URL", &env.url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("docker ps -a --filter 'name={selector}'")),
+        "{text}"
+    );
+    assert_eq!(status.phase, Phase::Ready);
+    controller.stop().await;
+}
+
+/// `docker rm -f` of a claimed pool container, again and again: each heal
+/// (a claim or a cold create, whichever the pool allows) meets the name
+/// still held for a moment and goes on; no reconcile fails.
+#[tokio::test]
+async fn a_claimed_container_force_removed_again_and_again_is_healed_each_time_without_a_reconcile_error(
+) {
+    use bollard::query_parameters::RemoveContainerOptionsBuilder;
+    let env = TestEnv::new().await;
+    let mut config = pooled(&env, &["postgres=1"]);
+    config.relist_interval = Duration::from_secs(3600);
+    let controller = env.start(config);
+    pool_ready(&env, &controller, &["postgres"], 1.0).await;
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("poolrm");
+    let before = client
+        .provision(&id, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let name = format!("sandboxd.{}.{id}.postgres", env.deployment);
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    let mut instance = before.services["postgres"].instance.clone();
+    for round in 1..=3 {
+        env.docker
+            .remove_container(&name, Some(force.clone()))
+            .await
+            .unwrap();
+        let after = eventually(
+            "a healed, ready sandbox",
+            Duration::from_secs(30),
+            || async {
+                let s = client.status(&id).await.unwrap()?;
+                (s.phase == Phase::Ready && s.services["postgres"].instance != instance)
+                    .then_some(s)
+            },
+        )
+        .await;
+        instance = after.services["postgres"].instance.clone();
+        assert_eq!(
+            after.services["postgres"].password, before.services["postgres"].password,
+            "round {round}"
+        );
+        let mut conn = sqlx::PgConnection::connect(&host_pg_url(&after.services["postgres"]))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the same credentials work: {e}"));
+        let one: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(one, 1);
+    }
+    let events = client.events(&id, 100).await.unwrap();
+    let failed: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason == "reconcile_failed")
+        .collect();
+    assert!(failed.is_empty(), "no reconcile failed: {failed:#?}");
+    let text = controller.metrics.render();
+    assert_eq!(
+        common::sample(
+            &text,
+            "controller_runtime_reconcile_errors_total{controller=\"sandbox\"}"
+        ),
+        Some(0.0),
+        "no reconcile error at all"
+    );
+    controller.stop().await;
+}

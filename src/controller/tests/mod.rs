@@ -23,6 +23,7 @@ mod controller;
 mod deletion_safety;
 mod identity;
 mod leader;
+mod name_release;
 mod owners_volumes_images;
 mod pause;
 mod pool;
