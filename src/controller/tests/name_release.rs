@@ -41,7 +41,7 @@ async fn a_heal_meeting_its_name_held_by_a_container_being_removed_waits_and_kee
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_removal_that_never_ends_fails_the_heal_naming_the_holder_and_the_deadline() {
+async fn a_removal_that_never_ends_fails_the_heal_naming_the_holder_and_the_deadline_and_it_is_retried() {
     let h = Harness::new();
     let ctx = h.context();
     h.store.put_desired(row("a"));
@@ -50,11 +50,17 @@ async fn a_removal_that_never_ends_fails_the_heal_naming_the_holder_and_the_dead
 
     h.runtime.remove_slowly(&first, u32::MAX);
     let started = tokio::time::Instant::now();
-    let err = reconcile(&ctx, &id("a")).await.unwrap_err().to_string();
+    // The failed heal is retried under the crash-loop back-off, its
+    // status `healing` saying why, not a failed reconcile.
+    let next = reconcile(&ctx, &id("a")).await.unwrap();
+    assert!(matches!(next, Next::After(_)), "{next:?}");
     let waited = started.elapsed();
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Healing);
+    let err = status.message;
     assert!(
         err.contains(first.as_str()) && err.contains("10s"),
-        "the error names the holder and the deadline: {err}"
+        "the status names the holder and the deadline: {err}"
     );
     assert!(
         waited >= super::super::name_release::RELEASE_WITHIN && waited < Duration::from_secs(15),
