@@ -543,7 +543,7 @@ async fn a_webhook_that_never_answers_does_not_delay_a_heal() {
     eprintln!("heals with a hanging webhook took {took:?}");
     for (i, t) in took.iter().enumerate() {
         // Generous for a loaded machine, and far below one hung attempt
-        // (the second heal waits out the 2 s crash-loop back-off).
+        // (a kill from outside is healed at once, with no back-off).
         assert!(*t < Duration::from_secs(25), "heal {} took {t:?}", i + 1);
     }
     eventually(
