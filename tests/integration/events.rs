@@ -101,10 +101,10 @@ async fn after_a_docker_kill_describe_lists_the_heal_with_its_cause_and_no_event
     );
     let heal = text
         .lines()
-        .find(|l| l.contains("healed [exited]"))
+        .find(|l| l.contains("healed [stopped]"))
         .unwrap_or_else(|| panic!("no heal in:\n{text}"));
     assert!(
-        heal.contains("redis") && heal.contains("its container stopped"),
+        heal.contains("redis") && heal.contains("killed or stopped from outside"),
         "{heal}"
     );
     assert!(text.contains("provisioned"), "{text}");

@@ -41,7 +41,8 @@ async fn a_heal_meeting_its_name_held_by_a_container_being_removed_waits_and_kee
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_removal_that_never_ends_fails_the_heal_naming_the_holder_and_the_deadline_and_it_is_retried() {
+async fn a_removal_that_never_ends_fails_the_heal_naming_the_holder_and_the_deadline_and_it_is_retried(
+) {
     let h = Harness::new();
     let ctx = h.context();
     h.store.put_desired(row("a"));
