@@ -285,43 +285,65 @@ async fn a_create_meeting_its_name_held_by_a_container_being_removed_names_it_an
         stdin: None,
         image_label: None,
     };
-    let holder = env.runtime.create_and_start(&spec).await.unwrap();
-
-    // `docker rm -f` in the background; the create as soon as Docker says
-    // the holder is being removed (it takes a few hundred ms here).
-    let docker = env.docker.clone();
-    let victim = holder.as_str().to_owned();
-    let removal = tokio::spawn(async move {
-        let force = RemoveContainerOptionsBuilder::default().force(true).build();
-        docker.remove_container(&victim, Some(force)).await
-    });
-    eventually(
-        "the holder being removed",
-        Duration::from_secs(10),
-        || async {
-            let info = env
-                .docker
-                .inspect_container(holder.as_str(), None::<InspectContainerOptions>)
-                .await
-                .ok()?;
-            (info.state?.status? == ContainerStateStatusEnum::REMOVING).then_some(())
-        },
-    )
-    .await;
-    match env.runtime.create_and_start(&spec).await {
-        Err(RuntimeError::NameBeingRemoved { name: n, holder: h }) => {
-            assert_eq!((n.as_str(), h.as_str()), (name.as_str(), holder.as_str()));
+    // The removal can finish before the create looks (it takes a few
+    // hundred ms here, less on an idle host): tried until the create meets
+    // the name held, which must happen within a few tries.
+    let mut met = false;
+    for _ in 0..8 {
+        let holder = env.runtime.create_and_start(&spec).await.unwrap();
+        // `docker rm -f` in the background; the create as soon as Docker
+        // says the holder is being removed.
+        let docker = env.docker.clone();
+        let victim = holder.as_str().to_owned();
+        let removal = tokio::spawn(async move {
+            let force = RemoveContainerOptionsBuilder::default().force(true).build();
+            docker.remove_container(&victim, Some(force)).await
+        });
+        eventually(
+            "the holder being removed",
+            Duration::from_secs(10),
+            || async {
+                let info = env
+                    .docker
+                    .inspect_container(holder.as_str(), None::<InspectContainerOptions>)
+                    .await;
+                match info {
+                    // Already gone: the removal won the race.
+                    Err(_) => Some(()),
+                    Ok(info) => {
+                        (info.state?.status? == ContainerStateStatusEnum::REMOVING).then_some(())
+                    }
+                }
+            },
+        )
+        .await;
+        match env.runtime.create_and_start(&spec).await {
+            Err(RuntimeError::NameBeingRemoved { name: n, holder: h }) => {
+                assert_eq!((n.as_str(), h.as_str()), (name.as_str(), holder.as_str()));
+                met = true;
+            }
+            Ok(created) => {
+                // The removal finished first: the name was free.
+                removal.await.unwrap().unwrap();
+                env.runtime.remove(&created, Duration::ZERO).await.unwrap();
+                continue;
+            }
+            other => panic!("a name held by a container being removed: {other:?}"),
         }
-        other => panic!("a name held by a container being removed: {other:?}"),
+        removal.await.unwrap().unwrap();
+        let created = env
+            .runtime
+            .create_and_start(&spec)
+            .await
+            .expect("the name is free once the removal is done");
+        assert_ne!(created, holder);
+        env.runtime.remove(&created, Duration::ZERO).await.unwrap();
+        break;
     }
-    removal.await.unwrap().unwrap();
-    let created = env
-        .runtime
-        .create_and_start(&spec)
-        .await
-        .expect("the name is free once the removal is done");
-    assert_ne!(created, holder);
-    env.runtime.remove(&created, Duration::ZERO).await.unwrap();
+    assert!(
+        met,
+        "the create never met the name held by a container being removed"
+    );
 }
 
 #[tokio::test]
