@@ -493,26 +493,6 @@ async fn healed(
     }
 }
 
-/// What a client of `before` would need anew to use `after`: the fields
-/// that differ, named (not shown: they hold the password).
-fn changed_fields(before: &ServiceStatus, after: &ServiceStatus) -> Vec<&'static str> {
-    [
-        ("host", before.host == after.host),
-        ("port", before.port == after.port),
-        ("host_port", before.host_port == after.host_port),
-        ("user", before.user == after.user),
-        (
-            "password",
-            before.password.expose() == after.password.expose(),
-        ),
-        ("database", before.database == after.database),
-    ]
-    .into_iter()
-    .filter(|(_, same)| !same)
-    .map(|(name, _)| name)
-    .collect()
-}
-
 /// `iters` times for each entry of the mix: a sandbox hit by each of
 /// [`FAULTS`] in turn (a new order each time, each fault once the previous
 /// heal is ready and the pools have refilled), then released. Three heals
@@ -565,7 +545,7 @@ pub(super) async fn heals(
                 match healed(&bench.client, &id, entry.engine, service.heals, t0).await {
                     Ok((took, after)) => {
                         row.times.push(took);
-                        let changed = changed_fields(&service, &after);
+                        let changed = service.connection_changes(&after);
                         if !changed.is_empty() {
                             eprintln!(
                                 "bench: {} after {}: other {changed:?}",
@@ -842,7 +822,7 @@ pub(super) async fn chaos(
                     changed.push(format!("{id}: no {} entry", entry.engine));
                     continue;
                 };
-                let fields = changed_fields(a, b);
+                let fields = a.connection_changes(b);
                 if !fields.is_empty() {
                     changed.push(format!("{id}: another {}", fields.join(", ")));
                 }

@@ -256,6 +256,29 @@ impl ServiceStatus {
             image: self.image.clone(),
         }
     }
+
+    /// What a client connected with `self` would need anew to use
+    /// `after` (a heal promises none): the fields that differ, named, not
+    /// shown, since they hold the password.
+    pub fn connection_changes(&self, after: &ServiceStatus) -> Vec<&'static str> {
+        [
+            ("host", self.host == after.host),
+            ("port", self.port == after.port),
+            ("host_port", self.host_port == after.host_port),
+            ("user", self.user == after.user),
+            (
+                "password",
+                self.password.expose() == after.password.expose(),
+            ),
+            ("database", self.database == after.database),
+            ("url", self.url == after.url),
+            ("env", self.env == after.env),
+        ]
+        .into_iter()
+        .filter(|(_, same)| !same)
+        .map(|(name, _)| name)
+        .collect()
+    }
 }
 
 impl fmt::Debug for ServiceStatus {

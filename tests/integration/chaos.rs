@@ -218,31 +218,6 @@ async fn under_chaos_nothing_leaks_nothing_is_duplicated_and_no_credential_is_lo
     drop(controller);
 }
 
-/// The fields of `after` that differ from `before` among those a client
-/// connects with (named, not shown: they hold the password).
-fn changed(
-    before: &sandboxd::domain::ServiceStatus,
-    after: &sandboxd::domain::ServiceStatus,
-) -> Vec<&'static str> {
-    [
-        ("host", before.host == after.host),
-        ("port", before.port == after.port),
-        ("host_port", before.host_port == after.host_port),
-        ("user", before.user == after.user),
-        (
-            "password",
-            before.password.expose() == after.password.expose(),
-        ),
-        ("database", before.database == after.database),
-        ("url", before.url == after.url),
-        ("env", before.env == after.env),
-    ]
-    .into_iter()
-    .filter(|(_, same)| !same)
-    .map(|(name, _)| name)
-    .collect()
-}
-
 /// The same engine killed from outside again and again, each fault once
 /// the previous heal is ready, as a chaos tool does: every kill is an
 /// operator's, so none may count toward a crash loop, and every heal
@@ -297,7 +272,7 @@ async fn one_engine_killed_eight_times_in_a_row_is_healed_every_time_with_the_sa
         .await;
         let service = &healed.services["postgres"];
         heals = service.heals;
-        let changed = changed(&published, service);
+        let changed = published.connection_changes(service);
         assert!(
             changed.is_empty(),
             "heal {n} (after `{}`) published another {changed:?}",
