@@ -315,6 +315,9 @@ pub struct ControllerConfig {
     pub pull_timeout: Duration,
     /// Bound on every other Docker call (a removal gets `stop_timeout` on top).
     pub docker_timeout: Duration,
+    /// How long relists must have found a `sbx…` bridge without its Docker
+    /// network before it is removed.
+    pub stale_bridge_age: Duration,
     /// Bound on every state database call.
     pub store_timeout: Duration,
     /// Bound on one whole reconcile: past it the reconcile is abandoned
@@ -411,6 +414,7 @@ impl ControllerConfig {
             // provisioner's agents were stranded by a 20 s limit).
             pull_timeout: Duration::from_secs(300),
             docker_timeout: Duration::from_secs(30),
+            stale_bridge_age: crate::domain::host_net::STALE_BRIDGE_AGE,
             store_timeout: Duration::from_secs(10),
             // Three times the longest default readiness deadline (60 s):
             // room for the wait, the Docker calls around it and the

@@ -447,8 +447,12 @@ struct HealRow {
     times: Vec<Duration>,
     /// Faults not healed within 60 s, or that ended in `failed`.
     unhealed: usize,
-    /// Heals that published other credentials.
+    /// Heals that published other credentials (or another endpoint on the
+    /// sandbox's network).
     changed: usize,
+    /// Heals that kept those but published another `host_port` (served by
+    /// a pool: see `ServiceStatus::credential_changes`).
+    moved: usize,
 }
 
 /// Heals after `docker kill`, `docker rm -f` and `docker stop`.
@@ -515,6 +519,7 @@ pub(super) async fn heals(
                 times: Vec::new(),
                 unhealed: 0,
                 changed: 0,
+                moved: 0,
             })
         })
         .collect();
@@ -545,7 +550,7 @@ pub(super) async fn heals(
                 match healed(&bench.client, &id, entry.engine, service.heals, t0).await {
                     Ok((took, after)) => {
                         row.times.push(took);
-                        let changed = service.connection_changes(&after);
+                        let changed = service.credential_changes(&after);
                         if !changed.is_empty() {
                             eprintln!(
                                 "bench: {} after {}: other {changed:?}",
@@ -553,6 +558,8 @@ pub(super) async fn heals(
                                 FAULTS[k].as_str()
                             );
                             row.changed += 1;
+                        } else if service.host_port != after.host_port {
+                            row.moved += 1;
                         }
                         service = after;
                     }
@@ -608,7 +615,10 @@ impl Heals {
              once the previous heal is ready and the pools have refilled), by container name, \
              through `sandboxd chaos`'s injector; then released. From the fault until the status \
              says ready with one more heal; unhealed: not within 60 s, or `failed`. Heals served \
-             by a pool: {} hits, {} misses. Cold floor of this run (bare \
+             by a pool: {} hits, {} misses. Credentials changed: another user, password, \
+             database, URL, environment or address on the sandbox's network (none may); host \
+             port moved: the same credentials on another `host_port`, which a heal served by \
+             the pool publishes (Docker binds a container's ports when it is created). Cold floor of this run (bare \
              create+start+readiness, plain image): {}. Target: p50 under 0.5 s and p95 under \
              1 s, none unhealed.\n",
             self.hits,
@@ -617,15 +627,18 @@ impl Heals {
         );
         let _ = writeln!(
             md,
-            "| request | fault | p50 s | p95 s | max s | p50 / floor | n | unhealed | credentials changed | target |"
+            "| request | fault | p50 s | p95 s | max s | p50 / floor | n | unhealed | credentials changed | host port moved | target |"
         );
-        let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|");
+        let _ = writeln!(
+            md,
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"
+        );
         for r in &self.rows {
             let (p50, p95) = (quantile(&r.times, 0.5), quantile(&r.times, 0.95));
             let max = r.times.iter().max().copied().unwrap_or_default();
             let _ = writeln!(
                 md,
-                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {} |",
+                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {} | {} |",
                 r.entry.label(),
                 r.fault.as_str(),
                 p50.as_secs_f64(),
@@ -635,20 +648,22 @@ impl Heals {
                 r.times.len(),
                 r.unhealed,
                 r.changed,
-                yes(heal_met(&r.times, r.unhealed))
+                r.moved,
+                yes(heal_met(&r.times, r.unhealed) && r.changed == 0)
             );
         }
         let (all, unhealed) = self.all();
         let changed: usize = self.rows.iter().map(|r| r.changed).sum();
+        let moved: usize = self.rows.iter().map(|r| r.moved).sum();
         let max = all.iter().max().copied().unwrap_or_default();
         let _ = writeln!(
             md,
-            "| **every heal** | all | {:.3} | {:.3} | {:.3} | – | {} | {unhealed} | {changed} | {} |",
+            "| **every heal** | all | {:.3} | {:.3} | {:.3} | – | {} | {unhealed} | {changed} | {moved} | {} |",
             quantile(&all, 0.5).as_secs_f64(),
             quantile(&all, 0.95).as_secs_f64(),
             max.as_secs_f64(),
             all.len(),
-            yes(heal_met(&all, unhealed))
+            yes(heal_met(&all, unhealed) && changed == 0)
         );
         md
     }
@@ -667,6 +682,14 @@ impl Heals {
                 format!("{:.3} s, {unhealed} unhealed", p95.as_secs_f64()),
                 !all.is_empty() && unhealed == 0 && p95 < Duration::from_secs(1),
             ),
+            (
+                "heal of the mix: the same credentials every time".into(),
+                format!(
+                    "{} changed",
+                    self.rows.iter().map(|r| r.changed).sum::<usize>()
+                ),
+                self.rows.iter().all(|r| r.changed == 0),
+            ),
         ]
     }
 }
@@ -684,6 +707,9 @@ pub(super) struct ChaosRun {
     /// Sandboxes of the fleet whose published credentials changed, or that
     /// were not ready at the end.
     changed: Vec<String>,
+    /// Sandboxes of the fleet that kept their credentials on another
+    /// `host_port` (healed from the pool).
+    moved: Vec<String>,
     /// Rows inserted and released meanwhile.
     inserted: usize,
     released: usize,
@@ -813,6 +839,7 @@ pub(super) async fn chaos(
     let report = run.check(records, &others).await.expect("chaos check");
 
     let mut changed = Vec::new();
+    let mut moved = Vec::new();
     for ((id, entry), before) in fleet.iter().zip(&before) {
         let now = bench.client.status(id).await.expect("status");
         match now {
@@ -822,9 +849,11 @@ pub(super) async fn chaos(
                     changed.push(format!("{id}: no {} entry", entry.engine));
                     continue;
                 };
-                let fields = a.connection_changes(b);
+                let fields = a.credential_changes(b);
                 if !fields.is_empty() {
                     changed.push(format!("{id}: another {}", fields.join(", ")));
+                } else if a.host_port != b.host_port {
+                    moved.push(id.to_string());
                 }
             }
             Some(s) => changed.push(format!("{id}: {:?}: {}", s.phase, s.message)),
@@ -840,6 +869,7 @@ pub(super) async fn chaos(
         pinned: pinned.to_string(),
         pinned_records,
         changed,
+        moved,
         inserted,
         released,
     }
@@ -874,7 +904,8 @@ impl ChaosRun {
              with one more heal (polled every 100 ms; unhealed: not within 2 minutes). Then the \
              run's invariants once the fleet settled (60 s at most). Lost credentials: a ready \
              status whose credentials do not log in, or a sandbox of the fleet whose published \
-             credentials changed or that is not ready at the end. Cold floor of this run: {}. \
+             credentials changed or that is not ready at the end (the same credentials on \
+             another `host_port`, as a heal served by the pool publishes, are counted apart). Cold floor of this run: {}. \
              Target: 0 unhealed, 0 lost credentials, heal p50 under 1 s.\n",
             self.pinned,
             floors.describe()
@@ -930,6 +961,11 @@ impl ChaosRun {
                     self.changed.len()
                 ),
                 yes(self.lost() == 0),
+            ),
+            (
+                "of the fleet: the same credentials on another host port".into(),
+                self.moved.len().to_string(),
+                "",
             ),
             ("heal p50".into(), heals(r.heal_p50), yes(p50_met)),
             ("heal p95".into(), heals(r.heal_p95), ""),

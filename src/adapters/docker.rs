@@ -193,9 +193,12 @@ pub struct DockerRuntime {
     /// Held while a subnet is chosen and its network created, so this
     /// process never hands one subnet out twice.
     subnet_lock: Arc<tokio::sync::Mutex<()>>,
-    /// The stale bridges the last sweep saw: one is removed when a second
-    /// sweep sees it stale again.
-    stale_seen: Arc<std::sync::Mutex<HashSet<String>>>,
+    /// The stale bridges the last sweep saw, with when each was first
+    /// found stale: one goes once every sweep has found it stale for
+    /// `stale_bridge_age`.
+    stale_seen: Arc<std::sync::Mutex<HashMap<String, std::time::Instant>>>,
+    /// See [`domain_host_net::STALE_BRIDGE_AGE`].
+    stale_bridge_age: Duration,
     /// How long any stream may stay silent: each read of an exec's or a
     /// log's output and each progress message of a pull, the event
     /// stream's connect, writing a container's secrets.
@@ -225,6 +228,7 @@ impl DockerRuntime {
             docker,
             subnet_lock: Arc::default(),
             stale_seen: Arc::default(),
+            stale_bridge_age: domain_host_net::STALE_BRIDGE_AGE,
             stream_timeout: STREAM_TIMEOUT,
             overlay: None,
         })
@@ -241,6 +245,13 @@ impl DockerRuntime {
     /// connect, and writing a container's secrets.
     pub fn with_stream_timeout(mut self, after: Duration) -> Self {
         self.stream_timeout = after;
+        self
+    }
+
+    /// Removes a stale bridge once sweeps have found it stale for `age`
+    /// (default [`domain_host_net::STALE_BRIDGE_AGE`]; a test shortens it).
+    pub fn with_stale_bridge_age(mut self, age: Duration) -> Self {
+        self.stale_bridge_age = age;
         self
     }
 
@@ -920,9 +931,10 @@ impl Runtime for DockerRuntime {
         let _one_at_a_time = self.subnet_lock.lock().await;
         // The links first, then the networks that own bridges: a bridge
         // whose network someone else was creating as the links were read
-        // is listed with its network by then. And only a bridge two sweeps
-        // found stale goes: one caught between its network's creation or
-        // removal and Docker's list is stale for a moment only.
+        // is listed with its network by then. And only a bridge every sweep
+        // has found stale for a while goes: one caught between its
+        // network's creation or removal and Docker's list is stale only
+        // for as long as that takes.
         let links = match host_net::links() {
             Ok(links) => links,
             Err(e) => {
@@ -938,9 +950,12 @@ impl Runtime for DockerRuntime {
         let stale = domain_host_net::stale_bridges(&links, &owned);
         let due = {
             let mut seen = self.stale_seen.lock().unwrap_or_else(|p| p.into_inner());
-            let due = domain_host_net::seen_twice(&stale, &seen);
-            *seen = stale.iter().map(|s| (*s).to_owned()).collect();
-            due
+            domain_host_net::due_for_removal(
+                &stale,
+                &mut seen,
+                std::time::Instant::now(),
+                self.stale_bridge_age,
+            )
         };
         let mut swept = Vec::new();
         for name in due {
@@ -1685,6 +1700,7 @@ mod tests {
             docker,
             subnet_lock: Arc::default(),
             stale_seen: Arc::default(),
+            stale_bridge_age: domain_host_net::STALE_BRIDGE_AGE,
             stream_timeout: STREAM_TIMEOUT,
             overlay: None,
         }

@@ -88,7 +88,9 @@ pub(crate) async fn delete_bridge(name: &str, within: Duration) -> BridgeOutcome
         return BridgeOutcome::Removed;
     }
     let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-    if stderr.contains("Operation not permitted") {
+    if stderr.contains("Cannot find device") {
+        BridgeOutcome::Gone
+    } else if stderr.contains("Operation not permitted") {
         BridgeOutcome::NotPermitted(format!(
             "removing it needs CAP_NET_ADMIN, which sandboxd runs without: remove it as root with `ip link delete {name}`, or run sandboxd with that capability ({stderr})"
         ))

@@ -116,7 +116,8 @@ fn wire(
 async fn connect_runtime(config: &ControllerConfig) -> Result<Arc<dyn Runtime>, CliError> {
     let docker = DockerRuntime::connect()
         .await?
-        .with_stream_timeout(config.docker_timeout);
+        .with_stream_timeout(config.docker_timeout)
+        .with_stale_bridge_age(config.stale_bridge_age);
     Ok(match config.backend {
         Backend::Docker => Arc::new(docker),
         Backend::Swarm => {

@@ -314,6 +314,13 @@ pub(crate) async fn remove_stale_bridges(ctx: &Context) {
                 tracing::error!(bridge = bridge.name, reason = why.as_str(), "a stale sandboxd bridge (no Docker network owns it) cannot be removed: sandboxd may not; any subnet it routes is not handed out meanwhile, but sandboxes given one before stay unreachable until an operator removes it");
                 "not_permitted"
             }
+            BridgeOutcome::Gone => {
+                tracing::debug!(
+                    bridge = bridge.name,
+                    "a stale sandboxd bridge was gone by the time it was removed"
+                );
+                "gone"
+            }
             BridgeOutcome::Failed(why) => {
                 tracing::warn!(
                     bridge = bridge.name,

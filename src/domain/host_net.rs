@@ -11,9 +11,10 @@
 //! the route is why.
 
 use super::network::{Ipv4Net, SubnetPool, GUARDED_BRIDGE_PREFIX};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
 
 /// One route of the host's main table (a line of `/proc/net/route`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,15 +196,32 @@ pub(crate) fn stale_bridges<'a>(links: &'a [Link], owned: &HashSet<&str>) -> Vec
         .collect()
 }
 
-/// The bridges of `stale` that the previous sweep found stale too
-/// (`before`): a bridge is caught without a network for a moment while
-/// another process creates or removes its network, never twice a relist
-/// apart.
-pub(crate) fn seen_twice<'a>(stale: &[&'a str], before: &HashSet<String>) -> Vec<&'a str> {
+/// How long a bridge must have been found stale, by every sweep since the
+/// first, before it is removed. A bridge is without its network for a while
+/// whenever Docker creates or removes that network (seen here: two sweeps a
+/// second apart both caught bridges of networks being removed, and the
+/// bridge was gone by the time `ip link delete` ran); a bridge stale this
+/// long outlived its network.
+pub(crate) const STALE_BRIDGE_AGE: Duration = Duration::from_secs(30);
+
+/// The bridges of `stale` due for removal at `now`: those that every sweep
+/// since the first that found them has found stale, for at least `age`.
+/// `since` holds when each was first found stale, and is left holding the
+/// bridges of `stale` only (a bridge found owned again starts afresh).
+pub(crate) fn due_for_removal<'a>(
+    stale: &[&'a str],
+    since: &mut HashMap<String, Instant>,
+    now: Instant,
+    age: Duration,
+) -> Vec<&'a str> {
+    since.retain(|name, _| stale.contains(&name.as_str()));
     stale
         .iter()
         .copied()
-        .filter(|s| before.contains(*s))
+        .filter(|name| {
+            let first = *since.entry((*name).to_owned()).or_insert(now);
+            now.saturating_duration_since(first) >= age
+        })
         .collect()
 }
 
@@ -415,22 +433,40 @@ mod tests {
     }
 
     #[test]
-    fn a_bridge_goes_only_when_two_sweeps_in_a_row_find_it_stale() {
-        let before: HashSet<String> = ["sbx000000000001", "sbx000000000002"]
-            .map(String::from)
-            .into();
-        let table: [(&[&str], &[&str]); 4] = [
-            (&[], &[]),
-            (&["sbx000000000001"], &["sbx000000000001"]),
-            (&["sbx000000000003"], &[]),
+    fn a_bridge_goes_only_once_every_sweep_has_found_it_stale_for_the_age() {
+        let age = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Sweeps in order: (seconds after the first, found stale, removed).
+        let table: [(u64, &[&str], &[&str]); 7] = [
+            (0, &["sbx000000000001", "sbx000000000002"], &[]),
+            // Stale again a second later: a network being removed.
+            (1, &["sbx000000000001", "sbx000000000002"], &[]),
+            // 2 is owned again (its network was being created): forgotten.
+            (20, &["sbx000000000001"], &[]),
             (
-                &["sbx000000000002", "sbx000000000003", "sbx000000000001"],
-                &["sbx000000000002", "sbx000000000001"],
+                30,
+                &["sbx000000000001", "sbx000000000002"],
+                &["sbx000000000001"],
             ),
+            // 2's clock started again at 30.
+            (45, &["sbx000000000002", "sbx000000000003"], &[]),
+            (
+                60,
+                &["sbx000000000002", "sbx000000000003"],
+                &["sbx000000000002"],
+            ),
+            (90, &[], &[]),
         ];
-        for (stale, want) in table {
-            assert_eq!(seen_twice(stale, &before), want, "{stale:?}");
+        let mut since = HashMap::new();
+        for (t, stale, want) in table {
+            assert_eq!(
+                due_for_removal(stale, &mut since, at(t), age),
+                want,
+                "at {t} s: {stale:?}"
+            );
         }
+        assert!(since.is_empty(), "nothing stale is remembered: {since:?}");
     }
 
     #[test]

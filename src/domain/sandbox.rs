@@ -279,6 +279,19 @@ impl ServiceStatus {
         .map(|(name, _)| name)
         .collect()
     }
+
+    /// [`connection_changes`](Self::connection_changes) but for
+    /// `host_port`: what a client on the sandbox's network, or one that
+    /// reads the status again, would lose. A heal served by the warm pool
+    /// keeps every one of these but moves `host_port` (Docker binds a
+    /// container's ports when it is created, and the pool's container was
+    /// created before the heal); a heal that re-creates the container keeps
+    /// that too.
+    pub fn credential_changes(&self, after: &ServiceStatus) -> Vec<&'static str> {
+        let mut changed = self.connection_changes(after);
+        changed.retain(|field| *field != "host_port");
+        changed
+    }
 }
 
 impl fmt::Debug for ServiceStatus {

@@ -78,7 +78,7 @@ impl LifecycleMetrics {
             stale_bridges: register(registry, IntCounterVec::new(
                 Opts::new(
                     "sandboxd_stale_bridges_total",
-                    "Linux bridges named like sandboxd's (sbx…) that no Docker network owned, found by a relist, by outcome (removed; not_permitted: sandboxd lacks CAP_NET_ADMIN or `ip`, an operator must remove it; failed)"
+                    "Linux bridges named like sandboxd's (sbx…) that no Docker network owned, found by a relist, by outcome (removed; gone: it went with its network as it was removed; not_permitted: sandboxd lacks CAP_NET_ADMIN or `ip`, an operator must remove it; failed)"
                 ),
                 &["outcome"]
             )),
@@ -111,7 +111,7 @@ impl LifecycleMetrics {
             m.idle_actions.with_label_values(&[action]);
         }
         // The stale-bridge alert sees a bridge sandboxd may not remove.
-        for outcome in ["removed", "not_permitted", "failed"] {
+        for outcome in ["removed", "gone", "not_permitted", "failed"] {
             m.stale_bridges.with_label_values(&[outcome]);
         }
         // The checkpoint panels and alert see every op and result at 0.
@@ -183,7 +183,7 @@ impl LifecycleMetrics {
         self.network_reconnects.inc();
     }
 
-    /// One stale bridge found, and what became of it (`removed`,
+    /// One stale bridge found, and what became of it (`removed`, `gone`,
     /// `not_permitted` or `failed`).
     pub(crate) fn stale_bridge(&self, outcome: &str) {
         self.stale_bridges.with_label_values(&[outcome]).inc();

@@ -239,6 +239,9 @@ pub enum BridgeOutcome {
     /// This process may not remove it (no CAP_NET_ADMIN, or no `ip`):
     /// the reason says what the operator does instead.
     NotPermitted(String),
+    /// It was gone by the time it was removed (Docker removed it with
+    /// its network meanwhile).
+    Gone,
     /// Removing it failed otherwise.
     Failed(String),
 }

@@ -125,6 +125,12 @@ pub struct RunArgs {
     /// Bound on every other Docker call (a removal gets --stop-timeout on top).
     #[arg(long, env = "SANDBOXD_DOCKER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub docker_timeout: Duration,
+    /// Remove a Linux bridge named like sandboxd's (sbx…) once relists have
+    /// found it without its Docker network for this long (Docker's own
+    /// network removal leaves it behind for a moment; one left this long
+    /// outlived its network, and its route hides its subnet).
+    #[arg(long, env = "SANDBOXD_STALE_BRIDGE_AGE", default_value = "30s", value_parser = parse_duration)]
+    pub stale_bridge_age: Duration,
     /// Bound on every state database call.
     #[arg(long, env = "SANDBOXD_STORE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub store_timeout: Duration,
@@ -279,6 +285,7 @@ impl RunArgs {
         c.readiness = crate::config::readiness_overrides(&self.readiness_timeouts)?;
         c.idle_timeout = self.idle_timeout.filter(|d| !d.is_zero());
         c.docker_timeout = self.docker_timeout;
+        c.stale_bridge_age = self.stale_bridge_age;
         c.store_timeout = self.store_timeout;
         c.reconcile_timeout = self.reconcile_timeout;
         c.stop_timeout = self.stop_timeout;

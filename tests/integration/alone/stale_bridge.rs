@@ -161,11 +161,19 @@ async fn a_stale_sbx_bridge_keeps_its_subnet_from_being_handed_out_is_named_when
     }
     controller.stop().await;
 
-    // The next relists (a new controller's first two: the bridge must be
-    // found stale twice in a row) remove the bridge, with its routes,
-    // count it, and a heals.
-    config.relist_interval = Duration::from_secs(5);
-    let controller = env.start(config);
+    // The next relists (a new controller's: every relist must have found
+    // the bridge stale for a while, here 6 s rather than the default 30 s)
+    // remove the bridge, with its routes, count it, and a heals.
+    config.relist_interval = Duration::from_secs(3);
+    let runtime = sandboxd::adapters::docker::DockerRuntime::connect()
+        .await
+        .expect("docker")
+        .with_stale_bridge_age(Duration::from_secs(6));
+    let controller = env.start_on(
+        std::sync::Arc::new(runtime),
+        config,
+        sandboxd::adapters::postgres::PgStore::from_pool(env.pool.clone()),
+    );
     eventually(
         "the relist removes the stale bridge",
         Duration::from_secs(30),
@@ -214,7 +222,10 @@ async fn without_cap_net_admin_a_stale_bridge_is_counted_and_left_and_sandboxd_k
             "--",
         ],
         port,
-        &[("SANDBOXD_RELIST_INTERVAL", "1s")],
+        &[
+            ("SANDBOXD_RELIST_INTERVAL", "1s"),
+            ("SANDBOXD_STALE_BRIDGE_AGE", "3s"),
+        ],
     );
     eventually("sandboxd /readyz", Duration::from_secs(30), || async {
         matches!(http_get(port, "/readyz").await, Some((200, _))).then_some(())
