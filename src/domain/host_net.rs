@@ -123,7 +123,7 @@ impl fmt::Display for RouteConflict {
         if self.stale {
             write!(
                 f,
-                "{} is a sandboxd bridge no Docker network owns (it outlived its network): sandboxd removes it at a relist once two in a row have found it (if it may: that needs CAP_NET_ADMIN on the host), or remove it now with `ip link delete {}`",
+                "{} is a sandboxd bridge no Docker network owns (it outlived its network): sandboxd removes it at a relist once relists have found it without a network for --stale-bridge-age (if it may: that needs CAP_NET_ADMIN on the host), or remove it now with `ip link delete {}`",
                 route.iface, route.iface
             )
         } else {
@@ -396,7 +396,7 @@ mod tests {
             "10.213.0.0/27",
             bridge,
             "10.213.0.2",
-            "two in a row",
+            "--stale-bridge-age",
             "ip link delete",
         ] {
             assert!(text.contains(part), "{part}: {text}");

@@ -4,7 +4,7 @@
 //!
 //! Its subnet is never handed out; a sandbox whose host route it takes
 //! over fails its readiness with a message that names it; the next
-//! relists remove it (found stale twice in a row) and count it, and the
+//! relists remove it (found stale for --stale-bridge-age) and count it, and the
 //! sandbox heals.
 //!
 //! Alone: the bridge and its routes are the host's, and any other
