@@ -18,9 +18,11 @@ struct Heals {
     generation: i64,
     /// The times.
     times: Vec<DateTime<Utc>>,
-    /// Its last heal failed (its new container was removed, so the next
-    /// heal finds it gone: that is the engine's doing, not an order).
-    failed: bool,
+    /// Why its last heal failed, if it did (its new container was
+    /// removed, so the next heal finds it gone: that is the engine's
+    /// doing, not an order). Kept until a heal comes up, so that every
+    /// status written while the back-off holds the next heal says why.
+    failure: Option<String>,
 }
 
 /// Heal times by sandbox and engine, with the generation they count for.
@@ -69,29 +71,30 @@ impl CrashLoops {
         entry.times.push(at);
     }
 
-    /// Records how a heal of `engine` of `id` went.
-    pub(crate) fn heal_done(&self, id: &SandboxId, engine: EngineName, came_up: bool) {
+    /// Records how a heal of `engine` of `id` went: `failure` says why it
+    /// did not come up (`None`: it came up).
+    pub(crate) fn heal_done(&self, id: &SandboxId, engine: EngineName, failure: Option<&str>) {
         let mut map = self.lock();
-        match map.get_mut(&(id.clone(), engine)) {
-            Some(h) => h.failed = !came_up,
-            None if !came_up => {
+        match (map.get_mut(&(id.clone(), engine)), failure) {
+            (Some(h), failure) => h.failure = failure.map(str::to_owned),
+            (None, Some(failure)) => {
                 map.insert(
                     (id.clone(), engine),
                     Heals {
-                        failed: true,
+                        failure: Some(failure.to_owned()),
                         ..Heals::default()
                     },
                 );
             }
-            None => {}
+            (None, None) => {}
         }
     }
 
-    /// Whether the last heal of `engine` of `id` failed to come up.
-    pub(crate) fn last_heal_failed(&self, id: &SandboxId, engine: EngineName) -> bool {
+    /// Why the last heal of `engine` of `id` failed to come up, if it did.
+    pub(crate) fn last_heal_failure(&self, id: &SandboxId, engine: EngineName) -> Option<String> {
         self.lock()
             .get(&(id.clone(), engine))
-            .is_some_and(|h| h.failed)
+            .and_then(|h| h.failure.clone())
     }
 
     /// Forgets every engine of `id` (nothing of it is left).
@@ -138,10 +141,18 @@ mod tests {
         let loops = CrashLoops::default();
         let id = SandboxId::parse("a").unwrap();
         let e = EngineName::of_engine("redis");
-        assert!(!loops.last_heal_failed(&id, e));
-        loops.heal_done(&id, e, false);
-        assert!(loops.last_heal_failed(&id, e));
-        loops.heal_done(&id, e, true);
-        assert!(!loops.last_heal_failed(&id, e));
+        assert_eq!(loops.last_heal_failure(&id, e), None);
+        loops.heal_done(&id, e, Some("not ready"));
+        assert_eq!(
+            loops.last_heal_failure(&id, e).as_deref(),
+            Some("not ready")
+        );
+        loops.heal_done(&id, e, Some("not ready again"));
+        assert_eq!(
+            loops.last_heal_failure(&id, e).as_deref(),
+            Some("not ready again")
+        );
+        loops.heal_done(&id, e, None);
+        assert_eq!(loops.last_heal_failure(&id, e), None);
     }
 }

@@ -631,6 +631,15 @@ async fn publish(
         held.crash_loops.push((engine, gate));
         heal_failures.insert(engine, failure);
     }
+    // A heal the back-off still holds failed in an earlier reconcile: its
+    // status keeps saying why until the next try.
+    for (engine, _) in &held.crash_loops {
+        if !heal_failures.contains_key(engine) {
+            if let Some(failure) = ctx.crash_loops.last_heal_failure(id, *engine) {
+                heal_failures.insert(*engine, failure);
+            }
+        }
+    }
     let heal_at = held.crash_loops.iter().map(|(_, gate)| match gate {
         HealGate::At { at, .. } => *at,
         // An interrupted heal goes again at once.
@@ -943,7 +952,10 @@ async fn heal_causes(
         .provisions()
         .filter(|p| p.reason == ProvisionReason::Heal)
         .map(|p| async move {
-            let retrying = ctx.crash_loops.last_heal_failed(&desired.id, p.engine);
+            let retrying = ctx
+                .crash_loops
+                .last_heal_failure(&desired.id, p.engine)
+                .is_some();
             let cause = match p.replace.first() {
                 Some(dead) => {
                     let order = ctx.orders.of(dead);
@@ -988,7 +1000,7 @@ fn heals_back_off(
             return true;
         };
         let Err(e) = result else {
-            ctx.crash_loops.heal_done(&desired.id, *engine, true);
+            ctx.crash_loops.heal_done(&desired.id, *engine, None);
             for dead in &p.replace {
                 ctx.orders.forget(dead);
             }
@@ -1004,7 +1016,7 @@ fn heals_back_off(
             ctx.crash_loops
                 .record(&desired.id, *engine, desired.generation, now, policy.window);
         }
-        ctx.crash_loops.heal_done(&desired.id, *engine, false);
+        ctx.crash_loops.heal_done(&desired.id, *engine, Some(e));
         let heals = ctx.crash_loops.heals(&desired.id, *engine, desired.generation);
         match crash_loop::gate(&heals, now, policy) {
             HealGate::Now => true,
