@@ -788,6 +788,8 @@ struct Bench {
     client: Client,
     tag: String,
     seq: usize,
+    /// A smoke run (`cargo test`, not `cargo bench`): one short pass.
+    smoke: bool,
 }
 
 fn request(engine: &str) -> SandboxRequest {
@@ -1483,7 +1485,7 @@ async fn run() {
         )
     };
     let (idle_each, idle_hold) = if smoke {
-        (1, Duration::from_secs(3))
+        (1, Duration::from_secs(1))
     } else {
         (
             env_usize("BENCH_IDLE", 200) / 2,
@@ -1493,7 +1495,7 @@ async fn run() {
     // The mix (benches/support/mix.rs): heal rounds per entry, and how
     // long the chaos run lasts.
     let (heal_iters, chaos_for) = if smoke {
-        (1, Duration::from_secs(10))
+        (1, Duration::from_secs(5))
     } else {
         (
             env_usize("BENCH_HEAL_ITERS", 3),
@@ -1534,6 +1536,7 @@ async fn run() {
         client: Client::from_pool(client_pool),
         tag,
         seq: 0,
+        smoke,
     };
     let postgres = engine::lookup("postgres").expect("postgres engine");
     let redis = engine::lookup("redis").expect("redis engine");
