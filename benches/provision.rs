@@ -29,8 +29,9 @@
 //! heals are timed, `BENCH_CHAOS_SECONDS` (default 600) the chaos run. The
 //! tables go to stdout and to `target/bench/provision.md`. `BENCH_ONLY`
 //! runs one part alone, its table to `target/bench/<part>.md`: `pause`,
-//! `reset`, and the mix's `mix`, `mix-heals` and `chaos` (each against a
-//! floor measured first), e.g.
+//! `reset`, `gvisor` (cold starts and pool claims under gVisor's runsc,
+//! where dockerd has it registered), and the mix's `mix`, `mix-heals` and
+//! `chaos` (each against a floor measured first), e.g.
 //! `BENCH_ONLY=chaos BENCH_CHAOS_SECONDS=60 cargo bench --bench provision`.
 
 #[path = "../tests/integration/common/mod.rs"]
@@ -48,6 +49,7 @@ use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::{ControllerConfig, NetworkLayout};
 use sandboxd::controller::network::Placement;
 use sandboxd::controller::provision;
+use sandboxd::domain::isolation::{Isolation, RUNSC};
 use sandboxd::domain::network::bridge_name;
 use sandboxd::domain::{ContainerId, SandboxId, Secret};
 use sandboxd::engine::{self, Engine};
@@ -1154,6 +1156,107 @@ fn pool_report(rows: &[(&str, &Scenario, &[Duration])]) -> String {
     md
 }
 
+/// One engine under gVisor: its cold starts (against a floor started bare
+/// under runsc too) and its warm-pool claims.
+struct GvisorRow {
+    engine: String,
+    cold: Scenario,
+    hits: Vec<Duration>,
+}
+
+/// Cold starts of `engines` under gVisor (`--runtime runsc`: the floor's
+/// containers run under it too), then `iters` claims each from a warm pool
+/// of one container per engine (its containers under runsc as well).
+/// `None` (said on standard error) where dockerd has no runtime runsc.
+async fn gvisor_rows(
+    bench: &mut Bench,
+    engines: &[&'static dyn Engine],
+    iters: usize,
+) -> Option<Vec<GvisorRow>> {
+    let runtimes = bench
+        .env
+        .runtime
+        .oci_runtimes()
+        .await
+        .expect("docker info")
+        .unwrap_or_default();
+    if !runtimes.iter().any(|r| r == RUNSC) {
+        eprintln!(
+            "bench: dockerd has no runtime {RUNSC} (scripts/lib.sh: ensure_runsc install): no gVisor rows"
+        );
+        return None;
+    }
+    let runc = bench.config.clone();
+    bench.config.isolation = Isolation::Gvisor;
+    let controller = start_controller(&bench.env, bench.config.clone()).await;
+    let mut cold = Vec::new();
+    for engine in engines {
+        bench.sandboxd(engine.name().as_str(), 1).await;
+        let mut s = scenario(bench, *engine, 1, iters).await;
+        s.row.scenario = format!("{} under gVisor, 1 sandbox (n={iters})", engine.name());
+        s.column = format!("{}, gVisor", engine.name());
+        cold.push(s);
+    }
+    controller.stop().await;
+
+    let mut pooled = bench.config.clone();
+    pooled.templates = true;
+    pooled.warm_pool = sandboxd::config::warm_pools(
+        &engines
+            .iter()
+            .map(|e| format!("{}=1", e.name()))
+            .collect::<Vec<_>>(),
+    )
+    .expect("pool configuration");
+    let controller = start_controller(&bench.env, pooled).await;
+    let mut rows = Vec::new();
+    for (engine, cold) in engines.iter().zip(cold) {
+        let engine = engine.name().as_str().to_owned();
+        let hits = pool_hits(bench, &controller, &engine, iters).await;
+        rows.push(GvisorRow { engine, cold, hits });
+    }
+    controller.stop().await;
+    bench.config = runc;
+    Some(rows)
+}
+
+/// The gVisor table; `runc` holds this run's cold scenarios under runc (in
+/// the order of `rows`), if measured.
+fn gvisor_report(rows: &[GvisorRow], runc: &[&Scenario]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "\n## gVisor (`--runtime runsc`)\n");
+    let _ = writeln!(
+        md,
+        "Engines under gVisor's runsc (registered with runtimeArgs [\"--network=host\"]), \
+         hardened as under runc. Cold: request-to-ready of one sandbox (templates off), \
+         against the floor started bare under runsc. Pool: one ready container per engine \
+         under runsc (templates on), each sandbox requested once the pool has refilled.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| engine | floor p50 ms (runsc) | cold p50 ms | ratio | cold under runc p50 ms | pool hit p50 ms | n |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
+    for (i, row) in rows.iter().enumerate() {
+        let floor = median(&row.cold.floor_totals).as_secs_f64();
+        let cold = median(&row.cold.totals).as_secs_f64();
+        let runc = runc.get(i).map_or("n/a".to_owned(), |s| {
+            format!("{:.0}", median(&s.totals).as_secs_f64() * 1e3)
+        });
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {:.0} | {:.2} | {runc} | {:.0} | {} |",
+            row.engine,
+            floor * 1e3,
+            cold * 1e3,
+            cold / floor,
+            median(&row.hits).as_secs_f64() * 1e3,
+            row.cold.totals.len()
+        );
+    }
+    md
+}
+
 /// Touch-to-ready of paused sandboxes, one engine per row.
 struct Resumes {
     engine: String,
@@ -1557,6 +1660,23 @@ async fn run() {
         controller.stop().await;
         return;
     }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("gvisor") {
+        // Cold starts and claims under gVisor alone: `BENCH_ONLY=gvisor
+        // cargo bench --bench provision`; its table goes to target/bench/gvisor.md.
+        controller.stop().await;
+        let md = match gvisor_rows(&mut bench, &[postgres, redis], iters).await {
+            Some(rows) => gvisor_report(&rows, &[]),
+            None => String::new(),
+        };
+        println!("{md}");
+        if !smoke && !md.is_empty() {
+            let path = output_path().with_file_name("gvisor.md");
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
+            std::fs::write(&path, &md).expect("write report");
+            eprintln!("bench: wrote {}", path.display());
+        }
+        return;
+    }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("reset") {
         // The reset case alone (about a minute): `BENCH_ONLY=reset cargo
         // bench --bench provision`; its table goes to target/bench/reset.md.
@@ -1648,6 +1768,10 @@ async fn run() {
     let heal_pool = heals(&bench, "postgres", iters, Some(&controller)).await;
     controller.stop().await;
 
+    // Cold starts and claims under gVisor (`--runtime runsc`).
+    eprintln!("bench: gVisor");
+    let gvisor = gvisor_rows(&mut bench, &[postgres, redis], iters).await;
+
     // The mix against warm pools learned from demand (templates on).
     let controller = start_controller(&bench.env, mix::demand_config(&bench.config)).await;
     let floors = mix::Floors::from_scenarios(&pg, &rd);
@@ -1698,6 +1822,9 @@ async fn run() {
         ("postgres", &pg, &pool_pg),
         ("redis", &rd, &pool_rd),
     ]));
+    if let Some(rows) = &gvisor {
+        md.push_str(&gvisor_report(rows, &[&pg, &rd]));
+    }
     md.push_str(&mix_requests.report(&floors));
     md.push_str(&mix_heals.report(&floors));
     md.push_str(&chaos.report(&floors));

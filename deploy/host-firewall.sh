@@ -5,6 +5,9 @@
 #   deploy/host-firewall.sh            install (idempotent)
 #   deploy/host-firewall.sh --check    exit 0 if installed, 1 if not
 #   deploy/host-firewall.sh --remove   remove
+#   deploy/host-firewall.sh --keep     install, then put back any rule that
+#                                      goes missing (every 30 s) until SIGTERM:
+#                                      the compose stack's `host-guard` service
 #
 # Why, between networks: Docker 20.10 keeps bridge networks apart with a
 # jump from FORWARD to DOCKER-ISOLATION-STAGE-1, and on every network
@@ -61,21 +64,36 @@ case "${1:-}" in
 		while have "$r"; do "$1" -w -t mangle -D "$2" "${@:3}"; done
 	done
 	;;
-'')
+'' | --keep)
 	for cmd in iptables ip6tables; do
 		command -v "$cmd" >/dev/null || {
 			echo "host-firewall: $cmd not found; install it (Debian: apt-get install iptables)" >&2
 			exit 1
 		}
 	done
-	for r in "${RULES[@]}"; do
-		# shellcheck disable=SC2086
-		set -- $r
-		have "$r" || "$1" -w -t mangle -I "$2" "${@:3}"
+	install() {
+		local r put=0
+		for r in "${RULES[@]}"; do
+			# shellcheck disable=SC2086
+			set -- $r
+			have "$r" || { "$1" -w -t mangle -I "$2" "${@:3}" && put=$((put + 1)); }
+		done
+		echo "$put"
+	}
+	put=$(install)
+	[[ ${1:-} == --keep ]] || exit 0
+	echo "host-firewall: guard installed ($put rules added); keeping it"
+	# As a container's PID 1, a signal without a handler is ignored.
+	trap 'exit 0' TERM INT
+	while :; do
+		sleep 30 &
+		wait $! || :
+		put=$(install)
+		((put == 0)) || echo "host-firewall: $put rules were missing (flushed?), put back"
 	done
 	;;
 *)
-	sed -n '2,9{s/^# \{0,1\}//;p}' "$0" >&2
+	sed -n '2,12{s/^# \{0,1\}//;p}' "$0" >&2
 	exit 2
 	;;
 esac

@@ -90,6 +90,76 @@ ensure_example_tools() {
   return 1
 }
 
+# ensure_runsc [install]
+# Registers gVisor's runsc with dockerd as the OCI runtime `runsc`, which
+# sandboxd's isolation level `gvisor` (--runtime runsc, or a row's
+# isolation = 'gvisor') runs engines under. With `install` (or
+# SANDBOXD_INSTALL_RUNSC=1) it first installs Debian's package `runsc` when
+# the binary is missing; without, a host without runsc is left as it is.
+# The runtime is registered with runtimeArgs ["--network=host"]: gVisor then
+# uses the network namespace Docker made for the container (its own netstack
+# cannot run in it: a plain registration fails every start with "cannot run
+# with network enabled in root network namespace"). Keys already in
+# /etc/docker/daemon.json are kept; dockerd reloads its runtimes on SIGHUP,
+# so running containers are not touched.
+ensure_runsc() {
+  local install=${1:-}
+  [ "${SANDBOXD_INSTALL_RUNSC:-}" = 1 ] && install=install
+  if ! command -v runsc >/dev/null 2>&1; then
+    [ "$install" = install ] || return 0
+    log "installing gVisor (runsc) from Debian's packages"
+    apt-get update -qq >/dev/null 2>&1 || true
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runsc >/dev/null; then
+      log "could not install runsc (apt-get install runsc); sandboxes that ask for isolation gvisor will fail"
+      return 1
+    fi
+  fi
+  local runsc runtimes
+  runsc=$(command -v runsc)
+  runtimes=$(docker info --format '{{json .Runtimes}}' 2>/dev/null || true)
+  if printf '%s' "$runtimes" | grep -q '"runsc":{[^}]*--network=host'; then return 0; fi
+  local conf=${SANDBOXD_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
+  log "registering gVisor ($runsc) with dockerd as the runtime runsc in $conf"
+  mkdir -p "$(dirname "$conf")"
+  if ! python3 - "$conf" "$runsc" <<'PY'
+import json, os, sys
+path, runsc = sys.argv[1], sys.argv[2]
+conf = {}
+if os.path.exists(path) and os.path.getsize(path) > 0:
+    with open(path) as f:
+        conf = json.load(f)
+conf.setdefault("runtimes", {})["runsc"] = {"path": runsc, "runtimeArgs": ["--network=host"]}
+tmp = path + ".sandboxd-new"
+with open(tmp, "w") as f:
+    json.dump(conf, f, indent=2)
+    f.write("\n")
+os.replace(tmp, path)
+PY
+  then
+    log "could not write $conf (needs root and python3)"
+    return 1
+  fi
+  # The daemon behind the default socket: its pid file (a test's second
+  # dockerd, such as the Swarm worker's, has its own), else the only one.
+  local pid=
+  [ -s /var/run/docker.pid ] && pid=$(cat /var/run/docker.pid)
+  if [ -z "$pid" ] && [ "$(pidof dockerd | wc -w)" = 1 ]; then pid=$(pidof dockerd); fi
+  if [ -z "$pid" ]; then
+    log "cannot tell which dockerd to reload: send it SIGHUP (it rereads $conf), or restart it"
+    return 1
+  fi
+  # Reloads the runtimes (and other reloadable keys); no restart.
+  kill -HUP "$pid"
+  for _ in $(seq 1 20); do
+    if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc":{[^}]*--network=host'; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  log "dockerd does not list the runtime runsc after reloading $conf; see its log"
+  return 1
+}
+
 random_password() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 # start_state_db NAME PASSWORD [VOLUME]

@@ -2,6 +2,10 @@
 # Starts sandboxd on this machine. Needs only Docker (and this repository):
 #   - checks the Docker daemon answers (starting dockerd if not);
 #   - installs the host guard of sandbox networks (deploy/host-firewall.sh);
+#   - registers gVisor with dockerd as the runtime runsc when runsc is
+#     installed (installing Debian's package first with
+#     SANDBOXD_INSTALL_RUNSC=1 or SANDBOXD_RUNTIME=runsc), for
+#     --runtime runsc and rows that ask for isolation 'gvisor';
 #   - without DATABASE_URL, runs its own state Postgres as a labelled
 #     container with the volume `sandboxd-state` (fsync on); sandboxd connects as the
 #     ordinary role `sandboxd` that owns the database `sandboxd` (password
@@ -23,6 +27,11 @@ cd "$(dirname "$0")/.."
 
 ensure_docker
 ensure_host_firewall || log "WARNING: sandboxes are isolated only by Docker's own rules, which lapse whenever a network is created; run deploy/host-firewall.sh as root"
+if [ "${SANDBOXD_RUNTIME:-}" = runsc ]; then
+  ensure_runsc install
+else
+  ensure_runsc || log "WARNING: gVisor is not registered with dockerd: sandboxes that ask for isolation 'gvisor' fail until it is (SANDBOXD_INSTALL_RUNSC=1 scripts/run.sh)"
+fi
 
 # The engine images must speak sandbox mode (secrets on stdin, least
 # privilege): build (or refresh, when their sources changed) the Debian-based

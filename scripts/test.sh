@@ -21,6 +21,8 @@ ensure_engine_images
 ensure_prometheus
 ensure_netns_tools
 ensure_example_tools
+# The gVisor tests (tests/integration/gvisor.rs) run engines under runsc.
+ensure_runsc install || log "WARNING: gVisor (runsc) is not registered with dockerd: the gvisor:: tests skip"
 
 cleanup() {
   # Anything a crashed test left behind (a killed test process drops

@@ -7,6 +7,7 @@ use crate::adapters::postgres::{self, PgStore, STATUS_CHANNEL};
 use crate::domain::event::RecordedEvent;
 use crate::domain::id::SandboxId;
 use crate::domain::identity::Incarnation;
+use crate::domain::isolation::Isolation;
 use crate::domain::sandbox::{DesiredSandbox, IdleAction, Phase, SandboxStatus};
 use crate::ports::store::{Store, StoreError, NOTIFY_EVERY_ROW};
 use chrono::{DateTime, Utc};
@@ -104,6 +105,11 @@ pub struct SandboxRequest {
     /// What the sandbox becomes once idle: released (the default) or
     /// paused (frozen with its data; a request or touch resumes it).
     pub idle_action: IdleAction,
+    /// The isolation level its engines run under: `Gvisor` puts them
+    /// behind gVisor's user-space kernel; `None`: the controller's
+    /// `--runtime` (which a row can raise, never lower). A change
+    /// re-provisions with fresh credentials.
+    pub isolation: Option<Isolation>,
 }
 
 /// What an orchestrator adds to a sandbox with [`Client::request`]
@@ -133,6 +139,9 @@ pub struct Request {
     /// What the sandbox becomes once idle; `None` keeps the row's (for a
     /// new row: released).
     pub idle_action: Option<IdleAction>,
+    /// The isolation level; `None` keeps the row's (for a new row: the
+    /// controller's `--runtime`).
+    pub isolation: Option<Isolation>,
 }
 
 /// `d` in whole microseconds, the precision of a Postgres `interval`.
@@ -283,13 +292,15 @@ impl Client {
         let features = serde_json::json!(req.features);
         let (generation, incarnation): (i64, String) = sqlx::query_as(
             "INSERT INTO sandbox_desired (id, owner, services, features, attach, expires_at,
-                                          idle_timeout, persistent, owner_container, idle_action)
-             VALUES ($1, coalesce(nullif($2, ''), current_user), $3, $4, $5, $6, $7, $8, $9, $10)
+                                          idle_timeout, persistent, owner_container, idle_action,
+                                          isolation)
+             VALUES ($1, coalesce(nullif($2, ''), current_user), $3, $4, $5, $6, $7, $8, $9, $10,
+                     $11)
              ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, services = EXCLUDED.services,
                  features = EXCLUDED.features, attach = EXCLUDED.attach,
                  expires_at = EXCLUDED.expires_at, idle_timeout = EXCLUDED.idle_timeout,
                  persistent = EXCLUDED.persistent, owner_container = EXCLUDED.owner_container,
-                 idle_action = EXCLUDED.idle_action,
+                 idle_action = EXCLUDED.idle_action, isolation = EXCLUDED.isolation,
                  last_used_at = now()
              RETURNING generation, incarnation::text",
         )
@@ -303,6 +314,7 @@ impl Client {
         .bind(req.persistent)
         .bind(&req.owner_container)
         .bind(req.idle_action.as_str())
+        .bind(req.isolation.map(Isolation::as_str))
         .fetch_one(self.store.pool())
         .await
         .map_err(query("write desired row"))?;
@@ -324,7 +336,7 @@ impl Client {
             .await
             .map_err(query("request sandbox"))?;
         let generation: i64 =
-            sqlx::query_scalar("SELECT sandbox_request($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+            sqlx::query_scalar("SELECT sandbox_request($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
                 .bind(id.as_str())
                 .bind(&req.owner)
                 .bind(&req.services)
@@ -334,6 +346,7 @@ impl Client {
                 .bind(&req.owner_container)
                 .bind(&req.attach)
                 .bind(req.idle_action.map(IdleAction::as_str))
+                .bind(req.isolation.map(Isolation::as_str))
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(query("request sandbox"))?;
@@ -455,14 +468,16 @@ impl Client {
                     phase: last_phase,
                 });
             }
-            // A change of this sandbox's status (or of every status: a
-            // TRUNCATE, or a one-second tick, which also covers NOTIFYs
-            // lost to a reconnect) triggers a re-check.
+            // A change of a status of this incarnation (the payload names
+            // it, never the id: any role may listen), or of every status (a
+            // TRUNCATE), or a one-second tick, which also covers NOTIFYs
+            // lost to a reconnect, triggers a re-check.
             let wake = async {
                 loop {
                     match listener.try_recv().await {
                         Ok(Some(n))
-                            if n.payload() != id.as_str() && n.payload() != NOTIFY_EVERY_ROW =>
+                            if n.payload() != revision.incarnation.as_str()
+                                && n.payload() != NOTIFY_EVERY_ROW =>
                         {
                             continue
                         }

@@ -3,12 +3,14 @@
 use crate::domain::breaker::{BreakerError, BreakerPolicy};
 use crate::domain::crash_loop::CrashLoopPolicy;
 use crate::domain::id::{Deployment, EngineName};
+use crate::domain::isolation::Isolation;
 use crate::domain::lease::{LeaseError, LeasePolicy};
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
 use crate::domain::plan::Policy;
 use crate::domain::pool::PoolKey;
 use crate::engine::{self, Engine, Registry, REGISTRY};
+use crate::ports::runtime::{Disk, DiskStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -336,6 +338,13 @@ pub struct ControllerConfig {
     pub image_build_command: Option<String>,
     /// Bound on the build command.
     pub build_timeout: Duration,
+    /// Size cap of each persistent sandbox's data volume, in bytes,
+    /// enforced by the file system (`domain::volume_disk`); 0: uncapped
+    /// (WEAKER: a persistent sandbox can fill the host's disk).
+    pub persistent_size: u64,
+    /// Where capped volumes' files live on the Docker host, and the image
+    /// of the job that makes and attaches them.
+    pub disks: DiskStore,
     /// Whether non-persistent sandboxes start from pre-initialised
     /// templates (see `controller::template`).
     pub templates: bool,
@@ -378,11 +387,25 @@ pub struct ControllerConfig {
     /// caps and the warm pools'), replacing the one derived from the host;
     /// `None`: derived from the host.
     pub memory_budget: Option<u64>,
+    /// The least isolation level of every sandbox (`--runtime`): its
+    /// containers, the warm pools' included, run under this level's OCI
+    /// runtime unless their row asks for a stronger one.
+    pub isolation: Isolation,
 }
 
 /// Host memory kept out of the admission budget unless `--memory-reserve`
 /// says otherwise.
 pub const DEFAULT_MEMORY_RESERVE: u64 = 2 << 30;
+
+/// Default `--persistent-size`: 1 GiB per persistent volume.
+pub const DEFAULT_PERSISTENT_SIZE: u64 = 1 << 30;
+
+/// Default `--persistent-disks-dir`, on the Docker host.
+pub const DEFAULT_DISKS_DIR: &str = "/var/lib/sandboxd/disks";
+
+/// The image of the job that makes, attaches and removes capped volumes'
+/// file systems (built by `deploy/images/build.sh` from `deploy/images/disk`).
+pub const DISK_IMAGE: &str = "sandboxd/disk:1";
 
 /// How many events a sandbox keeps unless `--events-per-sandbox` says
 /// otherwise.
@@ -392,6 +415,14 @@ pub const DEFAULT_EVENTS_PER_SANDBOX: u32 = 50;
 pub const MAX_EVENTS_PER_SANDBOX: u32 = 1000;
 
 impl ControllerConfig {
+    /// The size cap of a persistent sandbox's data volume, if any.
+    pub fn persistent_disk(&self) -> Option<Disk> {
+        (self.persistent_size > 0).then(|| Disk {
+            store: self.disks.clone(),
+            bytes: self.persistent_size,
+        })
+    }
+
     /// Defaults for `deployment`.
     pub fn new(deployment: Deployment) -> Self {
         Self {
@@ -428,6 +459,11 @@ impl ControllerConfig {
             build_timeout: Duration::from_secs(900),
             templates: true,
             template_timeout: Duration::from_secs(120),
+            persistent_size: DEFAULT_PERSISTENT_SIZE,
+            disks: DiskStore {
+                dir: DEFAULT_DISKS_DIR.into(),
+                image: DISK_IMAGE.into(),
+            },
             idle_timeout: None,
             readiness: BTreeMap::new(),
             crash_loop: CrashLoopPolicy::default(),
@@ -441,6 +477,7 @@ impl ControllerConfig {
             webhook: None,
             memory_reserve: DEFAULT_MEMORY_RESERVE,
             memory_budget: None,
+            isolation: Isolation::Container,
         }
     }
 
@@ -476,6 +513,7 @@ impl ControllerConfig {
             grace: self.grace,
             idle_timeout: self.idle_timeout,
             rotate_in_place: self.backend == Backend::Swarm,
+            isolation: self.isolation,
         }
     }
 
@@ -491,6 +529,11 @@ impl ControllerConfig {
         if !self.warm_pool.is_empty() {
             return Err(ConfigError::Swarm(
                 "warm pools are not available under Swarm yet: drop --warm-pool",
+            ));
+        }
+        if self.isolation != Isolation::Container {
+            return Err(ConfigError::Swarm(
+                "a Swarm service cannot choose its OCI runtime, so --runtime runsc cannot hold: drop --runtime, or run the docker backend",
             ));
         }
         if self.probe_via == ProbeVia::Host && self.swarm_publish == SwarmPublish::None {
@@ -559,7 +602,10 @@ mod tests {
         let e = hidden.clone().for_swarm().unwrap_err().to_string();
         assert!(e.contains("--swarm-publish host"), "{e}");
         hidden.probe_via = ProbeVia::Network;
-        assert!(hidden.for_swarm().is_ok());
+        assert!(hidden.clone().for_swarm().is_ok());
+        hidden.isolation = Isolation::Gvisor;
+        let e = hidden.for_swarm().unwrap_err().to_string();
+        assert!(e.contains("--runtime runsc"), "{e}");
     }
 
     #[test]

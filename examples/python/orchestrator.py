@@ -40,7 +40,7 @@ def request(conn, sid):
 
 def wait_ready(conn, sid, gen, inc):
     """The status of this incarnation at this generation once ready."""
-    conn.execute("LISTEN sandbox_status")  # payload: a sandbox id
+    conn.execute("LISTEN sandbox_status")  # payload: a status's incarnation, never an id
     deadline = time.monotonic() + TIMEOUT
     while True:
         row = conn.execute(
@@ -62,7 +62,7 @@ def wait_ready(conn, sid, gen, inc):
             phase = f"{row[0]} at generation {row[1]} of {gen}: {row[3]}" if row else "no status yet"
             fail(f"sandbox {sid} is not ready after {TIMEOUT:.0f} s ({phase})")
         # Wake on a notification, or after a second anyway: NOTIFY is lost
-        # while disconnected, and its payload may be another sandbox's id.
+        # while disconnected, and its payload may be another sandbox's row.
         for _ in conn.notifies(timeout=1.0, stop_after=1):
             pass
 

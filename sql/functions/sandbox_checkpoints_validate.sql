@@ -1,6 +1,8 @@
--- Every row written (by the functions, or by an orchestrator directly):
--- its owner and incarnation are its sandbox's, and a new checkpoint stays
--- within the limit. SECURITY DEFINER: it counts rows the writer may not see.
+-- Every row written (by sandbox_checkpoint and sandbox_reset, or by
+-- sandboxd; orchestrators may not write these tables): its owner is its
+-- sandbox's, a new request is of the sandbox's current incarnation, and a
+-- new checkpoint stays within the limit. SECURITY DEFINER: it counts rows
+-- the writer may not see.
 CREATE OR REPLACE FUNCTION sandbox_checkpoints_validate() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
@@ -15,6 +17,10 @@ BEGIN
     END IF;
     IF NEW.owner IS DISTINCT FROM d.owner THEN
         RAISE EXCEPTION 'the owner of a checkpoint or reset of sandbox % must be the sandbox''s (%)', NEW.sandbox_id, d.owner
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF TG_OP = 'INSERT' AND NEW.incarnation IS DISTINCT FROM d.incarnation THEN
+        RAISE EXCEPTION 'a checkpoint or reset of sandbox % must be of its current incarnation (%)', NEW.sandbox_id, d.incarnation
             USING ERRCODE = 'check_violation';
     END IF;
     IF TG_TABLE_NAME = 'sandbox_checkpoints' AND TG_OP = 'INSERT' THEN

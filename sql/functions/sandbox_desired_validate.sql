@@ -146,14 +146,21 @@ BEGIN
         END IF;
     END IF;
 
+    -- isolation: NULL (the controller's --runtime) or a known level.
+    IF NEW.isolation IS NOT NULL AND NEW.isolation NOT IN ('container', 'gvisor') THEN
+        RAISE EXCEPTION 'isolation of sandbox % is %: use ''container'' (Docker''s default runtime), ''gvisor'' (gVisor''s user-space kernel, runsc) or NULL (the controller''s --runtime)',
+            NEW.id, sandbox_quote(NEW.isolation)
+            USING ERRCODE = 'check_violation';
+    END IF;
+
     IF TG_OP = 'INSERT' THEN
         NEW.generation := 1;
         NEW.created_at := now();
         NEW.updated_at := now();
     ELSE
         NEW.created_at := OLD.created_at;
-        IF (NEW.owner, NEW.services, NEW.features, NEW.expires_at, NEW.attach)
-           IS DISTINCT FROM (OLD.owner, OLD.services, OLD.features, OLD.expires_at, OLD.attach) THEN
+        IF (NEW.owner, NEW.services, NEW.features, NEW.expires_at, NEW.attach, NEW.isolation)
+           IS DISTINCT FROM (OLD.owner, OLD.services, OLD.features, OLD.expires_at, OLD.attach, OLD.isolation) THEN
             NEW.generation := OLD.generation + 1;
             NEW.updated_at := now();
         ELSE

@@ -6,16 +6,19 @@
 -- Never a credential: every password the sandbox's status holds is replaced
 -- with *** before a message is stored. An event equal to the sandbox's
 -- latest one (same incarnation, reason, engine, detail and message) bumps
--- its count and last_at instead of adding a row.
+-- its count and last_at instead of adding a row; an event of another owner
+-- never does (a row is visible to its owner: it never changes hands).
 --
 -- Each event written is announced on NOTIFY sandbox_events, in the same
 -- transaction (a refused or rolled-back write announces nothing). Any role
 -- that may connect can LISTEN there, so the payload holds only what every
--- role may know: seq, sandbox_id, reason, engine, detail, count, first_at,
--- last_at; never the owner, the incarnation or the message (a listener
--- reads those from sandbox_events by seq, under row-level security). The
--- function returns the events as full notices (payload plus owner,
--- incarnation and message) for sandboxd's webhook.
+-- role may know: seq, incarnation (a random uuid that names no id and
+-- opens nothing: see sandbox_notify), reason, engine, detail, count,
+-- first_at, last_at; never the sandbox id (released ids stay unknown to
+-- other tenants), the owner or the message (a listener reads those from
+-- sandbox_events by seq, under row-level security). The function returns
+-- the events as full notices (payload plus sandbox_id, owner and message)
+-- for sandboxd's webhook.
 CREATE OR REPLACE FUNCTION sandbox_record_events(p_term bigint, p_sandbox text, p_incarnation uuid,
                                       p_owner text, p_events jsonb, p_keep integer)
 RETURNS jsonb
@@ -53,13 +56,13 @@ BEGIN
          WHERE sandbox_id = p_sandbox ORDER BY seq DESC LIMIT 1;
         IF FOUND
            AND latest.incarnation IS NOT DISTINCT FROM p_incarnation
+           AND latest.owner = coalesce(p_owner, '')
            AND latest.reason = ev->>'reason'
            AND latest.engine IS NOT DISTINCT FROM ev->>'engine'
            AND latest.detail IS NOT DISTINCT FROM ev->>'detail'
            AND latest.message = msg THEN
             UPDATE sandbox_events
-               SET count = least(count, 2147483646) + 1, last_at = now(), leader_term = p_term,
-                   owner = coalesce(p_owner, '')
+               SET count = least(count, 2147483646) + 1, last_at = now(), leader_term = p_term
              WHERE seq = latest.seq
             RETURNING * INTO written;
         ELSE
@@ -72,7 +75,7 @@ BEGIN
         -- What every role may know (see above); times in UTC, RFC 3339.
         notice := jsonb_build_object(
             'seq', written.seq,
-            'sandbox_id', written.sandbox_id,
+            'incarnation', written.incarnation,
             'reason', written.reason,
             'engine', written.engine,
             'detail', written.detail,
@@ -81,8 +84,8 @@ BEGIN
             'last_at', to_char(written.last_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'));
         PERFORM pg_notify('sandbox_events', notice::text);
         notices := notices || jsonb_build_array(notice || jsonb_build_object(
+            'sandbox_id', written.sandbox_id,
             'owner', written.owner,
-            'incarnation', written.incarnation,
             'message', written.message));
     END LOOP;
     SELECT seq INTO cutoff FROM sandbox_events
@@ -95,4 +98,4 @@ END
 $$;
 
 COMMENT ON FUNCTION sandbox_record_events(bigint, text, uuid, text, jsonb, integer) IS
-    'Records events as the leader of p_term (SQLSTATE SX001 otherwise), announces each on NOTIFY sandbox_events (seq, sandbox_id, reason, engine, detail, count, first_at, last_at: no owner, message or credential) and returns them in full for the webhook';
+    'Records events as the leader of p_term (SQLSTATE SX001 otherwise), announces each on NOTIFY sandbox_events (seq, incarnation, reason, engine, detail, count, first_at, last_at: no sandbox id, owner, message or credential) and returns them in full for the webhook';

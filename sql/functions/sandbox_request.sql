@@ -1,8 +1,9 @@
 -- The additive verb: inserts the row if absent (owner: p_owner, else the
 -- calling role), otherwise adds to what it asks: services and attach are
 -- the row's, then the new ones appended; features are the per-engine
--- union; idle_timeout, owner_container and idle_action are replaced only
--- when given (a new row's idle_action is 'release'); persistent and owner,
+-- union; idle_timeout, owner_container, idle_action and isolation are
+-- replaced only when given (a new row's idle_action is 'release', its
+-- isolation NULL: the controller's --runtime); persistent and owner,
 -- when given, must equal the row's. Never removes anything and leaves
 -- expires_at alone (an expired row, unless persistent, is refused: set a
 -- later expires_at, or release it first). Every call sets requested_at and
@@ -17,7 +18,8 @@ CREATE OR REPLACE FUNCTION sandbox_request(
     p_persistent boolean DEFAULT NULL,
     p_owner_container text DEFAULT NULL,
     p_attach text[] DEFAULT NULL,
-    p_idle_action text DEFAULT NULL
+    p_idle_action text DEFAULT NULL,
+    p_isolation text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql SECURITY INVOKER AS $$
 DECLARE
@@ -117,6 +119,7 @@ BEGIN
                 idle_timeout    = coalesce(p_idle_timeout, cur.idle_timeout),
                 owner_container = coalesce(p_owner_container, cur.owner_container),
                 idle_action     = coalesce(p_idle_action, cur.idle_action),
+                isolation       = coalesce(p_isolation, cur.isolation),
                 requested_at    = greatest(clock_timestamp(),
                                            cur.requested_at + interval '1 microsecond'),
                 last_used_at    = now()
@@ -127,13 +130,13 @@ BEGIN
 
         INSERT INTO sandbox_desired AS d
             (id, owner, services, features, attach, idle_timeout, persistent, owner_container,
-             requested_at, idle_action)
+             requested_at, idle_action, isolation)
         VALUES (p_id, coalesce(p_owner, current_user),
                 sandbox_array_union('{}', p_services),
                 sandbox_features_union('{}', p_features),
                 sandbox_array_union('{}', p_attach),
                 p_idle_timeout, coalesce(p_persistent, false), p_owner_container, clock_timestamp(),
-                coalesce(p_idle_action, 'release'))
+                coalesce(p_idle_action, 'release'), p_isolation)
         ON CONFLICT (id) DO NOTHING
         RETURNING d.generation INTO v_generation;
         IF FOUND THEN

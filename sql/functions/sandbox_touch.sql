@@ -3,6 +3,9 @@
 -- expired (a persistent sandbox never does), or it is being released
 -- (status `terminating`): request it again.
 --
+-- The status it looks at is of the row's incarnation (a status left by an
+-- earlier incarnation of the id says nothing about this one).
+--
 -- Silent (no NOTIFY) unless the row asks to pause and its status is
 -- `paused`, or it was idle by the time of the touch (the controller may be
 -- pausing it right now; a NULL idle_timeout is the controller's, unknown
@@ -19,16 +22,19 @@ BEGIN
     WHERE d.id = old.id
       AND (d.persistent OR d.expires_at IS NULL OR d.expires_at > now())
       AND NOT EXISTS (SELECT 1 FROM sandbox_status s
-                      WHERE s.id = d.id AND s.phase = 'terminating')
-    RETURNING d.idle_action, old.last_used_at, old.idle_timeout INTO before_touch;
+                      WHERE s.id = d.id AND s.incarnation = d.incarnation
+                        AND s.phase = 'terminating')
+    RETURNING d.idle_action, d.incarnation, old.last_used_at, old.idle_timeout INTO before_touch;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
     IF before_touch.idle_action = 'pause'
        AND (before_touch.idle_timeout IS NULL
             OR before_touch.last_used_at + before_touch.idle_timeout <= now() + interval '5 seconds'
-            OR EXISTS (SELECT 1 FROM sandbox_status s WHERE s.id = p_id AND s.phase = 'paused')) THEN
-        PERFORM pg_notify('sandbox_desired', p_id);
+            OR EXISTS (SELECT 1 FROM sandbox_status s
+                       WHERE s.id = p_id AND s.incarnation = before_touch.incarnation
+                         AND s.phase = 'paused')) THEN
+        PERFORM pg_notify('sandbox_desired', before_touch.incarnation::text);
     END IF;
     RETURN true;
 END

@@ -41,20 +41,22 @@ INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege) VAL
     -- The verbs, and what they call.
     ('function', 'sandbox_array_union(text[], text[])', 'EXECUTE'),
     ('function', 'sandbox_features_union(jsonb, jsonb)', 'EXECUTE'),
-    ('function', 'sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text)', 'EXECUTE'),
+    ('function', 'sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text, text)', 'EXECUTE'),
     ('function', 'sandbox_touch(text)', 'EXECUTE'),
     ('function', 'sandbox_release(text)', 'EXECUTE'),
-    -- Checkpoints: the verbs, what they write, the numbers.
+    -- Checkpoints: the verbs, and reading what they wrote. Only the verbs
+    -- (SECURITY DEFINER) write the tables and draw request numbers: a
+    -- tenant that could would take numbers ahead of others' requests and
+    -- queue unbounded work.
     ('table', 'sandbox_checkpoints', 'SELECT'),
-    ('table', 'sandbox_checkpoints', 'INSERT'),
-    ('table', 'sandbox_checkpoints', 'UPDATE'),
     ('table', 'sandbox_resets', 'SELECT'),
-    ('table', 'sandbox_resets', 'INSERT'),
-    ('table', 'sandbox_resets', 'UPDATE'),
-    ('sequence', 'sandbox_checkpoint_requests', 'USAGE'),
     ('function', 'sandbox_checkpoint(text, text)', 'EXECUTE'),
     ('function', 'sandbox_reset(text, text)', 'EXECUTE'),
     -- Never granted; revoked in case someone granted them by hand.
+    ('sequence', 'sandbox_checkpoint_requests', NULL),
+    ('function', 'sandbox_checkpoint_target(text, text)', NULL),
+    ('function', 'sandbox_status_credentials()', NULL),
+    ('function', 'sandbox_status_forget_credentials()', NULL),
     ('table', 'sandbox_orchestrators', NULL),
     ('table', 'sandbox_checkpoint_settings', NULL),
     ('table', 'sandbox_orchestrator_privileges', NULL),

@@ -1,6 +1,6 @@
--- Orchestrators see and request checkpoints of the rows they may access.
+-- Orchestrators see the checkpoints of the rows they may access; they
+-- request them only through sandbox_checkpoint (they may not write here).
 ALTER TABLE sandbox_checkpoints ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS sandbox_checkpoints_orchestrators ON sandbox_checkpoints;
-CREATE POLICY sandbox_checkpoints_orchestrators ON sandbox_checkpoints TO PUBLIC
-    USING (sandbox_orchestrator_may_access(owner, current_user))
-    WITH CHECK (sandbox_orchestrator_may_access(owner, current_user));
+CREATE POLICY sandbox_checkpoints_orchestrators ON sandbox_checkpoints FOR SELECT TO PUBLIC
+    USING (sandbox_orchestrator_may_access(owner, current_user));

@@ -1,6 +1,6 @@
--- Orchestrators see and request resets of the rows they may access.
+-- Orchestrators see the resets of the rows they may access; they request
+-- them only through sandbox_reset (they may not write here).
 ALTER TABLE sandbox_resets ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS sandbox_resets_orchestrators ON sandbox_resets;
-CREATE POLICY sandbox_resets_orchestrators ON sandbox_resets TO PUBLIC
-    USING (sandbox_orchestrator_may_access(owner, current_user))
-    WITH CHECK (sandbox_orchestrator_may_access(owner, current_user));
+CREATE POLICY sandbox_resets_orchestrators ON sandbox_resets FOR SELECT TO PUBLIC
+    USING (sandbox_orchestrator_may_access(owner, current_user));

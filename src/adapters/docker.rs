@@ -3,6 +3,7 @@
 //! into messages an operator can act on.
 
 use super::host_net;
+use crate::domain::attach::Candidate;
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
 use crate::domain::host_net::{self as domain_host_net, Route, RouteConflict};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
@@ -10,13 +11,14 @@ use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
 use crate::domain::limits::Limits;
 use crate::domain::network::Ipv4Net;
+use crate::domain::own_image;
 use crate::domain::pool::{self, PooledContainer};
 use crate::domain::secret::Secret;
 use crate::domain::template_volume::{self, Refusal, Verdict};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
-    Runtime, RuntimeError, RuntimeEvent, StaleBridge, TemplateJob, Tmpfs, Volume,
+    ContainerAction, ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream,
+    ObservedResource, Runtime, RuntimeError, RuntimeEvent, StaleBridge, TemplateJob, Tmpfs, Volume,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -42,6 +44,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
+
+mod disk;
 
 /// The host configuration every sandboxd container shares: caps, no
 /// capabilities, no new privileges, a read-only root with `tmpfs` owned by
@@ -322,27 +326,48 @@ impl DockerRuntime {
     /// another deployment, sandbox, state database or incarnation of the
     /// row created it (its data is never mounted into this one).
     async fn ensure_volume(&self, volume: &Volume) -> Result<(), RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Volume);
-        match self.docker.inspect_volume(&volume.name).await {
+        let inspected = {
+            let _timer = metrics::time_docker_call(DockerCall::Volume);
+            self.docker.inspect_volume(&volume.name).await
+        };
+        let existing = match inspected {
             Ok(info) => {
-                return if identity::may_mount(&info.labels, &volume.labels) {
-                    Ok(())
-                } else {
-                    Err(RuntimeError::Refused(format!(
+                if !identity::may_mount(&info.labels, &volume.labels) {
+                    return Err(RuntimeError::Refused(format!(
                         "volume {} exists but was not created for this sandbox (its labels say deployment {:?}, sandbox {:?}, state database {:?}, incarnation {:?}); sandboxd never mounts another's data: remove or rename it",
                         volume.name,
                         info.labels.get(labels::DEPLOYMENT),
                         info.labels.get(labels::SANDBOX),
                         info.labels.get(labels::STATE_ID),
                         info.labels.get(labels::INCARNATION)
-                    )))
-                };
+                    )));
+                }
+                Some(info.options)
             }
-            Err(e) if is_status(&e, &[404]) => {}
+            Err(e) if is_status(&e, &[404]) => None,
             Err(e) => return Err(api("inspect volume", &volume.name)(e)),
+        };
+        if let Some(disk) = &volume.disk {
+            return self.ensure_disk_volume(volume, disk, existing).await;
         }
+        if existing.is_some() {
+            return Ok(());
+        }
+        self.create_volume(volume, None).await
+    }
+
+    /// Creates `volume` with its labels, on the local driver with
+    /// `driver_opts` if given (a capped volume's mount).
+    async fn create_volume(
+        &self,
+        volume: &Volume,
+        driver_opts: Option<HashMap<String, String>>,
+    ) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Volume);
         let request = VolumeCreateRequest {
             name: Some(volume.name.clone()),
+            driver: driver_opts.as_ref().map(|_| "local".to_owned()),
+            driver_opts,
             labels: Some(volume.labels.clone()),
             ..Default::default()
         };
@@ -675,17 +700,24 @@ impl DockerRuntime {
         }
     }
 
-    /// Refuses an image without the label `key=value`.
-    pub(crate) async fn check_image_label(
+    /// Refuses an image that one of sandboxd's own names but that came
+    /// from a registry ([`own_image::check_provenance`]), or that lacks
+    /// the label `key=value` when one is asked for.
+    pub(crate) async fn check_image(
         &self,
         image: &str,
-        label: &str,
+        label: Option<&str>,
     ) -> Result<(), RuntimeError> {
         let info = self
             .docker
             .inspect_image(image)
             .await
             .map_err(api("inspect image", image))?;
+        own_image::check_provenance(image, info.repo_digests.as_deref().unwrap_or_default())
+            .map_err(|e| RuntimeError::Refused(e.to_string()))?;
+        let Some(label) = label else {
+            return Ok(());
+        };
         let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
         let (key, value) = label.split_once('=').unwrap_or((label, ""));
         if labels.get(key).map(String::as_str) == Some(value) {
@@ -839,6 +871,9 @@ fn pooled(
             .unwrap_or_default(),
         state_id: map.get(labels::STATE_ID).cloned(),
         instance: map.get(labels::INSTANCE).cloned().unwrap_or_default(),
+        isolation: crate::domain::isolation::Isolation::of_label(
+            map.get(labels::ISOLATION).map(String::as_str),
+        ),
         host_port: summary
             .ports
             .unwrap_or_default()
@@ -1085,6 +1120,40 @@ impl Runtime for DockerRuntime {
         }
     }
 
+    async fn attach_candidate(&self, name: &str) -> Result<Option<Candidate>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        // Docker resolves `name` as a full id, an exact name or a unique id
+        // prefix; the judgement (`domain::attach`) compares the name.
+        let info = match self
+            .docker
+            .inspect_container(name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if is_status(&e, &[404]) => return Ok(None),
+            Err(e) => return Err(api("inspect", name)(e)),
+        };
+        let host = info.host_config.unwrap_or_default();
+        Ok(Some(Candidate {
+            id: ContainerId::new(info.id.unwrap_or_default()),
+            name: info
+                .name
+                .unwrap_or_default()
+                .trim_start_matches('/')
+                .to_owned(),
+            labels: info.config.and_then(|c| c.labels).unwrap_or_default(),
+            privileged: host.privileged.unwrap_or(false),
+            network_mode: host.network_mode.unwrap_or_default(),
+            bind_sources: info
+                .mounts
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| m.typ.as_deref() == Some("bind"))
+                .filter_map(|m| m.source)
+                .collect(),
+        }))
+    }
+
     async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Network);
         let info = match self
@@ -1093,22 +1162,8 @@ impl Runtime for DockerRuntime {
             .await
         {
             Ok(info) => info,
-            Err(e) if is_status(&e, &[404]) => {
-                return Err(RuntimeError::Refused(format!(
-                    "container {container} (in attach) does not exist: start it first or drop it from attach"
-                )))
-            }
             Err(e) => return Err(api("inspect", container)(e)),
         };
-        let theirs = info.config.and_then(|c| c.labels).unwrap_or_default();
-        if let Some(label) = theirs
-            .keys()
-            .find(|k| labels::OWN_CONTAINERS.contains(&k.as_str()))
-        {
-            return Err(RuntimeError::Refused(format!(
-                "container {container} (in attach) carries sandboxd's label {label}: sandboxd never connects its own containers (engines, state databases) to a sandbox network"
-            )));
-        }
         let connected = info
             .network_settings
             .and_then(|n| n.networks)
@@ -1174,14 +1229,27 @@ impl Runtime for DockerRuntime {
             .collect())
     }
 
-    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Volume);
-        let info = match self.docker.inspect_volume(name).await {
-            Ok(info) => info,
-            Err(e) if is_status(&e, &[404]) => return Ok(()),
-            Err(e) => return Err(api("inspect volume", name)(e)),
+    async fn remove_volume(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+        disks: Option<&DiskStore>,
+    ) -> Result<(), RuntimeError> {
+        let info = {
+            let _timer = metrics::time_docker_call(DockerCall::Volume);
+            match self.docker.inspect_volume(name).await {
+                Ok(info) => info,
+                Err(e) if is_status(&e, &[404]) => return Ok(()),
+                Err(e) => return Err(api("inspect volume", name)(e)),
+            }
         };
         refuse_unless_ours("volume", name, &info.labels, deployment)?;
+        if let Some(disks) = disks {
+            // The file first: a Docker volume left without it (sandboxd
+            // stopped in between) is still listed, and removed next time.
+            self.release_disk(name, &info.options, disks).await?;
+        }
+        let _timer = metrics::time_docker_call(DockerCall::Volume);
         match self
             .docker
             .remove_volume(name, None::<RemoveVolumeOptions>)
@@ -1205,6 +1273,15 @@ impl Runtime for DockerRuntime {
             .filter(|m| *m > 0))
     }
 
+    async fn oci_runtimes(&self) -> Result<Option<Vec<String>>, RuntimeError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(api("info", "the daemon"))?;
+        Ok(info.runtimes.map(|r| r.into_keys().collect()))
+    }
+
     async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::InspectImage);
         match self.docker.inspect_image(image).await {
@@ -1215,6 +1292,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
+        self.check_image(&job.image, None).await?;
         self.remove_any(&job.name, Duration::ZERO).await?;
         self.ensure_template_volume(&job.volume).await?;
         let mut mounts = vec![mount(&job.volume, false)];
@@ -1303,9 +1381,8 @@ impl Runtime for DockerRuntime {
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
-        if let Some(label) = &spec.image_label {
-            self.check_image_label(&spec.image, label).await?;
-        }
+        self.check_image(&spec.image, spec.image_label.as_deref())
+            .await?;
         self.check_name_owner(spec).await?;
         self.remove_any(&spec.name, Duration::ZERO).await?;
         if let Some(volume) = &spec.volume {
@@ -1327,6 +1404,8 @@ impl Runtime for DockerRuntime {
             mounts: Some(mounts),
             port_bindings: Some(HashMap::from([(port_key.clone(), Some(vec![binding]))])),
             network_mode: Some(spec.network.clone()),
+            // The same hardening under any runtime: gVisor adds its kernel.
+            runtime: spec.runtime.clone(),
             ..hardened(&spec.user, &spec.limits, &spec.tmpfs)
         };
         let endpoint = EndpointSettings {

@@ -27,19 +27,21 @@ use crate::engine::{Registry, REGISTRY};
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 use std::str::FromStr;
 use std::time::Duration;
 
+mod notify;
 mod quota;
 pub mod schema;
 pub use self::quota::{QuotaLine, Setting as QuotaSetting};
 
-/// Channel NOTIFYed with the id on every change of `sandbox_desired`.
+/// Channel NOTIFYed with the row's incarnation (never its id: any role may
+/// listen) on every change of `sandbox_desired` that asks something new.
 pub const DESIRED_CHANNEL: &str = "sandbox_desired";
-/// Channel NOTIFYed with the id on every change of `sandbox_status`.
+/// Channel NOTIFYed with the status's incarnation (never its id) on every
+/// change of `sandbox_status`.
 pub const STATUS_CHANNEL: &str = "sandbox_status";
 
 /// Embedded migrations from `migrations/`.
@@ -375,6 +377,7 @@ const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     persistent,
     left(idle_action, 16) AS idle_action,
     left(owner_container, 129) AS owner_container,
+    left(isolation, 16) AS isolation,
     generation, incarnation::text AS incarnation,
     CASE WHEN isfinite(created_at) AND created_at < '10000-01-01 00:00:00+00' THEN created_at
          END AS created_at";
@@ -411,6 +414,7 @@ fn read_desired(row: &PgRow) -> DesiredRow {
         idle_action: cell(row, "idle_action"),
         owner_container: cell(row, "owner_container"),
         created_at: cell(row, "created_at"),
+        isolation: cell(row, "isolation"),
     }
 }
 
@@ -505,13 +509,9 @@ const SERVICES: &str = "services::text AS services";
 
 /// `services` as text with each engine's `password`, `url` and `env`
 /// emptied (anything that is not an object of objects is left as it is,
-/// for the parser to refuse).
-const REDACTED_SERVICES: &str = "(CASE WHEN jsonb_typeof(services) = 'object' THEN
-        COALESCE((SELECT jsonb_object_agg(engine, CASE WHEN jsonb_typeof(entry) = 'object'
-                      THEN entry || '{\"password\": \"\", \"url\": \"\", \"env\": {}}'::jsonb
-                      ELSE entry END)
-                  FROM jsonb_each(services) AS e(engine, entry)), '{}'::jsonb)
-        ELSE services END)::text AS services";
+/// for the parser to refuse): the database's one definition of a status's
+/// credentials, which its triggers also strip.
+const REDACTED_SERVICES: &str = "sandbox_status_without_credentials(services)::text AS services";
 
 #[async_trait]
 impl Store for PgStore {
@@ -1068,18 +1068,7 @@ impl Store for PgStore {
     }
 
     async fn watch_desired(&self) -> Result<NotifyStream, StoreError> {
-        let listener = listen(&self.pool, &[DESIRED_CHANNEL]).await?;
-        // `try_recv` answers `Ok(None)` when the connection drops: end the
-        // stream there, so the watcher reconnects and relists.
-        let stream = futures::stream::unfold(Some(listener), |listener| async move {
-            let mut listener = listener?;
-            match listener.try_recv().await {
-                Ok(Some(n)) => Some((Ok(n.payload().to_owned()), Some(listener))),
-                Ok(None) => None,
-                Err(e) => Some((Err(connect_error(e)), None)),
-            }
-        });
-        Ok(stream.boxed())
+        notify::desired_rows(&self.pool).await
     }
 }
 

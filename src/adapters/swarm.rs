@@ -13,6 +13,7 @@
 
 use super::docker::{api, is_status, DockerRuntime, Overlay};
 use crate::config::SwarmPublish;
+use crate::domain::attach::Candidate;
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
@@ -20,7 +21,7 @@ use crate::domain::labels::{self, ContainerLabels};
 use crate::domain::pool::PooledContainer;
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
+    ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
     RuntimeError, TemplateJob,
 };
 use async_trait::async_trait;
@@ -624,6 +625,11 @@ impl Runtime for SwarmRuntime {
         Ok(Some(total).filter(|t| *t > 0))
     }
 
+    /// None: a Swarm service runs under each node's default runtime.
+    async fn oci_runtimes(&self) -> Result<Option<Vec<String>>, RuntimeError> {
+        Ok(Some(Vec::new()))
+    }
+
     async fn list(
         &self,
         deployment: &Deployment,
@@ -819,6 +825,13 @@ impl Runtime for SwarmRuntime {
         Ok(Some(members))
     }
 
+    /// The container on the node sandboxd talks to, as the container
+    /// adapter sees it: an agent is attached to an overlay from that node,
+    /// judged by the same rule.
+    async fn attach_candidate(&self, name: &str) -> Result<Option<Candidate>, RuntimeError> {
+        self.node.attach_candidate(name).await
+    }
+
     async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
         self.node.connect(&docker_name(network), container).await
     }
@@ -834,8 +847,13 @@ impl Runtime for SwarmRuntime {
         self.node.volumes(deployment).await
     }
 
-    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
-        self.node.remove_volume(name, deployment).await
+    async fn remove_volume(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+        disks: Option<&DiskStore>,
+    ) -> Result<(), RuntimeError> {
+        self.node.remove_volume(name, deployment, disks).await
     }
 
     async fn image_labels(
@@ -866,10 +884,15 @@ impl Runtime for SwarmRuntime {
         if spec.template.is_some() || spec.binaries.is_some() {
             return Err(Self::refuse("starting from a template"));
         }
-        let _timer = metrics::time_docker_call(DockerCall::Create);
-        if let Some(label) = &spec.image_label {
-            self.node.check_image_label(&spec.image, label).await?;
+        if let Some(runtime) = &spec.runtime {
+            return Err(RuntimeError::Refused(format!(
+                "a Swarm service cannot choose its OCI runtime ({runtime}): isolation gvisor is refused under --backend swarm; ask for isolation 'container' or run the docker backend"
+            )));
         }
+        let _timer = metrics::time_docker_call(DockerCall::Create);
+        self.node
+            .check_image(&spec.image, spec.image_label.as_deref())
+            .await?;
         let service = docker_name(&spec.name);
         if let Some(existing) = self.service_named(&service).await? {
             let theirs = existing

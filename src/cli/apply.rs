@@ -20,6 +20,7 @@ pub(super) async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
         persistent: args.persistent,
         owner_container: args.owner_container,
         idle_action: args.idle_action.into(),
+        isolation: args.isolation.map(Into::into),
     };
     let client = Client::connect(url).await?;
     let revision = client.apply(&args.id, &req).await?;

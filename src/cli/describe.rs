@@ -211,6 +211,9 @@ fn desired(out: &mut String, row: &DesiredSandbox, now: DateTime<Utc>) {
             ),
         );
     }
+    if let Some(isolation) = row.isolation {
+        field(out, "Isolation", isolation);
+    }
     field(out, "Persistent", if row.persistent { "yes" } else { "no" });
     if let Some(c) = &row.owner_container {
         field(out, "Owner cont.", c);
@@ -284,6 +287,7 @@ pub fn json(d: &Described<'_>) -> serde_json::Value {
             "expires_at": row.expires_at,
             "persistent": row.persistent,
             "idle_action": row.idle_action.as_str(),
+            "isolation": row.isolation.map(|i| i.as_str()),
             "owner_container": row.owner_container,
             "attach": row.attach,
             "created_at": d.row.map(|r| r.created_at),

@@ -18,6 +18,7 @@ pub(super) async fn request(url: &str, args: RequestArgs) -> Result<(), CliError
         owner_container: args.owner_container,
         attach: args.attach,
         idle_action: args.idle_action.map(Into::into),
+        isolation: args.isolation.map(Into::into),
     };
     let client = Client::connect(url).await?;
     let revision = client.request(&args.id, &req).await?;

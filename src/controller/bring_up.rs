@@ -12,6 +12,7 @@ use crate::config::{ControllerConfig, ProbeVia};
 use crate::domain::container::ExecOutput;
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, EngineName};
+use crate::domain::isolation::Isolation;
 use crate::domain::plan::{Provision, ProvisionReason};
 use crate::domain::sandbox::ServiceStatus;
 use crate::engine::{self, Credentials, Engine, EngineError, Exec, Target};
@@ -83,6 +84,17 @@ pub enum ProvisionError {
         /// What its label lists.
         ships: String,
     },
+    /// The sandbox's isolation level needs an OCI runtime the daemon does
+    /// not have: refused before anything was created or removed.
+    #[error("isolation {isolation} needs the OCI runtime {runtime}, which the Docker daemon does not have (it has: {}); nothing was changed: install gVisor and register it with dockerd (scripts/run.sh does both with SANDBOXD_INSTALL_RUNSC=1; docs/security.md, \"gVisor\"), or ask for isolation 'container'", registered_list(.registered))]
+    IsolationUnavailable {
+        /// The level the sandbox runs under.
+        isolation: Isolation,
+        /// The runtime it needs.
+        runtime: &'static str,
+        /// What the daemon has.
+        registered: Vec<String>,
+    },
     /// A rotation's new container could not be had or did not become
     /// ready: it was removed, and the running container was not touched.
     #[error("{0}; the rotation was abandoned: the running container keeps serving the published credentials and its data")]
@@ -124,8 +136,18 @@ impl ProvisionError {
             self,
             ProvisionError::Image(_)
                 | ProvisionError::ImageLacksFeatures { .. }
+                | ProvisionError::IsolationUnavailable { .. }
                 | ProvisionError::UnknownEngine(_)
         )
+    }
+}
+
+/// The daemon's runtimes, for a message.
+fn registered_list(registered: &[String]) -> String {
+    if registered.is_empty() {
+        "none".to_owned()
+    } else {
+        registered.join(", ")
     }
 }
 
@@ -189,6 +211,8 @@ pub fn container_spec(
         binaries: None,
         stdin: Some(engine.secrets(credentials)),
         image_label: engine.image_label().map(str::to_owned),
+        // The controller's level: a sandbox's own is set by its provision.
+        runtime: config.isolation.runtime().map(str::to_owned),
     }
 }
 

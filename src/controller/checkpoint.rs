@@ -73,8 +73,9 @@ pub(crate) struct Published<'a> {
 /// Performs the sandbox's pending checkpoint and reset requests, if its
 /// status (`status`: as this reconcile published or kept it) is ready and
 /// matches its running containers (`steady`: this reconcile changed no
-/// container). Returns whether requests are left for a later look (the
-/// sandbox was not ready for them).
+/// container), at most [`checkpoint::STEPS_PER_RECONCILE`] of them. Returns
+/// whether requests are left for a later look (the sandbox was not ready
+/// for them, or more were pending than one reconcile performs).
 pub(crate) async fn perform(
     ctx: &Context,
     desired: &DesiredSandbox,
@@ -84,7 +85,7 @@ pub(crate) async fn perform(
     journal: &mut Journal,
 ) -> Result<bool, StoreError> {
     let work = ctx.store.checkpoint_work(&desired.id).await?;
-    let steps = work.steps();
+    let (steps, more) = work.batch(checkpoint::STEPS_PER_RECONCILE);
     if steps.is_empty() {
         return Ok(false);
     }
@@ -102,7 +103,7 @@ pub(crate) async fn perform(
             for step in steps {
                 finish(ctx, desired, &step, Err(why.clone()), term, journal).await?;
             }
-            return Ok(false);
+            return Ok(more);
         }
         _ => return Ok(true),
     };
@@ -154,7 +155,7 @@ pub(crate) async fn perform(
             }
         }
     }
-    Ok(false)
+    Ok(more)
 }
 
 /// Records how `step` ended, in its row and (a failure) as an event.

@@ -91,6 +91,7 @@ mod tests {
                 instance: "i".into(),
                 state_id: Some(THEIRS.into()),
                 incarnation: None,
+                isolation: Default::default(),
             },
             state: ContainerState::Running,
             created: chrono::DateTime::UNIX_EPOCH,

@@ -10,13 +10,14 @@
 //! handed it as a plain `Arc<dyn Runtime>`.
 
 use super::fence::{Fence, Fenced};
+use crate::domain::attach::Candidate;
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::pool::PooledContainer;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
-    ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
+    ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
     RuntimeError, StaleBridge, TemplateJob,
 };
 use async_trait::async_trait;
@@ -170,6 +171,11 @@ impl Runtime for GuardedRuntime {
             .await
     }
 
+    async fn oci_runtimes(&self) -> Result<Option<Vec<String>>, RuntimeError> {
+        self.read("info", "the daemon", self.inner.oci_runtimes())
+            .await
+    }
+
     async fn list(
         &self,
         deployment: &Deployment,
@@ -231,6 +237,11 @@ impl Runtime for GuardedRuntime {
         self.read("inspect network", network, call).await
     }
 
+    async fn attach_candidate(&self, name: &str) -> Result<Option<Candidate>, RuntimeError> {
+        let call = self.inner.attach_candidate(name);
+        self.read("inspect", name, call).await
+    }
+
     async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
         let call = self.inner.connect(network, container);
         let after = self.deadlines.call;
@@ -253,8 +264,13 @@ impl Runtime for GuardedRuntime {
         self.read("list volumes", deployment.as_str(), call).await
     }
 
-    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
-        let call = self.inner.remove_volume(name, deployment);
+    async fn remove_volume(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+        disks: Option<&DiskStore>,
+    ) -> Result<(), RuntimeError> {
+        let call = self.inner.remove_volume(name, deployment, disks);
         let after = self.deadlines.call;
         self.change("volume remove", "remove volume", name, after, call)
             .await

@@ -4,9 +4,14 @@
 //! it; a reconcile that finds its image absent starts or joins that fetch
 //! and returns at once, and the sandboxes that waited are enqueued again
 //! when it ends. Pulls and builds are counted.
+//!
+//! sandboxd's own images (`sandboxd/…`, see [`own_image`]) are never
+//! pulled: anyone may publish under that name on Docker Hub. An absent one
+//! goes straight to the build command, or fails saying how to build it.
 
 use crate::config::ControllerConfig;
 use crate::domain::id::SandboxId;
+use crate::domain::own_image::{self, OwnImageError};
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
 use crate::sched::WorkQueue;
@@ -20,8 +25,15 @@ pub enum ImageError {
     /// The image is absent and the pull failed (no build command is set).
     #[error(transparent)]
     Unavailable(#[from] RuntimeError),
-    /// The image could not be pulled and the build command failed.
-    #[error("image {image} could not be pulled, and building it failed: {reason}; check --image-build-command")]
+    /// One of sandboxd's own images is absent (never pulled) and no build
+    /// command is set.
+    #[error(transparent)]
+    Own(#[from] OwnImageError),
+    /// The image could not be pulled (or is sandboxd's own, never pulled)
+    /// and the build command failed.
+    #[error(
+        "image {image} is absent, and building it failed: {reason}; check --image-build-command"
+    )]
     Build {
         /// The image reference.
         image: String,
@@ -133,15 +145,22 @@ impl Fetches {
             // Present, or unreadable: provisioning reads it again and says why.
             Ok(Some(_)) | Err(_) => return Availability::Go,
         }
+        if let Err(own) = own_image::may_pull(image) {
+            if self.tools.build_command.is_none() {
+                // Never pulled, and nothing to build it with: say how.
+                return Availability::Failed(own.to_string());
+            }
+        }
         let mut fetches = self.lock();
         if let Some(Fetch::Running { stage, waiters }) = fetches.get_mut(image) {
             waiters.insert(id.clone());
             return Availability::Fetching(waiting(image, *stage));
         }
+        let stage = first_stage(image);
         fetches.insert(
             image.to_owned(),
             Fetch::Running {
-                stage: Stage::Pulling,
+                stage,
                 waiters: BTreeSet::from([id.clone()]),
             },
         );
@@ -159,7 +178,7 @@ impl Fetches {
                 .unwrap_or_else(|_| Err(ImageError::Lost(name.clone())));
             this.finish(&name, result);
         });
-        Availability::Fetching(waiting(image, Stage::Pulling))
+        Availability::Fetching(waiting(image, stage))
     }
 
     /// Joins a running fetch of `image`, or tells `id` that the one it
@@ -238,6 +257,16 @@ fn running(fetches: &HashMap<String, Fetch>) -> usize {
         .count()
 }
 
+/// How the fetch of `image` begins: sandboxd's own images are never
+/// pulled, only built.
+fn first_stage(image: &str) -> Stage {
+    if own_image::may_pull(image).is_ok() {
+        Stage::Pulling
+    } else {
+        Stage::Building
+    }
+}
+
 /// What a sandbox waiting for `image` is told.
 fn waiting(image: &str, stage: Stage) -> String {
     match stage {
@@ -245,32 +274,36 @@ fn waiting(image: &str, stage: Stage) -> String {
             "waiting for image {image}: it is being pulled (sandboxd carries on once the pull ends)"
         ),
         Stage::Building => format!(
-            "waiting for image {image}: it could not be pulled and is being built by --image-build-command (sandboxd carries on once the build ends)"
+            "waiting for image {image}: it is absent and being built by --image-build-command (sandboxd carries on once the build ends)"
         ),
     }
 }
 
-/// Pulls `image`, else builds it with the build command and checks that it
-/// then exists.
+/// Pulls `image` (unless it is sandboxd's own: never pulled), else builds
+/// it with the build command and checks that it then exists.
 async fn fetch(fetches: Arc<Fetches>, image: String) -> Result<(), ImageError> {
     let tools = &fetches.tools;
-    let pull_error = match tools.runtime.pull(&image).await {
-        Ok(()) => {
-            tools.metrics.images.pulled(true);
-            return Ok(());
-        }
-        Err(e) => {
-            tools.metrics.images.pulled(false);
-            e
-        }
+    let absent: ImageError = match own_image::may_pull(&image) {
+        Ok(()) => match tools.runtime.pull(&image).await {
+            Ok(()) => {
+                tools.metrics.images.pulled(true);
+                return Ok(());
+            }
+            Err(e) => {
+                tools.metrics.images.pulled(false);
+                e.into()
+            }
+        },
+        Err(own) => own.into(),
     };
     let Some(command) = &tools.build_command else {
-        return Err(pull_error.into());
+        return Err(absent);
     };
     tracing::info!(
         image,
         command = command.as_str(),
-        "image cannot be pulled; building it"
+        reason = %absent,
+        "image absent; building it"
     );
     fetches.moved_on(&image, Stage::Building);
     let built = build(command, &image, tools.build_timeout).await;

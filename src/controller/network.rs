@@ -6,6 +6,7 @@
 use super::name_release;
 use super::Context;
 use crate::config::{ControllerConfig, NetworkLayout};
+use crate::domain::attach::{self, AttachError};
 use crate::domain::container::ObservedContainer;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{self, StateId};
@@ -223,9 +224,10 @@ pub(crate) async fn create_and_start(
     }
 }
 
-/// Connects the containers the row names in `attach` and disconnects the
-/// ones it no longer names (never sandboxd's own). Returns one message per
-/// container that could not be attached.
+/// Connects the containers the row names in `attach` that may join it
+/// ([`attach::judge`]) and disconnects the ones it no longer names (never
+/// sandboxd's own). Returns one message per container that could not be
+/// attached, each telling the orchestrator nothing about what exists.
 pub(crate) async fn sync_attached(
     ctx: &Context,
     desired: &DesiredSandbox,
@@ -245,15 +247,14 @@ pub(crate) async fn sync_attached(
     let wanted: BTreeSet<&str> = desired.attach.iter().map(String::as_str).collect();
     let mut problems = Vec::new();
     for name in &wanted {
+        // On it already: it was judged when it was connected (a
+        // container's labels, privilege, mounts and network mode are fixed
+        // at its creation).
         if members.iter().any(|m| m == name) {
             continue;
         }
-        match ctx.runtime.connect(network, name).await {
-            Ok(()) => tracing::info!(container = name, network, "attached"),
-            // The daemon is unwell: retry the whole reconcile.
-            Err(e @ (RuntimeError::Connect(_) | RuntimeError::Timeout { .. })) => return Err(e),
-            // Docker or sandboxd refuses this container: say so.
-            Err(e) => problems.push(format!("attach: {e}")),
+        if let Err(e) = attach_one(ctx, desired, network, name).await? {
+            problems.push(e.to_string());
         }
     }
     for member in &members {
@@ -265,6 +266,61 @@ pub(crate) async fn sync_attached(
         }
     }
     Ok(problems)
+}
+
+/// Judges the container the row names `name` and connects it (by the id
+/// judged, so a container put under that name meanwhile is not the one
+/// connected). The outer error is the daemon's (the whole reconcile is
+/// retried); the inner one what the status says. Why a container was
+/// refused, and Docker's own errors, go to the log only: they would tell
+/// one tenant about containers that are not its.
+async fn attach_one(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    network: &str,
+    name: &str,
+) -> Result<Result<(), AttachError>, RuntimeError> {
+    let refused = || AttachError::NotAttachable {
+        name: name.to_owned(),
+        owner: desired.owner.clone(),
+    };
+    let found = match ctx.runtime.attach_candidate(name).await {
+        Ok(found) => found,
+        Err(e @ (RuntimeError::Connect(_) | RuntimeError::Timeout { .. })) => return Err(e),
+        Err(e) => {
+            tracing::warn!(sandbox = %desired.id, container = name, error = %e, "could not inspect a container to attach; refused");
+            return Ok(Err(refused()));
+        }
+    };
+    let judged = match attach::judge(name, &desired.owner, found.as_ref()) {
+        Ok(judged) => judged,
+        Err(refusal) => {
+            tracing::debug!(
+                sandbox = %desired.id,
+                owner = desired.owner,
+                container = name,
+                resolved = found.as_ref().map(|c| c.id.as_str()).unwrap_or_default(),
+                reason = refusal.as_str(),
+                why = refusal.phrase(),
+                "attach refused"
+            );
+            return Ok(Err(refused()));
+        }
+    };
+    match ctx.runtime.connect(network, judged.id.as_str()).await {
+        Ok(()) => {
+            tracing::info!(sandbox = %desired.id, container = name, network, "attached");
+            Ok(Ok(()))
+        }
+        // The daemon is unwell: retry the whole reconcile.
+        Err(e @ (RuntimeError::Connect(_) | RuntimeError::Timeout { .. })) => Err(e),
+        Err(e) => {
+            tracing::warn!(sandbox = %desired.id, container = name, network, error = %e, "could not connect a container to attach");
+            Ok(Err(AttachError::NotConnected {
+                name: name.to_owned(),
+            }))
+        }
+    }
 }
 
 /// Removes the sandbox's network `name` (disconnecting whatever is still

@@ -273,6 +273,14 @@ impl Drop for Reserved<'_> {
     }
 }
 
+/// Whether `desired` runs under the pool's isolation level: a pool's
+/// containers run under the controller's `--runtime`, so a sandbox whose
+/// row raises its level (a gVisor sandbox under runc pools) never claims
+/// one.
+fn same_isolation(ctx: &Context, desired: &DesiredSandbox) -> bool {
+    desired.isolation_under(ctx.config.isolation) == ctx.config.isolation
+}
+
 /// Reserves a ready pool container for each provision of `plan` that may
 /// claim one (see [`pool::claim_kind`]) and whose engine and feature set
 /// has a pool; one that finds its pool empty is counted as a miss and
@@ -283,8 +291,10 @@ pub(crate) fn reserve<'a>(ctx: &'a Context, desired: &DesiredSandbox, plan: &Pla
         return reserved;
     }
     let learned = ctx.config.warm_pool_demand;
+    let fits = same_isolation(ctx, desired);
     for p in plan.provisions() {
-        let Some(kind) = pool::claim_kind(p.reason, desired.persistent, p.retire.is_some()) else {
+        let Some(kind) = pool::claim_kind(p.reason, desired.persistent, p.retire.is_some(), fits)
+        else {
             continue;
         };
         let key = PoolKey {
@@ -327,7 +337,12 @@ pub(crate) async fn claim(
     network: &str,
     reserved: &Reserved<'_>,
 ) -> Option<(ContainerId, ServiceStatus)> {
-    let kind = pool::claim_kind(p.reason, desired.persistent, p.retire.is_some())?;
+    let kind = pool::claim_kind(
+        p.reason,
+        desired.persistent,
+        p.retire.is_some(),
+        same_isolation(ctx, desired),
+    )?;
     let (_, ready) = reserved.take(p.engine)?;
     let started = Instant::now();
     match take_over(ctx, desired, engine, p, &ready, credentials, image, network).await {
@@ -840,6 +855,11 @@ async fn start_one(
         (labels::FEATURES.to_owned(), features.join(",")),
         (labels::INSTANCE.to_owned(), token),
         (pool::POOL.to_owned(), "1".to_owned()),
+        // The controller's level: `container_spec` runs it under its runtime.
+        (
+            labels::ISOLATION.to_owned(),
+            ctx.config.isolation.as_str().to_owned(),
+        ),
     ]);
     if let Some(state) = ctx.state.get() {
         labels.insert(labels::STATE_ID.to_owned(), state.to_string());

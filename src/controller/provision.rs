@@ -16,6 +16,7 @@ use super::volume;
 use super::Context;
 use crate::domain::event::Origin;
 use crate::domain::id::ContainerId;
+use crate::domain::isolation::Isolation;
 use crate::domain::labels::ContainerLabels;
 use crate::domain::network::candidate_name;
 use crate::domain::plan::{HealCause, Provision, ProvisionReason};
@@ -180,6 +181,8 @@ async fn create(
     let runtime = ctx.runtime.as_ref();
     let image = config.images.image_for(engine, !p.features.is_empty());
     ships_features(runtime, p, &image).await?;
+    let isolation = desired.isolation_under(config.isolation);
+    runtime_registered(runtime, isolation).await?;
 
     let credentials = match &p.reuse {
         Some(s) => Credentials {
@@ -226,6 +229,29 @@ async fn create(
         image,
     )
     .await
+}
+
+/// Checks, before anything is removed, that the daemon has the OCI
+/// runtime `isolation` needs: a sandbox never runs under less than it
+/// asked for, and a rotation to a level the host cannot give must not
+/// destroy the working container. Asks the daemon only for a level that
+/// needs a runtime of its own.
+async fn runtime_registered(
+    runtime: &dyn Runtime,
+    isolation: Isolation,
+) -> Result<(), ProvisionError> {
+    if isolation.runtime().is_none() {
+        return Ok(());
+    }
+    let registered = runtime.oci_runtimes().await?;
+    match isolation.missing_runtime(registered.as_deref()) {
+        None => Ok(()),
+        Some(missing) => Err(ProvisionError::IsolationUnavailable {
+            isolation,
+            runtime: missing,
+            registered: registered.unwrap_or_default(),
+        }),
+    }
 }
 
 /// Checks, before anything is removed, that `image` ships the features
@@ -287,6 +313,7 @@ async fn cold(
         // Read by the reconcile before anything is planned.
         state_id: ctx.state.get().map(ToString::to_string),
         incarnation: desired.incarnation.as_ref().map(ToString::to_string),
+        isolation: desired.isolation_under(config.isolation),
     };
     let volume = desired
         .persistent
@@ -302,6 +329,7 @@ async fn cold(
         volume,
     );
     spec.host_port = p.host_port;
+    spec.runtime = labels.isolation.runtime().map(str::to_owned);
     let refused = if desired.persistent {
         None
     } else {

@@ -60,8 +60,9 @@ enum Slot {
     Refused { refusal: Refusal, retry_at: Instant },
 }
 
-/// What a lookup found.
+/// What a lookup found (once per provision: its size does not matter).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Resolved {
     /// The template is ready: mount these.
     Ready(Mounts),
@@ -428,6 +429,8 @@ fn owned_volume<const N: usize>(
         name,
         path: path.to_owned(),
         labels,
+        // A template's content is fixed by its recipe: nothing to cap.
+        disk: None,
     }
 }
 
@@ -541,7 +544,7 @@ async fn build(
             // copied, and it fills only an empty volume. Unless a running
             // container uses it, it goes, to be filled again at the retry.
             if runtime
-                .remove_volume(&binaries.name, &deployment)
+                .remove_volume(&binaries.name, &deployment, None)
                 .await
                 .is_ok()
             {
@@ -583,7 +586,7 @@ async fn prune(
                 .is_some_and(|rest| rest.starts_with('-') && !rest[1..].contains('-'))
     });
     for volume in stale {
-        match runtime.remove_volume(&volume.name, deployment).await {
+        match runtime.remove_volume(&volume.name, deployment, None).await {
             Ok(()) => {
                 tracing::info!(template = %volume.name, "removed the template of an older image")
             }

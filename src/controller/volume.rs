@@ -4,6 +4,8 @@
 //! state database's identity and its row's incarnation: another
 //! database's is never removed, and an earlier incarnation's is never
 //! mounted (it is removed once that incarnation's containers are gone).
+//! Each is capped at `--persistent-size` by the file system it lives on
+//! (see `domain::volume_disk`), whose file goes with it.
 
 use super::Context;
 use crate::config::ControllerConfig;
@@ -27,6 +29,7 @@ pub fn data_volume(
         name: data_volume_name(config, &labels.sandbox, engine),
         path: engine.data_path().to_owned(),
         labels: labels.of_volume(),
+        disk: config.persistent_disk(),
     }
 }
 
@@ -77,7 +80,11 @@ pub(crate) async fn remove_all(
 ) -> Result<(), RuntimeError> {
     for volume in removable(ctx, id, state).await? {
         ctx.runtime
-            .remove_volume(&volume.name, &ctx.config.deployment)
+            .remove_volume(
+                &volume.name,
+                &ctx.config.deployment,
+                Some(&ctx.config.disks),
+            )
             .await?;
     }
     Ok(())
@@ -102,10 +109,80 @@ pub(crate) async fn remove_superseded(
             .is_some_and(|theirs| theirs != row.as_str())
         {
             ctx.runtime
-                .remove_volume(&volume.name, &ctx.config.deployment)
+                .remove_volume(
+                    &volume.name,
+                    &ctx.config.deployment,
+                    Some(&ctx.config.disks),
+                )
                 .await?;
             tracing::info!(volume = %volume.name, "an earlier incarnation's data volume removed");
         }
     }
     Ok(())
+}
+
+/// What this deployment's capped volumes take of the Docker host's disk.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct DiskUse {
+    /// Bytes their files occupy (allocated blocks: what a full one costs
+    /// the host, at most its size).
+    used: u64,
+    /// Their caps, summed.
+    size: u64,
+}
+
+/// Publishes `sandboxd_persistent_disk_bytes` from the files of the
+/// listed volumes in `--persistent-disks-dir`, when sandboxd sees that
+/// directory (on the Docker host, or mounted into its container); a
+/// `stat` per volume, at each relist.
+pub(crate) async fn publish_use(ctx: &Context, volumes: &[ObservedResource]) {
+    let dir = std::path::PathBuf::from(&ctx.config.disks.dir);
+    let names: Vec<String> = volumes.iter().map(|v| v.name.clone()).collect();
+    match tokio::task::spawn_blocking(move || measure(&dir, &names)).await {
+        Ok(Some(usage)) => ctx.metrics.fleet.persistent_disks(usage.used, usage.size),
+        Ok(None) => {
+            tracing::debug!(dir = %ctx.config.disks.dir, "the disks directory is not visible here: no volume use measured");
+        }
+        Err(e) => tracing::warn!(error = %e, "measuring the volumes' use failed"),
+    }
+}
+
+/// The use of the files `DIR/NAME.img` of `names`; `None` when `dir` is
+/// not visible.
+fn measure(dir: &std::path::Path, names: &[String]) -> Option<DiskUse> {
+    use std::os::unix::fs::MetadataExt;
+    if !dir.is_dir() {
+        return None;
+    }
+    let mut usage = DiskUse::default();
+    for name in names {
+        if let Ok(file) = std::fs::metadata(dir.join(format!("{name}.img"))) {
+            usage.used += file.blocks() * 512;
+            usage.size += file.len();
+        }
+    }
+    Some(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn use_counts_the_listed_volumes_files_only() {
+        let dir = std::env::temp_dir().join(format!("sandboxd-disk-use-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.img"), vec![1u8; 8192]).unwrap();
+        let sparse = std::fs::File::create(dir.join("b.img")).unwrap();
+        sparse.set_len(1 << 20).unwrap();
+        std::fs::write(dir.join("other.img"), vec![1u8; 8192]).unwrap();
+        let usage = measure(&dir, &["a".into(), "b".into(), "gone".into()]).unwrap();
+        assert_eq!(usage.size, 8192 + (1 << 20));
+        assert!(
+            usage.used >= 8192 && usage.used < 8192 + (1 << 20),
+            "{usage:?}"
+        );
+        assert_eq!(measure(&dir.join("missing"), &["a".into()]), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -18,6 +18,13 @@ pub const BASELINE: &str = "baseline";
 /// this fraction of the cap (the engine needs room to work).
 pub const CAP_MARGIN: f64 = 0.9;
 
+/// The most requests one reconcile performs; the rest wait for the next
+/// look (a second later), so one sandbox's queue cannot hold a reconcile
+/// for long. The database bounds what may be pending at all
+/// (`sandbox_checkpoint_settings.max_pending_per_sandbox`, 8 unless the
+/// owner raised it).
+pub(crate) const STEPS_PER_RECONCILE: usize = 8;
+
 /// A checkpoint's name: 1 to 31 characters from `a-z`, `0-9`, `_` and `-`,
 /// starting with a letter or digit (safe in a database name, a file name
 /// and a shell word), or [`BASELINE`].
@@ -158,6 +165,15 @@ impl Work {
             .collect();
         steps.sort_by_key(Step::request);
         steps
+    }
+
+    /// The requests one reconcile performs: the first `most` of
+    /// [`Work::steps`], and whether more are left for a later look.
+    pub(crate) fn batch(&self, most: usize) -> (Vec<Step>, bool) {
+        let mut steps = self.steps();
+        let more = steps.len() > most;
+        steps.truncate(most);
+        (steps, more)
     }
 
     /// The ready checkpoint called `name`, if any.
@@ -305,6 +321,35 @@ mod tests {
         assert!(work.ready("a").is_some());
         assert!(work.ready("c").is_none());
         assert!(Work::default().is_idle());
+    }
+
+    #[test]
+    fn a_reconcile_performs_at_most_a_batch_and_says_when_more_are_left() {
+        let reset = |request| Reset {
+            request,
+            checkpoint: BASELINE.into(),
+            incarnation: None,
+        };
+        // (pending resets, most per batch) → (requests performed, more left)
+        let cases: [(i64, usize, &[i64], bool); 4] = [
+            (0, 8, &[], false),
+            (3, 8, &[1, 2, 3], false),
+            (8, 8, &[1, 2, 3, 4, 5, 6, 7, 8], false),
+            (10, 4, &[1, 2, 3, 4], true),
+        ];
+        for (pending, most, performed, more) in cases {
+            let work = Work {
+                checkpoints: Vec::new(),
+                resets: (1..=pending).map(reset).collect(),
+            };
+            let (steps, left) = work.batch(most);
+            let requests: Vec<i64> = steps.iter().map(Step::request).collect();
+            assert_eq!(
+                (requests.as_slice(), left),
+                (performed, more),
+                "{pending} pending, {most} per batch"
+            );
+        }
     }
 
     #[test]

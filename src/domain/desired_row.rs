@@ -18,6 +18,7 @@
 
 use super::id::{EngineName, SandboxId};
 use super::identity::Incarnation;
+use super::isolation::Isolation;
 use super::sandbox::{DesiredSandbox, IdleAction};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -87,6 +88,8 @@ pub(crate) struct DesiredRow {
     pub(crate) owner_container: Cell<Option<String>>,
     /// `None` when unset or not a finite time before the year 10000.
     pub(crate) created_at: Cell<Option<DateTime<Utc>>>,
+    /// Cut to 16 characters.
+    pub(crate) isolation: Cell<Option<String>>,
 }
 
 /// What the rules need of an engine this binary runs.
@@ -137,6 +140,7 @@ pub(crate) fn desired_from_row(
     // Only admission's arrival order reads it: an unreadable one counts
     // as the last change, and is no problem.
     let created_at = row.created_at.ok().flatten().unwrap_or(updated_at);
+    let isolation = read_isolation(row.isolation, &mut problems);
 
     DesiredSandbox {
         id: id.clone(),
@@ -156,6 +160,7 @@ pub(crate) fn desired_from_row(
         persistent,
         idle_action,
         owner_container,
+        isolation,
     }
 }
 
@@ -325,6 +330,22 @@ fn read_idle_action(column: Cell<Option<String>>, problems: &mut Problems) -> Id
             IdleAction::Release
         }
     }
+}
+
+/// The `isolation` column: unset (the controller's `--runtime`), or a
+/// level this binary knows. Any other value is reported (the row is then
+/// invalid and its containers are kept untouched: never run a sandbox under
+/// less than it asked for).
+fn read_isolation(column: Cell<Option<String>>, problems: &mut Problems) -> Option<Isolation> {
+    let text = problems.cell("isolation", column).flatten()?;
+    let level = Isolation::parse(&text);
+    if level.is_none() {
+        problems.push(format!(
+            "isolation is {}: use 'container', 'gvisor' or NULL (the controller's --runtime)",
+            shown(&text)
+        ));
+    }
+    level
 }
 
 /// The `owner_container` column: unset, or a Docker container name (one

@@ -2,6 +2,7 @@
 //! back what it created after a restart. Never holds credentials.
 
 use super::id::{Deployment, SandboxId};
+use super::isolation::Isolation;
 use std::collections::{BTreeSet, HashMap};
 
 /// Always `sandboxd` on containers sandboxd manages.
@@ -32,8 +33,13 @@ pub const STATE_ID: &str = "io.sandboxd.state-id";
 /// created for (`sandbox_desired.incarnation`): a row deleted and inserted
 /// again never inherits them.
 pub const INCARNATION: &str = "io.sandboxd.incarnation";
+/// The isolation level the container runs under
+/// ([`crate::domain::isolation::Isolation`]): `container` or `gvisor`
+/// (none: made before levels existed, `container`).
+pub const ISOLATION: &str = "io.sandboxd.isolation";
 /// Labels that mark containers sandboxd runs itself (engines, its state
-/// databases, their test copies): never connected to a sandbox network.
+/// databases, their test copies, the compose stack's services): never
+/// attached to a sandbox network ([`super::attach`]).
 pub(crate) const OWN_CONTAINERS: &[&str] = &[
     MANAGED_BY,
     DEPLOYMENT,
@@ -90,6 +96,8 @@ pub struct ContainerLabels {
     /// The row's incarnation (see [`INCARNATION`]); `None` on containers
     /// created before incarnations existed.
     pub incarnation: Option<String>,
+    /// The isolation level it runs under (see [`ISOLATION`]).
+    pub isolation: Isolation,
 }
 
 impl ContainerLabels {
@@ -108,6 +116,7 @@ impl ContainerLabels {
             (GENERATION.to_owned(), self.generation.to_string()),
             (FEATURES.to_owned(), features.join(",")),
             (INSTANCE.to_owned(), self.instance.clone()),
+            (ISOLATION.to_owned(), self.isolation.as_str().to_owned()),
         ]);
         for (key, value) in [(STATE_ID, &self.state_id), (INCARNATION, &self.incarnation)] {
             if let Some(value) = value {
@@ -146,6 +155,7 @@ impl ContainerLabels {
             instance: map.get(INSTANCE).cloned().unwrap_or_default(),
             state_id: map.get(STATE_ID).cloned(),
             incarnation: map.get(INCARNATION).cloned(),
+            isolation: Isolation::of_label(map.get(ISOLATION).map(String::as_str)),
         })
     }
 }
@@ -185,9 +195,11 @@ mod tests {
             instance: "0123abcd".into(),
             state_id: Some("5f0c7e3a-9b1d-4c2e-8f00-1a2b3c4d5e6f".into()),
             incarnation: Some("0a0b0c0d-0000-4000-8000-000000000001".into()),
+            isolation: Isolation::Gvisor,
         };
         let map = l.to_map();
         assert_eq!(map[FEATURES], "citext,pg_trgm");
+        assert_eq!(map[ISOLATION], "gvisor");
         assert_eq!(ContainerLabels::parse(&map), Some(l.clone()));
 
         let volume = l.of_volume();
@@ -209,9 +221,13 @@ mod tests {
             instance: "0123abcd".into(),
             state_id: None,
             incarnation: None,
+            isolation: Isolation::Container,
         };
-        let map = l.to_map();
+        let mut map = l.to_map();
         assert!(!map.contains_key(STATE_ID) && !map.contains_key(INCARNATION));
+        assert_eq!(ContainerLabels::parse(&map), Some(l.clone()));
+        // Made before isolation levels: the default runtime's.
+        map.remove(ISOLATION);
         assert_eq!(ContainerLabels::parse(&map), Some(l));
     }
 

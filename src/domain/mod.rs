@@ -6,6 +6,7 @@
 //! function tested with tables.
 
 pub mod admission;
+pub mod attach;
 pub mod breaker;
 pub mod checkpoint;
 pub mod clock;
@@ -18,11 +19,13 @@ pub(crate) mod gate;
 pub mod host_net;
 pub(crate) mod id;
 pub mod identity;
+pub mod isolation;
 pub mod labels;
 pub mod lease;
 pub mod limits;
 pub mod network;
 pub mod notice;
+pub(crate) mod own_image;
 pub(crate) mod pause;
 pub mod plan;
 pub mod pool;
@@ -31,9 +34,11 @@ pub mod sandbox;
 pub(crate) mod secret;
 pub mod status;
 pub mod template_volume;
+pub(crate) mod volume_disk;
 
 pub use self::id::{ContainerId, Deployment, EngineName, IdError, SandboxId};
 pub use self::identity::{Incarnation, StateId};
+pub use self::isolation::Isolation;
 pub use self::sandbox::{DesiredSandbox, Phase, SandboxStatus, ServiceStatus};
 pub use self::secret::Secret;
 

@@ -3,6 +3,7 @@
 
 use super::container::{ContainerState, ObservedContainer};
 use super::id::{ContainerId, EngineName};
+use super::isolation::Isolation;
 use super::network::is_container_name;
 use super::sandbox::{DesiredSandbox, IdleAction, SandboxStatus, ServiceStatus};
 use chrono::{DateTime, Utc};
@@ -281,15 +282,20 @@ pub struct Policy {
     /// cannot rename what it runs (Swarm services) cannot build the new
     /// one beside the old and give it the old one's name afterwards.
     pub(crate) rotate_in_place: bool,
+    /// The least isolation level of every sandbox (`--runtime`); a row
+    /// may ask for more (see [`DesiredSandbox::isolation_under`]).
+    pub isolation: Isolation,
 }
 
 impl Policy {
-    /// A policy with `grace` and no default idle timeout.
+    /// A policy with `grace`, no default idle timeout and Docker's
+    /// default runtime.
     pub fn with_grace(grace: Duration) -> Self {
         Self {
             grace,
             idle_timeout: None,
             rotate_in_place: false,
+            isolation: Isolation::Container,
         }
     }
 }
@@ -535,6 +541,7 @@ pub(crate) fn plan(
         }
     }
 
+    let isolation = desired.isolation_under(policy.isolation);
     let mut services = desired.services.clone();
     services.sort();
     services.dedup();
@@ -544,11 +551,15 @@ pub(crate) fn plan(
             .get(engine.as_str())
             .map_or(&[][..], Vec::as_slice);
         let published = status.and_then(|s| s.services.get(engine.as_str()).map(|s| &**s));
-        actions.extend(plan_engine(
+        let seen = EngineView {
             engine,
-            &wanted_features,
             containers,
             published,
+            isolation,
+        };
+        actions.extend(plan_engine(
+            &seen,
+            &wanted_features,
             desired.persistent || policy.rotate_in_place,
         ));
     }
@@ -561,43 +572,35 @@ pub(crate) fn plan(
     }
 }
 
-fn plan_engine(
-    engine: EngineName,
-    wanted: &BTreeSet<String>,
-    containers: &[&ObservedContainer],
-    published: Option<&ServiceStatus>,
-    in_place: bool,
-) -> Vec<Action> {
-    let seen = EngineView {
-        engine,
-        containers,
-        published,
-    };
-    let running: Vec<&ObservedContainer> = containers
+fn plan_engine(seen: &EngineView<'_>, wanted: &BTreeSet<String>, in_place: bool) -> Vec<Action> {
+    let running: Vec<&ObservedContainer> = seen
+        .containers
         .iter()
         .copied()
         .filter(|c| c.state == ContainerState::Running)
         .collect();
-    if let Some(actions) = keep_serving(&seen, wanted, &running) {
+    if let Some(actions) = keep_serving(seen, wanted, &running) {
         return actions;
     }
     if let Some(old) = running.iter().find(|c| seen.is_published(c)) {
         return vec![Action::Provision(rotate_running(
-            &seen, wanted, old, in_place,
+            seen, wanted, old, in_place,
         ))];
     }
     vec![Action::Provision(provision_afresh(
-        &seen,
+        seen,
         wanted,
         running.is_empty(),
     ))]
 }
 
-/// One engine's containers of a sandbox and what was published for it.
+/// One engine's containers of a sandbox, what was published for it, and
+/// the isolation level its container must run under.
 struct EngineView<'a> {
     engine: EngineName,
     containers: &'a [&'a ObservedContainer],
     published: Option<&'a ServiceStatus>,
+    isolation: Isolation,
 }
 
 impl EngineView<'_> {
@@ -627,9 +630,12 @@ impl EngineView<'_> {
     }
 }
 
-/// A running container whose credentials we published and that has every
-/// wanted feature: keep it (one under the engine's name first), remove any
-/// others. The published container is the live one: a rotation's new
+/// A running container whose credentials we published, that has every
+/// wanted feature and runs under the sandbox's isolation level: keep it
+/// (one under the engine's name first), remove any others. One under
+/// another level is rotated like one that lacks a feature: a container
+/// cannot change its runtime, and a row that raised its level must not
+/// keep serving from the host's kernel. The published container is the live one: a rotation's new
 /// container still under its temporary name was published while the old
 /// one still ran, so it takes over.
 fn keep_serving(
@@ -638,8 +644,11 @@ fn keep_serving(
     running: &[&ObservedContainer],
 ) -> Option<Vec<Action>> {
     let status = seen.published?;
-    let serves =
-        |c: &ObservedContainer| seen.is_published(c) && wanted.is_subset(&c.labels.features);
+    let serves = |c: &ObservedContainer| {
+        seen.is_published(c)
+            && wanted.is_subset(&c.labels.features)
+            && c.labels.isolation == seen.isolation
+    };
     let good = running
         .iter()
         .find(|c| serves(c) && seen.canonical(c))
@@ -667,8 +676,8 @@ fn keep_serving(
     Some(actions)
 }
 
-/// A running published container that lacks a wanted feature: rotate,
-/// building the new container before the old one goes (any other container
+/// A running published container that lacks a wanted feature, or runs
+/// under another isolation level than the sandbox's: rotate, building the new container before the old one goes (any other container
 /// of the engine, such as an earlier attempt's, goes first). A persistent
 /// sandbox's volume holds one server, and a runtime that cannot rename
 /// (Swarm) cannot promote a second one: there (`in_place`) the old

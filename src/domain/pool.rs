@@ -7,6 +7,7 @@ pub(crate) mod demand;
 
 use super::container::{ContainerState, ObservedContainer};
 use super::id::{ContainerId, Deployment, EngineName, SandboxId};
+use super::isolation::Isolation;
 use super::labels::ContainerLabels;
 use super::plan::ProvisionReason;
 use chrono::{DateTime, Utc};
@@ -64,6 +65,9 @@ pub struct PooledContainer {
     pub host_port: Option<u16>,
     /// The networks it is on, by name, as the list saw them.
     pub networks: Vec<String>,
+    /// The isolation level it runs under, from its labels (a pool's
+    /// containers run under the controller's `--runtime`).
+    pub isolation: Isolation,
 }
 
 /// A claimed pool container: the sandbox it serves now (recorded in the
@@ -105,6 +109,7 @@ impl PoolClaim {
                 instance: self.instance.clone(),
                 state_id: listed.state_id.clone(),
                 incarnation: self.incarnation.clone(),
+                isolation: listed.isolation,
             },
             state: listed.state,
             created: listed.created,
@@ -139,14 +144,18 @@ impl ClaimKind {
 
 /// Whether a provision may claim from the pool, and as which kind: creates,
 /// replacements and heals may; a rotation (it builds next to the running
-/// container and switches) and a persistent sandbox (its data lives on a
-/// volume a pool container does not have) never do.
+/// container and switches), a persistent sandbox (its data lives on a
+/// volume a pool container does not have) and a sandbox whose isolation
+/// level is not the pool's (`same_isolation` false: a pool runs under the
+/// controller's `--runtime`, and a container cannot change its runtime)
+/// never do.
 pub(crate) fn claim_kind(
     reason: ProvisionReason,
     persistent: bool,
     rotating: bool,
+    same_isolation: bool,
 ) -> Option<ClaimKind> {
-    if persistent || rotating {
+    if persistent || rotating || !same_isolation {
         return None;
     }
     match reason {
@@ -236,13 +245,29 @@ mod tests {
     #[test]
     fn creates_and_heals_claim_but_rotations_and_persistent_sandboxes_never_do() {
         use ProvisionReason::*;
-        assert_eq!(claim_kind(Create, false, false), Some(ClaimKind::Create));
-        assert_eq!(claim_kind(Replace, false, false), Some(ClaimKind::Create));
-        assert_eq!(claim_kind(Heal, false, false), Some(ClaimKind::Heal));
-        assert_eq!(claim_kind(Rotate, false, false), None);
-        assert_eq!(claim_kind(Create, true, false), None);
-        assert_eq!(claim_kind(Heal, true, false), None);
-        assert_eq!(claim_kind(Create, false, true), None);
+        assert_eq!(
+            claim_kind(Create, false, false, true),
+            Some(ClaimKind::Create)
+        );
+        assert_eq!(
+            claim_kind(Replace, false, false, true),
+            Some(ClaimKind::Create)
+        );
+        assert_eq!(claim_kind(Heal, false, false, true), Some(ClaimKind::Heal));
+        assert_eq!(claim_kind(Rotate, false, false, true), None);
+        assert_eq!(claim_kind(Create, true, false, true), None);
+        assert_eq!(claim_kind(Heal, true, false, true), None);
+        assert_eq!(claim_kind(Create, false, true, true), None);
+    }
+
+    #[test]
+    fn a_sandbox_under_another_isolation_level_than_the_pool_s_never_claims() {
+        use ProvisionReason::*;
+        // A gVisor sandbox must never be served a runc pool container
+        // (nor the other way round): its level is fixed at the create.
+        for reason in [Create, Replace, Heal, Rotate] {
+            assert_eq!(claim_kind(reason, false, false, false), None, "{reason:?}");
+        }
     }
 
     #[test]
@@ -260,6 +285,7 @@ mod tests {
             host_port: Some(5000),
             networks: Vec::new(),
             paused: false,
+            isolation: Isolation::Gvisor,
         };
         let claim = PoolClaim {
             container: listed.id.clone(),
@@ -276,6 +302,7 @@ mod tests {
         assert_eq!(seen.labels.instance, "claimed");
         assert_eq!(seen.labels.generation, 3);
         assert_eq!(seen.labels.state_id.as_deref(), Some("s"));
+        assert_eq!(seen.labels.isolation, Isolation::Gvisor);
         let index = ClaimIndex::default();
         index.replace(std::slice::from_ref(&claim));
         assert_eq!(index.sandbox_of(&listed.id), Some(claim.sandbox.clone()));

@@ -3,6 +3,7 @@
 
 use super::id::Incarnation;
 use super::id::{EngineName, SandboxId};
+use super::isolation::Isolation;
 use super::secret::Secret;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,9 @@ pub struct DesiredSandbox {
     pub idle_action: IdleAction,
     /// The agent's container: once it is gone the sandbox is released.
     pub owner_container: Option<String>,
+    /// The isolation level the row asks for (`None`: the controller's
+    /// `--runtime`); see [`DesiredSandbox::isolation_under`].
+    pub isolation: Option<Isolation>,
     /// Bumped by the database on every change.
     pub generation: i64,
     /// Which incarnation of the id this row is (set by the database on
@@ -63,6 +67,12 @@ impl DesiredSandbox {
     /// Features requested for `engine` (empty if none).
     pub(crate) fn features_for(&self, engine: EngineName) -> BTreeSet<String> {
         self.features.get(&engine).cloned().unwrap_or_default()
+    }
+
+    /// The isolation level the sandbox's containers run under, given the
+    /// controller's `floor` (`--runtime`): the stronger of the two.
+    pub(crate) fn isolation_under(&self, floor: Isolation) -> Isolation {
+        Isolation::effective(self.isolation, floor)
     }
 
     /// Whether the row asks for the engine called `name`, known or not.

@@ -6,7 +6,10 @@
 //! command stays disabled. The agent's login is the default user, which the
 //! images' sandbox mode restricts by ACL: no `MODULE` (but `MODULE LIST`),
 //! `CONFIG` (but `CONFIG GET`), `REPLICAOF`, `DEBUG`, `SHUTDOWN`, `MIGRATE`,
-//! `ACL`, …
+//! `ACL`, …, and none of the loaded modules' administration, debug and
+//! raw-load commands (`FT.CONFIG`, `BF.LOADCHUNK`, `JSON.DEBUG`, …; the
+//! entrypoint names only those of the modules in its `--loadmodule`
+//! arguments, since naming an unknown command stops the server).
 
 use super::{require_all, script, Credentials, Engine, EngineError, Target};
 use crate::domain::checkpoint::CheckpointName;

@@ -20,6 +20,7 @@ pub(crate) struct FleetMetrics {
     relist_converged: IntGauge,
     reaping_paused: IntGauge,
     rows_missing: IntGauge,
+    persistent_disks: IntGaugeVec,
 }
 
 impl FleetMetrics {
@@ -64,11 +65,32 @@ impl FleetMetrics {
                 "sandboxd_sandboxes_row_missing",
                 "Sandboxes with containers whose desired row vanished without a DELETE (no tombstone), at the last relist"
             )),
+            persistent_disks: register(registry, IntGaugeVec::new(
+                Opts::new(
+                    "sandboxd_persistent_disk_bytes",
+                    "This deployment's capped persistent volumes on the Docker host, as of the last relist: used (what their files occupy on the host's disk) and size (their caps, --persistent-size); 0 when sandboxd does not see --persistent-disks-dir"
+                ),
+                &["kind"]
+            )),
         };
+        for kind in ["used", "size"] {
+            m.persistent_disks.with_label_values(&[kind]);
+        }
         for phase in Phase::ALL {
             m.sandboxes.with_label_values(&[phase.as_str()]);
         }
         m
+    }
+
+    /// What the capped persistent volumes occupy on the host and their caps.
+    pub(crate) fn persistent_disks(&self, used: u64, size: u64) {
+        let set = |kind: &str, bytes: u64| {
+            self.persistent_disks
+                .with_label_values(&[kind])
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        };
+        set("used", used);
+        set("size", size);
     }
 
     /// Sets the gauge of sandboxes in `phase` (kept by

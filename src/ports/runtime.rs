@@ -1,6 +1,7 @@
 //! The container runtime port: what the controller asks of Docker.
 
 use super::BoxError;
+use crate::domain::attach::Candidate;
 use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
@@ -83,6 +84,19 @@ pub enum RuntimeError {
         /// The tail of its output (a template holds no credential).
         logs: String,
     },
+    /// The job that makes, attaches or removes a capped volume's file
+    /// system failed (see [`crate::domain::volume_disk`]).
+    #[error("the disk job ({op}) of volume {volume} exited with code {code}; check that its image exists (deploy/images/build.sh builds sandboxd/disk), that loop devices can be had on the Docker host (losetup -f) and --persistent-disks-dir; last log lines:\n{logs}")]
+    DiskJob {
+        /// `attach` or `release`.
+        op: &'static str,
+        /// The volume.
+        volume: String,
+        /// Its exit code.
+        code: i64,
+        /// The tail of its output (it handles no credential).
+        logs: String,
+    },
     /// A volume under a template's name is not one sandboxd may mount or
     /// replace (see [`crate::domain::template_volume::judge`]): the
     /// template's sandboxes start cold until an operator acts.
@@ -129,6 +143,30 @@ pub struct Volume {
     pub path: String,
     /// Labels (deployment and sandbox, so that it is found and cleaned up).
     pub labels: HashMap<String, String>,
+    /// Its size cap, enforced by the file system (persistent sandboxes'
+    /// data; `None`: uncapped, as templates are, whose content is fixed).
+    pub disk: Option<Disk>,
+}
+
+/// Where capped volumes keep their file systems: one sparse file
+/// `DIR/NAME.img` per volume on the Docker host, made, attached to a loop
+/// device and removed by a short privileged job in `image`
+/// (see `domain::volume_disk`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskStore {
+    /// The directory of the files, on the Docker host.
+    pub dir: String,
+    /// The image of the job (`deploy/images/disk`: e2fsprogs, util-linux).
+    pub image: String,
+}
+
+/// A volume's size cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disk {
+    /// Where its file lives.
+    pub store: DiskStore,
+    /// Its size in bytes (a file made earlier keeps the size it was made with).
+    pub bytes: u64,
 }
 
 /// Everything needed to create one sandbox container.
@@ -178,6 +216,10 @@ pub struct ContainerSpec {
     /// created: an image that does not read its secrets from standard input
     /// would otherwise start without a password.
     pub image_label: Option<String>,
+    /// The OCI runtime the daemon runs the container under (`runsc`:
+    /// gVisor; see [`crate::domain::isolation`]); `None`: the daemon's
+    /// default. A runtime that cannot choose refuses any.
+    pub runtime: Option<String>,
 }
 
 /// A one-off container that fills a template volume and exits: no
@@ -396,6 +438,12 @@ pub trait Runtime: Send + Sync + 'static {
     async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
         Ok(None)
     }
+    /// The OCI runtimes the daemon can run containers under, by name
+    /// (`docker info`'s Runtimes); `None` when it does not say. One that
+    /// cannot choose a runtime per container (Swarm) has none.
+    async fn oci_runtimes(&self) -> Result<Option<Vec<String>>, RuntimeError> {
+        Ok(None)
+    }
     /// The containers of `deployment` (optionally one sandbox's), stopped
     /// ones included; containers with malformed labels are skipped.
     async fn list(
@@ -437,8 +485,15 @@ pub trait Runtime: Send + Sync + 'static {
     /// Names of the containers connected to the network; `None` if it does
     /// not exist.
     async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError>;
-    /// Connects the container `container` (a name) to `network`; refuses
-    /// containers sandboxd manages. Already connected is success.
+    /// What the runtime says of the container it resolves `name` to: an
+    /// exact name, but as Docker resolves them also a full id or a unique
+    /// id prefix (the judgement, [`crate::domain::attach::judge`], compares
+    /// the name); `None` when it resolves to none.
+    async fn attach_candidate(&self, name: &str) -> Result<Option<Candidate>, RuntimeError>;
+    /// Connects the container `container` (sandboxd's own container by
+    /// name, or an attach candidate by its full id) to `network`. Checks
+    /// nothing: an orchestrator's container is judged first
+    /// ([`crate::domain::attach`]). Already connected is success.
     async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError>;
     /// Disconnects the container from `network`. Not connected is success.
     async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError>;
@@ -446,8 +501,14 @@ pub trait Runtime: Send + Sync + 'static {
     async fn volumes(&self, deployment: &Deployment)
         -> Result<Vec<ObservedResource>, RuntimeError>;
     /// Removes the volume `name` if it exists and its labels say
-    /// `deployment` created it. Idempotent; fails while a container uses it.
-    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError>;
+    /// `deployment` created it, and its capped file system's file in
+    /// `disks` if it has one. Idempotent; fails while a container uses it.
+    async fn remove_volume(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+        disks: Option<&DiskStore>,
+    ) -> Result<(), RuntimeError>;
     /// The labels of `image` if it is present locally, `None` if not.
     async fn image_labels(
         &self,

@@ -71,11 +71,13 @@ pub enum StoreError {
 }
 
 /// The payload of a `NOTIFY` on `sandbox_desired` or `sandbox_status` that
-/// names no sandbox but says every row may have changed (the table was
-/// truncated): never a valid sandbox id.
+/// names no row but says every row may have changed (the table was
+/// truncated, or reaping resumed): never a valid sandbox id or incarnation.
 pub const NOTIFY_EVERY_ROW: &str = "*";
 
-/// Ids from `NOTIFY sandbox_desired`, raw as sent (or [`NOTIFY_EVERY_ROW`]);
+/// The ids of the sandboxes whose desired rows changed, as the store found
+/// them from `NOTIFY sandbox_desired` (whose payloads name rows by
+/// incarnation), or [`NOTIFY_EVERY_ROW`] when the owner asked for a relist;
 /// the stream ends (or yields an error) when the connection drops.
 pub type NotifyStream = BoxStream<'static, Result<String, StoreError>>;
 

@@ -1,6 +1,7 @@
 //! An in-memory container runtime.
 
 use super::Faults;
+use crate::domain::attach::{self, Candidate};
 use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
@@ -8,8 +9,8 @@ use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::domain::pool::PooledContainer;
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, EventStream, NetworkSpec, NetworkStream, ObservedResource,
-    Runtime, RuntimeError, RuntimeEvent, TemplateJob,
+    ContainerAction, ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream,
+    ObservedResource, Runtime, RuntimeError, RuntimeEvent, TemplateJob,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -80,6 +81,9 @@ struct World {
     image_labels: BTreeMap<String, HashMap<String, String>>,
     /// (network, container) pairs connected after creation.
     attached: BTreeSet<(String, String)>,
+    /// What `attach_candidate` says of a name, where a test set it (see
+    /// [`FakeRuntime::set_attach_candidate`]).
+    candidates: BTreeMap<String, Option<Candidate>>,
     next: u32,
     /// Event streams, shared with the runtime (see [`FakeRuntime`]).
     subscribers: Subscribers<RuntimeEvent>,
@@ -96,6 +100,8 @@ struct World {
     pulls: BTreeMap<String, u32>,
     /// What `host_memory` reports.
     host_memory: Option<u64>,
+    /// What `oci_runtimes` reports.
+    oci_runtimes: Option<Vec<String>>,
     /// Containers being removed (`docker rm -f` answered, the removal is
     /// not done): they keep their name until the number of looks
     /// (`inspect`) left here runs out.
@@ -261,6 +267,21 @@ impl FakeRuntime {
         };
     }
 
+    /// The owner whose sandboxes every agent opts in for, unless a test
+    /// says otherwise (the controller tests' rows are this owner's).
+    pub(crate) const AGENT_OWNER: &'static str = "test";
+
+    /// Makes `attach_candidate(name)` answer `candidate`. Unset, a name
+    /// starting with `missing-` resolves to nothing and any other to an
+    /// agent of that name opted in for [`Self::AGENT_OWNER`].
+    pub(crate) fn set_attach_candidate(&self, name: &str, candidate: Option<Candidate>) {
+        self.world
+            .lock()
+            .unwrap()
+            .candidates
+            .insert(name.into(), candidate);
+    }
+
     /// Ends every event stream, as a daemon restart does (watchers reconnect).
     pub(crate) fn cut_events(&self) {
         self.subscribers.lock().unwrap().clear();
@@ -272,6 +293,13 @@ impl FakeRuntime {
     /// Sets the host memory the daemon reports.
     pub(crate) fn set_host_memory(&self, bytes: Option<u64>) {
         self.world.lock().unwrap().host_memory = bytes;
+    }
+
+    /// Sets the OCI runtimes the daemon reports (until then it does not
+    /// say, and creates under any runtime succeed).
+    pub(crate) fn set_oci_runtimes(&self, runtimes: &[&str]) {
+        self.world.lock().unwrap().oci_runtimes =
+            Some(runtimes.iter().map(|s| (*s).to_owned()).collect());
     }
 
     pub(crate) fn lose_network_at_next_create(&self) {
@@ -433,6 +461,10 @@ impl Runtime for FakeRuntime {
         Ok(self.world.lock().unwrap().host_memory)
     }
 
+    async fn oci_runtimes(&self) -> Result<Option<Vec<String>>, RuntimeError> {
+        Ok(self.world.lock().unwrap().oci_runtimes.clone())
+    }
+
     async fn ping(&self) -> Result<(), RuntimeError> {
         self.faults
             .check(RuntimeOp::Ping)
@@ -564,6 +596,29 @@ impl Runtime for FakeRuntime {
         Ok(Some(members))
     }
 
+    async fn attach_candidate(&self, name: &str) -> Result<Option<Candidate>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Network)
+            .await
+            .map_err(|e| injected("inspect", e))?;
+        let w = self.world.lock().unwrap();
+        if let Some(set) = w.candidates.get(name) {
+            return Ok(set.clone());
+        }
+        if name.starts_with("missing-") {
+            return Ok(None);
+        }
+        // An agent's id is its name here (as `set_agent`'s are).
+        Ok(Some(Candidate {
+            id: ContainerId::new(name),
+            name: name.to_owned(),
+            labels: HashMap::from([(attach::OPT_IN.to_owned(), Self::AGENT_OWNER.to_owned())]),
+            privileged: false,
+            network_mode: "bridge".into(),
+            bind_sources: Vec::new(),
+        }))
+    }
+
     async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
         self.faults
             .check(RuntimeOp::Network)
@@ -607,7 +662,12 @@ impl Runtime for FakeRuntime {
             .collect())
     }
 
-    async fn remove_volume(&self, name: &str, deployment: &Deployment) -> Result<(), RuntimeError> {
+    async fn remove_volume(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+        _disks: Option<&DiskStore>,
+    ) -> Result<(), RuntimeError> {
         let mut w = self.world.lock().unwrap();
         let Some(labels) = w.volumes.get(name) else {
             return Ok(());
@@ -734,6 +794,15 @@ impl Runtime for FakeRuntime {
             std::future::pending::<()>().await;
         }
         let mut w = self.world.lock().unwrap();
+        // As dockerd: a runtime it does not have is refused at the create.
+        if let (Some(runtime), Some(known)) = (&spec.runtime, &w.oci_runtimes) {
+            if !known.contains(runtime) {
+                return Err(injected(
+                    "create",
+                    format!("unknown or invalid runtime name: {runtime}"),
+                ));
+            }
+        }
         if std::mem::take(&mut w.lose_network) {
             w.networks.remove(&spec.network);
         }

@@ -220,5 +220,6 @@ fn row(name: &str) -> DesiredSandbox {
         persistent: false,
         idle_action: Default::default(),
         owner_container: None,
+        isolation: None,
     }
 }

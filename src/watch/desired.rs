@@ -1,7 +1,8 @@
-//! `NOTIFY sandbox_desired` as requests: the payload names the sandbox, and
+//! `NOTIFY sandbox_desired` as requests: the store names the sandbox (the
+//! payload names its row by incarnation, and the store finds the id), and
 //! the database notifies only when a row is inserted, deleted or its
 //! generation changes, so each one is something new asked of the sandbox
-//! (it cuts a retry backoff short). A `TRUNCATE` sends
+//! (it cuts a retry backoff short). A `TRUNCATE` comes as
 //! [`NOTIFY_EVERY_ROW`] instead of an id: every row may be gone, so both
 //! sides are relisted.
 

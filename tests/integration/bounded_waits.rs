@@ -244,8 +244,7 @@ async fn an_image_being_built_holds_no_worker_slot_and_two_sandboxes_waiting_for
             || async {
                 client.status(id).await.unwrap().filter(|s| {
                     s.phase == Phase::Provisioning
-                        && s.message
-                            .contains("is being built by --image-build-command")
+                        && s.message.contains("being built by --image-build-command")
                 })
             },
         )

@@ -593,3 +593,155 @@ async fn the_cli_checkpoints_and_resets_and_says_why_it_refuses() {
     client.release(&id).await.unwrap();
     controller.stop().await;
 }
+
+/// What a reset to the baseline does, held at the moment between making
+/// the new database and creating its features in it: a `psql` that waits
+/// there (a bash function the script's `psql` calls resolve to, defined in a
+/// file `BASH_ENV` names: the runtime tmpfs is noexec, a sourced file needs
+/// no exec bit) until the test lets it go.
+const HOLD_BEFORE_FEATURES: &str = r#"
+psql() {
+	local a prev= i
+	for a; do
+		if [[ $prev == -d && $a == "$SANDBOXD_DATABASE" ]]; then
+			: >/var/run/postgresql/test-held
+			for ((i = 0; i < 600; i++)); do
+				[[ -e /var/run/postgresql/test-go ]] && break
+				sleep 0.1
+			done
+		fi
+		prev=$a
+	done
+	command psql "$@"
+}
+"#;
+
+/// Issue 29, hole 4: a reset to the baseline used to make the agent's
+/// database owned by the agent, open to its logins, and only then create
+/// the features in `public` as the superuser, so the agent could connect in
+/// between and plant objects for the extension scripts to call. Now the
+/// database is the superuser's and closed to the agent until its features
+/// are in, then handed over as provisioning made it.
+#[tokio::test]
+async fn a_baseline_reset_keeps_the_agent_out_until_the_features_are_in_then_hands_the_database_over(
+) {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("ckpt-hold");
+    let status = client
+        .provision(
+            &id,
+            &request(&["postgres"], &[("postgres", "citext")]),
+            WAIT,
+        )
+        .await
+        .expect("postgres sandbox ready");
+    // Nobody else execs into the container or probes it while the reset
+    // is held (a probe failing meanwhile could start a heal).
+    controller.stop().await;
+    let pg = &status.services["postgres"];
+    let url = host_pg_url(pg);
+    let container = env
+        .containers(Some(&id))
+        .await
+        .into_iter()
+        .find(|c| c.labels.engine == "postgres")
+        .expect("a postgres container")
+        .name;
+    let hook = "/var/run/postgresql/test-hold.sh";
+    let (code, out) = common::exec_in(
+        &env,
+        &container,
+        &format!("cat >{hook} <<'EOF'\n{HOLD_BEFORE_FEATURES}\nEOF"),
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+
+    let postgres = sandboxd::engine::lookup("postgres").unwrap();
+    let credentials = sandboxd::engine::Credentials {
+        user: pg.user.clone(),
+        password: pg.password.clone(),
+        database: pg.database.clone(),
+    };
+    let reset = postgres
+        .reset_command(
+            &credentials,
+            &sandboxd::domain::checkpoint::CheckpointName::baseline(),
+        )
+        .expect("postgres resets");
+    let held = async {
+        eventually(
+            "the reset held before the features",
+            Duration::from_secs(30),
+            || async {
+                let (code, _) = common::exec_in(
+                    &env,
+                    &container,
+                    "test -e /var/run/postgresql/test-held",
+                    Vec::new(),
+                )
+                .await;
+                (code == 0).then_some(())
+            },
+        )
+        .await;
+        // The new database exists now; the agent's login to it must fail.
+        let login = PgConnection::connect(&url).await;
+        let (code, out) = common::exec_in(
+            &env,
+            &container,
+            "touch /var/run/postgresql/test-go",
+            Vec::new(),
+        )
+        .await;
+        assert_eq!(code, 0, "{out}");
+        login.map(drop)
+    };
+    let ((code, out), login) = tokio::join!(
+        common::exec_argv(&env, &container, reset, vec![format!("BASH_ENV={hook}")]),
+        held
+    );
+    assert_eq!((code, out.trim()), (0, "reset"), "{out}");
+    let refused = login.expect_err("the agent cannot log in before the features are in");
+    assert!(
+        refused
+            .to_string()
+            .contains("permission denied for database"),
+        "{refused}"
+    );
+
+    // Handed over as provisioning made it: the agent owns the database and
+    // public and may connect (as may PUBLIC); the features are the
+    // superuser's.
+    let mut con = PgConnection::connect(&url)
+        .await
+        .expect("the agent logs in");
+    let (db_owner, public_owner, public_connects): (String, String, bool) = sqlx::query_as(
+        "SELECT d.datdba::regrole::text, \
+                (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'public'), \
+                EXISTS (SELECT FROM aclexplode(coalesce(d.datacl, acldefault('d', d.datdba))) a \
+                        WHERE a.grantee = 0 AND a.privilege_type = 'CONNECT') \
+         FROM pg_database d WHERE d.datname = current_database()",
+    )
+    .fetch_one(&mut con)
+    .await
+    .unwrap();
+    assert_eq!(
+        (db_owner.as_str(), public_owner.as_str(), public_connects),
+        (pg.user.as_str(), pg.user.as_str(), true)
+    );
+    let (owner, schema, same): (String, String, bool) = sqlx::query_as(
+        "SELECT e.extowner::regrole::text, e.extnamespace::regnamespace::text, 'A'::citext = 'a' \
+         FROM pg_extension e WHERE e.extname = 'citext'",
+    )
+    .fetch_one(&mut con)
+    .await
+    .expect("citext is back");
+    assert_eq!(
+        (owner.as_str(), schema.as_str(), same),
+        ("postgres", "public", true)
+    );
+    con.close().await.unwrap();
+}

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{docker_ok, eventually, hold_lease, request, sandbox_id, TestEnv, BIN};
+use common::{docker_ok, eventually, hold_lease, request, sandbox_id, seed_status, TestEnv, BIN};
 use sandboxd::client::Client;
 use sandboxd::domain::container::ContainerState;
 use sandboxd::domain::crash_loop::CrashLoopPolicy;
@@ -245,15 +245,13 @@ async fn events_are_written_by_the_leader_only_counted_when_repeated_scrubbed_an
     let id = sandbox_id("store");
     let term = Term(hold_lease(&env.pool).await);
     // A status whose password a careless message repeats.
-    sqlx::query(
-        "INSERT INTO sandbox_status (id, phase, services, leader_term)
-         VALUES ($1, 'ready', '{\"postgres\": {\"password\": \"pw-in-status-0123456789\"}}', $2)",
+    seed_status(
+        &env.pool,
+        id.as_str(),
+        r#"{"postgres": {"password": "pw-in-status-0123456789"}}"#,
+        term.0,
     )
-    .bind(id.as_str())
-    .bind(term.0)
-    .execute(&env.pool)
-    .await
-    .unwrap();
+    .await;
     let repeated = vec![
         event(
             EventReason::Failed,

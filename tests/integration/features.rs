@@ -8,6 +8,7 @@
 use crate::common;
 
 use common::{host_pg_url, request, sandbox_id, test_features_images, test_images, TestEnv};
+use redis::aio::MultiplexedConnection;
 use sandboxd::client::Client;
 use sandboxd::config::Images;
 use sandboxd::domain::{Phase, ServiceStatus};
@@ -113,26 +114,104 @@ async fn postgres_vector_and_postgis_work_in_one_database() {
     controller.stop().await;
 }
 
-/// JSON.SET/JSON.GET, FT.CREATE … ON JSON + FT.SEARCH and BF.ADD/BF.EXISTS
-/// against a Redis-protocol sandbox with the three modules loaded.
-async fn json_search_and_bloom_work(engine: &str, s: &ServiceStatus) {
+/// The command `args` (name first).
+fn q(args: &[&str]) -> redis::Cmd {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c
+}
+
+/// Logs in to a Redis-protocol sandbox as the agent, from the host.
+async fn agent_login(engine: &str, s: &ServiceStatus) -> MultiplexedConnection {
     let url = format!(
         "redis://:{}@127.0.0.1:{}/0",
         s.password.expose(),
         s.host_port
     );
-    let mut con = redis::Client::open(url)
+    redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
-        .unwrap_or_else(|e| panic!("log in to the sandbox {engine}: {e}"));
-    let q = |args: &[&str]| {
-        let mut c = redis::cmd(args[0]);
-        for a in &args[1..] {
-            c.arg(*a);
+        .unwrap_or_else(|e| panic!("log in to the sandbox {engine}: {e}"))
+}
+
+/// The module commands the agent's ACL denies (issue 29, hole 5), by the
+/// feature whose module registers them: administration, debug and raw-load
+/// commands, with arguments of the right arity (the server checks arity
+/// before the ACL, so a short call would fail for the wrong reason).
+const DENIED_MODULE_COMMANDS: &[(&str, &[&str])] = &[
+    ("bloom", &["BF.LOADCHUNK", "seen", "1", "raw"]),
+    ("bloom", &["BF.SCANDUMP", "seen", "0"]),
+    ("bloom", &["BF.DEBUG", "seen"]),
+    ("bloom", &["CF.LOADCHUNK", "cuckoo", "1", "raw"]),
+    ("bloom", &["CF.SCANDUMP", "cuckoo", "0"]),
+    ("bloom", &["CF.DEBUG", "cuckoo"]),
+    ("search", &["FT.CONFIG", "SET", "TIMEOUT", "1"]),
+    ("search", &["FT.CONFIG", "GET", "TIMEOUT"]),
+    ("search", &["FT.DEBUG", "HELP"]),
+    ("search", &["FT._CREATEIFNX", "idx2", "SCHEMA", "f", "TEXT"]),
+    (
+        "search",
+        &["FT._ALTERIFNX", "idx", "SCHEMA", "ADD", "g", "TEXT"],
+    ),
+    ("search", &["FT._DROPIFX", "idx"]),
+    ("search", &["FT._DROPINDEXIFX", "idx"]),
+    ("search", &["FT._ALIASADDIFNX", "alias", "idx"]),
+    ("search", &["FT._ALIASDELIFX", "alias"]),
+    ("json", &["JSON.DEBUG", "MEMORY", "doc:1"]),
+];
+
+/// A command of each feature's module that the agent keeps.
+const KEPT_MODULE_COMMANDS: &[(&str, &[&str])] = &[
+    ("bloom", &["BF.EXISTS", "seen", "x"]),
+    ("search", &["FT._LIST"]),
+    ("json", &["JSON.GET", "doc:1"]),
+];
+
+/// Each denied command of a loaded module (`loaded`: features) answers
+/// NOPERM, and a kept command of that module still works right after; a
+/// command of a module not loaded is unknown (the server did not start
+/// with a rule naming it, which would have stopped it).
+async fn module_administration_is_denied(
+    engine: &str,
+    con: &mut MultiplexedConnection,
+    loaded: &[&str],
+) {
+    for (feature, args) in DENIED_MODULE_COMMANDS {
+        let denied = q(args)
+            .query_async::<redis::Value>(con)
+            .await
+            .expect_err(&format!("{engine}: {args:?} is refused"));
+        if !loaded.contains(feature) {
+            assert_eq!(
+                denied.code(),
+                Some("ERR"),
+                "{engine}: {args:?} without {feature}: {denied}"
+            );
+            continue;
         }
-        c
-    };
+        assert_eq!(
+            denied.code(),
+            Some("NOPERM"),
+            "{engine}: {args:?} refused by the ACL: {denied}"
+        );
+        let (_, kept) = KEPT_MODULE_COMMANDS
+            .iter()
+            .find(|(f, _)| f == feature)
+            .expect("a kept command per feature");
+        if let Err(e) = q(kept).query_async::<redis::Value>(con).await {
+            panic!("{engine}: {kept:?} still works after {args:?} was refused: {e}");
+        }
+    }
+}
+
+/// JSON.SET/JSON.GET, FT.CREATE … ON JSON + FT.SEARCH and BF.ADD/BF.EXISTS
+/// against a Redis-protocol sandbox with the three modules loaded; the
+/// modules' administration is not the agent's.
+async fn json_search_and_bloom_work(engine: &str, s: &ServiceStatus) {
+    let mut con = agent_login(engine, s).await;
 
     // The names the controller looks for in INFO modules.
     let info: String = q(&["INFO", "modules"]).query_async(&mut con).await.unwrap();
@@ -218,6 +297,7 @@ async fn json_search_and_bloom_work(engine: &str, s: &ServiceStatus) {
         let r: redis::RedisResult<redis::Value> = q(args).query_async(&mut con).await;
         assert!(r.is_err(), "{engine}: {args:?} is refused: {r:?}");
     }
+    module_administration_is_denied(engine, &mut con, &["bloom", "json", "search"]).await;
 }
 
 #[tokio::test]
@@ -229,17 +309,38 @@ async fn redis_json_search_and_bloom_modules_work_in_one_sandbox() {
     controller.stop().await;
 }
 
-#[tokio::test]
-async fn valkey_json_search_and_bloom_modules_work_in_one_sandbox() {
-    let env = TestEnv::new().await;
+/// The test controller's configuration, with Valkey's image.
+fn with_valkey(env: &TestEnv) -> sandboxd::config::ControllerConfig {
     let mut config = env.config();
     config.images = Images::new(
         &[test_images(), VALKEY_IMAGE.into()],
         &[test_features_images(), VALKEY_IMAGE.into()],
     )
     .expect("test images");
-    let controller = env.start(config);
+    config
+}
+
+#[tokio::test]
+async fn valkey_json_search_and_bloom_modules_work_in_one_sandbox() {
+    let env = TestEnv::new().await;
+    let controller = env.start(with_valkey(&env));
     let vk = provision(&env, "valkey", &["json", "search", "bloom"]).await;
     json_search_and_bloom_work("valkey", &vk).await;
+    controller.stop().await;
+}
+
+/// Issue 29, hole 5: the denials follow the modules a container loads (a
+/// rule naming a command of a module not loaded would stop the server):
+/// Redis with RedisBloom alone and Valkey with RedisJSON alone start, deny
+/// their module's administration and know no other module's commands.
+#[tokio::test]
+async fn module_administration_is_denied_for_exactly_the_modules_loaded() {
+    let env = TestEnv::new().await;
+    let controller = env.start(with_valkey(&env));
+    for (engine, feature) in [("redis", "bloom"), ("valkey", "json")] {
+        let s = provision(&env, engine, &[feature]).await;
+        let mut con = agent_login(engine, &s).await;
+        module_administration_is_denied(engine, &mut con, &[feature]).await;
+    }
     controller.stop().await;
 }

@@ -284,6 +284,7 @@ async fn a_create_meeting_its_name_held_by_a_container_being_removed_names_it_an
         binaries: None,
         stdin: None,
         image_label: None,
+        runtime: None,
     };
     // The removal can finish before the create looks (it takes a few
     // hundred ms here, less on an idle host): tried until the create meets

@@ -1,13 +1,15 @@
 //! Event notifications on a real Postgres and Docker: a `LISTEN
 //! sandbox_events` client receives every event as it is recorded (a heal
-//! of a killed container included) without owner, message or credential;
+//! of a killed container included) without sandbox id, owner, message or credential;
 //! a webhook receiver on 127.0.0.1 receives the same events, signed; and a
 //! webhook that accepts connections and never answers does not delay a
 //! heal (its timeouts, retries and drops are counted).
 
 use crate::common;
 
-use common::{docker_ok, eventually, hold_lease, request, sandbox_id, total, TestEnv, BIN};
+use common::{
+    docker_ok, eventually, hold_lease, request, sandbox_id, seed_status, total, TestEnv, BIN,
+};
 use sandboxd::client::Client;
 use sandboxd::config::{WebhookConfig, WebhookUrl};
 use sandboxd::domain::event::{Event, EventReason};
@@ -32,9 +34,9 @@ const PUBLIC_KEYS: [&str; 8] = [
     "detail",
     "engine",
     "first_at",
+    "incarnation",
     "last_at",
     "reason",
-    "sandbox_id",
     "seq",
 ];
 
@@ -51,11 +53,12 @@ async fn listen(env: &TestEnv) -> PgListener {
     listener
 }
 
-/// Payloads from `listener` until one of sandbox `id` satisfies `done`
-/// (all of them, in order, that are `id`'s).
+/// Payloads from `listener` until one of the row of `incarnation`
+/// satisfies `done` (all of them, in order, that are that row's: the
+/// payload names the row by its incarnation, never by its id).
 async fn notified_until(
     listener: &mut PgListener,
-    id: &SandboxId,
+    incarnation: &str,
     within: Duration,
     done: impl Fn(&Value) -> bool,
 ) -> Vec<(Value, String)> {
@@ -68,7 +71,7 @@ async fn notified_until(
             .expect("the listener's connection");
         let raw = n.payload().to_owned();
         let v: Value = serde_json::from_str(&raw).expect("the payload is JSON");
-        if v["sandbox_id"] == id.as_str() {
+        if v["incarnation"] == incarnation {
             let stop = done(&v);
             got.push((v, raw));
             if stop {
@@ -118,10 +121,14 @@ async fn a_listen_client_receives_the_provisioned_and_heal_events_without_owner_
         .await
         .expect("ready");
     let password = ready.services["redis"].password.expose().to_owned();
+    let incarnation = client.incarnation(&id).await.unwrap().expect("the row");
     kill(&env, &id, "redis").await;
-    let got = notified_until(&mut listener, &id, Duration::from_secs(90), |v| {
-        v["reason"] == "healed"
-    })
+    let got = notified_until(
+        &mut listener,
+        incarnation.as_str(),
+        Duration::from_secs(90),
+        |v| v["reason"] == "healed",
+    )
     .await;
 
     let provisioned = got
@@ -144,6 +151,7 @@ async fn a_listen_client_receives_the_provisioned_and_heal_events_without_owner_
         );
         assert!(!raw.contains(&password), "a password in {raw}");
         assert!(!raw.contains("integration-test"), "the owner in {raw}");
+        assert!(!raw.contains(id.as_str()), "the sandbox id in {raw}");
         assert!(raw.len() < 1000, "{raw}");
         // The payload names the row it announces, as stored.
         let (reason, count): (String, i32) =
@@ -191,20 +199,19 @@ async fn every_recorded_event_is_announced_a_repeat_with_its_count_and_an_other_
     let (orchestrator, _) = env.create_login_role(&mine).await;
     store.grant_orchestrator(&mine, true).await.unwrap();
     // An own-rows-only orchestrator may LISTEN too: nothing restricts a
-    // channel, which is why the payload carries no owner and no message.
+    // channel, which is why the payload carries no sandbox id, owner or
+    // message.
     let mut listener = PgListener::connect_with(&orchestrator).await.unwrap();
     listener.listen(NOTIFY_CHANNEL).await.unwrap();
     let id = sandbox_id("theirs");
     // A status whose password a careless message repeats.
-    sqlx::query(
-        "INSERT INTO sandbox_status (id, phase, services, leader_term)
-         VALUES ($1, 'ready', '{\"postgres\": {\"password\": \"pw-in-status-0123456789\"}}', $2)",
+    seed_status(
+        &env.pool,
+        id.as_str(),
+        r#"{"postgres": {"password": "pw-in-status-0123456789"}}"#,
+        term.0,
     )
-    .bind(id.as_str())
-    .bind(term.0)
-    .execute(&env.pool)
-    .await
-    .unwrap();
+    .await;
     let long = format!("{} pw-in-status-0123456789", "é".repeat(990));
     let events = [
         event(EventReason::Failed, Some(&"d".repeat(64)), &long),
@@ -259,9 +266,12 @@ async fn every_recorded_event_is_announced_a_repeat_with_its_count_and_an_other_
         (values[0]["count"].as_i64(), values[1]["count"].as_i64()),
         (Some(1), Some(2))
     );
-    assert_eq!(values[2]["sandbox_id"], mine_id.as_str());
     for (raw, v) in got.iter().zip(&values) {
         assert!(!raw.contains("pw-in-status"), "{raw}");
+        assert!(
+            !raw.contains(id.as_str()) && !raw.contains(mine_id.as_str()),
+            "a sandbox id in {raw}"
+        );
         assert!(
             !raw.contains(&theirs) && !raw.contains(&mine),
             "an owner in {raw}"
@@ -428,14 +438,18 @@ async fn a_webhook_on_localhost_receives_the_same_events_signed() {
         .await
         .expect("ready");
     let password = ready.services["redis"].password.expose().to_owned();
+    let incarnation = client.incarnation(&id).await.unwrap().expect("the row");
     kill(&env, &id, "redis").await;
-    let announced = notified_until(&mut listener, &id, Duration::from_secs(90), |v| {
-        v["reason"] == "healed"
-    })
+    let announced = notified_until(
+        &mut listener,
+        incarnation.as_str(),
+        Duration::from_secs(90),
+        |v| v["reason"] == "healed",
+    )
     .await;
 
-    // The webhook gets each announced event: the same JSON plus owner,
-    // incarnation and message, signed.
+    // The webhook gets each announced event: the same JSON plus sandbox
+    // id, owner and message, signed.
     let mut received: Vec<Value> = Vec::new();
     while received.len() < announced.len() {
         let d = tokio::time::timeout(Duration::from_secs(30), deliveries.recv())
@@ -479,8 +493,7 @@ async fn a_webhook_on_localhost_receives_the_same_events_signed() {
         let object = stripped.as_object_mut().unwrap();
         assert_eq!(object.remove("owner").unwrap(), "integration-test");
         assert!(object.remove("message").unwrap().as_str().unwrap().len() > 10);
-        assert!(object.contains_key("incarnation"));
-        object.remove("incarnation");
+        assert_eq!(object.remove("sandbox_id").unwrap(), id.as_str());
         assert_eq!(
             &stripped, public,
             "the webhook's JSON is the NOTIFY payload plus three fields"
@@ -1060,9 +1073,13 @@ async fn a_listen_client_and_the_webhook_receive_the_checkpoint_and_reset_events
         .reset(&id, None, Duration::from_secs(30))
         .await
         .expect("reset to the baseline");
-    let announced = notified_until(&mut listener, &id, Duration::from_secs(30), |v| {
-        v["reason"] == "reset" && v["detail"] == "baseline"
-    })
+    let incarnation = client.incarnation(&id).await.unwrap().expect("the row");
+    let announced = notified_until(
+        &mut listener,
+        incarnation.as_str(),
+        Duration::from_secs(30),
+        |v| v["reason"] == "reset" && v["detail"] == "baseline",
+    )
     .await;
     let words: Vec<(String, String)> = announced
         .iter()

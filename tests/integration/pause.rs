@@ -192,12 +192,22 @@ async fn a_sandbox_with_an_open_client_connection_is_neither_paused_nor_released
     let client = Client::from_pool(env.pool.clone());
     let to_pause = sandbox_id("held-pause");
     let to_release = sandbox_id("held-release");
+    // One connection to each, open and silent, opened as soon as its
+    // sandbox is ready: the idle timeout runs from then, and a connection
+    // opened to a container already frozen would wait forever.
     let pg = client
         .provision(&to_pause, &pausing(&["postgres"]), READY)
         .await
         .unwrap()
         .services["postgres"]
         .clone();
+    let mut held_pg = tokio::time::timeout(
+        Duration::from_secs(10),
+        sqlx::PgConnection::connect(&host_pg_url(&pg)),
+    )
+    .await
+    .expect("a connection to the ready Postgres within 10 s")
+    .unwrap();
     let mut releasing = request(&["redis"], &[]);
     releasing.idle_timeout = Some(IDLE);
     let rd = client
@@ -206,15 +216,15 @@ async fn a_sandbox_with_an_open_client_connection_is_neither_paused_nor_released
         .unwrap()
         .services["redis"]
         .clone();
-    // One connection to each, open and silent.
-    let mut held_pg = sqlx::PgConnection::connect(&host_pg_url(&pg))
-        .await
-        .unwrap();
-    let held_redis = redis::Client::open(redis_url(&rd))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let held_redis = tokio::time::timeout(
+        Duration::from_secs(10),
+        redis::Client::open(redis_url(&rd))
+            .unwrap()
+            .get_multiplexed_async_connection(),
+    )
+    .await
+    .expect("a connection to the ready Redis within 10 s")
+    .unwrap();
 
     // Three idle timeouts and a relist later: still in use.
     tokio::time::sleep(IDLE * 3 + Duration::from_secs(1)).await;
@@ -392,7 +402,13 @@ async fn an_orchestrator_role_sets_idle_action_through_sandbox_request_and_a_tou
         .await
         .expect("a notification")
         .unwrap();
-    assert_eq!(first.payload(), "pauses");
+    // The payload names the row by its incarnation (never its id).
+    let pauses: String =
+        sqlx::query_scalar("SELECT incarnation::text FROM sandbox_desired WHERE id = 'pauses'")
+            .fetch_one(&orch)
+            .await
+            .unwrap();
+    assert_eq!(first.payload(), pauses);
     assert!(
         tokio::time::timeout(Duration::from_millis(500), listener.recv())
             .await

@@ -163,6 +163,8 @@ async fn a_request_retries_a_failed_sandbox_at_once_instead_of_waiting_out_its_b
     let agent_name = format!("agent-{}-{}", env.deployment, id);
     let mut req = ask(&["redis"], &[]);
     req.attach = vec![agent_name.clone()];
+    // The owner the agent opts in for.
+    req.owner = Some(common::OWNER.into());
     match client.request_and_wait(&id, &req, READY).await {
         Err(ClientError::Failed { message, .. }) => {
             assert!(message.contains(&agent_name), "{message}")

@@ -31,7 +31,8 @@ async fn grant(env: &TestEnv, role: &str, own_rows_only: bool) {
         .unwrap_or_else(|e| panic!("grant {role}: {e}"));
 }
 
-/// As the controller: a desired row and a status row for each `(id, owner)`.
+/// As the controller: a desired row and a status row of its incarnation
+/// for each `(id, owner)`.
 async fn seed(env: &TestEnv, rows: &[(&str, &str)]) {
     let term = hold_lease(&env.pool).await;
     for (id, owner) in rows {
@@ -41,12 +42,15 @@ async fn seed(env: &TestEnv, rows: &[(&str, &str)]) {
             .execute(&env.pool)
             .await
             .unwrap();
-        sqlx::query("INSERT INTO sandbox_status (id, phase, leader_term) VALUES ($1, 'ready', $2)")
-            .bind(id)
-            .bind(term)
-            .execute(&env.pool)
-            .await
-            .unwrap();
+        sqlx::query(
+            "INSERT INTO sandbox_status (id, phase, incarnation, leader_term)
+             VALUES ($1, 'ready', (SELECT incarnation FROM sandbox_desired WHERE id = $1), $2)",
+        )
+        .bind(id)
+        .bind(term)
+        .execute(&env.pool)
+        .await
+        .unwrap();
     }
 }
 

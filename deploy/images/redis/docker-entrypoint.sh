@@ -14,7 +14,8 @@
 # secret; standard input is then not read), writes /run/sandboxd/server.conf (mode 0600:
 # port 6379 on all interfaces, no persistence, MODULE commands and
 # protected configs disabled, DEBUG only from inside the container, one ACL
-# user `default` with that password and no administrative commands, and
+# user `default` with that password and no administrative commands (nor
+# the loaded modules' administration, debug and raw-load commands), and
 # sandboxd's admin user `sandboxd-admin` with a random password that only
 # /run/sandboxd/admin holds, for checkpoints and resets run with `docker
 # exec`) and execs `$RESP_SERVER /run/sandboxd/server.conf`
@@ -167,6 +168,30 @@ appendfsync everysec'
 	# +@all covers the commands of the modules loaded at start (JSON.*, FT.*,
 	# BF.*, ...; they have no ACL category): the server applies this file's
 	# user line after loading them.
+	# Each loaded module's administration, debug and raw-load commands are
+	# taken away again: they reach module code (parsers of raw chunks,
+	# global tuning, debug hooks) that an agent's data never needs. Only
+	# for the modules this container loads: a rule naming a command that no
+	# loaded module registered stops the server. The table is by module
+	# file (the names sandboxd's --loadmodule arguments use); the same
+	# module binaries go into both images, so one table serves both.
+	module_deny=
+	prev=
+	for a in "$@"; do
+		if [ "$prev" = --loadmodule ]; then
+			case "${a##*/}" in
+			rejson.so) module_deny="$module_deny -json.debug" ;;
+			redisearch.so)
+				# FT.CONFIG has no ACL subcommands (-ft.config|set is refused):
+				# all of it. The FT._*IF[N]X are the replication forms of
+				# FT.CREATE/ALTER/DROPINDEX/ALIAS*, not for clients.
+				module_deny="$module_deny -ft.config -ft.debug -ft._createifnx -ft._alterifnx -ft._dropifx -ft._dropindexifx -ft._aliasaddifnx -ft._aliasdelifx"
+				;;
+			redisbloom.so) module_deny="$module_deny -bf.loadchunk -bf.scandump -bf.debug -cf.loadchunk -cf.scandump -cf.debug" ;;
+			esac
+		fi
+		prev=$a
+	done
 	{
 		printf '%s\n' \
 			'# sandboxd sandbox mode (written by docker-entrypoint.sh)' \
@@ -182,7 +207,7 @@ appendfsync everysec'
 		# DEBUG (for DEBUG RELOAD) only from inside the container, and only
 		# for sandboxd's admin user: the agent's `default` has -debug.
 		printf 'user sandboxd-admin on >%s ~* &* +@all\n' "$admin"
-		printf 'user default on >%s ~* &* +@all -module +module|list -config +config|get -replicaof -slaveof -debug -shutdown -migrate -acl -sync -psync -failover -cluster -monitor -save -bgsave -bgrewriteaof -restore -restore-asking\n' "$pw"
+		printf 'user default on >%s ~* &* +@all -module +module|list -config +config|get -replicaof -slaveof -debug -shutdown -migrate -acl -sync -psync -failover -cluster -monitor -save -bgsave -bgrewriteaof -restore -restore-asking%s\n' "$pw" "$module_deny"
 	} >"$conf"
 	pw= admin=
 	chmod 0600 "$conf" "$rundir/admin"

@@ -6,6 +6,7 @@
 use super::progress::ProgressMode;
 use super::{describe::DescribeArgs, list::ListArgs, quota};
 use crate::domain::id::{Deployment, SandboxId};
+use crate::domain::isolation::Isolation;
 use crate::domain::sandbox::IdleAction;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::time::Duration;
@@ -249,6 +250,11 @@ pub struct ApplyArgs {
     /// touch resumes it).
     #[arg(long, value_enum, default_value = "release")]
     pub idle_action: IdleActionArg,
+    /// The isolation level: `container` (Docker's default runtime) or
+    /// `gvisor` (gVisor's user-space kernel, runsc); default: the
+    /// controller's --runtime, which a row can raise, never lower.
+    #[arg(long, value_enum)]
+    pub isolation: Option<IsolationArg>,
     /// Wait this long for the sandbox to be ready (e.g. 60s); print its
     /// status. Exit 3 if it failed, 4 if it was not ready in time.
     #[arg(long, value_parser = parse_duration)]
@@ -258,6 +264,24 @@ pub struct ApplyArgs {
     /// terminal, `always` or `never`.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressMode,
+}
+
+/// `--isolation`: the isolation level a row asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IsolationArg {
+    /// Docker's default runtime (runc).
+    Container,
+    /// gVisor's user-space kernel (runsc).
+    Gvisor,
+}
+
+impl From<IsolationArg> for Isolation {
+    fn from(a: IsolationArg) -> Self {
+        match a {
+            IsolationArg::Container => Isolation::Container,
+            IsolationArg::Gvisor => Isolation::Gvisor,
+        }
+    }
 }
 
 /// `--idle-action`: what an idle sandbox becomes.
@@ -312,6 +336,10 @@ pub struct RequestArgs {
     /// one).
     #[arg(long, value_enum)]
     pub idle_action: Option<IdleActionArg>,
+    /// The isolation level: `container` or `gvisor`; default: keep the
+    /// sandbox's (the controller's --runtime for a new one).
+    #[arg(long, value_enum)]
+    pub isolation: Option<IsolationArg>,
     /// Docker container to connect to the sandbox's network, repeatable or
     /// comma-separated; added to those already connected.
     #[arg(long, value_delimiter = ',')]

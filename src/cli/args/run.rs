@@ -6,6 +6,7 @@ use crate::config::{
     parse_env_prefix, Backend, ControllerConfig, Images, NetworkLayout, ProbeVia, SwarmPublish,
 };
 use crate::domain::id::Deployment;
+use crate::domain::isolation::Isolation;
 use crate::domain::limits::Limits;
 use crate::domain::network::{Ipv4Net, SubnetPool};
 use clap::Args;
@@ -19,6 +20,26 @@ pub enum NetworkLayoutArg {
     PerSandbox,
     /// One network for every sandbox, with egress (weaker).
     Shared,
+}
+
+/// `--runtime` values: the OCI runtime every sandbox container runs under
+/// at least.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeArg {
+    /// Docker's default runtime (runc): isolation `container`.
+    #[value(alias = "runc")]
+    Default,
+    /// gVisor, registered with dockerd as `runsc`: isolation `gvisor`.
+    Runsc,
+}
+
+impl From<RuntimeArg> for Isolation {
+    fn from(arg: RuntimeArg) -> Self {
+        match arg {
+            RuntimeArg::Default => Isolation::Container,
+            RuntimeArg::Runsc => Isolation::Gvisor,
+        }
+    }
 }
 
 /// Flags of `sandboxd run`.
@@ -154,16 +175,35 @@ pub struct RunArgs {
     /// Size of the tmpfs data directory, MiB.
     #[arg(long, env = "SANDBOXD_TMPFS_MB", default_value_t = 512)]
     pub tmpfs_mb: i64,
+    /// The OCI runtime every sandbox container runs under at least:
+    /// `default` (Docker's, runc: the host's kernel answers the engines'
+    /// system calls) or `runsc` (gVisor's user-space kernel does; dockerd
+    /// must have it registered with runtimeArgs ["--network=host"]:
+    /// scripts/run.sh does so with SANDBOXD_INSTALL_RUNSC=1). A row may
+    /// ask for more (`isolation = 'gvisor'`), never for less.
+    #[arg(long, env = "SANDBOXD_RUNTIME", default_value = "default")]
+    pub runtime: RuntimeArg,
     /// How readiness checks reach containers.
     #[arg(long, env = "SANDBOXD_PROBE_VIA", default_value = "host")]
     pub probe_via: ProbeVia,
     /// Command run (`sh -c`, image as $1) when an image is absent and cannot
-    /// be pulled, e.g. `deploy/images/build.sh`; the image is used if it then exists.
+    /// be pulled (sandboxd's own `sandboxd/…` images are never pulled, only
+    /// built), e.g. `deploy/images/build.sh`; the image is used if it then exists.
     #[arg(long, env = "SANDBOXD_IMAGE_BUILD_COMMAND")]
     pub image_build_command: Option<String>,
     /// Bound on the image build command.
     #[arg(long, env = "SANDBOXD_BUILD_TIMEOUT", default_value = "15m", value_parser = parse_duration)]
     pub build_timeout: Duration,
+    /// Size cap of each persistent sandbox's data volume (an ext4 file
+    /// system in a sparse file on the Docker host: the engine gets "no space
+    /// left on device" when it is full); 0 for none (WEAKER: a persistent
+    /// sandbox can fill the host's disk). A volume keeps the size it was made with.
+    #[arg(long, env = "SANDBOXD_PERSISTENT_SIZE", default_value = "1GiB", value_parser = parse_size)]
+    pub persistent_size: u64,
+    /// Directory on the Docker host holding the capped volumes' files (one
+    /// `NAME.img` per persistent volume).
+    #[arg(long, env = "SANDBOXD_PERSISTENT_DISKS_DIR", default_value = crate::config::DEFAULT_DISKS_DIR)]
+    pub persistent_disks_dir: String,
     /// Start non-persistent sandboxes from pre-initialised templates
     /// (built once per engine image and feature set, in the background):
     /// `on` or `off`.
@@ -290,12 +330,15 @@ impl RunArgs {
         c.reconcile_timeout = self.reconcile_timeout;
         c.stop_timeout = self.stop_timeout;
         c.probe_via = self.probe_via;
+        c.isolation = self.runtime.into();
         c.metrics_addr = self.metrics_addr;
         c.shutdown_grace = self.shutdown_grace;
         c.image_build_command = self.image_build_command.clone();
         c.build_timeout = self.build_timeout;
         c.templates = self.templates;
         c.template_timeout = self.template_timeout;
+        c.persistent_size = self.persistent_size;
+        c.disks.dir.clone_from(&self.persistent_disks_dir);
         c.lease = crate::domain::lease::LeasePolicy::new(self.lease_duration)?;
         c.breaker = crate::domain::breaker::BreakerPolicy::new(
             self.reap_breaker_share,
@@ -364,6 +407,26 @@ mod tests {
             "{e}"
         );
     }
+    #[test]
+    fn the_runtime_flag_sets_the_least_isolation_level() {
+        use crate::domain::isolation::Isolation;
+        let config = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Run(r) => r.to_config().unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(config(&["sandboxd", "run"]).isolation, Isolation::Container);
+        for (value, want) in [
+            ("runsc", Isolation::Gvisor),
+            ("default", Isolation::Container),
+            ("runc", Isolation::Container),
+        ] {
+            let c = config(&["sandboxd", "run", "--runtime", value]);
+            assert_eq!(c.isolation, want, "{value}");
+            assert_eq!(c.policy().isolation, want, "{value}");
+        }
+        assert!(Cli::try_parse_from(["sandboxd", "run", "--runtime", "kata"]).is_err());
+    }
+
     #[test]
     fn warm_pools_are_repeatable_flags_with_feature_sets() {
         let config = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {

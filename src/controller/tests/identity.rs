@@ -292,7 +292,7 @@ async fn a_template_of_another_state_database_is_reused_and_one_of_another_deplo
     // Once the operator removed it, the next look builds the template and
     // the refusal is no longer counted.
     h.runtime
-        .remove_volume(&volume.name, &"other".parse().unwrap())
+        .remove_volume(&volume.name, &"other".parse().unwrap(), None)
         .await
         .unwrap();
     tokio::time::advance(Duration::from_secs(61)).await;

@@ -22,6 +22,7 @@ mod checkpoint;
 mod controller;
 mod deletion_safety;
 mod identity;
+mod isolation;
 mod leader;
 mod name_release;
 mod owners_volumes_images;
@@ -61,6 +62,7 @@ fn row(name: &str) -> DesiredSandbox {
         persistent: false,
         idle_action: Default::default(),
         owner_container: None,
+        isolation: None,
     }
 }
 

@@ -422,6 +422,45 @@ async fn containers_named_in_attach_are_connected_and_dropped_ones_disconnected(
 }
 
 #[tokio::test]
+async fn a_container_opted_in_for_another_owner_is_not_connected_and_reads_as_a_missing_one() {
+    use crate::domain::attach::{AttachError, OPT_IN};
+    let h = Harness::new();
+    let ctx = h.context();
+    let mut theirs = h.runtime.attach_candidate("theirs").await.unwrap().unwrap();
+    theirs.labels.insert(OPT_IN.into(), "someone-else".into());
+    h.runtime.set_attach_candidate("theirs", Some(theirs));
+    let mut d = row("a");
+    d.attach = vec!["theirs".into(), "missing-agent".into()];
+    h.store.put_desired(d);
+    assert!(reconcile(&ctx, &id("a")).await.is_err());
+    let members = h
+        .runtime
+        .network_members("sandboxd.test.a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(members, ["sandboxd.test.a.fakedb"]);
+    let status = h.store.status_of(&id("a")).unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    for name in ["theirs", "missing-agent"] {
+        let refused = AttachError::NotAttachable {
+            name: name.into(),
+            owner: FakeRuntime::AGENT_OWNER.into(),
+        };
+        assert!(
+            status.message.contains(&refused.to_string()),
+            "{}",
+            status.message
+        );
+    }
+    assert!(
+        !status.message.contains("someone-else"),
+        "{}",
+        status.message
+    );
+}
+
+#[tokio::test]
 async fn an_unreadable_row_fails_with_its_reason_and_keeps_the_containers() {
     let h = Harness::new();
     let ctx = h.context();

@@ -64,6 +64,7 @@ fn good() -> DesiredRow {
         idle_action: Ok(Some("release".into())),
         owner_container: Ok(None),
         created_at: Ok(Some(at(1))),
+        isolation: Ok(None),
     }
 }
 
@@ -105,6 +106,7 @@ fn summary(d: &DesiredSandbox) -> Vec<String> {
         format!("persistent={}", d.persistent),
         format!("idle_action={}", d.idle_action),
         format!("owner_container={:?}", d.owner_container),
+        format!("isolation={:?}", d.isolation.map(|i| i.as_str())),
     ]
 }
 
@@ -145,6 +147,7 @@ fn table() -> Vec<Case> {
                 "persistent=false",
                 "idle_action=release",
                 "owner_container=None",
+                "isolation=None",
             ],
         ),
         (
@@ -156,6 +159,7 @@ fn table() -> Vec<Case> {
                 r.persistent = Ok(Some(true));
                 r.idle_action = Ok(Some("pause".into()));
                 r.owner_container = Ok(Some("agent-7".into()));
+                r.isolation = Ok(Some("gvisor".into()));
             },
             None,
             &[
@@ -164,6 +168,7 @@ fn table() -> Vec<Case> {
                 "persistent=true",
                 "idle_action=pause",
                 r#"owner_container=Some("agent-7")"#,
+                r#"isolation=Some("gvisor")"#,
             ],
         ),
         // --- owner ---------------------------------------------------------
@@ -686,6 +691,27 @@ fn table() -> Vec<Case> {
             Some("column owner_container cannot be read"),
             &["owner_container=None"],
         ),
+        // --- isolation -----------------------------------------------------
+        (
+            "an isolation of 'container' is kept",
+            |r| r.isolation = Ok(Some("container".into())),
+            None,
+            &[r#"isolation=Some("container")"#],
+        ),
+        (
+            "an isolation this binary does not know fails the row (never run under less)",
+            |r| r.isolation = Ok(Some("microvm".into())),
+            Some(
+                r#"isolation is "microvm": use 'container', 'gvisor' or NULL (the controller's --runtime)"#,
+            ),
+            &["isolation=None"],
+        ),
+        (
+            "an unreadable isolation is named and there is none",
+            |r| r.isolation = Err(Unreadable),
+            Some("column isolation cannot be read"),
+            &["isolation=None"],
+        ),
         // --- several problems -----------------------------------------------
         (
             "every problem of a row is told, in column order",
@@ -898,6 +924,7 @@ fn no_row_shape_panics_and_what_is_kept_obeys_the_rules() {
             idle_action: texts[pick(texts.len())].clone(),
             owner_container: texts[pick(texts.len())].clone(),
             created_at: times[pick(times.len())],
+            isolation: texts[pick(texts.len())].clone(),
         };
         let shape = format!("{row:?}");
         let d = read(row);

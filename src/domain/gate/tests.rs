@@ -81,6 +81,7 @@ fn foreign(engine: &str) -> ObservedContainer {
             instance: "t".into(),
             state_id: Some(THEIRS.to_owned()),
             incarnation: None,
+            isolation: Default::default(),
         },
         state: ContainerState::Running,
         created: ago(3600),

@@ -38,6 +38,7 @@ fn container(id: &str, engine: &str, instance: &str, state_id: Option<&str>) -> 
             instance: instance.into(),
             state_id: state_id.map(str::to_owned),
             incarnation: None,
+            isolation: Default::default(),
         },
         state: ContainerState::Running,
         created: Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap(),

@@ -28,6 +28,7 @@ fn container(id: &str, engine: &str, instance: &str, paused: bool) -> ObservedCo
             instance: instance.into(),
             state_id: None,
             incarnation: None,
+            isolation: Default::default(),
         },
         state: ContainerState::Running,
         created: Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap(),

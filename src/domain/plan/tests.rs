@@ -115,6 +115,7 @@ fn desired(services: &[&'static str], features: &[(&'static str, &[&str])]) -> D
         persistent: false,
         idle_action: Default::default(),
         owner_container: None,
+        isolation: None,
     }
 }
 
@@ -157,6 +158,7 @@ fn container(
             instance: instance.into(),
             state_id: Some(STATE.into()),
             incarnation: Some(ROW.into()),
+            isolation: Default::default(),
         },
         state,
         created: now() - chrono::Duration::seconds(age),
@@ -1355,6 +1357,7 @@ fn policy(idle_default: Option<u64>) -> Policy {
         grace: GRACE,
         idle_timeout: idle_default.map(secs),
         rotate_in_place: false,
+        isolation: Default::default(),
     }
 }
 
@@ -1990,5 +1993,85 @@ fn a_paused_sandbox_whose_row_is_deleted_is_reaped_like_any_other() {
     assert_eq!(
         p.teardowns().map(|t| t.reason).collect::<Vec<_>>(),
         [ReapReason::Deleted]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Isolation levels
+// ---------------------------------------------------------------------------
+
+fn under(
+    mut c: ObservedContainer,
+    isolation: crate::domain::isolation::Isolation,
+) -> ObservedContainer {
+    c.labels.isolation = isolation;
+    c
+}
+
+#[test]
+fn a_container_under_the_sandbox_s_isolation_level_keeps_serving() {
+    use crate::domain::isolation::Isolation::{Container, Gvisor};
+    let s = status(&[("postgres", "p1", &[])]);
+    // (row's level, controller's floor, the running container's level)
+    for (row, floor, running_under) in [
+        (None, Container, Container),
+        (Some(Gvisor), Container, Gvisor),
+        (None, Gvisor, Gvisor),
+        (Some(Container), Gvisor, Gvisor),
+    ] {
+        let mut d = desired(&["postgres"], &[]);
+        d.isolation = row;
+        let policy = Policy {
+            isolation: floor,
+            ..Policy::with_grace(GRACE)
+        };
+        let c = under(running("c1", "postgres", &[], "p1"), running_under);
+        let actions = super::plan(Some(&d), &[c], Some(&s), None, None, now(), &policy).actions;
+        assert_eq!(
+            summaries(&actions),
+            ["keep postgres instance=p1"],
+            "{row:?} {floor:?}"
+        );
+    }
+}
+
+#[test]
+fn a_row_that_raises_its_isolation_level_rotates_to_a_new_container() {
+    use crate::domain::isolation::Isolation::{Container, Gvisor};
+    let s = status(&[("postgres", "p1", &[])]);
+    // The row asks for gVisor; its container runs under runc.
+    let mut d = desired(&["postgres"], &[]);
+    d.isolation = Some(Gvisor);
+    let c = under(running("c1", "postgres", &[], "p1"), Container);
+    let actions = plan(Some(&d), &[c], Some(&s), now(), GRACE);
+    assert_eq!(
+        summaries(&actions),
+        ["provision postgres rotate features=[] reuse=no port=- replace=[] then retire=c1"]
+    );
+    // The operator raises every sandbox's level (--runtime runsc).
+    let d = desired(&["postgres"], &[]);
+    let c = under(running("c1", "postgres", &[], "p1"), Container);
+    let policy = Policy {
+        isolation: Gvisor,
+        ..Policy::with_grace(GRACE)
+    };
+    let actions = super::plan(Some(&d), &[c], Some(&s), None, None, now(), &policy).actions;
+    assert_eq!(
+        summaries(&actions),
+        ["provision postgres rotate features=[] reuse=no port=- replace=[] then retire=c1"]
+    );
+}
+
+#[test]
+fn a_row_that_lowers_its_isolation_level_below_the_container_s_rotates_too() {
+    use crate::domain::isolation::Isolation::{Container, Gvisor};
+    let s = status(&[("postgres", "p1", &[])]);
+    let mut d = desired(&["postgres"], &[]);
+    d.isolation = Some(Container);
+    let c = under(running("c1", "postgres", &[], "p1"), Gvisor);
+    let actions = plan(Some(&d), &[c], Some(&s), now(), GRACE);
+    assert_eq!(
+        summaries(&actions),
+        ["provision postgres rotate features=[] reuse=no port=- replace=[] then retire=c1"]
     );
 }

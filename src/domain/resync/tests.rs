@@ -42,6 +42,7 @@ fn row() -> DesiredSandbox {
         persistent: false,
         idle_action: Default::default(),
         owner_container: None,
+        isolation: None,
     }
 }
 
@@ -60,6 +61,7 @@ fn container() -> ObservedContainer {
             instance: "p1".into(),
             state_id: Some("5a5a5a5a-0000-4000-8000-000000000001".into()),
             incarnation: Some(ROW.into()),
+            isolation: Default::default(),
         },
         state: ContainerState::Running,
         created: now() - chrono::Duration::seconds(600),

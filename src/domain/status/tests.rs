@@ -63,6 +63,7 @@ fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
         persistent: false,
         idle_action: Default::default(),
         owner_container: None,
+        isolation: None,
     }
 }
 

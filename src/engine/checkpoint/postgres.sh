@@ -9,7 +9,8 @@
 #   OP reset       closes DB's sessions, sets DB aside, makes DB again owned
 #                  by OWNER (a copy of the checkpoint; for NAME baseline a
 #                  new database from template0 with the container's
-#                  features, SANDBOXD_FEATURES, as provisioning made it),
+#                  features, SANDBOXD_FEATURES, as provisioning made it,
+#                  closed to OWNER until they are in),
 #                  then drops what was set aside (or puts it back on a failure)
 # NAME is validated by sandboxd (a-z 0-9 _ -); every name reaches SQL as a
 # psql variable, quoted by psql (:"var", :'var').
@@ -38,15 +39,29 @@ open_sessions() {
 }
 # Makes DB anew as provisioning made it: an empty database owned by OWNER,
 # its schema public OWNER's, with the container's features (the image's
-# sandbox mode created them the same way, in public).
+# sandbox mode created them the same way, in public), and drops ASIDE.
+# The server listens on TCP meanwhile, so the database stays the
+# superuser's and closed to every other role until the features are in:
+# an extension's script runs as superuser and resolves names in public, so
+# an agent that could connect in between could plant a function or an
+# operator there for the script to call. It is created closed (no login at
+# all), CONNECT is revoked from PUBLIC, and only then are logins allowed
+# (the superuser's, the only role left with CONNECT). The agent gets the
+# database, public and CONNECT back at the end, in the same session that
+# created the features. Two psql sessions, as before the hand-over.
 make_baseline() {
 	run <<-'SQL' || return 1
-		CREATE DATABASE :"db" TEMPLATE template0 OWNER :"owner";
+		CREATE DATABASE :"db" TEMPLATE template0 OWNER postgres ALLOW_CONNECTIONS false;
+		REVOKE CONNECT ON DATABASE :"db" FROM PUBLIC;
+		ALTER DATABASE :"db" WITH ALLOW_CONNECTIONS true;
 	SQL
 	"${psql[@]}" -d "$db" <<-'SQL'
-		ALTER SCHEMA public OWNER TO :"owner";
 		SELECT pg_catalog.format('CREATE EXTENSION IF NOT EXISTS %I SCHEMA public CASCADE', f)
 		FROM pg_catalog.unnest(pg_catalog.string_to_array(:'features', ',')) AS f WHERE f <> '' \gexec
+		ALTER SCHEMA public OWNER TO :"owner";
+		ALTER DATABASE :"db" OWNER TO :"owner";
+		GRANT CONNECT ON DATABASE :"db" TO PUBLIC;
+		DROP DATABASE :"aside";
 	SQL
 }
 case $op in
@@ -97,9 +112,7 @@ reset)
 		exit 1
 	fi
 	if [[ $name == baseline ]]; then
-		make_baseline && run <<-'SQL'
-			DROP DATABASE :"aside";
-		SQL
+		make_baseline
 	else
 		run <<-'SQL'
 			CREATE DATABASE :"db" TEMPLATE :"ck" OWNER :"owner" STRATEGY FILE_COPY;

@@ -200,7 +200,15 @@ impl TestEnv {
         // A template job per test deployment would cost every test an
         // initdb; tests/integration/templates.rs turns them on.
         c.templates = false;
+        // Capped persistent volumes' files of this test's own, detached
+        // and removed when it ends.
+        c.disks.dir = self.disks_dir();
         c
+    }
+
+    /// Where this test's capped persistent volumes keep their files.
+    pub fn disks_dir(&self) -> String {
+        format!("/tmp/sandboxd-disks-{}", self.deployment)
     }
 
     /// Starts a controller with `config` in the background.
@@ -261,6 +269,15 @@ impl TestEnv {
             .list(&self.deployment, id)
             .await
             .expect("list containers")
+    }
+
+    /// The names of the containers on `network` (none if it does not exist).
+    pub async fn network_members(&self, network: &str) -> Vec<String> {
+        self.runtime
+            .network_members(network)
+            .await
+            .expect("inspect network")
+            .unwrap_or_default()
     }
 }
 
@@ -379,7 +396,30 @@ impl Drop for TestEnv {
         remove_containers_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
         remove_networks_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
         remove_volumes_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
+        release_disks(&self.disks_dir());
     }
+}
+
+/// Detaches the loop devices of the capped volumes' files in `dir` (their
+/// Docker volumes are gone, so nothing mounts them) and removes `dir`.
+pub fn release_disks(dir: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for file in entries.flatten() {
+        let attached = std::process::Command::new("losetup")
+            .arg("-j")
+            .arg(file.path())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        for device in attached.lines().filter_map(|l| l.split(':').next()) {
+            let _ = std::process::Command::new("losetup")
+                .args(["-d", device])
+                .output();
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The container sandboxd would create for `engine` (without features,
@@ -479,6 +519,28 @@ pub async fn hold_lease(pool: &PgPool) -> i64 {
         .await
         .expect("acquire the lease")
         .expect("the lease is free")
+}
+
+/// As the leader of `term` (see [`hold_lease`]): a desired row `id` (asking
+/// for postgres) and a ready status of its incarnation whose `services`
+/// (JSON) are kept as written, credentials included: the database strips
+/// them from a status of no row, or of another incarnation.
+pub async fn seed_status(pool: &PgPool, id: &str, services: &str, term: i64) {
+    sqlx::query("INSERT INTO sandbox_desired (id, services) VALUES ($1, '{postgres}')")
+        .bind(id)
+        .execute(pool)
+        .await
+        .expect("insert the desired row");
+    sqlx::query(
+        "INSERT INTO sandbox_status (id, phase, services, incarnation, leader_term)
+         VALUES ($1, 'ready', $2::jsonb, (SELECT incarnation FROM sandbox_desired WHERE id = $1), $3)",
+    )
+    .bind(id)
+    .bind(services)
+    .bind(term)
+    .execute(pool)
+    .await
+    .expect("insert the status");
 }
 
 /// The leader lease of tests' controllers: short, so that a test that
@@ -629,8 +691,12 @@ pub fn urlencode(s: &str) -> String {
         .collect()
 }
 
+/// The owner of every request [`request`] makes; [`Agent::start`]'s
+/// containers opt in for its sandboxes.
+pub const OWNER: &str = "integration-test";
+
 /// A request for `services` with `(engine, feature)` pairs, owner
-/// `integration-test`.
+/// [`OWNER`].
 pub fn request(services: &[&str], features: &[(&str, &str)]) -> sandboxd::client::SandboxRequest {
     let mut f: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
         Default::default();
@@ -640,7 +706,7 @@ pub fn request(services: &[&str], features: &[(&str, &str)]) -> sandboxd::client
             .insert((*feature).into());
     }
     sandboxd::client::SandboxRequest {
-        owner: "integration-test".into(),
+        owner: OWNER.into(),
         services: services.iter().map(|s| s.to_string()).collect(),
         features: f,
         attach: Vec::new(),
@@ -667,6 +733,19 @@ pub async fn exec_in(
     script: &str,
     vars: Vec<String>,
 ) -> (i64, String) {
+    let cmd = vec!["bash".to_owned(), "-c".to_owned(), script.to_owned()];
+    exec_argv(env, container, cmd, vars).await
+}
+
+/// Runs `cmd` (an argv, as sandboxd's engines give for `docker exec`)
+/// inside `container` with the extra environment `vars`; its exit code and
+/// output.
+pub async fn exec_argv(
+    env: &TestEnv,
+    container: &str,
+    cmd: Vec<String>,
+    vars: Vec<String>,
+) -> (i64, String) {
     use bollard::exec::{CreateExecOptions, StartExecResults};
     use futures::StreamExt;
     let exec = env
@@ -674,7 +753,7 @@ pub async fn exec_in(
         .create_exec(
             container,
             CreateExecOptions {
-                cmd: Some(vec!["bash".to_owned(), "-c".to_owned(), script.to_owned()]),
+                cmd: Some(cmd),
                 env: Some(vars),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
@@ -684,13 +763,19 @@ pub async fn exec_in(
         .await
         .unwrap();
     let mut out = String::new();
-    if let StartExecResults::Attached { mut output, .. } =
-        env.docker.start_exec(&exec.id, None).await.unwrap()
-    {
-        while let Some(Ok(chunk)) = output.next().await {
-            out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+    // An exec whose output never ends fails the test instead of hanging it.
+    let read = async {
+        if let StartExecResults::Attached { mut output, .. } =
+            env.docker.start_exec(&exec.id, None).await.unwrap()
+        {
+            while let Some(Ok(chunk)) = output.next().await {
+                out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            }
         }
-    }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), read)
+        .await
+        .unwrap_or_else(|_| panic!("docker exec in {container}: no end of output in 120 s"));
     let code = env
         .docker
         .inspect_exec(&exec.id)
@@ -702,7 +787,7 @@ pub async fn exec_in(
 }
 
 /// An agent's container, idling: by default the redis image (redis-cli,
-/// bash, getent). Removed when dropped.
+/// bash, getent), opted in for [`OWNER`]'s sandboxes. Removed when dropped.
 pub struct Agent(pub String);
 
 impl Agent {
@@ -713,19 +798,29 @@ impl Agent {
 
     /// An agent from `image` (which must have `sleep`).
     pub fn start_from(name: &str, image: &str) -> Self {
+        let opt_in = format!("{}={OWNER}", sandboxd::domain::attach::OPT_IN);
+        Self::run(name, image, &["--label", &opt_in])
+    }
+
+    /// A container from `image` started with the `docker run` options
+    /// `options` and no opt-in but what they give it.
+    pub fn run(name: &str, image: &str, options: &[&str]) -> Self {
+        Self::docker(&["run", "-d"], name, image, options)
+    }
+
+    /// [`Agent::run`], created but not started (what this host's engine
+    /// may not start, e.g. `--privileged`).
+    pub fn created(name: &str, image: &str, options: &[&str]) -> Self {
+        Self::docker(&["create"], name, image, options)
+    }
+
+    fn docker(command: &[&str], name: &str, image: &str, options: &[&str]) -> Self {
         let out = std::process::Command::new("docker")
-            .args([
-                "run",
-                "-d",
-                "--name",
-                name,
-                "--label",
-                "sandboxd-test.agent=1",
-                "--entrypoint",
-                "sleep",
-                image,
-                "infinity",
-            ])
+            .args(command)
+            .args(["--name", name])
+            .args(["--label", "sandboxd-test.agent=1"])
+            .args(options)
+            .args(["--entrypoint", "sleep", image, "infinity"])
             .output()
             .unwrap();
         assert!(
@@ -734,6 +829,16 @@ impl Agent {
             String::from_utf8_lossy(&out.stderr)
         );
         Self(name.to_owned())
+    }
+
+    /// The container's full id.
+    pub fn id(&self) -> String {
+        let out = std::process::Command::new("docker")
+            .args(["inspect", "--format", "{{.Id}}", &self.0])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "docker inspect {}", self.0);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 }
 
