@@ -7,11 +7,8 @@
 
 use crate::common;
 
-use common::{
-    eventually, host_pg_url, request, sandbox_id, test_features_images, test_images, TestEnv,
-};
+use common::{eventually, host_pg_url, request, sandbox_id, TestEnv};
 use sandboxd::client::{Client, ClientError};
-use sandboxd::config::Images;
 use sandboxd::domain::{SandboxId, SandboxStatus};
 use sqlx::{Connection, PgConnection};
 use std::time::Duration;
@@ -240,11 +237,7 @@ async fn cmd<T: redis::FromRedisValue>(
 async fn redis_and_valkey_keys_reset_to_their_checkpoint_and_to_the_empty_baseline() {
     let env = TestEnv::new().await;
     let mut config = env.config();
-    config.images = Images::new(
-        &[test_images(), "valkey=sandboxd/valkey:8".into()],
-        &[test_features_images()],
-    )
-    .unwrap();
+    config.images = common::test_images_with_valkey();
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("ckpt-resp");

@@ -7,7 +7,9 @@
 
 use crate::common;
 
-use common::{host_pg_url, request, sandbox_id, test_features_images, test_images, TestEnv};
+use common::{
+    host_pg_url, request, sandbox_id, test_features_images, test_images, TestEnv, VALKEY_IMAGE,
+};
 use redis::aio::MultiplexedConnection;
 use sandboxd::client::Client;
 use sandboxd::config::Images;
@@ -16,9 +18,6 @@ use sqlx::Connection;
 use std::time::Duration;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Valkey's image, both with and without features (it ships the modules).
-const VALKEY_IMAGE: &str = "valkey=sandboxd/valkey:8";
 
 /// Asks for `engine` with `features`, waits until ready and returns its
 /// status entry after checking that the status lists every feature.
@@ -314,6 +313,7 @@ fn with_valkey(env: &TestEnv) -> sandboxd::config::ControllerConfig {
     let mut config = env.config();
     config.images = Images::new(
         &[test_images(), VALKEY_IMAGE.into()],
+        // Valkey's one image ships the modules: it serves features too.
         &[test_features_images(), VALKEY_IMAGE.into()],
     )
     .expect("test images");

@@ -9,11 +9,9 @@
 use crate::common;
 
 use bollard::query_parameters::InspectContainerOptions;
-use common::{
-    exec_in, host_pg_url, request, sandbox_id, test_features_images, test_images, TestEnv,
-};
+use common::{exec_in, host_pg_url, request, sandbox_id, TestEnv};
 use sandboxd::client::{Client, Request, SandboxRequest};
-use sandboxd::config::{warm_pools, Images};
+use sandboxd::config::warm_pools;
 use sandboxd::domain::isolation::Isolation;
 use sandboxd::domain::{SandboxId, SandboxStatus};
 use sandboxd::ports::runtime::Runtime;
@@ -103,11 +101,7 @@ async fn postgres_redis_and_valkey_are_ready_under_gvisor_hardened_as_under_runc
         return;
     }
     let mut config = env.config();
-    config.images = Images::new(
-        &[test_images(), "valkey=sandboxd/valkey:8".into()],
-        &[test_features_images()],
-    )
-    .unwrap();
+    config.images = common::test_images_with_valkey();
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("gvisor");

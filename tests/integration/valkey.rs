@@ -3,14 +3,10 @@
 
 use crate::common;
 
-use common::{eventually, request, sandbox_id, test_features_images, test_images, TestEnv};
+use common::{eventually, request, sandbox_id, TestEnv};
 use sandboxd::client::Client;
-use sandboxd::config::Images;
 use sandboxd::domain::Phase;
 use std::time::Duration;
-
-/// The image `deploy/images/build.sh` builds from `deploy/images/valkey/`.
-const IMAGE: &str = "valkey=sandboxd/valkey:8";
 
 async fn connect(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
     redis::Client::open(url)?
@@ -22,7 +18,7 @@ async fn connect(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnect
 async fn a_valkey_row_becomes_ready_with_a_password_a_real_client_uses() {
     let env = TestEnv::new().await;
     let mut config = env.config();
-    config.images = Images::new(&[test_images(), IMAGE.into()], &[test_features_images()]).unwrap();
+    config.images = common::test_images_with_valkey();
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("valkey");

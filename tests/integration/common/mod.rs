@@ -467,6 +467,19 @@ pub fn test_features_images() -> String {
         .unwrap_or_else(|_| "postgres=sandboxd/postgres-ext:17,redis=sandboxd/redis:8".into())
 }
 
+/// Valkey's image (`deploy/images/build.sh` builds it from
+/// `deploy/images/valkey/`), which [`test_images`] leaves out.
+pub const VALKEY_IMAGE: &str = "valkey=sandboxd/valkey:8";
+
+/// [`test_images`] and [`test_features_images`], with Valkey's plain image.
+pub fn test_images_with_valkey() -> sandboxd::config::Images {
+    sandboxd::config::Images::new(
+        &[test_images(), VALKEY_IMAGE.into()],
+        &[test_features_images()],
+    )
+    .expect("the test images parse")
+}
+
 /// A controller running in the background of a test.
 pub struct RunningController {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
