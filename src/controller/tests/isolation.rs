@@ -89,17 +89,7 @@ async fn raising_a_row_s_level_where_runsc_is_missing_keeps_the_working_containe
 
     h.store.put_desired(under_gvisor("a"));
     reconcile(&ctx, &id("a")).await.unwrap_err();
-    let status = h.store.status_of(&id("a")).unwrap();
-    assert_eq!(status.phase, Phase::Failed);
-    assert_eq!(
-        h.containers(&id("a"))[0].0,
-        before,
-        "the container was kept"
-    );
-    assert!(
-        !status.services.is_empty(),
-        "its credentials stay published"
-    );
+    h.assert_failed_and_kept(&id("a"), &before);
 }
 
 #[tokio::test]

@@ -166,6 +166,22 @@ impl Harness {
         (containers[0].0.clone(), *service)
     }
 
+    /// A refused change: `sandbox` is `failed`, its container `before` is
+    /// kept and its credentials stay published.
+    fn assert_failed_and_kept(&self, sandbox: &SandboxId, before: &ContainerId) {
+        let status = self.store.status_of(sandbox).expect("a status row");
+        assert_eq!(status.phase, Phase::Failed);
+        assert_eq!(
+            &self.containers(sandbox)[0].0,
+            before,
+            "the container was kept"
+        );
+        assert!(
+            !status.services.is_empty(),
+            "its credentials stay published"
+        );
+    }
+
     fn metric(&self, line_start: &str) -> f64 {
         let text = self.metrics.render();
         text.lines()

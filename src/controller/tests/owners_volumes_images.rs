@@ -124,15 +124,5 @@ async fn a_rotation_to_an_image_that_lacks_the_feature_fails_without_touching_th
     h.store.put_desired(r);
     let err = reconcile(&ctx, &id("a")).await.unwrap_err();
     assert!(err.to_string().contains(&image), "{err}");
-    let status = h.store.status_of(&id("a")).unwrap();
-    assert_eq!(status.phase, Phase::Failed);
-    assert_eq!(
-        h.containers(&id("a"))[0].0,
-        before,
-        "the container was kept"
-    );
-    assert!(
-        !status.services.is_empty(),
-        "its credentials stay published"
-    );
+    h.assert_failed_and_kept(&id("a"), &before);
 }
