@@ -34,3 +34,8 @@ pub mod state_url;
 #[cfg_attr(not(test), allow(dead_code, unused_imports))]
 pub mod testing;
 pub(crate) mod watch;
+
+/// The unit tests' allocator (see Cargo.toml's dev-dependencies).
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -18,7 +18,6 @@ use crate::domain::sandbox::ServiceStatus;
 use crate::engine::{self, Credentials, Engine, EngineError, Exec, Target};
 use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, Tmpfs, Volume};
 use async_trait::async_trait;
-use rand::distr::{Alphanumeric, SampleString};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -159,7 +158,7 @@ fn route_cause(route: Option<&RouteConflict>) -> String {
 
 /// A fresh credential-set token (see [`crate::domain::labels::INSTANCE`]).
 pub(crate) fn new_instance() -> String {
-    Alphanumeric.sample_string(&mut rand::rng(), 16)
+    crate::domain::entropy::alphanumeric(16)
 }
 
 /// The container sandboxd creates for `engine`: the image's sandbox mode
@@ -231,6 +230,16 @@ pub(crate) fn ready_status(
     image: &str,
 ) -> ServiceStatus {
     let port = engine.port();
+    #[cfg(any(test, feature = "simulation"))]
+    let credentials =
+        if crate::domain::mutation::on(crate::domain::mutation::Mutation::WrongPassword) {
+            Credentials {
+                password: crate::domain::secret::Secret::generate(),
+                ..credentials
+            }
+        } else {
+            credentials
+        };
     ServiceStatus {
         url: engine.url(&host, port, &credentials),
         env: engine::env_vars(engine, &ctx.config.env_prefix, &host, port, &credentials),

@@ -129,34 +129,57 @@ impl GuardedRuntime {
     /// trusts its lease (renewals extend that as the call goes on): a
     /// change still under way when trust runs out is given up, as far as
     /// Docker lets a request be given up.
+    ///
+    /// Every time the call is polled the clock is read first, not only
+    /// when the timer at the trust's end fires: a process that resumes past
+    /// that moment (it was frozen, or its clock jumped) may be polled for
+    /// the call before its timer is, and must not send what it was about
+    /// to. The simulation found that window (docs/simulation.md).
     async fn fenced<T>(
         &self,
         op: &'static str,
         target: &str,
         call: impl Future<Output = Result<T, RuntimeError>>,
     ) -> Result<T, RuntimeError> {
+        use std::task::Poll;
+        #[cfg(any(test, feature = "simulation"))]
+        if crate::domain::mutation::on(crate::domain::mutation::Mutation::SkipFence) {
+            return call.await;
+        }
         let mut until = self.admit(op, target)?;
         let mut call = std::pin::pin!(call);
-        loop {
-            tokio::select! {
-                result = &mut call => return result,
-                () = tokio::time::sleep_until(until) => {}
-            }
-            match (self.fence.check(), self.fence.until()) {
-                (Ok(_), Some(later)) if later > until => until = later,
-                _ => {
-                    self.metrics.leader.fenced("docker");
-                    tracing::warn!(
-                        op,
-                        target,
-                        "docker change given up: the leader lease ran out while it was under way"
-                    );
-                    return Err(RuntimeError::Refused(format!(
-                        "docker {op} for {target} given up: this sandboxd's leader lease ran out while it was under way"
-                    )));
+        let mut trust_ends = std::pin::pin!(tokio::time::sleep_until(until));
+        std::future::poll_fn(|cx| loop {
+            if Instant::now() >= until {
+                match (self.fence.check(), self.fence.until()) {
+                    (Ok(_), Some(later)) if later > until => {
+                        until = later;
+                        trust_ends.as_mut().reset(until);
+                        continue;
+                    }
+                    _ => {
+                        self.metrics.leader.fenced("docker");
+                        tracing::warn!(
+                            op,
+                            target,
+                            "docker change given up: the leader lease ran out while it was under way"
+                        );
+                        return Poll::Ready(Err(RuntimeError::Refused(format!(
+                            "docker {op} for {target} given up: this sandboxd's leader lease ran out while it was under way"
+                        ))));
+                    }
                 }
             }
-        }
+            if let Poll::Ready(result) = call.as_mut().poll(cx) {
+                return Poll::Ready(result);
+            }
+            // Wakes this task when trust runs out.
+            if trust_ends.as_mut().poll(cx).is_ready() {
+                continue;
+            }
+            return Poll::Pending;
+        })
+        .await
     }
 }
 

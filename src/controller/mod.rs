@@ -329,6 +329,7 @@ impl Controller {
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let term = tokio::select! {
+                biased;
                 () = &mut shutdown => return Ok(()),
                 term = self.elector.acquire() => term,
             };
@@ -346,6 +347,7 @@ impl Controller {
             let mut shutting_down = false;
             let result = loop {
                 tokio::select! {
+                    biased;
                     result = &mut lead => break result,
                     () = &mut shutdown, if !shutting_down => {
                         shutting_down = true;
@@ -376,11 +378,36 @@ impl Controller {
     /// periodic relist and the work queue.
     async fn lead(&self, stop: impl Future<Output = ()> + Send) -> Result<(), ControllerError> {
         let ctx = self.ctx.clone();
-        if let Some(shared) = network::shared_spec(&ctx) {
-            ctx.runtime.ensure_network(&shared).await?;
-        }
-        let mut tasks = self.watch().await?;
         let mut shutdown = std::pin::pin!(stop);
+        // A database or daemon that fails now (a LISTEN refused, a network
+        // create timed out) is retried like the initial lists, not the end
+        // of the process: the simulation found a term that began with one
+        // failed LISTEN leave the fleet without a controller.
+        let mut delay = Duration::from_millis(200);
+        let mut tasks = loop {
+            match self.begin_term().await {
+                Ok(tasks) => break tasks,
+                Err(e) => {
+                    #[cfg(any(test, feature = "simulation"))]
+                    if crate::domain::mutation::on(
+                        crate::domain::mutation::Mutation::QuitOnWatchFailure,
+                    ) {
+                        return Err(e);
+                    }
+                    tracing::warn!(
+                        error = %e,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "starting the watches failed; not ready until they start"
+                    );
+                    tokio::select! {
+                        biased;
+                        () = &mut shutdown => return Ok(()),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
         if !self.load_initial_lists(&mut shutdown).await {
             return Ok(());
         }
@@ -421,6 +448,15 @@ impl Controller {
             );
         }
         Ok(())
+    }
+
+    /// What a term needs before its initial lists: the shared network (if
+    /// the layout has one) and the watches.
+    async fn begin_term(&self) -> Result<Tasks, ControllerError> {
+        if let Some(shared) = network::shared_spec(&self.ctx) {
+            self.ctx.runtime.ensure_network(&shared).await?;
+        }
+        self.watch().await
     }
 
     /// Follows Docker's events, removed networks and the desired rows'
@@ -479,6 +515,7 @@ impl Controller {
         while let Err(e) = pool::start_term(ctx).await {
             tracing::warn!(error = %e, "reading the warm pool failed; retrying");
             tokio::select! {
+                biased;
                 () = &mut *shutdown => return false,
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
@@ -500,6 +537,7 @@ impl Controller {
                 "initial lists failed; not ready until they load"
             );
             tokio::select! {
+                biased;
                 () = &mut *shutdown => return false,
                 () = tokio::time::sleep(delay) => {}
             }

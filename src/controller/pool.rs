@@ -703,6 +703,7 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
         }
         ctx.pool.report(&ctx);
         tokio::select! {
+            biased;
             () = ctx.pool.wake.notified() => {}
             () = tokio::time::sleep(LOOK_EVERY) => {}
         }

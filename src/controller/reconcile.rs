@@ -139,12 +139,19 @@ async fn record(ctx: &Context, id: &SandboxId, journal: &mut Journal) {
     let Ok(term) = ctx.fence.check() else {
         return;
     };
+    let keep = ctx.config.events_per_sandbox;
+    #[cfg(any(test, feature = "simulation"))]
+    let keep = if crate::domain::mutation::on(crate::domain::mutation::Mutation::KeepEveryEvent) {
+        u32::MAX
+    } else {
+        keep
+    };
     let batch = EventBatch {
         sandbox: id,
         owner: journal.owner.as_deref().unwrap_or_default(),
         incarnation: journal.incarnation.as_ref(),
         events: &events,
-        keep: ctx.config.events_per_sandbox,
+        keep,
     };
     match ctx.store.record_events(batch, term).await {
         Ok(notices) => {

@@ -22,7 +22,7 @@ use crate::ports::runtime::ObservedResource;
 use crate::sched::WorkQueue;
 use crate::watch::KnownContainers;
 // Randomly seeded hash tables (ids are hashed several times per row).
-use foldhash::{HashMap, HashSet};
+use crate::domain::fleet_hash::{HashMap, HashSet};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -61,6 +61,10 @@ pub(crate) async fn relist(
     let state = ctx.state_id().await?;
     // What admission changes from here on is newer than these lists.
     let mark = super::admission::mark(ctx);
+    // What the breaker's look is as recent as: the lists, not the moment
+    // it weighs them (the simulation found a reap approved by a look whose
+    // lists predated the truncate that took the row).
+    let listed_at = ctx.clock.now();
     let mut lists = Lists::read(ctx).await?;
     // A warm-pool network a sandbox adopted is its network while its
     // status says so, whatever happens to the container it came with.
@@ -101,7 +105,7 @@ pub(crate) async fn relist(
     let desired: HashSet<&SandboxId> = rows.iter().map(|d| &d.id).collect();
     // Another state database's containers are never reaped: the breaker
     // weighs this one's only.
-    breaker_look(ctx, &desired, &ours).await?;
+    breaker_look(ctx, &desired, &ours, listed_at).await?;
     let judge = Judge::new(ctx, containers, &foreign, &by_id, networks);
     let (due, converged) = select_due(&lists, &judge, &desired, scope, queue);
     if count_drift {
@@ -367,6 +371,7 @@ async fn breaker_look(
     ctx: &Context,
     desired: &HashSet<&SandboxId>,
     containers: &[&ObservedContainer],
+    listed_at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), ControllerError> {
     // Rows deleted one by one were meant to go: only rows that vanished
     // without a trace count.
@@ -388,7 +393,7 @@ async fn breaker_look(
         &recorded,
         fleet.len(),
         &missing,
-        ctx.clock.now(),
+        listed_at,
     );
     match change {
         Change::Tripped(reason) => {
@@ -428,12 +433,15 @@ pub(crate) async fn relist_loop(
     let mut owed = Enqueue::Hint;
     let mut resynced = Instant::now();
     loop {
+        // Biased, as every select of the controller: the same branch wins
+        // a tie every time, so a simulated world replays (testing::dst).
         tokio::select! {
-            _ = tick.tick() => {}
+            biased;
             _ = relist_now.notified() => {
                 tick.reset();
                 owed = Enqueue::Fresh;
             }
+            _ = tick.tick() => {}
         }
         // What the lists cannot show (a stranger connected to a sandbox's
         // network, say) is looked at by a full resync.

@@ -162,7 +162,8 @@ impl Delivery {
                     .with_min_delay(MIN_BACKOFF)
                     .with_max_delay(MAX_BACKOFF)
                     .with_max_times(self.retries as usize)
-                    .with_jitter(),
+                    .with_jitter()
+                    .with_jitter_seed(crate::domain::entropy::u64()),
             )
             .sleep(tokio::time::sleep)
             .when(WebhookError::is_retryable)

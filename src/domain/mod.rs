@@ -14,7 +14,9 @@ pub mod container;
 pub mod crash_loop;
 pub mod death;
 pub(crate) mod desired_row;
+pub(crate) mod entropy;
 pub mod event;
+pub(crate) mod fleet_hash;
 pub(crate) mod gate;
 pub mod host_net;
 pub(crate) mod id;
@@ -23,6 +25,8 @@ pub mod isolation;
 pub mod labels;
 pub mod lease;
 pub mod limits;
+#[cfg(any(test, feature = "simulation"))]
+pub mod mutation;
 pub mod network;
 pub mod notice;
 pub(crate) mod own_image;

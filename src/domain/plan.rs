@@ -477,6 +477,12 @@ pub(crate) fn plan(
     policy: &Policy,
 ) -> Plan {
     let grace = policy.grace;
+    #[cfg(any(test, feature = "simulation"))]
+    let grace = if crate::domain::mutation::on(crate::domain::mutation::Mutation::IgnoreGrace) {
+        Duration::ZERO
+    } else {
+        grace
+    };
     let (superseded, live): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = observed
         .iter()
         .filter(|c| c.state != ContainerState::Removing)
@@ -577,7 +583,7 @@ fn plan_engine(seen: &EngineView<'_>, wanted: &BTreeSet<String>, in_place: bool)
         .containers
         .iter()
         .copied()
-        .filter(|c| c.state == ContainerState::Running)
+        .filter(|c| c.state == ContainerState::Running || trusts_status())
         .collect();
     if let Some(actions) = keep_serving(seen, wanted, &running) {
         return actions;
@@ -592,6 +598,15 @@ fn plan_engine(seen: &EngineView<'_>, wanted: &BTreeSet<String>, in_place: bool)
         wanted,
         running.is_empty(),
     ))]
+}
+
+/// Whether a container that stopped counts as serving: never, except in a
+/// controller broken on purpose for the simulation (`Mutation::TrustStatus`).
+fn trusts_status() -> bool {
+    #[cfg(any(test, feature = "simulation"))]
+    return crate::domain::mutation::on(crate::domain::mutation::Mutation::TrustStatus);
+    #[cfg(not(any(test, feature = "simulation")))]
+    false
 }
 
 /// One engine's containers of a sandbox, what was published for it, and
@@ -666,6 +681,10 @@ fn keep_serving(
             status: status.clone(),
         }
     }];
+    #[cfg(any(test, feature = "simulation"))]
+    if crate::domain::mutation::on(crate::domain::mutation::Mutation::IgnoreTwins) {
+        return Some(actions);
+    }
     actions.extend(seen.ids_except(Some(&good.id)).into_iter().map(|id| {
         Action::Teardown(Teardown {
             container: id,

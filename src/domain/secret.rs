@@ -1,6 +1,5 @@
 //! Credentials: random, and never printed by `Debug` or `Display`.
 
-use rand::distr::{Alphanumeric, SampleString};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -17,7 +16,7 @@ pub struct Secret(String);
 impl Secret {
     /// A fresh random password from the operating system's CSPRNG.
     pub fn generate() -> Self {
-        Self(Alphanumeric.sample_string(&mut rand::rng(), PASSWORD_LEN))
+        Self(super::entropy::alphanumeric(PASSWORD_LEN))
     }
 
     /// Wraps a known value (read back from `sandbox_status`).

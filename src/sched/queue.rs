@@ -23,8 +23,9 @@
 //! - **Shutdown**: once the shutdown future resolves no handler starts; `run`
 //!   waits up to `shutdown_grace` for in-flight ones, then aborts the rest.
 
+use crate::domain::fleet_hash::HashMap;
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
@@ -248,10 +249,10 @@ where
     /// Create an empty queue; nothing runs until [`WorkQueue::run`] is called.
     pub fn new(config: QueueConfig, observer: Arc<dyn QueueObserver>) -> Self {
         let state = State {
-            waiting: HashMap::new(),
+            waiting: HashMap::default(),
             ready: VecDeque::new(),
-            running: HashMap::new(),
-            failures: HashMap::new(),
+            running: HashMap::default(),
+            failures: HashMap::default(),
             delayed: 0,
             reported: (0, 0),
         };

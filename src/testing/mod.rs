@@ -4,6 +4,7 @@
 //! only: capabilities are proven against real Docker and Postgres in
 //! `tests/`.
 
+pub mod dst;
 mod engine;
 mod runtime;
 #[cfg(feature = "simulation")]
@@ -14,6 +15,39 @@ mod wiring;
 pub(crate) use self::engine::{FakeEngine, FAKE_ENGINES};
 pub(crate) use self::runtime::{FakeContainer, FakeRuntime, RuntimeOp};
 pub(crate) use self::store::{FakeStore, StoreOp, FAKE_STATE_ID};
+
+/// A valid desired row of the fake engine with `features`, made at `at`
+/// (the simulations' rows).
+#[cfg_attr(not(feature = "simulation"), allow(dead_code))]
+pub(crate) fn fake_row(
+    id: crate::domain::SandboxId,
+    features: std::collections::BTreeMap<
+        crate::domain::EngineName,
+        std::collections::BTreeSet<String>,
+    >,
+    at: chrono::DateTime<chrono::Utc>,
+) -> crate::domain::sandbox::DesiredSandbox {
+    crate::domain::sandbox::DesiredSandbox {
+        id,
+        owner: "sim".into(),
+        services: vec![FakeEngine::NAME],
+        unknown_services: Vec::new(),
+        attach: Vec::new(),
+        invalid: None,
+        features,
+        expires_at: None,
+        generation: 0,
+        incarnation: None,
+        updated_at: at,
+        created_at: at,
+        last_used_at: at,
+        idle_timeout: None,
+        persistent: false,
+        idle_action: Default::default(),
+        owner_container: None,
+        isolation: None,
+    }
+}
 
 /// What an injected fault does to a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

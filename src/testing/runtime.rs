@@ -359,6 +359,20 @@ impl FakeRuntime {
     }
 
     /// Every container, by id.
+    /// Runs `f` over the containers as they are, without copying them
+    /// (the simulation's oracle looks after every step).
+    pub(crate) fn with_containers<T>(
+        &self,
+        f: impl FnOnce(&BTreeMap<ContainerId, FakeContainer>) -> T,
+    ) -> T {
+        f(&self.world.lock().unwrap().containers)
+    }
+
+    /// The container `id`, if it exists.
+    pub(crate) fn container(&self, id: &ContainerId) -> Option<FakeContainer> {
+        self.world.lock().unwrap().containers.get(id).cloned()
+    }
+
     pub(crate) fn containers(&self) -> BTreeMap<ContainerId, FakeContainer> {
         self.world.lock().unwrap().containers.clone()
     }

@@ -201,25 +201,6 @@ pub fn memory() -> (u64, u64) {
 }
 
 fn row(name: &str) -> DesiredSandbox {
-    let at = chrono::Utc::now();
-    DesiredSandbox {
-        id: SandboxId::parse(name).expect("a valid id"),
-        owner: "sim".into(),
-        services: vec![super::FakeEngine::NAME],
-        unknown_services: Vec::new(),
-        attach: Vec::new(),
-        invalid: None,
-        features: BTreeMap::new(),
-        expires_at: None,
-        generation: 0,
-        incarnation: None,
-        updated_at: at,
-        created_at: at,
-        last_used_at: at,
-        idle_timeout: None,
-        persistent: false,
-        idle_action: Default::default(),
-        owner_container: None,
-        isolation: None,
-    }
+    let id = SandboxId::parse(name).expect("a valid id");
+    super::fake_row(id, BTreeMap::new(), chrono::Utc::now())
 }

@@ -115,7 +115,7 @@ pub(crate) const FAKE_STATE_ID: &str = "5a5a5a5a-0000-4000-8000-000000000001";
 
 /// A random uuid in Postgres's text form.
 fn random_uuid() -> String {
-    let hex = format!("{:032x}", rand::random::<u128>());
+    let hex = format!("{:032x}", crate::domain::entropy::u128());
     format!(
         "{}-{}-{}-{}-{}",
         &hex[..8],
@@ -288,6 +288,74 @@ impl FakeStore {
     pub(crate) fn events_of(&self, id: &SandboxId) -> Vec<(Event, u32)> {
         let t = self.tables.lock().unwrap();
         t.events.get(id).cloned().unwrap_or_default()
+    }
+
+    /// The desired row of `id`, if there is one.
+    pub(crate) fn desired_of(&self, id: &SandboxId) -> Option<DesiredSandbox> {
+        self.tables.lock().unwrap().desired.get(id).cloned()
+    }
+
+    /// Every desired row, by id.
+    pub(crate) fn desired_rows(&self) -> Vec<DesiredSandbox> {
+        self.tables
+            .lock()
+            .unwrap()
+            .desired
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Runs `f` over the desired rows and the status rows as they are,
+    /// without copying them.
+    pub(crate) fn with_rows<T>(
+        &self,
+        f: impl FnOnce(&BTreeMap<SandboxId, DesiredSandbox>, &BTreeMap<SandboxId, SandboxStatus>) -> T,
+    ) -> T {
+        let t = self.tables.lock().unwrap();
+        f(&t.desired, &t.status)
+    }
+
+    /// The tombstones of rows deleted one by one.
+    pub(crate) fn released(&self) -> Vec<String> {
+        self.tables
+            .lock()
+            .unwrap()
+            .released
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The most events any sandbox has kept.
+    pub(crate) fn most_events_kept(&self) -> usize {
+        let t = self.tables.lock().unwrap();
+        t.events.values().map(Vec::len).max().unwrap_or(0)
+    }
+
+    /// Who holds the lease now, if anyone does (what the database would
+    /// answer, whatever any process believes).
+    pub(crate) fn lease_holder_now(&self) -> Option<String> {
+        let t = self.tables.lock().unwrap();
+        t.lease
+            .as_ref()
+            .filter(|l| l.expires > Instant::now())
+            .map(|l| l.holder.clone())
+    }
+
+    /// Puts the desired table back to `rows` (an older copy of it, or
+    /// none: an emptied database), as a restore from backup does, and
+    /// tells every subscriber to relist.
+    pub(crate) fn restore_desired(&self, rows: Vec<DesiredSandbox>) {
+        // Rows the copy lacks vanish without tombstones, as in a TRUNCATE:
+        // the reaping breaker must weigh them. Rows it brings back lose
+        // theirs, as a row inserted again does.
+        let mut t = self.tables.lock().unwrap();
+        t.released
+            .retain(|id| !rows.iter().any(|r| r.id.as_str() == id.as_str()));
+        t.desired = rows.into_iter().map(|r| (r.id.clone(), r)).collect();
+        t.subscribers
+            .retain(|tx| tx.unbounded_send(Ok("*".into())).is_ok());
     }
 
     /// How many status writes succeeded.

@@ -42,6 +42,7 @@ fn backoff() -> impl Iterator<Item = Duration> + Send {
         .with_min_delay(Duration::from_millis(200))
         .with_max_delay(MAX_DELAY)
         .with_jitter()
+        .with_jitter_seed(crate::domain::entropy::u64())
         .without_max_times()
         .build()
 }

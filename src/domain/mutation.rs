@@ -1,0 +1,110 @@
+//! Deliberately broken controllers, for proving that each invariant of the
+//! simulation (`crate::testing::dst`) bites: a mutation switched on for one
+//! world (this thread) makes the controller skip one of its safety rules.
+//! Production code asks [`on`] only in builds with the test fakes (this
+//! module exists only there), and [`in_world`] where a simulated Docker
+//! behaves unlike a real one.
+
+use std::cell::Cell;
+
+/// One safety rule the controller can be made to skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mutation {
+    /// The runtime's guard lets every change through, leader or not.
+    SkipFence,
+    /// A row's deletion is reaped at once, without its grace window.
+    IgnoreGrace,
+    /// The reaping breaker never trips.
+    NoBreaker,
+    /// A reconcile trusts the sandbox's previous status over the runtime:
+    /// a sandbox published ready is not looked at again.
+    TrustStatus,
+    /// A container's existing twin is not noticed: a second is created.
+    IgnoreTwins,
+    /// A status is published with a password the container was not
+    /// started with.
+    WrongPassword,
+    /// A term whose watches fail to start ends the process (the bug the
+    /// simulation found, put back).
+    QuitOnWatchFailure,
+    /// Every event of a sandbox is kept, none pruned.
+    KeepEveryEvent,
+}
+
+impl Mutation {
+    /// Every mutation, in a fixed order.
+    pub const ALL: [Mutation; 8] = [
+        Mutation::SkipFence,
+        Mutation::IgnoreGrace,
+        Mutation::NoBreaker,
+        Mutation::TrustStatus,
+        Mutation::IgnoreTwins,
+        Mutation::WrongPassword,
+        Mutation::QuitOnWatchFailure,
+        Mutation::KeepEveryEvent,
+    ];
+
+    /// Its name on a command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::SkipFence => "skip-fence",
+            Mutation::IgnoreGrace => "ignore-grace",
+            Mutation::NoBreaker => "no-breaker",
+            Mutation::TrustStatus => "trust-status",
+            Mutation::IgnoreTwins => "ignore-twins",
+            Mutation::WrongPassword => "wrong-password",
+            Mutation::QuitOnWatchFailure => "quit-on-watch-failure",
+            Mutation::KeepEveryEvent => "keep-every-event",
+        }
+    }
+
+    /// The invariant that must catch it.
+    pub fn caught_by(self) -> &'static str {
+        match self {
+            Mutation::SkipFence => "leader",
+            Mutation::IgnoreGrace => "grace",
+            Mutation::NoBreaker => "breaker",
+            Mutation::TrustStatus => "liveness",
+            Mutation::IgnoreTwins => "one-container",
+            Mutation::WrongPassword => "credentials",
+            Mutation::QuitOnWatchFailure => "exit",
+            Mutation::KeepEveryEvent => "growth",
+        }
+    }
+
+    /// The mutation named `name`.
+    pub fn parse(name: &str) -> Option<Mutation> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+thread_local! {
+    static ACTIVE: Cell<Option<Mutation>> = const { Cell::new(None) };
+    static IN_WORLD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a simulated world runs on this thread.
+pub(crate) fn in_world() -> bool {
+    IN_WORLD.get()
+}
+
+/// Whether `m` is switched on for the world running on this thread.
+pub(crate) fn on(m: Mutation) -> bool {
+    ACTIVE.get() == Some(m)
+}
+
+/// Runs `f` as a simulated world, with `m` (if any) switched on; off again
+/// afterwards.
+pub(crate) fn with<T>(m: Option<Mutation>, f: impl FnOnce() -> T) -> T {
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ACTIVE.set(None);
+            IN_WORLD.set(false);
+        }
+    }
+    ACTIVE.set(m);
+    IN_WORLD.set(true);
+    let _restore = Restore;
+    f()
+}

@@ -1,0 +1,583 @@
+//! The simulated world: the fake Docker and the fake state database every
+//! process shares, the dice, the trace, and the oracle that knows what
+//! really happened (who held the lease, which container carries which
+//! password, when each row went) and so can judge every change.
+
+use super::rng::SimRng;
+use super::Switches;
+use crate::domain::container::ContainerState;
+use crate::domain::labels::ContainerLabels;
+use crate::domain::sandbox::Phase;
+use crate::domain::status::StatusUpdate;
+use crate::domain::{ContainerId, Incarnation, SandboxId};
+use crate::ports::runtime::ContainerSpec;
+use crate::testing::{FakeRuntime, FakeStore};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+use super::ports::Process;
+
+/// A row that went (when, and the credential tokens published then).
+type Gone = (Instant, BTreeSet<String>);
+
+/// A row back: when, its incarnation, and its earlier departure.
+type Back = (Instant, Option<Incarnation>, Gone);
+
+/// How long a row must be back before its next departure counts afresh.
+const BRIEFLY: Duration = Duration::from_secs(5);
+
+/// A container as the oracle remembers it from its creation.
+#[derive(Debug, Clone)]
+struct Made {
+    id: ContainerId,
+    labels: ContainerLabels,
+    /// What its engine was started with (the password is in there).
+    secrets: String,
+}
+
+/// What the oracle knows beyond what the fakes hold.
+#[derive(Debug, Default)]
+struct Oracle {
+    /// Every container ever created, by its credential-set token.
+    made: BTreeMap<String, Made>,
+    /// Containers a controller removed.
+    removed: BTreeSet<ContainerId>,
+    /// Containers the world itself changed (paused, renamed, cut off):
+    /// a controller may replace them.
+    tampered: BTreeSet<ContainerId>,
+    /// When each row went (deleted, truncated, lost in a restore), and
+    /// the containers whose credentials were published then: what grace
+    /// and the breaker protect (a reconcile still replacing a container no
+    /// one was told of may remove it).
+    gone_at: BTreeMap<SandboxId, Gone>,
+    /// Rows that came back (inserted again, restored), when, and when they
+    /// had gone: one back for less than [`BRIEFLY`] that goes again counts
+    /// from its first departure (no controller need have seen it back).
+    back: BTreeMap<SandboxId, Back>,
+    /// The incarnation of each row that went, by sandbox.
+    gone_incarnation: BTreeMap<SandboxId, Option<Incarnation>>,
+    /// The rows each truncate (or emptying restore) took that were enough
+    /// to trip the breaker, burst by burst.
+    truncated: Vec<BTreeSet<SandboxId>>,
+    /// Since when each (sandbox, engine) has had more than one live
+    /// container.
+    excess_since: BTreeMap<(SandboxId, String), Instant>,
+}
+
+/// The shared world of one seed.
+pub(crate) struct World {
+    pub(crate) runtime: Arc<FakeRuntime>,
+    pub(crate) store: Arc<FakeStore>,
+    pub(crate) rng: Mutex<SimRng>,
+    pub(crate) switches: Switches,
+    pub(crate) grace: Duration,
+    /// Every call goes into the trace, reads too (`SANDBOXD_SIM_DEBUG`).
+    pub(crate) debug: bool,
+    breaker: crate::domain::breaker::BreakerPolicy,
+    calm: AtomicBool,
+    start: Instant,
+    trace: Mutex<String>,
+    violations: Mutex<Vec<String>>,
+    oracle: Mutex<Oracle>,
+}
+
+impl World {
+    pub(crate) fn new(
+        seed: u64,
+        switches: Switches,
+        grace: Duration,
+        breaker: crate::domain::breaker::BreakerPolicy,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            runtime: Arc::new(FakeRuntime::default()),
+            store: Arc::new(FakeStore::default()),
+            rng: Mutex::new(SimRng::new(seed)),
+            switches,
+            grace,
+            debug: std::env::var_os("SANDBOXD_SIM_DEBUG").is_some(),
+            breaker,
+            calm: AtomicBool::new(false),
+            start: Instant::now(),
+            trace: Mutex::new(String::new()),
+            violations: Mutex::new(Vec::new()),
+            oracle: Mutex::default(),
+        })
+    }
+
+    /// Faults stop: every call goes through, every event arrives.
+    pub(crate) fn calm_down(&self) {
+        self.calm.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn calm(&self) -> bool {
+        self.calm.load(Ordering::SeqCst)
+    }
+
+    /// Simulated time since the world began.
+    pub(crate) fn elapsed(&self) -> Duration {
+        Instant::now() - self.start
+    }
+
+    /// Appends one line to the trace, stamped with simulated time.
+    pub(crate) fn trace(&self, line: std::fmt::Arguments<'_>) {
+        let mut t = self.trace.lock().unwrap();
+        let at = self.elapsed();
+        let _ = writeln!(t, "{:>5}.{:03} {line}", at.as_secs(), at.subsec_millis());
+    }
+
+    pub(crate) fn take_trace(&self) -> String {
+        std::mem::take(&mut self.trace.lock().unwrap())
+    }
+
+    pub(crate) fn violate(&self, invariant: &str, what: std::fmt::Arguments<'_>) {
+        let line = format!("{invariant}: {what}");
+        self.trace(format_args!("VIOLATION {line}"));
+        self.violations.lock().unwrap().push(line);
+    }
+
+    pub(crate) fn first_violation(&self) -> Option<String> {
+        self.violations.lock().unwrap().first().cloned()
+    }
+
+    // --- what the driver tells the oracle ---
+
+    /// A row went at this moment (its grace counts from now).
+    pub(crate) fn row_gone(&self, id: &SandboxId) {
+        let incarnation = self.store.desired_of(id).and_then(|r| r.incarnation);
+        let published: BTreeSet<String> = self
+            .store
+            .status_of(id)
+            .filter(|s| s.phase == Phase::Ready && s.incarnation == incarnation)
+            .map(|s| {
+                s.services
+                    .values()
+                    .map(|svc| svc.instance.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut o = self.oracle.lock().unwrap();
+        let now = Instant::now();
+        let gone = match o.back.remove(id) {
+            // The same row (incarnation) back briefly, gone again.
+            Some((back_at, was, (earlier, seen)))
+                if now - back_at < BRIEFLY && was == incarnation =>
+            {
+                (earlier, seen.union(&published).cloned().collect())
+            }
+            _ => (now, published),
+        };
+        o.gone_at.entry(id.clone()).or_insert(gone);
+        o.gone_incarnation.insert(id.clone(), incarnation);
+    }
+
+    /// A row is (again) wanted.
+    pub(crate) fn row_back(&self, id: &SandboxId, incarnation: Option<Incarnation>) {
+        let mut o = self.oracle.lock().unwrap();
+        let went = o.gone_incarnation.remove(id).flatten();
+        if let Some(gone) = o.gone_at.remove(id) {
+            if went.is_some() && went == incarnation {
+                o.back
+                    .insert(id.clone(), (Instant::now(), incarnation, gone));
+            }
+        }
+        for burst in &mut o.truncated {
+            burst.remove(id);
+        }
+    }
+
+    /// A truncate (or a restore) took `ids` (their rows are still there):
+    /// if they are enough to trip the breaker, none of them may be reaped
+    /// while they still are, until an operator resumes. (The rule is judged
+    /// both now and at the reap: the controller weighs the fleet at its
+    /// relists, and the fleet changes in between.)
+    pub(crate) fn truncated(&self, ids: &[SandboxId]) {
+        let lost: BTreeSet<SandboxId> = ids.iter().cloned().collect();
+        let fleet = self.fleet();
+        if self.debug {
+            let n = lost.iter().filter(|id| fleet.contains(*id)).count();
+            let released = self.store.released();
+            self.trace(format_args!(
+                "oracle: {n} of {} sandboxes with containers lost their rows; tombstones {released:?}; fleet {fleet:?}",
+                fleet.len()
+            ));
+        }
+        if self.breaker_trips(&lost, &fleet, |_| true) {
+            self.oracle.lock().unwrap().truncated.push(lost);
+        }
+    }
+
+    /// The sandboxes with containers.
+    fn fleet(&self) -> BTreeSet<SandboxId> {
+        self.runtime
+            .with_containers(|all| all.values().map(|c| c.labels.sandbox.clone()).collect())
+    }
+
+    /// `BreakerPolicy`'s rule: the sandboxes of `lost` with containers whose
+    /// row is `missing` are at least `min` and more than `share` of `fleet`.
+    fn breaker_trips(
+        &self,
+        lost: &BTreeSet<SandboxId>,
+        fleet: &BTreeSet<SandboxId>,
+        missing: impl Fn(&SandboxId) -> bool,
+    ) -> bool {
+        let n = lost
+            .iter()
+            .filter(|id| fleet.contains(*id) && missing(id))
+            .count();
+        n >= self.breaker.min && n as f64 > self.breaker.share * fleet.len() as f64
+    }
+
+    /// Whether the rows a truncate took that are still missing, with
+    /// containers, are enough to trip the breaker now (the rule of
+    /// `BreakerPolicy`, judged on the world as it is).
+    fn breaker_must_hold(&self, burst: &BTreeSet<SandboxId>) -> bool {
+        let fleet = self.fleet();
+        self.breaker_trips(burst, &fleet, |id| self.store.desired_of(id).is_none())
+    }
+
+    /// The operator resumed reaping.
+    pub(crate) fn reaping_resumed(&self) {
+        self.oracle.lock().unwrap().truncated.clear();
+    }
+
+    /// The world changed `id` behind the controllers' backs.
+    pub(crate) fn tampered(&self, id: &ContainerId) {
+        self.oracle.lock().unwrap().tampered.insert(id.clone());
+    }
+
+    /// A controller's create reached the world.
+    pub(crate) fn created(&self, id: &ContainerId, spec: &ContainerSpec) {
+        let Some(labels) = ContainerLabels::parse(&spec.labels) else {
+            return;
+        };
+        let secrets = spec
+            .stdin
+            .as_ref()
+            .map(|s| s.expose().to_owned())
+            .unwrap_or_default();
+        self.oracle.lock().unwrap().made.insert(
+            labels.instance.clone(),
+            Made {
+                id: id.clone(),
+                labels,
+                secrets,
+            },
+        );
+    }
+
+    // --- the invariants checked as changes reach the world ---
+
+    /// No Docker change by a process that does not hold the lease now.
+    pub(crate) fn check_leader(&self, process: &Process, op: &str, target: &str) {
+        let holder = self.store.lease_holder_now();
+        if holder.as_deref() != Some(process.holder.as_str()) {
+            self.violate(
+                "leader",
+                format_args!(
+                    "{} made a docker change ({op} {target}) while the lease was {}",
+                    process.holder,
+                    holder.map_or("held by nobody".to_owned(), |h| format!("{h}'s")),
+                ),
+            );
+        }
+    }
+
+    /// A removal reaps nothing wanted, and nothing before its grace or
+    /// past the breaker.
+    pub(crate) fn check_remove(&self, process: &Process, id: &ContainerId) {
+        let Some(c) = self.runtime.container(id) else {
+            return;
+        };
+        let sandbox = &c.labels.sandbox;
+        let row = self.store.desired_of(sandbox);
+        let mut o = self.oracle.lock().unwrap();
+        o.removed.insert(id.clone());
+        let running = c.state == ContainerState::Running && !c.paused;
+        let wanted = row
+            .as_ref()
+            .is_some_and(|r| r.incarnation.as_ref().map(|i| i.to_string()) == c.labels.incarnation);
+        if wanted {
+            let row = row.expect("wanted");
+            // It serves the row unless the row wants features it lacks.
+            let current = row
+                .features
+                .iter()
+                .find(|(e, _)| **e == *c.labels.engine.as_str())
+                .is_none_or(|(_, f)| f.is_subset(&c.labels.features));
+            let twins = self
+                .runtime
+                .containers_of(sandbox)
+                .into_iter()
+                .filter(|(other, oc)| {
+                    other != id
+                        && oc.labels.engine == c.labels.engine
+                        && oc.state == ContainerState::Running
+                })
+                .count();
+            // What agents are connected to: its credentials are the
+            // published ones.
+            let published = self.store.status_of(sandbox).is_some_and(|s| {
+                s.phase == Phase::Ready
+                    && s.incarnation == row.incarnation
+                    && s.services
+                        .get(c.labels.engine.as_str())
+                        .is_some_and(|svc| svc.instance == c.labels.instance)
+            });
+            if running && current && published && twins == 0 && !o.tampered.contains(id) {
+                self.violate(
+                    "reap",
+                    format_args!(
+                        "{} removed {id}, the only live {} container of the wanted sandbox {sandbox}, whose credentials are published",
+                        process.holder, c.labels.engine
+                    ),
+                );
+            }
+            return;
+        }
+        let Some((at, published)) = o.gone_at.get(sandbox) else {
+            return;
+        };
+        // A rotation the row asked for before it went may still finish:
+        // destroying the old container after building the new one is its
+        // last step, not a reap.
+        let rotated = self
+            .runtime
+            .containers_of(sandbox)
+            .into_iter()
+            .any(|(other, oc)| {
+                other != *id
+                    && oc.labels.engine == c.labels.engine
+                    && oc.labels.generation > c.labels.generation
+                    && oc.state == ContainerState::Running
+            });
+        if !running || rotated || !published.contains(&c.labels.instance) {
+            return;
+        }
+        let held = o
+            .truncated
+            .iter()
+            .any(|burst| burst.contains(sandbox) && self.breaker_must_hold(burst));
+        if held {
+            self.violate(
+                "breaker",
+                format_args!(
+                    "{} reaped {id} of {sandbox}, one of the rows a truncate took, before reaping was resumed",
+                    process.holder
+                ),
+            );
+        }
+        let since = Instant::now() - *at;
+        if since < self.grace {
+            self.violate(
+                "grace",
+                format_args!(
+                    "{} reaped {id} of {sandbox} {:.1}s after its row went (grace {}s)",
+                    process.holder,
+                    since.as_secs_f64(),
+                    self.grace.as_secs()
+                ),
+            );
+        }
+    }
+
+    /// A published status: its credentials log into a container of that
+    /// sandbox's current incarnation that no controller removed.
+    pub(crate) fn published(&self, holder: &str, id: &SandboxId, update: &StatusUpdate) {
+        self.trace(format_args!(
+            "{holder} status {id} {:?} gen {}",
+            update.phase, update.observed_generation
+        ));
+        if update.phase != Phase::Ready {
+            return;
+        }
+        let Some(row) = self.store.desired_of(id) else {
+            return;
+        };
+        if row.incarnation != update.incarnation {
+            return;
+        }
+        let o = self.oracle.lock().unwrap();
+        for (engine, service) in &update.services {
+            let made = o.made.get(&service.instance);
+            let fine = made.is_some_and(|m| {
+                &m.labels.sandbox == id
+                    && m.labels.engine == *engine
+                    && m.labels.incarnation == row.incarnation.as_ref().map(|i| i.to_string())
+                    && m.secrets.contains(service.password.expose())
+                    && !o.removed.contains(&m.id)
+            });
+            if !fine {
+                self.violate(
+                    "credentials",
+                    format_args!(
+                        "{holder} published {engine} credentials for {id} that log into no live container of its incarnation ({})",
+                        match made {
+                            None => "no such container was made".to_owned(),
+                            Some(m) if o.removed.contains(&m.id) => format!("{} was removed", m.id),
+                            Some(m) if !m.secrets.contains(service.password.expose()) =>
+                                format!("{} was started with another password", m.id),
+                            Some(m) => format!("{} belongs to {} of another incarnation", m.id, m.labels.sandbox),
+                        }
+                    ),
+                );
+            }
+        }
+    }
+
+    // --- the invariants checked after every step ---
+
+    /// Checks what must hold at every moment.
+    pub(crate) fn check_step(&self) {
+        let mut live: BTreeMap<(SandboxId, String), u32> = BTreeMap::new();
+        {
+            let o = self.oracle.lock().unwrap();
+            // Only a wanted sandbox's: an unwanted one's wait for its reap
+            // (and for the breaker), which other invariants judge.
+            let wanted: BTreeMap<SandboxId, Option<String>> = self.store.with_rows(|rows, _| {
+                rows.values()
+                    .map(|r| {
+                        (
+                            r.id.clone(),
+                            r.incarnation.as_ref().map(ToString::to_string),
+                        )
+                    })
+                    .collect()
+            });
+            self.runtime.with_containers(|all| {
+                for (id, c) in all {
+                    let current = wanted.get(&c.labels.sandbox) == Some(&c.labels.incarnation);
+                    if current && c.state == ContainerState::Running && !o.tampered.contains(id) {
+                        *live
+                            .entry((c.labels.sandbox.clone(), c.labels.engine.clone()))
+                            .or_default() += 1;
+                    }
+                }
+            });
+        }
+        // A second live container is a rotation's new one, or what a create
+        // that reported failure left: both must be gone within the bound.
+        let now = Instant::now();
+        let mut o = self.oracle.lock().unwrap();
+        o.excess_since
+            .retain(|key, _| live.get(key).is_some_and(|n| *n > 1));
+        for (key, n) in &live {
+            if *n > 1 {
+                let since = *o.excess_since.entry(key.clone()).or_insert(now);
+                if now - since > super::EXCESS_BOUND {
+                    let (sandbox, engine) = key;
+                    self.violate(
+                        "one-container",
+                        format_args!(
+                            "{sandbox} has had {n} live {engine} containers for {}s",
+                            (now - since).as_secs()
+                        ),
+                    );
+                }
+            }
+        }
+        drop(o);
+        let shared = self.store.with_rows(|_, statuses| {
+            let mut owners: BTreeMap<&str, &SandboxId> = BTreeMap::new();
+            for status in statuses.values() {
+                for service in status.services.values() {
+                    let password = service.password.expose();
+                    if password.is_empty() {
+                        continue;
+                    }
+                    if let Some(other) = owners.insert(password, &status.id) {
+                        if *other != status.id {
+                            return Some((other.clone(), status.id.clone()));
+                        }
+                    }
+                }
+            }
+            None
+        });
+        if let Some((a, b)) = shared {
+            self.violate(
+                "credentials",
+                format_args!("the same password is published for {a} and {b}"),
+            );
+        }
+    }
+
+    /// Nothing the controller keeps in the store grows without bound: a
+    /// sandbox's events stay within what it is configured to keep.
+    pub(crate) fn check_growth(&self, keep: u32) {
+        let most = self.store.most_events_kept();
+        if most > keep as usize {
+            self.violate(
+                "growth",
+                format_args!("a sandbox keeps {most} events (at most {keep} are kept)"),
+            );
+        }
+    }
+
+    /// What must hold once faults stopped long enough: every wanted row
+    /// ready in its generation with exactly one live container per
+    /// engine, and nothing else left. `None` when converged, else why not.
+    pub(crate) fn unconverged(&self) -> Option<String> {
+        self.store.with_rows(|rows, statuses| {
+            self.runtime
+                .with_containers(|containers| unconverged(rows, statuses, containers))
+        })
+    }
+}
+
+/// See [`World::unconverged`].
+fn unconverged(
+    rows: &BTreeMap<SandboxId, crate::domain::sandbox::DesiredSandbox>,
+    statuses: &BTreeMap<SandboxId, crate::domain::sandbox::SandboxStatus>,
+    containers: &BTreeMap<ContainerId, crate::testing::FakeContainer>,
+) -> Option<String> {
+    for row in rows.values() {
+        let Some(status) = statuses.get(&row.id) else {
+            return Some(format!("{} has no status", row.id));
+        };
+        if status.phase != Phase::Ready
+            // A restored older row has a lower generation than what
+            // was observed of it: that still answers its request.
+            || status.observed_generation < row.generation
+            || status.incarnation != row.incarnation
+        {
+            return Some(format!(
+                "{} is {:?} at generation {} of incarnation {:?} (the row is at {} of {:?})",
+                row.id,
+                status.phase,
+                status.observed_generation,
+                status.incarnation.as_ref().map(ToString::to_string),
+                row.generation,
+                row.incarnation.as_ref().map(ToString::to_string),
+            ));
+        }
+        for engine in &row.services {
+            let n = containers
+                .values()
+                .filter(|c| {
+                    c.labels.sandbox == row.id
+                        && c.labels.engine == engine.as_str()
+                        && c.state == ContainerState::Running
+                })
+                .count();
+            if n != 1 {
+                return Some(format!("{} has {n} live {engine} containers", row.id));
+            }
+        }
+    }
+    for (id, c) in containers {
+        let wanted = rows.get(&c.labels.sandbox).is_some_and(|r| {
+            r.incarnation.as_ref().map(ToString::to_string) == c.labels.incarnation
+        });
+        if !wanted {
+            return Some(format!(
+                "{id} of {} is left although its row is gone",
+                c.labels.sandbox
+            ));
+        }
+    }
+    None
+}
