@@ -1768,9 +1768,16 @@ async fn run() {
     let heal_pool = heals(&bench, "postgres", iters, Some(&controller)).await;
     controller.stop().await;
 
-    // Cold starts and claims under gVisor (`--runtime runsc`).
-    eprintln!("bench: gVisor");
-    let gvisor = gvisor_rows(&mut bench, &[postgres, redis], iters).await;
+    // Cold starts and claims under gVisor (`--runtime runsc`). Not in the
+    // smoke run: a fifth of its time, and the gVisor integration tests run
+    // the same engines under runsc (`BENCH_ONLY=gvisor` runs these rows).
+    let gvisor = if smoke {
+        eprintln!("bench: gVisor rows skipped in the smoke run (BENCH_ONLY=gvisor runs them)");
+        None
+    } else {
+        eprintln!("bench: gVisor");
+        gvisor_rows(&mut bench, &[postgres, redis], iters).await
+    };
 
     // The mix against warm pools learned from demand (templates on).
     let controller = start_controller(&bench.env, mix::demand_config(&bench.config)).await;

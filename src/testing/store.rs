@@ -209,7 +209,6 @@ impl FakeStore {
         generation
     }
 
-    /// Deletes a desired row (leaving a tombstone, like the trigger) and notifies.
     /// Sets the limits of `owner` (`*`: the default).
     pub(crate) fn set_quota(&self, owner: &str, quota: crate::domain::admission::Quota) {
         self.tables
@@ -219,6 +218,7 @@ impl FakeStore {
             .insert(owner.to_owned(), quota);
     }
 
+    /// Deletes a desired row (leaving a tombstone, like the trigger) and notifies.
     pub(crate) fn delete_desired(&self, id: &SandboxId) {
         let mut t = self.tables.lock().unwrap();
         t.desired.remove(id);

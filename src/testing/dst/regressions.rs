@@ -36,22 +36,26 @@ pub const OPEN: &[(u64, &str, &str)] = &[
     (
         3527,
         "breaker",
-        "not yet triaged",
+        "released, restored (same incarnation) at 270.4 s, truncated again: the restored row was replaced (its terminating status had dropped the credentials, as the database drops a gone row's) and the replace's removal landed after the next truncate",
     ),
     (
         3829,
         "grace",
-        "a row restored (same incarnation) 2.8 s after a truncate was re-provisioned, not adopted: the terminating status had dropped its credentials, so the plan replaced the published container inside the grace window",
+        "restored (same incarnation) at 104.8 s, truncated again 36 ms later: replaced because the terminating status had dropped its credentials; the removal, decided while the row was back, landed 2.9 s into the next grace window",
     ),
-    (4337, "grace", "not yet triaged"),
+    (
+        4337,
+        "grace",
+        "restored at 115.7 s, truncated again 69 ms later: the same replace-after-restore, its removal landing inside the new grace window",
+    ),
     (
         4877,
         "breaker",
-        "not yet triaged",
+        "restored at 141.95 s, truncated again 173 ms later: the same replace-after-restore, past the breaker's hold",
     ),
     (
         8670,
         "breaker",
-        "not yet triaged",
+        "restored at 169.7 s, truncated again 384 ms later: the same replace-after-restore, past the breaker's hold",
     ),
 ];

@@ -140,15 +140,39 @@ async fn a_stale_sbx_bridge_keeps_its_subnet_from_being_handed_out_is_named_when
     }
     let engine = env.containers(Some(&a)).await;
     common::docker_ok(&["kill", &engine[0].name]);
-    let message = eventually(
-        "a's heal fails and names the bridge",
+    // (The last status seen goes into the failure: a flake in CI once
+    // timed out here with nothing to go on.)
+    let last = std::sync::Mutex::new(String::new());
+    let message = tokio::time::timeout(
         Duration::from_secs(60),
-        || async {
-            let status = client.status(&a).await.ok()??;
-            status.message.contains(name).then_some(status.message)
-        },
+        eventually(
+            "a's heal fails and names the bridge",
+            Duration::from_secs(3600),
+            || async {
+                let status = client.status(&a).await.ok()??;
+                *last.lock().unwrap() = format!("{:?}: {}", status.phase, status.message);
+                status.message.contains(name).then_some(status.message)
+            },
+        ),
     )
-    .await;
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "a's heal did not name the bridge within 60 s; the last status: {}; a's containers: {:?}",
+            last.lock().unwrap(),
+            String::from_utf8_lossy(
+                &common::docker(&[
+                    "ps",
+                    "-a",
+                    "--filter",
+                    &format!("label=io.sandboxd.sandbox={a}"),
+                    "--format",
+                    "{{.Names}} {{.Status}}",
+                ])
+                .stdout
+            )
+        )
+    });
     for part in [
         "did not become ready",
         &format!("through {name}"),
