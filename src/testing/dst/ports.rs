@@ -107,6 +107,39 @@ impl Process {
             }
         }
     }
+
+    /// What the world does to one of this process's calls, in this order
+    /// (every seed's draws depend on it): wait while frozen, `announce`
+    /// it, draw its fate and latency (`change`: it may be a lie), take the
+    /// latency, fail or hang if so fated, run `admit` (a change's checks),
+    /// make the call, count it as reached (a crash may follow), and answer
+    /// `fail()` for a change the world made but lies about.
+    async fn perturbed<T, E>(
+        &self,
+        world: &World,
+        change: bool,
+        announce: impl FnOnce(),
+        fail: impl Fn() -> E,
+        admit: impl FnOnce(),
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        self.gate().await;
+        announce();
+        let (fate, latency) = world.fate(change);
+        self.slow(latency).await;
+        match fate {
+            Fate::Fail => return Err(fail()),
+            Fate::Hang => std::future::pending::<()>().await,
+            Fate::Through | Fate::Lie => {}
+        }
+        admit();
+        let result = call.await;
+        self.reached(world).await;
+        match fate {
+            Fate::Lie if result.is_ok() => Err(fail()),
+            _ => result,
+        }
+    }
 }
 
 /// What the dice decided for one call.
@@ -156,35 +189,32 @@ impl SimRuntime {
         check: Option<&(dyn Fn() + Sync)>,
         call: impl Future<Output = Result<T, RuntimeError>>,
     ) -> Result<T, RuntimeError> {
-        self.process.gate().await;
-        if self.world.debug {
-            self.world
-                .trace(format_args!("{} call {op} {target}", self.process.holder));
-        }
-        let (fate, latency) = self.world.fate(check.is_some());
-        self.process.slow(latency).await;
-        let fail = || RuntimeError::Api {
-            op,
-            target: target.to_owned(),
-            source: "simulated failure".into(),
-        };
-        match fate {
-            Fate::Fail => return Err(fail()),
-            Fate::Hang => std::future::pending::<()>().await,
-            Fate::Through | Fate::Lie => {}
-        }
-        if let Some(check) = check {
-            self.world.check_leader(&self.process, op, target);
-            check();
-            self.world
-                .trace(format_args!("{} {op} {target}", self.process.holder));
-        }
-        let result = call.await;
-        self.process.reached(&self.world).await;
-        match fate {
-            Fate::Lie if result.is_ok() => Err(fail()),
-            _ => result,
-        }
+        let world = &self.world;
+        let holder = &self.process.holder;
+        self.process
+            .perturbed(
+                world,
+                check.is_some(),
+                || {
+                    if world.debug {
+                        world.trace(format_args!("{holder} call {op} {target}"));
+                    }
+                },
+                || RuntimeError::Api {
+                    op,
+                    target: target.to_owned(),
+                    source: "simulated failure".into(),
+                },
+                || {
+                    if let Some(check) = check {
+                        world.check_leader(&self.process, op, target);
+                        check();
+                        world.trace(format_args!("{holder} {op} {target}"));
+                    }
+                },
+                call,
+            )
+            .await
     }
 
     async fn change<T>(
@@ -214,28 +244,24 @@ impl SimStore {
         write: bool,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        self.process.gate().await;
-        if self.world.debug {
-            self.world
-                .trace(format_args!("{} store {op}", self.process.holder));
-        }
-        let (fate, latency) = self.world.fate(write);
-        self.process.slow(latency).await;
-        let fail = || StoreError::Query {
-            op,
-            source: "simulated failure".into(),
-        };
-        match fate {
-            Fate::Fail => return Err(fail()),
-            Fate::Hang => std::future::pending::<()>().await,
-            Fate::Through | Fate::Lie => {}
-        }
-        let result = call.await;
-        self.process.reached(&self.world).await;
-        match fate {
-            Fate::Lie if result.is_ok() => Err(fail()),
-            _ => result,
-        }
+        let world = &self.world;
+        self.process
+            .perturbed(
+                world,
+                write,
+                || {
+                    if world.debug {
+                        world.trace(format_args!("{} store {op}", self.process.holder));
+                    }
+                },
+                || StoreError::Query {
+                    op,
+                    source: "simulated failure".into(),
+                },
+                || {},
+                call,
+            )
+            .await
     }
 
     fn fake(&self) -> &FakeStore {
@@ -486,23 +512,20 @@ impl Runtime for SimRuntime {
     ) -> Result<ExecOutput, RuntimeError> {
         // Probes are execs too: not traced (they change nothing), but
         // fenced like every exec, so checked against the lease.
-        self.process.gate().await;
-        let (fate, latency) = self.world.fate(false);
-        self.process.slow(latency).await;
-        match fate {
-            Fate::Fail => Err(RuntimeError::Api {
-                op: "exec",
-                target: id.to_string(),
-                source: "simulated failure".into(),
-            }),
-            Fate::Hang => std::future::pending().await,
-            Fate::Through | Fate::Lie => {
-                self.world.check_leader(&self.process, "exec", id.as_str());
-                let result = self.fake().exec(id, cmd, env).await;
-                self.process.reached(&self.world).await;
-                result
-            }
-        }
+        self.process
+            .perturbed(
+                &self.world,
+                false,
+                || {},
+                || RuntimeError::Api {
+                    op: "exec",
+                    target: id.to_string(),
+                    source: "simulated failure".into(),
+                },
+                || self.world.check_leader(&self.process, "exec", id.as_str()),
+                self.fake().exec(id, cmd, env),
+            )
+            .await
     }
     async fn pool_containers(
         &self,
