@@ -52,8 +52,10 @@ cleanup() {
 trap cleanup EXIT
 results=$(mktemp)
 sim_log=$(mktemp)
+bench_log=$(mktemp)
 sim_pid=
-trap 'cleanup; [ -z "$sim_pid" ] || kill "$sim_pid" 2>/dev/null || true; rm -f "$results" "$sim_log"' EXIT
+bench_pid=
+trap 'cleanup; for p in $sim_pid $bench_pid; do kill "$p" 2>/dev/null || true; done; rm -f "$results" "$sim_log" "$bench_log"' EXIT
 # Every test binary runs even when one fails, so one run shows every failure;
 # a failed pass does not stop the next, and the script fails at the end.
 status=0
@@ -61,45 +63,69 @@ run() {
   log "running cargo test $*"
   cargo test --no-fail-fast "$@" 2>&1 | tee -a "$results" || status=1
 }
+# The path of a test target's binary as the build names it ($1: the
+# `cargo test` selection, e.g. --lib or --bench provision).
+test_binary() {
+  cargo test "$@" --no-run 2>&1 | sed -n 's/.*Executable .* (\(target\/.*\))$/\1/p' | head -n 1
+}
+# Waits for a run started beside a pass and adds its output to the results.
+beside_wait() {
+  local pid=$1 out=$2 what=$3 rc=0
+  [ -n "$pid" ] || return 0
+  wait "$pid" || rc=$?
+  tee -a "$results" <"$out"
+  if [ "$rc" -ne 0 ]; then
+    log "$what failed (above)"
+    status=1
+  fi
+}
 # The simulation's ten thousand worlds (src/testing/dst) need only CPU,
-# about three minutes of both cores; the integration tests mostly wait on
-# Docker. So the sweep runs beside the first pass under the idle scheduling
+# about two minutes of both cores; the integration tests mostly wait on
+# Docker. So the sweep runs beside the passes under the idle scheduling
 # class (it gets a core only when no test wants one) instead of adding its
 # minutes after them.
 SIM_TEST=testing::dst::tests::ten_thousand_seeded_worlds_keep_every_invariant
+idle=(nice -n 19)
+if chrt --idle 0 true 2>/dev/null; then idle=(chrt --idle 0 "${idle[@]}"); fi
 sim_beside() {
   local bin
-  bin=$(cargo test --lib --no-run 2>&1 | sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))$/\1/p')
+  bin=$(test_binary --lib)
   if [ -z "$bin" ]; then
     log "the unit tests' binary was not found: the simulation runs in the first pass"
     return 1
   fi
-  log "running the simulation sweep beside the first pass (idle priority): $bin $SIM_TEST"
-  local idle=(nice -n 19)
-  if chrt --idle 0 true 2>/dev/null; then idle=(chrt --idle 0 "${idle[@]}"); fi
+  log "running the simulation sweep beside the tests (idle priority): $bin $SIM_TEST"
   "${idle[@]}" "$bin" "$SIM_TEST" --exact >"$sim_log" 2>&1 &
   sim_pid=$!
 }
-sim_wait() {
-  local rc=0
-  wait "$sim_pid" || rc=$?
-  sim_pid=
-  tee -a "$results" <"$sim_log"
-  if [ "$rc" -ne 0 ]; then
-    log "the simulation sweep failed (above)"
-    status=1
+# The benchmark's smoke run (benches/provision.rs without --bench: one
+# short pass, no report, no timing asserted) has its own controller and
+# deployment, like any test; it runs beside the first pass, where it would
+# otherwise add two minutes after it.
+bench_beside() {
+  local bin
+  bin=$(test_binary --bench provision)
+  if [ -z "$bin" ]; then
+    log "the benchmark's binary was not found: its smoke run runs in the first pass"
+    return 1
   fi
+  log "running the benchmark's smoke run beside the first pass: $bin"
+  "$bin" >"$bench_log" 2>&1 &
+  bench_pid=$!
 }
 if [ $# -gt 0 ]; then
   run "$@"
 else
-  if sim_beside; then
-    run --all-targets -- --test-threads="${SANDBOXD_TEST_THREADS:-2}" --skip alone:: --skip "$SIM_TEST"
-    sim_wait
-  else
-    run --all-targets -- --test-threads="${SANDBOXD_TEST_THREADS:-2}" --skip alone::
-  fi
+  first=(--lib --bins --tests)
+  bench_beside || first+=(--benches)
+  skip=(--skip alone::)
+  if sim_beside; then skip+=(--skip "$SIM_TEST"); fi
+  run "${first[@]}" -- --test-threads="${SANDBOXD_TEST_THREADS:-2}" "${skip[@]}"
+  beside_wait "$bench_pid" "$bench_log" "the benchmark's smoke run"
+  bench_pid=
   run --test integration -- --test-threads=1 alone::
+  beside_wait "$sim_pid" "$sim_log" "the simulation sweep"
+  sim_pid=
   # Tests that need an image this machine may not have are #[ignore]d; run
   # them when the image is there, and say so when it is not.
   if docker image inspect mongo:8 >/dev/null 2>&1; then

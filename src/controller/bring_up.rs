@@ -17,6 +17,7 @@ use crate::domain::plan::{Provision, ProvisionReason};
 use crate::domain::sandbox::ServiceStatus;
 use crate::engine::{self, Credentials, Engine, EngineError, Exec, Target};
 use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, Tmpfs, Volume};
+use crate::ports::store::StoreError;
 use async_trait::async_trait;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -107,6 +108,15 @@ pub enum ProvisionError {
     /// restored (on the volume, with its data, if persistent).
     #[error("{0}; the rotation was rolled back: the old credentials and features were restored (a persistent sandbox's on its volume, with its data)")]
     RotationRolledBack(#[source] Box<ProvisionError>),
+    /// A replace was about to remove a running container, and the row it
+    /// was planned for has been deleted or rewritten since the plan read
+    /// it: nothing was removed (a gone row's containers are the reaper's,
+    /// after the grace window).
+    #[error("the row was {0} while its {1} container was being replaced: nothing was removed; the next reconcile plans from the row as it is now")]
+    RowChanged(&'static str, EngineName),
+    /// Reading the row again before a replace failed.
+    #[error("reading the row again before replacing its {1} container failed ({0}): nothing was removed; the next reconcile tries again")]
+    RowUnread(#[source] StoreError, EngineName),
     /// A rotation in place failed, and so did restoring the old
     /// credentials.
     #[error("{failure}; restoring the old credentials failed too ({rollback}); the next attempt rotates again (a persistent sandbox's data is kept on its volume)")]
@@ -137,6 +147,8 @@ impl ProvisionError {
                 | ProvisionError::ImageLacksFeatures { .. }
                 | ProvisionError::IsolationUnavailable { .. }
                 | ProvisionError::UnknownEngine(_)
+                | ProvisionError::RowChanged(..)
+                | ProvisionError::RowUnread(..)
         )
     }
 }

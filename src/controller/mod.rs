@@ -20,6 +20,7 @@ mod pause;
 mod pool;
 mod probes;
 pub mod provision;
+mod recheck;
 mod reconcile;
 mod relist;
 mod rotation;

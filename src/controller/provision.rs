@@ -10,6 +10,7 @@ use super::bring_up::{bring_up, new_instance, ready_status};
 use super::image;
 use super::network;
 use super::pool::{self, Reserved};
+use super::recheck;
 use super::rotation::{self, Commit};
 use super::template;
 use super::volume;
@@ -197,6 +198,9 @@ async fn create(
     // container left half-done by a crash is never mistaken for a
     // published one.
     let instance = new_instance();
+    if p.reason == ProvisionReason::Replace && !p.replace.is_empty() {
+        still_wanted(ctx, desired, p).await?;
+    }
     for id in &p.replace {
         runtime.remove(id, config.stop_timeout).await?;
     }
@@ -229,6 +233,20 @@ async fn create(
         image,
     )
     .await
+}
+
+/// Reads the row again before a replace removes the running container it
+/// was planned against ([`recheck`]).
+async fn still_wanted(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    p: &Provision,
+) -> Result<(), ProvisionError> {
+    match recheck::since(ctx, desired).await {
+        Ok(None) => Ok(()),
+        Ok(Some(changed)) => Err(ProvisionError::RowChanged(changed.as_str(), p.engine)),
+        Err(e) => Err(ProvisionError::RowUnread(e, p.engine)),
+    }
 }
 
 /// Checks, before anything is removed, that the daemon has the OCI

@@ -26,7 +26,7 @@ use super::breaker::Held;
 use super::image::Availability;
 use super::rotation::{self, Commit};
 use super::Context;
-use super::{admission, checkpoint, network, pool, provision, volume};
+use super::{admission, checkpoint, network, pool, provision, recheck, volume};
 use crate::config::NetworkLayout;
 use crate::domain::container::ObservedContainer;
 use crate::domain::container::RunState;
@@ -38,7 +38,7 @@ use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::identity::{self, Incarnation, StateId};
 use crate::domain::pause;
 use crate::domain::plan::{
-    self, HealCause, OwnerState, Plan, Provision, ProvisionReason, ReapReason, Wanted,
+    self, HealCause, OwnerState, Plan, Provision, ProvisionReason, ReapReason, Teardown, Wanted,
 };
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use crate::domain::status::{self, Failure, Outcomes, Publish};
@@ -457,7 +457,7 @@ async fn act(
     // A paused sandbox in use again resumes first (the request waits for
     // it); a frozen container about to go is thawed to take its stop.
     super::pause::thaw(ctx, plan, freezing, &seen.observed, journal).await?;
-    let teardown = teardown(ctx, plan, journal).await;
+    let teardown = teardown(ctx, seen.desired.as_ref(), plan, journal).await;
     // Warm-pool containers for the provisions that may claim one, taken
     // now: a sandbox without a network yet adopts the first one's.
     let reserved = match seen.converging(plan) {
@@ -1038,10 +1038,37 @@ fn heals_back_off(
 }
 
 /// Runs every due teardown; all are attempted even if one fails, and each
-/// is noted in `journal`. Returns the first failure.
-async fn teardown(ctx: &Context, plan: &Plan, journal: &mut Journal) -> Option<String> {
+/// is noted in `journal`. Returns the first failure. A teardown the row
+/// justified (`desired`, as read: it wants the container no longer) goes
+/// only if the row is still that row ([`recheck`]); otherwise it is left
+/// to the next reconcile, which the change queued.
+async fn teardown(
+    ctx: &Context,
+    desired: Option<&DesiredSandbox>,
+    plan: &Plan,
+    journal: &mut Journal,
+) -> Option<String> {
     let mut first_error = None;
+    let by_row = |t: &Teardown| desired.is_some() && t.reason != ReapReason::Duplicate;
+    let changed = match desired {
+        Some(d) if plan.teardowns().any(by_row) => match recheck::since(ctx, d).await {
+            Ok(None) => None,
+            Ok(Some(changed)) => Some(format!(
+                "the row was {} since it was read: the containers it no longer wanted are left to the next reconcile",
+                changed.as_str()
+            )),
+            Err(e) => Some(format!(
+                "reading the row again before tearing down what it no longer wants failed ({e}): nothing was torn down; the next reconcile tries again"
+            )),
+        },
+        _ => None,
+    };
     for t in plan.teardowns() {
+        if let (true, Some(why)) = (by_row(t), &changed) {
+            tracing::info!(container = %t.container, reason = t.reason.as_str(), "{why}");
+            first_error.get_or_insert(why.clone());
+            continue;
+        }
         let result = ctx
             .runtime
             .remove(&t.container, ctx.config.stop_timeout)

@@ -481,9 +481,13 @@ impl Runtime for SimRuntime {
             .await
     }
     async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
+        // Whether the row was there is judged when the removal leaves the
+        // controller (after any freeze), not when it lands.
+        self.process.gate().await;
+        let sent_while_wanted = self.world.wants(id);
         let world = self.world.clone();
         let process = self.process.clone();
-        let check = move || world.check_remove(&process, id);
+        let check = move || world.check_remove(&process, id, sent_while_wanted);
         self.call(
             "remove",
             id.as_str(),

@@ -1,11 +1,47 @@
 //! Every seed the simulation failed on: CI replays each one on every run.
 
 /// Seeds whose failure was a bug, now fixed: (seed, the shrunk workload
-/// steps (empty: all), what broke and how it was fixed). They were found
-/// with the workload of the day noted; the workload has changed since, so
-/// they replay as ordinary worlds now and guard against nothing specific
-/// until they are found again under the current workload.
+/// steps (empty: all), what broke and how it was fixed). Each bug has a
+/// seed of the current workload, found again by undoing its fix and
+/// sweeping (the seed fails with the fix undone and passes with it); the
+/// seeds marked "first workload" found the bug first, under a workload
+/// that has changed since, and now replay as ordinary worlds.
 pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
+    (
+        338,
+        &[0, 1, 2],
+        "leader: a sandbox is put, its container killed, and the clock jumps 32 s; the heal's removal, admitted before the jump, reached Docker after the lease was gone: the guard reads the clock on every poll (2026-12-03, current workload)",
+    ),
+    (
+        332,
+        &[0, 2, 3, 4, 6, 7, 8, 9, 12, 13, 15, 17, 24, 25],
+        "leader: the same, in another world: same fix (2026-12-03, current workload)",
+    ),
+    (
+        20,
+        &[0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13],
+        "exit: a LISTEN that timed out at the start of a term ended the process: the start of a term is retried with back-off (2026-12-03, current workload)",
+    ),
+    (
+        12,
+        &[4, 5, 6, 7, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 83, 84, 85],
+        "exit: the same, with watch_desired failing: same fix (2026-12-03, current workload)",
+    ),
+    (
+        29264,
+        &[],
+        "breaker: a reap approved by a look whose lists were read before the truncate (shrinks to 65 steps): a look counts from when its lists were read (2026-12-03, current workload; 20 000 seeds from 10 000 found it, none of the first 10 000)",
+    ),
+    (
+        14168,
+        &[],
+        "reap: a reconcile read a re-inserted row (a new incarnation), hung for 4 s, and meanwhile a restore put back the row of the running container's incarnation; the container was torn down as superseded on the old read, the only live one of a wanted sandbox with published credentials: a teardown the row justified reads the row again first (src/controller/recheck.rs; shrinks to 181 steps; 2026-12-03, found by a sweep from 10 000)",
+    ),
+    (
+        14207,
+        &[],
+        "breaker: a teardown planned on a read from before a truncate landed while the breaker held the row: same fix (shrinks to 73 steps; 2026-12-03, found by a sweep from 10 000)",
+    ),
     (
         1,
         &[34, 77, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96],
@@ -26,36 +62,35 @@ pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
         &[],
         "breaker: a reap was approved by a look whose lists were read before the truncate: a look counts from when its lists were read (2026-12-03, first workload)",
     ),
+    (
+        3829,
+        &[24, 25, 27, 30, 32, 34, 50, 51, 52, 54, 55],
+        "grace: a row restored with its incarnation while its status (terminating) had dropped the credentials was replaced, and the replace's removal, planned on a read from before the next truncate, landed 1.9 s into the new grace window: a replace reads the row again just before it removes the running container (2026-12-03, current workload)",
+    ),
+    (
+        4877,
+        &[41, 42, 44, 46, 52, 60, 61, 62, 64, 67, 69, 70, 104, 106, 107, 110, 112, 113, 120, 126, 130, 131],
+        "breaker: the same replace-after-restore, its removal landing while the breaker held the truncated rows: same fix (2026-12-03, current workload)",
+    ),
+    (
+        3527,
+        &[],
+        "breaker: the same replace-after-restore (shrinks to 125 steps): same fix (2026-12-03, current workload)",
+    ),
+    (
+        4337,
+        &[],
+        "grace: the same replace-after-restore (shrinks to 50 steps): same fix (2026-12-03, current workload)",
+    ),
+    (
+        8670,
+        &[],
+        "breaker: the same replace-after-restore (shrinks to 110 steps): same fix (2026-12-03, current workload)",
+    ),
 ];
 
 /// Seeds of the current workload that still fail, each with the
 /// invariant it breaks and what is known: open bugs (or oracle
 /// mistakes) not yet fixed. The CI test fails if any other seed fails,
 /// or if one of these stops failing (then it moves to [`REGRESSIONS`]).
-pub const OPEN: &[(u64, &str, &str)] = &[
-    (
-        3527,
-        "breaker",
-        "released, restored (same incarnation) at 270.4 s, truncated again: the restored row was replaced (its terminating status had dropped the credentials, as the database drops a gone row's) and the replace's removal landed after the next truncate",
-    ),
-    (
-        3829,
-        "grace",
-        "restored (same incarnation) at 104.8 s, truncated again 36 ms later: replaced because the terminating status had dropped its credentials; the removal, decided while the row was back, landed 2.9 s into the next grace window",
-    ),
-    (
-        4337,
-        "grace",
-        "restored at 115.7 s, truncated again 69 ms later: the same replace-after-restore, its removal landing inside the new grace window",
-    ),
-    (
-        4877,
-        "breaker",
-        "restored at 141.95 s, truncated again 173 ms later: the same replace-after-restore, past the breaker's hold",
-    ),
-    (
-        8670,
-        "breaker",
-        "restored at 169.7 s, truncated again 384 ms later: the same replace-after-restore, past the breaker's hold",
-    ),
-];
+pub const OPEN: &[(u64, &str, &str)] = &[];

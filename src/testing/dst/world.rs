@@ -286,9 +286,25 @@ impl World {
         }
     }
 
+    /// Whether container `id` belongs to a row that is there now, in the
+    /// incarnation it was made for.
+    pub(crate) fn wants(&self, id: &ContainerId) -> bool {
+        self.runtime.container(id).is_some_and(|c| {
+            self.store.desired_of(&c.labels.sandbox).is_some_and(|r| {
+                r.incarnation.as_ref().map(|i| i.to_string()) == c.labels.incarnation
+            })
+        })
+    }
+
     /// A removal reaps nothing wanted, and nothing before its grace or
-    /// past the breaker.
-    pub(crate) fn check_remove(&self, process: &Process, id: &ContainerId) {
+    /// past the breaker. `sent_while_wanted`: the row was there when the
+    /// controller sent the removal (before the call's time in transit).
+    pub(crate) fn check_remove(
+        &self,
+        process: &Process,
+        id: &ContainerId,
+        sent_while_wanted: bool,
+    ) {
         let Some(c) = self.runtime.container(id) else {
             return;
         };
@@ -336,6 +352,19 @@ impl World {
                     ),
                 );
             }
+            return;
+        }
+        if sent_while_wanted {
+            // The row went while the removal was in transit: a replace
+            // (or a twin's removal) of a wanted row that the delete
+            // overtook, not a reap. Docker takes no precondition on a row
+            // in Postgres; reading the row just before sending is all a
+            // controller can do, and what it does before a replace.
+            drop(o);
+            self.trace(format_args!(
+                "{} removal of {id} of {sandbox}, sent while its row was there, landed after the row went",
+                process.holder
+            ));
             return;
         }
         let Some((at, published)) = o.gone_at.get(sandbox) else {
