@@ -93,4 +93,15 @@ pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
 /// invariant it breaks and what is known: open bugs (or oracle
 /// mistakes) not yet fixed. The CI test fails if any other seed fails,
 /// or if one of these stops failing (then it moves to [`REGRESSIONS`]).
-pub const OPEN: &[(u64, &str, &str)] = &[];
+pub const OPEN: &[(u64, &str, &str)] = &[
+    (
+        19963,
+        "breaker",
+        "past the CI range (a sweep of 10 000 to 40 000, 2026-12-03): a truncate took 12 of 14 sandboxes with containers; the relist it woke failed on released_ids before its look, rows were put back and released before the next look 20 s later, which did not trip; sim017's container was reaped after its grace while the oracle, judging the burst on the world as it is, still counted it tripping. Not settled whether the breaker (one failed look loses the burst) or the oracle is wrong",
+    ),
+    (
+        30181,
+        "breaker",
+        "past the CI range (same sweep): a truncate took 14 of 20 sandboxes with containers; the look right after it (on a list one change old) did not pause reaping, and sim003's container was reaped 32 s later. Not triaged further",
+    ),
+];
