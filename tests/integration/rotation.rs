@@ -71,9 +71,20 @@ async fn containers(env: &TestEnv, id: &SandboxId) -> Vec<(String, String, Strin
 /// Waits for the status of `generation` to be `failed`, and returns it.
 async fn failed_at(client: &Client, id: &SandboxId, generation: &Revision) -> SandboxStatus {
     match client.wait_ready(id, generation, READY).await {
-        Err(ClientError::Failed { .. }) => client.status(id).await.unwrap().unwrap(),
+        Err(ClientError::Failed { .. }) => {}
         other => panic!("expected a failed rotation, got {other:?}"),
     }
+    // A failed rotation is retried with back-off, and the retry writes
+    // `provisioning`: a read right after the waiter saw the failure can
+    // find the retry under way. The failure is what the test inspects.
+    eventually("the failed status", READY, || async {
+        client
+            .status(id)
+            .await
+            .ok()?
+            .filter(|s| s.phase == Phase::Failed)
+    })
+    .await
 }
 
 #[tokio::test]
