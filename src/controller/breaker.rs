@@ -58,8 +58,9 @@ pub(crate) enum Change {
 
 impl ReapBreaker {
     /// One look at the fleet as listed at `now`: `recorded` is the database's state,
-    /// `fleet` the sandboxes with containers, `missing` those of them whose
-    /// desired row is gone.
+    /// `fleet` the sandboxes with containers that were not released (their
+    /// row is there, or vanished without a tombstone), `missing` those of
+    /// them whose desired row is gone.
     pub(crate) fn look(
         &self,
         policy: &BreakerPolicy,

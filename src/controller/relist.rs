@@ -21,10 +21,12 @@ use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::ports::runtime::ObservedResource;
 use crate::sched::WorkQueue;
 use crate::watch::KnownContainers;
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 // Randomly seeded hash tables (ids are hashed several times per row).
 use crate::domain::fleet_hash::{HashMap, HashSet};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -363,7 +365,7 @@ impl<T> Drop for Side<T> {
 }
 
 /// How long the tombstone of a deleted row is kept.
-const TOMBSTONES_KEPT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+const TOMBSTONES_KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Looks at the fleet for the reaping circuit breaker (before anything is
 /// enqueued, so that no reconcile reaps ahead of it) and records a trip.
@@ -373,18 +375,26 @@ async fn breaker_look(
     containers: &[&ObservedContainer],
     listed_at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), ControllerError> {
-    // Rows deleted one by one were meant to go: only rows that vanished
-    // without a trace count.
+    // Rows deleted one by one were meant to go: they neither count as
+    // lost nor in the fleet a burst is weighed against. (Counting them in
+    // the fleet would let the share fall, and the breaker miss a burst,
+    // merely because released sandboxes still wait out their grace; and
+    // rise again as they are reaped, after the look that let the burst
+    // go: simulation seed 19963.)
     let released: HashSet<String> = ctx
         .store
         .released_ids(TOMBSTONES_KEPT)
         .await?
         .into_iter()
         .collect();
-    let fleet: HashSet<&SandboxId> = containers.iter().map(|c| &c.labels.sandbox).collect();
+    let fleet: HashSet<&SandboxId> = containers
+        .iter()
+        .map(|c| &c.labels.sandbox)
+        .filter(|id| desired.contains(*id) || !released.contains(id.as_str()))
+        .collect();
     let missing: BTreeSet<SandboxId> = fleet
         .iter()
-        .filter(|id| !desired.contains(*id) && !released.contains(id.as_str()))
+        .filter(|id| !desired.contains(*id))
         .map(|id| (*id).clone())
         .collect();
     let recorded = ctx.store.reaping().await?;
@@ -418,6 +428,16 @@ async fn breaker_look(
     Ok(())
 }
 
+/// When a failed relist is tried again: after a second (or the interval,
+/// if shorter), doubling up to the interval.
+fn retry_delays(interval: Duration) -> ExponentialBackoff {
+    ExponentialBuilder::default()
+        .with_min_delay(interval.min(Duration::from_secs(1)))
+        .with_max_delay(interval)
+        .without_max_times()
+        .build()
+}
+
 /// Relists every `relist_interval`, and at once when a watcher reconnects.
 pub(crate) async fn relist_loop(
     ctx: Arc<Context>,
@@ -431,6 +451,11 @@ pub(crate) async fn relist_loop(
     tick.tick().await;
     // A reconnect's relist that failed is owed until one succeeds.
     let mut owed = Enqueue::Hint;
+    // A failed relist is tried again soon rather than an interval later:
+    // the relist a truncate woke is the breaker's look at that burst, and
+    // by the next interval rows may be back and the fleet changed, so
+    // that the burst no longer shows (simulation seeds 19963, 30181).
+    let mut retries: Option<ExponentialBackoff> = None;
     let mut resynced = Instant::now();
     loop {
         // Biased, as every select of the controller: the same branch wins
@@ -453,12 +478,19 @@ pub(crate) async fn relist_loop(
         match relist(&ctx, &queue, &known, true, owed, scope).await {
             Ok(()) => {
                 owed = Enqueue::Hint;
+                retries = None;
                 if scope == Scope::Every {
                     resynced = Instant::now();
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "relist failed; will try again next interval");
+                let interval = ctx.config.relist_interval;
+                let retry_in = retries
+                    .get_or_insert_with(|| retry_delays(interval))
+                    .next()
+                    .unwrap_or(interval);
+                tick.reset_after(retry_in);
+                tracing::warn!(error = %e, retry_in_ms = retry_in.as_millis() as u64, "relist failed; trying again");
             }
         }
     }

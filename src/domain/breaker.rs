@@ -5,8 +5,9 @@
 //! Rows vanish in bulk when the state database is emptied, restored from
 //! an old backup or truncated; a controller that reaped on that signal
 //! alone would destroy every sandbox. Rows deleted one by one leave a
-//! tombstone and do not count: an orchestrator may release everything. So: more than `share` of the
-//! sandboxes that have containers, and at least `min` of them, missing at
+//! tombstone and do not count, as lost or in the fleet: an orchestrator may
+//! release everything. So: more than `share` of the sandboxes that have
+//! containers and were not released, and at least `min` of them, missing at
 //! once pauses reaping of deleted rows (expired, idle and released-owner
 //! sandboxes are unaffected: their rows say so).
 

@@ -169,21 +169,27 @@ fn relists(metrics: &Metrics) -> f64 {
     metric(metrics, "sandboxd_relists_total")
 }
 
-#[tokio::test]
-async fn truncating_the_desired_table_of_many_sandboxes_pauses_reaping_until_resume_reaping() {
-    let env = TestEnv::new().await;
-    let controller = env.start(config(&env));
-    let client = Client::from_pool(env.pool.clone());
+/// `n` redis sandboxes, requested at once, all ready.
+async fn ready_sandboxes(client: &Client, prefix: &str, n: usize) -> Vec<SandboxId> {
     let mut sandboxes = Vec::new();
     let mut revisions = Vec::new();
-    for _ in 0..5 {
-        let id = sandbox_id("burst");
+    for _ in 0..n {
+        let id = sandbox_id(prefix);
         revisions.push(client.apply(&id, &request(&["redis"], &[])).await.unwrap());
         sandboxes.push(id);
     }
     for (id, revision) in sandboxes.iter().zip(&revisions) {
         client.wait_ready(id, revision, READY).await.unwrap();
     }
+    sandboxes
+}
+
+#[tokio::test]
+async fn truncating_the_desired_table_of_many_sandboxes_pauses_reaping_until_resume_reaping() {
+    let env = TestEnv::new().await;
+    let controller = env.start(config(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let sandboxes = ready_sandboxes(&client, "burst", 5).await;
     let containers: Vec<ObservedContainer> = {
         let mut v = Vec::new();
         for id in &sandboxes {
@@ -247,5 +253,43 @@ async fn truncating_the_desired_table_of_many_sandboxes_pauses_reaping_until_res
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("reaping was not paused"));
+    controller.stop().await;
+}
+
+/// Released sandboxes still waiting out their grace window are on their
+/// way out: they do not dilute the burst of a truncate that follows. Five
+/// released and five truncated is 5 of 5 lost rows, not 5 of 10 (which is
+/// not more than half, and would let the truncated five be reaped).
+#[tokio::test]
+async fn sandboxes_released_just_before_a_truncate_do_not_hide_its_burst_from_the_breaker() {
+    let env = TestEnv::new().await;
+    let mut config = config(&env);
+    // Long enough that the released five are still there at the truncate.
+    config.grace = Duration::from_secs(120);
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let sandboxes = ready_sandboxes(&client, "dilute", 10).await;
+    let (released, truncated) = sandboxes.split_at(5);
+    for id in released {
+        client.release(id).await.unwrap();
+    }
+    let before = relists(&controller.metrics);
+    sqlx::query("TRUNCATE sandbox_desired")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    eventually("reaping paused", Duration::from_secs(10), || async {
+        (metric(&controller.metrics, "sandboxd_reaping_paused") == 1.0).then_some(())
+    })
+    .await;
+    assert!(relists(&controller.metrics) > before);
+    let reason: String = sqlx::query_scalar("SELECT reason FROM sandbox_reaping")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert!(reason.contains("5 of 5 sandboxes"), "{reason}");
+    for id in released.iter().chain(truncated) {
+        assert!(running(&env, id).await.is_some(), "{id} is still there");
+    }
     controller.stop().await;
 }

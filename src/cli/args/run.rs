@@ -228,7 +228,8 @@ pub struct RunArgs {
     #[arg(long, env = "SANDBOXD_HOLDER", value_parser = parse_holder)]
     pub holder: Option<String>,
     /// Reaping of deleted rows pauses when more than this share of the
-    /// sandboxes with containers lose their rows at once (1: never).
+    /// sandboxes with containers (released ones left out) lose their rows
+    /// at once (1: never).
     #[arg(long, env = "SANDBOXD_REAP_BREAKER_SHARE", default_value_t = 0.5)]
     pub reap_breaker_share: f64,
     /// ...and at least this many.

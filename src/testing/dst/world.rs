@@ -210,10 +210,19 @@ impl World {
         }
     }
 
-    /// The sandboxes with containers.
+    /// The sandboxes with containers that were not released (a released
+    /// one is on its way out: the breaker weighs a burst against the rest).
     fn fleet(&self) -> BTreeSet<SandboxId> {
+        let released: BTreeSet<String> = self.store.released().into_iter().collect();
         self.runtime
-            .with_containers(|all| all.values().map(|c| c.labels.sandbox.clone()).collect())
+            .with_containers(|all| {
+                all.values()
+                    .map(|c| c.labels.sandbox.clone())
+                    .collect::<BTreeSet<_>>()
+            })
+            .into_iter()
+            .filter(|id| self.store.desired_of(id).is_some() || !released.contains(id.as_str()))
+            .collect()
     }
 
     /// `BreakerPolicy`'s rule: the sandboxes of `lost` with containers whose
