@@ -6,7 +6,8 @@
 #
 # Without arguments, in two passes: every test but the integration tests'
 # `alone::` module, side by side ($SANDBOXD_TEST_THREADS at a time, default
-# 2: four at once broke timing-sensitive tests on a loaded 2-core machine),
+# 3: they mostly wait on Docker; four at once broke timing-sensitive tests
+# on a loaded 2-core machine),
 # then `alone::` one test at a time (they create a Docker Swarm or churn a
 # hundred networks: nothing may run beside them). With arguments, one
 # `cargo test` with exactly those, e.g.
@@ -120,7 +121,7 @@ else
   bench_beside || first+=(--benches)
   skip=(--skip alone::)
   if sim_beside; then skip+=(--skip "$SIM_TEST"); fi
-  run "${first[@]}" -- --test-threads="${SANDBOXD_TEST_THREADS:-2}" "${skip[@]}"
+  run "${first[@]}" -- --test-threads="${SANDBOXD_TEST_THREADS:-3}" "${skip[@]}"
   beside_wait "$bench_pid" "$bench_log" "the benchmark's smoke run"
   bench_pid=
   run --test integration -- --test-threads=1 alone::
