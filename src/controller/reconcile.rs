@@ -243,7 +243,7 @@ async fn read<'c>(
             ctx.gone.forget(id);
             None
         }
-        None => Some(ctx.gone.missing(id, now)),
+        None => Some(ctx.gone.missing(id, now, !observed.is_empty())),
     };
     Ok(Seen {
         state,

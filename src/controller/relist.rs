@@ -387,9 +387,16 @@ async fn breaker_look(
         .await?
         .into_iter()
         .collect();
+    // A full list may answer from an older view (a cache, a daemon under
+    // load) and miss containers made since; a reconcile that found a
+    // row missing listed that sandbox's containers itself, so what it
+    // found counts too (simulation seeds 59671, 91996: two stale lists
+    // in a row hid a truncate of most of the fleet).
+    let seen_gone = ctx.gone.with_containers();
     let fleet: HashSet<&SandboxId> = containers
         .iter()
         .map(|c| &c.labels.sandbox)
+        .chain(&seen_gone)
         .filter(|id| desired.contains(*id) || !released.contains(id.as_str()))
         .collect();
     let missing: BTreeSet<SandboxId> = fleet

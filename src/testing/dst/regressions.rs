@@ -97,6 +97,16 @@ pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
         &[],
         "breaker: the same lost look (14 of 20; the woken relist's look failed on the store; shrinks to 184 steps): same fix (2026-12-04)",
     ),
+    (
+        59671,
+        &[],
+        "breaker: a truncate took 12 of 13 sandboxes with containers, and the two looks after it read full lists answered from views older than most of the fleet (4 sandboxes, fewer than the breaker's minimum): the breaker also counts the sandboxes a reconcile found without a row and with containers (controller::gone). Found in the first 100 000 seeds of a 1 000 000 run (shrinks to 81 steps; 2026-12-04)",
+    ),
+    (
+        91996,
+        &[],
+        "breaker: the same stale looks (9 of 9 lost; both looks saw one sandbox; shrinks to 56 steps): same fix (2026-12-04)",
+    ),
 ];
 
 /// Seeds of the current workload that still fail, each with the
