@@ -169,6 +169,19 @@ fn relists(metrics: &Metrics) -> f64 {
     metric(metrics, "sandboxd_relists_total")
 }
 
+/// Truncates the desired table and waits for the controller to pause
+/// reaping.
+async fn truncate_and_see_reaping_paused(env: &TestEnv, controller: &common::RunningController) {
+    sqlx::query("TRUNCATE sandbox_desired")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    eventually("reaping paused", Duration::from_secs(10), || async {
+        (metric(&controller.metrics, "sandboxd_reaping_paused") == 1.0).then_some(())
+    })
+    .await;
+}
+
 /// `n` redis sandboxes, requested at once, all ready.
 async fn ready_sandboxes(client: &Client, prefix: &str, n: usize) -> Vec<SandboxId> {
     let mut sandboxes = Vec::new();
@@ -198,14 +211,7 @@ async fn truncating_the_desired_table_of_many_sandboxes_pauses_reaping_until_res
         v
     };
 
-    sqlx::query("TRUNCATE sandbox_desired")
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    eventually("reaping paused", Duration::from_secs(10), || async {
-        (metric(&controller.metrics, "sandboxd_reaping_paused") == 1.0).then_some(())
-    })
-    .await;
+    truncate_and_see_reaping_paused(&env, &controller).await;
     assert_eq!(
         metric(&controller.metrics, "sandboxd_sandboxes_row_missing"),
         5.0
@@ -273,16 +279,7 @@ async fn sandboxes_released_just_before_a_truncate_do_not_hide_its_burst_from_th
     for id in released {
         client.release(id).await.unwrap();
     }
-    let before = relists(&controller.metrics);
-    sqlx::query("TRUNCATE sandbox_desired")
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    eventually("reaping paused", Duration::from_secs(10), || async {
-        (metric(&controller.metrics, "sandboxd_reaping_paused") == 1.0).then_some(())
-    })
-    .await;
-    assert!(relists(&controller.metrics) > before);
+    truncate_and_see_reaping_paused(&env, &controller).await;
     let reason: String = sqlx::query_scalar("SELECT reason FROM sandbox_reaping")
         .fetch_one(&env.pool)
         .await
