@@ -325,6 +325,18 @@ impl World {
         let wanted = row
             .as_ref()
             .is_some_and(|r| r.incarnation.as_ref().map(|i| i.to_string()) == c.labels.incarnation);
+        if wanted && !sent_while_wanted {
+            // The row came back (a restore put back the incarnation this
+            // container serves) while the removal was in transit: decided
+            // on a row that did not want it, re-read just before sending,
+            // as with a row that went in transit (below).
+            drop(o);
+            self.trace(format_args!(
+                "{} removal of {id} of {sandbox}, sent while its row wanted another incarnation or none, landed after the row came back",
+                process.holder
+            ));
+            return;
+        }
         if wanted {
             let row = row.expect("wanted");
             // It serves the row unless the row wants features it lacks.
