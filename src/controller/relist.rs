@@ -17,7 +17,7 @@ use crate::domain::id::SandboxId;
 use crate::domain::identity;
 use crate::domain::plan::Policy;
 use crate::domain::resync::{self, Judgement, Snapshot};
-use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
+use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
 use crate::ports::runtime::ObservedResource;
 use crate::sched::WorkQueue;
 use crate::watch::KnownContainers;
@@ -107,7 +107,7 @@ pub(crate) async fn relist(
     let desired: HashSet<&SandboxId> = rows.iter().map(|d| &d.id).collect();
     // Another state database's containers are never reaped: the breaker
     // weighs this one's only.
-    breaker_look(ctx, &desired, &ours, listed_at).await?;
+    breaker_look(ctx, &desired, &ours, statuses, listed_at).await?;
     let judge = Judge::new(ctx, containers, &foreign, &by_id, networks);
     let (due, converged) = select_due(&lists, &judge, &desired, scope, queue);
     if count_drift {
@@ -373,6 +373,7 @@ async fn breaker_look(
     ctx: &Context,
     desired: &HashSet<&SandboxId>,
     containers: &[&ObservedContainer],
+    statuses: &[SandboxStatus],
     listed_at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), ControllerError> {
     // Rows deleted one by one were meant to go: they neither count as
@@ -388,15 +389,25 @@ async fn breaker_look(
         .into_iter()
         .collect();
     // A full list may answer from an older view (a cache, a daemon under
-    // load) and miss containers made since; a reconcile that found a
-    // row missing listed that sandbox's containers itself, so what it
-    // found counts too (simulation seeds 59671, 91996: two stale lists
-    // in a row hid a truncate of most of the fleet).
+    // load) and miss containers made since. What this controller recorded
+    // itself counts too: a status that serves engines (its containers were
+    // up when it was written), and a reconcile that found a row missing
+    // with containers (it listed that sandbox itself). Simulation seeds
+    // 59671, 91996 and 326400: stale lists hid a truncate of most of the
+    // fleet.
     let seen_gone = ctx.gone.with_containers();
+    let serving = statuses
+        .iter()
+        .filter(|s| {
+            matches!(s.phase, Phase::Ready | Phase::Healing | Phase::Paused)
+                && !s.services.is_empty()
+        })
+        .map(|s| &s.id);
     let fleet: HashSet<&SandboxId> = containers
         .iter()
         .map(|c| &c.labels.sandbox)
         .chain(&seen_gone)
+        .chain(serving)
         .filter(|id| desired.contains(*id) || !released.contains(id.as_str()))
         .collect();
     let missing: BTreeSet<SandboxId> = fleet

@@ -108,6 +108,16 @@ pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
         "breaker: the same stale looks (9 of 9 lost; both looks saw one sandbox; shrinks to 56 steps): same fix (2026-12-04)",
     ),
     (
+        326400,
+        &[],
+        "breaker: a truncate took 6 of 6; its notification never came, and the next look read a full list answered from the view before the newest sandbox was made, with no reconcile yet to have seen the rows missing (4 of 4, under the minimum): a look also counts the sandboxes whose status serves engines (ready, healing, paused). Found in seeds 300 000 to 400 000 of a 1 000 000 run (2026-12-04)",
+    ),
+    (
+        214553,
+        &[],
+        "breaker: the same stale look (11 of 11 lost; the look saw 2): same fix (2026-12-04)",
+    ),
+    (
         198114,
         &[],
         "reap (an oracle mistake, not a controller bug): a new term's reconcile re-read a re-inserted row (a new incarnation) and sent the removal of the old incarnation's container; a restore put that incarnation back 32 ms later, before the removal landed. The oracle now judges such a removal on the row as it was when sent, as it did for a row that went in transit (found in seeds 100 000 to 200 000 of a 1 000 000 run, 2026-12-04)",
