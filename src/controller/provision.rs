@@ -65,7 +65,7 @@ pub(crate) async fn provision(
     ) {
         (Ok((_, status, origin)), None) => Ok((status, origin)),
         (Ok((new, status, origin)), Some(old)) => {
-            rotation::switch(ctx, commit, p.engine, &new, old, status)
+            rotation::switch(ctx, commit, desired, p.engine, &new, old, status)
                 .await
                 .map(|status| (status, origin))
                 .map_err(ProvisionError::from)

@@ -1,7 +1,8 @@
 //! Reading a row again just before a removal that an earlier read of it
-//! justified: a replace of a running container, or the teardown of one
-//! the row no longer wants (an earlier incarnation's, an engine dropped,
-//! expired, idle, its owner gone). A reconcile reads the row, then lists,
+//! justified: a replace of a running container, a rotation's removal of
+//! the old one, or the teardown of one the row no longer wants (an
+//! earlier incarnation's, an engine dropped, expired, idle, its owner
+//! gone). A reconcile reads the row, then lists,
 //! plans and acts; a row deleted, re-inserted or restored from a copy in
 //! between must not lose a container on the strength of the old read.
 //!

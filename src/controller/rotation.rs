@@ -8,7 +8,8 @@
 //!    still runs: the commit point. Before it the old container is the
 //!    live one, from it on the new one (the plan decides from the status's
 //!    instance token, see [`crate::domain::plan`]);
-//! 2. **remove** the old container;
+//! 2. **remove** the old container, once the row, read again, is still
+//!    the one the rotation was planned on ([`super::recheck`]);
 //! 3. **rejoin** the network with the engine's alias (per-sandbox networks);
 //! 4. **rename** it to the engine's container name (last: a container under
 //!    that name has its alias);
@@ -28,9 +29,10 @@
 
 use super::name_release;
 use super::network;
+use super::recheck;
 use super::Context;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
-use crate::domain::sandbox::{SandboxStatus, ServiceStatus};
+use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use crate::domain::status::{self, StatusUpdate};
 use crate::ports::runtime::RuntimeError;
 use crate::ports::store::StoreError;
@@ -48,6 +50,27 @@ pub enum SwitchError {
     /// The status naming the new container could not be written.
     #[error("the new {engine} container is ready but could not be published ({source}); the next attempt keeps whichever container the status names")]
     Publish {
+        /// Engine name.
+        engine: EngineName,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+    /// The row was deleted or rewritten while the new container was
+    /// built: the new container is published, the old one kept; the next
+    /// reconcile plans from the row as it is (a deleted row's containers
+    /// wait out the grace window; a rewritten one's old container is
+    /// removed then).
+    #[error("the new {engine} container is published, but the desired row was {changed} meanwhile: the old container was kept for the next reconcile to decide on")]
+    RowChanged {
+        /// Engine name.
+        engine: EngineName,
+        /// How the row changed.
+        changed: &'static str,
+    },
+    /// The row could not be read again before the old container's removal.
+    #[error("the new {engine} container is published, but the desired row could not be read again ({source}): the old container was kept; the next attempt finishes the switch")]
+    RowUnread {
         /// Engine name.
         engine: EngineName,
         /// The store's error.
@@ -160,11 +183,13 @@ impl Commit {
 /// Switches `engine` from the running container `old` to `new`, ready and
 /// verified, whose status is `service`: publish, then
 /// [`promote`]. Returns the status to publish as ready. If the sandbox is
-/// no longer wanted the new container is removed and the old one kept.
+/// no longer wanted the new container is removed and the old one kept;
+/// if its row changed since `desired` was read, the old one is kept.
 #[tracing::instrument(name = "switch", skip_all, fields(old = %old, new = %new))]
 pub(crate) async fn switch(
     ctx: &Context,
     commit: &Commit,
+    desired: &DesiredSandbox,
     engine: EngineName,
     new: &ContainerId,
     old: &ContainerId,
@@ -182,6 +207,19 @@ pub(crate) async fn switch(
         return Err(e);
     }
     tracing::info!("new container published; switching to it");
+    // Removing the old container rests on the read this rotation was
+    // planned on: read the row again first (a release or a restore while
+    // the new one was built; simulation seed 220893).
+    match recheck::since(ctx, desired).await {
+        Ok(None) => {}
+        Ok(Some(changed)) => {
+            return Err(SwitchError::RowChanged {
+                engine,
+                changed: changed.as_str(),
+            })
+        }
+        Err(source) => return Err(SwitchError::RowUnread { engine, source }),
+    }
     promote(
         ctx,
         &commit.id,

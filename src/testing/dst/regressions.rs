@@ -118,6 +118,16 @@ pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
         "breaker: the same stale look (11 of 11 lost; the look saw 2): same fix (2026-12-04)",
     ),
     (
+        220893,
+        &[],
+        "grace: a rotation for a feature set that grew built its new container, published it, and removed the old one 0.1 s after the row was released: a rotation reads the row again before it removes the old container, and keeps it if the row changed (rotation::switch). Found in seeds 200 000 to 300 000 of a 1 000 000 run (2026-12-04)",
+    ),
+    (
+        261757,
+        &[],
+        "breaker (an oracle mistake): an emptying restore took 7 of 10; rows came back before the controller's look, which weighed 5 of 10 and let them go; three other sandboxes were released after it, and the oracle, weighing the burst against the fleet as it was at the reap (7), counted 5 of 7. The oracle now weighs a burst against the larger of the fleet then and now (2026-12-04)",
+    ),
+    (
         198114,
         &[],
         "reap (an oracle mistake, not a controller bug): a new term's reconcile re-read a re-inserted row (a new incarnation) and sent the removal of the old incarnation's container; a restore put that incarnation back 32 ms later, before the removal landed. The oracle now judges such a removal on the row as it was when sent, as it did for a row that went in transit (found in seeds 100 000 to 200 000 of a 1 000 000 run, 2026-12-04)",

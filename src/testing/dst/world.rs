@@ -61,8 +61,8 @@ struct Oracle {
     /// The incarnation of each row that went, by sandbox.
     gone_incarnation: BTreeMap<SandboxId, Option<Incarnation>>,
     /// The rows each truncate (or emptying restore) took that were enough
-    /// to trip the breaker, burst by burst.
-    truncated: Vec<BTreeSet<SandboxId>>,
+    /// to trip the breaker, burst by burst, with the fleet's size then.
+    truncated: Vec<(BTreeSet<SandboxId>, usize)>,
     /// Since when each (sandbox, engine) has had more than one live
     /// container.
     excess_since: BTreeMap<(SandboxId, String), Instant>,
@@ -184,7 +184,7 @@ impl World {
                     .insert(id.clone(), (Instant::now(), incarnation, gone));
             }
         }
-        for burst in &mut o.truncated {
+        for (burst, _) in &mut o.truncated {
             burst.remove(id);
         }
     }
@@ -205,8 +205,12 @@ impl World {
                 fleet.len()
             ));
         }
-        if self.breaker_trips(&lost, &fleet, |_| true) {
-            self.oracle.lock().unwrap().truncated.push(lost);
+        if self.breaker_trips(&lost, &fleet, 0, |_| true) {
+            self.oracle
+                .lock()
+                .unwrap()
+                .truncated
+                .push((lost, fleet.len()));
         }
     }
 
@@ -226,26 +230,33 @@ impl World {
     }
 
     /// `BreakerPolicy`'s rule: the sandboxes of `lost` with containers whose
-    /// row is `missing` are at least `min` and more than `share` of `fleet`.
+    /// row is `missing` are at least `min` and more than `share` of `fleet`
+    /// (or of `at_least` sandboxes, if that is more).
     fn breaker_trips(
         &self,
         lost: &BTreeSet<SandboxId>,
         fleet: &BTreeSet<SandboxId>,
+        at_least: usize,
         missing: impl Fn(&SandboxId) -> bool,
     ) -> bool {
         let n = lost
             .iter()
             .filter(|id| fleet.contains(*id) && missing(id))
             .count();
-        n >= self.breaker.min && n as f64 > self.breaker.share * fleet.len() as f64
+        n >= self.breaker.min && n as f64 > self.breaker.share * fleet.len().max(at_least) as f64
     }
 
     /// Whether the rows a truncate took that are still missing, with
-    /// containers, are enough to trip the breaker now (the rule of
-    /// `BreakerPolicy`, judged on the world as it is).
-    fn breaker_must_hold(&self, burst: &BTreeSet<SandboxId>) -> bool {
+    /// containers, are enough to trip the breaker now: weighed against the
+    /// fleet as it is and as it was at the truncate (the larger), since
+    /// the controller weighs a burst at its looks, and sandboxes released
+    /// after a look that let the burst go must not make it trip in
+    /// hindsight (seed 261757).
+    fn breaker_must_hold(&self, burst: &BTreeSet<SandboxId>, fleet_then: usize) -> bool {
         let fleet = self.fleet();
-        self.breaker_trips(burst, &fleet, |id| self.store.desired_of(id).is_none())
+        self.breaker_trips(burst, &fleet, fleet_then, |id| {
+            self.store.desired_of(id).is_none()
+        })
     }
 
     /// The operator resumed reaping.
@@ -410,7 +421,7 @@ impl World {
         let held = o
             .truncated
             .iter()
-            .any(|burst| burst.contains(sandbox) && self.breaker_must_hold(burst));
+            .any(|(burst, then)| burst.contains(sandbox) && self.breaker_must_hold(burst, *then));
         if held {
             self.violate(
                 "breaker",
