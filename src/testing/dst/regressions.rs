@@ -132,6 +132,11 @@ pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
         &[],
         "reap (an oracle mistake, not a controller bug): a new term's reconcile re-read a re-inserted row (a new incarnation) and sent the removal of the old incarnation's container; a restore put that incarnation back 32 ms later, before the removal landed. The oracle now judges such a removal on the row as it was when sent, as it did for a row that went in transit (found in seeds 100 000 to 200 000 of a 1 000 000 run, 2026-12-04)",
     ),
+    (
+        474488,
+        &[],
+        "reap (an oracle mistake): the same restore overtaking a removal in transit (2026-12-04)",
+    ),
 ];
 
 /// Seeds of the current workload that still fail, each with the
