@@ -243,7 +243,7 @@ impl World {
             .iter()
             .filter(|id| fleet.contains(*id) && missing(id))
             .count();
-        n >= self.breaker.min && n as f64 > self.breaker.share * fleet.len().max(at_least) as f64
+        self.breaker.trips(n, fleet.len().max(at_least))
     }
 
     /// Whether the rows a truncate took that are still missing, with
