@@ -95,6 +95,11 @@ pub enum ProvisionError {
         /// What the daemon has.
         registered: Vec<String>,
     },
+    /// The new container was ended from outside (`docker kill`, `stop`,
+    /// `rm -f`) before it was ready: an interruption, not the engine's
+    /// failure (a heal goes again at once, and its status says so).
+    #[error(transparent)]
+    Interrupted(Box<ProvisionError>),
     /// A rotation's new container could not be had or did not become
     /// ready: it was removed, and the running container was not touched.
     #[error("{0}; the rotation was abandoned: the running container keeps serving the published credentials and its data")]
@@ -130,12 +135,31 @@ pub enum ProvisionError {
 
 impl ProvisionError {
     /// The container that was started and did not come up, if that is
-    /// what failed (it has been removed since).
-    pub(crate) fn started(&self) -> Option<&ContainerId> {
+    /// what failed.
+    fn started(&self) -> Option<&ContainerId> {
         match self {
             ProvisionError::Exited { id, .. } | ProvisionError::NotReady { id, .. } => Some(id),
             _ => None,
         }
+    }
+
+    /// Marks a started container's failure [`ProvisionError::Interrupted`]
+    /// when `ordered` says the event stream reported an order for it. Read
+    /// before sandboxd removes the container: its own removal reports a
+    /// `kill` and a `destroy` too, and the watcher may record them before
+    /// the reconcile looks, which would make every failed heal look
+    /// interrupted and retry at once, forever.
+    pub(crate) fn interrupted_if(self, ordered: impl FnOnce(&ContainerId) -> bool) -> Self {
+        match self.started() {
+            Some(id) if ordered(id) => ProvisionError::Interrupted(Box::new(self)),
+            _ => self,
+        }
+    }
+
+    /// Whether an order from outside ended the new container before it
+    /// was ready.
+    pub(crate) fn is_interrupted(&self) -> bool {
+        matches!(self, ProvisionError::Interrupted(_))
     }
 
     /// Whether the failure came before anything was removed or created

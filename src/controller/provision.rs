@@ -398,6 +398,7 @@ async fn cold(
         }
         Err(e) => {
             forget_template(ctx, &spec);
+            let e = e.interrupted_if(|c| ctx.orders.of(c).is_some());
             if let Err(cleanup) = runtime.remove(&id, Duration::ZERO).await {
                 tracing::warn!(container = %name, error = %cleanup, "could not remove the failed container; the next reconcile will");
             }

@@ -848,8 +848,7 @@ async fn provision_all(
             && result
                 .as_ref()
                 .err()
-                .and_then(|e| e.started())
-                .is_some_and(|c| ctx.orders.of(c).is_some());
+                .is_some_and(super::provision::ProvisionError::is_interrupted);
         if interrupted {
             run.interrupted.lock().unwrap().insert(p.engine);
         }

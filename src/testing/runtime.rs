@@ -60,6 +60,9 @@ pub(crate) struct FakeContainer {
 #[derive(Default)]
 struct World {
     containers: BTreeMap<ContainerId, FakeContainer>,
+    /// Where the orders this world's events report are recorded the
+    /// moment they happen (a watcher quicker than any reconcile), if set.
+    orders: Option<std::sync::Arc<crate::domain::death::Orders>>,
     /// Every command run with exec, in order.
     execs: Vec<(ContainerId, Vec<String>)>,
     /// What every container's cgroup says of its memory (used, cap), for
@@ -283,6 +286,13 @@ impl FakeRuntime {
     }
 
     /// Ends every event stream, as a daemon restart does (watchers reconnect).
+    /// Records every order this world's events report in `orders` at
+    /// once, sandboxd's own removals included: the event watcher at its
+    /// quickest, ahead of the reconcile that caused them.
+    pub(crate) fn report_orders_to(&self, orders: std::sync::Arc<crate::domain::death::Orders>) {
+        self.world.lock().unwrap().orders = Some(orders);
+    }
+
     pub(crate) fn cut_events(&self) {
         self.subscribers.lock().unwrap().clear();
         self.network_subscribers.lock().unwrap().clear();
@@ -457,6 +467,16 @@ impl FakeRuntime {
 }
 
 fn emit(w: &mut World, id: &ContainerId, action: ContainerAction, sandbox: Option<SandboxId>) {
+    use crate::domain::death::Order;
+    let order = match action {
+        ContainerAction::Kill => Some(Order::Kill),
+        ContainerAction::Stop => Some(Order::Stop),
+        ContainerAction::Destroy => Some(Order::Destroy),
+        _ => None,
+    };
+    if let (Some(orders), Some(order)) = (&w.orders, order) {
+        orders.record(id, order);
+    }
     let event = RuntimeEvent {
         container: id.clone(),
         action,

@@ -84,6 +84,37 @@ async fn an_engine_that_keeps_dying_on_its_own_backs_off_to_the_cap_and_is_never
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_heal_that_fails_backs_off_though_its_own_removal_of_the_new_container_reports_orders() {
+    let h = Harness::new();
+    let ctx = h.context();
+    h.store.put_desired(row("a"));
+    reconcile(&ctx, &id("a")).await.unwrap();
+    // The watcher records sandboxd's own removal of a heal's failed
+    // container (a `kill` and a `destroy`) before the reconcile looks.
+    h.runtime.report_orders_to(ctx.orders.clone());
+    let (container, _) = h.published(&id("a"));
+    h.runtime.kill(&container, false);
+    // The heal's new container never answers (a stale bridge holds its
+    // route, say).
+    h.runtime.faults.set(RuntimeOp::Exec, Fault::Hang);
+    for _ in 0..2 {
+        let next = reconcile(&ctx, &id("a")).await.unwrap();
+        let status = h.store.status_of(&id("a")).unwrap();
+        assert!(
+            status.message.contains("did not become ready")
+                && !status.message.contains("ended from outside"),
+            "{}",
+            status.message
+        );
+        let Next::After(wait) = next else {
+            panic!("a failed heal is held by the back-off, not retried at once: {next:?}");
+        };
+        assert!(wait >= Duration::from_secs(1), "{wait:?}");
+        h.clock.advance(chrono::Duration::from_std(wait).unwrap());
+    }
+}
+
 #[tokio::test]
 async fn a_container_killed_from_outside_is_healed_at_once_every_time_and_not_counted() {
     let h = Harness::new();
