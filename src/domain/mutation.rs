@@ -29,11 +29,15 @@ pub enum Mutation {
     QuitOnWatchFailure,
     /// Every event of a sandbox is kept, none pruned.
     KeepEveryEvent,
+    /// A running container is not recognised as the one whose credentials
+    /// are published: it is replaced (healed onto a new container) at
+    /// every reconcile instead of kept.
+    ReplaceServing,
 }
 
 impl Mutation {
     /// Every mutation, in a fixed order.
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 9] = [
         Mutation::SkipFence,
         Mutation::IgnoreGrace,
         Mutation::NoBreaker,
@@ -42,6 +46,7 @@ impl Mutation {
         Mutation::WrongPassword,
         Mutation::QuitOnWatchFailure,
         Mutation::KeepEveryEvent,
+        Mutation::ReplaceServing,
     ];
 
     /// Its name on a command line.
@@ -55,6 +60,7 @@ impl Mutation {
             Mutation::WrongPassword => "wrong-password",
             Mutation::QuitOnWatchFailure => "quit-on-watch-failure",
             Mutation::KeepEveryEvent => "keep-every-event",
+            Mutation::ReplaceServing => "replace-serving",
         }
     }
 
@@ -69,6 +75,7 @@ impl Mutation {
             Mutation::WrongPassword => "credentials",
             Mutation::QuitOnWatchFailure => "exit",
             Mutation::KeepEveryEvent => "growth",
+            Mutation::ReplaceServing => "reap",
         }
     }
 

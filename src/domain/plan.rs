@@ -630,6 +630,10 @@ impl EngineView<'_> {
 
     /// The container whose credentials the status holds.
     fn is_published(&self, c: &ObservedContainer) -> bool {
+        #[cfg(any(test, feature = "simulation"))]
+        if crate::domain::mutation::on(crate::domain::mutation::Mutation::ReplaceServing) {
+            return false;
+        }
         self.published
             .is_some_and(|p| !p.instance.is_empty() && p.instance == c.labels.instance)
     }

@@ -369,8 +369,7 @@ impl World {
             // What agents are connected to: its credentials are the
             // published ones.
             let published = self.store.status_of(sandbox).is_some_and(|s| {
-                s.phase == Phase::Ready
-                    && s.incarnation == row.incarnation
+                s.incarnation == row.incarnation
                     && s.services
                         .get(c.labels.engine.as_str())
                         .is_some_and(|svc| svc.instance == c.labels.instance)
