@@ -261,3 +261,129 @@ SQL
   port=$(docker port "$name" 5432/tcp | head -n1 | sed 's/.*://')
   printf 'postgres://sandboxd:%s@127.0.0.1:%s/sandboxd\n' "$password" "$port"
 }
+
+# ensure_swarm_manager
+# Makes sure this Docker engine is a manager of a Swarm (sandboxd's Swarm
+# backend talks to a manager). On an engine in no Swarm, with
+# SANDBOXD_SWARM_INIT=1, makes it a single-node Swarm advertising
+# SANDBOXD_SWARM_ADVERTISE_ADDR (default 127.0.0.1), after creating the
+# node's gateway bridge closed (no masquerading, no traffic between its
+# containers; Docker would otherwise create an open one at `swarm init`):
+# a task on it (one that publishes a port, or whose overlay has egress)
+# then reaches neither the outside nor other tasks. Otherwise refuses, saying
+# what to run.
+ensure_swarm_manager() {
+  local state
+  state=$(docker info --format '{{.Swarm.LocalNodeState}}')
+  if [ "$state" != active ]; then
+    if [ "${SANDBOXD_SWARM_INIT:-}" != 1 ]; then
+      log "--backend swarm: this Docker engine is in no Swarm (state: ${state:-unknown})."
+      log "  Make it a single-node Swarm: SANDBOXD_BACKEND=swarm SANDBOXD_SWARM_INIT=1 scripts/run.sh"
+      log "  or join one as a manager first (docker swarm join --token MANAGER-TOKEN ADDR)."
+      return 1
+    fi
+    if ! docker network inspect docker_gwbridge >/dev/null 2>&1; then
+      docker network create --driver bridge \
+        --opt com.docker.network.bridge.name=docker_gwbridge \
+        --opt com.docker.network.bridge.enable_ip_masquerade=false \
+        --opt com.docker.network.bridge.enable_icc=false docker_gwbridge >/dev/null
+    fi
+    local addr=${SANDBOXD_SWARM_ADVERTISE_ADDR:-127.0.0.1}
+    log "making this engine a single-node Swarm (docker swarm init --advertise-addr $addr; undo: docker swarm leave --force)"
+    docker swarm init --advertise-addr "$addr" >/dev/null
+  fi
+  if [ "$(docker info --format '{{.Swarm.ControlAvailable}}')" != true ]; then
+    log "--backend swarm: this engine is a Swarm worker; sandboxd talks to a manager: run it on a manager node"
+    return 1
+  fi
+}
+
+# run_controller_container BINARY NAME STATE_CONTAINER [ARGS...]
+# (STATE_CONTAINER empty: DATABASE_URL is the operator's own, and must be
+# reachable from a container on the bridge network sandboxd-control.)
+# Runs `sandboxd run ARGS` in the foreground in a container NAME, as the
+# Swarm backend wants it: attached to every sandbox's overlay, which stays
+# internal, and probing engines by name there (--probe-via network), so no
+# engine port is published on any node. The image (sandboxd/controller:local)
+# is BINARY on the engine images' base (deploy/controller.Dockerfile), built
+# again when BINARY changes. The container reaches the state database
+# STATE_CONTAINER (started by start_state_db) on a bridge network of their
+# own (sandboxd-control) and Docker by its socket; /metrics, /healthz and
+# /readyz are served on its address on that network only (not on the
+# overlays, where agents are) and published on the host at
+# SANDBOXD_METRICS_ADDR (default 127.0.0.1:9187). Every SANDBOXD_* variable
+# set here is passed on. DATABASE_URL must be the state container's URL
+# (the container reads it from a file, below).
+run_controller_container() {
+  local binary=$1 name=$2 state=$3
+  shift 3
+  local root image=sandboxd/controller:local sum context
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  sum=$(sha256sum "$binary" | cut -d' ' -f1)
+  if [ "$(docker image inspect -f '{{index .Config.Labels "io.sandboxd.binary"}}' "$image" 2>/dev/null)" != "$sum" ]; then
+    log "building $image from $binary"
+    context=$(mktemp -d)
+    cp "$binary" "$context/sandboxd"
+    local built=0 output
+    output=$(docker build -q --label "io.sandboxd.binary=$sum" -t "$image" \
+      -f "$root/deploy/controller.Dockerfile" "$context" 2>&1) || built=$?
+    rm -rf "$context"
+    if [ "$built" -ne 0 ]; then
+      log "building $image failed:"
+      printf '%s\n' "$output" >&2
+      return 1
+    fi
+  fi
+  if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ]; then
+    log "a controller container $name runs already: stop it first (docker stop $name), or name another with SANDBOXD_CONTROLLER_CONTAINER"
+    return 1
+  fi
+  docker rm -f "$name" >/dev/null 2>&1 || true
+  local network=sandboxd-control
+  docker network inspect "$network" >/dev/null 2>&1 ||
+    docker network create --label io.sandboxd.control=true "$network" >/dev/null
+  if [ -n "$state" ] &&
+    ! docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "$state" | grep -qw "$network"; then
+    docker network connect "$network" "$state"
+  fi
+  # The URL as the container sees it (the state container by name), in a
+  # file of the container's user, mode 0600, mounted as its SANDBOXD_HOME:
+  # never in its environment, which `docker inspect` shows.
+  local home=${SANDBOXD_HOME:-${HOME:-/root}/.local/state/sandboxd}/controller user=10001:10001
+  mkdir -p "$home" && chmod 700 "$home"
+  local url=$DATABASE_URL
+  if [ -n "$state" ]; then url=$(printf '%s' "$url" | sed -E "s#@[^/]+/#@$state:5432/#"); fi
+  (umask 077 && printf '%s\n' "$url" >"$home/database-url")
+  if [ "$(id -u)" = 0 ]; then
+    chown -R "$user" "$home"
+  else
+    user="$(id -u):$(id -g)"
+  fi
+  # --metrics-addr among the arguments is where the host reaches them.
+  local metrics=${SANDBOXD_METRICS_ADDR:-127.0.0.1:9187} args=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --metrics-addr) metrics=$2; shift 2 ;;
+      --metrics-addr=*) metrics=${1#*=}; shift ;;
+      *) args+=("$1"); shift ;;
+    esac
+  done
+  local pass=() var
+  for var in $(compgen -e | grep '^SANDBOXD_' || true); do
+    case $var in
+      SANDBOXD_METRICS_ADDR | SANDBOXD_IMAGE_BUILD_COMMAND | SANDBOXD_BIN | SANDBOXD_HOME | SANDBOXD_PROBE_VIA | SANDBOXD_CONTROLLER_CONTAINER) ;;
+      *) pass+=(--env "$var") ;;
+    esac
+  done
+  log "running sandboxd in the container $name (docker logs $name; metrics at $metrics)"
+  exec docker run --rm --name "$name" --init \
+    --network "$network" -p "$metrics:9187" \
+    -v /var/run/docker.sock:/var/run/docker.sock \
+    --group-add "$(stat -c %g /var/run/docker.sock)" \
+    --user "$user" --read-only --cap-drop ALL --security-opt no-new-privileges \
+    -v "$home:/run/sandboxd:ro" --env SANDBOXD_HOME=/run/sandboxd \
+    "${pass[@]}" \
+    --env SANDBOXD_PROBE_VIA=network --env "SANDBOXD_CONTROLLER_CONTAINER=$name" \
+    --entrypoint sh "$image" -c \
+    'exec sandboxd run --metrics-addr "$(hostname -i | cut -d" " -f1):9187" "$@"' sandboxd "${args[@]}"
+}

@@ -18,6 +18,14 @@
 #     names others (they must speak sandbox mode);
 #   - builds and runs `sandboxd run` (metrics on 127.0.0.1:9187), or runs
 #     the binary SANDBOXD_BIN names without building.
+# With SANDBOXD_BACKEND=swarm (docs/swarm.md, "Starting it"):
+#   - the engine must be a Swarm manager; SANDBOXD_SWARM_INIT=1 makes an
+#     engine in no Swarm a single-node one (its gateway bridge closed);
+#   - sandboxd runs in a container (SANDBOXD_CONTROLLER_CONTAINER, default
+#     sandboxd-controller) attached to every sandbox's overlay, probing
+#     engines there: nothing is published on any node (unless
+#     SANDBOXD_SWARM_PUBLISH=host, which keeps sandboxd on the host);
+#   - no warm pool by default (not available under Swarm yet).
 # Extra arguments go to `sandboxd run`; every flag has a SANDBOXD_* variable.
 # SANDBOXD_STATE_CONTAINER names the state database's container and volume
 # (default sandboxd-state), for a second one beside the first.
@@ -26,6 +34,11 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 ensure_docker
+swarm=
+if [ "${SANDBOXD_BACKEND:-docker}" = swarm ]; then
+  ensure_swarm_manager
+  if [ "${SANDBOXD_SWARM_PUBLISH:-none}" = none ]; then swarm=container; else swarm=host; fi
+fi
 ensure_host_firewall || log "WARNING: sandboxes are isolated only by Docker's own rules, which lapse whenever a network is created; run deploy/host-firewall.sh as root"
 if [ "${SANDBOXD_RUNTIME:-}" = runsc ]; then
   ensure_runsc install
@@ -42,6 +55,7 @@ if [ -z "${SANDBOXD_IMAGES:-}" ]; then
   export SANDBOXD_IMAGE_BUILD_COMMAND=${SANDBOXD_IMAGE_BUILD_COMMAND:-$PWD/deploy/images/build.sh}
 fi
 
+state=
 if [ -z "${DATABASE_URL:-}" ]; then
   home=${SANDBOXD_HOME:-${HOME:-/root}/.local/state/sandboxd}
   mkdir -p "$home" && chmod 700 "$home"
@@ -60,11 +74,17 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 
 # A small warm pool: new sandboxes are served by claiming a ready container (set
-# SANDBOXD_WARM_POOL= to turn it off).
-export SANDBOXD_WARM_POOL=${SANDBOXD_WARM_POOL-postgres=2 redis=2}
-
-if [ -n "${SANDBOXD_BIN:-}" ]; then
-  exec "$SANDBOXD_BIN" run "$@"
+# SANDBOXD_WARM_POOL= to turn it off). Not under Swarm, which has none yet.
+if [ -z "$swarm" ]; then
+  export SANDBOXD_WARM_POOL=${SANDBOXD_WARM_POOL-postgres=2 redis=2}
 fi
-cargo build --release --quiet
-exec target/release/sandboxd run "$@"
+
+bin=${SANDBOXD_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --release --quiet
+  bin=target/release/sandboxd
+fi
+if [ "$swarm" = container ]; then
+  run_controller_container "$bin" "${SANDBOXD_CONTROLLER_CONTAINER:-sandboxd-controller}" "$state" "$@"
+fi
+exec "$bin" run "$@"

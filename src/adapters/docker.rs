@@ -160,6 +160,19 @@ pub(super) fn is_status(e: &DockerError, codes: &[u16]) -> bool {
     matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
 }
 
+/// Whether removing a network failed because it is gone already: a 404,
+/// or (a Swarm overlay whose removal raced another, Engine 20.10) a 500
+/// saying `network ID not found`.
+fn network_gone(e: &DockerError) -> bool {
+    match e {
+        DockerError::DockerResponseServerError {
+            status_code,
+            message,
+        } => *status_code == 404 || (*status_code == 500 && message.ends_with("not found")),
+        _ => false,
+    }
+}
+
 /// How long a stream may stay silent by default (`--docker-timeout`'s
 /// default).
 const STREAM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -1096,7 +1109,7 @@ impl Runtime for DockerRuntime {
         }
         match self.docker.remove_network(&id).await {
             Ok(()) => Ok(()),
-            Err(e) if is_status(&e, &[404]) => Ok(()),
+            Err(e) if network_gone(&e) => Ok(()),
             Err(e) => Err(api("remove network", name)(e)),
         }
     }
@@ -1727,6 +1740,28 @@ fn split_reference(image: &str) -> (&str, &str) {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+
+    #[test]
+    fn a_network_removal_that_finds_it_gone_is_a_removal() {
+        let error = |status_code, message: &str| DockerError::DockerResponseServerError {
+            status_code,
+            message: message.to_owned(),
+        };
+        for (e, gone) in [
+            (error(404, "network x not found"), true),
+            (
+                error(500, "network d5vbht0uwe9ogwtolriphwyol not found"),
+                true,
+            ),
+            (
+                error(500, "error while removing network: has active endpoints"),
+                false,
+            ),
+            (error(403, "not found"), false),
+        ] {
+            assert_eq!(network_gone(&e), gone, "{e}");
+        }
+    }
 
     /// A Docker daemon on a Unix socket that never finishes an answer: the
     /// event stream gets no answer at all, every other request the headers

@@ -72,10 +72,17 @@ fn engine(out: &mut String, name: &str, s: &ServiceStatus, show_secrets: bool, n
     line(
         out,
         "Endpoint",
-        format!(
-            "{}:{} on the sandbox's network; 127.0.0.1:{} on the host",
-            s.host, s.port, s.host_port
-        ),
+        match s.host_port {
+            // Published nowhere (a Swarm service without --swarm-publish).
+            0 => format!(
+                "{}:{} on the sandbox's network (not published on the host)",
+                s.host, s.port
+            ),
+            port => format!(
+                "{}:{} on the sandbox's network; 127.0.0.1:{port} on the host",
+                s.host, s.port
+            ),
+        },
     );
     line(
         out,
@@ -460,5 +467,28 @@ mod tests {
             now,
         );
         assert!(shown.contains("hunter2-hunter2-hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn an_engine_published_nowhere_is_described_so() {
+        let mut s = status();
+        for service in s.services.values_mut() {
+            service.host_port = 0;
+        }
+        let d = Described {
+            id: "agent-7",
+            desired: None,
+            row: None,
+            status: Some(&s),
+            events: &[],
+            show_secrets: false,
+            deployment: &Deployment::parse("default").unwrap(),
+        };
+        let text = render(&d, Utc::now());
+        assert!(
+            text.contains("postgres:5432 on the sandbox's network (not published on the host)"),
+            "{text}"
+        );
+        assert!(!text.contains("127.0.0.1:0"), "{text}");
     }
 }

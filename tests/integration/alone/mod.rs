@@ -9,4 +9,5 @@ mod network_scale;
 mod stale_bridge;
 mod swarm_backend;
 mod swarm_images;
+mod swarm_one_switch;
 mod swarm_two_nodes;
