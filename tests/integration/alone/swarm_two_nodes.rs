@@ -2,9 +2,11 @@
 //! and a second `dockerd` in a network namespace of its own as a worker
 //! (`tests/fixtures/swarm-worker.sh`), set up by the test and torn down
 //! after it. Sandboxes whose reservations do not fit one node together are
-//! placed on both; one that fits on neither stays unplaced with Swarm's
-//! reason; draining a node moves its sandbox to the other with the same
-//! credentials, reached by an agent over the cross-node overlay.
+//! placed on both; a task killed on the worker (whose events the manager
+//! does not see) is healed at the next relist with the same credentials;
+//! one that fits on neither stays unplaced with Swarm's reason; draining a
+//! node moves its sandbox to the other with the same credentials, reached
+//! by an agent over the cross-node overlay.
 //!
 //! Both nodes share this VM's memory: the reservations (13 GiB of the
 //! 24 GiB each node reports) are Swarm's bookkeeping, nothing is used.
@@ -75,6 +77,26 @@ impl TwoNodes {
         let mut this = this;
         this.worker = fixture("up", &state_s);
         this
+    }
+}
+
+impl TwoNodes {
+    /// `docker ARGS` against the worker's own engine, which must succeed;
+    /// its standard output, trimmed.
+    fn on_worker(&self, args: &[&str]) -> String {
+        let host = format!("unix://{}", self.state.join("docker.sock").display());
+        let out = Command::new("docker")
+            .arg("-H")
+            .arg(&host)
+            .args(args)
+            .output()
+            .expect("run docker");
+        assert!(
+            out.status.success(),
+            "docker -H {host} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 }
 
@@ -189,6 +211,43 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
         let password = status.services["redis"].password.expose();
         assert_eq!(pings(&env, &agent.0, password).await, "PONG", "on {node}");
     }
+
+    // A task killed on the worker (whose events the manager does not
+    // see) is healed at the next relist, with the same password.
+    let on_worker = placed
+        .iter()
+        .position(|n| *n == nodes.worker)
+        .expect("a sandbox on the worker");
+    let (id, before) = (&ids[on_worker], &statuses[on_worker].services["redis"]);
+    let service = docker_ok(&[
+        "service",
+        "ls",
+        "--filter",
+        &format!("label=io.sandboxd.sandbox={id}"),
+        "--format",
+        "{{.Name}}",
+    ]);
+    let task = nodes.on_worker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.name={service}"),
+    ]);
+    nodes.on_worker(&["kill", &task]);
+    let healed: SandboxStatus = eventually("the worker's killed task healed", READY, || async {
+        let s = client.status(id).await.ok()??;
+        let r = s.services.get("redis")?;
+        (s.phase == Phase::Ready && r.heals == 1 && r.instance != before.instance).then_some(s)
+    })
+    .await;
+    let after = &healed.services["redis"];
+    assert_eq!(after.password.expose(), before.password.expose());
+    assert_eq!(
+        pings(&env, &agents[on_worker].0, after.password.expose()).await,
+        "PONG",
+        "the same password after the heal"
+    );
+    statuses[on_worker] = healed.clone();
 
     // A third fits on neither node: Swarm leaves it unplaced and says why.
     let third = sandbox_id("two2");
