@@ -338,7 +338,7 @@ impl DockerRuntime {
     /// Creates the volume unless it exists; refuses one whose labels say
     /// another deployment, sandbox, state database or incarnation of the
     /// row created it (its data is never mounted into this one).
-    async fn ensure_volume(&self, volume: &Volume) -> Result<(), RuntimeError> {
+    pub(crate) async fn ensure_volume(&self, volume: &Volume) -> Result<(), RuntimeError> {
         let inspected = {
             let _timer = metrics::time_docker_call(DockerCall::Volume);
             self.docker.inspect_volume(&volume.name).await

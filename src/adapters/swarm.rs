@@ -32,7 +32,7 @@ use bollard::models::{
     MountVolumeOptionsDriverConfig, NetworkAttachmentConfig, NodeSpecAvailabilityEnum, NodeState,
     ResourceObject, SecretSpec, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, Task,
     TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecFile, TaskSpecContainerSpecSecrets,
-    TaskSpecLogDriver, TaskSpecResources, TaskSpecRestartPolicy,
+    TaskSpecLogDriver, TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
     TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::{
@@ -69,6 +69,9 @@ pub struct SwarmRuntime {
     docker: Docker,
     node: DockerRuntime,
     publish: SwarmPublish,
+    /// The Swarm id of the node `node` is: where persistent sandboxes'
+    /// volumes are made, and their services held.
+    node_id: String,
     /// SIGTERM-to-SIGKILL time of a service's task (`--stop-timeout`).
     stop_grace: Duration,
     /// Docker names of the overlays this process created or listed, to
@@ -103,6 +106,14 @@ impl SwarmRuntime {
                     .into(),
             ));
         }
+        let node_id = info
+            .swarm
+            .as_ref()
+            .and_then(|s| s.node_id.clone())
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| {
+                RuntimeError::Refused("the Swarm manager did not say its node id".into())
+            })?;
         if publish == SwarmPublish::Host && !egress {
             check_gateway_bridge(&docker).await?;
         }
@@ -113,6 +124,7 @@ impl SwarmRuntime {
             docker,
             node,
             publish,
+            node_id,
             stop_grace: Duration::from_secs(2),
             overlays: Default::default(),
         })
@@ -457,8 +469,9 @@ fn part_labels(spec: &ContainerSpec, service: &str) -> HashMap<String, String> {
 }
 
 /// Builds the service for `spec`, its secret `secret` (id, name) mounted
-/// as [`SECRETS_FILE`] and its tmpfs directories on local volumes named
-/// after `instance`.
+/// as [`SECRETS_FILE`], its tmpfs directories on local volumes named after
+/// `instance`, and its persistent data volume (made already) on the node
+/// `pinned` it is held to.
 fn service_spec(
     spec: &ContainerSpec,
     service: &str,
@@ -466,6 +479,7 @@ fn service_spec(
     secret: Option<(&str, &str)>,
     publish: SwarmPublish,
     stop_grace: Duration,
+    pinned: Option<&str>,
 ) -> Result<ServiceSpec, RuntimeError> {
     let (uid, gid) = spec.user.split_once(':').ok_or_else(|| {
         RuntimeError::Refused(format!(
@@ -474,11 +488,18 @@ fn service_spec(
         ))
     })?;
     let parts = part_labels(spec, service);
-    let mounts = spec
-        .tmpfs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| Mount {
+    // The data volume by name: the node's own (no driver options, so
+    // Docker uses the volume as made), the image's directory copied into
+    // it when it is new, as for a container.
+    let data = spec.volume.iter().map(|v| Mount {
+        target: Some(v.path.clone()),
+        source: Some(v.name.clone()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(false),
+        ..Default::default()
+    });
+    let mounts = data
+        .chain(spec.tmpfs.iter().enumerate().map(|(i, t)| Mount {
             target: Some(t.path.clone()),
             source: Some(format!("{instance}-{i}")),
             typ: Some(MountType::VOLUME),
@@ -502,7 +523,7 @@ fn service_spec(
                 ..Default::default()
             }),
             ..Default::default()
-        })
+        }))
         .collect();
     let mut env = spec.env.clone();
     let mut secrets = Vec::new();
@@ -572,6 +593,10 @@ fn service_spec(
             }),
             restart_policy: Some(TaskSpecRestartPolicy {
                 condition: Some(TaskSpecRestartPolicyConditionEnum::NONE),
+                ..Default::default()
+            }),
+            placement: pinned.map(|node| TaskSpecPlacement {
+                constraints: Some(vec![format!("node.id=={node}")]),
                 ..Default::default()
             }),
             networks: Some(vec![NetworkAttachmentConfig {
@@ -876,11 +901,6 @@ impl Runtime for SwarmRuntime {
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
-        if spec.volume.is_some() {
-            return Err(RuntimeError::Refused(
-                "a persistent sandbox keeps its data on a local volume, which would stay on one node while Swarm moves the task: persistent sandboxes are refused under --backend swarm".into(),
-            ));
-        }
         if spec.template.is_some() || spec.binaries.is_some() {
             return Err(Self::refuse("starting from a template"));
         }
@@ -893,6 +913,13 @@ impl Runtime for SwarmRuntime {
         self.node
             .check_image(&spec.image, spec.image_label.as_deref())
             .await?;
+        // A persistent sandbox's data volume (capped, as on one host) is
+        // made on this node, where sandboxd can run the job that attaches
+        // its file system, and its service is held here: on any other node
+        // the same name would be a new, empty volume.
+        if let Some(volume) = &spec.volume {
+            self.node.ensure_volume(volume).await?;
+        }
         let service = docker_name(&spec.name);
         if let Some(existing) = self.service_named(&service).await? {
             let theirs = existing
@@ -942,6 +969,7 @@ impl Runtime for SwarmRuntime {
             secret.as_deref().map(|id| (id, instance.as_str())),
             self.publish,
             self.stop_grace,
+            spec.volume.is_some().then_some(self.node_id.as_str()),
         )?;
         match self.docker.create_service(body, None).await {
             Ok(created) => {

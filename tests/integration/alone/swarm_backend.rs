@@ -3,7 +3,8 @@
 //! hardened one-replica services, reachable with their credentials through
 //! the sandbox's attachable overlay; a killed task is healed with the same
 //! credentials; a grown feature set rotates them; a released row's
-//! services, secrets, volumes and network go; no credential appears in
+//! services, secrets, volumes and network go; a persistent row keeps its
+//! data on its node across a killed task; no credential appears in
 //! `docker service inspect` or in `docker inspect` of the tasks'
 //! containers.
 //!
@@ -21,7 +22,7 @@ use common::{
 };
 use sandboxd::adapters::swarm::docker_name;
 use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
-use sandboxd::client::{Client, ClientError, SandboxRequest};
+use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::{Backend, SwarmPublish};
 use sandboxd::domain::{Phase, SandboxStatus};
 use sqlx::{Connection, PgConnection};
@@ -394,7 +395,8 @@ async fn a_killed_task_is_healed_with_the_same_credentials_a_grown_feature_set_r
 }
 
 #[tokio::test]
-async fn a_persistent_row_is_refused_under_swarm_with_the_reason() {
+async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_its_volume_goes_with_the_row(
+) {
     let _swarm = Swarm::join();
     let env = TestEnv::new().await;
     let _cleanup = Cleanup(env.deployment.to_string());
@@ -405,14 +407,77 @@ async fn a_persistent_row_is_refused_under_swarm_with_the_reason() {
         persistent: true,
         ..request(&["postgres"], &[])
     };
-    match client.provision(&id, &req, READY).await {
-        Err(ClientError::Failed { message, .. }) => {
-            assert!(
-                message.contains("persistent sandboxes are refused under --backend swarm"),
-                "{message}"
-            )
-        }
-        other => panic!("expected the row to fail, got {other:?}"),
-    }
-    assert!(services(&format!("io.sandboxd.sandbox={id}")).is_empty());
+    let first = client.provision(&id, &req, READY).await.expect("ready");
+    let pg = first.services["postgres"].clone();
+    let mut conn = PgConnection::connect(&host_pg_url(&pg)).await.unwrap();
+    sqlx::raw_sql("CREATE TABLE notes (body text); INSERT INTO notes VALUES ('kept')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+
+    // Its service is held to this node, where its capped volume is.
+    let sandbox_label = format!("io.sandboxd.sandbox={id}");
+    let this_node = docker_ok(&["info", "--format", "{{.Swarm.NodeID}}"]);
+    let service = services(&sandbox_label)[0]
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    let constraints = docker_ok(&[
+        "service",
+        "inspect",
+        "-f",
+        "{{json .Spec.TaskTemplate.Placement.Constraints}}",
+        &service,
+    ]);
+    assert_eq!(constraints, format!("[\"node.id=={this_node}\"]"));
+    let volumes = docker_ok(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label={sandbox_label}"),
+    ]);
+    // (Beside the task's tmpfs volumes, named after its service.)
+    let data: Vec<&str> = volumes
+        .lines()
+        .filter(|v| v.starts_with("sandboxd."))
+        .collect();
+    assert_eq!(data.len(), 1, "one data volume: {volumes}");
+    let options = docker_ok(&["volume", "inspect", "-f", "{{json .Options}}", data[0]]);
+    assert!(options.contains("\"type\":\"ext4\""), "capped: {options}");
+
+    // Its task killed: healed on the same volume, data and password kept.
+    let running = docker_ok(&["ps", "-q", "--filter", &format!("label={sandbox_label}")]);
+    docker_ok(&["kill", running.trim()]);
+    let healed: SandboxStatus = eventually("the heal", READY, || async {
+        let s = client.status(&id).await.ok()??;
+        let p = s.services.get("postgres")?;
+        (s.phase == Phase::Ready && p.heals == 1 && p.instance != pg.instance).then_some(s)
+    })
+    .await;
+    let after = &healed.services["postgres"];
+    assert_eq!(after.password.expose(), pg.password.expose());
+    let mut conn = PgConnection::connect(&host_pg_url(after)).await.unwrap();
+    let body: String = sqlx::query_scalar("SELECT body FROM notes")
+        .fetch_one(&mut conn)
+        .await
+        .expect("the row written before the kill");
+    assert_eq!(body, "kept");
+    conn.close().await.unwrap();
+
+    // Released: the service and then the volume go.
+    assert!(client.release(&id).await.unwrap());
+    eventually("the service and its volume gone", READY, || async {
+        let left = docker_ok(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label={sandbox_label}"),
+        ]);
+        (services(&sandbox_label).is_empty() && !left.contains(data[0])).then_some(())
+    })
+    .await;
 }
