@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{eventually, free_port, http_get, Process, BIN};
+use common::{cli_at as cli, eventually, free_port, http_get, Process, BIN};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -39,24 +39,6 @@ impl Drop for Session {
         common::remove_volumes_labelled(&label);
         let _ = std::fs::remove_dir_all(&self.home);
     }
-}
-
-/// `sandboxd ARGS` as a user runs it after `run.sh`: no database flag or
-/// variable, the state directory run.sh wrote.
-fn cli(home: &Path, args: &[&str]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("DATABASE_URL")
-        .env("SANDBOXD_HOME", home)
-        .output()
-        .expect("run sandboxd");
-    assert!(
-        out.status.success(),
-        "sandboxd {args:?} failed ({:?}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn stdout(out: &Output) -> String {

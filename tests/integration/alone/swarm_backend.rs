@@ -24,7 +24,7 @@ use sandboxd::adapters::swarm::docker_name;
 use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
 use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::{Backend, SwarmPublish};
-use sandboxd::domain::{Phase, SandboxStatus};
+use sandboxd::domain::{Phase, SandboxId, SandboxStatus, ServiceStatus};
 use sqlx::{Connection, PgConnection};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -120,6 +120,22 @@ fn services(label: &str) -> Vec<String> {
 fn task_containers(label: &str) -> Vec<String> {
     let out = docker_ok(&["ps", "-aq", "--filter", &format!("label={label}")]);
     out.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Kills the task container of the sandbox `id` (its one engine,
+/// postgres, published as `pg`) on this node and waits for its first
+/// heal: ready again on a new instance.
+async fn kill_and_await_heal(client: &Client, id: &SandboxId, pg: &ServiceStatus) -> SandboxStatus {
+    let label = format!("label=io.sandboxd.sandbox={id}");
+    let running = docker_ok(&["ps", "-q", "--filter", &label]);
+    assert_eq!(running.lines().count(), 1, "{running}");
+    docker_ok(&["kill", running.trim()]);
+    eventually("the heal", READY, || async {
+        let s = client.status(id).await.ok()??;
+        let p = s.services.get("postgres")?;
+        (s.phase == Phase::Ready && p.heals == 1 && p.instance != pg.instance).then_some(s)
+    })
+    .await
 }
 
 /// Whether `url` logs in (within a few seconds).
@@ -312,15 +328,7 @@ async fn a_killed_task_is_healed_with_the_same_credentials_a_grown_feature_set_r
     // Kill the task's container: Swarm does not restart it (condition
     // none); sandboxd re-creates the service with the same credentials.
     let sandbox_label = format!("io.sandboxd.sandbox={id}");
-    let running = docker_ok(&["ps", "-q", "--filter", &format!("label={sandbox_label}")]);
-    assert_eq!(running.lines().count(), 1, "{running}");
-    docker_ok(&["kill", running.trim()]);
-    let healed: SandboxStatus = eventually("the heal", READY, || async {
-        let s = client.status(&id).await.ok()??;
-        let p = s.services.get("postgres")?;
-        (s.phase == Phase::Ready && p.heals == 1 && p.instance != pg.instance).then_some(s)
-    })
-    .await;
+    let healed = kill_and_await_heal(&client, &id, &pg).await;
     let after = &healed.services["postgres"];
     assert_eq!(after.password.expose(), pg.password.expose());
     assert_eq!(after.user, pg.user);
@@ -449,14 +457,7 @@ async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_it
     assert!(options.contains("\"type\":\"ext4\""), "capped: {options}");
 
     // Its task killed: healed on the same volume, data and password kept.
-    let running = docker_ok(&["ps", "-q", "--filter", &format!("label={sandbox_label}")]);
-    docker_ok(&["kill", running.trim()]);
-    let healed: SandboxStatus = eventually("the heal", READY, || async {
-        let s = client.status(&id).await.ok()??;
-        let p = s.services.get("postgres")?;
-        (s.phase == Phase::Ready && p.heals == 1 && p.instance != pg.instance).then_some(s)
-    })
-    .await;
+    let healed = kill_and_await_heal(&client, &id, &pg).await;
     let after = &healed.services["postgres"];
     assert_eq!(after.password.expose(), pg.password.expose());
     let mut conn = PgConnection::connect(&host_pg_url(after)).await.unwrap();

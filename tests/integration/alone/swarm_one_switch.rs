@@ -12,9 +12,9 @@
 
 use crate::common;
 
-use common::{docker, docker_ok, eventually, free_port, http_get, Process, BIN};
+use common::{cli_at as cli, docker, docker_ok, eventually, free_port, http_get, Process, BIN};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 /// What the recipe leaves, removed however the test ends: the controller's
@@ -70,22 +70,6 @@ fn run_sh(session: &Session, init: bool, args: &[&str]) -> Command {
         command.env("SANDBOXD_SWARM_INIT", "1");
     }
     command
-}
-
-fn cli(home: &Path, args: &[&str]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("DATABASE_URL")
-        .env("SANDBOXD_HOME", home)
-        .output()
-        .expect("run sandboxd");
-    assert!(
-        out.status.success(),
-        "sandboxd {args:?} failed ({:?}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// Runs `script` in a throwaway container on `network` (the Redis image

@@ -582,6 +582,25 @@ pub fn sandbox_id(prefix: &str) -> SandboxId {
 /// The `sandboxd` binary built for this test run.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
 
+/// `sandboxd ARGS` as a user runs it after `scripts/run.sh`, which must
+/// succeed: no database flag or variable, the state directory `home` the
+/// script wrote.
+pub fn cli_at(home: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env("SANDBOXD_HOME", home)
+        .output()
+        .expect("run sandboxd");
+    assert!(
+        out.status.success(),
+        "sandboxd {args:?} failed ({:?}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A `sandboxd run` process, killed when dropped.
 pub struct Process(pub std::process::Child);
 
