@@ -29,9 +29,9 @@ use base64::Engine as _;
 use bollard::models::{
     EndpointPortConfig, EndpointPortConfigProtocolEnum, EndpointPortConfigPublishModeEnum,
     EndpointSpec, EndpointSpecModeEnum, Limit, Mount, MountType, MountVolumeOptions,
-    MountVolumeOptionsDriverConfig, NetworkAttachmentConfig, NodeSpecAvailabilityEnum, NodeState,
-    ResourceObject, SecretSpec, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, Task,
-    TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecFile, TaskSpecContainerSpecSecrets,
+    MountVolumeOptionsDriverConfig, NetworkAttachmentConfig, Node, NodeSpecAvailabilityEnum,
+    NodeState, ResourceObject, SecretSpec, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated,
+    Task, TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecFile, TaskSpecContainerSpecSecrets,
     TaskSpecLogDriver, TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
     TaskSpecRestartPolicyConditionEnum, TaskState,
 };
@@ -146,6 +146,32 @@ impl SwarmRuntime {
             Ok(s) => Ok(Some(s)),
             Err(e) if is_status(&e, &[404]) => Ok(None),
             Err(e) => Err(api("inspect service", name)(e)),
+        }
+    }
+
+    /// The node a persistent sandbox's service is held to (where its data
+    /// volume is), if it is held to one and the node is known.
+    async fn pinned_node(&self, id: &ContainerId) -> Result<Option<Node>, RuntimeError> {
+        let Some(service) = self.service_named(id.as_str()).await? else {
+            return Ok(None);
+        };
+        let constraints = service
+            .spec
+            .and_then(|s| s.task_template)
+            .and_then(|t| t.placement)
+            .and_then(|p| p.constraints)
+            .unwrap_or_default();
+        let Some(node) = constraints.iter().find_map(|c| c.strip_prefix("node.id==")) else {
+            return Ok(None);
+        };
+        match self.docker.inspect_node(node).await {
+            Ok(info) => Ok(Some(info)),
+            // Removed from the Swarm: said as such.
+            Err(e) if is_status(&e, &[404]) => Ok(Some(Node {
+                id: Some(node.to_owned()),
+                ..Default::default()
+            })),
+            Err(e) => Err(api("inspect node", node)(e)),
         }
     }
 
@@ -397,6 +423,32 @@ pub fn docker_name(name: &str) -> String {
         .take(63 - 1 - hash.len())
         .collect();
     format!("{}-{hash}", readable.trim_matches('-'))
+}
+
+/// Why a persistent sandbox's service cannot run on `node`, the one its
+/// data volume is on, or `None` when the node is ready and active. Swarm
+/// will not place it elsewhere (the data would not follow), and sandboxd
+/// never starts it empty on another node.
+fn unavailable(node: &Node) -> Option<String> {
+    let name = node
+        .description
+        .as_ref()
+        .and_then(|d| d.hostname.clone())
+        .or_else(|| node.id.clone())
+        .unwrap_or_default();
+    let state = node.status.as_ref().and_then(|s| s.state);
+    let availability = node.spec.as_ref().and_then(|s| s.availability);
+    let why = match (state, availability) {
+        (None, _) => "is no longer in the Swarm".to_owned(),
+        (Some(NodeState::READY), Some(NodeSpecAvailabilityEnum::ACTIVE)) => return None,
+        (Some(NodeState::READY), Some(other)) => format!(
+            "is set to {other} (make it active again: docker node update --availability active {name})"
+        ),
+        (Some(other), _) => format!("is {other}"),
+    };
+    Some(format!(
+        "its data volume is on the Swarm node {name}, which {why}: the sandbox waits for that node, since its data cannot follow it elsewhere; or release the sandbox, and its data with it"
+    ))
 }
 
 /// Whether a task has ended (or is being made to end): Swarm does not
@@ -1110,9 +1162,10 @@ impl Runtime for SwarmRuntime {
                 .logs_tail(&ContainerId::new(container), lines)
                 .await;
         }
-        // The task runs on another node, or never started: say what Swarm says.
+        // The task runs on another node, or never started: say what Swarm
+        // says, and why a service held to its data's node cannot move.
         let tasks = self.tasks_of(&[id.as_str()]).await?;
-        Ok(current(tasks.iter())
+        let swarm_says = current(tasks.iter())
             .and_then(|t| t.status.as_ref())
             .map(|s| {
                 format!(
@@ -1121,7 +1174,14 @@ impl Runtime for SwarmRuntime {
                     s.err.as_deref().unwrap_or_default()
                 )
             })
-            .unwrap_or_default())
+            .unwrap_or_default();
+        Ok(match self.pinned_node(id).await? {
+            Some(node) => match unavailable(&node) {
+                Some(why) => format!("{why}\n{swarm_says}"),
+                None => swarm_says,
+            },
+            None => swarm_says,
+        })
     }
 
     async fn exec(
@@ -1189,6 +1249,54 @@ impl Runtime for SwarmRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bollard::models::{NodeDescription, NodeSpec, NodeStatus};
+
+    #[test]
+    fn a_node_that_holds_a_persistent_sandboxs_data_and_cannot_run_it_is_named_with_what_to_do() {
+        let node = |state: Option<NodeState>, availability| Node {
+            id: Some("n1".into()),
+            description: Some(NodeDescription {
+                hostname: Some("box-a".into()),
+                ..Default::default()
+            }),
+            status: state.map(|state| NodeStatus {
+                state: Some(state),
+                ..Default::default()
+            }),
+            spec: Some(NodeSpec {
+                availability: Some(availability),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        use NodeSpecAvailabilityEnum::{ACTIVE, DRAIN, PAUSE};
+        for (n, says) in [
+            (node(Some(NodeState::READY), ACTIVE), None),
+            (
+                node(Some(NodeState::READY), DRAIN),
+                Some("box-a, which is set to drain (make it active again: docker node update --availability active box-a)"),
+            ),
+            (node(Some(NodeState::READY), PAUSE), Some("which is set to pause")),
+            (node(Some(NodeState::DOWN), ACTIVE), Some("box-a, which is down")),
+            (
+                Node {
+                    id: Some("n1".into()),
+                    ..Default::default()
+                },
+                Some("node n1, which is no longer in the Swarm"),
+            ),
+        ] {
+            let said = unavailable(&n);
+            match says {
+                None => assert_eq!(said, None),
+                Some(part) => {
+                    let said = said.expect("a reason");
+                    assert!(said.contains(part), "{part:?} in {said}");
+                    assert!(said.contains("release the sandbox"), "{said}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn service_names_are_short_dotless_and_distinct_for_distinct_containers() {

@@ -559,7 +559,13 @@ async fn place(
         None => network::sandbox_network(ctx, id, recorded),
     };
     let desired = seen.desired.as_ref();
-    let mut update = status::while_provisioning(plan, desired, seen.previous.as_ref(), causes);
+    let failures: BTreeMap<EngineName, String> = plan
+        .provisions()
+        .filter(|p| p.reason == ProvisionReason::Heal)
+        .filter_map(|p| Some((p.engine, ctx.crash_loops.last_heal_failure(id, p.engine)?)))
+        .collect();
+    let mut update = status::while_provisioning(plan, desired, seen.previous.as_ref(), causes)
+        .map(|u| status::with_last_failures(u, &failures));
     if let Some(update) = &mut update {
         update.network = Some(network.clone());
         ctx.store.write_status(id, update, ctx.term()?).await?;

@@ -213,6 +213,24 @@ pub(crate) fn while_provisioning(
     })
 }
 
+/// A `healing` status with why the engines' last heals failed, when they
+/// did (`failures`, by engine): a heal slower than its back-off starts
+/// again as soon as it fails, so the failed status it wrote stands for
+/// moments only, and this one is what an operator reads meanwhile.
+pub(crate) fn with_last_failures(
+    mut update: StatusUpdate,
+    failures: &BTreeMap<EngineName, String>,
+) -> StatusUpdate {
+    if update.phase == Phase::Healing {
+        for (engine, failure) in failures {
+            update
+                .message
+                .push_str(&format!("; {engine}'s last heal failed: {failure}"));
+        }
+    }
+    update
+}
+
 /// The status published once a rotation's new container for `engine` is
 /// ready and verified, while the old one still runs: `update` (the status
 /// written while provisioning, or the last such switch) with the new

@@ -575,6 +575,27 @@ fn a_heal_is_announced_as_healing_naming_the_engine_and_the_cause() {
     assert_eq!(update.observed_generation, 2);
     // The credentials being healed stay published.
     assert_eq!(update.services["redis"].instance, "r1");
+
+    // Healing again after a heal that failed: the reason stays in sight.
+    let failures = BTreeMap::from([(engine("redis"), "did not become ready".to_owned())]);
+    let again = with_last_failures(update.clone(), &failures);
+    assert_eq!(
+        again.message,
+        format!(
+            "{}; redis's last heal failed: did not become ready",
+            update.message
+        )
+    );
+    // Only a healing status says it; without a failure nothing changes.
+    let provisioning = StatusUpdate {
+        phase: Phase::Provisioning,
+        ..update.clone()
+    };
+    assert_eq!(
+        with_last_failures(provisioning.clone(), &failures),
+        provisioning
+    );
+    assert_eq!(with_last_failures(update.clone(), &BTreeMap::new()), update);
 }
 
 #[test]

@@ -23,7 +23,7 @@ use common::{
 use sandboxd::adapters::swarm::docker_name;
 use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
 use sandboxd::client::{Client, SandboxRequest};
-use sandboxd::config::{Backend, SwarmPublish};
+use sandboxd::config::{readiness_overrides, Backend, ControllerConfig, SwarmPublish};
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus, ServiceStatus};
 use sqlx::{Connection, PgConnection};
 use std::sync::{Arc, Mutex};
@@ -80,6 +80,14 @@ impl Drop for Cleanup {
 
 /// A controller of `env`'s deployment on the Swarm backend.
 async fn start(env: &TestEnv) -> common::RunningController {
+    start_tuned(env, |_| {}).await
+}
+
+/// [`start`], with `tune` applied to its configuration first.
+async fn start_tuned(
+    env: &TestEnv,
+    tune: impl FnOnce(&mut ControllerConfig),
+) -> common::RunningController {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -88,6 +96,7 @@ async fn start(env: &TestEnv) -> common::RunningController {
     config.backend = Backend::Swarm;
     config.swarm_publish = SwarmPublish::Host;
     config.relist_interval = Duration::from_secs(2);
+    tune(&mut config);
     let config = config
         .for_swarm()
         .expect("a configuration the Swarm backend takes");
@@ -408,7 +417,12 @@ async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_it
     let _swarm = Swarm::join();
     let env = TestEnv::new().await;
     let _cleanup = Cleanup(env.deployment.to_string());
-    let _controller = start(&env).await;
+    // A short readiness deadline: a heal that cannot be placed says so
+    // within seconds.
+    let _controller = start_tuned(&env, |c| {
+        c.readiness = readiness_overrides(&[("postgres".into(), Duration::from_secs(8))]).unwrap();
+    })
+    .await;
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("swarmkeep");
     let req = SandboxRequest {
@@ -465,6 +479,47 @@ async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_it
         .fetch_one(&mut conn)
         .await
         .expect("the row written before the kill");
+    assert_eq!(body, "kept");
+    conn.close().await.unwrap();
+
+    // Its node drained: the task goes and no other node may take it; the
+    // status names the node and what to do, and the sandbox comes back,
+    // data and all, once the node is active again.
+    struct Undrain(String);
+    impl Drop for Undrain {
+        fn drop(&mut self) {
+            docker(&["node", "update", "--availability", "active", &self.0]);
+        }
+    }
+    let undrain = Undrain(this_node.clone());
+    docker_ok(&["node", "update", "--availability", "drain", &this_node]);
+    let waiting = eventually("the status names the drained node", READY, || async {
+        let s = client.status(&id).await.ok()??;
+        s.message.contains("which is set to drain").then_some(s)
+    })
+    .await;
+    assert!(
+        waiting
+            .message
+            .contains("docker node update --availability active"),
+        "{}",
+        waiting.message
+    );
+    assert_ne!(waiting.phase, Phase::Failed, "{}", waiting.message);
+    drop(undrain);
+    let back: SandboxStatus = eventually("ready again on its node", READY, || async {
+        let s = client.status(&id).await.ok()??;
+        (s.phase == Phase::Ready && s.services.get("postgres")?.instance != after.instance)
+            .then_some(s)
+    })
+    .await;
+    let mut conn = PgConnection::connect(&host_pg_url(&back.services["postgres"]))
+        .await
+        .unwrap();
+    let body: String = sqlx::query_scalar("SELECT body FROM notes")
+        .fetch_one(&mut conn)
+        .await
+        .expect("the row written before the drain");
     assert_eq!(body, "kept");
     conn.close().await.unwrap();
 
