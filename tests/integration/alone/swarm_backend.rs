@@ -147,6 +147,18 @@ async fn kill_and_await_heal(client: &Client, id: &SandboxId, pg: &ServiceStatus
     .await
 }
 
+/// The body of the one row of the table `notes` in the sandbox's
+/// postgres `pg`.
+async fn note(pg: &ServiceStatus) -> String {
+    let mut conn = PgConnection::connect(&host_pg_url(pg)).await.unwrap();
+    let body = sqlx::query_scalar("SELECT body FROM notes")
+        .fetch_one(&mut conn)
+        .await
+        .expect("the table notes and its row");
+    conn.close().await.unwrap();
+    body
+}
+
 /// Whether `url` logs in (within a few seconds).
 async fn logs_in(url: &str) -> bool {
     matches!(
@@ -474,13 +486,7 @@ async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_it
     let healed = kill_and_await_heal(&client, &id, &pg).await;
     let after = &healed.services["postgres"];
     assert_eq!(after.password.expose(), pg.password.expose());
-    let mut conn = PgConnection::connect(&host_pg_url(after)).await.unwrap();
-    let body: String = sqlx::query_scalar("SELECT body FROM notes")
-        .fetch_one(&mut conn)
-        .await
-        .expect("the row written before the kill");
-    assert_eq!(body, "kept");
-    conn.close().await.unwrap();
+    assert_eq!(note(after).await, "kept", "the row written before the kill");
 
     // Its node drained: the task goes and no other node may take it; the
     // status names the node and what to do, and the sandbox comes back,
@@ -513,15 +519,11 @@ async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_it
             .then_some(s)
     })
     .await;
-    let mut conn = PgConnection::connect(&host_pg_url(&back.services["postgres"]))
-        .await
-        .unwrap();
-    let body: String = sqlx::query_scalar("SELECT body FROM notes")
-        .fetch_one(&mut conn)
-        .await
-        .expect("the row written before the drain");
-    assert_eq!(body, "kept");
-    conn.close().await.unwrap();
+    assert_eq!(
+        note(&back.services["postgres"]).await,
+        "kept",
+        "the row written before the drain"
+    );
 
     // Released: the service and then the volume go.
     assert!(client.release(&id).await.unwrap());
