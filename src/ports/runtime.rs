@@ -353,6 +353,18 @@ pub enum ContainerAction {
 }
 
 impl ContainerAction {
+    /// The order from outside this action reports, if it is one (see
+    /// [`crate::domain::death`]).
+    pub fn order(self) -> Option<crate::domain::death::Order> {
+        use crate::domain::death::Order;
+        match self {
+            ContainerAction::Kill => Some(Order::Kill),
+            ContainerAction::Stop => Some(Order::Stop),
+            ContainerAction::Destroy => Some(Order::Destroy),
+            _ => None,
+        }
+    }
+
     /// Every action sandboxd watches for.
     pub const ALL: [ContainerAction; 8] = [
         ContainerAction::Create,

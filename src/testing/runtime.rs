@@ -467,14 +467,7 @@ impl FakeRuntime {
 }
 
 fn emit(w: &mut World, id: &ContainerId, action: ContainerAction, sandbox: Option<SandboxId>) {
-    use crate::domain::death::Order;
-    let order = match action {
-        ContainerAction::Kill => Some(Order::Kill),
-        ContainerAction::Stop => Some(Order::Stop),
-        ContainerAction::Destroy => Some(Order::Destroy),
-        _ => None,
-    };
-    if let (Some(orders), Some(order)) = (&w.orders, order) {
+    if let (Some(orders), Some(order)) = (&w.orders, action.order()) {
         orders.record(id, order);
     }
     let event = RuntimeEvent {

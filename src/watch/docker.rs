@@ -6,12 +6,12 @@
 
 use super::follow::Subscription;
 use super::{KnownContainers, Sink};
-use crate::domain::death::{Order, Orders};
+use crate::domain::death::Orders;
 use crate::domain::id::Deployment;
 use crate::domain::network::sandbox_of_network;
 use crate::domain::pool::ClaimIndex;
 use crate::metrics::Metrics;
-use crate::ports::runtime::{ContainerAction, Runtime, RuntimeError, RuntimeEvent};
+use crate::ports::runtime::{Runtime, RuntimeError, RuntimeEvent};
 use crate::ports::StreamSource;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -108,13 +108,7 @@ impl Subscription for DockerEvents {
         }
         self.metrics.watch.docker_event(event.action);
         self.known.record(&event.container, event.action);
-        let order = match event.action {
-            ContainerAction::Kill => Some(Order::Kill),
-            ContainerAction::Stop => Some(Order::Stop),
-            ContainerAction::Destroy => Some(Order::Destroy),
-            _ => None,
-        };
-        if let (Some(order), Some(orders)) = (order, &self.orders) {
+        if let (Some(order), Some(orders)) = (event.action.order(), &self.orders) {
             orders.record(&event.container, order);
         }
         let sandbox = event.sandbox.or_else(|| {
