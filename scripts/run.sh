@@ -25,7 +25,7 @@
 #     sandboxd-controller) attached to every sandbox's overlay, probing
 #     engines there: nothing is published on any node (unless
 #     SANDBOXD_SWARM_PUBLISH=host, which keeps sandboxd on the host);
-#   - no warm pool by default (not available under Swarm yet).
+#   - the same warm pool as on one host, of pool services.
 # Extra arguments go to `sandboxd run`; every flag has a SANDBOXD_* variable.
 # SANDBOXD_STATE_CONTAINER names the state database's container and volume
 # (default sandboxd-state), for a second one beside the first.
@@ -73,11 +73,9 @@ if [ -z "${DATABASE_URL:-}" ]; then
   log "  superuser: docker exec -it $state psql -U postgres -d sandboxd"
 fi
 
-# A small warm pool: new sandboxes are served by claiming a ready container (set
-# SANDBOXD_WARM_POOL= to turn it off). Not under Swarm, which has none yet.
-if [ -z "$swarm" ]; then
-  export SANDBOXD_WARM_POOL=${SANDBOXD_WARM_POOL-postgres=2 redis=2}
-fi
+# A small warm pool: new sandboxes are served by claiming a ready container
+# (under Swarm, a ready service); set SANDBOXD_WARM_POOL= to turn it off.
+export SANDBOXD_WARM_POOL=${SANDBOXD_WARM_POOL-postgres=2 redis=2}
 
 bin=${SANDBOXD_BIN:-}
 if [ -z "$bin" ]; then

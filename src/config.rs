@@ -519,17 +519,11 @@ impl ControllerConfig {
 
     /// Adapts the configuration to the Swarm backend: templates off (a
     /// template volume would live on one node), and refuses what it cannot
-    /// do (warm pools; probing at 127.0.0.1 when nothing is published).
+    /// do (another OCI runtime; probing at 127.0.0.1 when nothing is
+    /// published).
     pub fn for_swarm(mut self) -> Result<Self, ConfigError> {
         if self.backend != Backend::Swarm {
             return Ok(self);
-        }
-        // Learned pools are the pool too: under Swarm they are off.
-        self.warm_pool_demand = PoolDemand::off();
-        if !self.warm_pool.is_empty() {
-            return Err(ConfigError::Swarm(
-                "warm pools are not available under Swarm yet: drop --warm-pool",
-            ));
         }
         if self.isolation != Isolation::Container {
             return Err(ConfigError::Swarm(
@@ -592,11 +586,13 @@ mod tests {
     }
 
     #[test]
-    fn the_swarm_backend_refuses_warm_pools_and_host_probes_with_nothing_published() {
+    fn the_swarm_backend_keeps_warm_pools_and_refuses_host_probes_with_nothing_published() {
         let mut pooled = swarm();
         pooled.warm_pool = warm_pools(&["postgres=1".to_owned()]).unwrap();
-        let e = pooled.for_swarm().unwrap_err().to_string();
-        assert!(e.contains("--warm-pool"), "{e}");
+        pooled.warm_pool_demand.max = 2;
+        let kept = pooled.for_swarm().unwrap();
+        assert_eq!(kept.warm_pool.values().sum::<usize>(), 1);
+        assert!(kept.warm_pool_demand.is_on());
         let mut hidden = swarm();
         hidden.swarm_publish = SwarmPublish::None;
         let e = hidden.clone().for_swarm().unwrap_err().to_string();

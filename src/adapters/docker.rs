@@ -865,28 +865,11 @@ fn pooled(
     summary: bollard::models::ContainerSummary,
     deployment: &Deployment,
 ) -> Option<PooledContainer> {
-    let map = summary.labels.as_ref()?;
-    if map.get(pool::POOL).map(String::as_str) != Some("1") || !labels::belongs_to(map, deployment)
-    {
-        return None;
-    }
-    let paused = summary.state == Some(ContainerSummaryStateEnum::PAUSED);
-    let state = listed_state(summary.state?);
     let networks = network_names(&summary);
-    Some(PooledContainer {
+    let seen = pool::Seen {
         networks,
-        paused,
-        deployment: deployment.clone(),
-        engine: map.get(labels::ENGINE)?.clone(),
-        features: map
-            .get(labels::FEATURES)
-            .map(|f| labels::features(f))
-            .unwrap_or_default(),
-        state_id: map.get(labels::STATE_ID).cloned(),
-        instance: map.get(labels::INSTANCE).cloned().unwrap_or_default(),
-        isolation: crate::domain::isolation::Isolation::of_label(
-            map.get(labels::ISOLATION).map(String::as_str),
-        ),
+        paused: summary.state == Some(ContainerSummaryStateEnum::PAUSED),
+        state: listed_state(summary.state?),
         host_port: summary
             .ports
             .unwrap_or_default()
@@ -894,9 +877,9 @@ fn pooled(
             .find_map(|p| p.public_port),
         id: ContainerId::new(summary.id?),
         name: summary.names?.first()?.trim_start_matches('/').to_owned(),
-        state,
         created: Utc.timestamp_opt(summary.created?, 0).single()?,
-    })
+    };
+    PooledContainer::from_labels(summary.labels.as_ref()?, deployment, seen)
 }
 
 #[async_trait]

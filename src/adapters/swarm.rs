@@ -18,7 +18,7 @@ use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, Ru
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
-use crate::domain::pool::PooledContainer;
+use crate::domain::pool::{self, PooledContainer};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
     ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
@@ -30,10 +30,10 @@ use bollard::models::{
     EndpointPortConfig, EndpointPortConfigProtocolEnum, EndpointPortConfigPublishModeEnum,
     EndpointSpec, EndpointSpecModeEnum, Limit, Mount, MountType, MountVolumeOptions,
     MountVolumeOptionsDriverConfig, NetworkAttachmentConfig, Node, NodeSpecAvailabilityEnum,
-    NodeState, ResourceObject, SecretSpec, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated,
-    Task, TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecFile, TaskSpecContainerSpecSecrets,
-    TaskSpecLogDriver, TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
-    TaskSpecRestartPolicyConditionEnum, TaskState,
+    NodeState, ResourceObject, SecretSpec, Service, ServiceSpec, ServiceSpecMode,
+    ServiceSpecModeReplicated, Task, TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecFile,
+    TaskSpecContainerSpecSecrets, TaskSpecLogDriver, TaskSpecPlacement, TaskSpecResources,
+    TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::{
     ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListSecretsOptionsBuilder,
@@ -222,6 +222,44 @@ impl SwarmRuntime {
             .list_tasks(Some(options))
             .await
             .map_err(api("list tasks", "services"))
+    }
+
+    /// The services labelled with all of `label_filters` (`key=value`),
+    /// each with its newest task, and the overlays' ids to sandboxd's names.
+    async fn services_with_tasks(
+        &self,
+        label_filters: Vec<String>,
+        deployment: &Deployment,
+    ) -> Result<(Vec<(Service, Option<Task>)>, HashMap<String, String>), RuntimeError> {
+        let filters = HashMap::from([("label", label_filters)]);
+        let services = self
+            .docker
+            .list_services(Some(
+                ListServicesOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(api("list services", deployment.as_str()))?;
+        let ids: Vec<&str> = services.iter().filter_map(|s| s.id.as_deref()).collect();
+        let tasks = self.tasks_of(&ids).await?;
+        let mut by_service: HashMap<&str, Vec<&Task>> = HashMap::new();
+        for t in &tasks {
+            if let Some(s) = t.service_id.as_deref() {
+                by_service.entry(s).or_default().push(t);
+            }
+        }
+        let names = self.network_names().await?;
+        let listed = services
+            .iter()
+            .map(|s| {
+                let task =
+                    s.id.as_deref()
+                        .and_then(|id| current(by_service.get(id).into_iter().flatten().copied()));
+                (s.clone(), task.cloned())
+            })
+            .collect();
+        Ok((listed, names))
     }
 
     /// The local containers of the service `id`'s tasks, newest first.
@@ -499,6 +537,38 @@ fn service_state(task: Option<&Task>) -> ContainerState {
     }
 }
 
+/// What a listing saw of the service `s` whose newest task is `task`
+/// (overlay ids to sandboxd's names: `names`): its name is sandboxd's
+/// (the label [`NAME`], which a pool claim moves).
+fn seen(s: &Service, task: Option<&Task>, names: &HashMap<String, String>) -> Option<pool::Seen> {
+    let spec = s.spec.as_ref()?;
+    let networks = spec
+        .task_template
+        .as_ref()
+        .and_then(|t| t.networks.as_ref())
+        .map(|n| {
+            n.iter()
+                .filter_map(|a| a.target.as_ref())
+                .map(|t| names.get(t).unwrap_or(t).clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(pool::Seen {
+        id: ContainerId::new(s.id.clone()?),
+        name: spec
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(NAME).cloned())
+            .or_else(|| spec.name.clone())
+            .unwrap_or_default(),
+        state: service_state(task),
+        paused: false,
+        created: time(s.created_at).unwrap_or_default(),
+        host_port: task.and_then(task_port),
+        networks,
+    })
+}
+
 /// One of Swarm's times as sandboxd's.
 fn time(t: Option<bollard::models::BollardDate>) -> Option<chrono::DateTime<chrono::Utc>> {
     let nanos = t?.unix_timestamp_nanos();
@@ -599,10 +669,16 @@ fn service_spec(
     let limits = &spec.limits;
     let ports = match publish {
         SwarmPublish::None => None,
+        // Always a port the node picks, never the one a heal or rotation
+        // would keep (`spec.host_port`): Engine 20.10 binds a picked port
+        // with one number on IPv4 and another on IPv6, so asking for an old
+        // number again collides with another task's other half (measured:
+        // "Bind for :::32796 failed: port is already allocated", the task
+        // failing at every retry). The status says the new port.
         SwarmPublish::Host => Some(vec![EndpointPortConfig {
             protocol: Some(EndpointPortConfigProtocolEnum::TCP),
             target_port: Some(i64::from(spec.port)),
-            published_port: spec.host_port.map(i64::from),
+            published_port: None,
             publish_mode: Some(EndpointPortConfigPublishModeEnum::HOST),
             ..Default::default()
         }]),
@@ -713,66 +789,38 @@ impl Runtime for SwarmRuntime {
         sandbox: Option<&SandboxId>,
     ) -> Result<Vec<ObservedContainer>, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::List);
-        let filters = HashMap::from([("label", labels::filters(deployment, sandbox))]);
-        let services = self
-            .docker
-            .list_services(Some(
-                ListServicesOptionsBuilder::default()
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(api("list services", deployment.as_str()))?;
-        let ids: Vec<&str> = services.iter().filter_map(|s| s.id.as_deref()).collect();
-        let tasks = self.tasks_of(&ids).await?;
-        let mut by_service: HashMap<&str, Vec<&Task>> = HashMap::new();
-        for t in &tasks {
-            if let Some(s) = t.service_id.as_deref() {
-                by_service.entry(s).or_default().push(t);
-            }
-        }
-        let names = self.network_names().await?;
+        let (services, names) = self
+            .services_with_tasks(labels::filters(deployment, sandbox), deployment)
+            .await?;
         let mut observed = Vec::with_capacity(services.len());
         let mut placement = Vec::new();
-        for s in &services {
-            let (Some(id), Some(spec)) = (s.id.as_deref(), s.spec.as_ref()) else {
+        for (s, task) in &services {
+            let Some(l) = s.spec.as_ref().and_then(|spec| spec.labels.as_ref()) else {
                 continue;
             };
-            let Some(l) = spec.labels.as_ref() else {
+            // A claimed pool service carries its sandbox's labels too: the
+            // pool reads it (through its recorded claim), not the list.
+            if l.contains_key(pool::POOL) {
                 continue;
-            };
+            }
             let Some(parsed) = ContainerLabels::parse(l) else {
                 continue;
             };
             if &parsed.deployment != deployment {
                 continue;
             }
-            let task = current(by_service.get(id).into_iter().flatten().copied());
-            let state = service_state(task);
-            placement.push((state, task.and_then(|t| t.node_id.clone())));
-            let networks = spec
-                .task_template
-                .as_ref()
-                .and_then(|t| t.networks.as_ref())
-                .map(|n| {
-                    n.iter()
-                        .filter_map(|a| a.target.as_ref())
-                        .map(|t| names.get(t).unwrap_or(t).clone())
-                        .collect()
-                })
-                .unwrap_or_default();
+            let Some(seen) = seen(s, task.as_ref(), &names) else {
+                continue;
+            };
+            placement.push((seen.state, task.as_ref().and_then(|t| t.node_id.clone())));
             observed.push(ObservedContainer {
-                id: ContainerId::new(id.to_owned()),
-                name: l
-                    .get(NAME)
-                    .cloned()
-                    .or_else(|| spec.name.clone())
-                    .unwrap_or_default(),
+                id: seen.id,
+                name: seen.name,
                 labels: parsed,
-                state,
-                created: time(s.created_at).unwrap_or_default(),
-                host_port: task.and_then(task_port),
-                networks,
+                state: seen.state,
+                created: seen.created,
+                host_port: seen.host_port,
+                networks: seen.networks,
                 // Services are never paused (see `Runtime::pause`).
                 paused: false,
             });
@@ -781,7 +829,7 @@ impl Runtime for SwarmRuntime {
             self.record_placement(&placement).await;
             let names: Vec<String> = services
                 .iter()
-                .filter_map(|s| s.spec.as_ref()?.name.clone())
+                .filter_map(|(s, _)| s.spec.as_ref()?.name.clone())
                 .collect();
             self.collect_orphans(deployment, &names).await;
         }
@@ -865,15 +913,6 @@ impl Runtime for SwarmRuntime {
             ))
             .await
             .map_err(api("list containers on", network))?;
-        let mut members: Vec<String> = local
-            .into_iter()
-            .filter_map(|c| {
-                c.labels
-                    .as_ref()
-                    .and_then(|l| l.get(NAME).cloned())
-                    .or_else(|| Some(c.names?.first()?.trim_start_matches('/').to_owned()))
-            })
-            .collect();
         let services = self
             .docker
             .list_services(Some(
@@ -883,6 +922,25 @@ impl Runtime for SwarmRuntime {
             ))
             .await
             .map_err(api("list services on", network))?;
+        // A task of sandboxd's services is named below by its service,
+        // whose name a pool claim moves (its container's labels keep the
+        // pool's).
+        let ours = |c: &bollard::models::ContainerSummary| {
+            let service = c.labels.as_ref().and_then(|l| l.get(TASK_SERVICE_ID));
+            services
+                .iter()
+                .any(|s| s.id.is_some() && s.id.as_ref() == service)
+        };
+        let mut members: Vec<String> = local
+            .into_iter()
+            .filter(|c| !ours(c))
+            .filter_map(|c| {
+                c.labels
+                    .as_ref()
+                    .and_then(|l| l.get(NAME).cloned())
+                    .or_else(|| Some(c.names?.first()?.trim_start_matches('/').to_owned()))
+            })
+            .collect();
         for s in services {
             let Some(spec) = s.spec else { continue };
             let attached = spec
@@ -1040,8 +1098,64 @@ impl Runtime for SwarmRuntime {
         }
     }
 
-    async fn rename(&self, _id: &ContainerId, _name: &str) -> Result<(), RuntimeError> {
-        Err(Self::refuse("renaming a service"))
+    /// A service cannot be renamed: sandboxd's name for it is the label
+    /// [`NAME`], which is changed in place (see [`Runtime::claim_as`]).
+    /// Rotations under Swarm are in place and never rename.
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        self.claim_as(id, name, &HashMap::new()).await
+    }
+
+    /// Moves the sandbox's `labels` and its name `name` (the label
+    /// [`NAME`]) onto the claimed pool service's own labels, which change
+    /// without restarting its task (its task's labels, networks and
+    /// aliases are fixed: its Docker name stays, see `probe_host`, and its
+    /// pool label too, so that it is still listed as the claimed pool
+    /// service the recorded claim names). `docker service ls --filter
+    /// label=io.sandboxd.sandbox=ID` then finds it.
+    async fn claim_as(
+        &self,
+        id: &ContainerId,
+        name: &str,
+        labels: &HashMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Rename);
+        let Some(service) = self.service_named(id.as_str()).await? else {
+            return Err(RuntimeError::Refused(format!(
+                "service {id} is gone: it cannot become {name}"
+            )));
+        };
+        let version = service
+            .version
+            .and_then(|v| v.index)
+            .ok_or_else(|| RuntimeError::Refused(format!("service {id} has no version")))?;
+        let mut spec = service.spec.unwrap_or_default();
+        let own = spec.labels.get_or_insert_with(HashMap::new);
+        own.extend(labels.clone());
+        own.insert(NAME.to_owned(), name.to_owned());
+        let options = bollard::query_parameters::UpdateServiceOptionsBuilder::default()
+            .version(i32::try_from(version).unwrap_or(i32::MAX))
+            .build();
+        self.docker
+            .update_service(id.as_str(), spec, options, None)
+            .await
+            .map_err(api("label service", name))?;
+        Ok(())
+    }
+
+    /// A task's networks and aliases are fixed at its service's creation.
+    fn rejoins(&self) -> bool {
+        false
+    }
+
+    /// The service's Docker name: Swarm's DNS answers it with the task's
+    /// address on every overlay the service is on, under whichever name
+    /// sandboxd gave it since (a claimed pool service keeps its own).
+    async fn probe_host(&self, id: &ContainerId, name: &str) -> Result<String, RuntimeError> {
+        Ok(self
+            .service_named(id.as_str())
+            .await?
+            .and_then(|s| s.spec?.name)
+            .unwrap_or_else(|| docker_name(name)))
     }
 
     async fn rejoin(
@@ -1212,11 +1326,25 @@ impl Runtime for SwarmRuntime {
         Ok(())
     }
 
+    /// The pool services of `deployment`, each as its newest task runs.
     async fn pool_containers(
         &self,
-        _deployment: &Deployment,
+        deployment: &Deployment,
     ) -> Result<Vec<PooledContainer>, RuntimeError> {
-        Ok(Vec::new())
+        let _timer = metrics::time_docker_call(DockerCall::List);
+        let filters = vec![
+            format!("{}={}", labels::MANAGED_BY, labels::MANAGER),
+            labels::deployment_filter(deployment),
+            format!("{}=1", pool::POOL),
+        ];
+        let (services, names) = self.services_with_tasks(filters, deployment).await?;
+        Ok(services
+            .iter()
+            .filter_map(|(s, task)| {
+                let labels = s.spec.as_ref()?.labels.as_ref()?;
+                PooledContainer::from_labels(labels, deployment, seen(s, task.as_ref(), &names)?)
+            })
+            .collect())
     }
 
     /// The container events of this node's tasks, each as its service's:

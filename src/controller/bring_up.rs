@@ -336,13 +336,7 @@ pub(crate) async fn bring_up_at(
     image: &str,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
     let runtime = ctx.runtime.as_ref();
-    let (mut host, port) = probe_address(ctx, engine, name, host_port);
-    if ctx.config.probe_via == ProbeVia::Host {
-        // A Swarm task publishes on its node, which may not be this host.
-        if let Some(node) = runtime.published_host(id).await? {
-            host = node;
-        }
-    }
+    let (host, port) = probe_address(ctx, engine, id, name, host_port).await?;
     let exec = InContainer { runtime, id };
     let target = Target {
         host: &host,
@@ -370,35 +364,40 @@ pub(crate) async fn bring_up_at(
     Ok((host_port, available))
 }
 
-/// Where the controller reaches the container `name` whose engine port is
-/// published on `host_port` (`--probe-via`).
-pub(crate) fn probe_address(
-    ctx: &Context,
-    engine: &'static dyn Engine,
-    name: &str,
-    host_port: u16,
-) -> (String, u16) {
-    match ctx.config.probe_via {
-        ProbeVia::Host => ("127.0.0.1".to_owned(), host_port),
-        ProbeVia::Network => (name.to_owned(), engine.port()),
-    }
-}
-
-/// Gives the warm-pool container `id` (called `name`, its engine port
-/// published on `host_port`), logged in to with `pool`, `claimant`'s
-/// credentials ([`Engine::claim`]), within `deadline`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn claim_credentials(
+/// Where the controller reaches the engine of the container `id` (called
+/// `name`) whose engine port is published on `host_port` (`--probe-via`):
+/// the published port at 127.0.0.1, or at the Swarm node that runs the
+/// task; or the engine's own port under the name the runtime resolves on
+/// their network ([`crate::ports::runtime::Runtime::probe_host`]).
+pub(crate) async fn probe_address(
     ctx: &Context,
     engine: &'static dyn Engine,
     id: &ContainerId,
     name: &str,
     host_port: u16,
+) -> Result<(String, u16), RuntimeError> {
+    let runtime = ctx.runtime.as_ref();
+    Ok(match ctx.config.probe_via {
+        ProbeVia::Host => match runtime.published_host(id).await? {
+            Some(node) => (node, host_port),
+            None => ("127.0.0.1".to_owned(), host_port),
+        },
+        ProbeVia::Network => (runtime.probe_host(id, name).await?, engine.port()),
+    })
+}
+
+/// Gives the warm-pool container `id`, reached at `address` ([`probe_address`])
+/// and logged in to with `pool`, `claimant`'s credentials
+/// ([`Engine::claim`]), within `deadline`.
+pub(crate) async fn claim_credentials(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    id: &ContainerId,
+    (host, port): (String, u16),
     pool: &Credentials,
     claimant: &Credentials,
     deadline: Duration,
 ) -> Result<(), EngineError> {
-    let (host, port) = probe_address(ctx, engine, name, host_port);
     let exec = InContainer {
         runtime: ctx.runtime.as_ref(),
         id,
@@ -430,12 +429,12 @@ pub(crate) async fn count_clients(
     host_port: u16,
     credentials: &Credentials,
 ) -> Result<Option<u32>, EngineError> {
-    let (mut host, port) = probe_address(ctx, engine, name, host_port);
-    if ctx.config.probe_via == ProbeVia::Host {
-        if let Ok(Some(node)) = ctx.runtime.published_host(id).await {
-            host = node;
-        }
-    }
+    let (host, port) = probe_address(ctx, engine, id, name, host_port)
+        .await
+        .map_err(|e| EngineError::Client {
+            engine: engine.name(),
+            reason: format!("cannot say where it answers: {e}"),
+        })?;
     let exec = InContainer {
         runtime: ctx.runtime.as_ref(),
         id,

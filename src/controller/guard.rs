@@ -347,6 +347,18 @@ impl Runtime for GuardedRuntime {
             .await
     }
 
+    async fn claim_as(
+        &self,
+        id: &ContainerId,
+        name: &str,
+        labels: &HashMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let call = self.inner.claim_as(id, name, labels);
+        let after = self.deadlines.call;
+        self.change("rename", "rename", id.as_str(), after, call)
+            .await
+    }
+
     async fn rejoin(
         &self,
         network: &str,
@@ -367,6 +379,15 @@ impl Runtime for GuardedRuntime {
     async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
         let call = self.inner.published_host(id);
         self.read("inspect", id.as_str(), call).await
+    }
+
+    async fn probe_host(&self, id: &ContainerId, name: &str) -> Result<String, RuntimeError> {
+        let call = self.inner.probe_host(id, name);
+        self.read("inspect", id.as_str(), call).await
+    }
+
+    fn rejoins(&self) -> bool {
+        self.inner.rejoins()
     }
 
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {

@@ -17,8 +17,8 @@
 //! lists ([`start_term`]).
 
 use super::bring_up::{
-    bring_up, bring_up_at, claim_credentials, container_spec, new_instance, ready_status,
-    ProvisionError,
+    bring_up, bring_up_at, claim_credentials, container_spec, new_instance, probe_address,
+    ready_status, ProvisionError,
 };
 use super::network::{self, Placement};
 use super::{Context, ControllerError};
@@ -284,15 +284,34 @@ fn same_isolation(ctx: &Context, desired: &DesiredSandbox) -> bool {
 /// Reserves a ready pool container for each provision of `plan` that may
 /// claim one (see [`pool::claim_kind`]) and whose engine and feature set
 /// has a pool; one that finds its pool empty is counted as a miss and
-/// wakes the refill.
-pub(crate) fn reserve<'a>(ctx: &'a Context, desired: &DesiredSandbox, plan: &Plan) -> Reserved<'a> {
+/// wakes the refill. `adopts`: the sandbox has no network yet and would
+/// adopt the first reserved container's. Where a running container cannot
+/// join another network (a Swarm task, see [`Runtime::rejoins`]), only
+/// such a sandbox claims, and only one container: the one whose network
+/// it adopts.
+///
+/// [`Runtime::rejoins`]: crate::ports::runtime::Runtime::rejoins
+pub(crate) fn reserve<'a>(
+    ctx: &'a Context,
+    desired: &DesiredSandbox,
+    plan: &Plan,
+    adopts: bool,
+) -> Reserved<'a> {
     let reserved = Reserved::none(&ctx.pool);
     if !pools_on(ctx) {
         return reserved;
     }
     let learned = ctx.config.warm_pool_demand;
     let fits = same_isolation(ctx, desired);
+    let at_most = match (ctx.runtime.rejoins(), adopts) {
+        (true, _) => usize::MAX,
+        (false, true) => 1,
+        (false, false) => 0,
+    };
     for p in plan.provisions() {
+        if reserved.entries.lock().unwrap().len() >= at_most {
+            break;
+        }
         let Some(kind) = pool::claim_kind(p.reason, desired.persistent, p.retire.is_some(), fits)
         else {
             continue;
@@ -400,19 +419,26 @@ async fn take_over(
         features: p.features.clone(),
         instance: instance.clone(),
     };
+    let labels = claim
+        .labels(
+            &ctx.config.deployment,
+            ctx.state.get().map(ToString::to_string),
+            ctx.config.isolation,
+        )
+        .to_map();
     // Before the container changes: a crash from here on leaves a container
     // that maps to its sandbox with an instance never published.
     ctx.store.record_claim(&claim, ctx.term()?).await?;
     ctx.pool.remember_claim(claim);
 
     let placement: Placement = network::placement(&ctx.config, &desired.id, p.engine, network);
+    let address = probe_address(ctx, engine, id, &ready.name, ready.host_port).await?;
     let set_credentials = async {
         claim_credentials(
             ctx,
             engine,
             id,
-            &ready.name,
-            ready.host_port,
+            address,
             &ready.credentials,
             credentials,
             CLAIM_DEADLINE,
@@ -427,7 +453,7 @@ async fn take_over(
         // A heal after `docker rm -f` meets the name still held by the
         // container being removed: wait for it (see `name_release`).
         super::name_release::once_released(runtime, super::name_release::RELEASE_WITHIN, || {
-            runtime.rename(id, &placement.container)
+            runtime.claim_as(id, &placement.container, &labels)
         })
         .await?;
         Ok::<(), PoolError>(())
@@ -811,6 +837,20 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
     };
     let creating = CreatingNetwork::mark(&ctx.pool, &placement.network);
     let started = start_one(ctx, engine, key, &image, &credentials, token, &placement).await;
+    // Probed by name on its network (`--probe-via network`): sandboxd's own
+    // container joins it, as it joins a sandbox's.
+    let started = match (started, &ctx.config.controller_container) {
+        (Ok(id), Some(me)) if matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) => {
+            match ctx.runtime.connect(&placement.network, me).await {
+                Ok(()) => Ok(id),
+                Err(e) => {
+                    let _ = ctx.runtime.remove(&id, Duration::ZERO).await;
+                    Err(e.into())
+                }
+            }
+        }
+        (started, _) => started,
+    };
     drop(creating);
     let id = started?;
     match bring_up(ctx, engine, &id, &name, &credentials, &key.features, &image).await {

@@ -461,7 +461,7 @@ async fn act(
     // Warm-pool containers for the provisions that may claim one, taken
     // now: a sandbox without a network yet adopts the first one's.
     let reserved = match seen.converging(plan) {
-        Some(d) => pool::reserve(ctx, d, plan),
+        Some(d) => pool::reserve(ctx, d, plan, adopts_pool_network(ctx, seen, plan)),
         None => pool::Reserved::none(&ctx.pool),
     };
     let (network, commit) = place(ctx, id, seen, plan, causes, &reserved).await?;
@@ -533,6 +533,16 @@ async fn act(
     })
 }
 
+/// Whether the sandbox would take a reserved pool container's network as
+/// its own: it has none recorded, keeps no container, and each sandbox
+/// has a network of its own.
+fn adopts_pool_network(ctx: &Context, seen: &Seen<'_>, plan: &Plan) -> bool {
+    let recorded = seen.previous.as_ref().and_then(|p| p.network.as_deref());
+    recorded.is_none()
+        && plan.kept().next().is_none()
+        && matches!(ctx.config.network, NetworkLayout::PerSandbox { .. })
+}
+
 /// Puts the sandbox on its network (the one its status records, else a
 /// reserved pool container's, else a new one) and removes an earlier
 /// incarnation's data volumes before a provision could mount them. The
@@ -550,10 +560,9 @@ async fn place(
     reserved: &pool::Reserved<'_>,
 ) -> Result<(String, Commit), ReconcileError> {
     let recorded = seen.previous.as_ref().and_then(|p| p.network.as_deref());
-    let adopted = match (recorded, plan.kept().next(), &ctx.config.network) {
-        (None, None, NetworkLayout::PerSandbox { .. }) => reserved.network(),
-        _ => None,
-    };
+    let adopted = adopts_pool_network(ctx, seen, plan)
+        .then(|| reserved.network())
+        .flatten();
     let network = match &adopted {
         Some(n) => n.clone(),
         None => network::sandbox_network(ctx, id, recorded),

@@ -70,6 +70,58 @@ pub struct PooledContainer {
     pub isolation: Isolation,
 }
 
+/// What a runtime saw of a container or service besides its labels.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    /// Its id.
+    pub(crate) id: ContainerId,
+    /// Its name (sandboxd's, which a claim changes).
+    pub(crate) name: String,
+    /// Its state.
+    pub(crate) state: ContainerState,
+    /// Frozen (`docker pause`).
+    pub(crate) paused: bool,
+    /// When the runtime created it.
+    pub(crate) created: DateTime<Utc>,
+    /// Its loopback host port.
+    pub(crate) host_port: Option<u16>,
+    /// The networks it is on, by sandboxd's names.
+    pub(crate) networks: Vec<String>,
+}
+
+impl PooledContainer {
+    /// `deployment`'s pool container as its `labels` say, with what the
+    /// runtime `seen` of it; `None` for anything else.
+    pub(crate) fn from_labels(
+        labels: &HashMap<String, String>,
+        deployment: &Deployment,
+        seen: Seen,
+    ) -> Option<Self> {
+        use super::labels as l;
+        if labels.get(POOL).map(String::as_str) != Some("1") || !l::belongs_to(labels, deployment) {
+            return None;
+        }
+        Some(Self {
+            id: seen.id,
+            name: seen.name,
+            deployment: deployment.clone(),
+            engine: labels.get(l::ENGINE)?.clone(),
+            features: labels
+                .get(l::FEATURES)
+                .map(|f| l::features(f))
+                .unwrap_or_default(),
+            state_id: labels.get(l::STATE_ID).cloned(),
+            instance: labels.get(l::INSTANCE).cloned().unwrap_or_default(),
+            state: seen.state,
+            paused: seen.paused,
+            created: seen.created,
+            host_port: seen.host_port,
+            networks: seen.networks,
+            isolation: Isolation::of_label(labels.get(l::ISOLATION).map(String::as_str)),
+        })
+    }
+}
+
 /// A claimed pool container: the sandbox it serves now (recorded in the
 /// state database before the container was changed).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,23 +151,41 @@ impl PoolClaim {
         ObservedContainer {
             id: listed.id.clone(),
             name: listed.name.clone(),
-            labels: ContainerLabels {
-                deployment: listed.deployment.clone(),
-                sandbox: self.sandbox.clone(),
-                owner: self.owner.clone(),
-                engine: self.engine.clone(),
-                generation: self.generation,
-                features: self.features.clone(),
-                instance: self.instance.clone(),
-                state_id: listed.state_id.clone(),
-                incarnation: self.incarnation.clone(),
-                isolation: listed.isolation,
-            },
+            labels: self.labels(
+                &listed.deployment,
+                listed.state_id.clone(),
+                listed.isolation,
+            ),
             state: listed.state,
             created: listed.created,
             host_port: listed.host_port,
             networks: listed.networks.clone(),
             paused: listed.paused,
+        }
+    }
+}
+
+impl PoolClaim {
+    /// The labels the claimed container would carry had it been created
+    /// for the sandbox, by `deployment` under `isolation` for the state
+    /// database `state_id` (as the pool container's own labels say).
+    pub(crate) fn labels(
+        &self,
+        deployment: &Deployment,
+        state_id: Option<String>,
+        isolation: Isolation,
+    ) -> ContainerLabels {
+        ContainerLabels {
+            deployment: deployment.clone(),
+            sandbox: self.sandbox.clone(),
+            owner: self.owner.clone(),
+            engine: self.engine.clone(),
+            generation: self.generation,
+            features: self.features.clone(),
+            instance: self.instance.clone(),
+            state_id,
+            incarnation: self.incarnation.clone(),
+            isolation,
         }
     }
 }

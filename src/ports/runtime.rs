@@ -542,6 +542,19 @@ pub trait Runtime: Send + Sync + 'static {
     /// Renames the sandboxd container `id` to `name`; fails if another
     /// container is called `name`.
     async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError>;
+    /// Makes the claimed pool container `id` its sandbox's: called `name`
+    /// and, where the runtime can change them, carrying the sandbox's
+    /// `labels` (a Swarm service's; a container's labels cannot change, and
+    /// the claim recorded in the state database says whose it is). Fails
+    /// as [`Runtime::rename`] does.
+    async fn claim_as(
+        &self,
+        id: &ContainerId,
+        name: &str,
+        _labels: &HashMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        self.rename(id, name).await
+    }
     /// Makes the sandboxd container `id`, already on `network`, answer to
     /// `aliases` there. Docker cannot change an endpoint's aliases, so the
     /// container is disconnected and connected again: its published port
@@ -560,6 +573,20 @@ pub trait Runtime: Send + Sync + 'static {
     /// host: `None`.
     async fn published_host(&self, _id: &ContainerId) -> Result<Option<String>, RuntimeError> {
         Ok(None)
+    }
+    /// The host name sandboxd reaches the engine of the container `id`
+    /// (called `name`) by on a network they share (`--probe-via network`):
+    /// its name on one host; under Swarm the service's own name, which a
+    /// claimed pool service keeps (its aliases are fixed at creation).
+    async fn probe_host(&self, _id: &ContainerId, name: &str) -> Result<String, RuntimeError> {
+        Ok(name.to_owned())
+    }
+    /// Whether a running container can join another network under new
+    /// aliases ([`Runtime::rejoin`]). A Swarm task cannot (its networks
+    /// are fixed at creation): a pool container is then claimed only by a
+    /// sandbox that adopts its network.
+    fn rejoins(&self) -> bool {
+        true
     }
     /// How the container's last run is doing; `None` if it no longer exists.
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError>;

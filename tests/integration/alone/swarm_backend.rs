@@ -25,6 +25,7 @@ use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
 use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::{readiness_overrides, Backend, ControllerConfig, SwarmPublish};
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus, ServiceStatus};
+use sandboxd::ports::runtime::Runtime as _;
 use sqlx::{Connection, PgConnection};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -538,4 +539,161 @@ async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_it
         (services(&sandbox_label).is_empty() && !left.contains(data[0])).then_some(())
     })
     .await;
+}
+
+/// Whether Redis on 127.0.0.1:`port` answers PING with `password`.
+async fn redis_pongs(port: u16, password: &str) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://:{password}@127.0.0.1:{port}/0")) else {
+        return false;
+    };
+    let ping = async {
+        let mut con = client.get_multiplexed_async_connection().await.ok()?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut con)
+            .await
+            .ok()
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), ping).await,
+        Ok(Some(p)) if p == "PONG"
+    )
+}
+
+#[tokio::test]
+async fn a_new_sandbox_claims_a_ready_pool_service_without_restarting_it_and_a_killed_claimed_task_is_healed(
+) {
+    let _swarm = Swarm::join();
+    let env = TestEnv::new().await;
+    let _cleanup = Cleanup(env.deployment.to_string());
+    let controller = start_tuned(&env, |c| {
+        c.warm_pool =
+            sandboxd::config::warm_pools(&["postgres=1".to_owned(), "redis=1".to_owned()]).unwrap();
+    })
+    .await;
+    let swarm = SwarmRuntime::connect(
+        DockerRuntime::connect().await.expect("docker"),
+        SwarmPublish::Host,
+        false,
+    )
+    .await
+    .expect("a Swarm manager");
+    let pool_ready = || async {
+        eventually("one ready pool service per engine", READY, || async {
+            let text = controller.metrics.render();
+            ["postgres", "redis"]
+                .iter()
+                .all(|e| {
+                    common::sample(
+                        &text,
+                        &format!("sandboxd_pool_size{{engine=\"{e}\",state=\"ready\"}}"),
+                    ) == Some(1.0)
+                })
+                .then_some(())
+        })
+        .await;
+        swarm
+            .pool_containers(&env.deployment)
+            .await
+            .expect("list pool services")
+    };
+    let before = pool_ready().await;
+    assert_eq!(before.len(), 2, "{before:?}");
+    let client = Client::from_pool(env.pool.clone());
+
+    // A new postgres sandbox takes the ready pool service as it runs: the
+    // same service and task, its overlay adopted, the sandbox's labels
+    // moved onto the service, fresh credentials set over the protocol.
+    let id = sandbox_id("swarmpool");
+    let status = client
+        .provision(&id, &request(&["postgres"], &[]), READY)
+        .await
+        .expect("ready");
+    let pg = status.services["postgres"].clone();
+    assert!(logs_in(&host_pg_url(&pg)).await);
+    let name = format!("sandboxd.{}.{}.postgres", env.deployment, id);
+    let listed = swarm.pool_containers(&env.deployment).await.unwrap();
+    let claimed = listed
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("a pool service named {name}: {listed:?}"));
+    let was = before
+        .iter()
+        .find(|b| b.id == claimed.id)
+        .expect("the claimed service was a ready pool service before the request");
+    assert_eq!(
+        status.network.as_deref(),
+        was.networks.first().map(String::as_str),
+        "the sandbox adopted the pool service's overlay"
+    );
+    let service_label = format!("com.docker.swarm.service.id={}", claimed.id.as_str());
+    assert_eq!(
+        task_containers(&service_label).len(),
+        1,
+        "the claim did not restart the task"
+    );
+    let sandbox_label = format!("io.sandboxd.sandbox={id}");
+    assert_eq!(
+        services(&sandbox_label).len(),
+        1,
+        "the sandbox's label is on the claimed service"
+    );
+    let events = client.events(&id, 50).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.reason == "claimed"),
+        "a Claimed event: {events:?}"
+    );
+
+    // A two-engine sandbox: one engine from the pool (whose overlay it
+    // adopts; a task cannot join another), the other started cold there.
+    pool_ready().await;
+    let both = sandbox_id("swarmpool2");
+    let status2 = client
+        .provision(&both, &request(&["postgres", "redis"], &[]), READY)
+        .await
+        .expect("ready");
+    assert!(logs_in(&host_pg_url(&status2.services["postgres"])).await);
+    let redis = &status2.services["redis"];
+    assert!(redis_pongs(redis.host_port, redis.password.expose()).await);
+    let pooled_now = swarm.pool_containers(&env.deployment).await.unwrap();
+    let claimed2 = pooled_now
+        .iter()
+        .filter(|c| {
+            c.name
+                .starts_with(&format!("sandboxd.{}.{}.", env.deployment, both))
+        })
+        .count();
+    assert_eq!(claimed2, 1, "one engine claimed, one cold: {pooled_now:?}");
+
+    // The claimed task killed from outside: seen at its event (the claim
+    // maps the service to its sandbox) and healed with the same password.
+    let task = docker_ok(&["ps", "-q", "--filter", &format!("label={service_label}")]);
+    docker_ok(&["kill", task.trim()]);
+    let healed = eventually("the heal of the claimed service", READY, || async {
+        let s = client.status(&id).await.ok()??;
+        let p = s.services.get("postgres")?;
+        (s.phase == Phase::Ready && p.heals == 1).then_some(s)
+    })
+    .await;
+    let after = &healed.services["postgres"];
+    assert_eq!(after.password.expose(), pg.password.expose());
+    assert!(logs_in(&host_pg_url(after)).await);
+
+    // Released: nothing of either sandbox is left, the pool refills.
+    for id in [&id, &both] {
+        assert!(client.release(id).await.unwrap());
+    }
+    eventually("the released sandboxes' services go", READY, || async {
+        let left = [&id, &both]
+            .iter()
+            .map(|id| services(&format!("io.sandboxd.sandbox={id}")).len())
+            .sum::<usize>();
+        let pooled = swarm.pool_containers(&env.deployment).await.ok()?;
+        let claimed = pooled
+            .iter()
+            .filter(|c| c.name.starts_with("sandboxd."))
+            .count();
+        (left == 0 && claimed == 0).then_some(())
+    })
+    .await;
+    pool_ready().await;
 }

@@ -3,7 +3,8 @@
 //! variable to set; `SANDBOXD_BACKEND=swarm SANDBOXD_SWARM_INIT=1
 //! scripts/run.sh` makes a single-node Swarm (its gateway bridge closed)
 //! and runs sandboxd in a container on the sandboxes' overlays, with no
-//! other setting. A row becomes ready with nothing published on the host,
+//! other setting. A row becomes ready, served from the recipe's warm pool
+//! of services, with nothing published on the host,
 //! its agent on the internal overlay logs in and cannot reach the
 //! controller's metrics, a killed task is healed with the same password,
 //! its data goes back to a checkpoint and to the baseline, a released row
@@ -162,6 +163,21 @@ async fn the_readme_swarm_recipe_starts_a_ready_controller_whose_sandboxes_publi
     let env = docker_ok(&["inspect", "-f", "{{json .Config.Env}}", &session.container]);
     assert!(!env.contains("postgres://"), "{env}");
 
+    // The recipe's warm pool (`postgres=2 redis=2`) fills with services.
+    eventually(
+        "a ready redis pool service",
+        Duration::from_secs(120),
+        || async {
+            let (_, text) = http_get(port, "/metrics").await?;
+            (common::sample(
+                &text,
+                "sandboxd_pool_size{engine=\"redis\",state=\"ready\"}",
+            ) >= Some(1.0))
+            .then_some(())
+        },
+    )
+    .await;
+
     let id = "swarm-recipe";
     let out = cli(
         &session.home,
@@ -182,11 +198,20 @@ async fn the_readme_swarm_recipe_starts_a_ready_controller_whose_sandboxes_publi
     ]);
     assert_eq!(services.lines().count(), 1, "{services}");
     assert!(!services.contains("->"), "no port published: {services}");
+    // Served from the recipe's warm pool: the claimed pool service carries
+    // the sandbox's labels now, and the sandbox adopted its overlay.
+    assert!(
+        services.starts_with("sandboxd-pool-"),
+        "a pool service claimed: {services}"
+    );
+    let network = status["network"]
+        .as_str()
+        .expect("the status names its network");
     let overlay = docker_ok(&[
         "network",
         "ls",
         "--filter",
-        &format!("label=io.sandboxd.sandbox={id}"),
+        &format!("label=io.sandboxd.name={network}"),
         "--format",
         "{{.Name}}",
     ]);
@@ -254,24 +279,30 @@ async fn the_readme_swarm_recipe_starts_a_ready_controller_whose_sandboxes_publi
     cli(&session.home, &["reset", id, "--wait"]);
     assert_eq!(redis("EXISTS k").trim(), "0", "back to the empty baseline");
 
-    // Released: its service, secret and overlay go.
+    // Released: its services (the claimed one and its heal's), their
+    // secrets and its overlay go.
     cli(&session.home, &["delete", id]);
     let label = format!("label=io.sandboxd.sandbox={id}");
+    let claimed = format!(
+        "label=io.sandboxd.swarm-service={}",
+        services.split(' ').next().unwrap()
+    );
     eventually(
         "the released sandbox's service, secret and overlay go",
         Duration::from_secs(60),
         || {
             let left = [
                 docker(&["service", "ls", "-q", "--filter", &label]).stdout,
-                docker(&["network", "ls", "-q", "--filter", &label]).stdout,
                 docker(&[
-                    "secret",
+                    "network",
                     "ls",
                     "-q",
                     "--filter",
-                    &format!("label=io.sandboxd.swarm-deployment={deployment}"),
+                    &format!("name=^{overlay}$"),
                 ])
                 .stdout,
+                docker(&["secret", "ls", "-q", "--filter", &label]).stdout,
+                docker(&["secret", "ls", "-q", "--filter", &claimed]).stdout,
             ];
             async move { left.iter().all(|o| o.is_empty()).then_some(()) }
         },
