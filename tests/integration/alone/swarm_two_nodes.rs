@@ -6,7 +6,9 @@
 //! does not see) is healed at the next relist with the same credentials;
 //! one that fits on neither stays unplaced with Swarm's reason; draining a
 //! node moves its sandbox to the other with the same credentials, reached
-//! by an agent over the cross-node overlay.
+//! by an agent over the cross-node overlay. A warm pool of services on the
+//! worker serves claims made from the manager, and a claimed task killed
+//! on the worker is healed.
 //!
 //! Both nodes share this VM's memory: the reservations (13 GiB of the
 //! 24 GiB each node reports) are Swarm's bookkeeping, nothing is used.
@@ -21,6 +23,7 @@ use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
 use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::{Backend, SwarmPublish};
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
+use sandboxd::ports::runtime::Runtime as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -124,7 +127,31 @@ fn node_of(id: &SandboxId) -> Option<String> {
         "--filter",
         &format!("label=io.sandboxd.sandbox={id}"),
     ]);
-    let service = service.lines().next()?;
+    node_of_service(service.lines().next()?)
+}
+
+/// [`pings`], until it answers PONG or 30 s pass: a new task's name
+/// reaches an agent on the other node once Swarm's DNS has it (moments
+/// after the task runs: CI once saw "Name or service not known" right
+/// after a heal).
+async fn pings_within(env: &TestEnv, agent: &str, password: &str) -> String {
+    let mut last = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            last = pings(env, agent, password).await;
+            if last == "PONG" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    last
+}
+
+/// The hostname of the node running the current task of the service
+/// `service` (an id or name), once Swarm placed it.
+fn node_of_service(service: &str) -> Option<String> {
     let nodes = docker_ok(&[
         "service",
         "ps",
@@ -174,7 +201,7 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     )
     .await
     .expect("the engine manages the two-node Swarm");
-    let _controller = env.start_on(
+    let controller = env.start_on(
         Arc::new(runtime),
         config,
         PgStore::from_pool(env.pool.clone()),
@@ -242,21 +269,11 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     .await;
     let after = &healed.services["redis"];
     assert_eq!(after.password.expose(), before.password.expose());
-    // The new task's name reaches the manager's agent once Swarm's DNS
-    // has it (across nodes, moments after the task runs: CI once saw
-    // "Name or service not known" right after the heal).
-    let mut last = String::new();
-    let answered = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            last = pings(&env, &agents[on_worker].0, after.password.expose()).await;
-            if last == "PONG" {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await;
-    assert!(answered.is_ok(), "the same password after the heal: {last}");
+    assert_eq!(
+        pings_within(&env, &agents[on_worker].0, after.password.expose()).await,
+        "PONG",
+        "the same password after the heal"
+    );
     statuses[on_worker] = healed.clone();
 
     // A third fits on neither node: Swarm leaves it unplaced and says why.
@@ -314,6 +331,128 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
         "PONG",
         "the same password works on {now_on}"
     );
+    assert!(client.release(&ids[0]).await.unwrap());
+    docker_ok(&["node", "update", "--availability", "active", &drained]);
+    drop(controller);
+    drop(agents);
+
+    a_pool_spread_over_both_nodes_serves_claims_on_each(&nodes, &manager).await;
+}
+
+/// The warm pool on the two nodes: a second deployment's pool of two Redis
+/// services on the worker; a new sandbox claims one as it runs, its
+/// credentials set over the engine's protocol across nodes,
+/// and its agent on the manager reaches it over the claimed service's
+/// overlay; the claimed task killed on the worker is healed at the next
+/// relist with the same password.
+async fn a_pool_spread_over_both_nodes_serves_claims_on_each(nodes: &TwoNodes, manager: &str) {
+    let env = TestEnv::new().await;
+    let deployment = env.deployment.to_string();
+    let _cleanup = scopeguard(deployment.clone());
+    let mut config = env.config();
+    config.backend = Backend::Swarm;
+    config.swarm_publish = SwarmPublish::Host;
+    config.relist_interval = Duration::from_secs(2);
+    config.warm_pool = sandboxd::config::warm_pools(&["redis=2".to_owned()]).unwrap();
+    let config = config.for_swarm().expect("a Swarm configuration");
+    let runtime = Arc::new(
+        SwarmRuntime::connect(
+            DockerRuntime::connect().await.expect("docker"),
+            SwarmPublish::Host,
+            false,
+        )
+        .await
+        .expect("the engine manages the two-node Swarm"),
+    );
+    let controller = env.start_on(
+        runtime.clone(),
+        config,
+        PgStore::from_pool(env.pool.clone()),
+    );
+    let client = Client::from_pool(env.pool.clone());
+    // The pool fills while the manager is drained: both pool services on
+    // the worker, so that every claim below is made across nodes.
+    docker_ok(&["node", "update", "--availability", "drain", manager]);
+    eventually("two ready pool services", READY, || async {
+        (common::sample(
+            &controller.metrics.render(),
+            "sandboxd_pool_size{engine=\"redis\",state=\"ready\"}",
+        ) == Some(2.0))
+        .then_some(())
+    })
+    .await;
+    let pooled = runtime.pool_containers(&env.deployment).await.unwrap();
+    docker_ok(&["node", "update", "--availability", "active", manager]);
+    for p in &pooled {
+        assert_eq!(
+            node_of_service(p.id.as_str()).as_deref(),
+            Some(nodes.worker.as_str()),
+            "pool service {} on the worker",
+            p.name
+        );
+    }
+
+    let agents: Vec<Agent> = (0..2)
+        .map(|i| Agent::start(&format!("{deployment}-pool-agent{i}")))
+        .collect();
+    let ids: Vec<SandboxId> = (0..2).map(|i| sandbox_id(&format!("twopool{i}"))).collect();
+    let mut statuses = Vec::new();
+    for (id, agent) in ids.iter().zip(&agents) {
+        let req = SandboxRequest {
+            attach: vec![agent.0.clone()],
+            ..request(&["redis"], &[])
+        };
+        let status = client.provision(id, &req, READY).await.expect("ready");
+        let password = status.services["redis"].password.expose().to_owned();
+        assert_eq!(pings_within(&env, &agent.0, &password).await, "PONG");
+        statuses.push(status);
+    }
+    // Each is served by one of the pool services that were ready.
+    let listed = runtime.pool_containers(&env.deployment).await.unwrap();
+    let served: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            let name = format!("sandboxd.{deployment}.{id}.redis");
+            let c = listed
+                .iter()
+                .find(|c| c.name == name)
+                .unwrap_or_else(|| panic!("a pool service named {name}: {listed:?}"));
+            assert!(
+                pooled.iter().any(|p| p.id == c.id),
+                "{name} was ready before"
+            );
+            c.id.as_str().to_owned()
+        })
+        .collect();
+
+    // A claimed task killed on the worker: healed at the next relist with
+    // the same password.
+    let i = 0;
+    let before = statuses[i].services["redis"].clone();
+    let task = nodes.on_worker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.id={}", served[i]),
+    ]);
+    nodes.on_worker(&["kill", &task]);
+    let healed: SandboxStatus = eventually("the worker's claimed task healed", READY, || async {
+        let s = client.status(&ids[i]).await.ok()??;
+        let r = s.services.get("redis")?;
+        (s.phase == Phase::Ready && r.heals == 1).then_some(s)
+    })
+    .await;
+    let after = &healed.services["redis"];
+    assert_eq!(after.password.expose(), before.password.expose());
+    assert_eq!(
+        pings_within(&env, &agents[i].0, after.password.expose()).await,
+        "PONG",
+        "the same password after the heal"
+    );
+    for id in &ids {
+        assert!(client.release(id).await.unwrap());
+    }
+    drop(controller);
     drop(agents);
 }
 
