@@ -30,8 +30,10 @@
 //! tables go to stdout and to `target/bench/provision.md`. `BENCH_ONLY`
 //! runs one part alone, its table to `target/bench/<part>.md`: `pause`,
 //! `reset`, `gvisor` (cold starts and pool claims under gVisor's runsc,
-//! where dockerd has it registered), and the mix's `mix`, `mix-heals` and
-//! `chaos` (each against a floor measured first), e.g.
+//! where dockerd has it registered), `swarm` (claims, cold and template
+//! starts and heals on one host next to a single-node Swarm, see
+//! `support/swarm.rs`), and the mix's `mix`, `mix-heals` and `chaos` (each
+//! against a floor measured first), e.g.
 //! `BENCH_ONLY=chaos BENCH_CHAOS_SECONDS=60 cargo bench --bench provision`.
 
 #[path = "../tests/integration/common/mod.rs"]
@@ -40,6 +42,8 @@ mod common;
 mod measure;
 #[path = "support/mix.rs"]
 mod mix;
+#[path = "support/swarm.rs"]
+mod swarm;
 
 use common::{sandbox_id, TestEnv};
 use futures::future::join_all;
@@ -454,6 +458,18 @@ async fn heals(
     iters: usize,
     pool: Option<&common::RunningController>,
 ) -> Vec<Duration> {
+    heals_of(bench, engine, iters, pool, false).await
+}
+
+/// [`heals`]; `swarm`: the sandbox's engine is a Swarm service, whose task
+/// container is killed.
+async fn heals_of(
+    bench: &Bench,
+    engine: &str,
+    iters: usize,
+    pool: Option<&common::RunningController>,
+    swarm: bool,
+) -> Vec<Duration> {
     use bollard::query_parameters::KillContainerOptions;
     let mut times = Vec::new();
     for _ in 0..iters {
@@ -467,8 +483,11 @@ async fn heals(
         // By name: a container claimed from the warm pool has no sandbox
         // label, but it has the sandbox's container name.
         let engine_name = engine::lookup(engine).expect("engine").name();
-        let victim =
-            sandboxd::domain::network::container_name(&bench.config.deployment, &id, engine_name);
+        let victim = if swarm {
+            swarm::task_of(bench, &id).await
+        } else {
+            sandboxd::domain::network::container_name(&bench.config.deployment, &id, engine_name)
+        };
         if let Some(controller) = pool {
             pool_full(controller, engine).await;
         }
@@ -1694,6 +1713,21 @@ async fn run() {
         controller.stop().await;
         return;
     }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("swarm") {
+        // One host against a single-node Swarm (made for the run and left
+        // after): `BENCH_ONLY=swarm cargo bench --bench provision`; its
+        // table goes to target/bench/swarm.md.
+        controller.stop().await;
+        let md = swarm::compare(&bench, iters).await;
+        println!("{md}");
+        if !smoke {
+            let path = output_path().with_file_name("swarm.md");
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
+            std::fs::write(&path, &md).expect("write report");
+            eprintln!("bench: wrote {}", path.display());
+        }
+        return;
+    }
     // `BENCH_ONLY=mix`, `mix-heals` or `chaos`: one part of the mix alone,
     // against a floor measured first (BENCH_ITERS containers per engine);
     // its table goes to target/bench/<part>.md.
@@ -1811,6 +1845,17 @@ async fn run() {
         idle_hold,
     )
     .await;
+    controller.stop().await;
+
+    // One host next to a single-node Swarm. Not in the smoke pass: it
+    // makes this engine a Swarm, which the tests running beside that pass
+    // must not see (`BENCH_ONLY=swarm` runs it alone).
+    let swarm = if smoke {
+        eprintln!("bench: smoke run: the Swarm comparison is left out (it would make this engine a Swarm under the tests beside it); BENCH_ONLY=swarm runs it");
+        String::new()
+    } else {
+        swarm::compare(&bench, iters).await
+    };
 
     let mut md = report(
         &[&pg, &rd, &vk, &tpl, &many],
@@ -1838,6 +1883,7 @@ async fn run() {
     md.push_str(&resume_report(&resumed));
     md.push_str(&reset_report(&reset));
     md.push_str(&idle_report(&idle));
+    md.push_str(&swarm);
     md.push_str(&targets(&Figures {
         cold_pg: &pg,
         template: &tpl,
@@ -1851,7 +1897,6 @@ async fn run() {
     }));
     println!("{md}");
     if smoke {
-        controller.stop().await;
         return;
     }
     let path = output_path();
@@ -1862,7 +1907,6 @@ async fn run() {
         path.display(),
         started.elapsed().as_secs_f64()
     );
-    controller.stop().await;
 }
 
 fn main() {
