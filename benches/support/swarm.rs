@@ -12,12 +12,10 @@
 use super::{
     common, heals_of, median, pool_hits, start_controller, templates_built, Bench, READY_TIMEOUT,
 };
-use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
-use sandboxd::config::{warm_pools, Backend, ControllerConfig, SwarmPublish};
+use sandboxd::config::{warm_pools, Backend, ControllerConfig};
 use sandboxd::domain::SandboxId;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The figures of one backend, by measure.
@@ -100,22 +98,7 @@ async fn start(
     if backend == Backend::Docker {
         return start_controller(&bench.env, config).await;
     }
-    let mut config = config;
-    config.backend = Backend::Swarm;
-    config.swarm_publish = SwarmPublish::Host;
-    let config = config.for_swarm().expect("a Swarm configuration");
-    let runtime = SwarmRuntime::connect(
-        DockerRuntime::connect().await.expect("docker"),
-        SwarmPublish::Host,
-        false,
-    )
-    .await
-    .expect("a Swarm manager with a closed gateway bridge");
-    let controller = bench.env.start_on(
-        Arc::new(runtime),
-        config,
-        PgStore::from_pool(bench.env.pool.clone()),
-    );
+    let (controller, _) = bench.env.start_on_swarm(config).await;
     common::eventually("controller ready", READY_TIMEOUT, || async {
         controller.readiness.is_ready().then_some(())
     })

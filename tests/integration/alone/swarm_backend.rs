@@ -21,13 +21,12 @@ use common::{
     remove_swarm_objects, request, sandbox_id, Agent, TestEnv,
 };
 use sandboxd::adapters::swarm::docker_name;
-use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
 use sandboxd::client::{Client, SandboxRequest};
-use sandboxd::config::{readiness_overrides, Backend, ControllerConfig, SwarmPublish};
+use sandboxd::config::{readiness_overrides, ControllerConfig};
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus, ServiceStatus};
 use sandboxd::ports::runtime::Runtime as _;
 use sqlx::{Connection, PgConnection};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(120);
@@ -94,23 +93,10 @@ async fn start_tuned(
         .with_test_writer()
         .try_init();
     let mut config = env.config();
-    config.backend = Backend::Swarm;
-    config.swarm_publish = SwarmPublish::Host;
     config.relist_interval = Duration::from_secs(2);
     tune(&mut config);
-    let config = config
-        .for_swarm()
-        .expect("a configuration the Swarm backend takes");
-    assert!(!config.templates, "templates are off under Swarm");
-    let node = DockerRuntime::connect().await.expect("docker");
-    let runtime = SwarmRuntime::connect(node, SwarmPublish::Host, false)
-        .await
-        .expect("the engine is a Swarm manager with a closed gateway bridge");
-    env.start_on(
-        Arc::new(runtime),
-        config,
-        PgStore::from_pool(env.pool.clone()),
-    )
+    let (controller, _) = env.start_on_swarm(config).await;
+    controller
 }
 
 /// `docker service ls` of a label: each service's name and replicas.
@@ -565,18 +551,11 @@ async fn a_new_sandbox_claims_a_ready_pool_service_without_restarting_it_and_a_k
     let _swarm = Swarm::join();
     let env = TestEnv::new().await;
     let _cleanup = Cleanup(env.deployment.to_string());
-    let controller = start_tuned(&env, |c| {
-        c.warm_pool =
-            sandboxd::config::warm_pools(&["postgres=1".to_owned(), "redis=1".to_owned()]).unwrap();
-    })
-    .await;
-    let swarm = SwarmRuntime::connect(
-        DockerRuntime::connect().await.expect("docker"),
-        SwarmPublish::Host,
-        false,
-    )
-    .await
-    .expect("a Swarm manager");
+    let mut config = env.config();
+    config.relist_interval = Duration::from_secs(2);
+    config.warm_pool =
+        sandboxd::config::warm_pools(&["postgres=1".to_owned(), "redis=1".to_owned()]).unwrap();
+    let (controller, swarm) = env.start_on_swarm(config).await;
     let pool_ready = || async {
         eventually("one ready pool service per engine", READY, || async {
             let text = controller.metrics.render();

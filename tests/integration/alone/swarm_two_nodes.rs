@@ -19,14 +19,11 @@ use common::{
     create_closed_gateway_bridge, docker, docker_ok, eventually, exec_in, request, sandbox_id,
     Agent, TestEnv,
 };
-use sandboxd::adapters::{DockerRuntime, PgStore, SwarmRuntime};
 use sandboxd::client::{Client, SandboxRequest};
-use sandboxd::config::{Backend, SwarmPublish};
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
 use sandboxd::ports::runtime::Runtime as _;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(120);
@@ -189,23 +186,9 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     let deployment = env.deployment.to_string();
     let _cleanup = scopeguard(deployment.clone());
     let mut config = env.config();
-    config.backend = Backend::Swarm;
-    config.swarm_publish = SwarmPublish::Host;
     config.relist_interval = Duration::from_secs(2);
     config.limits.memory_bytes = 13 * GIB;
-    let config = config.for_swarm().expect("a Swarm configuration");
-    let runtime = SwarmRuntime::connect(
-        DockerRuntime::connect().await.expect("docker"),
-        SwarmPublish::Host,
-        false,
-    )
-    .await
-    .expect("the engine manages the two-node Swarm");
-    let controller = env.start_on(
-        Arc::new(runtime),
-        config,
-        PgStore::from_pool(env.pool.clone()),
-    );
+    let (controller, _) = env.start_on_swarm(config).await;
     let client = Client::from_pool(env.pool.clone());
 
     // Two sandboxes of 13 GiB each: no node holds both.
@@ -350,25 +333,9 @@ async fn a_pool_spread_over_both_nodes_serves_claims_on_each(nodes: &TwoNodes, m
     let deployment = env.deployment.to_string();
     let _cleanup = scopeguard(deployment.clone());
     let mut config = env.config();
-    config.backend = Backend::Swarm;
-    config.swarm_publish = SwarmPublish::Host;
     config.relist_interval = Duration::from_secs(2);
     config.warm_pool = sandboxd::config::warm_pools(&["redis=2".to_owned()]).unwrap();
-    let config = config.for_swarm().expect("a Swarm configuration");
-    let runtime = Arc::new(
-        SwarmRuntime::connect(
-            DockerRuntime::connect().await.expect("docker"),
-            SwarmPublish::Host,
-            false,
-        )
-        .await
-        .expect("the engine manages the two-node Swarm"),
-    );
-    let controller = env.start_on(
-        runtime.clone(),
-        config,
-        PgStore::from_pool(env.pool.clone()),
-    );
+    let (controller, runtime) = env.start_on_swarm(config).await;
     let client = Client::from_pool(env.pool.clone());
     // The pool fills while the manager is drained: both pool services on
     // the worker, so that every claim below is made across nodes.

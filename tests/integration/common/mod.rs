@@ -230,6 +230,34 @@ impl TestEnv {
         self.start_on(self.runtime.clone(), config, store)
     }
 
+    /// Starts a controller with `config` on the Swarm backend of the Swarm
+    /// this engine manages, sandboxd on the host reaching each task at the
+    /// port it publishes on its node (`--swarm-publish host`), on this
+    /// environment's state database; returns it and its runtime.
+    pub async fn start_on_swarm(
+        &self,
+        mut config: ControllerConfig,
+    ) -> (RunningController, Arc<sandboxd::adapters::SwarmRuntime>) {
+        use sandboxd::config::{Backend, SwarmPublish};
+        config.backend = Backend::Swarm;
+        config.swarm_publish = SwarmPublish::Host;
+        let config = config
+            .for_swarm()
+            .expect("a configuration the Swarm backend takes");
+        let node = DockerRuntime::connect().await.expect("docker");
+        let runtime = Arc::new(
+            sandboxd::adapters::SwarmRuntime::connect(node, SwarmPublish::Host, false)
+                .await
+                .expect("the engine is a Swarm manager with a closed gateway bridge"),
+        );
+        let controller = self.start_on(
+            runtime.clone(),
+            config,
+            PgStore::from_pool(self.pool.clone()),
+        );
+        (controller, runtime)
+    }
+
     /// Starts a controller on `runtime` and `store` in the background.
     pub fn start_on(
         &self,
