@@ -258,10 +258,20 @@ async fn the_readme_swarm_recipe_starts_a_ready_controller_whose_sandboxes_publi
     })
     .await;
     assert_eq!(healed["services"]["redis"]["password"], password.as_str());
-    let said = on_network(
-        &overlay,
-        &format!("redis-cli -h redis -a {password} --no-auth-warning ping"),
-    );
+    // The new task answers by name once the overlay has it (moments after
+    // it is ready: CI once saw "Network is unreachable" right after).
+    let said = eventually(
+        "the healed task answers with the same password",
+        Duration::from_secs(30),
+        || {
+            let said = on_network(
+                &overlay,
+                &format!("redis-cli -h redis -a {password} --no-auth-warning ping"),
+            );
+            async move { said.contains("PONG").then_some(said) }
+        },
+    )
+    .await;
     assert!(said.contains("PONG"), "{said}");
 
     // A checkpoint and a reset, through the task's container on this node.
