@@ -303,11 +303,7 @@ pub(crate) fn reserve<'a>(
     }
     let learned = ctx.config.warm_pool_demand;
     let fits = same_isolation(ctx, desired);
-    let at_most = match (ctx.runtime.rejoins(), adopts) {
-        (true, _) => usize::MAX,
-        (false, true) => 1,
-        (false, false) => 0,
-    };
+    let at_most = pool::claims_at_most(ctx.runtime.rejoins(), adopts);
     for p in plan.provisions() {
         if reserved.entries.lock().unwrap().len() >= at_most {
             break;

@@ -235,6 +235,18 @@ pub(crate) fn claim_kind(
     }
 }
 
+/// How many pool containers one reconcile may claim for a sandbox: any
+/// number where a running container can join the sandbox's network
+/// (`rejoins`); otherwise (a Swarm task) one, and only for a sandbox that
+/// `adopts` the claimed one's network, or none.
+pub(crate) fn claims_at_most(rejoins: bool, adopts: bool) -> usize {
+    match (rejoins, adopts) {
+        (true, _) => usize::MAX,
+        (false, true) => 1,
+        (false, false) => 0,
+    }
+}
+
 /// How many pool containers a refill starts now: up to `size` counting
 /// those `ready` and those being `creating`, and at most `at_once` being
 /// created at a time; none while `busy` (requests wait for a worker).
@@ -289,6 +301,22 @@ impl ClaimIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn where_containers_cannot_join_a_network_only_an_adopting_sandbox_claims_and_once() {
+        for (rejoins, adopts, at_most) in [
+            (true, true, usize::MAX),
+            (true, false, usize::MAX),
+            (false, true, 1),
+            (false, false, 0),
+        ] {
+            assert_eq!(
+                claims_at_most(rejoins, adopts),
+                at_most,
+                "rejoins {rejoins}, adopts {adopts}"
+            );
+        }
+    }
 
     #[test]
     fn a_refill_never_goes_above_the_size_counting_containers_being_created() {

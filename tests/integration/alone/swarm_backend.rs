@@ -616,11 +616,12 @@ async fn a_new_sandbox_claims_a_ready_pool_service_without_restarting_it_and_a_k
         1,
         "the sandbox's label is on the claimed service"
     );
-    let events = client.events(&id, 50).await.unwrap();
-    assert!(
-        events.iter().any(|e| e.reason == "claimed"),
-        "a Claimed event: {events:?}"
-    );
+    // Events are written after the status (in a batch of their own).
+    eventually("a claimed event", Duration::from_secs(10), || async {
+        let events = client.events(&id, 50).await.ok()?;
+        events.iter().any(|e| e.reason == "claimed").then_some(())
+    })
+    .await;
 
     // A two-engine sandbox: one engine from the pool (whose overlay it
     // adopts; a task cannot join another), the other started cold there.
