@@ -22,32 +22,6 @@ use std::time::Duration;
 #[derive(Default)]
 struct Figures(Vec<(&'static str, Vec<Duration>)>);
 
-/// The single-node Swarm of the run, left when dropped (if the run made it).
-struct Swarm {
-    made: bool,
-}
-
-impl Swarm {
-    fn join() -> Self {
-        let state = common::docker_ok(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
-        if state == "active" {
-            return Swarm { made: false };
-        }
-        common::create_closed_gateway_bridge();
-        common::docker_ok(&["swarm", "init", "--advertise-addr", "127.0.0.1"]);
-        Swarm { made: true }
-    }
-}
-
-impl Drop for Swarm {
-    fn drop(&mut self) {
-        if self.made {
-            common::docker(&["swarm", "leave", "--force"]);
-            common::docker(&["network", "rm", "docker_gwbridge"]);
-        }
-    }
-}
-
 /// The running task container of the sandbox `id`'s one service.
 pub(super) async fn task_of(bench: &Bench, id: &SandboxId) -> String {
     use bollard::query_parameters::{ListContainersOptionsBuilder, ListServicesOptionsBuilder};
@@ -160,7 +134,7 @@ async fn measure(bench: &Bench, iters: usize, backend: Backend) -> Figures {
 pub(super) async fn compare(bench: &Bench, iters: usize) -> String {
     let host = measure(bench, iters, Backend::Docker).await;
     let swarm = {
-        let _swarm = Swarm::join();
+        let _swarm = common::SingleNodeSwarm::join();
         measure(bench, iters, Backend::Swarm).await
     };
     report(&host, &swarm, iters)

@@ -17,8 +17,8 @@
 use crate::common;
 
 use common::{
-    create_closed_gateway_bridge, docker, docker_ok, eventually, exec_in, host_pg_url,
-    remove_swarm_objects, request, sandbox_id, Agent, TestEnv,
+    docker, docker_ok, eventually, exec_in, host_pg_url, remove_swarm_objects, request, sandbox_id,
+    Agent, SingleNodeSwarm, TestEnv,
 };
 use sandboxd::adapters::swarm::docker_name;
 use sandboxd::client::{Client, SandboxRequest};
@@ -26,45 +26,9 @@ use sandboxd::config::{readiness_overrides, ControllerConfig};
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus, ServiceStatus};
 use sandboxd::ports::runtime::Runtime as _;
 use sqlx::{Connection, PgConnection};
-use std::sync::Mutex;
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(120);
-
-/// How many tests use the Swarm, and whether they created it.
-static SWARM: Mutex<(usize, bool)> = Mutex::new((0, false));
-
-/// A single-node Swarm while any test of this file runs: created (with a
-/// gateway bridge that neither masquerades nor lets its containers talk)
-/// unless the engine already is in one, and left by the last test out.
-struct Swarm;
-
-impl Swarm {
-    fn join() -> Self {
-        let mut users = SWARM.lock().unwrap_or_else(|e| e.into_inner());
-        if users.0 == 0 {
-            let state = docker_ok(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
-            users.1 = state != "active";
-            if users.1 {
-                create_closed_gateway_bridge();
-                docker_ok(&["swarm", "init", "--advertise-addr", "127.0.0.1"]);
-            }
-        }
-        users.0 += 1;
-        Swarm
-    }
-}
-
-impl Drop for Swarm {
-    fn drop(&mut self) {
-        let mut users = SWARM.lock().unwrap_or_else(|e| e.into_inner());
-        users.0 -= 1;
-        if users.0 == 0 && users.1 {
-            docker(&["swarm", "leave", "--force"]);
-            docker(&["network", "rm", "docker_gwbridge"]);
-        }
-    }
-}
 
 /// Removes what a test's deployment left.
 struct Cleanup(String);
@@ -157,7 +121,7 @@ async fn logs_in(url: &str) -> bool {
 #[tokio::test]
 async fn a_postgres_and_redis_row_becomes_hardened_swarm_services_reachable_through_its_overlay_with_no_credential_in_any_inspect(
 ) {
-    let _swarm = Swarm::join();
+    let _swarm = SingleNodeSwarm::join();
     let env = TestEnv::new().await;
     let _cleanup = Cleanup(env.deployment.to_string());
     let _controller = start(&env).await;
@@ -320,7 +284,7 @@ async fn a_postgres_and_redis_row_becomes_hardened_swarm_services_reachable_thro
 #[tokio::test]
 async fn a_killed_task_is_healed_with_the_same_credentials_a_grown_feature_set_rotates_and_a_released_row_leaves_nothing(
 ) {
-    let _swarm = Swarm::join();
+    let _swarm = SingleNodeSwarm::join();
     let env = TestEnv::new().await;
     let _cleanup = Cleanup(env.deployment.to_string());
     let _controller = start(&env).await;
@@ -413,7 +377,7 @@ async fn a_killed_task_is_healed_with_the_same_credentials_a_grown_feature_set_r
 #[tokio::test]
 async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_its_volume_goes_with_the_row(
 ) {
-    let _swarm = Swarm::join();
+    let _swarm = SingleNodeSwarm::join();
     let env = TestEnv::new().await;
     let _cleanup = Cleanup(env.deployment.to_string());
     // A short readiness deadline: a heal that cannot be placed says so
@@ -548,7 +512,7 @@ async fn redis_pongs(port: u16, password: &str) -> bool {
 #[tokio::test]
 async fn a_new_sandbox_claims_a_ready_pool_service_without_restarting_it_and_a_killed_claimed_task_is_healed(
 ) {
-    let _swarm = Swarm::join();
+    let _swarm = SingleNodeSwarm::join();
     let env = TestEnv::new().await;
     let _cleanup = Cleanup(env.deployment.to_string());
     let mut config = env.config();

@@ -383,6 +383,42 @@ pub fn docker_ok(args: &[&str]) -> String {
 /// Creates Swarm's gateway bridge (removing one an earlier Swarm left) so
 /// that it neither masquerades nor lets its containers talk, as the Swarm
 /// backend requires with `--swarm-publish host`; before `docker swarm init`.
+/// How many holders use the single-node Swarm, and whether one of them
+/// created it.
+static SWARM: std::sync::Mutex<(usize, bool)> = std::sync::Mutex::new((0, false));
+
+/// A single-node Swarm while any holder lives: created (with a gateway
+/// bridge that neither masquerades nor lets its containers talk) unless
+/// the engine already is in one, and left by the last holder out.
+pub struct SingleNodeSwarm;
+
+impl SingleNodeSwarm {
+    pub fn join() -> Self {
+        let mut users = SWARM.lock().unwrap_or_else(|e| e.into_inner());
+        if users.0 == 0 {
+            let state = docker_ok(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
+            users.1 = state != "active";
+            if users.1 {
+                create_closed_gateway_bridge();
+                docker_ok(&["swarm", "init", "--advertise-addr", "127.0.0.1"]);
+            }
+        }
+        users.0 += 1;
+        SingleNodeSwarm
+    }
+}
+
+impl Drop for SingleNodeSwarm {
+    fn drop(&mut self) {
+        let mut users = SWARM.lock().unwrap_or_else(|e| e.into_inner());
+        users.0 -= 1;
+        if users.0 == 0 && users.1 {
+            docker(&["swarm", "leave", "--force"]);
+            docker(&["network", "rm", "docker_gwbridge"]);
+        }
+    }
+}
+
 pub fn create_closed_gateway_bridge() {
     docker(&["network", "rm", "docker_gwbridge"]);
     docker_ok(&[
