@@ -517,11 +517,11 @@ impl ControllerConfig {
         }
     }
 
-    /// Adapts the configuration to the Swarm backend: templates off (a
-    /// template volume would live on one node), and refuses what it cannot
-    /// do (another OCI runtime; probing at 127.0.0.1 when nothing is
-    /// published).
-    pub fn for_swarm(mut self) -> Result<Self, ConfigError> {
+    /// Checks the configuration against the Swarm backend: refuses what it
+    /// cannot do (another OCI runtime; probing at 127.0.0.1 when nothing
+    /// is published). Templates and warm pools stay (templates are built
+    /// on every node: see `adapters::swarm::template_job`).
+    pub fn for_swarm(self) -> Result<Self, ConfigError> {
         if self.backend != Backend::Swarm {
             return Ok(self);
         }
@@ -535,7 +535,6 @@ impl ControllerConfig {
                 "--probe-via host reaches engines at 127.0.0.1 on the port their task publishes, and nothing is published: pass --swarm-publish host (sandboxd then reaches each task at its node's address), or run sandboxd in a container with --probe-via network --controller-container NAME",
             ));
         }
-        self.templates = false;
         Ok(self)
     }
 }
@@ -576,9 +575,9 @@ mod tests {
     }
 
     #[test]
-    fn the_swarm_backend_turns_templates_off_and_rotates_in_place() {
+    fn the_swarm_backend_keeps_templates_and_rotates_in_place() {
         let c = swarm().for_swarm().unwrap();
-        assert!(!c.templates);
+        assert!(c.templates);
         assert!(c.policy().rotate_in_place);
         let docker = ControllerConfig::new(Deployment::parse("d").unwrap());
         assert!(docker.clone().for_swarm().unwrap().templates);

@@ -5,7 +5,8 @@
 //! reaches both the same way). Per backend, one controller at a time: a
 //! warm pool of one per engine (claims), then neither pool nor template
 //! (cold starts, and heals after `docker kill` of the engine's container or
-//! task); on one host also a template (Swarm has none). Request to ready
+//! task), then a Postgres template (starts and heals from it; under Swarm
+//! built on the node by a global job). Request to ready
 //! seen by the client, medians of `iters`, each backend's figure next to
 //! the other's.
 
@@ -80,7 +81,7 @@ async fn start(
     controller
 }
 
-/// Claims, cold starts, template starts (one host) and heals on `backend`.
+/// Claims, cold starts, template starts and heals on `backend`.
 async fn measure(bench: &Bench, iters: usize, backend: Backend) -> Figures {
     let mut figures = Figures::default();
     let mut base = bench.config.clone();
@@ -113,20 +114,23 @@ async fn measure(bench: &Bench, iters: usize, backend: Backend) -> Figures {
     figures.0.push(("heal after kill, postgres", heals));
     controller.stop().await;
 
-    if backend == Backend::Docker {
-        let mut templated = base;
-        templated.templates = true;
-        let controller = start(bench, templated, backend).await;
-        templates_built(&controller, 1.0).await;
-        bench.sandboxd("postgres", 1).await;
-        let mut times = Vec::new();
-        for _ in 0..iters {
-            let (t0, _, done) = bench.sandboxd("postgres", 1).await;
-            times.extend(done.iter().map(|(_, end)| *end - t0));
-        }
-        figures.0.push(("from a template, postgres", times));
-        controller.stop().await;
+    let mut templated = base;
+    templated.templates = true;
+    let controller = start(bench, templated, backend).await;
+    templates_built(&controller, 1.0).await;
+    eprintln!("bench: {backend:?}: template starts and heals");
+    bench.sandboxd("postgres", 1).await;
+    let mut times = Vec::new();
+    for _ in 0..iters {
+        let (t0, _, done) = bench.sandboxd("postgres", 1).await;
+        times.extend(done.iter().map(|(_, end)| *end - t0));
     }
+    figures.0.push(("from a template, postgres", times));
+    let heals = heals_of(bench, "postgres", iters, None, backend == Backend::Swarm).await;
+    figures
+        .0
+        .push(("heal after kill from a template, postgres", heals));
+    controller.stop().await;
     figures
 }
 
@@ -151,7 +155,7 @@ fn report(host: &Figures, swarm: &Figures, iters: usize) -> String {
     let _ = writeln!(md, "\n## One host and Swarm\n");
     let _ = writeln!(
         md,
-        "`BENCH_ONLY=swarm`: the same requests on the Docker backend and on a single-node Swarm of the same engine (`--swarm-publish host`, sandboxd on the host), one controller at a time: a warm pool of one per engine (claims, each once the pool refilled), then neither pool nor template (cold starts; heals after `docker kill` of the engine's container or task, Postgres), and on one host a Postgres template (Swarm has none: its start is the cold one). Request (or kill) to ready seen by the client, medians of n = {iters}. A claim on Swarm is made by a new sandbox's first engine (see docs/swarm.md, \"Warm pools\"); a heal on Swarm starts cold.\n"
+        "`BENCH_ONLY=swarm`: the same requests on the Docker backend and on a single-node Swarm of the same engine (`--swarm-publish host`, sandboxd on the host), one controller at a time: a warm pool of one per engine (claims, each once the pool refilled), then neither pool nor template (cold starts; heals after `docker kill` of the engine's container or task, Postgres), then a Postgres template (starts, and heals, from it; on Swarm built on the node by a global job, see docs/swarm.md, \"Templates\"). Request (or kill) to ready seen by the client, medians of n = {iters}. A claim on Swarm is made by a new sandbox's first engine (see docs/swarm.md, \"Warm pools\").\n"
     );
     let _ = writeln!(
         md,
@@ -161,20 +165,13 @@ fn report(host: &Figures, swarm: &Figures, iters: usize) -> String {
     let ms = |d: Option<Duration>| d.map_or("–".to_owned(), |d| d.as_millis().to_string());
     for (measure, _) in &host.0 {
         let (h, s) = (p50(host, measure), p50(swarm, measure));
-        let (s, s_of) = match (*measure, s) {
-            ("from a template, postgres", None) => {
-                let cold = p50(swarm, "cold, postgres");
-                (format!("{} (cold: no template)", ms(cold)), cold)
-            }
-            (_, s) => (ms(s), s),
-        };
-        let ratio = match (h, s_of) {
+        let ratio = match (h, s) {
             (Some(h), Some(s)) if !h.is_zero() => {
                 format!("{:.2}", s.as_secs_f64() / h.as_secs_f64())
             }
             _ => "–".to_owned(),
         };
-        let _ = writeln!(md, "| {measure} | {} | {s} | {ratio} |", ms(h));
+        let _ = writeln!(md, "| {measure} | {} | {} | {ratio} |", ms(h), ms(s));
     }
     md
 }

@@ -396,7 +396,7 @@ impl DockerRuntime {
     /// holds this content, whichever state database's controller built it;
     /// removes and creates again this deployment's template of other
     /// content; refuses anything else (see [`template_volume::judge`]).
-    async fn ensure_template_volume(&self, wanted: &Volume) -> Result<(), RuntimeError> {
+    pub(crate) async fn ensure_template_volume(&self, wanted: &Volume) -> Result<(), RuntimeError> {
         let existing = {
             let _timer = metrics::time_docker_call(DockerCall::Volume);
             match self.docker.inspect_volume(&wanted.name).await {

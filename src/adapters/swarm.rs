@@ -18,11 +18,12 @@ use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, Ru
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
+use crate::domain::limits::Limits;
 use crate::domain::pool::{self, PooledContainer};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
     ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
-    RuntimeError, TemplateJob,
+    RuntimeError, TemplateJob, Tmpfs, Volume,
 };
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -45,6 +46,8 @@ use futures::StreamExt;
 use sha2::Digest;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
+
+mod template_job;
 
 /// The label naming the container name sandboxd gave a service (service
 /// names are shorter and have no dots; see [`service_name`]).
@@ -77,6 +80,8 @@ pub struct SwarmRuntime {
     /// Docker names of the overlays this process created or listed, to
     /// sandboxd's (for the network removal stream).
     overlays: std::sync::Arc<std::sync::Mutex<HashMap<String, String>>>,
+    /// The nodes each template was built on, or failed on.
+    templates: template_job::Built,
 }
 
 impl SwarmRuntime {
@@ -127,6 +132,7 @@ impl SwarmRuntime {
             node_id,
             stop_grace: Duration::from_secs(2),
             overlays: Default::default(),
+            templates: Default::default(),
         })
     }
 
@@ -172,6 +178,33 @@ impl SwarmRuntime {
                 ..Default::default()
             })),
             Err(e) => Err(api("inspect node", node)(e)),
+        }
+    }
+
+    /// Where `spec`'s service may run: a persistent sandbox on this node
+    /// (its data volume is here); one from a template not on the nodes
+    /// where the template's job failed.
+    fn placement(&self, spec: &ContainerSpec) -> Vec<String> {
+        if spec.volume.is_some() {
+            return vec![format!("node.id=={}", self.node_id)];
+        }
+        spec.template
+            .as_ref()
+            .map(|t| self.templates.avoid(&t.name))
+            .unwrap_or_default()
+    }
+
+    /// The node the service `id`'s current task was placed on, if any.
+    async fn task_node(&self, id: &ContainerId) -> Result<Option<Node>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Inspect);
+        let tasks = self.tasks_of(&[id.as_str()]).await?;
+        let Some(node) = current(tasks.iter()).and_then(|t| t.node_id.clone()) else {
+            return Ok(None);
+        };
+        match self.docker.inspect_node(&node).await {
+            Ok(info) => Ok(Some(info)),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(api("inspect node", &node)(e)),
         }
     }
 
@@ -578,50 +611,37 @@ fn time(t: Option<bollard::models::BollardDate>) -> Option<chrono::DateTime<chro
 }
 
 /// The labels that tie a secret or volume to its service.
-fn part_labels(spec: &ContainerSpec, service: &str) -> HashMap<String, String> {
+fn part_labels(owner: &HashMap<String, String>, service: &str) -> HashMap<String, String> {
     let mut l = HashMap::from([(SERVICE.to_owned(), service.to_owned())]);
-    if let Some(d) = spec.labels.get(labels::DEPLOYMENT) {
+    if let Some(d) = owner.get(labels::DEPLOYMENT) {
         l.insert(PART_OF.to_owned(), d.clone());
     }
-    if let Some(s) = spec.labels.get(labels::SANDBOX) {
+    if let Some(s) = owner.get(labels::SANDBOX) {
         l.insert(labels::SANDBOX.to_owned(), s.clone());
     }
     l.insert(labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned());
     l
 }
 
-/// Builds the service for `spec`, its secret `secret` (id, name) mounted
-/// as [`SECRETS_FILE`], its tmpfs directories on local volumes named after
-/// `instance`, and its persistent data volume (made already) on the node
-/// `pinned` it is held to.
-fn service_spec(
-    spec: &ContainerSpec,
-    service: &str,
+/// The `uid` and `gid` of `user` (`uid:gid`), which `what` runs as.
+fn uid_gid<'a>(user: &'a str, what: &str) -> Result<(&'a str, &'a str), RuntimeError> {
+    user.split_once(':')
+        .ok_or_else(|| RuntimeError::Refused(format!("user {user:?} of {what} is not uid:gid")))
+}
+
+/// `tmpfs` as local volumes with tmpfs options, named after `instance`,
+/// owned by `uid:gid` and labelled `parts` (a service's own tmpfs mount is
+/// root-owned on Engine 20.10, see docs/swarm.md).
+fn tmpfs_mounts(
+    tmpfs: &[Tmpfs],
     instance: &str,
-    secret: Option<(&str, &str)>,
-    publish: SwarmPublish,
-    stop_grace: Duration,
-    pinned: Option<&str>,
-) -> Result<ServiceSpec, RuntimeError> {
-    let (uid, gid) = spec.user.split_once(':').ok_or_else(|| {
-        RuntimeError::Refused(format!(
-            "user {:?} of {} is not uid:gid",
-            spec.user, spec.name
-        ))
-    })?;
-    let parts = part_labels(spec, service);
-    // The data volume by name: the node's own (no driver options, so
-    // Docker uses the volume as made), the image's directory copied into
-    // it when it is new, as for a container.
-    let data = spec.volume.iter().map(|v| Mount {
-        target: Some(v.path.clone()),
-        source: Some(v.name.clone()),
-        typ: Some(MountType::VOLUME),
-        read_only: Some(false),
-        ..Default::default()
-    });
-    let mounts = data
-        .chain(spec.tmpfs.iter().enumerate().map(|(i, t)| Mount {
+    (uid, gid): (&str, &str),
+    parts: &HashMap<String, String>,
+) -> Vec<Mount> {
+    tmpfs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Mount {
             target: Some(t.path.clone()),
             source: Some(format!("{instance}-{i}")),
             typ: Some(MountType::VOLUME),
@@ -645,8 +665,83 @@ fn service_spec(
                 ..Default::default()
             }),
             ..Default::default()
-        }))
+        })
+        .collect()
+}
+
+/// A named volume `v` mounted at its path, read-only or not; one missing
+/// on the task's node is made there with the image's directory copied in
+/// (and the labels `labels`, if given).
+fn named_mount(v: &Volume, read_only: bool, labels: Option<&HashMap<String, String>>) -> Mount {
+    Mount {
+        target: Some(v.path.clone()),
+        source: Some(v.name.clone()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(read_only),
+        volume_options: labels.map(|l| MountVolumeOptions {
+            labels: Some(l.clone()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The CPU, memory and pids caps of a task.
+fn caps(limits: &Limits) -> Limit {
+    Limit {
+        nano_cpus: Some(limits.nano_cpus),
+        memory_bytes: Some(limits.memory_bytes),
+        pids: Some(limits.pids),
+    }
+}
+
+/// The json-file log driver with the sandbox's size caps.
+fn log_driver(limits: &Limits) -> TaskSpecLogDriver {
+    TaskSpecLogDriver {
+        name: Some("json-file".into()),
+        options: Some(HashMap::from([
+            ("max-size".to_owned(), limits.log_bytes.to_string()),
+            ("max-file".to_owned(), limits.log_files.to_string()),
+        ])),
+    }
+}
+
+/// Builds the service for `spec`, its secret `secret` (id, name) mounted
+/// as [`SECRETS_FILE`], its tmpfs directories on local volumes named after
+/// `instance`, its persistent data volume (made already) or its template
+/// and binaries, placed by `constraints` (a persistent sandbox's node; the
+/// nodes its template's job failed on).
+fn service_spec(
+    spec: &ContainerSpec,
+    service: &str,
+    instance: &str,
+    secret: Option<(&str, &str)>,
+    publish: SwarmPublish,
+    stop_grace: Duration,
+    constraints: Vec<String>,
+) -> Result<ServiceSpec, RuntimeError> {
+    let (uid, gid) = uid_gid(&spec.user, &spec.name)?;
+    let parts = part_labels(&spec.labels, service);
+    // The data volume by name: the node's own (no driver options, so
+    // Docker uses the volume as made), the image's directory copied into
+    // it when it is new, as for a container. A template and the image's
+    // binaries are read-only. Where a node lacks them, they are made with
+    // their labels (sandboxd's, so that its job may fill them later): the
+    // binaries from the image, the template empty, from which the
+    // entrypoint refuses to start; sandboxd then starts the sandbox cold
+    // and runs the template's job again (see `template_job`).
+    let mut mounts: Vec<Mount> = spec
+        .volume
+        .iter()
+        .map(|v| named_mount(v, false, None))
         .collect();
+    mounts.extend(
+        spec.template
+            .iter()
+            .chain(&spec.binaries)
+            .map(|t| named_mount(t, true, Some(&t.labels))),
+    );
+    mounts.extend(tmpfs_mounts(&spec.tmpfs, instance, (uid, gid), &parts));
     let mut env = spec.env.clone();
     let mut secrets = Vec::new();
     if let Some((id, name)) = secret {
@@ -706,11 +801,7 @@ fn service_spec(
                 ..Default::default()
             }),
             resources: Some(TaskSpecResources {
-                limits: Some(Limit {
-                    nano_cpus: Some(limits.nano_cpus),
-                    memory_bytes: Some(limits.memory_bytes),
-                    pids: Some(limits.pids),
-                }),
+                limits: Some(caps(limits)),
                 // Reserve what the caps allow, so Swarm never places more
                 // on a node than its memory holds.
                 reservations: Some(ResourceObject {
@@ -723,8 +814,8 @@ fn service_spec(
                 condition: Some(TaskSpecRestartPolicyConditionEnum::NONE),
                 ..Default::default()
             }),
-            placement: pinned.map(|node| TaskSpecPlacement {
-                constraints: Some(vec![format!("node.id=={node}")]),
+            placement: (!constraints.is_empty()).then(|| TaskSpecPlacement {
+                constraints: Some(constraints),
                 ..Default::default()
             }),
             networks: Some(vec![NetworkAttachmentConfig {
@@ -732,13 +823,7 @@ fn service_spec(
                 aliases: Some(aliases),
                 ..Default::default()
             }]),
-            log_driver: Some(TaskSpecLogDriver {
-                name: Some("json-file".into()),
-                options: Some(HashMap::from([
-                    ("max-size".to_owned(), limits.log_bytes.to_string()),
-                    ("max-file".to_owned(), limits.log_files.to_string()),
-                ])),
-            }),
+            log_driver: Some(log_driver(limits)),
             ..Default::default()
         }),
         endpoint_spec: Some(EndpointSpec {
@@ -1006,14 +1091,12 @@ impl Runtime for SwarmRuntime {
         self.node.pull(image).await
     }
 
-    async fn run_template_job(&self, _job: &TemplateJob) -> Result<(), RuntimeError> {
-        Err(Self::refuse("a template (a volume on one node)"))
+    /// One template per node: a global job (see [`template_job`]).
+    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
+        self.run_global_template_job(job).await
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
-        if spec.template.is_some() || spec.binaries.is_some() {
-            return Err(Self::refuse("starting from a template"));
-        }
         if let Some(runtime) = &spec.runtime {
             return Err(RuntimeError::Refused(format!(
                 "a Swarm service cannot choose its OCI runtime ({runtime}): isolation gvisor is refused under --backend swarm; ask for isolation 'container' or run the docker backend"
@@ -1061,7 +1144,7 @@ impl Runtime for SwarmRuntime {
                     .docker
                     .create_secret(SecretSpec {
                         name: Some(instance.clone()),
-                        labels: Some(part_labels(spec, &service)),
+                        labels: Some(part_labels(&spec.labels, &service)),
                         data: Some(
                             base64::engine::general_purpose::STANDARD.encode(s.expose().as_bytes()),
                         ),
@@ -1079,7 +1162,7 @@ impl Runtime for SwarmRuntime {
             secret.as_deref().map(|id| (id, instance.as_str())),
             self.publish,
             self.stop_grace,
-            spec.volume.is_some().then_some(self.node_id.as_str()),
+            self.placement(spec),
         )?;
         match self.docker.create_service(body, None).await {
             Ok(created) => {
@@ -1195,20 +1278,20 @@ impl Runtime for SwarmRuntime {
         if self.publish == SwarmPublish::None {
             return Ok(None);
         }
-        let _timer = metrics::time_docker_call(DockerCall::Inspect);
-        let tasks = self.tasks_of(&[id.as_str()]).await?;
-        let Some(node) = current(tasks.iter()).and_then(|t| t.node_id.clone()) else {
-            return Ok(None);
-        };
-        let info = match self.docker.inspect_node(&node).await {
-            Ok(info) => info,
-            Err(e) if is_status(&e, &[404]) => return Ok(None),
-            Err(e) => return Err(api("inspect node", &node)(e)),
-        };
-        Ok(info
-            .status
+        Ok(self
+            .task_node(id)
+            .await?
+            .and_then(|n| n.status)
             .and_then(|s| s.addr)
             .filter(|a| !a.is_empty() && a != "127.0.0.1" && a != "0.0.0.0"))
+    }
+
+    async fn node_of(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        Ok(self
+            .task_node(id)
+            .await?
+            .and_then(|n| n.description)
+            .and_then(|d| d.hostname))
     }
 
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {

@@ -389,6 +389,7 @@ mod tests {
             ready_at: None,
             heals: 2,
             image: "sandboxd/postgres:17".into(),
+            node: None,
         };
         SandboxStatus {
             id: SandboxId::parse("agent-7").unwrap(),

@@ -294,6 +294,7 @@ pub(crate) fn ready_status(
             (None, _) => 0,
         },
         image: image.to_owned(),
+        node: None,
     }
 }
 

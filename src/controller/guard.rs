@@ -381,6 +381,11 @@ impl Runtime for GuardedRuntime {
         self.read("inspect", id.as_str(), call).await
     }
 
+    async fn node_of(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        let call = self.inner.node_of(id);
+        self.read("inspect", id.as_str(), call).await
+    }
+
     async fn probe_host(&self, id: &ContainerId, name: &str) -> Result<String, RuntimeError> {
         let call = self.inner.probe_host(id, name);
         self.read("inspect", id.as_str(), call).await

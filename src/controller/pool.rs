@@ -493,7 +493,7 @@ async fn take_over(
     )
     .await
     .map_err(Box::new)?;
-    let status = ready_status(
+    let mut status = ready_status(
         ctx,
         engine,
         p,
@@ -504,6 +504,7 @@ async fn take_over(
         instance,
         image,
     );
+    status.node = super::provision::node_of(ctx, id).await;
     Ok((id.clone(), status))
 }
 

@@ -312,7 +312,6 @@ async fn cold(
     image: String,
 ) -> Result<(ContainerId, ServiceStatus, Origin), ProvisionError> {
     let config = &ctx.config;
-    let runtime = ctx.runtime.as_ref();
     let placement = network::placement(config, &desired.id, p.engine, network);
     let mut build = placement.clone();
     if p.retire.is_some() {
@@ -357,7 +356,84 @@ async fn cold(
         spec.labels
             .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
     }
-    let id = match network::create_and_start(ctx, &desired.id, &spec).await {
+    let (id, host_port, available) = loop {
+        let started = start(
+            ctx,
+            desired,
+            engine,
+            p,
+            &mut spec,
+            &name,
+            &credentials,
+            &image,
+        )
+        .await;
+        let Err(e) = &started else { break started? };
+        if matches!(e, ProvisionError::Interrupted(_)) || spec.template.is_none() {
+            break started?;
+        }
+        // A template that does not start the engine (under Swarm, on a
+        // node the template's job has not reached yet; anywhere, a volume
+        // damaged behind sandboxd's back) costs this sandbox a second
+        // start, cold, not a failure; the template's job runs again.
+        tracing::warn!(sandbox = %desired.id, container = %name, error = %e, "the engine did not start from its template; starting it cold");
+        forget_template(ctx, &spec);
+        template::unapply(&mut spec);
+        // Forgotten, the template's job starts again now, beside the cold
+        // start, rather than at the next sandbox of its kind.
+        let _ = template::for_container(ctx, engine, &image, &p.features).await;
+    };
+    let origin = match (&spec.template, refused) {
+        (Some(_), _) => Origin::Template,
+        (None, Some(refusal)) => Origin::ColdTemplateRefused(refusal),
+        (None, None) => Origin::Cold,
+    };
+    ctx.metrics
+        .lifecycle
+        .container_started(p.engine, origin.as_str());
+    let mut status = ready_status(
+        ctx,
+        engine,
+        p,
+        placement.host,
+        host_port,
+        credentials,
+        available,
+        instance,
+        &image,
+    );
+    status.node = node_of(ctx, &id).await;
+    Ok((id, status, origin))
+}
+
+/// The Swarm node the engine `id` runs on, for its status; not knowing
+/// it fails nothing (the status then does not name one).
+pub(crate) async fn node_of(ctx: &Context, id: &ContainerId) -> Option<String> {
+    match ctx.runtime.node_of(id).await {
+        Ok(node) => node,
+        Err(e) => {
+            tracing::debug!(container = %id, error = %e, "the engine's node is unknown");
+            None
+        }
+    }
+}
+
+/// Creates `spec`'s container and brings its engine up: its id, host
+/// port and available extensions. A container that does not come up is
+/// removed (the next reconcile removes it if that fails).
+#[allow(clippy::too_many_arguments)]
+async fn start(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    engine: &'static dyn Engine,
+    p: &Provision,
+    spec: &mut ContainerSpec,
+    name: &str,
+    credentials: &Credentials,
+    image: &str,
+) -> Result<(ContainerId, u16, Vec<String>), ProvisionError> {
+    let runtime = ctx.runtime.as_ref();
+    let id = match network::create_and_start(ctx, &desired.id, spec).await {
         Ok(id) => id,
         // A removal that did not end is not cured by another port.
         Err(e) if spec.host_port.is_some() && !matches!(e, RuntimeError::NameStillHeld { .. }) => {
@@ -365,39 +441,13 @@ async fn cold(
             // than fail (the status publishes the new one).
             tracing::warn!(container = %name, error = %e, "could not keep the host port; using a new one");
             spec.host_port = None;
-            network::create_and_start(ctx, &desired.id, &spec).await?
+            network::create_and_start(ctx, &desired.id, spec).await?
         }
-        Err(e) => {
-            forget_template(ctx, &spec);
-            return Err(e.into());
-        }
+        Err(e) => return Err(e.into()),
     };
-
-    match bring_up(ctx, engine, &id, &name, &credentials, &p.features, &image).await {
-        Ok((host_port, available)) => {
-            let origin = match (&spec.template, refused) {
-                (Some(_), _) => Origin::Template,
-                (None, Some(refusal)) => Origin::ColdTemplateRefused(refusal),
-                (None, None) => Origin::Cold,
-            };
-            ctx.metrics
-                .lifecycle
-                .container_started(p.engine, origin.as_str());
-            let status = ready_status(
-                ctx,
-                engine,
-                p,
-                placement.host,
-                host_port,
-                credentials,
-                available,
-                instance,
-                &image,
-            );
-            Ok((id, status, origin))
-        }
+    match bring_up(ctx, engine, &id, name, credentials, &p.features, image).await {
+        Ok((host_port, available)) => Ok((id, host_port, available)),
         Err(e) => {
-            forget_template(ctx, &spec);
             let e = e.interrupted_if(|c| ctx.orders.of(c).is_some());
             if let Err(cleanup) = runtime.remove(&id, Duration::ZERO).await {
                 tracing::warn!(container = %name, error = %cleanup, "could not remove the failed container; the next reconcile will");

@@ -276,12 +276,22 @@ pub(crate) async fn apply_or_refusal(
         Resolved::Ready(mounts) => {
             spec.template = Some(mounts.data);
             spec.binaries = mounts.binaries;
-            spec.env.push("SANDBOXD_TEMPLATE=use".to_owned());
+            spec.env.push(USE.to_owned());
             None
         }
         Resolved::Cold => None,
         Resolved::Refused(refusal) => Some(refusal),
     }
+}
+
+/// What tells the image's entrypoint to start from the mounted template.
+const USE: &str = "SANDBOXD_TEMPLATE=use";
+
+/// Undoes [`apply`]: the container starts cold.
+pub(crate) fn unapply(spec: &mut ContainerSpec) {
+    spec.template = None;
+    spec.binaries = None;
+    spec.env.retain(|e| e != USE);
 }
 
 /// The template a new non-persistent container of `engine` from `image`

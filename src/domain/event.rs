@@ -585,6 +585,7 @@ mod tests {
             ready_at: None,
             heals,
             image: "sandboxd/postgres:17".into(),
+            node: None,
         }
     }
 

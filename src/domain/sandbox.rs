@@ -244,6 +244,11 @@ pub struct ServiceStatus {
     /// by a sandboxd that did not record it).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub image: String,
+    /// The Swarm node the engine's task runs on, by host name (under
+    /// `--backend swarm`: where `host_port` is published, and where a
+    /// persistent sandbox's data is); absent on one host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl ServiceStatus {
@@ -264,6 +269,7 @@ impl ServiceStatus {
             ready_at: self.ready_at,
             heals: self.heals,
             image: self.image.clone(),
+            node: self.node.clone(),
         }
     }
 
@@ -316,6 +322,7 @@ impl fmt::Debug for ServiceStatus {
             .field("ready_at", &self.ready_at)
             .field("heals", &self.heals)
             .field("image", &self.image)
+            .field("node", &self.node)
             .finish_non_exhaustive()
     }
 }

@@ -574,6 +574,12 @@ pub trait Runtime: Send + Sync + 'static {
     async fn published_host(&self, _id: &ContainerId) -> Result<Option<String>, RuntimeError> {
         Ok(None)
     }
+    /// The host name of the Swarm node that runs the container `id`'s
+    /// task (published in its status, see `ServiceStatus::node`).
+    /// Containers on this host: `None`.
+    async fn node_of(&self, _id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        Ok(None)
+    }
     /// The host name sandboxd reaches the engine of the container `id`
     /// (called `name`) by on a network they share (`--probe-via network`):
     /// its name on one host; under Swarm the service's own name, which a

@@ -10,7 +10,9 @@
 use crate::common;
 
 use bollard::query_parameters::KillContainerOptions;
-use common::{eventually, host_pg_url, request, sample, sandbox_id, StatePostgres, TestEnv};
+use common::{
+    eventually, host_pg_url, request, sample, sandbox_id, templates_built, StatePostgres, TestEnv,
+};
 use sandboxd::adapters::PgStore;
 use sandboxd::client::Client;
 use sandboxd::config::{ControllerConfig, Images};
@@ -92,18 +94,6 @@ async fn mounted(env: &TestEnv, id: &SandboxId, destination: &str) -> Option<Str
         .find(|m| m.destination.as_deref() == Some(destination))
         .inspect(|m| assert_eq!(m.rw, Some(false), "{destination} is mounted read-only"))
         .and_then(|m| m.name)
-}
-
-/// Waits until `n` template jobs have ended well.
-async fn templates_built(controller: &common::RunningController, n: f64) {
-    eventually("template jobs to succeed", READY, || async {
-        let built = sample(
-            &controller.metrics.render(),
-            "sandboxd_template_builds_total{engine=\"postgres\",result=\"ok\"}",
-        );
-        (built.unwrap_or(0.0) >= n).then_some(())
-    })
-    .await;
 }
 
 async fn logs_in(url: &str) -> bool {

@@ -58,9 +58,9 @@ pub struct RunArgs {
     pub network: String,
     /// Where sandbox engines run: `docker` (containers on this engine) or
     /// `swarm` (one-replica services on the Swarm this engine manages, on
-    /// per-sandbox attachable overlays; templates off, a claim only for a
-    /// sandbox's first engine, persistent sandboxes held to the manager
-    /// node; see docs/swarm.md).
+    /// per-sandbox attachable overlays; templates built on every node, a
+    /// claim only for a sandbox's first engine, persistent sandboxes held
+    /// to the manager node; see docs/swarm.md).
     #[arg(long, env = "SANDBOXD_BACKEND", default_value = "docker")]
     pub backend: Backend,
     /// Under `--backend swarm`: `none` (engines answer on their overlay

@@ -427,6 +427,7 @@ fn update(phase: Phase, services: &[&str]) -> StatusUpdate {
                     ready_at: None,
                     heals: 0,
                     image: String::new(),
+                    node: None,
                 };
                 ((*e).to_owned(), Box::new(s))
             })

@@ -71,6 +71,7 @@ fn status(instance: &str) -> SandboxStatus {
                 ready_at: None,
                 heals: 0,
                 image: String::new(),
+                node: None,
             }),
         )]),
         network: None,

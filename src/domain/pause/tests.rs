@@ -53,6 +53,7 @@ fn published(instance: &str) -> ServiceStatus {
         ready_at: None,
         heals: 0,
         image: String::new(),
+        node: None,
     }
 }
 

@@ -210,6 +210,7 @@ fn published(engine: &str, instance: &str, features: &[&str]) -> ServiceStatus {
         ready_at: None,
         heals: 0,
         image: String::new(),
+        node: None,
     }
 }
 

@@ -87,6 +87,7 @@ fn status() -> SandboxStatus {
         ready_at: Some(now() - chrono::Duration::seconds(590)),
         heals: 0,
         image: String::new(),
+        node: None,
     };
     SandboxStatus {
         id: SandboxId::parse("sb-1").unwrap(),

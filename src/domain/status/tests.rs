@@ -40,6 +40,7 @@ fn service(instance: &str) -> ServiceStatus {
         ready_at: None,
         heals: 0,
         image: String::new(),
+        node: None,
     }
 }
 

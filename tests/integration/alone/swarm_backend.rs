@@ -17,12 +17,13 @@
 use crate::common;
 
 use common::{
-    docker, docker_ok, eventually, exec_in, host_pg_url, remove_swarm_objects, request, sandbox_id,
-    Agent, SingleNodeSwarm, TestEnv,
+    docker, docker_ok, eventually, exec_in, host_pg_url, remove_swarm_objects, request, sample,
+    sandbox_id, templates_built, Agent, SingleNodeSwarm, TestEnv,
 };
 use sandboxd::adapters::swarm::docker_name;
 use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::{readiness_overrides, ControllerConfig};
+use sandboxd::controller::template::TEMPLATE;
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus, ServiceStatus};
 use sandboxd::ports::runtime::Runtime as _;
 use sqlx::{Connection, PgConnection};
@@ -282,12 +283,14 @@ async fn a_postgres_and_redis_row_becomes_hardened_swarm_services_reachable_thro
 }
 
 #[tokio::test]
-async fn a_killed_task_is_healed_with_the_same_credentials_a_grown_feature_set_rotates_and_a_released_row_leaves_nothing(
+async fn a_sandbox_starts_from_its_template_a_killed_task_is_healed_from_it_with_the_same_credentials_a_grown_feature_set_rotates_and_a_released_row_leaves_nothing(
 ) {
     let _swarm = SingleNodeSwarm::join();
     let env = TestEnv::new().await;
     let _cleanup = Cleanup(env.deployment.to_string());
-    let _controller = start(&env).await;
+    let controller = start_tuned(&env, |c| c.templates = true).await;
+    // The plain image's template, built at start by a global job.
+    templates_built(&controller, 1.0).await;
     let client = Client::from_pool(env.pool.clone());
     let id = sandbox_id("swarmheal");
     let first = client
@@ -296,6 +299,13 @@ async fn a_killed_task_is_healed_with_the_same_credentials_a_grown_feature_set_r
         .expect("ready");
     let pg = first.services["postgres"].clone();
     assert!(logs_in(&host_pg_url(&pg)).await);
+    let template = mounted_template(&id.to_string());
+    assert!(template.contains("-template-postgres-plain-"), "{template}");
+    assert_eq!(template_starts(&controller), 1.0);
+    // The job's service and overlay went with it.
+    assert!(services(TEMPLATE).is_empty(), "{:?}", services(TEMPLATE));
+    let job_overlays = docker_ok(&["network", "ls", "-q", "--filter", "name=-template-"]);
+    assert!(job_overlays.is_empty(), "{job_overlays}");
 
     // Kill the task's container: Swarm does not restart it (condition
     // none); sandboxd re-creates the service with the same credentials.
@@ -309,6 +319,11 @@ async fn a_killed_task_is_healed_with_the_same_credentials_a_grown_feature_set_r
         "the healed engine takes the same password"
     );
     assert_eq!(services(&sandbox_label).len(), 1);
+    assert_eq!(
+        template_starts(&controller),
+        2.0,
+        "the heal starts from the template"
+    );
 
     // A grown feature set rotates: new credentials, the feature there,
     // one service.
@@ -372,6 +387,73 @@ async fn a_killed_task_is_healed_with_the_same_credentials_a_grown_feature_set_r
         left.iter().all(String::is_empty).then_some(())
     })
     .await;
+
+    // A node without the template (here: its volume removed behind
+    // sandboxd's back, as on a node that joined after the job): the
+    // engine placed there does not start from it, so sandboxd starts it
+    // again at once, cold (the row never fails), and the job runs again
+    // and builds the template.
+    // (The grown feature set's template is built by then: two jobs.)
+    templates_built(&controller, 2.0).await;
+    // (Removable once the released sandbox's task containers are gone.)
+    eventually("the template volume removed", READY, || async {
+        docker(&["volume", "rm", &template])
+            .status
+            .success()
+            .then_some(())
+    })
+    .await;
+    let again = sandbox_id("swarmtpl");
+    let cold = client
+        .provision(&again, &request(&["postgres"], &[]), READY)
+        .await
+        .expect("ready, cold");
+    assert!(logs_in(&host_pg_url(&cold.services["postgres"])).await);
+    assert_eq!(template_starts(&controller), 2.0, "started cold");
+    templates_built(&controller, 3.0).await;
+    let from_template = sandbox_id("swarmtpl2");
+    client
+        .provision(&from_template, &request(&["postgres"], &[]), READY)
+        .await
+        .expect("ready");
+    assert_eq!(mounted_template(&from_template.to_string()), template);
+    assert_eq!(
+        template_starts(&controller),
+        3.0,
+        "the rebuilt template serves"
+    );
+}
+
+/// The template volume the service of the sandbox `id` mounts (read-only).
+fn mounted_template(id: &str) -> String {
+    let service = services(&format!("io.sandboxd.sandbox={id}"))[0]
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mounts = docker_ok(&[
+        "service",
+        "inspect",
+        "-f",
+        "{{range .Spec.TaskTemplate.ContainerSpec.Mounts}}{{.Source}} {{.ReadOnly}}\n{{end}}",
+        &service,
+    ]);
+    let line = mounts
+        .lines()
+        .find(|l| l.contains("-template-"))
+        .unwrap_or_else(|| panic!("no template among the mounts: {mounts}"));
+    let (volume, read_only) = line.split_once(' ').unwrap();
+    assert_eq!(read_only, "true", "{line}");
+    volume.to_owned()
+}
+
+/// How many engines started from a template.
+fn template_starts(controller: &common::RunningController) -> f64 {
+    sample(
+        &controller.metrics.render(),
+        "sandboxd_container_starts_total{engine=\"postgres\",from=\"template\"}",
+    )
+    .unwrap_or(0.0)
 }
 
 #[tokio::test]
@@ -401,9 +483,18 @@ async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_it
         .unwrap();
     conn.close().await.unwrap();
 
-    // Its service is held to this node, where its capped volume is.
+    // Its service is held to this node, where its capped volume is, and
+    // its status names the node.
     let sandbox_label = format!("io.sandboxd.sandbox={id}");
     let this_node = docker_ok(&["info", "--format", "{{.Swarm.NodeID}}"]);
+    let hostname = docker_ok(&[
+        "node",
+        "inspect",
+        "self",
+        "--format",
+        "{{.Description.Hostname}}",
+    ]);
+    assert_eq!(pg.node.as_deref(), Some(hostname.as_str()));
     let service = services(&sandbox_label)[0]
         .split(' ')
         .next()

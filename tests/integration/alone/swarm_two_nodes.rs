@@ -220,6 +220,11 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     for ((status, agent), node) in statuses.iter().zip(&agents).zip(&placed) {
         let password = status.services["redis"].password.expose();
         assert_eq!(pings(&env, &agent.0, password).await, "PONG", "on {node}");
+        assert_eq!(
+            status.services["redis"].node.as_ref(),
+            Some(node),
+            "the status names the node"
+        );
     }
 
     // A task killed on the worker (whose events the manager does not
@@ -308,6 +313,11 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     let now_on = node_of(&ids[0]).expect("placed again");
     assert_ne!(now_on, drained, "moved off the drained node");
     let after = &moved.services["redis"];
+    assert_eq!(
+        after.node.as_ref(),
+        Some(&now_on),
+        "the status names the new node"
+    );
     assert_eq!(after.password.expose(), before.password.expose());
     assert_eq!(
         pings(&env, &agents[0].0, after.password.expose()).await,

@@ -544,6 +544,23 @@ pub fn test_images_with_valkey() -> sandboxd::config::Images {
     .expect("the test images parse")
 }
 
+/// Waits (up to two minutes) until `controller` has built `n` Postgres
+/// templates.
+pub async fn templates_built(controller: &RunningController, n: f64) {
+    eventually(
+        "template jobs to succeed",
+        Duration::from_secs(120),
+        || async {
+            let built = sample(
+                &controller.metrics.render(),
+                "sandboxd_template_builds_total{engine=\"postgres\",result=\"ok\"}",
+            );
+            (built.unwrap_or(0.0) >= n).then_some(())
+        },
+    )
+    .await;
+}
+
 /// A controller running in the background of a test.
 pub struct RunningController {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
