@@ -1388,8 +1388,12 @@ impl Runtime for SwarmRuntime {
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
         let Some(container) = self.task_containers(id, true).await?.into_iter().next() else {
+            let elsewhere = match self.node_of(id).await {
+                Ok(Some(node)) => format!("its task runs on the Swarm node {node}"),
+                _ => "it has no running task on the node sandboxd talks to".to_owned(),
+            };
             return Err(RuntimeError::Refused(format!(
-                "service {id} has no running task on the node sandboxd talks to: commands in an engine (Mongo's probe) reach this node only, so such engines need a single-node Swarm"
+                "service {id}: {elsewhere}, and commands inside an engine (checkpoints, resets, Mongo's probe) reach only the node sandboxd talks to; ask again once the sandbox runs there, or run such sandboxes on a single-node Swarm"
             )));
         };
         self.node.exec(&ContainerId::new(container), cmd, env).await

@@ -265,15 +265,18 @@ async fn take(
         let Some(cmd) = engine.checkpoint_size_command(&credentials(service)) else {
             continue;
         };
+        // Why the command could not run (under Swarm: the task is on
+        // another node) is the operator's answer, so it is kept.
         let size = run(runtime, id, &cmd)
             .await
-            .ok()
-            .and_then(|out| checkpoint::parse_size(&out))
-            .ok_or_else(|| {
+            .and_then(|out| {
+                checkpoint::parse_size(&out).ok_or_else(|| "no size=<bytes> line".to_owned())
+            })
+            .map_err(|detail| {
                 CheckpointError::Command {
                     engine: e.clone(),
                     what: "measuring the data",
-                    detail: "no size=<bytes> line".to_owned(),
+                    detail,
                 }
                 .to_string()
             })?;

@@ -4,9 +4,13 @@
 //! after it. Sandboxes whose reservations do not fit one node together are
 //! placed on both; a task killed on the worker (whose events the manager
 //! does not see) is healed at the next relist with the same credentials;
-//! one that fits on neither stays unplaced with Swarm's reason; draining a
-//! node moves its sandbox to the other with the same credentials, reached
-//! by an agent over the cross-node overlay. A warm pool of services on the
+//! one that fits on neither stays unplaced with Swarm's reason; each
+//! status names its node; a released sandbox's task is reaped on the
+//! worker; draining the manager moves its sandbox to the worker with the
+//! same credentials, reached by an agent over the cross-node overlay, while
+//! a persistent sandbox (its data on the manager) waits, its status naming
+//! the drained node and the command, then runs on the manager and keeps
+//! its data across a killed task. A warm pool of services on the
 //! worker serves claims made from the manager, and a claimed task killed
 //! on the worker is healed.
 //!
@@ -167,10 +171,16 @@ fn node_of_service(service: &str) -> Option<String> {
 
 /// Pings the sandbox's Redis by name from `agent` with `password`.
 async fn pings(env: &TestEnv, agent: &str, password: &str) -> String {
+    redis_cli(env, agent, password, "ping").await
+}
+
+/// Runs the Redis command `command` against the sandbox's Redis, by name,
+/// from `agent` with `password`: its answer.
+async fn redis_cli(env: &TestEnv, agent: &str, password: &str, command: &str) -> String {
     let (_, out) = exec_in(
         env,
         agent,
-        "redis-cli --no-auth-warning -h redis -p 6379 ping",
+        &format!("redis-cli --no-auth-warning -h redis -p 6379 {command}"),
         vec![format!("REDISCLI_AUTH={password}")],
     )
     .await;
@@ -227,12 +237,29 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
         );
     }
 
-    // A task killed on the worker (whose events the manager does not
-    // see) is healed at the next relist, with the same password.
+    // A checkpoint runs inside the engine's container: the manager's
+    // sandbox takes one; the worker's is refused, saying where it runs.
     let on_worker = placed
         .iter()
         .position(|n| *n == nodes.worker)
         .expect("a sandbox on the worker");
+    client
+        .checkpoint(&ids[1 - on_worker], "here", READY)
+        .await
+        .expect("a checkpoint of the manager's task");
+    let refused = client
+        .checkpoint(&ids[on_worker], "there", READY)
+        .await
+        .expect_err("a checkpoint of the worker's task")
+        .to_string();
+    assert!(
+        refused.contains(&format!("runs on the Swarm node {}", nodes.worker))
+            && refused.contains("checkpoints"),
+        "{refused}"
+    );
+
+    // A task killed on the worker (whose events the manager does not
+    // see) is healed at the next relist, with the same password.
     let (id, before) = (&ids[on_worker], &statuses[on_worker].services["redis"]);
     let service = docker_ok(&[
         "service",
@@ -294,24 +321,46 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     .await;
     assert!(client.release(&third).await.unwrap());
 
-    // Release the second, drain the first's node: its sandbox moves to the
-    // other node, with the same credentials.
-    assert!(client.release(&ids[1]).await.unwrap());
-    eventually("the second sandbox's service gone", READY, || async {
-        node_of(&ids[1]).is_none().then_some(())
-    })
+    // Released, the worker's sandbox is reaped there too: its service goes
+    // and with it its task's container on the worker.
+    let on_manager = 1 - on_worker;
+    let reaped = &ids[on_worker];
+    assert!(client.release(reaped).await.unwrap());
+    let reaped_label = format!("label=io.sandboxd.sandbox={reaped}");
+    eventually(
+        "the worker's sandbox reaped on the worker",
+        READY,
+        || async {
+            (node_of(reaped).is_none()
+                && nodes
+                    .on_worker(&["ps", "-aq", "--filter", &reaped_label])
+                    .is_empty())
+            .then_some(())
+        },
+    )
     .await;
-    let before = &statuses[0].services["redis"];
-    let drained = placed[0].clone();
+
+    // The manager drained: its sandbox moves to the worker, with the same
+    // credentials.
+    let before = &statuses[on_manager].services["redis"];
+    let drained = placed[on_manager].clone();
+    assert_eq!(drained, manager);
     docker_ok(&["node", "update", "--availability", "drain", &drained]);
+    struct Undrain(String);
+    impl Drop for Undrain {
+        fn drop(&mut self) {
+            docker(&["node", "update", "--availability", "active", &self.0]);
+        }
+    }
+    let undrain = Undrain(drained.clone());
     let moved: SandboxStatus = eventually("the drained node's sandbox moved", READY, || async {
-        let s = client.status(&ids[0]).await.ok()??;
+        let s = client.status(&ids[on_manager]).await.ok()??;
         let r = s.services.get("redis")?;
         (s.phase == Phase::Ready && r.heals >= 1 && r.instance != before.instance).then_some(s)
     })
     .await;
-    let now_on = node_of(&ids[0]).expect("placed again");
-    assert_ne!(now_on, drained, "moved off the drained node");
+    let now_on = node_of(&ids[on_manager]).expect("placed again");
+    assert_eq!(now_on, nodes.worker, "moved off the drained node");
     let after = &moved.services["redis"];
     assert_eq!(
         after.node.as_ref(),
@@ -320,12 +369,77 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     );
     assert_eq!(after.password.expose(), before.password.expose());
     assert_eq!(
-        pings(&env, &agents[0].0, after.password.expose()).await,
+        pings_within(&env, &agents[on_manager].0, after.password.expose()).await,
         "PONG",
         "the same password works on {now_on}"
     );
-    assert!(client.release(&ids[0]).await.unwrap());
-    docker_ok(&["node", "update", "--availability", "active", &drained]);
+
+    // Meanwhile a persistent sandbox, whose data volume is made on the
+    // manager, is not placed on the worker: its status names the drained
+    // node and the command that makes it active again.
+    let kept = sandbox_id("twokeep");
+    let keeper = Agent::start(&format!("{deployment}-keeper"));
+    let persistent = SandboxRequest {
+        persistent: true,
+        attach: vec![keeper.0.clone()],
+        ..request(&["redis"], &[])
+    };
+    client.apply(&kept, &persistent).await.unwrap();
+    let waiting = eventually("the status names the drained manager", READY, || async {
+        let s = client.status(&kept).await.ok()??;
+        s.message.contains("which is set to drain").then_some(s)
+    })
+    .await;
+    assert!(
+        waiting.message.contains(&format!(
+            "docker node update --availability active {manager}"
+        )),
+        "{}",
+        waiting.message
+    );
+    assert_eq!(node_of(&kept), None, "never placed on the worker");
+
+    // The manager active again: the persistent sandbox runs there, says
+    // so, and a task killed keeps its data.
+    drop(undrain);
+    let ready: SandboxStatus = eventually("the persistent sandbox ready", READY, || async {
+        let s = client.status(&kept).await.ok()??;
+        (s.phase == Phase::Ready).then_some(s)
+    })
+    .await;
+    let r = ready.services["redis"].clone();
+    assert_eq!(r.node.as_deref(), Some(manager.as_str()));
+    let password = r.password.expose();
+    assert_eq!(
+        redis_cli(&env, &keeper.0, password, "set note kept").await,
+        "OK"
+    );
+    let task = docker_ok(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=io.sandboxd.sandbox={kept}"),
+    ]);
+    docker_ok(&["kill", task.trim()]);
+    let healed: SandboxStatus = eventually("the persistent sandbox healed", READY, || async {
+        let s = client.status(&kept).await.ok()??;
+        let h = s.services.get("redis")?;
+        (s.phase == Phase::Ready && h.heals == 1 && h.instance != r.instance).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        healed.services["redis"].node.as_deref(),
+        Some(manager.as_str())
+    );
+    assert_eq!(pings_within(&env, &keeper.0, password).await, "PONG");
+    assert_eq!(
+        redis_cli(&env, &keeper.0, password, "get note").await,
+        "kept",
+        "the data written before the kill"
+    );
+    assert!(client.release(&ids[on_manager]).await.unwrap());
+    assert!(client.release(&kept).await.unwrap());
+    drop(keeper);
     drop(controller);
     drop(agents);
 
