@@ -1302,12 +1302,27 @@ async fn resumes(bench: &mut Bench, engine: &'static dyn Engine, iters: usize) -
     req.idle_timeout = Some(Duration::from_secs(1));
     req.idle_action = IdleAction::Pause;
     let id = sandbox_id("bench-pause");
-    bench
-        .client
-        .provision(&id, &req, READY_TIMEOUT)
+    let client = &bench.client;
+    // Ready, or paused already: idle for a second, it may be paused before
+    // a client waiting for `ready` reads the status (CI once saw that).
+    client
+        .apply(&id, &req)
         .await
         .unwrap_or_else(|e| panic!("sandbox {id}: {e}"));
-    let client = &bench.client;
+    tokio::time::timeout(READY_TIMEOUT, async {
+        loop {
+            let s = client.status(&id).await.expect("status");
+            match s.map(|s| (s.phase, s.message)) {
+                Some((Phase::Ready | Phase::Paused, _)) => return,
+                Some((Phase::Failed, message)) => panic!("sandbox {id} failed: {message}"),
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!("sandbox {id} was neither ready nor paused within {READY_TIMEOUT:?}")
+    });
     let phase = |want: Phase| {
         let id = id.clone();
         async move {
