@@ -522,6 +522,12 @@ fn unavailable(node: &Node) -> Option<String> {
     ))
 }
 
+/// Whether Swarm places new tasks on `node`: ready and active.
+fn takes_tasks(node: &Node) -> bool {
+    node.status.as_ref().and_then(|s| s.state) == Some(NodeState::READY)
+        && node.spec.as_ref().and_then(|s| s.availability) == Some(NodeSpecAvailabilityEnum::ACTIVE)
+}
+
 /// Whether a task has ended (or is being made to end): Swarm does not
 /// restart it, so its service is dead until sandboxd replaces it.
 fn ended(task: &Task) -> bool {
@@ -852,11 +858,7 @@ impl Runtime for SwarmRuntime {
             .map_err(api("list nodes", "the swarm"))?;
         let total: u64 = nodes
             .into_iter()
-            .filter(|n| {
-                n.status.as_ref().and_then(|s| s.state) == Some(NodeState::READY)
-                    && n.spec.as_ref().and_then(|s| s.availability)
-                        == Some(NodeSpecAvailabilityEnum::ACTIVE)
-            })
+            .filter(takes_tasks)
             .filter_map(|n| n.description?.resources?.memory_bytes)
             .filter_map(|m| u64::try_from(m).ok())
             .sum();

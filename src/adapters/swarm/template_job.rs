@@ -16,16 +16,15 @@
 //! on the others, the job finds its template built and exits at once.
 
 use super::{
-    api, caps, docker_name, is_status, log_driver, named_mount, part_labels, tmpfs_mounts, uid_gid,
-    SwarmRuntime, PART_OF,
+    api, caps, docker_name, is_status, log_driver, named_mount, part_labels, takes_tasks,
+    tmpfs_mounts, uid_gid, SwarmRuntime, PART_OF,
 };
 use crate::domain::id::ContainerId;
 use crate::domain::labels;
 use crate::ports::runtime::{NetworkSpec, Runtime, RuntimeError, TemplateJob};
 use bollard::models::{
-    NetworkAttachmentConfig, NodeSpecAvailabilityEnum, NodeState, ServiceSpec, ServiceSpecMode,
-    Task, TaskSpec, TaskSpecContainerSpec, TaskSpecResources, TaskSpecRestartPolicy,
-    TaskSpecRestartPolicyConditionEnum, TaskState,
+    NetworkAttachmentConfig, ServiceSpec, ServiceSpecMode, Task, TaskSpec, TaskSpecContainerSpec,
+    TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -284,14 +283,7 @@ impl SwarmRuntime {
             .list_nodes(None)
             .await
             .map_err(api("list nodes", "the swarm"))?;
-        Ok(nodes
-            .iter()
-            .filter(|n| {
-                n.status.as_ref().and_then(|s| s.state) == Some(NodeState::READY)
-                    && n.spec.as_ref().and_then(|s| s.availability)
-                        == Some(NodeSpecAvailabilityEnum::ACTIVE)
-            })
-            .count())
+        Ok(nodes.iter().filter(|n| takes_tasks(n)).count())
     }
 
     /// An internal overlay of the job's own: no route out, nothing else
