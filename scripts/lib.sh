@@ -298,6 +298,33 @@ ensure_swarm_manager() {
   fi
 }
 
+# build_controller_image BINARY
+# Builds sandboxd/controller:local, BINARY on the engine images' base
+# (deploy/controller.Dockerfile), unless it holds BINARY already (label
+# io.sandboxd.binary, its SHA-256). Under Swarm it is also the image of the
+# helper that runs commands in engines on other nodes
+# (--swarm-helper-image): copy it to every node as the engine images.
+build_controller_image() {
+  local binary=$1 root image=sandboxd/controller:local sum context
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  sum=$(sha256sum "$binary" | cut -d' ' -f1)
+  if [ "$(docker image inspect -f '{{index .Config.Labels "io.sandboxd.binary"}}' "$image" 2>/dev/null)" = "$sum" ]; then
+    return 0
+  fi
+  log "building $image from $binary"
+  context=$(mktemp -d)
+  cp "$binary" "$context/sandboxd"
+  local built=0 output
+  output=$(docker build -q --label "io.sandboxd.binary=$sum" -t "$image" \
+    -f "$root/deploy/controller.Dockerfile" "$context" 2>&1) || built=$?
+  rm -rf "$context"
+  if [ "$built" -ne 0 ]; then
+    log "building $image failed:"
+    printf '%s\n' "$output" >&2
+    return 1
+  fi
+}
+
 # run_controller_container BINARY NAME STATE_CONTAINER [ARGS...]
 # (STATE_CONTAINER empty: DATABASE_URL is the operator's own, and must be
 # reachable from a container on the bridge network sandboxd-control.)
@@ -317,23 +344,8 @@ ensure_swarm_manager() {
 run_controller_container() {
   local binary=$1 name=$2 state=$3
   shift 3
-  local root image=sandboxd/controller:local sum context
-  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-  sum=$(sha256sum "$binary" | cut -d' ' -f1)
-  if [ "$(docker image inspect -f '{{index .Config.Labels "io.sandboxd.binary"}}' "$image" 2>/dev/null)" != "$sum" ]; then
-    log "building $image from $binary"
-    context=$(mktemp -d)
-    cp "$binary" "$context/sandboxd"
-    local built=0 output
-    output=$(docker build -q --label "io.sandboxd.binary=$sum" -t "$image" \
-      -f "$root/deploy/controller.Dockerfile" "$context" 2>&1) || built=$?
-    rm -rf "$context"
-    if [ "$built" -ne 0 ]; then
-      log "building $image failed:"
-      printf '%s\n' "$output" >&2
-      return 1
-    fi
-  fi
+  local image=sandboxd/controller:local
+  build_controller_image "$binary" || return 1
   if [ "$(docker inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ]; then
     log "a controller container $name runs already: stop it first (docker stop $name), or name another with SANDBOXD_CONTROLLER_CONTAINER"
     return 1

@@ -291,6 +291,9 @@ pub struct ControllerConfig {
     pub backend: Backend,
     /// Under the Swarm backend, whether engine ports are published.
     pub swarm_publish: SwarmPublish,
+    /// Under the Swarm backend, the image of the helper that runs commands
+    /// inside engines on other nodes (sandboxd's own; on every node).
+    pub swarm_helper_image: String,
     /// How sandboxes are networked.
     pub network: NetworkLayout,
     /// sandboxd's own container, when it runs in one and probes sandboxes
@@ -429,6 +432,7 @@ impl ControllerConfig {
             deployment,
             backend: Backend::Docker,
             swarm_publish: SwarmPublish::None,
+            swarm_helper_image: crate::adapters::swarm::DEFAULT_HELPER_IMAGE.to_owned(),
             network: NetworkLayout::PerSandbox {
                 subnets: SubnetPool::default(),
                 egress: false,

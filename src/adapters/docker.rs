@@ -46,6 +46,9 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 mod disk;
+mod node_exec;
+pub use node_exec::HELPER_FAILED;
+pub(crate) use node_exec::NODE_EXEC;
 
 /// The host configuration every sandboxd container shares: caps, no
 /// capabilities, no new privileges, a read-only root with `tmpfs` owned by

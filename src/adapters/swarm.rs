@@ -47,7 +47,10 @@ use sha2::Digest;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+mod node_exec;
 mod template_job;
+
+pub use node_exec::DEFAULT_HELPER_IMAGE;
 
 /// The label naming the container name sandboxd gave a service (service
 /// names are shorter and have no dots; see [`service_name`]).
@@ -82,6 +85,9 @@ pub struct SwarmRuntime {
     overlays: std::sync::Arc<std::sync::Mutex<HashMap<String, String>>>,
     /// The nodes each template was built on, or failed on.
     templates: template_job::Built,
+    /// The image of the helper that runs commands in engines on other
+    /// nodes (`--swarm-helper-image`, see `node_exec`).
+    helper_image: String,
 }
 
 impl SwarmRuntime {
@@ -133,6 +139,7 @@ impl SwarmRuntime {
             stop_grace: Duration::from_secs(2),
             overlays: Default::default(),
             templates: Default::default(),
+            helper_image: DEFAULT_HELPER_IMAGE.to_owned(),
         })
     }
 
@@ -140,6 +147,14 @@ impl SwarmRuntime {
     /// 2 s; `sandboxd run` passes `--stop-timeout`).
     pub fn with_stop_grace(mut self, grace: Duration) -> Self {
         self.stop_grace = grace;
+        self
+    }
+
+    /// Runs commands inside engines on other nodes with the helper image
+    /// `image` (default [`DEFAULT_HELPER_IMAGE`]; `sandboxd run` passes
+    /// `--swarm-helper-image`).
+    pub fn with_helper_image(mut self, image: String) -> Self {
+        self.helper_image = image;
         self
     }
 
@@ -346,6 +361,7 @@ impl SwarmRuntime {
         if removed > 0 {
             tracing::info!(removed, "orphan swarm secrets and tmpfs volumes removed");
         }
+        self.collect_exec_jobs(deployment).await;
     }
 
     /// Removes the secrets and this node's tmpfs volumes labelled `label`
@@ -1383,22 +1399,59 @@ impl Runtime for SwarmRuntime {
         })
     }
 
+    /// On this node, `docker exec` in the task's container; on another,
+    /// through the node-exec helper (see `node_exec`).
     async fn exec(
         &self,
         id: &ContainerId,
         cmd: &[&str],
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
-        let Some(container) = self.task_containers(id, true).await?.into_iter().next() else {
-            let elsewhere = match self.node_of(id).await {
-                Ok(Some(node)) => format!("its task runs on the Swarm node {node}"),
-                _ => "it has no running task on the node sandboxd talks to".to_owned(),
-            };
+        if let Some(container) = self.task_containers(id, true).await?.into_iter().next() {
+            return self.node.exec(&ContainerId::new(container), cmd, env).await;
+        }
+        // On another node: through the helper (see `node_exec`), which
+        // takes no environment (its spec would show it).
+        let tasks = self.tasks_of(&[id.as_str()]).await?;
+        let task = current(tasks.iter()).filter(|t| !ended(t));
+        let placed = task.and_then(|t| {
+            let status = t.status.as_ref()?;
+            let container = status.container_status.as_ref()?.container_id.clone()?;
+            (status.state == Some(TaskState::RUNNING)).then_some((t, container))
+        });
+        let Some((task, container)) = placed else {
             return Err(RuntimeError::Refused(format!(
-                "service {id}: {elsewhere}, and commands inside an engine (checkpoints, resets, Mongo's probe) reach only the node sandboxd talks to; ask again once the sandbox runs there, or run such sandboxes on a single-node Swarm"
+                "service {id} has no running task: ask again once the sandbox is ready"
             )));
         };
-        self.node.exec(&ContainerId::new(container), cmd, env).await
+        if !env.is_empty() {
+            return Err(RuntimeError::Refused(format!(
+                "service {id}: a command with environment cannot run on another node (the helper job's spec would show it)"
+            )));
+        }
+        let node_id = task.node_id.clone().unwrap_or_default();
+        let node = match self.docker.inspect_node(&node_id).await {
+            Ok(n) => n.description.and_then(|d| d.hostname),
+            Err(_) => None,
+        }
+        .unwrap_or_else(|| node_id.clone());
+        let labels = task
+            .spec
+            .as_ref()
+            .and_then(|s| s.container_spec.as_ref())
+            .and_then(|c| c.labels.as_ref());
+        let deployment = labels
+            .and_then(|l| l.get(labels::DEPLOYMENT))
+            .cloned()
+            .unwrap_or_default();
+        let call = node_exec::Call {
+            node: &node_id,
+            container: &container,
+            cmd,
+            service: id.as_str(),
+            deployment: &deployment,
+        };
+        self.exec_on_node(&call, &node).await
     }
 
     /// Refused: Swarm does not know a paused task (it keeps reporting it

@@ -44,6 +44,9 @@ pub enum CliError {
     /// HTTP server failures.
     #[error(transparent)]
     Http(#[from] HttpError),
+    /// The node-exec helper could not run its command.
+    #[error("node-exec: {0}")]
+    NodeExec(RuntimeError),
     /// A chaos run could not run.
     #[error("{0}")]
     Chaos(String),
@@ -90,6 +93,7 @@ impl CliError {
             CliError::Client(ClientError::CheckpointFailed { .. }) => EXIT_FAILED,
             CliError::Client(ClientError::CheckpointTimeout { .. }) => EXIT_TIMED_OUT,
             CliError::ChaosFound => EXIT_FAILED,
+            CliError::NodeExec(_) => crate::adapters::docker::HELPER_FAILED,
             _ => 1,
         }
     }

@@ -30,6 +30,7 @@ mod error;
 mod get;
 mod list;
 mod migrate;
+mod node_exec;
 mod orchestrator;
 mod progress;
 mod quota;
@@ -62,6 +63,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         let mut command = Cli::command();
         clap_complete::generate(shell, &mut command, "sandboxd", &mut std::io::stdout());
         return Ok(());
+    }
+    if let Command::NodeExec { container, command } = cli.command {
+        // No state database: the helper talks to its node's engine only.
+        return node_exec::run(&container, &command).await;
     }
     let variable = std::env::var("DATABASE_URL").ok();
     let (url, source) = crate::state_url::resolve(
@@ -99,7 +104,7 @@ async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
         Command::List(args) => list::run(url, args).await,
         Command::Quota(command) => quota::run(url, command).await,
         Command::Describe(args) => describe::run(url, args).await,
-        Command::Completions { .. } => Ok(()),
+        Command::Completions { .. } | Command::NodeExec { .. } => Ok(()),
         Command::Touch { id } => touch::touch(url, id).await,
         Command::Resume { id, wait } => touch::resume(url, id, wait).await,
         Command::Checkpoint {

@@ -129,7 +129,8 @@ async fn connect_runtime(config: &ControllerConfig) -> Result<Arc<dyn Runtime>, 
             Arc::new(
                 SwarmRuntime::connect(docker, config.swarm_publish, egress)
                     .await?
-                    .with_stop_grace(config.stop_timeout),
+                    .with_stop_grace(config.stop_timeout)
+                    .with_helper_image(config.swarm_helper_image.clone()),
             )
         }
     })

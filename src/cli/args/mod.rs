@@ -169,6 +169,19 @@ pub enum Command {
         /// The role's name.
         role: String,
     },
+    /// Not for operators: the one-shot helper `--backend swarm` runs on
+    /// another node to run a command inside a sandboxd container there
+    /// (docs/swarm.md, "Checkpoints on other nodes"). Prints the command's
+    /// output and exits with its code; 125 when it could not run it.
+    #[command(hide = true)]
+    NodeExec {
+        /// The container (sandboxd's) on this node's engine.
+        #[arg(long)]
+        container: String,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 /// Flags of `sandboxd chaos`.

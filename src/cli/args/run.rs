@@ -69,6 +69,16 @@ pub struct RunArgs {
     /// nodes; needed for --probe-via host).
     #[arg(long, env = "SANDBOXD_SWARM_PUBLISH", default_value = "none")]
     pub swarm_publish: SwarmPublish,
+    /// Under `--backend swarm`: the image of the one-shot helper that runs
+    /// a checkpoint's or reset's commands inside an engine on another node
+    /// (sandboxd's own image, holding that node's Docker socket); it must
+    /// be on every node, like the engine images.
+    #[arg(
+        long,
+        env = "SANDBOXD_SWARM_HELPER_IMAGE",
+        default_value = crate::adapters::swarm::DEFAULT_HELPER_IMAGE
+    )]
+    pub swarm_helper_image: String,
     /// Address range per-sandbox networks take their subnets from.
     #[arg(long, env = "SANDBOXD_SUBNET_POOL", default_value = "10.213.0.0/16")]
     pub subnet_pool: Ipv4Net,
@@ -369,6 +379,7 @@ impl RunArgs {
         c.memory_budget = self.memory_budget;
         c.backend = self.backend;
         c.swarm_publish = self.swarm_publish;
+        c.swarm_helper_image = self.swarm_helper_image.clone();
         c.check_reconcile_timeout(crate::engine::REGISTRY)?;
         c.for_swarm()
     }

@@ -5,7 +5,9 @@
 //! placed on both; a task killed on the worker (whose events the manager
 //! does not see) is healed at the next relist with the same credentials;
 //! one that fits on neither stays unplaced with Swarm's reason; each
-//! status names its node; a released sandbox's task is reaped on the
+//! status names its node; the worker's sandbox takes a checkpoint and goes
+//! back to it through the node-exec helper's job on the worker (its image
+//! copied there with Redis's); a released sandbox's task is reaped on the
 //! worker; draining the manager moves its sandbox to the worker with the
 //! same credentials, reached by an agent over the cross-node overlay, while
 //! a persistent sandbox (its data on the manager) waits, its status naming
@@ -42,8 +44,12 @@ fn fixture(command: &str, state: &std::path::Path) -> String {
         .arg(script)
         .arg(command)
         .arg(state)
-        // The worker runs Redis only (and saves a copy of the rest).
-        .env("SBXW_IMAGES", "sandboxd/redis:8")
+        // The worker runs Redis and the node-exec helper only (and saves
+        // a copy of the rest).
+        .env(
+            "SBXW_IMAGES",
+            format!("sandboxd/redis:8 {}", common::controller_image()),
+        )
         .output()
         .expect("run the worker fixture");
     assert!(
@@ -238,7 +244,8 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     }
 
     // A checkpoint runs inside the engine's container: the manager's
-    // sandbox takes one; the worker's is refused, saying where it runs.
+    // sandbox takes one by `docker exec`; the worker's through the
+    // node-exec helper's job there, and goes back to it on a reset.
     let on_worker = placed
         .iter()
         .position(|n| *n == nodes.worker)
@@ -247,15 +254,58 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
         .checkpoint(&ids[1 - on_worker], "here", READY)
         .await
         .expect("a checkpoint of the manager's task");
-    let refused = client
+    let (agent, password) = (
+        &agents[on_worker].0,
+        statuses[on_worker].services["redis"].password.expose(),
+    );
+    assert_eq!(
+        redis_cli(&env, agent, password, "set note before").await,
+        "OK"
+    );
+    let taken = client
         .checkpoint(&ids[on_worker], "there", READY)
         .await
-        .expect_err("a checkpoint of the worker's task")
-        .to_string();
+        .expect("a checkpoint of the worker's task, through the helper");
+    assert!(taken.size_bytes.unwrap_or(0) > 0, "{taken:?}");
+    assert_eq!(
+        redis_cli(&env, agent, password, "set note after").await,
+        "OK"
+    );
+    client
+        .reset(&ids[on_worker], Some("there"), READY)
+        .await
+        .expect("a reset of the worker's task, through the helper");
+    assert_eq!(
+        redis_cli(&env, agent, password, "get note").await,
+        "before",
+        "the data as the checkpoint took it"
+    );
+    // The helper's jobs are gone, their containers stay exited on the
+    // worker (a later run removes them once old), and nothing of theirs
+    // ran on the manager.
+    let jobs = docker_ok(&[
+        "service",
+        "ls",
+        "-q",
+        "--filter",
+        "label=io.sandboxd.node-exec",
+    ]);
+    assert_eq!(jobs, "", "no node-exec job left");
+    let helpers = nodes.on_worker(&[
+        "ps",
+        "-a",
+        "--filter",
+        "label=io.sandboxd.node-exec",
+        "--format",
+        "{{.Status}}",
+    ]);
     assert!(
-        refused.contains(&format!("runs on the Swarm node {}", nodes.worker))
-            && refused.contains("checkpoints"),
-        "{refused}"
+        !helpers.is_empty() && helpers.lines().all(|s| s.starts_with("Exited (0)")),
+        "{helpers}"
+    );
+    assert_eq!(
+        docker_ok(&["ps", "-aq", "--filter", "label=io.sandboxd.node-exec"]),
+        ""
     );
 
     // A task killed on the worker (whose events the manager does not

@@ -663,6 +663,30 @@ pub fn sandbox_id(prefix: &str) -> SandboxId {
 /// The `sandboxd` binary built for this test run.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
 
+/// Builds `sandboxd/controller:local` from [`BIN`] as `scripts/run.sh`
+/// does (`build_controller_image` in scripts/lib.sh; nothing to do when it
+/// holds this binary already): under Swarm, the image of the helper that
+/// runs commands in engines on other nodes. Returns its name.
+pub fn controller_image() -> &'static str {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new("bash")
+        .args([
+            "-c",
+            ". scripts/lib.sh && build_controller_image \"$1\"",
+            "build",
+            BIN,
+        ])
+        .current_dir(root)
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "build_controller_image: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sandboxd::adapters::swarm::DEFAULT_HELPER_IMAGE
+}
+
 /// `sandboxd ARGS` as a user runs it after `scripts/run.sh`, which must
 /// succeed: no database flag or variable, the state directory `home` the
 /// script wrote.
