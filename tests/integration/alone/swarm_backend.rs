@@ -3,8 +3,8 @@
 //! hardened one-replica services, reachable with their credentials through
 //! the sandbox's attachable overlay; a killed task is healed with the same
 //! credentials; a grown feature set rotates them; a released row's
-//! services, secrets, volumes and network go; a persistent row keeps its
-//! data on its node across a killed task; no credential appears in
+//! services, secrets, volumes and network go (persistent rows are tested
+//! on two nodes, `swarm_two_nodes.rs`); no credential appears in
 //! `docker service inspect` or in `docker inspect` of the tasks'
 //! containers.
 //!
@@ -22,7 +22,7 @@ use common::{
 };
 use sandboxd::adapters::swarm::docker_name;
 use sandboxd::client::{Client, SandboxRequest};
-use sandboxd::config::{readiness_overrides, ControllerConfig};
+use sandboxd::config::ControllerConfig;
 use sandboxd::controller::template::TEMPLATE;
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus, ServiceStatus};
 use sandboxd::ports::runtime::Runtime as _;
@@ -97,18 +97,6 @@ async fn kill_and_await_heal(client: &Client, id: &SandboxId, pg: &ServiceStatus
         (s.phase == Phase::Ready && p.heals == 1 && p.instance != pg.instance).then_some(s)
     })
     .await
-}
-
-/// The body of the one row of the table `notes` in the sandbox's
-/// postgres `pg`.
-async fn note(pg: &ServiceStatus) -> String {
-    let mut conn = PgConnection::connect(&host_pg_url(pg)).await.unwrap();
-    let body = sqlx::query_scalar("SELECT body FROM notes")
-        .fetch_one(&mut conn)
-        .await
-        .expect("the table notes and its row");
-    conn.close().await.unwrap();
-    body
 }
 
 /// Whether `url` logs in (within a few seconds).
@@ -454,132 +442,6 @@ fn template_starts(controller: &common::RunningController) -> f64 {
         "sandboxd_container_starts_total{engine=\"postgres\",from=\"template\"}",
     )
     .unwrap_or(0.0)
-}
-
-#[tokio::test]
-async fn a_persistent_row_keeps_its_data_on_its_node_across_a_killed_task_and_its_volume_goes_with_the_row(
-) {
-    let _swarm = SingleNodeSwarm::join();
-    let env = TestEnv::new().await;
-    let _cleanup = Cleanup(env.deployment.to_string());
-    // A short readiness deadline: a heal that cannot be placed says so
-    // within seconds.
-    let _controller = start_tuned(&env, |c| {
-        c.readiness = readiness_overrides(&[("postgres".into(), Duration::from_secs(8))]).unwrap();
-    })
-    .await;
-    let client = Client::from_pool(env.pool.clone());
-    let id = sandbox_id("swarmkeep");
-    let req = SandboxRequest {
-        persistent: true,
-        ..request(&["postgres"], &[])
-    };
-    let first = client.provision(&id, &req, READY).await.expect("ready");
-    let pg = first.services["postgres"].clone();
-    let mut conn = PgConnection::connect(&host_pg_url(&pg)).await.unwrap();
-    sqlx::raw_sql("CREATE TABLE notes (body text); INSERT INTO notes VALUES ('kept')")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-
-    // Its service is held to this node, where its capped volume is, and
-    // its status names the node.
-    let sandbox_label = format!("io.sandboxd.sandbox={id}");
-    let this_node = docker_ok(&["info", "--format", "{{.Swarm.NodeID}}"]);
-    let hostname = docker_ok(&[
-        "node",
-        "inspect",
-        "self",
-        "--format",
-        "{{.Description.Hostname}}",
-    ]);
-    assert_eq!(pg.node.as_deref(), Some(hostname.as_str()));
-    let service = services(&sandbox_label)[0]
-        .split(' ')
-        .next()
-        .unwrap()
-        .to_owned();
-    let constraints = docker_ok(&[
-        "service",
-        "inspect",
-        "-f",
-        "{{json .Spec.TaskTemplate.Placement.Constraints}}",
-        &service,
-    ]);
-    assert_eq!(constraints, format!("[\"node.id=={this_node}\"]"));
-    let volumes = docker_ok(&[
-        "volume",
-        "ls",
-        "-q",
-        "--filter",
-        &format!("label={sandbox_label}"),
-    ]);
-    // (Beside the task's tmpfs volumes, named after its service.)
-    let data: Vec<&str> = volumes
-        .lines()
-        .filter(|v| v.starts_with("sandboxd."))
-        .collect();
-    assert_eq!(data.len(), 1, "one data volume: {volumes}");
-    let options = docker_ok(&["volume", "inspect", "-f", "{{json .Options}}", data[0]]);
-    assert!(options.contains("\"type\":\"ext4\""), "capped: {options}");
-
-    // Its task killed: healed on the same volume, data and password kept.
-    let healed = kill_and_await_heal(&client, &id, &pg).await;
-    let after = &healed.services["postgres"];
-    assert_eq!(after.password.expose(), pg.password.expose());
-    assert_eq!(note(after).await, "kept", "the row written before the kill");
-
-    // Its node drained: the task goes and no other node may take it; the
-    // status names the node and what to do, and the sandbox comes back,
-    // data and all, once the node is active again.
-    struct Undrain(String);
-    impl Drop for Undrain {
-        fn drop(&mut self) {
-            docker(&["node", "update", "--availability", "active", &self.0]);
-        }
-    }
-    let undrain = Undrain(this_node.clone());
-    docker_ok(&["node", "update", "--availability", "drain", &this_node]);
-    let waiting = eventually("the status names the drained node", READY, || async {
-        let s = client.status(&id).await.ok()??;
-        s.message.contains("which is set to drain").then_some(s)
-    })
-    .await;
-    assert!(
-        waiting
-            .message
-            .contains("docker node update --availability active"),
-        "{}",
-        waiting.message
-    );
-    assert_ne!(waiting.phase, Phase::Failed, "{}", waiting.message);
-    drop(undrain);
-    let back: SandboxStatus = eventually("ready again on its node", READY, || async {
-        let s = client.status(&id).await.ok()??;
-        (s.phase == Phase::Ready && s.services.get("postgres")?.instance != after.instance)
-            .then_some(s)
-    })
-    .await;
-    assert_eq!(
-        note(&back.services["postgres"]).await,
-        "kept",
-        "the row written before the drain"
-    );
-
-    // Released: the service and then the volume go.
-    assert!(client.release(&id).await.unwrap());
-    eventually("the service and its volume gone", READY, || async {
-        let left = docker_ok(&[
-            "volume",
-            "ls",
-            "-q",
-            "--filter",
-            &format!("label={sandbox_label}"),
-        ]);
-        (services(&sandbox_label).is_empty() && !left.contains(data[0])).then_some(())
-    })
-    .await;
 }
 
 /// Whether Redis on 127.0.0.1:`port` answers PING with `password`.

@@ -11,8 +11,11 @@
 //! worker; draining the manager moves its sandbox to the worker with the
 //! same credentials, reached by an agent over the cross-node overlay, while
 //! a persistent sandbox (its data on the manager) waits, its status naming
-//! the drained node and the command, then runs on the manager and keeps
-//! its data across a killed task. A warm pool of services on the
+//! the drained node and the command, then runs on the manager (held
+//! there, with its capped volume), keeps its data across a killed task and
+//! its volume goes with the row; a grown feature set rotates the worker's
+//! sandbox there. A template is built on each node and a sandbox on the
+//! worker starts from the worker's; a warm pool of services on the
 //! worker serves claims made from the manager, and a claimed task killed
 //! on the worker is healed.
 //!
@@ -26,6 +29,7 @@ use common::{
     Agent, TestEnv,
 };
 use sandboxd::client::{Client, SandboxRequest};
+use sandboxd::domain::container::ContainerState;
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
 use sandboxd::ports::runtime::Runtime as _;
 use std::path::PathBuf;
@@ -44,11 +48,14 @@ fn fixture(command: &str, state: &std::path::Path) -> String {
         .arg(script)
         .arg(command)
         .arg(state)
-        // The worker runs Redis and the node-exec helper only (and saves
-        // a copy of the rest).
+        // The worker runs Redis, Postgres and the node-exec helper (and
+        // saves a copy of the rest).
         .env(
             "SBXW_IMAGES",
-            format!("sandboxd/redis:8 {}", common::controller_image()),
+            format!(
+                "sandboxd/redis:8 sandboxd/postgres:17 {}",
+                common::controller_image()
+            ),
         )
         .output()
         .expect("run the worker fixture");
@@ -371,6 +378,54 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     .await;
     assert!(client.release(&third).await.unwrap());
 
+    // (Its service gone first: pending, it could take the worker.)
+    eventually("the unplaced sandbox's service gone", READY, || async {
+        let left = docker_ok(&[
+            "service",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=io.sandboxd.sandbox={third}"),
+        ]);
+        left.is_empty().then_some(())
+    })
+    .await;
+
+    // A grown feature set rotates the worker's sandbox in place: new
+    // credentials (the old refused), the feature loaded, still on the
+    // worker (the manager's 13 GiB are taken).
+    let agent = &agents[on_worker].0;
+    let old = statuses[on_worker].services["redis"]
+        .password
+        .expose()
+        .to_owned();
+    let grown = SandboxRequest {
+        attach: vec![agent.clone()],
+        ..request(&["redis"], &[("redis", "json")])
+    };
+    let generation = client.apply(&ids[on_worker], &grown).await.unwrap();
+    let rotated = client
+        .wait_ready(&ids[on_worker], &generation, READY)
+        .await
+        .expect("the rotation finishes");
+    let new = &rotated.services["redis"];
+    assert_ne!(new.password.expose(), old, "new credentials");
+    assert_eq!(new.node.as_deref(), Some(nodes.worker.as_str()));
+    assert_eq!(
+        pings_within(&env, agent, new.password.expose()).await,
+        "PONG"
+    );
+    assert_ne!(
+        pings(&env, agent, &old).await,
+        "PONG",
+        "the old password refused"
+    );
+    assert_eq!(
+        redis_cli(&env, agent, new.password.expose(), "JSON.SET doc $ 1").await,
+        "OK",
+        "the feature loaded"
+    );
+
     // Released, the worker's sandbox is reaped there too: its service goes
     // and with it its task's container on the worker.
     let on_manager = 1 - on_worker;
@@ -459,6 +514,29 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
     .await;
     let r = ready.services["redis"].clone();
     assert_eq!(r.node.as_deref(), Some(manager.as_str()));
+    // Its service is held to the manager, where its capped data volume is.
+    let kept_label = format!("label=io.sandboxd.sandbox={kept}");
+    let service = docker_ok(&["service", "ls", "-q", "--filter", &kept_label]);
+    let manager_id = docker_ok(&["info", "--format", "{{.Swarm.NodeID}}"]);
+    assert_eq!(
+        docker_ok(&[
+            "service",
+            "inspect",
+            "-f",
+            "{{json .Spec.TaskTemplate.Placement.Constraints}}",
+            service.trim(),
+        ]),
+        format!("[\"node.id=={manager_id}\"]")
+    );
+    let volumes = docker_ok(&["volume", "ls", "-q", "--filter", &kept_label]);
+    // (Beside the task's tmpfs volumes, named after its service.)
+    let data: Vec<&str> = volumes
+        .lines()
+        .filter(|v| v.starts_with("sandboxd."))
+        .collect();
+    assert_eq!(data.len(), 1, "one data volume: {volumes}");
+    let options = docker_ok(&["volume", "inspect", "-f", "{{json .Options}}", data[0]]);
+    assert!(options.contains("\"type\":\"ext4\""), "capped: {options}");
     let password = r.password.expose();
     assert_eq!(
         redis_cli(&env, &keeper.0, password, "set note kept").await,
@@ -488,50 +566,98 @@ async fn sandboxes_are_placed_on_both_nodes_by_their_reservations_and_a_drained_
         "the data written before the kill"
     );
     assert!(client.release(&ids[on_manager]).await.unwrap());
+    // Released: its service, then its data volume, go.
     assert!(client.release(&kept).await.unwrap());
+    eventually("the persistent sandbox's volume gone", READY, || async {
+        let left = docker_ok(&["volume", "ls", "-q", "--filter", &kept_label]);
+        (node_of(&kept).is_none() && !left.contains(data[0])).then_some(())
+    })
+    .await;
     drop(keeper);
     drop(controller);
     drop(agents);
 
-    a_pool_spread_over_both_nodes_serves_claims_on_each(&nodes, &manager).await;
+    a_template_on_each_node_and_a_pool_on_the_worker_serve_sandboxes(&nodes, &manager).await;
 }
 
-/// The warm pool on the two nodes: a second deployment's pool of two Redis
-/// services on the worker; a new sandbox claims one as it runs, its
-/// credentials set over the engine's protocol across nodes,
-/// and its agent on the manager reaches it over the claimed service's
+/// Templates and the warm pool on the two nodes, in a second deployment:
+/// the plain Postgres template's global job fills a volume on each node,
+/// and a sandbox placed on the worker starts from the worker's. A pool of
+/// two Redis services fills on the worker; a new sandbox claims one as it
+/// runs, its credentials set over the engine's protocol across nodes, and
+/// its agent on the manager reaches it over the claimed service's
 /// overlay; the claimed task killed on the worker is healed at the next
 /// relist with the same password.
-async fn a_pool_spread_over_both_nodes_serves_claims_on_each(nodes: &TwoNodes, manager: &str) {
+async fn a_template_on_each_node_and_a_pool_on_the_worker_serve_sandboxes(
+    nodes: &TwoNodes,
+    manager: &str,
+) {
     let env = TestEnv::new().await;
     let deployment = env.deployment.to_string();
     let _cleanup = scopeguard(deployment.clone());
     let mut config = env.config();
     config.relist_interval = Duration::from_secs(2);
     config.warm_pool = sandboxd::config::warm_pools(&["redis=2".to_owned()]).unwrap();
+    config.templates = true;
     let (controller, runtime) = env.start_on_swarm(config).await;
     let client = Client::from_pool(env.pool.clone());
+    // The plain Postgres template, built at start on both (active) nodes.
+    common::templates_built(&controller, 1.0).await;
+    let prefix = format!("{deployment}-template-postgres-plain-");
+    let names = ["volume", "ls", "--format", "{{.Name}}"];
+    let here = docker_ok(&names);
+    let template: Vec<&str> = here.lines().filter(|v| v.starts_with(&prefix)).collect();
+    assert_eq!(template.len(), 1, "the manager's template: {here}");
+    // (The worker also keeps the job's tmpfs volumes, named after it.)
+    let there = nodes.on_worker(&names);
+    assert!(
+        there.lines().any(|v| v == template[0]),
+        "the worker's template {}: {there}",
+        template[0]
+    );
     // The pool fills while the manager is drained: both pool services on
-    // the worker, so that every claim below is made across nodes.
+    // the worker (those placed on the manager before are replaced there),
+    // so that every claim below is made across nodes.
     docker_ok(&["node", "update", "--availability", "drain", manager]);
-    eventually("two ready pool services", READY, || async {
-        (common::sample(
+    let pooled = eventually("two ready pool services on the worker", READY, || async {
+        let ready = common::sample(
             &controller.metrics.render(),
             "sandboxd_pool_size{engine=\"redis\",state=\"ready\"}",
-        ) == Some(2.0))
-        .then_some(())
+        ) == Some(2.0);
+        let live: Vec<_> = runtime
+            .pool_containers(&env.deployment)
+            .await
+            .ok()?
+            .into_iter()
+            .filter(|p| p.state == ContainerState::Running)
+            .collect();
+        let on_worker = live
+            .iter()
+            .all(|p| node_of_service(p.id.as_str()).as_deref() == Some(nodes.worker.as_str()));
+        (ready && live.len() == 2 && on_worker).then_some(live)
     })
     .await;
-    let pooled = runtime.pool_containers(&env.deployment).await.unwrap();
+    // A Postgres sandbox placed on the worker meanwhile starts from the
+    // worker's template.
+    let pg = sandbox_id("twotpl");
+    let status = client
+        .provision(&pg, &request(&["postgres"], &[]), READY)
+        .await
+        .expect("a Postgres sandbox ready on the worker");
+    assert_eq!(
+        status.services["postgres"].node.as_deref(),
+        Some(nodes.worker.as_str())
+    );
+    assert_eq!(
+        common::sample(
+            &controller.metrics.render(),
+            "sandboxd_container_starts_total{engine=\"postgres\",from=\"template\"}",
+        ),
+        Some(1.0),
+        "started from the worker's template"
+    );
+    assert!(client.release(&pg).await.unwrap());
     docker_ok(&["node", "update", "--availability", "active", manager]);
-    for p in &pooled {
-        assert_eq!(
-            node_of_service(p.id.as_str()).as_deref(),
-            Some(nodes.worker.as_str()),
-            "pool service {} on the worker",
-            p.name
-        );
-    }
 
     let agents: Vec<Agent> = (0..2)
         .map(|i| Agent::start(&format!("{deployment}-pool-agent{i}")))
