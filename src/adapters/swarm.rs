@@ -266,10 +266,24 @@ impl SwarmRuntime {
             filters.insert("service", ids.iter().map(|s| (*s).to_owned()).collect());
         }
         let options = ListTasksOptionsBuilder::default().filters(&filters).build();
-        self.docker
-            .list_tasks(Some(options))
-            .await
-            .map_err(api("list tasks", "services"))
+        match self.docker.list_tasks(Some(options)).await {
+            Ok(tasks) => Ok(tasks),
+            // A service named in the filter was removed since it was listed
+            // (a pool service replaced, a sandbox reaped): Docker refuses
+            // the whole filter, so every task is listed and picked here.
+            Err(e) if is_status(&e, &[404]) => {
+                let all = self
+                    .docker
+                    .list_tasks(None::<bollard::query_parameters::ListTasksOptions>)
+                    .await
+                    .map_err(api("list tasks", "services"))?;
+                Ok(all
+                    .into_iter()
+                    .filter(|t| t.service_id.as_deref().is_some_and(|s| ids.contains(&s)))
+                    .collect())
+            }
+            Err(e) => Err(api("list tasks", "services")(e)),
+        }
     }
 
     /// The services labelled with all of `label_filters` (`key=value`),
