@@ -47,7 +47,7 @@ use tokio::io::AsyncWriteExt;
 
 mod disk;
 mod node_exec;
-pub use node_exec::HELPER_FAILED;
+pub(crate) use node_exec::HELPER_FAILED;
 pub(crate) use node_exec::NODE_EXEC;
 
 /// The host configuration every sandboxd container shares: caps, no

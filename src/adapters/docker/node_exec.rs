@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 /// The exit code of a helper that could not run the command at all (its
 /// reason on stderr), as `docker run` uses it for its own failures.
-pub const HELPER_FAILED: u8 = 125;
+pub(crate) const HELPER_FAILED: u8 = 125;
 
 /// How old an exited helper's container must be before a later run
 /// removes it: far longer than any command may run, so its output was
@@ -36,7 +36,7 @@ impl DockerRuntime {
     /// Runs `cmd` inside container `id` of this engine, which must be one
     /// sandboxd made (label `io.sandboxd.managed-by=sandboxd`): the helper
     /// holds the node's Docker socket, and is lent to no other container.
-    pub async fn exec_in_sandboxd_container(
+    pub(crate) async fn exec_in_sandboxd_container(
         &self,
         id: &ContainerId,
         cmd: &[&str],
@@ -67,7 +67,7 @@ impl DockerRuntime {
     /// before it that are older than [`ENDED_HELPER_AGE`] (a younger one's
     /// output may not have been read yet). Returns how many went; one that
     /// will not go is left for the next run.
-    pub async fn remove_ended_helpers(&self) -> usize {
+    pub(crate) async fn remove_ended_helpers(&self) -> usize {
         let filters = HashMap::from([
             ("label", vec![NODE_EXEC.to_owned()]),
             ("status", vec!["exited".to_owned()]),
