@@ -216,10 +216,15 @@ impl SwarmRuntime {
         let Some(node) = current(tasks.iter()).and_then(|t| t.node_id.clone()) else {
             return Ok(None);
         };
-        match self.docker.inspect_node(&node).await {
+        self.node_by_id(&node).await
+    }
+
+    /// The Swarm node `id`, or `None` once it left the Swarm.
+    async fn node_by_id(&self, id: &str) -> Result<Option<Node>, RuntimeError> {
+        match self.docker.inspect_node(id).await {
             Ok(info) => Ok(Some(info)),
             Err(e) if is_status(&e, &[404]) => Ok(None),
-            Err(e) => Err(api("inspect node", &node)(e)),
+            Err(e) => Err(api("inspect node", id)(e)),
         }
     }
 
@@ -364,12 +369,7 @@ impl SwarmRuntime {
                 let orphan = labels
                     .and_then(|l| l.get(SERVICE))
                     .is_some_and(|s| !services.contains(s));
-                let old = created.is_some_and(|c| {
-                    (chrono::Utc::now() - c)
-                        .to_std()
-                        .is_ok_and(|age| age > ORPHAN_AGE)
-                });
-                orphan && old
+                orphan && past_orphan_age(created)
             })
             .await;
         if removed > 0 {
@@ -644,6 +644,16 @@ fn time(t: Option<bollard::models::BollardDate>) -> Option<chrono::DateTime<chro
     let secs = i64::try_from(nanos.div_euclid(1_000_000_000)).ok()?;
     let sub = u32::try_from(nanos.rem_euclid(1_000_000_000)).ok()?;
     chrono::DateTime::from_timestamp(secs, sub)
+}
+
+/// Whether something created at `created` is older than [`ORPHAN_AGE`]
+/// (unknown: no).
+fn past_orphan_age(created: Option<chrono::DateTime<chrono::Utc>>) -> bool {
+    created.is_some_and(|c| {
+        (chrono::Utc::now() - c)
+            .to_std()
+            .is_ok_and(|age| age > ORPHAN_AGE)
+    })
 }
 
 /// The labels that tie a secret or volume to its service.
@@ -1444,17 +1454,19 @@ impl Runtime for SwarmRuntime {
             )));
         }
         let node_id = task.node_id.clone().unwrap_or_default();
-        let node = match self.docker.inspect_node(&node_id).await {
-            Ok(n) => n.description.and_then(|d| d.hostname),
-            Err(_) => None,
-        }
-        .unwrap_or_else(|| node_id.clone());
-        let labels = task
+        // The hostname, for messages; the id when the node cannot say.
+        let node = self
+            .node_by_id(&node_id)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|n| n.description?.hostname)
+            .unwrap_or_else(|| node_id.clone());
+        let deployment = task
             .spec
             .as_ref()
             .and_then(|s| s.container_spec.as_ref())
-            .and_then(|c| c.labels.as_ref());
-        let deployment = labels
+            .and_then(|c| c.labels.as_ref())
             .and_then(|l| l.get(labels::DEPLOYMENT))
             .cloned()
             .unwrap_or_default();

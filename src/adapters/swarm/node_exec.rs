@@ -22,7 +22,7 @@
 //! with a read-only root, no capability and small caps. Measured here: a
 //! job takes about a second from create to its logs.
 
-use super::{api, docker_name, is_status, time, SwarmRuntime, ORPHAN_AGE, PART_OF};
+use super::{api, docker_name, is_status, past_orphan_age, time, SwarmRuntime, PART_OF};
 use crate::adapters::docker::{HELPER_FAILED, NODE_EXEC};
 use crate::domain::container::ExecOutput;
 use crate::domain::id::Deployment;
@@ -273,7 +273,7 @@ impl SwarmRuntime {
         result
     }
 
-    /// Removes `deployment`'s helper jobs older than [`ORPHAN_AGE`]: ones
+    /// Removes `deployment`'s helper jobs older than `ORPHAN_AGE`: ones
     /// a crashed controller left (a live call removes its own).
     pub(super) async fn collect_exec_jobs(&self, deployment: &Deployment) {
         let filters = HashMap::from([(
@@ -289,12 +289,7 @@ impl SwarmRuntime {
             .await
             .unwrap_or_default();
         for job in jobs {
-            let old = time(job.created_at).is_some_and(|c| {
-                (chrono::Utc::now() - c)
-                    .to_std()
-                    .is_ok_and(|age| age > ORPHAN_AGE)
-            });
-            if let (Some(id), true) = (job.id, old) {
+            if let (Some(id), true) = (job.id, past_orphan_age(time(job.created_at))) {
                 match self.docker.delete_service(&id).await {
                     Ok(()) => tracing::info!(service = id, "orphan node-exec job removed"),
                     Err(e) => {

@@ -44,21 +44,20 @@ const GIB: i64 = 1024 * 1024 * 1024;
 
 fn fixture(command: &str, state: &std::path::Path) -> String {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/swarm-worker.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .arg(command)
-        .arg(state)
+    let mut run = Command::new("bash");
+    run.arg(script).arg(command).arg(state);
+    if command == "up" {
         // The worker runs Redis, Postgres and the node-exec helper (and
         // saves a copy of the rest).
-        .env(
+        run.env(
             "SBXW_IMAGES",
             format!(
                 "sandboxd/redis:8 sandboxd/postgres:17 {}",
                 common::controller_image()
             ),
-        )
-        .output()
-        .expect("run the worker fixture");
+        );
+    }
+    let out = run.output().expect("run the worker fixture");
     assert!(
         out.status.success(),
         "swarm-worker.sh {command}: {}{}",
