@@ -32,7 +32,8 @@
 //! `reset`, `gvisor` (cold starts and pool claims under gVisor's runsc,
 //! where dockerd has it registered), `swarm` (claims, cold and template
 //! starts and heals on one host next to a single-node Swarm, see
-//! `support/swarm.rs`), and the mix's `mix`, `mix-heals` and `chaos` (each
+//! `support/swarm.rs`), `seed` (seeded requests next to unseeded ones,
+//! cold and warm, see `support/seed.rs`), and the mix's `mix`, `mix-heals` and `chaos` (each
 //! against a floor measured first), e.g.
 //! `BENCH_ONLY=chaos BENCH_CHAOS_SECONDS=60 cargo bench --bench provision`.
 
@@ -42,6 +43,8 @@ mod common;
 mod measure;
 #[path = "support/mix.rs"]
 mod mix;
+#[path = "support/seed.rs"]
+mod seed;
 #[path = "support/swarm.rs"]
 mod swarm;
 
@@ -1726,6 +1729,21 @@ async fn run() {
             eprintln!("bench: wrote {}", path.display());
         }
         controller.stop().await;
+        return;
+    }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("seed") {
+        // Seeded requests against unseeded ones, cold and warm:
+        // `BENCH_ONLY=seed cargo bench --bench provision`; its table goes to
+        // target/bench/seed.md.
+        controller.stop().await;
+        let md = seed::compare(&bench, iters).await;
+        println!("{md}");
+        if !smoke {
+            let path = output_path().with_file_name("seed.md");
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
+            std::fs::write(&path, &md).expect("write report");
+            eprintln!("bench: wrote {}", path.display());
+        }
         return;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("swarm") {

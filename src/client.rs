@@ -110,6 +110,10 @@ pub struct SandboxRequest {
     /// `--runtime` (which a row can raise, never lower). A change
     /// re-provisions with fresh credentials.
     pub isolation: Option<Isolation>,
+    /// The seed each engine starts with, by engine: hashes
+    /// [`Client::put_seed`] returned for this owner. A change
+    /// re-provisions with fresh credentials.
+    pub seeds: BTreeMap<String, String>,
 }
 
 /// What an orchestrator adds to a sandbox with [`Client::request`]
@@ -142,6 +146,8 @@ pub struct Request {
     /// The isolation level; `None` keeps the row's (for a new row: the
     /// controller's `--runtime`).
     pub isolation: Option<Isolation>,
+    /// Seeds to set, by engine (replacing the row's for those engines).
+    pub seeds: BTreeMap<String, String>,
 }
 
 /// `d` in whole microseconds, the precision of a Postgres `interval`.
@@ -293,15 +299,15 @@ impl Client {
         let (generation, incarnation): (i64, String) = sqlx::query_as(
             "INSERT INTO sandbox_desired (id, owner, services, features, attach, expires_at,
                                           idle_timeout, persistent, owner_container, idle_action,
-                                          isolation)
+                                          isolation, seeds)
              VALUES ($1, coalesce(nullif($2, ''), current_user), $3, $4, $5, $6, $7, $8, $9, $10,
-                     $11)
+                     $11, $12)
              ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, services = EXCLUDED.services,
                  features = EXCLUDED.features, attach = EXCLUDED.attach,
                  expires_at = EXCLUDED.expires_at, idle_timeout = EXCLUDED.idle_timeout,
                  persistent = EXCLUDED.persistent, owner_container = EXCLUDED.owner_container,
                  idle_action = EXCLUDED.idle_action, isolation = EXCLUDED.isolation,
-                 last_used_at = now()
+                 seeds = EXCLUDED.seeds, last_used_at = now()
              RETURNING generation, incarnation::text",
         )
         .bind(id.as_str())
@@ -315,6 +321,7 @@ impl Client {
         .bind(&req.owner_container)
         .bind(req.idle_action.as_str())
         .bind(req.isolation.map(Isolation::as_str))
+        .bind(serde_json::json!(req.seeds))
         .fetch_one(self.store.pool())
         .await
         .map_err(query("write desired row"))?;
@@ -335,21 +342,23 @@ impl Client {
             .begin()
             .await
             .map_err(query("request sandbox"))?;
-        let generation: i64 =
-            sqlx::query_scalar("SELECT sandbox_request($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
-                .bind(id.as_str())
-                .bind(&req.owner)
-                .bind(&req.services)
-                .bind(features)
-                .bind(req.idle_timeout.map(micros))
-                .bind(req.persistent)
-                .bind(&req.owner_container)
-                .bind(&req.attach)
-                .bind(req.idle_action.map(IdleAction::as_str))
-                .bind(req.isolation.map(Isolation::as_str))
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(query("request sandbox"))?;
+        let generation: i64 = sqlx::query_scalar(
+            "SELECT sandbox_request($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(id.as_str())
+        .bind(&req.owner)
+        .bind(&req.services)
+        .bind(features)
+        .bind(req.idle_timeout.map(micros))
+        .bind(req.persistent)
+        .bind(&req.owner_container)
+        .bind(&req.attach)
+        .bind(req.idle_action.map(IdleAction::as_str))
+        .bind(req.isolation.map(Isolation::as_str))
+        .bind((!req.seeds.is_empty()).then(|| serde_json::json!(req.seeds)))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(query("request sandbox"))?;
         let incarnation: String =
             sqlx::query_scalar("SELECT incarnation::text FROM sandbox_desired WHERE id = $1")
                 .bind(id.as_str())
@@ -590,7 +599,29 @@ impl Client {
             .collect())
     }
 
-    /// Asks for checkpoint `name` of the sandbox (`sandbox_checkpoint`;
+    /// Registers seed `content` for `engine` (`sandbox_seed_put`) as
+    /// `owner`'s (`None`: the role the client connects as; rows may name
+    /// only their owner's seeds), and returns its hash (`sha256:…`) to name
+    /// in a row's `seeds`; the same content again is the same hash.
+    /// Refused (with the database's message) for an engine that takes no
+    /// seeds, empty content, more than 16 MiB, or an owner whose rows this
+    /// role may not write.
+    pub async fn put_seed(
+        &self,
+        engine: &str,
+        content: &[u8],
+        owner: Option<&str>,
+    ) -> Result<String, ClientError> {
+        sqlx::query_scalar("SELECT sandbox_seed_put($1, $2, $3)")
+            .bind(engine)
+            .bind(content)
+            .bind(owner)
+            .fetch_one(self.store.pool())
+            .await
+            .map_err(refused("register a seed"))
+    }
+
+    /// Asks for checkpoint `name` of the sandbox (its data now, all engines;
     /// one of that name is replaced): the request's number. Refused when
     /// the name is invalid or `baseline`, the sandbox is not one this role
     /// sees, or it has the most checkpoints it may.
@@ -768,7 +799,7 @@ fn refused(op: &'static str) -> impl FnOnce(sqlx::Error) -> ClientError {
         sqlx::Error::Database(db)
             if matches!(
                 db.code().as_deref(),
-                Some("22023" | "P0002" | "54000" | "23514" | "23503")
+                Some("22023" | "P0002" | "54000" | "23514" | "23503" | "0A000" | "42501")
             ) =>
         {
             ClientError::Refused(db.message().to_owned())

@@ -160,6 +160,7 @@ pub fn warm_pools(entries: &[String]) -> Result<BTreeMap<PoolKey, usize>, Config
         let key = PoolKey {
             engine: engine.name(),
             features,
+            seed: None,
         };
         if pools.contains_key(&key) {
             return Err(ConfigError::WarmPoolTwice(key.to_string()));
@@ -642,6 +643,7 @@ mod tests {
         let key = PoolKey {
             engine: engine::lookup("postgres").unwrap().name(),
             features: BTreeSet::from(["pg_trgm".into(), "vector".into()]),
+            seed: None,
         };
         assert_eq!(pools[&key], 1);
         assert!(warm_pools(&["redis=0".into()]).unwrap().is_empty());

@@ -146,6 +146,42 @@ BEGIN
         END IF;
     END IF;
 
+    -- seeds: {"engine": "sha256:…"}, each engine requested, each hash one
+    -- this row's owner registered for that engine (sandbox_seed_put).
+    IF NEW.seeds IS NULL THEN
+        NEW.seeds := '{}'::jsonb;
+    END IF;
+    IF jsonb_typeof(NEW.seeds) <> 'object' THEN
+        RAISE EXCEPTION 'seeds of sandbox % must be a JSON object mapping engine to a seed hash, e.g. {"postgres":"sha256:…"} (sandbox_seed_put returns the hash)', NEW.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF (SELECT count(*) FROM jsonb_object_keys(NEW.seeds)) > n_engines THEN
+        RAISE EXCEPTION 'seeds of sandbox % name more engines than there are (%): allowed engines are %',
+            NEW.id, n_engines, sandbox_allowed_engines()
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.persistent AND NEW.seeds <> '{}'::jsonb THEN
+        RAISE EXCEPTION 'sandbox % is persistent, and seeds are for throwaway sandboxes: a persistent sandbox keeps its data across heals, so load it once from the agent''s side (or request it without persistent)', NEW.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    FOR eng, val IN SELECT key, value FROM jsonb_each(NEW.seeds) LOOP
+        IF NOT (eng = ANY (NEW.services)) THEN
+            RAISE EXCEPTION 'seeds of sandbox % name engine %, which its services (%) do not request: add it to services or drop its seed',
+                NEW.id, sandbox_quote(eng), array_to_string(NEW.services, ',')
+                USING ERRCODE = 'check_violation';
+        END IF;
+        IF jsonb_typeof(val) <> 'string' OR (val #>> '{}') !~ '^sha256:[0-9a-f]{64}$' THEN
+            RAISE EXCEPTION 'seed of sandbox % for engine % must be a hash ''sha256:'' and 64 hex digits, as sandbox_seed_put returns it, got %',
+                NEW.id, sandbox_quote(eng), left(val::text, 80)
+                USING ERRCODE = 'check_violation';
+        END IF;
+        IF sandbox_seed_engine(NEW.owner, val #>> '{}') IS DISTINCT FROM eng THEN
+            RAISE EXCEPTION 'seed % of sandbox % for engine % is not one owner % registered for that engine: register it first with sandbox_seed_put(%, content)',
+                val #>> '{}', NEW.id, sandbox_quote(eng), sandbox_quote(NEW.owner), quote_literal(eng)
+                USING ERRCODE = 'check_violation';
+        END IF;
+    END LOOP;
+
     -- isolation: NULL (the controller's --runtime) or a known level.
     IF NEW.isolation IS NOT NULL AND NEW.isolation NOT IN ('container', 'gvisor') THEN
         RAISE EXCEPTION 'isolation of sandbox % is %: use ''container'' (Docker''s default runtime), ''gvisor'' (gVisor''s user-space kernel, runsc) or NULL (the controller''s --runtime)',
@@ -159,8 +195,8 @@ BEGIN
         NEW.updated_at := now();
     ELSE
         NEW.created_at := OLD.created_at;
-        IF (NEW.owner, NEW.services, NEW.features, NEW.expires_at, NEW.attach, NEW.isolation)
-           IS DISTINCT FROM (OLD.owner, OLD.services, OLD.features, OLD.expires_at, OLD.attach, OLD.isolation) THEN
+        IF (NEW.owner, NEW.services, NEW.features, NEW.expires_at, NEW.attach, NEW.isolation, NEW.seeds)
+           IS DISTINCT FROM (OLD.owner, OLD.services, OLD.features, OLD.expires_at, OLD.attach, OLD.isolation, OLD.seeds) THEN
             NEW.generation := OLD.generation + 1;
             NEW.updated_at := now();
         ELSE

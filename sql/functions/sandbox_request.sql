@@ -1,7 +1,7 @@
 -- The additive verb: inserts the row if absent (owner: p_owner, else the
 -- calling role), otherwise adds to what it asks: services and attach are
 -- the row's, then the new ones appended; features are the per-engine
--- union; idle_timeout, owner_container, idle_action and isolation are
+-- union; seeds are the row's with the given engines' replaced; idle_timeout, owner_container, idle_action and isolation are
 -- replaced only when given (a new row's idle_action is 'release', its
 -- isolation NULL: the controller's --runtime); persistent and owner,
 -- when given, must equal the row's. Never removes anything and leaves
@@ -19,7 +19,8 @@ CREATE OR REPLACE FUNCTION sandbox_request(
     p_owner_container text DEFAULT NULL,
     p_attach text[] DEFAULT NULL,
     p_idle_action text DEFAULT NULL,
-    p_isolation text DEFAULT NULL
+    p_isolation text DEFAULT NULL,
+    p_seeds jsonb DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql SECURITY INVOKER AS $$
 DECLARE
@@ -80,6 +81,11 @@ BEGIN
         END IF;
     END LOOP;
 
+    IF p_seeds IS NOT NULL AND jsonb_typeof(p_seeds) <> 'object' THEN
+        RAISE EXCEPTION 'seeds requested for sandbox % must be a JSON object mapping engine to a seed hash, e.g. {"postgres":"sha256:…"} (sandbox_seed_put returns the hash)', p_id
+            USING ERRCODE = 'check_violation';
+    END IF;
+
     p_attach := coalesce(p_attach, '{}');
     IF cardinality(p_attach) > max_attach THEN
         RAISE EXCEPTION 'attach requested for sandbox % lists % containers: at most % are allowed',
@@ -120,6 +126,7 @@ BEGIN
                 owner_container = coalesce(p_owner_container, cur.owner_container),
                 idle_action     = coalesce(p_idle_action, cur.idle_action),
                 isolation       = coalesce(p_isolation, cur.isolation),
+                seeds           = cur.seeds || coalesce(p_seeds, '{}'),
                 requested_at    = greatest(clock_timestamp(),
                                            cur.requested_at + interval '1 microsecond'),
                 last_used_at    = now()
@@ -130,13 +137,13 @@ BEGIN
 
         INSERT INTO sandbox_desired AS d
             (id, owner, services, features, attach, idle_timeout, persistent, owner_container,
-             requested_at, idle_action, isolation)
+             requested_at, idle_action, isolation, seeds)
         VALUES (p_id, coalesce(p_owner, current_user),
                 sandbox_array_union('{}', p_services),
                 sandbox_features_union('{}', p_features),
                 sandbox_array_union('{}', p_attach),
                 p_idle_timeout, coalesce(p_persistent, false), p_owner_container, clock_timestamp(),
-                coalesce(p_idle_action, 'release'), p_isolation)
+                coalesce(p_idle_action, 'release'), p_isolation, coalesce(p_seeds, '{}'))
         ON CONFLICT (id) DO NOTHING
         RETURNING d.generation INTO v_generation;
         IF FOUND THEN

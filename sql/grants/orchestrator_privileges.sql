@@ -41,7 +41,11 @@ INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege) VAL
     -- The verbs, and what they call.
     ('function', 'sandbox_array_union(text[], text[])', 'EXECUTE'),
     ('function', 'sandbox_features_union(jsonb, jsonb)', 'EXECUTE'),
-    ('function', 'sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text, text)', 'EXECUTE'),
+    ('function', 'sandbox_request(text, text, text[], jsonb, interval, boolean, text, text[], text, text, jsonb)', 'EXECUTE'),
+    -- Seeds: registered through the verb only; the validation calls the
+    -- lookup as the orchestrator. The table (content) is never theirs.
+    ('function', 'sandbox_seed_put(text, bytea, text)', 'EXECUTE'),
+    ('function', 'sandbox_seed_engine(text, text)', 'EXECUTE'),
     ('function', 'sandbox_touch(text)', 'EXECUTE'),
     ('function', 'sandbox_release(text)', 'EXECUTE'),
     -- Checkpoints: the verbs, and reading what they wrote. Only the verbs

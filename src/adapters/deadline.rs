@@ -10,6 +10,7 @@ use crate::domain::identity::StateId;
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
+use crate::domain::seed::{SeedContent, SeedHash};
 use crate::domain::status::StatusUpdate;
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
 use async_trait::async_trait;
@@ -115,6 +116,10 @@ impl Store for BoundedStore {
 
     async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError> {
         store_call("read pool claims", self.after, self.inner.pool_claims()).await
+    }
+
+    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedContent>, StoreError> {
+        store_call("read a seed", self.after, self.inner.seed(hash)).await
     }
 
     async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError> {

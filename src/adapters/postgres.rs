@@ -22,6 +22,7 @@ use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, Services};
+use crate::domain::seed::{SeedContent, SeedHash};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
@@ -378,6 +379,7 @@ const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     left(idle_action, 16) AS idle_action,
     left(owner_container, 129) AS owner_container,
     left(isolation, 16) AS isolation,
+    CASE WHEN pg_column_size(seeds) <= $2 THEN seeds::text END AS seeds,
     generation, incarnation::text AS incarnation,
     CASE WHEN isfinite(created_at) AND created_at < '10000-01-01 00:00:00+00' THEN created_at
          END AS created_at";
@@ -415,6 +417,7 @@ fn read_desired(row: &PgRow) -> DesiredRow {
         owner_container: cell(row, "owner_container"),
         created_at: cell(row, "created_at"),
         isolation: cell(row, "isolation"),
+        seeds: cell(row, "seeds"),
     }
 }
 
@@ -735,7 +738,7 @@ impl Store for PgStore {
 
     async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError> {
         let rows = sqlx::query(
-            "SELECT container, sandbox_id, engine, generation, incarnation, owner, features, instance
+            "SELECT container, sandbox_id, engine, generation, incarnation, owner, features, instance, seed
                FROM sandbox_pool_claims ORDER BY container",
         )
         .fetch_all(&self.pool)
@@ -760,22 +763,38 @@ impl Store for PgStore {
                     owner: r.get("owner"),
                     features: features.into_iter().collect(),
                     instance: r.get("instance"),
+                    seed: r
+                        .get::<Option<String>, _>("seed")
+                        .and_then(|s| SeedHash::parse(&s)),
                 })
             })
             .collect()
+    }
+
+    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedContent>, StoreError> {
+        let row = sqlx::query("SELECT engine, content FROM sandbox_seeds WHERE hash = $1 LIMIT 1")
+            .bind(hash.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query("read a seed"))?;
+        Ok(row.map(|r| SeedContent {
+            hash: hash.clone(),
+            engine: r.get("engine"),
+            bytes: r.get("content"),
+        }))
     }
 
     async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError> {
         let features: Vec<&str> = claim.features.iter().map(String::as_str).collect();
         sqlx::query(
             "INSERT INTO sandbox_pool_claims
-                 (container, sandbox_id, engine, generation, incarnation, owner, features, instance, leader_term)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 (container, sandbox_id, engine, generation, incarnation, owner, features, instance, leader_term, seed)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (container) DO UPDATE
                  SET sandbox_id = EXCLUDED.sandbox_id, engine = EXCLUDED.engine,
                      generation = EXCLUDED.generation, incarnation = EXCLUDED.incarnation,
                      owner = EXCLUDED.owner, features = EXCLUDED.features,
-                     instance = EXCLUDED.instance, claimed_at = now(),
+                     instance = EXCLUDED.instance, seed = EXCLUDED.seed, claimed_at = now(),
                      leader_term = EXCLUDED.leader_term",
         )
         .bind(claim.container.as_str())
@@ -787,6 +806,7 @@ impl Store for PgStore {
         .bind(&features)
         .bind(&claim.instance)
         .bind(term.0)
+        .bind(claim.seed.as_ref().map(SeedHash::as_str))
         .execute(&self.pool)
         .await
         .map_err(fenced(term, "record a pool claim"))?;

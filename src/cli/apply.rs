@@ -21,6 +21,7 @@ pub(super) async fn apply(url: &str, args: ApplyArgs) -> Result<(), CliError> {
         owner_container: args.owner_container,
         idle_action: args.idle_action.into(),
         isolation: args.isolation.map(Into::into),
+        seeds: super::seed::parse_seeds(&args.seed)?,
     };
     let client = Client::connect(url).await?;
     let revision = client.apply(&args.id, &req).await?;

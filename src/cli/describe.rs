@@ -390,6 +390,7 @@ mod tests {
             heals: 2,
             image: "sandboxd/postgres:17".into(),
             node: None,
+            seed: None,
         };
         SandboxStatus {
             id: SandboxId::parse("agent-7").unwrap(),

@@ -23,6 +23,12 @@ pub enum CliError {
     /// Bad --features value.
     #[error("invalid --features value {0:?}: use ENGINE=FEATURE, e.g. postgres=pg_trgm or postgres=vector,postgis")]
     Feature(String),
+    /// Bad --seed value.
+    #[error("invalid --seed value {0:?}: use ENGINE=HASH once per engine, e.g. postgres=sha256:… (the hash `sandboxd seed put` printed)")]
+    Seed(String),
+    /// The seed file cannot be read.
+    #[error("cannot read the seed from {0}: {1}")]
+    SeedFile(String, #[source] std::io::Error),
     /// Store failures.
     #[error(transparent)]
     Store(#[from] StoreError),

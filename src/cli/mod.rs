@@ -40,6 +40,7 @@ mod reference;
 mod release;
 mod request;
 pub(crate) mod run;
+mod seed;
 mod table;
 mod touch;
 
@@ -103,6 +104,7 @@ async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
         Command::Get(args) => get::get(url, args).await,
         Command::List(args) => list::run(url, args).await,
         Command::Quota(command) => quota::run(url, command).await,
+        Command::Seed(command) => seed::run(url, command).await,
         Command::Describe(args) => describe::run(url, args).await,
         Command::Completions { .. } | Command::NodeExec { .. } => Ok(()),
         Command::Touch { id } => touch::touch(url, id).await,

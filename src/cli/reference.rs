@@ -148,6 +148,8 @@ fn touch_every_series(m: &crate::metrics::Metrics) {
     m.lifecycle.request_to_ready(engine, 1.0);
     m.lifecycle.healed(engine, HealCause::Exited);
     m.lifecycle.rotated(engine);
+    m.lifecycle
+        .seed_loaded(engine, true, Duration::from_millis(1));
     m.images.template_built(engine, true);
     m.lifecycle.container_started(engine, "cold");
     m.watch

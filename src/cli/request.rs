@@ -19,6 +19,7 @@ pub(super) async fn request(url: &str, args: RequestArgs) -> Result<(), CliError
         attach: args.attach,
         idle_action: args.idle_action.map(Into::into),
         isolation: args.isolation.map(Into::into),
+        seeds: super::seed::parse_seeds(&args.seed)?,
     };
     let client = Client::connect(url).await?;
     let revision = client.request(&args.id, &req).await?;

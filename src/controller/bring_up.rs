@@ -68,6 +68,9 @@ pub enum ProvisionError {
         /// Tail of its output, credentials scrubbed.
         logs: String,
     },
+    /// The row's seed could not be loaded: the container was removed.
+    #[error(transparent)]
+    Seed(#[from] super::seed::SeedError),
     /// Enabling or verifying features failed.
     #[error("{0} (image {1})")]
     Feature(#[source] EngineError, String),
@@ -295,6 +298,7 @@ pub(crate) fn ready_status(
         },
         image: image.to_owned(),
         node: None,
+        seed: p.seed.clone(),
     }
 }
 
@@ -339,12 +343,7 @@ pub(crate) async fn bring_up_at(
     let runtime = ctx.runtime.as_ref();
     let (host, port) = probe_address(ctx, engine, id, name, host_port).await?;
     let exec = InContainer { runtime, id };
-    let target = Target {
-        host: &host,
-        port,
-        credentials,
-        exec: &exec,
-    };
+    let target = exec.target(&host, port, credentials);
     let deadline = ctx.config.readiness_deadline(engine);
     poll_ready(runtime, engine, &target, id, name, deadline).await?;
     if features.is_empty() {
@@ -403,12 +402,7 @@ pub(crate) async fn claim_credentials(
         runtime: ctx.runtime.as_ref(),
         id,
     };
-    let target = Target {
-        host: &host,
-        port,
-        credentials: pool,
-        exec: &exec,
-    };
+    let target = exec.target(&host, port, pool);
     tokio::time::timeout(deadline, engine.claim(&target, claimant))
         .await
         .unwrap_or_else(|_| {
@@ -440,12 +434,7 @@ pub(crate) async fn count_clients(
         runtime: ctx.runtime.as_ref(),
         id,
     };
-    let target = Target {
-        host: &host,
-        port,
-        credentials,
-        exec: &exec,
-    };
+    let target = exec.target(&host, port, credentials);
     let deadline = ctx.config.docker_timeout;
     tokio::time::timeout(deadline, engine.clients(&target))
         .await
@@ -458,9 +447,27 @@ pub(crate) async fn count_clients(
 }
 
 /// Commands inside one container, through the runtime.
-struct InContainer<'a> {
-    runtime: &'a dyn Runtime,
-    id: &'a ContainerId,
+pub(crate) struct InContainer<'a> {
+    pub(crate) runtime: &'a dyn Runtime,
+    pub(crate) id: &'a ContainerId,
+}
+
+impl InContainer<'_> {
+    /// The engine in this container, reached at `host:port` and logged in
+    /// to with `credentials`.
+    pub(crate) fn target<'t>(
+        &'t self,
+        host: &'t str,
+        port: u16,
+        credentials: &'t Credentials,
+    ) -> Target<'t> {
+        Target {
+            host,
+            port,
+            credentials,
+            exec: self,
+        }
+    }
 }
 
 #[async_trait]
@@ -487,12 +494,7 @@ pub async fn wait_ready(
     credentials: &Credentials,
 ) -> Result<u32, ProvisionError> {
     let exec = InContainer { runtime, id };
-    let target = Target {
-        host,
-        port,
-        credentials,
-        exec: &exec,
-    };
+    let target = exec.target(host, port, credentials);
     poll_ready(
         runtime,
         engine,

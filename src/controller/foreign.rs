@@ -92,6 +92,7 @@ mod tests {
                 state_id: Some(THEIRS.into()),
                 incarnation: None,
                 isolation: Default::default(),
+                seed: None,
             },
             state: ContainerState::Running,
             created: chrono::DateTime::UNIX_EPOCH,

@@ -24,6 +24,7 @@ mod recheck;
 mod reconcile;
 mod relist;
 mod rotation;
+mod seed;
 pub mod template;
 pub mod volume;
 mod webhook;
@@ -131,6 +132,8 @@ pub(crate) struct Context {
     pub(crate) templates: template::Templates,
     /// The warm pool (empty unless configured).
     pub(crate) pool: pool::Pool,
+    /// Seed content read so far.
+    pub(crate) seeds: seed::Seeds,
     /// Each sandbox's last published phase, for the fleet gauges.
     pub(crate) phases: FleetPhases,
     /// Where recorded events go besides `sandbox_events` (the webhook).
@@ -284,6 +287,7 @@ impl Controller {
                 foreign: Foreign::default(),
                 images,
                 templates: template::Templates::default(),
+                seeds: seed::Seeds::default(),
                 pool: pool::Pool::default(),
                 phases: FleetPhases::default(),
                 webhook: notifier,

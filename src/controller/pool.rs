@@ -315,6 +315,7 @@ pub(crate) fn reserve<'a>(
         let key = PoolKey {
             engine: p.engine,
             features: p.features.clone(),
+            seed: p.seed.clone(),
         };
         if learned.is_on() {
             ctx.pool.ask(&key, ctx.clock.now(), learned.window);
@@ -414,6 +415,7 @@ async fn take_over(
         owner: desired.owner.clone(),
         features: p.features.clone(),
         instance: instance.clone(),
+        seed: p.seed.clone(),
     };
     let labels = claim
         .labels(
@@ -850,7 +852,17 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
     };
     drop(creating);
     let id = started?;
-    match bring_up(ctx, engine, &id, &name, &credentials, &key.features, &image).await {
+    let up = async {
+        let (host_port, available) =
+            bring_up(ctx, engine, &id, &name, &credentials, &key.features, &image).await?;
+        // Loaded as the pool's login, which is the claimant's role (or
+        // user) with another password: the claim serves the seeded data.
+        if let Some(hash) = &key.seed {
+            super::seed::load(ctx, engine, &id, &name, host_port, &credentials, hash).await?;
+        }
+        Ok::<_, ProvisionError>((host_port, available))
+    };
+    match up.await {
         Ok((host_port, _)) => {
             tracing::info!(pool = %key, container = %id, "warm-pool container ready");
             Ok(Ready {
@@ -902,6 +914,9 @@ async fn start_one(
     if let Some(state) = ctx.state.get() {
         labels.insert(labels::STATE_ID.to_owned(), state.to_string());
     }
+    if let Some(seed) = &key.seed {
+        labels.insert(crate::domain::seed::SEED.to_owned(), seed.to_string());
+    }
     if let Some(term) = ctx.fence.term() {
         labels.insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
     }
@@ -940,6 +955,7 @@ mod tests {
         PoolKey {
             engine: crate::engine::lookup(engine).unwrap().name(),
             features: Default::default(),
+            seed: None,
         }
     }
 

@@ -133,6 +133,7 @@ async fn roll_back(
         return failure;
     };
     tracing::warn!(error = %failure, "rotation failed; restoring the old credentials");
+    let seed = old.seed.clone();
     let restore = Provision {
         engine: p.engine,
         features: old.available_extensions.iter().cloned().collect(),
@@ -141,6 +142,7 @@ async fn roll_back(
         replace: Vec::new(),
         retire: None,
         reason: ProvisionReason::Rotate,
+        seed,
     };
     let none = Reserved::none(&ctx.pool);
     let restored = match create(ctx, desired, engine, &restore, commit.network(), &none).await {
@@ -331,6 +333,7 @@ async fn cold(
         state_id: ctx.state.get().map(ToString::to_string),
         incarnation: desired.incarnation.as_ref().map(ToString::to_string),
         isolation: desired.isolation_under(config.isolation),
+        seed: p.seed.clone(),
     };
     let volume = desired
         .persistent
@@ -445,7 +448,15 @@ async fn start(
         }
         Err(e) => return Err(e.into()),
     };
-    match bring_up(ctx, engine, &id, name, credentials, &p.features, image).await {
+    let up = async {
+        let (host_port, available) =
+            bring_up(ctx, engine, &id, name, credentials, &p.features, image).await?;
+        if let Some(hash) = &p.seed {
+            super::seed::load(ctx, engine, &id, name, host_port, credentials, hash).await?;
+        }
+        Ok::<_, ProvisionError>((host_port, available))
+    };
+    match up.await {
         Ok((host_port, available)) => Ok((id, host_port, available)),
         Err(e) => {
             let e = e.interrupted_if(|c| ctx.orders.of(c).is_some());

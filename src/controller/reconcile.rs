@@ -886,6 +886,9 @@ async fn provision_all(
                         data_kept: desired.persistent,
                     },
                 ));
+                if let Some(seeded) = Event::seeded(p, done.origin) {
+                    journal.push(seeded);
+                }
                 (p.engine, Ok(done.status))
             }
             Err(e) => {

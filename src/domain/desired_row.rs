@@ -20,6 +20,7 @@ use super::id::{EngineName, SandboxId};
 use super::identity::Incarnation;
 use super::isolation::Isolation;
 use super::sandbox::{DesiredSandbox, IdleAction};
+use super::seed::SeedHash;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -90,6 +91,8 @@ pub(crate) struct DesiredRow {
     pub(crate) created_at: Cell<Option<DateTime<Utc>>>,
     /// Cut to 16 characters.
     pub(crate) isolation: Cell<Option<String>>,
+    /// The JSON text, `None` when larger than [`MAX_FEATURES_BYTES`].
+    pub(crate) seeds: Cell<Option<String>>,
 }
 
 /// What the rules need of an engine this binary runs.
@@ -141,6 +144,20 @@ pub(crate) fn desired_from_row(
     // as the last change, and is no problem.
     let created_at = row.created_at.ok().flatten().unwrap_or(updated_at);
     let isolation = read_isolation(row.isolation, &mut problems);
+    let seeds = read_seeds(
+        row.seeds,
+        &engines,
+        &services,
+        &unknown_services,
+        &mut problems,
+    );
+    if persistent && !seeds.is_empty() {
+        problems.push(
+            "seeds are for throwaway sandboxes, and this one is persistent: a persistent \
+             sandbox keeps its data, load it once from the agent's side"
+                .into(),
+        );
+    }
 
     DesiredSandbox {
         id: id.clone(),
@@ -161,7 +178,64 @@ pub(crate) fn desired_from_row(
         idle_action,
         owner_container,
         isolation,
+        seeds,
     }
+}
+
+/// The `seeds` column: an object of engine (one `services` requests) to a
+/// seed hash. An entry that breaks the rule is dropped and reported.
+fn read_seeds(
+    column: Cell<Option<String>>,
+    engines: &impl Fn(&str) -> Option<KnownEngine>,
+    services: &[EngineName],
+    unknown_services: &[String],
+    problems: &mut Problems,
+) -> BTreeMap<EngineName, SeedHash> {
+    let mut seeds = BTreeMap::new();
+    let text = match problems.cell("seeds", column) {
+        Some(Some(text)) => text,
+        Some(None) => {
+            problems.push(format!(
+                "seeds is larger than {MAX_FEATURES_BYTES} bytes: name one seed hash per engine"
+            ));
+            return seeds;
+        }
+        None => return seeds,
+    };
+    let Ok(raw) = serde_json::from_str::<BTreeMap<String, String>>(&text) else {
+        problems.push(
+            "seeds is not a JSON object mapping engine to a seed hash, \
+             e.g. {\"postgres\":\"sha256:…\"}"
+                .into(),
+        );
+        return seeds;
+    };
+    for (name, hash) in raw {
+        let engine = engines(&name);
+        let requested = match engine {
+            Some(e) => services.contains(&e.name),
+            None => unknown_services.iter().any(|u| u == &name),
+        };
+        if !requested {
+            problems.push(format!(
+                "seeds name engine {}, which services do not request",
+                shown(&name)
+            ));
+            continue;
+        }
+        let Some(engine) = engine else { continue };
+        match SeedHash::parse(&hash) {
+            Some(hash) => {
+                seeds.insert(engine.name, hash);
+            }
+            None => problems.push(format!(
+                "the seed of engine {} is {}, not a hash (sha256: and 64 hex digits)",
+                shown(&name),
+                shown(&hash)
+            )),
+        }
+    }
+    seeds
 }
 
 /// The `owner` column: text of at most [`MAX_OWNER_CHARS`] characters

@@ -50,11 +50,14 @@ pub enum EventReason {
     /// The sandbox's data went back to a checkpoint (`detail`: its name,
     /// `baseline` for the empty database).
     Reset,
+    /// A new engine container started from the row's seed (`detail`: the
+    /// seed's hash, shortened; the message has it whole).
+    Seeded,
 }
 
 impl EventReason {
     /// Every reason.
-    pub const ALL: [EventReason; 12] = [
+    pub const ALL: [EventReason; 13] = [
         EventReason::Provisioned,
         EventReason::Claimed,
         EventReason::Healed,
@@ -67,6 +70,7 @@ impl EventReason {
         EventReason::Resumed,
         EventReason::Checkpointed,
         EventReason::Reset,
+        EventReason::Seeded,
     ];
 
     /// The stored text.
@@ -84,6 +88,7 @@ impl EventReason {
             EventReason::Resumed => "resumed",
             EventReason::Checkpointed => "checkpointed",
             EventReason::Reset => "reset",
+            EventReason::Seeded => "seeded",
         }
     }
 
@@ -255,6 +260,24 @@ impl Event {
                 )
             }
         }
+    }
+
+    /// The seed a provision that ended with the engine ready started it
+    /// from, if any: loaded into it, or (a claim) into the pool container
+    /// before it was offered.
+    pub(crate) fn seeded(p: &Provision, origin: Origin) -> Option<Self> {
+        let seed = p.seed.as_ref()?;
+        let how = if origin == Origin::Pool {
+            "the warm-pool container was seeded before it was claimed"
+        } else {
+            "loaded as the agent once the engine was ready"
+        };
+        Some(Self::new(
+            EventReason::Seeded,
+            Some(p.engine.as_str()),
+            Some(&format!("sha256:{}", seed.short())),
+            format!("started from seed {seed}: {how}"),
+        ))
     }
 
     /// A provision that failed with `error`.
@@ -586,6 +609,7 @@ mod tests {
             heals,
             image: "sandboxd/postgres:17".into(),
             node: None,
+            seed: None,
         }
     }
 
@@ -598,6 +622,7 @@ mod tests {
             replace: vec![ContainerId::new("old")],
             retire: None,
             reason,
+            seed: None,
         }
     }
 

@@ -3,6 +3,7 @@
 
 use super::id::{Deployment, SandboxId};
 use super::isolation::Isolation;
+use super::seed::{SeedHash, SEED};
 use std::collections::{BTreeSet, HashMap};
 
 /// Always `sandboxd` on containers sandboxd manages.
@@ -98,6 +99,8 @@ pub struct ContainerLabels {
     pub incarnation: Option<String>,
     /// The isolation level it runs under (see [`ISOLATION`]).
     pub isolation: Isolation,
+    /// The seed its data started from (label [`SEED`]); `None`: empty.
+    pub seed: Option<SeedHash>,
 }
 
 impl ContainerLabels {
@@ -122,6 +125,9 @@ impl ContainerLabels {
             if let Some(value) = value {
                 map.insert(key.to_owned(), value.clone());
             }
+        }
+        if let Some(seed) = &self.seed {
+            map.insert(SEED.to_owned(), seed.to_string());
         }
         map
     }
@@ -156,6 +162,7 @@ impl ContainerLabels {
             state_id: map.get(STATE_ID).cloned(),
             incarnation: map.get(INCARNATION).cloned(),
             isolation: Isolation::of_label(map.get(ISOLATION).map(String::as_str)),
+            seed: map.get(SEED).and_then(|s| SeedHash::parse(s)),
         })
     }
 }
@@ -196,10 +203,12 @@ mod tests {
             state_id: Some("5f0c7e3a-9b1d-4c2e-8f00-1a2b3c4d5e6f".into()),
             incarnation: Some("0a0b0c0d-0000-4000-8000-000000000001".into()),
             isolation: Isolation::Gvisor,
+            seed: SeedHash::parse(&format!("sha256:{}", "ab".repeat(32))),
         };
         let map = l.to_map();
         assert_eq!(map[FEATURES], "citext,pg_trgm");
         assert_eq!(map[ISOLATION], "gvisor");
+        assert_eq!(map[SEED], format!("sha256:{}", "ab".repeat(32)));
         assert_eq!(ContainerLabels::parse(&map), Some(l.clone()));
 
         let volume = l.of_volume();
@@ -222,6 +231,7 @@ mod tests {
             state_id: None,
             incarnation: None,
             isolation: Isolation::Container,
+            seed: None,
         };
         let mut map = l.to_map();
         assert!(!map.contains_key(STATE_ID) && !map.contains_key(INCARNATION));

@@ -36,6 +36,7 @@ pub mod pool;
 pub(crate) mod resync;
 pub mod sandbox;
 pub(crate) mod secret;
+pub mod seed;
 pub mod status;
 pub mod template_volume;
 pub(crate) mod volume_disk;

@@ -6,6 +6,7 @@ use super::id::{ContainerId, EngineName};
 use super::isolation::Isolation;
 use super::network::is_container_name;
 use super::sandbox::{DesiredSandbox, IdleAction, SandboxStatus, ServiceStatus};
+use super::seed::SeedHash;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -138,6 +139,9 @@ pub(crate) struct Provision {
     /// the controller restores the old credentials on the volume).
     pub(crate) retire: Option<ContainerId>,
     pub(crate) reason: ProvisionReason,
+    /// The seed the new container's data starts from (the row's for the
+    /// engine; a heal's is the one published, which equals it).
+    pub(crate) seed: Option<SeedHash>,
 }
 
 /// Remove one container now.
@@ -563,9 +567,13 @@ pub(crate) fn plan(
             published,
             isolation,
         };
+        let wanted = Asked {
+            features: &wanted_features,
+            seed: desired.seed_for(engine),
+        };
         actions.extend(plan_engine(
             &seen,
-            &wanted_features,
+            &wanted,
             desired.persistent || policy.rotate_in_place,
         ));
     }
@@ -578,7 +586,23 @@ pub(crate) fn plan(
     }
 }
 
-fn plan_engine(seen: &EngineView<'_>, wanted: &BTreeSet<String>, in_place: bool) -> Vec<Action> {
+/// What the row asks of one engine's container.
+struct Asked<'a> {
+    /// At least these features.
+    features: &'a BTreeSet<String>,
+    /// Data started from exactly this seed (`None`: empty).
+    seed: Option<&'a SeedHash>,
+}
+
+impl Asked<'_> {
+    /// Whether a container with `features` whose data started from `seed`
+    /// gives what is asked.
+    fn met_by(&self, features: &BTreeSet<String>, seed: Option<&SeedHash>) -> bool {
+        self.features.is_subset(features) && self.seed == seed
+    }
+}
+
+fn plan_engine(seen: &EngineView<'_>, wanted: &Asked<'_>, in_place: bool) -> Vec<Action> {
     let running: Vec<&ObservedContainer> = seen
         .containers
         .iter()
@@ -659,13 +683,13 @@ impl EngineView<'_> {
 /// one still ran, so it takes over.
 fn keep_serving(
     seen: &EngineView<'_>,
-    wanted: &BTreeSet<String>,
+    wanted: &Asked<'_>,
     running: &[&ObservedContainer],
 ) -> Option<Vec<Action>> {
     let status = seen.published?;
     let serves = |c: &ObservedContainer| {
         seen.is_published(c)
-            && wanted.is_subset(&c.labels.features)
+            && wanted.met_by(&c.labels.features, c.labels.seed.as_ref())
             && c.labels.isolation == seen.isolation
     };
     let good = running
@@ -699,7 +723,8 @@ fn keep_serving(
     Some(actions)
 }
 
-/// A running published container that lacks a wanted feature, or runs
+/// A running published container that lacks a wanted feature, started
+/// from another seed than the row's, or runs
 /// under another isolation level than the sandbox's: rotate, building the new container before the old one goes (any other container
 /// of the engine, such as an earlier attempt's, goes first). A persistent
 /// sandbox's volume holds one server, and a runtime that cannot rename
@@ -707,11 +732,16 @@ fn keep_serving(
 /// container goes first and the new one tries to keep its host port.
 fn rotate_running(
     seen: &EngineView<'_>,
-    wanted: &BTreeSet<String>,
+    wanted: &Asked<'_>,
     old: &ObservedContainer,
     in_place: bool,
 ) -> Provision {
-    let features = wanted.union(&old.labels.features).cloned().collect();
+    let features = wanted
+        .features
+        .union(&old.labels.features)
+        .cloned()
+        .collect();
+    let seed = wanted.seed.cloned();
     if in_place {
         Provision {
             engine: seen.engine,
@@ -721,6 +751,7 @@ fn rotate_running(
             replace: seen.ids_except(None),
             retire: None,
             reason: ProvisionReason::Rotate,
+            seed,
         }
     } else {
         Provision {
@@ -733,20 +764,18 @@ fn rotate_running(
             replace: seen.ids_except(Some(&old.id)),
             retire: Some(old.id.clone()),
             reason: ProvisionReason::Rotate,
+            seed,
         }
     }
 }
 
 /// Nothing running with published credentials: heal with what the status
-/// promised, rotate to the union when the features grew while the
+/// promised (its seed applied again), rotate to the union when the
+/// features grew, or to the row's seed when it changed, while the
 /// container was gone, else create (or replace a container whose
 /// credentials were never published: the controller stopped
 /// mid-provision).
-fn provision_afresh(
-    seen: &EngineView<'_>,
-    wanted: &BTreeSet<String>,
-    nothing_runs: bool,
-) -> Provision {
+fn provision_afresh(seen: &EngineView<'_>, wanted: &Asked<'_>, nothing_runs: bool) -> Provision {
     let fresh = |features: BTreeSet<String>, reason| Provision {
         engine: seen.engine,
         features,
@@ -755,10 +784,12 @@ fn provision_afresh(
         replace: seen.ids_except(None),
         retire: None,
         reason,
+        seed: wanted.seed.cloned(),
     };
+    let wanted_features = wanted.features;
     if let Some(p) = seen.published {
         let had: BTreeSet<String> = p.available_extensions.iter().cloned().collect();
-        if wanted.is_subset(&had) {
+        if wanted.met_by(&had, p.seed.as_ref()) {
             // Heal: the same credentials, endpoint and the features the
             // status promised.
             return Provision {
@@ -768,7 +799,7 @@ fn provision_afresh(
         }
         if nothing_runs {
             return fresh(
-                had.union(wanted).cloned().collect(),
+                had.union(wanted_features).cloned().collect(),
                 ProvisionReason::Rotate,
             );
         }
@@ -778,7 +809,7 @@ fn provision_afresh(
     } else {
         ProvisionReason::Replace
     };
-    fresh(wanted.clone(), reason)
+    fresh(wanted_features.clone(), reason)
 }
 
 #[cfg(test)]

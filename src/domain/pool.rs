@@ -10,6 +10,7 @@ use super::id::{ContainerId, Deployment, EngineName, SandboxId};
 use super::isolation::Isolation;
 use super::labels::ContainerLabels;
 use super::plan::ProvisionReason;
+use super::seed::SeedHash;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -18,13 +19,16 @@ use std::sync::Mutex;
 /// sandbox label, so everything that reads sandbox containers skips them.
 pub const POOL: &str = "io.sandboxd.pool";
 
-/// One pool: an engine and a feature set.
+/// One pool: an engine, a feature set and a seed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PoolKey {
     /// The engine.
     pub engine: EngineName,
     /// Its features, sorted.
     pub features: BTreeSet<String>,
+    /// The seed its containers' data starts from (`None`: empty); only a
+    /// pool learned from demand has one.
+    pub seed: Option<SeedHash>,
 }
 
 impl std::fmt::Display for PoolKey {
@@ -33,6 +37,9 @@ impl std::fmt::Display for PoolKey {
         if !self.features.is_empty() {
             let features: Vec<&str> = self.features.iter().map(String::as_str).collect();
             write!(f, ":{}", features.join(","))?;
+        }
+        if let Some(seed) = &self.seed {
+            write!(f, "@{}", seed.short())?;
         }
         Ok(())
     }
@@ -142,6 +149,8 @@ pub struct PoolClaim {
     pub features: BTreeSet<String>,
     /// The new instance token (published once the claim finished).
     pub instance: String,
+    /// The seed its data started from.
+    pub seed: Option<SeedHash>,
 }
 
 impl PoolClaim {
@@ -186,6 +195,7 @@ impl PoolClaim {
             state_id,
             incarnation: self.incarnation.clone(),
             isolation,
+            seed: self.seed.clone(),
         }
     }
 }
@@ -394,6 +404,7 @@ mod tests {
             owner: "ci".into(),
             features: BTreeSet::new(),
             instance: "claimed".into(),
+            seed: None,
         };
         let seen = claim.observed(&listed);
         assert_eq!(seen.labels.sandbox.as_str(), "agent-1");

@@ -5,6 +5,7 @@ use super::id::Incarnation;
 use super::id::{EngineName, SandboxId};
 use super::isolation::Isolation;
 use super::secret::Secret;
+use super::seed::SeedHash;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,6 +51,9 @@ pub struct DesiredSandbox {
     /// The isolation level the row asks for (`None`: the controller's
     /// `--runtime`); see [`DesiredSandbox::isolation_under`].
     pub isolation: Option<Isolation>,
+    /// The seed each engine starts with (`seeds`; an engine without one
+    /// starts empty).
+    pub seeds: BTreeMap<EngineName, SeedHash>,
     /// Bumped by the database on every change.
     pub generation: i64,
     /// Which incarnation of the id this row is (set by the database on
@@ -67,6 +71,11 @@ impl DesiredSandbox {
     /// Features requested for `engine` (empty if none).
     pub(crate) fn features_for(&self, engine: EngineName) -> BTreeSet<String> {
         self.features.get(&engine).cloned().unwrap_or_default()
+    }
+
+    /// The seed `engine` starts with, if the row names one.
+    pub(crate) fn seed_for(&self, engine: EngineName) -> Option<&SeedHash> {
+        self.seeds.get(&engine)
     }
 
     /// The isolation level the sandbox's containers run under, given the
@@ -249,6 +258,9 @@ pub struct ServiceStatus {
     /// persistent sandbox's data is); absent on one host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The seed the engine's data started from (its hash); absent: empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<SeedHash>,
 }
 
 impl ServiceStatus {
@@ -270,6 +282,7 @@ impl ServiceStatus {
             heals: self.heals,
             image: self.image.clone(),
             node: self.node.clone(),
+            seed: self.seed.clone(),
         }
     }
 

@@ -100,6 +100,14 @@ pub enum EngineError {
         /// Features that verification did not find.
         missing: Vec<String>,
     },
+    /// The seed could not be loaded: the engine's words (first lines).
+    #[error("{engine} seed failed: {reason}")]
+    Seed {
+        /// Engine name.
+        engine: EngineName,
+        /// What the engine answered (never a credential).
+        reason: String,
+    },
     /// Talking to the engine failed after it was ready.
     #[error("{engine} client error: {reason}")]
     Client {
@@ -243,6 +251,17 @@ pub trait Engine: Send + Sync + 'static {
         Err(EngineError::Client {
             engine: self.name(),
             reason: "this engine has no warm pool".to_owned(),
+        })
+    }
+    /// Loads seed `content` into the engine at `target`, logged in with
+    /// the target's credentials (the agent's, never a superuser's), each
+    /// statement under [`crate::domain::seed::APPLY_TIMEOUT`]; the caller
+    /// bounds the whole. An engine without seeds refuses (the database
+    /// refuses to register one for it already).
+    async fn seed(&self, _target: &Target<'_>, _content: &[u8]) -> Result<(), EngineError> {
+        Err(EngineError::Seed {
+            engine: self.name(),
+            reason: "this engine takes no seeds".to_owned(),
         })
     }
     /// What the container reads on its standard input, then EOF: its

@@ -8,6 +8,7 @@ use super::{require_all, script, Credentials, Engine, EngineError, Target};
 use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
+use crate::domain::seed;
 use async_trait::async_trait;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
@@ -180,6 +181,40 @@ impl Engine for Postgres {
         .await;
         let _ = conn.close().await;
         result.map(|_| ()).map_err(|e| failed(e.to_string()))
+    }
+    async fn seed(&self, target: &Target<'_>, content: &[u8]) -> Result<(), EngineError> {
+        // As the agent, over its own login: the seed can do what the agent
+        // can (it owns the database and schema public), nothing more. One
+        // simple-protocol query: the statements run in one implicit
+        // transaction unless the text controls its own.
+        let failed = |reason: String| EngineError::Seed {
+            engine: NAME,
+            reason,
+        };
+        let sql = std::str::from_utf8(content)
+            .map_err(|_| failed("the seed is not UTF-8 SQL text".to_owned()))?;
+        let mut conn = self.connect(target).await.map_err(failed)?;
+        let timeout = format!(
+            "SET statement_timeout = '{}s'",
+            seed::APPLY_TIMEOUT.as_secs()
+        );
+        let mut result = sqlx::query(&timeout)
+            .persistent(false)
+            .execute(&mut conn)
+            .await
+            .map(|_| ());
+        if result.is_ok() {
+            // A text without arguments goes as one simple query.
+            result = sqlx::Executor::execute(&mut conn, sql).await.map(|_| ());
+        }
+        let _ = conn.close().await;
+        result.map_err(|e| {
+            let reason = match &e {
+                sqlx::Error::Database(db) => db.message().to_owned(),
+                other => other.to_string(),
+            };
+            failed(seed::first_lines(&reason))
+        })
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         format!(

@@ -15,6 +15,7 @@ use super::{require_all, script, Credentials, Engine, EngineError, Target};
 use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
+use crate::domain::seed;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
@@ -292,6 +293,31 @@ impl Engine for Resp {
             return Err(failed(format!(
                 "the server answered {set} and {deleted} (expected OK and 1)"
             )));
+        }
+        Ok(())
+    }
+    async fn seed(&self, target: &Target<'_>, content: &[u8]) -> Result<(), EngineError> {
+        // As `default`, the agent's user: its ACL applies (no SAVE, DEBUG,
+        // CONFIG SET, MODULE), one command after the other, so a failure
+        // names its command.
+        let failed = |reason: String| EngineError::Seed {
+            engine: self.name,
+            reason,
+        };
+        let commands = seed::redis_commands(content).map_err(|e| failed(e.to_string()))?;
+        let mut con = connect(target).await.map_err(failed)?;
+        for (n, words) in commands.iter().enumerate() {
+            let mut cmd = redis::cmd(&words[0]);
+            for word in &words[1..] {
+                cmd.arg(word);
+            }
+            if let Err(e) = cmd.query_async::<redis::Value>(&mut con).await {
+                return Err(failed(seed::first_lines(&format!(
+                    "command {} ({}): {e}",
+                    n + 1,
+                    words[0]
+                ))));
+            }
         }
         Ok(())
     }

@@ -24,6 +24,7 @@ pub(crate) struct LifecycleMetrics {
     stale_bridges: IntCounterVec,
     idle_actions: IntCounterVec,
     checkpoint_seconds: HistogramVec,
+    seed_seconds: HistogramVec,
     reaps: IntCounterVec,
     teardown_failures: IntCounter,
 }
@@ -94,6 +95,11 @@ impl LifecycleMetrics {
                     .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
                 &["op", "result"]
             )),
+            seed_seconds: register(registry, HistogramVec::new(
+                HistogramOpts::new("sandboxd_seed_load_seconds", "Seconds loading a seed into a new engine container took (a sandbox's, or a seeded warm-pool container's), by engine and result (ok, error)")
+                    .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
+                &["engine", "result"]
+            )),
             reaps: register(registry, IntCounterVec::new(
                 Opts::new("sandboxd_reaps_total", "Containers torn down, by reason"),
                 &["reason"]
@@ -159,6 +165,13 @@ impl LifecycleMetrics {
         self.container_starts
             .with_label_values(&[engine.as_str(), from])
             .inc();
+    }
+
+    /// One seed loaded into an `engine` container (or not), in `took`.
+    pub(crate) fn seed_loaded(&self, engine: EngineName, ok: bool, took: Duration) {
+        self.seed_seconds
+            .with_label_values(&[engine.as_str(), outcome(ok)])
+            .observe(took.as_secs_f64());
     }
 
     /// One heal of `engine`.

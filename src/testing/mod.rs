@@ -46,6 +46,7 @@ pub(crate) fn fake_row(
         idle_action: Default::default(),
         owner_container: None,
         isolation: None,
+        seeds: Default::default(),
     }
 }
 

@@ -9,6 +9,7 @@ use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
+use crate::domain::seed::{SeedContent, SeedHash};
 use crate::domain::status::StatusUpdate;
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
 use async_trait::async_trait;
@@ -60,6 +61,8 @@ struct Tables {
     checkpoints: BTreeMap<SandboxId, Work>,
     /// How each reset request ended.
     resets_done: BTreeMap<i64, Result<(), String>>,
+    /// Registered seeds, by hash.
+    seeds: BTreeMap<SeedHash, SeedContent>,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -526,6 +529,10 @@ impl Store for FakeStore {
         t.fenced(term)?;
         t.status.remove(id);
         Ok(())
+    }
+
+    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedContent>, StoreError> {
+        Ok(self.tables.lock().unwrap().seeds.get(hash).cloned())
     }
 
     async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError> {

@@ -39,6 +39,7 @@ mod roles;
 mod rotation;
 mod schema;
 mod secrets_file;
+mod seeds;
 mod state_restart;
 mod templates;
 mod tenant_state;

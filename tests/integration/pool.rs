@@ -466,23 +466,9 @@ async fn feature_sets_that_are_asked_for_get_pools_of_their_own_and_creates_and_
 
     // A heal of the cold one claims the refilled spare, same credentials.
     pool_ready(&env, &controller, &["postgres"], 1.0).await;
-    let before = client.status(&first).await.unwrap().unwrap();
-    let victim = sandboxd::domain::network::container_name(
-        &env.deployment,
-        &first,
-        sandboxd::engine::lookup("postgres").unwrap().name(),
-    );
-    env.docker
-        .kill_container(&victim, None::<KillContainerOptions>)
-        .await
-        .unwrap();
-    let after = eventually("healed from the pool", Duration::from_secs(30), || async {
-        let s = client.status(&first).await.unwrap()?;
-        (s.phase == Phase::Ready
-            && s.services["postgres"].instance != before.services["postgres"].instance)
-            .then_some(s)
-    })
-    .await;
+    let (before, after) =
+        common::kill_and_wait_healed(&env, &client, &first, "postgres", Duration::from_secs(30))
+            .await;
     assert_eq!(
         after.services["postgres"].password,
         before.services["postgres"].password

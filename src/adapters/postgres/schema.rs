@@ -95,6 +95,8 @@ const FILES: &[(&str, &str)] = sql_objects! {
         "sandbox_reset",
         "sandbox_resume_reaping",
         "sandbox_revoke_orchestrator",
+        "sandbox_seed_engine",
+        "sandbox_seed_put",
         "sandbox_status_credentials",
         "sandbox_status_fence",
         "sandbox_status_forget_credentials",

@@ -4,7 +4,7 @@
 //! file.
 
 use super::progress::ProgressMode;
-use super::{describe::DescribeArgs, list::ListArgs, quota};
+use super::{describe::DescribeArgs, list::ListArgs, quota, seed};
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::isolation::Isolation;
 use crate::domain::sandbox::IdleAction;
@@ -164,6 +164,11 @@ pub enum Command {
     /// limit). Run with the controller's DATABASE_URL.
     #[command(subcommand)]
     Quota(quota::QuotaCommand),
+    /// Seeds, the data a sandbox's engine starts with: `seed put FILE
+    /// --engine postgres` registers FILE's content and prints its hash,
+    /// which `apply`/`request --seed postgres=HASH` names.
+    #[command(subcommand)]
+    Seed(seed::SeedCommand),
     /// Take back everything grant-orchestrator gave a role.
     RevokeOrchestrator {
         /// The role's name.
@@ -268,6 +273,10 @@ pub struct ApplyArgs {
     /// controller's --runtime, which a row can raise, never lower.
     #[arg(long, value_enum)]
     pub isolation: Option<IsolationArg>,
+    /// The seed an engine starts with as ENGINE=HASH (the hash `sandboxd
+    /// seed put` printed), repeatable or comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub seed: Vec<String>,
     /// Wait this long for the sandbox to be ready (e.g. 60s); print its
     /// status. Exit 3 if it failed, 4 if it was not ready in time.
     #[arg(long, value_parser = parse_duration)]
@@ -353,6 +362,11 @@ pub struct RequestArgs {
     /// sandbox's (the controller's --runtime for a new one).
     #[arg(long, value_enum)]
     pub isolation: Option<IsolationArg>,
+    /// The seed an engine starts with as ENGINE=HASH (the hash `sandboxd
+    /// seed put` printed), repeatable or comma-separated; replaces the
+    /// sandbox's seed for that engine (a change re-provisions it).
+    #[arg(long, value_delimiter = ',')]
+    pub seed: Vec<String>,
     /// Docker container to connect to the sandbox's network, repeatable or
     /// comma-separated; added to those already connected.
     #[arg(long, value_delimiter = ',')]

@@ -63,6 +63,7 @@ fn row(name: &str) -> DesiredSandbox {
         idle_action: Default::default(),
         owner_container: None,
         isolation: None,
+        seeds: Default::default(),
     }
 }
 

@@ -7,6 +7,7 @@ fn with_pool(h: &mut Harness) {
         crate::domain::pool::PoolKey {
             engine: ENGINE,
             features: Default::default(),
+            seed: None,
         },
         1,
     )]);

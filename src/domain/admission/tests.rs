@@ -428,6 +428,7 @@ fn update(phase: Phase, services: &[&str]) -> StatusUpdate {
                     heals: 0,
                     image: String::new(),
                     node: None,
+                    seed: None,
                 };
                 ((*e).to_owned(), Box::new(s))
             })

@@ -65,6 +65,7 @@ fn good() -> DesiredRow {
         owner_container: Ok(None),
         created_at: Ok(Some(at(1))),
         isolation: Ok(None),
+        seeds: Ok(Some("{}".into())),
     }
 }
 
@@ -925,6 +926,7 @@ fn no_row_shape_panics_and_what_is_kept_obeys_the_rules() {
             owner_container: texts[pick(texts.len())].clone(),
             created_at: times[pick(times.len())],
             isolation: texts[pick(texts.len())].clone(),
+            seeds: texts[pick(texts.len())].clone(),
         };
         let shape = format!("{row:?}");
         let d = read(row);

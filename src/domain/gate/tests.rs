@@ -33,6 +33,7 @@ fn provision(name: &'static str, reason: ProvisionReason) -> Action {
         replace: Vec::new(),
         retire: None,
         reason,
+        seed: None,
     })
 }
 
@@ -82,6 +83,7 @@ fn foreign(engine: &str) -> ObservedContainer {
             state_id: Some(THEIRS.to_owned()),
             incarnation: None,
             isolation: Default::default(),
+            seed: None,
         },
         state: ContainerState::Running,
         created: ago(3600),

@@ -39,6 +39,7 @@ fn container(id: &str, engine: &str, instance: &str, state_id: Option<&str>) -> 
             state_id: state_id.map(str::to_owned),
             incarnation: None,
             isolation: Default::default(),
+            seed: None,
         },
         state: ContainerState::Running,
         created: Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap(),
@@ -72,6 +73,7 @@ fn status(instance: &str) -> SandboxStatus {
                 heals: 0,
                 image: String::new(),
                 node: None,
+                seed: None,
             }),
         )]),
         network: None,
@@ -287,6 +289,7 @@ fn provision(name: &'static str) -> Action {
         replace: Vec::new(),
         retire: None,
         reason: ProvisionReason::Create,
+        seed: None,
     })
 }
 

@@ -29,6 +29,7 @@ fn container(id: &str, engine: &str, instance: &str, paused: bool) -> ObservedCo
             state_id: None,
             incarnation: None,
             isolation: Default::default(),
+            seed: None,
         },
         state: ContainerState::Running,
         created: Utc.with_ymd_and_hms(2025, 6, 1, 12, 0, 0).unwrap(),
@@ -54,6 +55,7 @@ fn published(instance: &str) -> ServiceStatus {
         heals: 0,
         image: String::new(),
         node: None,
+        seed: None,
     }
 }
 
@@ -150,6 +152,7 @@ fn an_idle_sandbox_that_still_provisions_an_engine_is_not_frozen_until_it_is_kep
                 replace: Vec::new(),
                 retire: None,
                 reason: ProvisionReason::Heal,
+                seed: None,
             }),
         ],
     );

@@ -116,6 +116,7 @@ fn desired(services: &[&'static str], features: &[(&'static str, &[&str])]) -> D
         idle_action: Default::default(),
         owner_container: None,
         isolation: None,
+        seeds: Default::default(),
     }
 }
 
@@ -159,6 +160,7 @@ fn container(
             state_id: Some(STATE.into()),
             incarnation: Some(ROW.into()),
             isolation: Default::default(),
+            seed: None,
         },
         state,
         created: now() - chrono::Duration::seconds(age),
@@ -211,6 +213,7 @@ fn published(engine: &str, instance: &str, features: &[&str]) -> ServiceStatus {
         heals: 0,
         image: String::new(),
         node: None,
+        seed: None,
     }
 }
 
@@ -257,6 +260,7 @@ fn summary(action: &Action) -> String {
             replace,
             retire,
             reason,
+            seed: _,
         }) => format!(
             "provision {engine} {} features={} reuse={} port={} replace={}{}",
             reason.as_str(),
@@ -2075,4 +2079,100 @@ fn a_row_that_lowers_its_isolation_level_below_the_container_s_rotates_too() {
         summaries(&actions),
         ["provision postgres rotate features=[] reuse=no port=- replace=[] then retire=c1"]
     );
+}
+
+#[test]
+fn a_container_serves_only_the_seed_its_row_names() {
+    use crate::domain::seed::SeedHash;
+    let hash = |c: char| SeedHash::parse(&format!("sha256:{}", c.to_string().repeat(64)));
+    let (a, b) = (hash('a'), hash('b'));
+    // (what, the row's seed, the container's seed label, the published
+    // seed, whether the container runs) → (the action, the seed it loads).
+    type Case<'a> = (
+        &'a str,
+        Option<SeedHash>,
+        Option<SeedHash>,
+        Option<SeedHash>,
+        bool,
+        &'a str,
+        Option<SeedHash>,
+    );
+    let cases: [Case; 6] = [
+        (
+            "its seed, running: kept",
+            a.clone(),
+            a.clone(),
+            a.clone(),
+            true,
+            "keep",
+            None,
+        ),
+        (
+            "no seed anywhere: kept",
+            None,
+            None,
+            None,
+            true,
+            "keep",
+            None,
+        ),
+        (
+            "the row names another seed: fresh credentials, the new seed",
+            b.clone(),
+            a.clone(),
+            a.clone(),
+            true,
+            "provision postgres rotate",
+            b.clone(),
+        ),
+        (
+            "the row drops its seed: fresh credentials, empty",
+            None,
+            a.clone(),
+            a.clone(),
+            true,
+            "provision postgres rotate",
+            None,
+        ),
+        (
+            "its container died: healed with the seed again",
+            a.clone(),
+            a.clone(),
+            a.clone(),
+            false,
+            "provision postgres heal",
+            a.clone(),
+        ),
+        (
+            "it died and the row names another seed: fresh credentials",
+            b.clone(),
+            a.clone(),
+            a.clone(),
+            false,
+            "provision postgres rotate",
+            b.clone(),
+        ),
+    ];
+    for (what, row, label, published_seed, runs, action, loads) in cases {
+        let mut d = desired(&["postgres"], &[]);
+        if let Some(row) = row {
+            d.seeds.insert(engine("postgres"), row);
+        }
+        let mut c = if runs {
+            running("c1", "postgres", &[], "p1")
+        } else {
+            exited("c1", "postgres", &[], "p1")
+        };
+        c.labels.seed = label;
+        let mut s = status(&[("postgres", "p1", &[])]);
+        s.services.get_mut("postgres").unwrap().seed = published_seed;
+        let actions = plan(Some(&d), &[c], Some(&s), now(), GRACE);
+        let first = summaries(&actions).remove(0);
+        assert!(first.starts_with(action), "{what}: {first}");
+        let loaded = actions.iter().find_map(|a| match a {
+            Action::Provision(p) => Some(p.seed.clone()),
+            _ => None,
+        });
+        assert_eq!(loaded.flatten(), loads, "{what}");
+    }
 }

@@ -83,6 +83,7 @@ mod tests {
         PoolKey {
             engine: EngineName::of_engine(engine),
             features: features.iter().map(|f| (*f).to_owned()).collect(),
+            seed: None,
         }
     }
 

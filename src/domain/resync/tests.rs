@@ -43,6 +43,7 @@ fn row() -> DesiredSandbox {
         idle_action: Default::default(),
         owner_container: None,
         isolation: None,
+        seeds: Default::default(),
     }
 }
 
@@ -62,6 +63,7 @@ fn container() -> ObservedContainer {
             state_id: Some("5a5a5a5a-0000-4000-8000-000000000001".into()),
             incarnation: Some(ROW.into()),
             isolation: Default::default(),
+            seed: None,
         },
         state: ContainerState::Running,
         created: now() - chrono::Duration::seconds(600),
@@ -88,6 +90,7 @@ fn status() -> SandboxStatus {
         heals: 0,
         image: String::new(),
         node: None,
+        seed: None,
     };
     SandboxStatus {
         id: SandboxId::parse("sb-1").unwrap(),

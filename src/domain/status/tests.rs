@@ -41,6 +41,7 @@ fn service(instance: &str) -> ServiceStatus {
         heals: 0,
         image: String::new(),
         node: None,
+        seed: None,
     }
 }
 
@@ -65,6 +66,7 @@ fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
         idle_action: Default::default(),
         owner_container: None,
         isolation: None,
+        seeds: Default::default(),
     }
 }
 
@@ -101,6 +103,7 @@ fn provision(name: &'static str) -> Action {
         replace: Vec::new(),
         retire: None,
         reason: ProvisionReason::Create,
+        seed: None,
     })
 }
 

@@ -740,6 +740,12 @@ impl Store for SimStore {
     async fn lease(&self) -> Result<Option<LeaseHolder>, StoreError> {
         self.call("lease", false, self.fake().lease()).await
     }
+    async fn seed(
+        &self,
+        hash: &crate::domain::seed::SeedHash,
+    ) -> Result<Option<crate::domain::seed::SeedContent>, StoreError> {
+        self.call("seed", false, self.fake().seed(hash)).await
+    }
     async fn pool_claims(&self) -> Result<Vec<crate::domain::pool::PoolClaim>, StoreError> {
         self.call("pool_claims", false, self.fake().pool_claims())
             .await

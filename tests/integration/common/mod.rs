@@ -1039,3 +1039,43 @@ pub async fn container_memory(docker: &bollard::Docker, container: &str) -> Opti
             .unwrap_or(0),
     })
 }
+
+/// Kills the `engine` container of sandbox `id` (`docker kill`) and waits
+/// up to `within` until its status is ready again on another container:
+/// the status before the kill and after the heal.
+pub async fn kill_and_wait_healed(
+    env: &TestEnv,
+    client: &sandboxd::client::Client,
+    id: &SandboxId,
+    engine: &str,
+    within: Duration,
+) -> (
+    sandboxd::domain::SandboxStatus,
+    sandboxd::domain::SandboxStatus,
+) {
+    let before = client
+        .status(id)
+        .await
+        .unwrap()
+        .expect("a status before the kill");
+    let victim = sandboxd::domain::network::container_name(
+        &env.deployment,
+        id,
+        sandboxd::engine::lookup(engine).unwrap().name(),
+    );
+    env.docker
+        .kill_container(
+            &victim,
+            None::<bollard::query_parameters::KillContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let after = eventually("healed", within, || async {
+        let s = client.status(id).await.unwrap()?;
+        (s.phase == sandboxd::domain::Phase::Ready
+            && s.services[engine].instance != before.services[engine].instance)
+            .then_some(s)
+    })
+    .await;
+    (before, after)
+}

@@ -1,0 +1,19 @@
+-- The engine of the seed p_hash registered for owner p_owner, or NULL when
+-- that owner registered no such seed. For the desired rows' validation,
+-- which runs as the writing orchestrator (who may not read sandbox_seeds):
+-- SECURITY DEFINER, and it tells only whether a hash exists for an owner
+-- the caller writes a row for (row-level security keeps a restricted role
+-- to its own owner, and so does this function: NULL for an owner whose
+-- rows the calling role may not access).
+CREATE OR REPLACE FUNCTION sandbox_seed_engine(p_owner text, p_hash text) RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER AS $$
+DECLARE
+    caller name := coalesce(nullif(current_setting('role'), 'none'), session_user);
+BEGIN
+    IF NOT (pg_has_role(caller, current_user, 'MEMBER')
+            OR sandbox_orchestrator_may_access(p_owner, caller)) THEN
+        RETURN NULL;
+    END IF;
+    RETURN (SELECT s.engine FROM sandbox_seeds s WHERE s.owner = p_owner AND s.hash = p_hash);
+END
+$$;

@@ -1,0 +1,340 @@
+//! Seeds on the real Docker engine and a real state Postgres: content
+//! registered once under its hash (`sandbox_seed_put`), named per engine by
+//! a row's `seeds`, loaded as the agent into Postgres and Redis; a changed
+//! seed is a new hash that new sandboxes get and running ones do not; a
+//! row that changes its seed is re-provisioned with fresh credentials; a
+//! failing seed fails the sandbox with the engine's words; seeded pools
+//! serve claims with the seed's data, and a heal loads it again.
+
+use crate::common;
+
+use common::{eventually, host_pg_url, request, sandbox_id, TestEnv, OWNER};
+use sandboxd::client::{Client, ClientError, Request, SandboxRequest};
+use sandboxd::domain::{Phase, SandboxStatus};
+use sqlx::Connection;
+use std::time::Duration;
+
+const READY: Duration = Duration::from_secs(90);
+
+const SCHEMA_V1: &str = "CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL);
+INSERT INTO items VALUES (1, 'one'), (2, 'two');";
+const SCHEMA_V2: &str = "CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL);
+INSERT INTO items VALUES (1, 'one'), (2, 'two'), (3, 'three');";
+const COMMANDS: &str = "# fixtures\nSET greeting \"hello world\"\nRPUSH queue a b c\n";
+
+fn seeded(services: &[&str], seeds: &[(&str, &str)]) -> SandboxRequest {
+    SandboxRequest {
+        seeds: seeds
+            .iter()
+            .map(|(e, h)| ((*e).to_owned(), (*h).to_owned()))
+            .collect(),
+        ..request(services, &[])
+    }
+}
+
+/// The rows of the seeded table, and who owns it.
+async fn items(status: &SandboxStatus) -> (Vec<String>, String) {
+    let mut conn = sqlx::PgConnection::connect(&host_pg_url(&status.services["postgres"]))
+        .await
+        .expect("the agent logs in");
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM items ORDER BY id")
+        .fetch_all(&mut conn)
+        .await
+        .expect("the seed's table is there");
+    let owner: String =
+        sqlx::query_scalar("SELECT tableowner::text FROM pg_tables WHERE tablename = 'items'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    (names, owner)
+}
+
+async fn redis_values(status: &SandboxStatus) -> (String, Vec<String>) {
+    let s = &status.services["redis"];
+    let client = redis::Client::open(format!(
+        "redis://:{}@127.0.0.1:{}/0",
+        s.password.expose(),
+        s.host_port
+    ))
+    .unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let greeting: String = redis::cmd("GET")
+        .arg("greeting")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let queue: Vec<String> = redis::cmd("LRANGE")
+        .arg("queue")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    (greeting, queue)
+}
+
+#[tokio::test]
+async fn seeded_sandboxes_start_with_their_seed_and_a_changed_seed_reaches_new_and_reseeded_ones_only(
+) {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+
+    // One content, one hash, however often it is registered; another
+    // engine or another content is another hash.
+    let v1 = client
+        .put_seed("postgres", SCHEMA_V1.as_bytes(), Some(OWNER))
+        .await
+        .unwrap();
+    let again = client
+        .put_seed("postgres", SCHEMA_V1.as_bytes(), Some(OWNER))
+        .await
+        .unwrap();
+    assert_eq!(v1, again, "the same content is one hash");
+    assert!(v1.starts_with("sha256:") && v1.len() == 71, "{v1}");
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM sandbox_seeds WHERE hash = $1")
+        .bind(&v1)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1, "stored once");
+    let commands = client
+        .put_seed("redis", COMMANDS.as_bytes(), Some(OWNER))
+        .await
+        .unwrap();
+    assert_ne!(commands, v1);
+
+    // A Postgres and Redis sandbox with both seeds.
+    let a = sandbox_id("seeded");
+    let first = client
+        .provision(
+            &a,
+            &seeded(
+                &["postgres", "redis"],
+                &[("postgres", &v1), ("redis", &commands)],
+            ),
+            READY,
+        )
+        .await
+        .unwrap();
+    let (names, owner) = items(&first).await;
+    assert_eq!(names, ["one", "two"]);
+    assert_eq!(owner, "sandbox", "loaded as the agent, not a superuser");
+    assert_eq!(
+        redis_values(&first).await,
+        (
+            "hello world".to_owned(),
+            vec!["a".into(), "b".into(), "c".into()]
+        )
+    );
+    assert_eq!(
+        first.services["postgres"].seed.as_ref().map(|h| h.as_str()),
+        Some(v1.as_str())
+    );
+    // The events are written once the reconcile ends.
+    let seeded_events = eventually("two seeded events", Duration::from_secs(10), || async {
+        let events: Vec<(String, String)> = sqlx::query_as(
+            "SELECT engine, message FROM sandbox_events
+              WHERE sandbox_id = $1 AND reason = 'seeded' ORDER BY engine",
+        )
+        .bind(a.as_str())
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+        (events.len() == 2).then_some(events)
+    })
+    .await;
+    assert_eq!(seeded_events[0].0, "postgres");
+    assert!(seeded_events[0].1.contains(&v1), "{seeded_events:?}");
+
+    // The seed changes: a new hash. New sandboxes get the new data...
+    let v2 = client
+        .put_seed("postgres", SCHEMA_V2.as_bytes(), Some(OWNER))
+        .await
+        .unwrap();
+    assert_ne!(v1, v2);
+    let b = sandbox_id("seeded-v2");
+    let newer = client
+        .provision(&b, &seeded(&["postgres"], &[("postgres", &v2)]), READY)
+        .await
+        .unwrap();
+    assert_eq!(items(&newer).await.0, ["one", "two", "three"]);
+    // ...the running one keeps its data, container and credentials.
+    let a_now = client.status(&a).await.unwrap().unwrap();
+    assert_eq!(
+        a_now.services["postgres"].instance,
+        first.services["postgres"].instance
+    );
+    assert_eq!(items(&a_now).await.0, ["one", "two"]);
+
+    // Naming the new seed in its row re-provisions it: fresh credentials,
+    // the new data; Redis, whose seed did not change, is left alone.
+    let reseeded = client
+        .request_and_wait(
+            &a,
+            &Request {
+                seeds: [("postgres".to_owned(), v2.clone())].into(),
+                ..Default::default()
+            },
+            READY,
+        )
+        .await
+        .unwrap();
+    assert_ne!(
+        reseeded.services["postgres"].password,
+        first.services["postgres"].password
+    );
+    assert_eq!(items(&reseeded).await.0, ["one", "two", "three"]);
+    assert_eq!(
+        reseeded.services["redis"].instance,
+        first.services["redis"].instance
+    );
+
+    // A seed the engine refuses fails the sandbox with its words.
+    let broken = client
+        .put_seed(
+            "postgres",
+            b"CREATE TABLE fine (id int);\nSELECT 1/0;",
+            Some(OWNER),
+        )
+        .await
+        .unwrap();
+    let c = sandbox_id("seed-fails");
+    let err = client
+        .provision(&c, &seeded(&["postgres"], &[("postgres", &broken)]), READY)
+        .await
+        .unwrap_err();
+    let ClientError::Failed { message, .. } = &err else {
+        panic!("a failing seed fails the sandbox: {err}");
+    };
+    assert!(
+        message.contains("seed") && message.contains("division by zero"),
+        "{message}"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn the_database_refuses_seeds_that_are_not_the_row_owner_s_or_are_not_seeds() {
+    let env = TestEnv::new().await;
+    let client = Client::from_pool(env.pool.clone());
+    // sandboxd's schema is the controller's to make.
+    let controller = env.start(env.config());
+    let theirs = client
+        .put_seed("postgres", b"SELECT 1;", Some("someone-else"))
+        .await
+        .unwrap();
+    let refused = |e: ClientError| match e {
+        ClientError::Refused(m) => m,
+        other => panic!("refused with a message, got {other}"),
+    };
+    // Another owner's hash: not one this row's owner registered.
+    let err = client
+        .apply(
+            &sandbox_id("not-mine"),
+            &seeded(&["postgres"], &[("postgres", &theirs)]),
+        )
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("is not one owner"), "{text}");
+    // Engines without seeds, empty and malformed content are refused.
+    let mongo = refused(
+        client
+            .put_seed("mongo", b"{}", Some(OWNER))
+            .await
+            .unwrap_err(),
+    );
+    assert!(mongo.contains("takes no seeds"), "{mongo}");
+    let empty = refused(
+        client
+            .put_seed("redis", b"", Some(OWNER))
+            .await
+            .unwrap_err(),
+    );
+    assert!(empty.contains("empty"), "{empty}");
+    // A persistent sandbox keeps its data: no seed.
+    let mine = client
+        .put_seed("postgres", b"SELECT 1;", Some(OWNER))
+        .await
+        .unwrap();
+    let err = client
+        .apply(
+            &sandbox_id("kept"),
+            &SandboxRequest {
+                persistent: true,
+                ..seeded(&["postgres"], &[("postgres", &mine)])
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("persistent"), "{err}");
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_a_heal_loads_it_again() {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.relist_interval = Duration::from_secs(3600);
+    config.warm_pool_demand = sandboxd::config::PoolDemand {
+        max: 1,
+        window: Duration::from_secs(600),
+    };
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let hash = client
+        .put_seed("postgres", SCHEMA_V1.as_bytes(), Some(OWNER))
+        .await
+        .unwrap();
+    let ask = || seeded(&["postgres"], &[("postgres", &hash)]);
+    let hits = || {
+        common::sample(
+            &controller.metrics.render(),
+            "sandboxd_pool_claims_total{engine=\"postgres\",kind=\"create\",result=\"hit\"}",
+        )
+        .unwrap_or(0.0)
+    };
+
+    // The first seeded request is a miss; it teaches the pool its seed.
+    let first = sandbox_id("seedpool1");
+    client.provision(&first, &ask(), READY).await.unwrap();
+    eventually(
+        "a seeded pool container",
+        Duration::from_secs(90),
+        || async {
+            let text = controller.metrics.render();
+            (common::sample(
+                &text,
+                "sandboxd_pool_size{engine=\"postgres\",state=\"ready\"}",
+            ) == Some(1.0))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // The next one claims it: the seed's data, the agent's own password.
+    let second = sandbox_id("seedpool2");
+    let claimed = client.provision(&second, &ask(), READY).await.unwrap();
+    assert_eq!(hits(), 1.0, "served from the seeded pool");
+    assert_eq!(items(&claimed).await.0, ["one", "two"]);
+    // Seen as the seed's: not rotated away a moment later.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let settled = client.status(&second).await.unwrap().unwrap();
+    assert_eq!(settled.phase, Phase::Ready);
+    assert_eq!(
+        settled.services["postgres"].instance,
+        claimed.services["postgres"].instance
+    );
+
+    // A heal starts with the seed again, same credentials.
+    let (before, healed) =
+        common::kill_and_wait_healed(&env, &client, &first, "postgres", Duration::from_secs(60))
+            .await;
+    assert_eq!(
+        healed.services["postgres"].password,
+        before.services["postgres"].password
+    );
+    assert_eq!(items(&healed).await.0, ["one", "two"]);
+    controller.stop().await;
+}
