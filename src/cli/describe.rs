@@ -102,6 +102,9 @@ fn engine(out: &mut String, name: &str, s: &ServiceStatus, show_secrets: bool, n
             s.available_extensions.join(", ")
         },
     );
+    if let Some(seed) = &s.seed {
+        line(out, "Seed", seed.to_string());
+    }
     line(out, "User", format!("{} (database {})", s.user, s.database));
     if show_secrets {
         line(out, "Password", s.password.expose().to_owned());

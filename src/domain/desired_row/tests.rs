@@ -108,6 +108,14 @@ fn summary(d: &DesiredSandbox) -> Vec<String> {
         format!("idle_action={}", d.idle_action),
         format!("owner_container={:?}", d.owner_container),
         format!("isolation={:?}", d.isolation.map(|i| i.as_str())),
+        format!(
+            "seeds=[{}]",
+            d.seeds
+                .iter()
+                .map(|(e, h)| format!("{e}:{}", &h.as_str()[7..11]))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
     ]
 }
 
@@ -346,6 +354,48 @@ fn table() -> Vec<Case> {
             },
             Some("services is empty: name at least one engine"),
             &[],
+        ),
+        // --- seeds ---------------------------------------------------------
+        (
+            "a seed per requested engine is read",
+            |r| r.seeds = Ok(Some(format!(r#"{{"postgres":"sha256:{}"}}"#, "ab".repeat(32)))),
+            None,
+            &["seeds=[postgres:abab]"],
+        ),
+        (
+            "a seed that is not a hash fails the row and is dropped",
+            |r| r.seeds = Ok(Some(r#"{"postgres":"schema.sql"}"#.into())),
+            Some(
+                r#"the seed of engine "postgres" is "schema.sql", not a hash (sha256: and 64 hex digits)"#,
+            ),
+            &["seeds=[]"],
+        ),
+        (
+            "a seed for an engine services do not request fails the row",
+            |r| r.seeds = Ok(Some(format!(r#"{{"redis":"sha256:{}"}}"#, "ab".repeat(32)))),
+            Some(r#"seeds name engine "redis", which services do not request"#),
+            &["seeds=[]"],
+        ),
+        (
+            "seeds that are not an object of hashes fail the row",
+            |r| r.seeds = Ok(Some(r#"["postgres"]"#.into())),
+            Some(
+                "seeds is not a JSON object mapping engine to a seed hash, \
+                 e.g. {\"postgres\":\"sha256:…\"}",
+            ),
+            &["seeds=[]"],
+        ),
+        (
+            "a persistent row with a seed fails: its data is kept",
+            |r| {
+                r.persistent = Ok(Some(true));
+                r.seeds = Ok(Some(format!(r#"{{"postgres":"sha256:{}"}}"#, "ab".repeat(32))));
+            },
+            Some(
+                "seeds are for throwaway sandboxes, and this one is persistent: a persistent \
+                 sandbox keeps its data, load it once from the agent's side",
+            ),
+            &["persistent=true"],
         ),
         // --- features ------------------------------------------------------
         (
