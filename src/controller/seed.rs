@@ -122,7 +122,36 @@ pub(crate) async fn load(
     hash: &SeedHash,
 ) -> Result<(), SeedError> {
     let started = Instant::now();
-    let result = load_unmeasured(ctx, engine, id, name, host_port, credentials, hash).await;
+    let result = async {
+        let content = ctx.seeds.content(ctx, hash).await?;
+        if content.engine != engine.name().as_str() {
+            return Err(SeedError::WrongEngine {
+                hash: hash.clone(),
+                registered: content.engine.clone(),
+                engine: engine.name().to_string(),
+            });
+        }
+        let (host, port) = probe_address(ctx, engine, id, name, host_port)
+            .await
+            .map_err(|source| SeedError::Address {
+                hash: hash.clone(),
+                source,
+            })?;
+        let exec = InContainer {
+            runtime: ctx.runtime.as_ref(),
+            id,
+        };
+        let target = exec.target(&host, port, credentials);
+        match tokio::time::timeout(APPLY_TIMEOUT, engine.seed(&target, &content.bytes)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(source)) => Err(SeedError::Engine {
+                hash: hash.clone(),
+                source,
+            }),
+            Err(_) => Err(SeedError::Timeout { hash: hash.clone() }),
+        }
+    }
+    .await;
     ctx.metrics
         .lifecycle
         .seed_loaded(engine.name(), result.is_ok(), started.elapsed());
@@ -136,43 +165,4 @@ pub(crate) async fn load(
         Err(e) => tracing::warn!(container = %id, seed = %hash, error = %e, "seed not loaded"),
     }
     result
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn load_unmeasured(
-    ctx: &Context,
-    engine: &'static dyn Engine,
-    id: &ContainerId,
-    name: &str,
-    host_port: u16,
-    credentials: &Credentials,
-    hash: &SeedHash,
-) -> Result<(), SeedError> {
-    let content = ctx.seeds.content(ctx, hash).await?;
-    if content.engine != engine.name().as_str() {
-        return Err(SeedError::WrongEngine {
-            hash: hash.clone(),
-            registered: content.engine.clone(),
-            engine: engine.name().to_string(),
-        });
-    }
-    let (host, port) = probe_address(ctx, engine, id, name, host_port)
-        .await
-        .map_err(|source| SeedError::Address {
-            hash: hash.clone(),
-            source,
-        })?;
-    let exec = InContainer {
-        runtime: ctx.runtime.as_ref(),
-        id,
-    };
-    let target = exec.target(&host, port, credentials);
-    match tokio::time::timeout(APPLY_TIMEOUT, engine.seed(&target, &content.bytes)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(source)) => Err(SeedError::Engine {
-            hash: hash.clone(),
-            source,
-        }),
-        Err(_) => Err(SeedError::Timeout { hash: hash.clone() }),
-    }
 }

@@ -358,7 +358,12 @@ fn table() -> Vec<Case> {
         // --- seeds ---------------------------------------------------------
         (
             "a seed per requested engine is read",
-            |r| r.seeds = Ok(Some(format!(r#"{{"postgres":"sha256:{}"}}"#, "ab".repeat(32)))),
+            |r| {
+                r.seeds = Ok(Some(format!(
+                    r#"{{"postgres":"sha256:{}"}}"#,
+                    "ab".repeat(32)
+                )))
+            },
             None,
             &["seeds=[postgres:abab]"],
         ),
@@ -389,7 +394,10 @@ fn table() -> Vec<Case> {
             "a persistent row with a seed fails: its data is kept",
             |r| {
                 r.persistent = Ok(Some(true));
-                r.seeds = Ok(Some(format!(r#"{{"postgres":"sha256:{}"}}"#, "ab".repeat(32))));
+                r.seeds = Ok(Some(format!(
+                    r#"{{"postgres":"sha256:{}"}}"#,
+                    "ab".repeat(32)
+                )));
             },
             Some(
                 "seeds are for throwaway sandboxes, and this one is persistent: a persistent \
