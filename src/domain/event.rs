@@ -238,7 +238,7 @@ impl Event {
                 engine,
                 Some(done.origin.as_str()),
                 format!(
-                    "the requested features grew: a new container with fresh credentials {origin} in {took} replaced the old one ({runs})"
+                    "the row asks for more than the container gives (features, seed or isolation level): a new container with fresh credentials {origin} in {took} replaced the old one ({runs})"
                 ),
             ),
             ProvisionReason::Create | ProvisionReason::Replace => {
@@ -287,7 +287,10 @@ impl Event {
                 "healing ({}) failed",
                 cause.unwrap_or(HealCause::Exited).phrase()
             ),
-            ProvisionReason::Rotate => "rotating to the grown feature set failed".to_owned(),
+            ProvisionReason::Rotate => {
+                "rotating to a new container (more features, another seed or a stronger isolation level) failed"
+                    .to_owned()
+            }
             ProvisionReason::Create => "provisioning failed".to_owned(),
             ProvisionReason::Replace => "replacing an unpublished container failed".to_owned(),
         };

@@ -18,9 +18,10 @@ pub(crate) enum ProvisionReason {
     Create,
     /// The container died or vanished: same credentials and endpoint.
     Heal,
-    /// The requested features grew: the union, fresh credentials. The
-    /// running container keeps serving until the new one is ready
-    /// ([`Provision::retire`]).
+    /// The row asks for more than the running container gives (features
+    /// grew: the union; another seed; a stronger isolation level): fresh
+    /// credentials. The running container keeps serving until the new one
+    /// is ready ([`Provision::retire`]).
     Rotate,
     /// A running container whose credentials were never published
     /// (the controller stopped mid-provision): replaced with fresh ones.

@@ -17,7 +17,7 @@ use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
 use crate::domain::seed;
 use async_trait::async_trait;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::AsyncConnectionConfig;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
@@ -102,6 +102,9 @@ fn acl_hash(password: &Secret) -> String {
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
     format!("#{hex}")
 }
+
+/// How many seed commands go in one pipeline.
+const SEED_BATCH: usize = 256;
 
 /// Logs in to the server with the target's password.
 async fn connect(target: &Target<'_>) -> Result<MultiplexedConnection, String> {
@@ -298,24 +301,36 @@ impl Engine for Resp {
     }
     async fn seed(&self, target: &Target<'_>, content: &[u8]) -> Result<(), EngineError> {
         // As `default`, the agent's user: its ACL applies (no SAVE, DEBUG,
-        // CONFIG SET, MODULE), one command after the other, so a failure
-        // names its command.
+        // CONFIG SET, MODULE). Pipelined, a batch at a time; each reply is
+        // looked at, so a failure still names its command.
         let failed = |reason: String| EngineError::Seed {
             engine: self.name,
             reason,
         };
         let commands = seed::redis_commands(content).map_err(|e| failed(e.to_string()))?;
         let mut con = connect(target).await.map_err(failed)?;
-        for (n, words) in commands.iter().enumerate() {
-            let mut cmd = redis::cmd(&words[0]);
-            for word in &words[1..] {
-                cmd.arg(word);
+        for (batch, chunk) in commands.chunks(SEED_BATCH).enumerate() {
+            let mut pipe = redis::pipe();
+            for words in chunk {
+                let cmd = pipe.cmd(&words[0]);
+                for word in &words[1..] {
+                    cmd.arg(word);
+                }
             }
-            if let Err(e) = cmd.query_async::<redis::Value>(&mut con).await {
+            let replies = con
+                .req_packed_commands(&pipe, 0, chunk.len())
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            let refused = replies.into_iter().enumerate().find_map(|(i, v)| match v {
+                redis::Value::ServerError(e) => Some((i, redis::RedisError::from(e))),
+                _ => None,
+            });
+            if let Some((i, e)) = refused {
+                let n = batch * SEED_BATCH + i;
                 return Err(failed(seed::first_lines(&format!(
                     "command {} ({}): {e}",
                     n + 1,
-                    words[0]
+                    commands[n][0]
                 ))));
             }
         }

@@ -65,7 +65,7 @@ impl LifecycleMetrics {
                 &["engine", "cause"]
             )),
             rotations: register(registry, IntCounterVec::new(
-                Opts::new("sandboxd_rotations_total", "Engine containers re-provisioned with fresh credentials because the requested features grew, by engine"),
+                Opts::new("sandboxd_rotations_total", "Engine containers re-provisioned with fresh credentials because the row asked for more features, another seed or a stronger isolation level, by engine"),
                 &["engine"]
             )),
             networks_recreated: register(registry, IntCounter::new(

@@ -211,6 +211,25 @@ async fn seeded_sandboxes_start_with_their_seed_and_a_changed_seed_reaches_new_a
         message.contains("seed") && message.contains("division by zero"),
         "{message}"
     );
+    // Redis commands run as the agent's user: one it may not run fails
+    // the sandbox, naming the command.
+    let admin_only = client
+        .put_seed(
+            "redis",
+            b"SET fine 1\nCONFIG SET maxmemory 1\n",
+            Some(OWNER),
+        )
+        .await
+        .unwrap();
+    let d = sandbox_id("seed-denied");
+    let err = client
+        .provision(&d, &seeded(&["redis"], &[("redis", &admin_only)]), READY)
+        .await
+        .unwrap_err();
+    let ClientError::Failed { message, .. } = &err else {
+        panic!("a refused command fails the sandbox: {err}");
+    };
+    assert!(message.contains("command 2 (CONFIG)"), "{message}");
     controller.stop().await;
 }
 
