@@ -20,7 +20,8 @@ use std::time::Duration;
 
 /// What the recipe leaves, removed however the test ends: the controller's
 /// container, the state container and volume, the sandboxes' services,
-/// the control network, and the Swarm if the test made it.
+/// the deployment's template volumes, the control network, and the Swarm
+/// if the test made it.
 struct Session {
     controller: Option<Process>,
     container: String,
@@ -43,6 +44,9 @@ impl Drop for Session {
             &format!("io.sandboxd.deployment={}", self.deployment),
             &format!("io.sandboxd.swarm-deployment={}", self.deployment),
         );
+        // The deployment's templates and shared binaries: volumes of the
+        // deployment's, kept by sandboxd across restarts, so the test's.
+        common::remove_volumes_labelled(&format!("io.sandboxd.deployment={}", self.deployment));
         docker(&["network", "rm", "sandboxd-control"]);
         if self.made_swarm {
             docker(&["swarm", "leave", "--force"]);
