@@ -15,6 +15,7 @@ use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::isolation::Isolation;
 use crate::domain::plan::{Provision, ProvisionReason};
 use crate::domain::sandbox::ServiceStatus;
+use crate::domain::seed::SeedHash;
 use crate::engine::{self, Credentials, Engine, EngineError, Exec, Target};
 use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, Tmpfs, Volume};
 use crate::ports::store::StoreError;
@@ -303,8 +304,10 @@ pub(crate) fn ready_status(
 }
 
 /// Waits for the engine in the container `id` (called `name`) to answer,
-/// then enables and verifies `features` with the image `image`: returns
-/// the host port its engine port is published on and the features it has.
+/// then enables and verifies `features` with the image `image`, and loads
+/// `seed` into it, if any, with the same login: returns the host port its
+/// engine port is published on and the features it has.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn bring_up(
     ctx: &Context,
     engine: &'static dyn Engine,
@@ -313,9 +316,10 @@ pub(crate) async fn bring_up(
     credentials: &Credentials,
     features: &BTreeSet<String>,
     image: &str,
+    seed: Option<&SeedHash>,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
     let host_port = ctx.runtime.published_port(id).await?.unwrap_or(0);
-    bring_up_at(
+    let up = bring_up_at(
         ctx,
         engine,
         id,
@@ -325,7 +329,11 @@ pub(crate) async fn bring_up(
         features,
         image,
     )
-    .await
+    .await?;
+    if let Some(hash) = seed {
+        super::seed::load(ctx, engine, id, name, up.0, credentials, hash).await?;
+    }
+    Ok(up)
 }
 
 /// [`bring_up`] of a container whose published port is known.

@@ -852,16 +852,18 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
     };
     drop(creating);
     let id = started?;
-    let up = async {
-        let (host_port, available) =
-            bring_up(ctx, engine, &id, &name, &credentials, &key.features, &image).await?;
-        // Loaded as the pool's login, which is the claimant's role (or
-        // user) with another password: the claim serves the seeded data.
-        if let Some(hash) = &key.seed {
-            super::seed::load(ctx, engine, &id, &name, host_port, &credentials, hash).await?;
-        }
-        Ok::<_, ProvisionError>((host_port, available))
-    };
+    // A seed is loaded as the pool's login, which is the claimant's role
+    // (or user) with another password: the claim serves the seeded data.
+    let up = bring_up(
+        ctx,
+        engine,
+        &id,
+        &name,
+        &credentials,
+        &key.features,
+        &image,
+        key.seed.as_ref(),
+    );
     match up.await {
         Ok((host_port, _)) => {
             tracing::info!(pool = %key, container = %id, "warm-pool container ready");

@@ -448,14 +448,16 @@ async fn start(
         }
         Err(e) => return Err(e.into()),
     };
-    let up = async {
-        let (host_port, available) =
-            bring_up(ctx, engine, &id, name, credentials, &p.features, image).await?;
-        if let Some(hash) = &p.seed {
-            super::seed::load(ctx, engine, &id, name, host_port, credentials, hash).await?;
-        }
-        Ok::<_, ProvisionError>((host_port, available))
-    };
+    let up = bring_up(
+        ctx,
+        engine,
+        &id,
+        name,
+        credentials,
+        &p.features,
+        image,
+        p.seed.as_ref(),
+    );
     match up.await {
         Ok((host_port, available)) => Ok((id, host_port, available)),
         Err(e) => {

@@ -192,38 +192,26 @@ fn read_seeds(
     problems: &mut Problems,
 ) -> BTreeMap<EngineName, SeedHash> {
     let mut seeds = BTreeMap::new();
-    let text = match problems.cell("seeds", column) {
-        Some(Some(text)) => text,
-        Some(None) => {
-            problems.push(format!(
-                "seeds is larger than {MAX_FEATURES_BYTES} bytes: name one seed hash per engine"
-            ));
-            return seeds;
-        }
-        None => return seeds,
-    };
-    let Ok(raw) = serde_json::from_str::<BTreeMap<String, String>>(&text) else {
-        problems.push(
-            "seeds is not a JSON object mapping engine to a seed hash, \
-             e.g. {\"postgres\":\"sha256:…\"}"
-                .into(),
-        );
+    let Some(raw) = engine_object::<String>(
+        "seeds",
+        column,
+        "name one seed hash per engine",
+        "a seed hash, e.g. {\"postgres\":\"sha256:…\"}",
+        problems,
+    ) else {
         return seeds;
     };
     for (name, hash) in raw {
-        let engine = engines(&name);
-        let requested = match engine {
-            Some(e) => services.contains(&e.name),
-            None => unknown_services.iter().any(|u| u == &name),
-        };
-        if !requested {
-            problems.push(format!(
-                "seeds name engine {}, which services do not request",
-                shown(&name)
-            ));
+        let Some(engine) = requested_engine(
+            "seeds",
+            &name,
+            engines,
+            services,
+            unknown_services,
+            problems,
+        ) else {
             continue;
-        }
-        let Some(engine) = engine else { continue };
+        };
         match SeedHash::parse(&hash) {
             Some(hash) => {
                 seeds.insert(engine.name, hash);
@@ -447,12 +435,24 @@ fn features(
     problems: &mut Problems,
 ) -> BTreeMap<EngineName, BTreeSet<String>> {
     let mut features = BTreeMap::new();
-    let Some(raw) = features_object(column, problems) else {
+    let Some(raw) = engine_object::<Vec<String>>(
+        "features",
+        column,
+        &format!("name at most {MAX_FEATURES} features per engine"),
+        "an array of feature names, e.g. {\"postgres\":[\"pg_trgm\"]}",
+        problems,
+    ) else {
         return features;
     };
     for (name, list) in raw {
-        let Some(engine) = requested_engine(&name, engines, services, unknown_services, problems)
-        else {
+        let Some(engine) = requested_engine(
+            "features",
+            &name,
+            engines,
+            services,
+            unknown_services,
+            problems,
+        ) else {
             continue;
         };
         if let Some(set) = engine_features(&name, engine, &list, problems) {
@@ -462,39 +462,43 @@ fn features(
     features
 }
 
-/// The shape check of `features`: the column decoded as an object of
-/// engine name to a list of feature names, or `None` and a problem.
-fn features_object(
+/// The shape check of a JSON column keyed by engine (`features`,
+/// `seeds`): the column `name` decoded as an object of engine name to a
+/// `T`, or `None` and a problem (saying what to do when it is larger than
+/// the store reads, and what each engine maps to when it is not such an
+/// object).
+fn engine_object<T: serde::de::DeserializeOwned>(
+    name: &str,
     column: Cell<Option<String>>,
+    when_too_large: &str,
+    each_maps_to: &str,
     problems: &mut Problems,
-) -> Option<BTreeMap<String, Vec<String>>> {
-    let text = match problems.cell("features", column) {
+) -> Option<BTreeMap<String, T>> {
+    let text = match problems.cell(name, column) {
         Some(Some(text)) => text,
         Some(None) => {
             problems.push(format!(
-                "features is larger than {MAX_FEATURES_BYTES} bytes: name at most \
-                 {MAX_FEATURES} features per engine"
+                "{name} is larger than {MAX_FEATURES_BYTES} bytes: {when_too_large}"
             ));
             return None;
         }
         // Already reported.
         None => return None,
     };
-    let Ok(raw) = serde_json::from_str::<BTreeMap<String, Vec<String>>>(&text) else {
-        problems.push(
-            "features is not a JSON object mapping engine to an array of feature names, \
-             e.g. {\"postgres\":[\"pg_trgm\"]}"
-                .into(),
-        );
+    let Ok(raw) = serde_json::from_str::<BTreeMap<String, T>>(&text) else {
+        problems.push(format!(
+            "{name} is not a JSON object mapping engine to {each_maps_to}"
+        ));
         return None;
     };
     Some(raw)
 }
 
-/// The engine that the `features` key `name` names, when `services`
-/// requests it and this binary runs it; else `None` (and a problem when
-/// `services` does not request it).
+/// The engine that the key `name` of the JSON column `column` (`features`,
+/// `seeds`) names, when `services` requests it and this binary runs it;
+/// else `None` (and a problem when `services` does not request it).
 fn requested_engine(
+    column: &str,
     name: &str,
     engines: &impl Fn(&str) -> Option<KnownEngine>,
     services: &[EngineName],
@@ -508,13 +512,13 @@ fn requested_engine(
     };
     if !requested {
         problems.push(format!(
-            "features name engine {}, which services do not request",
+            "{column} name engine {}, which services do not request",
             shown(name)
         ));
         return None;
     }
-    // Features of an engine this binary does not know: the row is
-    // already failed through `unknown_services`.
+    // An engine this binary does not know: the row is already failed
+    // through `unknown_services`.
     engine
 }
 

@@ -32,6 +32,14 @@ fn seeded(services: &[&str], seeds: &[(&str, &str)]) -> SandboxRequest {
     }
 }
 
+/// Registers `content` as an `engine` seed of the tests' owner: its hash.
+async fn put(client: &Client, engine: &str, content: impl AsRef<[u8]>) -> String {
+    client
+        .put_seed(engine, content.as_ref(), Some(OWNER))
+        .await
+        .unwrap_or_else(|e| panic!("register the {engine} seed: {e}"))
+}
+
 /// The rows of the seeded table, and who owns it.
 async fn items(status: &SandboxStatus) -> (Vec<String>, String) {
     let mut conn = sqlx::PgConnection::connect(&host_pg_url(&status.services["postgres"]))
@@ -82,14 +90,8 @@ async fn seeded_sandboxes_start_with_their_seed_and_a_changed_seed_reaches_new_a
 
     // One content, one hash, however often it is registered; another
     // engine or another content is another hash.
-    let v1 = client
-        .put_seed("postgres", SCHEMA_V1.as_bytes(), Some(OWNER))
-        .await
-        .unwrap();
-    let again = client
-        .put_seed("postgres", SCHEMA_V1.as_bytes(), Some(OWNER))
-        .await
-        .unwrap();
+    let v1 = put(&client, "postgres", SCHEMA_V1.as_bytes()).await;
+    let again = put(&client, "postgres", SCHEMA_V1.as_bytes()).await;
     assert_eq!(v1, again, "the same content is one hash");
     assert!(v1.starts_with("sha256:") && v1.len() == 71, "{v1}");
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM sandbox_seeds WHERE hash = $1")
@@ -98,10 +100,7 @@ async fn seeded_sandboxes_start_with_their_seed_and_a_changed_seed_reaches_new_a
         .await
         .unwrap();
     assert_eq!(stored, 1, "stored once");
-    let commands = client
-        .put_seed("redis", COMMANDS.as_bytes(), Some(OWNER))
-        .await
-        .unwrap();
+    let commands = put(&client, "redis", COMMANDS.as_bytes()).await;
     assert_ne!(commands, v1);
 
     // A Postgres and Redis sandbox with both seeds.
@@ -148,10 +147,7 @@ async fn seeded_sandboxes_start_with_their_seed_and_a_changed_seed_reaches_new_a
     assert!(seeded_events[0].1.contains(&v1), "{seeded_events:?}");
 
     // The seed changes: a new hash. New sandboxes get the new data...
-    let v2 = client
-        .put_seed("postgres", SCHEMA_V2.as_bytes(), Some(OWNER))
-        .await
-        .unwrap();
+    let v2 = put(&client, "postgres", SCHEMA_V2.as_bytes()).await;
     assert_ne!(v1, v2);
     let b = sandbox_id("seeded-v2");
     let newer = client
@@ -191,14 +187,12 @@ async fn seeded_sandboxes_start_with_their_seed_and_a_changed_seed_reaches_new_a
     );
 
     // A seed the engine refuses fails the sandbox with its words.
-    let broken = client
-        .put_seed(
-            "postgres",
-            b"CREATE TABLE fine (id int);\nSELECT 1/0;",
-            Some(OWNER),
-        )
-        .await
-        .unwrap();
+    let broken = put(
+        &client,
+        "postgres",
+        b"CREATE TABLE fine (id int);\nSELECT 1/0;",
+    )
+    .await;
     let c = sandbox_id("seed-fails");
     let err = client
         .provision(&c, &seeded(&["postgres"], &[("postgres", &broken)]), READY)
@@ -213,14 +207,7 @@ async fn seeded_sandboxes_start_with_their_seed_and_a_changed_seed_reaches_new_a
     );
     // Redis commands run as the agent's user: one it may not run fails
     // the sandbox, naming the command.
-    let admin_only = client
-        .put_seed(
-            "redis",
-            b"SET fine 1\nCONFIG SET maxmemory 1\n",
-            Some(OWNER),
-        )
-        .await
-        .unwrap();
+    let admin_only = put(&client, "redis", b"SET fine 1\nCONFIG SET maxmemory 1\n").await;
     let d = sandbox_id("seed-denied");
     let err = client
         .provision(&d, &seeded(&["redis"], &[("redis", &admin_only)]), READY)
@@ -273,10 +260,7 @@ async fn the_database_refuses_seeds_that_are_not_the_row_owner_s_or_are_not_seed
     );
     assert!(empty.contains("empty"), "{empty}");
     // A persistent sandbox keeps its data: no seed.
-    let mine = client
-        .put_seed("postgres", b"SELECT 1;", Some(OWNER))
-        .await
-        .unwrap();
+    let mine = put(&client, "postgres", b"SELECT 1;").await;
     let err = client
         .apply(
             &sandbox_id("kept"),
@@ -302,10 +286,7 @@ async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_a_heal_loads_it_ag
     };
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
-    let hash = client
-        .put_seed("postgres", SCHEMA_V1.as_bytes(), Some(OWNER))
-        .await
-        .unwrap();
+    let hash = put(&client, "postgres", SCHEMA_V1.as_bytes()).await;
     let ask = || seeded(&["postgres"], &[("postgres", &hash)]);
     let hits = || {
         common::sample(
