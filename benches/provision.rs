@@ -29,7 +29,8 @@
 //! heals are timed, `BENCH_CHAOS_SECONDS` (default 600) the chaos run. The
 //! tables go to stdout and to `target/bench/provision.md`. `BENCH_ONLY`
 //! runs one part alone, its table to `target/bench/<part>.md`: `pause`,
-//! `reset`, `gvisor` (cold starts and pool claims under gVisor's runsc,
+//! `reset`, `fork` (a fork of ~100 MiB against the checkpoint path and a
+//! new sandbox, see `support/fork.rs`), `gvisor` (cold starts and pool claims under gVisor's runsc,
 //! where dockerd has it registered), `swarm` (claims, cold and template
 //! starts and heals on one host next to a single-node Swarm, see
 //! `support/swarm.rs`), `seed` (seeded requests next to unseeded ones,
@@ -39,6 +40,8 @@
 
 #[path = "../tests/integration/common/mod.rs"]
 mod common;
+#[path = "support/fork.rs"]
+mod fork;
 #[path = "support/measure.rs"]
 mod measure;
 #[path = "support/mix.rs"]
@@ -1600,6 +1603,18 @@ fn targets(f: &Figures<'_>) -> String {
     md
 }
 
+/// Prints one part's table, and (unless `smoke`) writes it to
+/// `target/bench/<name>.md`.
+fn report_part(name: &str, md: &str, smoke: bool) {
+    println!("{md}");
+    if !smoke {
+        let path = output_path().with_file_name(format!("{name}.md"));
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
+        std::fs::write(&path, md).expect("write report");
+        eprintln!("bench: wrote {}", path.display());
+    }
+}
+
 fn output_path() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -1688,12 +1703,7 @@ async fn run() {
             resumes(&mut bench, redis, iters).await,
         ];
         let md = resume_report(&rows);
-        println!("{md}");
-        if !smoke {
-            let path = output_path().with_file_name("pause.md");
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
-            std::fs::write(&path, &md).expect("write report");
-        }
+        report_part("pause", &md, smoke);
         controller.stop().await;
         return;
     }
@@ -1705,13 +1715,7 @@ async fn run() {
             Some(rows) => gvisor_report(&rows, &[]),
             None => String::new(),
         };
-        println!("{md}");
-        if !smoke && !md.is_empty() {
-            let path = output_path().with_file_name("gvisor.md");
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
-            std::fs::write(&path, &md).expect("write report");
-            eprintln!("bench: wrote {}", path.display());
-        }
+        report_part("gvisor", &md, smoke || md.is_empty());
         return;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("reset") {
@@ -1721,14 +1725,17 @@ async fn run() {
         let controller = start_controller(&bench.env, reset_config(&bench.config)).await;
         eprintln!("bench: resets");
         let md = reset_report(&resets(&bench, iters).await);
-        println!("{md}");
-        if !smoke {
-            let path = output_path().with_file_name("reset.md");
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
-            std::fs::write(&path, &md).expect("write report");
-            eprintln!("bench: wrote {}", path.display());
-        }
+        report_part("reset", &md, smoke);
         controller.stop().await;
+        return;
+    }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("fork") {
+        // A fork of ~100 MiB against the checkpoint path and a new empty
+        // sandbox: `BENCH_ONLY=fork cargo bench --bench provision`; its
+        // table goes to target/bench/fork.md.
+        controller.stop().await;
+        let md = fork::compare(&bench, iters).await;
+        report_part("fork", &md, smoke);
         return;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("seed") {
@@ -1737,13 +1744,7 @@ async fn run() {
         // target/bench/seed.md.
         controller.stop().await;
         let md = seed::compare(&bench, iters).await;
-        println!("{md}");
-        if !smoke {
-            let path = output_path().with_file_name("seed.md");
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
-            std::fs::write(&path, &md).expect("write report");
-            eprintln!("bench: wrote {}", path.display());
-        }
+        report_part("seed", &md, smoke);
         return;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("swarm") {
@@ -1752,13 +1753,7 @@ async fn run() {
         // table goes to target/bench/swarm.md.
         controller.stop().await;
         let md = swarm::compare(&bench, iters).await;
-        println!("{md}");
-        if !smoke {
-            let path = output_path().with_file_name("swarm.md");
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
-            std::fs::write(&path, &md).expect("write report");
-            eprintln!("bench: wrote {}", path.display());
-        }
+        report_part("swarm", &md, smoke);
         return;
     }
     // `BENCH_ONLY=mix`, `mix-heals` or `chaos`: one part of the mix alone,
@@ -1781,13 +1776,7 @@ async fn run() {
                 .await
                 .report(&floors),
         };
-        println!("{md}");
-        if !smoke {
-            let path = output_path().with_file_name(format!("{part}.md"));
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("create output dir");
-            std::fs::write(&path, &md).expect("write report");
-            eprintln!("bench: wrote {}", path.display());
-        }
+        report_part(part, &md, smoke);
         controller.stop().await;
         return;
     }

@@ -29,7 +29,7 @@
 # BENCH_CHAOS_SECONDS, BENCH_IDLE and BENCH_IDLE_SECONDS tune step 1 (see
 # benches/provision.rs). One part of it alone, its table in
 # target/bench/<part>.md and docs/benchmarks.md left as it is:
-#   BENCH_ONLY=mix|mix-heals|chaos|pause|reset|gvisor|swarm|seed cargo bench --bench provision
+#   BENCH_ONLY=mix|mix-heals|chaos|pause|reset|fork|gvisor|swarm|seed cargo bench --bench provision
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

@@ -369,6 +369,42 @@ impl Client {
         Ok(Revision::read(id, generation, &incarnation)?)
     }
 
+    /// Forks `source` into a new sandbox `id` (`sandbox_fork`): the same
+    /// services, features and isolation, its engines starting with a copy
+    /// of the source's data as it is when sandboxd takes it, under fresh
+    /// credentials. Returns the revision to wait for. `owner`, when given,
+    /// must be the source's. A source this role cannot see is not found;
+    /// forking again into the same `id` from the same source returns the
+    /// fork's revision.
+    pub async fn fork(
+        &self,
+        source: &SandboxId,
+        id: &SandboxId,
+        owner: Option<&str>,
+    ) -> Result<Revision, ClientError> {
+        let mut tx = self
+            .store
+            .pool()
+            .begin()
+            .await
+            .map_err(query("fork sandbox"))?;
+        let generation: i64 = sqlx::query_scalar("SELECT sandbox_fork($1, $2, $3)")
+            .bind(source.as_str())
+            .bind(id.as_str())
+            .bind(owner)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(query("fork sandbox"))?;
+        let incarnation: String =
+            sqlx::query_scalar("SELECT incarnation::text FROM sandbox_desired WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query("read the fork's row"))?;
+        tx.commit().await.map_err(query("fork sandbox"))?;
+        Ok(Revision::read(id, generation, &incarnation)?)
+    }
+
     /// Records a use of the sandbox (`sandbox_touch`): its idle timeout
     /// starts again; no new generation. False when there is no such
     /// sandbox, it expired, or it is being released: request it again.

@@ -164,6 +164,17 @@ BEGIN
         RAISE EXCEPTION 'sandbox % is persistent, and seeds are for throwaway sandboxes: a persistent sandbox keeps its data across heals, so load it once from the agent''s side (or request it without persistent)', NEW.id
             USING ERRCODE = 'check_violation';
     END IF;
+    IF TG_OP = 'UPDATE' AND NEW.fork_of IS NOT NULL
+       AND (NEW.services, NEW.features) IS DISTINCT FROM (OLD.services, OLD.features) THEN
+        RAISE EXCEPTION 'sandbox % is a fork of %, and its services and features are its source''s at the fork (its data was copied for them): fork a sandbox that has the ones you need, or request a new sandbox',
+            NEW.id, sandbox_quote(NEW.fork_of)
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.fork_of IS NOT NULL AND NEW.seeds <> '{}'::jsonb THEN
+        RAISE EXCEPTION 'sandbox % is a fork of %, and a fork starts with its source''s data, not a seed: fork a seeded sandbox, or request a new one with the seed',
+            NEW.id, sandbox_quote(NEW.fork_of)
+            USING ERRCODE = 'check_violation';
+    END IF;
     FOR eng, val IN SELECT key, value FROM jsonb_each(NEW.seeds) LOOP
         IF NOT (eng = ANY (NEW.services)) THEN
             RAISE EXCEPTION 'seeds of sandbox % name engine %, which its services (%) do not request: add it to services or drop its seed',

@@ -51,6 +51,35 @@ BEGIN
             USING ERRCODE = 'check_violation';
     END IF;
 
+    -- fork_of: fixed at insert; a sandbox of the same owner that the
+    -- inserting role sees (row-level security applies here: a source it
+    -- cannot see is not found), named with its incarnation.
+    IF TG_OP = 'UPDATE'
+       AND (NEW.fork_of, NEW.fork_of_incarnation) IS DISTINCT FROM (OLD.fork_of, OLD.fork_of_incarnation) THEN
+        RAISE EXCEPTION 'fork_of of sandbox % cannot change: it names the sandbox whose data it started with; release it (sandbox_release) and fork again (sandbox_fork)',
+            NEW.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF TG_OP = 'INSERT' AND (NEW.fork_of IS NOT NULL OR NEW.fork_of_incarnation IS NOT NULL) THEN
+        IF NEW.fork_of IS NULL OR NEW.fork_of_incarnation IS NULL THEN
+            RAISE EXCEPTION 'sandbox % names fork_of without fork_of_incarnation (or the other way round): fork with sandbox_fork(source, id), which sets both',
+                NEW.id
+                USING ERRCODE = 'check_violation';
+        END IF;
+        IF NEW.persistent THEN
+            RAISE EXCEPTION 'sandbox % cannot be a persistent fork: a fork is a throwaway copy (its data is on tmpfs); fork without persistent',
+                NEW.id
+                USING ERRCODE = 'check_violation';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM sandbox_desired s
+                       WHERE s.id = NEW.fork_of AND s.owner = NEW.owner
+                         AND s.incarnation = NEW.fork_of_incarnation) THEN
+            RAISE EXCEPTION 'sandbox % to fork from is not found (for owner %, as incarnation %): fork a sandbox of the same owner that this role sees, with sandbox_fork(source, id)',
+                sandbox_quote(NEW.fork_of), sandbox_quote(NEW.owner), NEW.fork_of_incarnation
+                USING ERRCODE = 'no_data_found';
+        END IF;
+    END IF;
+
     IF TG_OP = 'INSERT' THEN
         IF NEW.requested_at IS NOT NULL THEN
             NEW.requested_at := clock_timestamp();

@@ -46,6 +46,9 @@ INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege) VAL
     -- lookup as the orchestrator. The table (content) is never theirs.
     ('function', 'sandbox_seed_put(text, bytea, text)', 'EXECUTE'),
     ('function', 'sandbox_seed_engine(text, text)', 'EXECUTE'),
+    -- Forks: the verb inserts the row as the orchestrator (the
+    -- validation checks the source as the orchestrator too).
+    ('function', 'sandbox_fork(text, text, text, interval, text, text[])', 'EXECUTE'),
     ('function', 'sandbox_touch(text)', 'EXECUTE'),
     ('function', 'sandbox_release(text)', 'EXECUTE'),
     -- Checkpoints: the verbs, and reading what they wrote. Only the verbs

@@ -17,7 +17,7 @@ use crate::domain::secret::Secret;
 use crate::domain::template_volume::{self, Refusal, Verdict};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream,
+    ContainerAction, ContainerSpec, DiskStore, EventStream, Helper, NetworkSpec, NetworkStream,
     ObservedResource, Runtime, RuntimeError, RuntimeEvent, StaleBridge, TemplateJob, Tmpfs, Volume,
 };
 use async_trait::async_trait;
@@ -455,6 +455,25 @@ impl DockerRuntime {
                 template.name
             ))),
             Err(e) => Err(api("inspect volume", &template.name)(e)),
+        }
+    }
+
+    /// Refuses a fork's copy that is missing (Docker would mount an empty
+    /// volume, and the engine would start without the data) or that was
+    /// not made for this sandbox.
+    async fn check_fork(&self, fork: &Volume) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Volume);
+        match self.docker.inspect_volume(&fork.name).await {
+            Ok(info) if identity::may_mount(&info.labels, &fork.labels) => Ok(()),
+            Ok(_) => Err(RuntimeError::Refused(format!(
+                "volume {} exists but was not made for this fork; sandboxd never mounts another's data: remove or rename it",
+                fork.name
+            ))),
+            Err(e) if is_status(&e, &[404]) => Err(RuntimeError::Refused(format!(
+                "the fork's copy (volume {}) is gone (removed behind sandboxd's back): release the fork and fork its source again",
+                fork.name
+            ))),
+            Err(e) => Err(api("inspect volume", &fork.name)(e)),
         }
     }
 
@@ -1351,6 +1370,45 @@ impl Runtime for DockerRuntime {
         outcome
     }
 
+    async fn start_helper(&self, helper: &Helper) -> Result<ContainerId, RuntimeError> {
+        self.check_image(&helper.image, None).await?;
+        self.remove_any(&helper.name, Duration::ZERO).await?;
+        self.ensure_volume(&helper.volume).await?;
+        let _timer = metrics::time_docker_call(DockerCall::Create);
+        let body = ContainerCreateBody {
+            image: Some(helper.image.clone()),
+            user: Some(helper.user.clone()),
+            // It only waits for the execs; past its lifetime it exits, and
+            // Docker removes it.
+            entrypoint: Some(vec![
+                "sleep".into(),
+                helper.lifetime.as_secs().max(1).to_string(),
+            ]),
+            labels: Some(helper.labels.clone()),
+            host_config: Some(HostConfig {
+                mounts: Some(vec![mount(&helper.volume, false)]),
+                network_mode: Some(format!("container:{}", helper.sees)),
+                pid_mode: Some(format!("container:{}", helper.sees)),
+                auto_remove: Some(true),
+                ..hardened(&helper.user, &helper.limits, &helper.tmpfs)
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&helper.name)
+            .build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(api("create", &helper.name))?;
+        if let Err(e) = self.docker.start_container(&helper.name, None).await {
+            let _ = self.remove_any(&helper.name, Duration::ZERO).await;
+            return Err(api("start", &helper.name)(e));
+        }
+        Ok(ContainerId::new(created.id))
+    }
+
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
         let (name, tag) = split_reference(image);
         let options = CreateImageOptionsBuilder::default()
@@ -1390,6 +1448,9 @@ impl Runtime for DockerRuntime {
         for template in spec.template.iter().chain(&spec.binaries) {
             self.check_template(template).await?;
         }
+        if let Some(fork) = &spec.fork {
+            self.check_fork(fork).await?;
+        }
         let _timer = metrics::time_docker_call(DockerCall::Create);
         let port_key = format!("{}/tcp", spec.port);
         let binding = PortBinding {
@@ -1398,6 +1459,7 @@ impl Runtime for DockerRuntime {
         };
         let mut mounts: Vec<Mount> = spec.volume.iter().map(|v| mount(v, false)).collect();
         mounts.extend(spec.template.iter().map(|t| mount(t, true)));
+        mounts.extend(spec.fork.iter().map(|f| mount(f, true)));
         mounts.extend(spec.binaries.iter().map(|b| mount(b, true)));
         let host_config = HostConfig {
             mounts: Some(mounts),

@@ -380,6 +380,7 @@ const DESIRED_COLUMNS: &str = "left(owner, 201) AS owner,
     left(owner_container, 129) AS owner_container,
     left(isolation, 16) AS isolation,
     CASE WHEN pg_column_size(seeds) <= $2 THEN seeds::text END AS seeds,
+    left(fork_of, 64) AS fork_of, fork_of_incarnation::text AS fork_of_incarnation,
     generation, incarnation::text AS incarnation,
     CASE WHEN isfinite(created_at) AND created_at < '10000-01-01 00:00:00+00' THEN created_at
          END AS created_at";
@@ -418,6 +419,8 @@ fn read_desired(row: &PgRow) -> DesiredRow {
         created_at: cell(row, "created_at"),
         isolation: cell(row, "isolation"),
         seeds: cell(row, "seeds"),
+        fork_of: cell(row, "fork_of"),
+        fork_of_incarnation: cell(row, "fork_of_incarnation"),
     }
 }
 

@@ -1144,6 +1144,11 @@ impl Runtime for SwarmRuntime {
                 "a Swarm service cannot choose its OCI runtime ({runtime}): isolation gvisor is refused under --backend swarm; ask for isolation 'container' or run the docker backend"
             )));
         }
+        if spec.fork.is_some() {
+            return Err(RuntimeError::Refused(
+                "forks are not made under --backend swarm (the copy is taken next to the source's processes, on its node): run the docker backend to fork".into(),
+            ));
+        }
         let _timer = metrics::time_docker_call(DockerCall::Create);
         self.node
             .check_image(&spec.image, spec.image_label.as_deref())

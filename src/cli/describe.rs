@@ -225,6 +225,13 @@ fn desired(out: &mut String, row: &DesiredSandbox, now: DateTime<Utc>) {
         field(out, "Isolation", isolation);
     }
     field(out, "Persistent", if row.persistent { "yes" } else { "no" });
+    if let Some(of) = &row.fork_of {
+        field(
+            out,
+            "Fork of",
+            format!("{} (incarnation {})", of.sandbox, of.incarnation),
+        );
+    }
     if let Some(c) = &row.owner_container {
         field(out, "Owner cont.", c);
     }
@@ -298,6 +305,10 @@ pub fn json(d: &Described<'_>) -> serde_json::Value {
             "persistent": row.persistent,
             "idle_action": row.idle_action.as_str(),
             "isolation": row.isolation.map(|i| i.as_str()),
+            "fork_of": row.fork_of.as_ref().map(|f| serde_json::json!({
+                "sandbox": f.sandbox.as_str(),
+                "incarnation": f.incarnation.as_str(),
+            })),
             "owner_container": row.owner_container,
             "attach": row.attach,
             "created_at": d.row.map(|r| r.created_at),

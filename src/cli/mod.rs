@@ -27,6 +27,7 @@ mod chaos;
 mod checkpoint;
 mod describe;
 mod error;
+mod fork;
 mod get;
 mod list;
 mod migrate;
@@ -105,6 +106,7 @@ async fn dispatch(command: Command, url: &str) -> Result<(), CliError> {
         Command::List(args) => list::run(url, args).await,
         Command::Quota(command) => quota::run(url, command).await,
         Command::Seed(command) => seed::run(url, command).await,
+        Command::Fork(args) => fork::fork(url, args).await,
         Command::Describe(args) => describe::run(url, args).await,
         Command::Completions { .. } | Command::NodeExec { .. } => Ok(()),
         Command::Touch { id } => touch::touch(url, id).await,

@@ -150,6 +150,8 @@ fn touch_every_series(m: &crate::metrics::Metrics) {
     m.lifecycle.rotated(engine);
     m.lifecycle
         .seed_loaded(engine, true, Duration::from_millis(1));
+    m.lifecycle
+        .fork_copied(engine, true, Duration::from_millis(1));
     m.images.template_built(engine, true);
     m.lifecycle.container_started(engine, "cold");
     m.watch

@@ -72,6 +72,10 @@ pub enum ProvisionError {
     /// The row's seed could not be loaded: the container was removed.
     #[error(transparent)]
     Seed(#[from] super::seed::SeedError),
+    /// A fork's copy of its source's data could not be had: nothing was
+    /// created.
+    #[error(transparent)]
+    Fork(#[from] super::fork::ForkError),
     /// Enabling or verifying features failed.
     #[error("{0} (image {1})")]
     Feature(#[source] EngineError, String),
@@ -247,6 +251,7 @@ pub fn container_spec(
         tmpfs,
         volume,
         template: None,
+        fork: None,
         binaries: None,
         stdin: Some(engine.secrets(credentials)),
         image_label: engine.image_label().map(str::to_owned),

@@ -17,8 +17,8 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::pool::PooledContainer;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
-    ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
-    RuntimeError, StaleBridge, TemplateJob,
+    ContainerSpec, DiskStore, EventStream, Helper, NetworkSpec, NetworkStream, ObservedResource,
+    Runtime, RuntimeError, StaleBridge, TemplateJob,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -330,6 +330,13 @@ impl Runtime for GuardedRuntime {
         let call = self.inner.run_template_job(job);
         let after = self.deadlines.job;
         self.change("template job", "template job", &job.name, after, call)
+            .await
+    }
+
+    async fn start_helper(&self, helper: &Helper) -> Result<ContainerId, RuntimeError> {
+        let call = self.inner.start_helper(helper);
+        let after = self.deadlines.call;
+        self.change("helper", "start helper", &helper.name, after, call)
             .await
     }
 

@@ -9,6 +9,7 @@ mod crash_loops;
 mod fence;
 mod fleet;
 mod foreign;
+mod fork;
 mod gone;
 mod guard;
 mod heal_loop;
@@ -134,6 +135,8 @@ pub(crate) struct Context {
     pub(crate) pool: pool::Pool,
     /// Seed content read so far.
     pub(crate) seeds: seed::Seeds,
+    /// The sources whose data is being copied for a fork now.
+    pub(crate) forks: fork::Copies,
     /// Each sandbox's last published phase, for the fleet gauges.
     pub(crate) phases: FleetPhases,
     /// Where recorded events go besides `sandbox_events` (the webhook).
@@ -288,6 +291,7 @@ impl Controller {
                 images,
                 templates: template::Templates::default(),
                 seeds: seed::Seeds::default(),
+                forks: fork::Copies::default(),
                 pool: pool::Pool::default(),
                 phases: FleetPhases::default(),
                 webhook: notifier,

@@ -118,7 +118,8 @@ fn engines_of(ids: &[ContainerId], observed: &[ObservedContainer]) -> Vec<String
 
 /// Thaws `step.thaw` (all at once). A wanted sandbox that was paused is
 /// resumed (an event says so); one whose containers are about to be torn
-/// down is thawed so that they take the stop signal.
+/// down is thawed so that they take the stop signal. A container frozen
+/// for a fork's copy is left to the copy, which thaws it when done.
 pub(crate) async fn thaw(
     ctx: &Context,
     plan: &Plan,
@@ -126,14 +127,20 @@ pub(crate) async fn thaw(
     observed: &[ObservedContainer],
     journal: &mut crate::domain::event::Journal,
 ) -> Result<(), RuntimeError> {
-    if step.thaw.is_empty() {
+    let thaw: Vec<ContainerId> = step
+        .thaw
+        .iter()
+        .filter(|id| !ctx.forks.copying(id))
+        .cloned()
+        .collect();
+    if thaw.is_empty() {
         return Ok(());
     }
     let started = Instant::now();
-    let results = join_all(step.thaw.iter().map(|id| ctx.runtime.unpause(id))).await;
+    let results = join_all(thaw.iter().map(|id| ctx.runtime.unpause(id))).await;
     let failed = results.into_iter().find_map(Result::err);
     if plan.wanted == Wanted::Yes {
-        let engines = engines_of(&step.thaw, observed);
+        let engines = engines_of(&thaw, observed);
         let error = failed.as_ref().map(ToString::to_string);
         journal.push(Event::resumed(
             &engines,

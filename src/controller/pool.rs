@@ -308,7 +308,7 @@ pub(crate) fn reserve<'a>(
         if reserved.entries.lock().unwrap().len() >= at_most {
             break;
         }
-        let Some(kind) = pool::claim_kind(p.reason, desired.persistent, p.retire.is_some(), fits)
+        let Some(kind) = pool::claim_kind(p.reason, desired.own_data(), p.retire.is_some(), fits)
         else {
             continue;
         };
@@ -355,7 +355,7 @@ pub(crate) async fn claim(
 ) -> Option<(ContainerId, ServiceStatus)> {
     let kind = pool::claim_kind(
         p.reason,
-        desired.persistent,
+        desired.own_data(),
         p.retire.is_some(),
         same_isolation(ctx, desired),
     )?;

@@ -7,6 +7,7 @@
 pub use super::bring_up::{container_spec, wait_ready, ProvisionError};
 
 use super::bring_up::{bring_up, new_instance, ready_status};
+use super::fork;
 use super::image;
 use super::network;
 use super::pool::{self, Reserved};
@@ -350,11 +351,17 @@ async fn cold(
     );
     spec.host_port = p.host_port;
     spec.runtime = labels.isolation.runtime().map(str::to_owned);
-    let refused = if desired.persistent {
+    // A fork starts from its copy of the source's data, mounted where a
+    // template would be (and started from the same way).
+    let fork = fork::prepare(ctx, desired, engine, p, &labels, &image, &credentials).await?;
+    let refused = if desired.persistent || fork.is_some() {
         None
     } else {
         template::apply_or_refusal(ctx, engine, &p.features, &mut spec).await
     };
+    if let Some(volume) = fork {
+        template::use_fork(&mut spec, volume);
+    }
     if let Some(term) = ctx.fence.term() {
         spec.labels
             .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
@@ -387,6 +394,7 @@ async fn cold(
         let _ = template::for_container(ctx, engine, &image, &p.features).await;
     };
     let origin = match (&spec.template, refused) {
+        _ if spec.fork.is_some() => Origin::Fork,
         (Some(_), _) => Origin::Template,
         (None, Some(refusal)) => Origin::ColdTemplateRefused(refusal),
         (None, None) => Origin::Cold,

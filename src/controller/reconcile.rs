@@ -588,8 +588,8 @@ async fn place(
             // only sandboxd's own container may need to join it.
             ctx.runtime.connect(&network, me).await?;
         }
-        if d.persistent && plan.provisions().next().is_some() {
-            // Never mount an earlier incarnation's data.
+        if (d.persistent || d.fork_of.is_some()) && plan.provisions().next().is_some() {
+            // Never mount an earlier incarnation's data (or fork copy).
             volume::remove_superseded(ctx, d, seen.state).await?;
         }
     }
@@ -888,6 +888,10 @@ async fn provision_all(
                 ));
                 if let Some(seeded) = Event::seeded(p, done.origin) {
                     journal.push(seeded);
+                }
+                let source = desired.fork_of.as_ref().map(|f| &f.sandbox);
+                if let Some(forked) = source.and_then(|s| Event::forked(p, done.origin, s)) {
+                    journal.push(forked);
                 }
                 (p.engine, Ok(done.status))
             }

@@ -287,6 +287,13 @@ pub(crate) async fn apply_or_refusal(
 /// What tells the image's entrypoint to start from the mounted template.
 const USE: &str = "SANDBOXD_TEMPLATE=use";
 
+/// Has the container start from a fork's copy of its source's data
+/// (`volume`, see `controller::fork`), as from a template.
+pub(crate) fn use_fork(spec: &mut ContainerSpec, volume: Volume) {
+    spec.fork = Some(volume);
+    spec.env.push(USE.to_owned());
+}
+
 /// Undoes [`apply`]: the container starts cold.
 pub(crate) fn unapply(spec: &mut ContainerSpec) {
     spec.template = None;

@@ -9,6 +9,7 @@
 
 use super::Context;
 use crate::config::ControllerConfig;
+use crate::domain::fork;
 use crate::domain::id::SandboxId;
 use crate::domain::identity::{self, StateId};
 use crate::domain::labels::ContainerLabels;
@@ -43,7 +44,8 @@ fn data_volume_name(
 }
 
 /// The data volumes of sandbox `id` that this state database (`state`)
-/// may remove: those of every engine this controller knows that carry its
+/// may remove: those of every engine this controller knows (a persistent
+/// sandbox's data, a fork's copy of its source's) that carry its
 /// identity, or none (created before identities).
 async fn removable(
     ctx: &Context,
@@ -53,7 +55,12 @@ async fn removable(
     let names: Vec<String> = ctx
         .engines
         .iter()
-        .map(|engine| data_volume_name(&ctx.config, id, engine))
+        .flat_map(|engine| {
+            [
+                data_volume_name(&ctx.config, id, engine),
+                fork::volume_name(&ctx.config.deployment, id, engine.name()),
+            ]
+        })
         .collect();
     Ok(ctx
         .runtime
@@ -90,9 +97,9 @@ pub(crate) async fn remove_all(
     Ok(())
 }
 
-/// Removes the data volumes an earlier incarnation of `desired`'s id left
-/// (its containers must be gone: a volume in use is not removed), so the
-/// row's own containers start on empty data. Volumes from before
+/// Removes the data volumes (and fork copies) an earlier incarnation of
+/// `desired`'s id left (its containers must be gone: a volume in use is
+/// not removed), so the row's own containers never start on them. Volumes from before
 /// incarnations are the row's.
 pub(crate) async fn remove_superseded(
     ctx: &Context,

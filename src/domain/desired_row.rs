@@ -16,6 +16,7 @@
 //! here: the caller passes a resolver from an engine's name in `services`
 //! to what the rules need of it ([`KnownEngine`]).
 
+use super::fork::ForkOf;
 use super::id::{EngineName, SandboxId};
 use super::identity::Incarnation;
 use super::isolation::Isolation;
@@ -93,6 +94,10 @@ pub(crate) struct DesiredRow {
     pub(crate) isolation: Cell<Option<String>>,
     /// The JSON text, `None` when larger than [`MAX_FEATURES_BYTES`].
     pub(crate) seeds: Cell<Option<String>>,
+    /// Cut to one more character than a sandbox id may have.
+    pub(crate) fork_of: Cell<Option<String>>,
+    /// The uuid as text.
+    pub(crate) fork_of_incarnation: Cell<Option<String>>,
 }
 
 /// What the rules need of an engine this binary runs.
@@ -158,6 +163,13 @@ pub(crate) fn desired_from_row(
                 .into(),
         );
     }
+    let fork_of = read_fork_of(row.fork_of, row.fork_of_incarnation, &mut problems);
+    if fork_of.is_some() && (persistent || !seeds.is_empty()) {
+        problems.push(
+            "a fork starts with its source's data on tmpfs: it can be neither persistent nor seeded"
+                .into(),
+        );
+    }
 
     DesiredSandbox {
         id: id.clone(),
@@ -179,6 +191,42 @@ pub(crate) fn desired_from_row(
         owner_container,
         isolation,
         seeds,
+        fork_of,
+    }
+}
+
+/// The `fork_of` and `fork_of_incarnation` columns: both unset, or a
+/// sandbox id and a uuid.
+fn read_fork_of(
+    id: Cell<Option<String>>,
+    incarnation: Cell<Option<String>>,
+    problems: &mut Problems,
+) -> Option<ForkOf> {
+    let id = problems.cell("fork_of", id).flatten();
+    let incarnation = problems.cell("fork_of_incarnation", incarnation).flatten();
+    match (id, incarnation) {
+        (None, None) => None,
+        (Some(id), Some(incarnation)) => {
+            let Ok(sandbox) = SandboxId::parse(&id) else {
+                problems.push("fork_of is not a sandbox id".into());
+                return None;
+            };
+            let Ok(incarnation) = Incarnation::parse(&incarnation) else {
+                problems.push("fork_of_incarnation is not a uuid".into());
+                return None;
+            };
+            Some(ForkOf {
+                sandbox,
+                incarnation,
+            })
+        }
+        _ => {
+            problems.push(
+                "fork_of and fork_of_incarnation must be set together (sandbox_fork sets both)"
+                    .into(),
+            );
+            None
+        }
     }
 }
 

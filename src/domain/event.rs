@@ -5,7 +5,7 @@
 //! of every password the reconcile saw. Pure, so every message is a test.
 
 use super::crash_loop::HealGate;
-use super::id::{EngineName, Incarnation};
+use super::id::{EngineName, Incarnation, SandboxId};
 use super::plan::{HealCause, Provision, ProvisionReason, ReapReason, Teardown};
 use super::sandbox::{SandboxStatus, ServiceStatus};
 use chrono::{DateTime, Utc};
@@ -53,11 +53,14 @@ pub enum EventReason {
     /// A new engine container started from the row's seed (`detail`: the
     /// seed's hash, shortened; the message has it whole).
     Seeded,
+    /// A fork's engine container started from its copy of the source's
+    /// data (`detail`: the source's id).
+    Forked,
 }
 
 impl EventReason {
     /// Every reason.
-    pub const ALL: [EventReason; 13] = [
+    pub const ALL: [EventReason; 14] = [
         EventReason::Provisioned,
         EventReason::Claimed,
         EventReason::Healed,
@@ -71,6 +74,7 @@ impl EventReason {
         EventReason::Checkpointed,
         EventReason::Reset,
         EventReason::Seeded,
+        EventReason::Forked,
     ];
 
     /// The stored text.
@@ -89,6 +93,7 @@ impl EventReason {
             EventReason::Checkpointed => "checkpointed",
             EventReason::Reset => "reset",
             EventReason::Seeded => "seeded",
+            EventReason::Forked => "forked",
         }
     }
 
@@ -117,6 +122,8 @@ pub(crate) enum Origin {
     /// template's volume is refused (counted as `cold`; the event says
     /// why, so `sandboxd describe` shows it).
     ColdTemplateRefused(super::template_volume::Refusal),
+    /// A fork's container, started from its copy of the source's data.
+    Fork,
 }
 
 impl Origin {
@@ -126,6 +133,7 @@ impl Origin {
             Origin::Pool => "pool",
             Origin::Template => "template",
             Origin::Cold | Origin::ColdTemplateRefused(_) => "cold",
+            Origin::Fork => "fork",
         }
     }
 
@@ -134,6 +142,7 @@ impl Origin {
             Origin::Pool => "from the warm pool".to_owned(),
             Origin::Template => "from the template".to_owned(),
             Origin::Cold => "cold".to_owned(),
+            Origin::Fork => "from its copy of the source's data".to_owned(),
             Origin::ColdTemplateRefused(refusal) => format!(
                 "cold (its template is refused [{}]: {}; see SandboxdTemplateRefused in docs/runbook.md)",
                 refusal.as_str(),
@@ -277,6 +286,28 @@ impl Event {
             Some(p.engine.as_str()),
             Some(&format!("sha256:{}", seed.short())),
             format!("started from seed {seed}: {how}"),
+        ))
+    }
+
+    /// The source whose data a fork's provision that ended with the
+    /// engine ready started it from, if it did: copied now, or (a heal)
+    /// the copy made when the engine was first provisioned.
+    pub(crate) fn forked(p: &Provision, origin: Origin, source: &SandboxId) -> Option<Self> {
+        if origin != Origin::Fork {
+            return None;
+        }
+        let how = if p.reason == ProvisionReason::Heal {
+            format!(
+                "started again from its copy of sandbox {source}'s data, made when it was forked"
+            )
+        } else {
+            format!("started from a copy of sandbox {source}'s data, taken with the source frozen for the copy; fresh credentials")
+        };
+        Some(Self::new(
+            EventReason::Forked,
+            Some(p.engine.as_str()),
+            Some(source.as_str()),
+            how,
         ))
     }
 
@@ -626,6 +657,42 @@ mod tests {
             retire: None,
             reason,
             seed: None,
+        }
+    }
+
+    #[test]
+    fn a_fork_says_whose_data_it_started_from_and_whether_the_copy_is_new() {
+        let source = SandboxId::parse("agent-7").unwrap();
+        let cases = [
+            (
+                ProvisionReason::Create,
+                Origin::Fork,
+                Some("taken with the source frozen"),
+            ),
+            (
+                ProvisionReason::Heal,
+                Origin::Fork,
+                Some("started again from its copy"),
+            ),
+            (ProvisionReason::Create, Origin::Template, None),
+            (ProvisionReason::Heal, Origin::Cold, None),
+        ];
+        for (reason, origin, says) in cases {
+            let e = Event::forked(&provision(reason), origin, &source);
+            match (e, says) {
+                (Some(e), Some(says)) => {
+                    assert_eq!(e.reason, EventReason::Forked);
+                    assert_eq!(e.detail.as_deref(), Some("agent-7"));
+                    assert!(e.message.contains(says), "{reason:?}: {}", e.message);
+                    assert!(
+                        e.message.contains("sandbox agent-7's data"),
+                        "{}",
+                        e.message
+                    );
+                }
+                (None, None) => {}
+                (e, _) => panic!("{reason:?} {origin:?}: {e:?}"),
+            }
         }
     }
 

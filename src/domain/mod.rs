@@ -17,6 +17,7 @@ pub(crate) mod desired_row;
 pub(crate) mod entropy;
 pub mod event;
 pub(crate) mod fleet_hash;
+pub mod fork;
 pub(crate) mod gate;
 pub mod host_net;
 pub(crate) mod id;

@@ -224,18 +224,19 @@ impl ClaimKind {
 
 /// Whether a provision may claim from the pool, and as which kind: creates,
 /// replacements and heals may; a rotation (it builds next to the running
-/// container and switches), a persistent sandbox (its data lives on a
-/// volume a pool container does not have) and a sandbox whose isolation
+/// container and switches), a sandbox with data of its own (`own_data`: a
+/// persistent sandbox's volume, a fork's copy, which a pool container does
+/// not have) and a sandbox whose isolation
 /// level is not the pool's (`same_isolation` false: a pool runs under the
 /// controller's `--runtime`, and a container cannot change its runtime)
 /// never do.
 pub(crate) fn claim_kind(
     reason: ProvisionReason,
-    persistent: bool,
+    own_data: bool,
     rotating: bool,
     same_isolation: bool,
 ) -> Option<ClaimKind> {
-    if persistent || rotating || !same_isolation {
+    if own_data || rotating || !same_isolation {
         return None;
     }
     match reason {

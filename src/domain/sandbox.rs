@@ -1,6 +1,7 @@
 //! The rows of the orchestrator contract: what is desired and what was
 //! observed.
 
+use super::fork::ForkOf;
 use super::id::Incarnation;
 use super::id::{EngineName, SandboxId};
 use super::isolation::Isolation;
@@ -54,6 +55,8 @@ pub struct DesiredSandbox {
     /// The seed each engine starts with (`seeds`; an engine without one
     /// starts empty).
     pub seeds: BTreeMap<EngineName, SeedHash>,
+    /// The sandbox whose data this one's engines start with (`fork_of`).
+    pub fork_of: Option<ForkOf>,
     /// Bumped by the database on every change.
     pub generation: i64,
     /// Which incarnation of the id this row is (set by the database on
@@ -68,6 +71,13 @@ pub struct DesiredSandbox {
 }
 
 impl DesiredSandbox {
+    /// Whether its engines start from data of their own (a persistent
+    /// sandbox's volume, a fork's copy of its source's), never from a
+    /// warm-pool container.
+    pub(crate) fn own_data(&self) -> bool {
+        self.persistent || self.fork_of.is_some()
+    }
+
     /// Features requested for `engine` (empty if none).
     pub(crate) fn features_for(&self, engine: EngineName) -> BTreeSet<String> {
         self.features.get(&engine).cloned().unwrap_or_default()

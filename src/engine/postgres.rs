@@ -4,7 +4,7 @@
 //! bootstrap superuser `postgres`, which has no password and exists only on
 //! the Unix socket inside the container, before the server listens on TCP.
 
-use super::{require_all, script, Credentials, Engine, EngineError, Target};
+use super::{require_all, script, Credentials, Engine, EngineError, ForkCopy, Target};
 use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
@@ -30,6 +30,11 @@ const DATABASE: &str = "sandbox";
 /// made again as provisioning made it (its features are in the container's
 /// environment). See the script.
 const CHECKPOINTS: &str = include_str!("checkpoint/postgres.sh");
+
+/// A fork copies the frozen source's data directory, which the fork's
+/// container starts from as from a template (recovering it as after a
+/// crash). See the script.
+const FORK_COPY: &str = include_str!("fork/postgres.sh");
 
 impl Postgres {
     async fn connect(&self, target: &Target<'_>) -> Result<PgConnection, String> {
@@ -74,6 +79,13 @@ impl Engine for Postgres {
     }
     fn template_dir(&self) -> Option<&'static str> {
         Some("/var/lib/postgresql/template")
+    }
+    fn fork_copy(&self) -> Option<ForkCopy> {
+        Some(ForkCopy {
+            script: FORK_COPY,
+            dir: "/var/lib/postgresql/template",
+            freeze: true,
+        })
     }
     fn binaries_dir(&self) -> Option<&'static str> {
         // The server, its libraries (ICU alone is tens of MB) and the

@@ -11,7 +11,7 @@
 //! entrypoint names only those of the modules in its `--loadmodule`
 //! arguments, since naming an unknown command stops the server).
 
-use super::{require_all, script, Credentials, Engine, EngineError, Target};
+use super::{require_all, script, Credentials, Engine, EngineError, ForkCopy, Target};
 use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
@@ -60,6 +60,11 @@ pub static VALKEY: Resp = Resp {
 /// (`DEBUG RELOAD NOSAVE`) as the images' admin user, from inside the
 /// container; the baseline is the empty keyspace. See the script.
 const CHECKPOINTS: &str = include_str!("checkpoint/redis.sh");
+
+/// A fork copies the RDB file of a `SAVE` (a snapshot of its own: the
+/// source is not frozen), which the fork's server loads at start. See the
+/// script.
+const FORK_COPY: &str = include_str!("fork/redis.sh");
 
 /// The ACL user a warm-pool container gets besides `default`, with the
 /// rights to change `default`'s password at a claim; the claim deletes it.
@@ -231,6 +236,13 @@ impl Engine for Resp {
     fn runtime_dirs(&self) -> &'static [&'static str] {
         // Where the images' sandbox mode writes the server's configuration.
         &["/run/sandboxd"]
+    }
+    fn fork_copy(&self) -> Option<ForkCopy> {
+        Some(ForkCopy {
+            script: FORK_COPY,
+            dir: "/var/lib/sandboxd/template",
+            freeze: false,
+        })
     }
     fn readiness_deadline(&self) -> Duration {
         Duration::from_secs(15)

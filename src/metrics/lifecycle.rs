@@ -25,6 +25,7 @@ pub(crate) struct LifecycleMetrics {
     idle_actions: IntCounterVec,
     checkpoint_seconds: HistogramVec,
     seed_seconds: HistogramVec,
+    fork_seconds: HistogramVec,
     reaps: IntCounterVec,
     teardown_failures: IntCounter,
 }
@@ -96,8 +97,13 @@ impl LifecycleMetrics {
                 &["op", "result"]
             )),
             seed_seconds: register(registry, HistogramVec::new(
-                HistogramOpts::new("sandboxd_seed_load_seconds", "Seconds loading a seed into a new engine container took (a sandbox's, or a seeded warm-pool container's), by engine and result (ok, error)")
+                HistogramOpts::new("sandboxd_seed_load_seconds", "Seconds loading a seed into a new engine container took (a sandbox's, or a seeded warm-pool container's), by engine and result (success, error)")
                     .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
+                &["engine", "result"]
+            )),
+            fork_seconds: register(registry, HistogramVec::new(
+                HistogramOpts::new("sandboxd_fork_copy_seconds", "Seconds copying a source sandbox's data for a fork took (the helper's start, the copy with the source frozen, the thaw), by engine and result (success, error)")
+                    .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
                 &["engine", "result"]
             )),
             reaps: register(registry, IntCounterVec::new(
@@ -170,6 +176,13 @@ impl LifecycleMetrics {
     /// One seed loaded into an `engine` container (or not), in `took`.
     pub(crate) fn seed_loaded(&self, engine: EngineName, ok: bool, took: Duration) {
         self.seed_seconds
+            .with_label_values(&[engine.as_str(), outcome(ok)])
+            .observe(took.as_secs_f64());
+    }
+
+    /// One copy of a source's `engine` data for a fork (or not), in `took`.
+    pub(crate) fn fork_copied(&self, engine: EngineName, ok: bool, took: Duration) {
+        self.fork_seconds
             .with_label_values(&[engine.as_str(), outcome(ok)])
             .observe(took.as_secs_f64());
     }

@@ -204,6 +204,10 @@ pub struct ContainerSpec {
     /// A pre-initialised template mounted read-only (see
     /// [`TemplateJob`]); it must exist, or the container is not created.
     pub template: Option<Volume>,
+    /// A fork's copy of its source's data (see [`Helper`]), mounted
+    /// read-only where a template would be; it must exist and carry this
+    /// sandbox's labels, or the container is not created.
+    pub fork: Option<Volume>,
     /// The image's binaries, copied into a volume by the template job and
     /// mounted read-only over their place in the image (see
     /// [`TemplateJob::binaries`]); it must exist, or the container is not
@@ -255,6 +259,38 @@ pub struct TemplateJob {
     /// through the storage driver (which each container pays for in
     /// memory on fuse-overlayfs).
     pub binaries: Option<Volume>,
+}
+
+/// A short-lived container in another container's PID and network
+/// namespaces (it sees its processes, through `/proc/1/root` its files,
+/// and its loopback), holding a volume read-write: a fork's copy is taken
+/// in one, with `docker exec`. No network of its own, no published port,
+/// no standard input, the same hardening as a sandbox container; it exits
+/// on its own after
+/// [`Helper::lifetime`] and is then removed by the runtime, so a helper
+/// that sandboxd lost track of does not stay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Helper {
+    /// Container name.
+    pub name: String,
+    /// The image (its tools: the source's image).
+    pub image: String,
+    /// Container labels.
+    pub labels: HashMap<String, String>,
+    /// `uid:gid` the container runs as (the source's: files and
+    /// `/proc/1/root` are reachable for the same user only).
+    pub user: String,
+    /// Resource caps.
+    pub limits: Limits,
+    /// tmpfs mounts (`/tmp`, runtime directories).
+    pub tmpfs: Vec<Tmpfs>,
+    /// Created with its labels if missing (refused if another sandbox's),
+    /// mounted read-write.
+    pub volume: Volume,
+    /// The container whose PID and network namespaces it joins.
+    pub sees: ContainerId,
+    /// How long it lives at most.
+    pub lifetime: Duration,
 }
 
 /// A network for sandbox containers.
@@ -534,6 +570,15 @@ pub trait Runtime: Send + Sync + 'static {
     /// its container; fails with the exit code and the last lines of its
     /// output unless it exits 0.
     async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError>;
+    /// Starts a [`Helper`] and returns its id; [`Runtime::exec`] runs in
+    /// it, [`Runtime::remove`] ends it. A runtime that cannot place a
+    /// container next to another's processes refuses.
+    async fn start_helper(&self, helper: &Helper) -> Result<ContainerId, RuntimeError> {
+        Err(RuntimeError::Refused(format!(
+            "helper {}: this runtime cannot start a container in another's PID namespace (forks need --backend docker)",
+            helper.name
+        )))
+    }
     /// Removes any container called `spec.name` (refusing if its labels say
     /// it belongs to another sandbox or deployment), creates `spec.volume`
     /// if it is missing (refusing one another deployment created), then

@@ -47,6 +47,7 @@ pub(crate) fn fake_row(
         owner_container: None,
         isolation: None,
         seeds: Default::default(),
+        fork_of: None,
     }
 }
 

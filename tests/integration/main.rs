@@ -18,6 +18,7 @@ mod examples;
 mod features;
 mod first_session;
 mod fixtures;
+mod forks;
 mod gvisor;
 mod hostile_rows;
 mod identity;

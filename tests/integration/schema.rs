@@ -1314,7 +1314,7 @@ async fn a_registered_orchestrator_holds_exactly_the_listed_privileges_and_a_rev
     env.create_login_role("bystander").await;
     let (granted, never) = privilege_list(&env.pool).await;
     // What sql/grants/orchestrator_privileges.sql grants, in one list.
-    assert_eq!(granted.len(), 25, "{granted:#?}");
+    assert_eq!(granted.len(), 26, "{granted:#?}");
     for expected in [
         ("schema", "public", "USAGE"),
         ("table", "sandbox_desired", "DELETE"),
@@ -1736,14 +1736,17 @@ async fn a_database_the_fourteen_old_migrations_made_is_adopted_with_its_rows_an
         .iter()
         .any(|p| l.contains(p))
     };
-    // What issue 32 (seeds) added: the table, the row's and the claim's
-    // column, the verb and its lookup.
+    // What issue 32 (seeds and forks) added: the table, the row's and the
+    // claim's columns, the verbs, the seed lookup and the fork's checks.
     let issue_32 = |l: &String| {
         [
             "sandbox_seeds",
             "sandbox_seed_",
             "sandbox_desired.seeds ",
             "sandbox_pool_claims.seed ",
+            "sandbox_desired.fork_of",
+            "sandbox_fork(",
+            "sandbox_desired_validate_lifecycle()",
         ]
         .iter()
         .any(|p| l.contains(p))

@@ -53,21 +53,6 @@ async fn stored_services(env: &TestEnv, id: &str) -> Option<Value> {
         .unwrap()
 }
 
-/// The SQLSTATE and message of `sql` run by `pool` (it must fail).
-async fn refusal(pool: &PgPool, sql: &str) -> (String, String) {
-    let err = sqlx::query(sql)
-        .execute(pool)
-        .await
-        .expect_err(&format!("{sql} must be refused"));
-    let db = err
-        .as_database_error()
-        .unwrap_or_else(|| panic!("{sql}: {err}"));
-    (
-        db.code().unwrap_or_default().into_owned(),
-        db.message().to_owned(),
-    )
-}
-
 /// What tenant A sees of `id`'s status after inserting `id` itself, in a
 /// transaction it rolls back (as a tenant may, to probe a released id).
 async fn seen_after_taking(a: &PgPool, id: &str) -> Vec<String> {
@@ -259,7 +244,7 @@ async fn orchestrators_write_checkpoints_and_resets_only_through_the_verbs_and_p
         "SELECT nextval('sandbox_checkpoint_requests')".to_owned(),
         "SELECT setval('sandbox_checkpoint_requests', 9000000)".to_owned(),
     ] {
-        let (code, message) = refusal(&a, &sql).await;
+        let (code, message) = common::refusal(&a, &sql, &[]).await;
         assert_eq!(code, "42501", "{sql}: {message}");
     }
 
@@ -268,7 +253,7 @@ async fn orchestrators_write_checkpoints_and_resets_only_through_the_verbs_and_p
         "SELECT sandbox_reset('ckpt-a')",
         "SELECT sandbox_checkpoint('ckpt-a', 'mine')",
     ] {
-        let (code, message) = refusal(&b, sql).await;
+        let (code, message) = common::refusal(&b, sql, &[]).await;
         assert_eq!(code, "P0002", "{sql}: {message}");
         assert!(message.contains("that this role may see"), "{message}");
     }
@@ -293,7 +278,7 @@ async fn orchestrators_write_checkpoints_and_resets_only_through_the_verbs_and_p
         "SELECT sandbox_reset('ckpt-a')",
         "SELECT sandbox_checkpoint('ckpt-a', 'two')",
     ] {
-        let (code, message) = refusal(&a, sql).await;
+        let (code, message) = common::refusal(&a, sql, &[]).await;
         assert_eq!(code, "54000", "{sql}: {message}");
         assert!(
             message.contains("8 checkpoint and reset requests pending")

@@ -73,6 +73,7 @@ const FILES: &[(&str, &str)] = sql_objects! {
         "sandbox_desired_validate_idle_action",
         "sandbox_desired_validate_lifecycle",
         "sandbox_features_union",
+        "sandbox_fork",
         "sandbox_grant_orchestrator",
         "sandbox_identity_immutable",
         "sandbox_lease_acquire",

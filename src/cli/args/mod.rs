@@ -4,14 +4,14 @@
 //! file.
 
 use super::progress::ProgressMode;
-use super::{describe::DescribeArgs, list::ListArgs, quota, seed};
+use super::{describe::DescribeArgs, fork::ForkArgs, list::ListArgs, quota, seed};
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::isolation::Isolation;
 use crate::domain::sandbox::IdleAction;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::time::Duration;
 
-pub(super) mod parse;
+pub(crate) mod parse;
 pub(super) mod run;
 
 use self::parse::{parse_duration, parse_fault};
@@ -169,6 +169,12 @@ pub enum Command {
     /// which `apply`/`request --seed postgres=HASH` names.
     #[command(subcommand)]
     Seed(seed::SeedCommand),
+    /// Make a new sandbox whose engines start with a copy of another's
+    /// data (its source keeps serving; the copy is taken with the source
+    /// frozen for a moment), with fresh credentials: `fork SRC NEW
+    /// --wait 60s`. With --wait: exit 0 when ready, 3 when failed, 4 when
+    /// timed out.
+    Fork(ForkArgs),
     /// Take back everything grant-orchestrator gave a role.
     RevokeOrchestrator {
         /// The role's name.

@@ -64,6 +64,7 @@ fn row(name: &str) -> DesiredSandbox {
         owner_container: None,
         isolation: None,
         seeds: Default::default(),
+        fork_of: None,
     }
 }
 

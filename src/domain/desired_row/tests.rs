@@ -66,6 +66,49 @@ fn good() -> DesiredRow {
         created_at: Ok(Some(at(1))),
         isolation: Ok(None),
         seeds: Ok(Some("{}".into())),
+        fork_of: Ok(None),
+        fork_of_incarnation: Ok(None),
+    }
+}
+
+#[test]
+fn a_fork_names_its_source_by_id_and_incarnation_or_is_invalid() {
+    const SOURCE: &str = "9b2f5a34-3c1e-4f7e-8d1a-2b9c8e7f6a50";
+    let fork = |id: Option<&str>, inc: Option<&str>, persistent: bool| {
+        read(DesiredRow {
+            fork_of: Ok(id.map(Into::into)),
+            fork_of_incarnation: Ok(inc.map(Into::into)),
+            persistent: Ok(Some(persistent)),
+            ..good()
+        })
+    };
+    let d = fork(None, None, false);
+    assert_eq!((d.fork_of, d.invalid), (None, None));
+    let d = fork(Some("src-1"), Some(SOURCE), false);
+    assert_eq!(d.invalid, None);
+    let of = d.fork_of.unwrap();
+    assert_eq!(
+        (of.sandbox.as_str(), of.incarnation.to_string()),
+        ("src-1", SOURCE.to_owned())
+    );
+    for (id, inc, persistent, says) in [
+        (Some("src-1"), None, false, "set together"),
+        (None, Some(SOURCE), false, "set together"),
+        (Some("Not An Id"), Some(SOURCE), false, "not a sandbox id"),
+        (Some("src-1"), Some("nope"), false, "not a uuid"),
+        (
+            Some("src-1"),
+            Some(SOURCE),
+            true,
+            "neither persistent nor seeded",
+        ),
+    ] {
+        let d = fork(id, inc, persistent);
+        let invalid = d.invalid.unwrap_or_default();
+        assert!(
+            invalid.contains(says),
+            "{id:?} {inc:?} {persistent}: {invalid}"
+        );
     }
 }
 
@@ -985,6 +1028,8 @@ fn no_row_shape_panics_and_what_is_kept_obeys_the_rules() {
             created_at: times[pick(times.len())],
             isolation: texts[pick(texts.len())].clone(),
             seeds: texts[pick(texts.len())].clone(),
+            fork_of: texts[pick(texts.len())].clone(),
+            fork_of_incarnation: texts[pick(texts.len())].clone(),
         };
         let shape = format!("{row:?}");
         let d = read(row);

@@ -117,6 +117,7 @@ fn desired(services: &[&'static str], features: &[(&'static str, &[&str])]) -> D
         owner_container: None,
         isolation: None,
         seeds: Default::default(),
+        fork_of: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn row() -> DesiredSandbox {
         owner_container: None,
         isolation: None,
         seeds: Default::default(),
+        fork_of: None,
     }
 }
 

@@ -67,6 +67,7 @@ fn row(generation: i64, services: &[&'static str]) -> DesiredSandbox {
         owner_container: None,
         isolation: None,
         seeds: Default::default(),
+        fork_of: None,
     }
 }
 

@@ -1079,3 +1079,23 @@ pub async fn kill_and_wait_healed(
     .await;
     (before, after)
 }
+
+/// The SQLSTATE and message of `sql` (binding `args` in order) run by
+/// `pool`: it must be refused.
+pub async fn refusal(pool: &sqlx::PgPool, sql: &str, args: &[&str]) -> (String, String) {
+    let mut query = sqlx::query(sql);
+    for arg in args {
+        query = query.bind(*arg);
+    }
+    let err = query
+        .execute(pool)
+        .await
+        .expect_err(&format!("{sql} must be refused"));
+    let db = err
+        .as_database_error()
+        .unwrap_or_else(|| panic!("{sql}: {err}"));
+    (
+        db.code().unwrap_or_default().into_owned(),
+        db.message().to_owned(),
+    )
+}
