@@ -250,7 +250,16 @@ async fn copy(
             }
         };
         let (started, flushed) = tokio::join!(runtime.start_helper(&helper), flushing);
-        let id = started?;
+        let id = match started {
+            Ok(id) => id,
+            Err(e) => {
+                // A create that outlived its deadline may have left it.
+                let _ = runtime
+                    .remove(&ContainerId::new(helper.name.clone()), Duration::ZERO)
+                    .await;
+                return Err(e);
+            }
+        };
         let copied = async {
             if let Some(out) = flushed?.filter(|out| out.exit_code != 0) {
                 return Ok((out, Duration::ZERO));
@@ -260,7 +269,11 @@ async fn copy(
                 // snapshot of its own.
                 return Ok((exec(id.clone(), copy, env).await?, Duration::ZERO));
             }
-            runtime.pause(&source).await?;
+            if let Err(e) = runtime.pause(&source).await {
+                // A pause that did not answer may still have frozen it.
+                let _ = runtime.unpause(&source).await;
+                return Err(e);
+            }
             let frozen_at = Instant::now();
             let copied = exec(id.clone(), copy, env).await;
             let thawed = runtime.unpause(&source).await;
