@@ -19,6 +19,7 @@ use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
     ContainerAction, ContainerSpec, DiskStore, EventStream, Helper, NetworkSpec, NetworkStream,
     ObservedResource, Runtime, RuntimeError, RuntimeEvent, StaleBridge, TemplateJob, Tmpfs, Volume,
+    VolumeFill,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -35,7 +36,8 @@ use bollard::query_parameters::{
     EventsOptionsBuilder, InspectContainerOptions, InspectNetworkOptions,
     ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListVolumesOptionsBuilder,
     LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptions,
-    RenameContainerOptionsBuilder, StopContainerOptionsBuilder, WaitContainerOptions,
+    RenameContainerOptionsBuilder, StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    WaitContainerOptions,
 };
 use bollard::Docker;
 use chrono::{TimeZone, Utc};
@@ -119,6 +121,20 @@ fn template_refused(
         deployment: existing.get(labels::DEPLOYMENT).cloned(),
         sandbox: existing.get(labels::SANDBOX).cloned(),
     }
+}
+
+/// A tar archive of one file `name` owned by `owner` (`uid:gid`), mode 0644.
+fn one_file_tar(name: &str, owner: &str, content: &[u8]) -> std::io::Result<Vec<u8>> {
+    let (uid, gid) = owner.split_once(':').unwrap_or((owner, owner));
+    let mut header = tar::Header::new_gnu();
+    header.set_size(content.len() as u64);
+    header.set_mode(0o644);
+    header.set_uid(uid.parse().unwrap_or(0));
+    header.set_gid(gid.parse().unwrap_or(0));
+    header.set_mtime(0);
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.append_data(&mut header, name, content)?;
+    builder.into_inner()
 }
 
 fn mount(volume: &Volume, read_only: bool) -> Mount {
@@ -458,22 +474,36 @@ impl DockerRuntime {
         }
     }
 
-    /// Refuses a fork's copy that is missing (Docker would mount an empty
-    /// volume, and the engine would start without the data) or that was
-    /// not made for this sandbox.
-    async fn check_fork(&self, fork: &Volume) -> Result<(), RuntimeError> {
+    /// Refuses data to start from that is missing (Docker would mount an
+    /// empty volume, and the engine would start without the data) or whose
+    /// volume lacks the labels asked for (it was not made for this).
+    async fn check_start_from(&self, data: &Volume) -> Result<(), RuntimeError> {
+        match self.labelled_volume(data).await? {
+            Some(true) => Ok(()),
+            Some(false) => Err(RuntimeError::Refused(format!(
+                "volume {} exists but was not made for this (its labels differ); sandboxd never mounts another's data: remove or rename it",
+                data.name
+            ))),
+            None => Err(RuntimeError::Refused(format!(
+                "volume {} is gone (removed behind sandboxd's back): a fork's copy is made again by releasing the fork and forking its source again; a seed's file is written again by the next container that starts from it",
+                data.name
+            ))),
+        }
+    }
+
+    /// Whether `volume` exists carrying (at least) its labels: `None` when
+    /// it does not exist.
+    async fn labelled_volume(&self, volume: &Volume) -> Result<Option<bool>, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Volume);
-        match self.docker.inspect_volume(&fork.name).await {
-            Ok(info) if identity::may_mount(&info.labels, &fork.labels) => Ok(()),
-            Ok(_) => Err(RuntimeError::Refused(format!(
-                "volume {} exists but was not made for this fork; sandboxd never mounts another's data: remove or rename it",
-                fork.name
-            ))),
-            Err(e) if is_status(&e, &[404]) => Err(RuntimeError::Refused(format!(
-                "the fork's copy (volume {}) is gone (removed behind sandboxd's back): release the fork and fork its source again",
-                fork.name
-            ))),
-            Err(e) => Err(api("inspect volume", &fork.name)(e)),
+        match self.docker.inspect_volume(&volume.name).await {
+            Ok(info) => Ok(Some(
+                volume
+                    .labels
+                    .iter()
+                    .all(|(k, v)| info.labels.get(k) == Some(v)),
+            )),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(api("inspect volume", &volume.name)(e)),
         }
     }
 
@@ -1370,6 +1400,63 @@ impl Runtime for DockerRuntime {
         outcome
     }
 
+    async fn fill_volume(&self, fill: &VolumeFill) -> Result<(), RuntimeError> {
+        self.check_image(&fill.image, None).await?;
+        match self.labelled_volume(&fill.volume).await? {
+            Some(true) => {}
+            Some(false) => {
+                return Err(RuntimeError::Refused(format!(
+                    "volume {} exists but was not made for this (its labels differ); sandboxd never writes into another's volume: remove or rename it",
+                    fill.volume.name
+                )))
+            }
+            None => self.create_volume(&fill.volume, None).await?,
+        }
+        self.remove_any(&fill.name, Duration::ZERO).await?;
+        let archive = one_file_tar(&fill.file, &fill.owner, &fill.content).map_err(|e| {
+            RuntimeError::Refused(format!(
+                "packing {} for volume {}: {e}",
+                fill.file, fill.volume.name
+            ))
+        })?;
+        let body = ContainerCreateBody {
+            image: Some(fill.image.clone()),
+            user: Some(fill.owner.clone()),
+            // Never started: Docker mounts the volume for the upload.
+            entrypoint: Some(vec!["true".into()]),
+            labels: Some(fill.labels.clone()),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                mounts: Some(vec![mount(&fill.volume, false)]),
+                network_mode: Some("none".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&fill.name)
+            .build();
+        {
+            let _timer = metrics::time_docker_call(DockerCall::Create);
+            self.docker
+                .create_container(Some(options), body)
+                .await
+                .map_err(api("create", &fill.name))?;
+        }
+        let upload = UploadToContainerOptionsBuilder::default()
+            .path(&fill.volume.path)
+            .build();
+        let uploaded = self
+            .docker
+            .upload_to_container(&fill.name, Some(upload), bollard::body_full(archive.into()))
+            .await
+            .map_err(api("upload", &fill.name));
+        if let Err(e) = self.remove_any(&fill.name, Duration::ZERO).await {
+            tracing::warn!(container = %fill.name, error = %e, "could not remove a volume fill's container");
+        }
+        uploaded
+    }
+
     async fn start_helper(&self, helper: &Helper) -> Result<ContainerId, RuntimeError> {
         self.check_image(&helper.image, None).await?;
         self.remove_any(&helper.name, Duration::ZERO).await?;
@@ -1448,8 +1535,8 @@ impl Runtime for DockerRuntime {
         for template in spec.template.iter().chain(&spec.binaries) {
             self.check_template(template).await?;
         }
-        if let Some(fork) = &spec.fork {
-            self.check_fork(fork).await?;
+        if let Some(data) = &spec.start_from {
+            self.check_start_from(data).await?;
         }
         let _timer = metrics::time_docker_call(DockerCall::Create);
         let port_key = format!("{}/tcp", spec.port);
@@ -1459,7 +1546,7 @@ impl Runtime for DockerRuntime {
         };
         let mut mounts: Vec<Mount> = spec.volume.iter().map(|v| mount(v, false)).collect();
         mounts.extend(spec.template.iter().map(|t| mount(t, true)));
-        mounts.extend(spec.fork.iter().map(|f| mount(f, true)));
+        mounts.extend(spec.start_from.iter().map(|f| mount(f, true)));
         mounts.extend(spec.binaries.iter().map(|b| mount(b, true)));
         let host_config = HostConfig {
             mounts: Some(mounts),

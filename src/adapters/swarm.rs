@@ -1144,9 +1144,9 @@ impl Runtime for SwarmRuntime {
                 "a Swarm service cannot choose its OCI runtime ({runtime}): isolation gvisor is refused under --backend swarm; ask for isolation 'container' or run the docker backend"
             )));
         }
-        if spec.fork.is_some() {
+        if spec.start_from.is_some() {
             return Err(RuntimeError::Refused(
-                "forks are not made under --backend swarm (the copy is taken next to the source's processes, on its node): run the docker backend to fork".into(),
+                "forks and data-file seeds are not served under --backend swarm (their volume is on one node): run the docker backend for them".into(),
             ));
         }
         let _timer = metrics::time_docker_call(DockerCall::Create);

@@ -251,7 +251,7 @@ pub fn container_spec(
         tmpfs,
         volume,
         template: None,
-        fork: None,
+        start_from: None,
         binaries: None,
         stdin: Some(engine.secrets(credentials)),
         image_label: engine.image_label().map(str::to_owned),

@@ -142,14 +142,14 @@ pub(crate) async fn prepare(
     let Some(of) = &desired.fork_of else {
         return Ok(None);
     };
-    let Some(how) = engine.fork_copy() else {
+    let (Some(how), Some(dir)) = (engine.fork_copy(), engine.start_dir()) else {
         return Err(ForkError::Unsupported { engine: p.engine });
     };
     let mut volume_labels = labels.of_volume();
     volume_labels.insert(FORK_OF.to_owned(), of.sandbox.to_string());
     let volume = Volume {
         name: fork::volume_name(&ctx.config.deployment, &desired.id, p.engine),
-        path: how.dir.to_owned(),
+        path: dir.to_owned(),
         labels: volume_labels,
         disk: None,
     };

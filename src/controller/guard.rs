@@ -18,7 +18,7 @@ use crate::domain::pool::PooledContainer;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
     ContainerSpec, DiskStore, EventStream, Helper, NetworkSpec, NetworkStream, ObservedResource,
-    Runtime, RuntimeError, StaleBridge, TemplateJob,
+    Runtime, RuntimeError, StaleBridge, TemplateJob, VolumeFill,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -330,6 +330,13 @@ impl Runtime for GuardedRuntime {
         let call = self.inner.run_template_job(job);
         let after = self.deadlines.job;
         self.change("template job", "template job", &job.name, after, call)
+            .await
+    }
+
+    async fn fill_volume(&self, fill: &VolumeFill) -> Result<(), RuntimeError> {
+        let call = self.inner.fill_volume(fill);
+        let after = self.deadlines.call;
+        self.change("volume fill", "fill volume", &fill.volume.name, after, call)
             .await
     }
 

@@ -32,7 +32,7 @@ use crate::domain::pool::{self, demand, ClaimIndex, PoolClaim, PoolKey, PooledCo
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
 use crate::engine::{Credentials, Engine};
-use crate::ports::runtime::{NetworkSpec, ObservedResource, RuntimeError};
+use crate::ports::runtime::{NetworkSpec, ObservedResource, RuntimeError, Volume};
 use crate::sched::WorkQueue;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -834,8 +834,27 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         host: name.clone(),
         aliases,
     };
+    // A data-file seed is in the container from its start; any other is
+    // loaded once it is ready.
+    let seed_file = match &key.seed {
+        Some(hash) => super::seed::data_file(ctx, engine, &image, hash)
+            .await
+            .map_err(|e| PoolError::Provision(Box::new(e.into())))?,
+        None => None,
+    };
+    let seed_later = key.seed.as_ref().filter(|_| seed_file.is_none());
     let creating = CreatingNetwork::mark(&ctx.pool, &placement.network);
-    let started = start_one(ctx, engine, key, &image, &credentials, token, &placement).await;
+    let started = start_one(
+        ctx,
+        engine,
+        key,
+        &image,
+        &credentials,
+        token,
+        &placement,
+        seed_file,
+    )
+    .await;
     // Probed by name on its network (`--probe-via network`): sandboxd's own
     // container joins it, as it joins a sandbox's.
     let started = match (started, &ctx.config.controller_container) {
@@ -862,7 +881,7 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         &credentials,
         &key.features,
         &image,
-        key.seed.as_ref(),
+        seed_later,
     );
     match up.await {
         Ok((host_port, _)) => {
@@ -883,7 +902,8 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
 }
 
 /// Creates the pool network of `placement` and starts a pool container of
-/// `key` on it.
+/// `key` on it (from `seed_file`, a data-file seed's volume, if any).
+#[allow(clippy::too_many_arguments)]
 async fn start_one(
     ctx: &Context,
     engine: &'static dyn Engine,
@@ -892,6 +912,7 @@ async fn start_one(
     credentials: &Credentials,
     token: String,
     placement: &Placement,
+    seed_file: Option<Volume>,
 ) -> Result<ContainerId, PoolError> {
     if let Some(spec) = network_spec(ctx, &placement.network) {
         ctx.runtime.ensure_network(&spec).await?;
@@ -933,7 +954,10 @@ async fn start_one(
         None,
     );
     spec.cmd.extend(engine.pool_args(credentials));
-    super::template::apply(ctx, engine, &key.features, &mut spec).await;
+    match seed_file {
+        Some(volume) => super::template::start_from(&mut spec, volume),
+        None => super::template::apply(ctx, engine, &key.features, &mut spec).await,
+    }
     Ok(ctx.runtime.create_and_start(&spec).await?)
 }
 

@@ -13,6 +13,7 @@ use super::network;
 use super::pool::{self, Reserved};
 use super::recheck;
 use super::rotation::{self, Commit};
+use super::seed;
 use super::template;
 use super::volume;
 use super::Context;
@@ -24,6 +25,7 @@ use crate::domain::network::candidate_name;
 use crate::domain::plan::{HealCause, Provision, ProvisionReason};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
+use crate::domain::seed::SeedHash;
 use crate::engine::{Credentials, Engine};
 use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError};
 use std::time::Duration;
@@ -64,11 +66,11 @@ pub(crate) async fn provision(
         create(ctx, desired, engine, p, commit.network(), reserved).await,
         &p.retire,
     ) {
-        (Ok((_, status, origin)), None) => Ok((status, origin)),
-        (Ok((new, status, origin)), Some(old)) => {
+        (Ok((_, status, origin, seed_file)), None) => Ok((status, origin, seed_file)),
+        (Ok((new, status, origin, seed_file)), Some(old)) => {
             rotation::switch(ctx, commit, desired, p.engine, &new, old, status)
                 .await
-                .map(|status| (status, origin))
+                .map(|status| (status, origin, seed_file))
                 .map_err(ProvisionError::from)
         }
         (Err(e), Some(_)) => Err(ProvisionError::RotationAbandoned(Box::new(e))),
@@ -98,9 +100,10 @@ pub(crate) async fn provision(
         }
         Err(e) => tracing::warn!(error = %e, "provisioning failed"),
     }
-    result.map(|(status, origin)| Provisioned {
+    result.map(|(status, origin, seed_file)| Provisioned {
         status,
         origin,
+        seed_file,
         elapsed: started.elapsed(),
     })
 }
@@ -113,6 +116,8 @@ pub(crate) struct Provisioned {
     pub(crate) status: ServiceStatus,
     /// Where the container came from.
     pub(crate) origin: Origin,
+    /// Whether it started from its seed's data file (not loaded once ready).
+    pub(crate) seed_file: bool,
     /// How long the provision took.
     pub(crate) elapsed: Duration,
 }
@@ -147,7 +152,7 @@ async fn roll_back(
     };
     let none = Reserved::none(&ctx.pool);
     let restored = match create(ctx, desired, engine, &restore, commit.network(), &none).await {
-        Ok((_, restored, _)) => restored,
+        Ok((_, restored, _, _)) => restored,
         Err(e) => {
             return ProvisionError::RollbackFailed {
                 failure: Box::new(failure),
@@ -172,7 +177,8 @@ async fn roll_back(
 /// under a temporary name, without the engine's network alias and on a
 /// host port of its own, so that clients keep reaching the old one.
 /// Returns the container, its status (published under the engine's name
-/// and alias) and where it came from.
+/// and alias), where it came from, and whether it started from its seed's
+/// data file.
 async fn create(
     ctx: &Context,
     desired: &DesiredSandbox,
@@ -180,7 +186,7 @@ async fn create(
     p: &Provision,
     network: &str,
     reserved: &Reserved<'_>,
-) -> Result<(ContainerId, ServiceStatus, Origin), ProvisionError> {
+) -> Result<(ContainerId, ServiceStatus, Origin, bool), ProvisionError> {
     let config = &ctx.config;
     let runtime = ctx.runtime.as_ref();
     let image = config.images.image_for(engine, !p.features.is_empty());
@@ -222,7 +228,7 @@ async fn create(
     .await
     {
         let (id, status) = claimed;
-        return Ok((id, status, Origin::Pool));
+        return Ok((id, status, Origin::Pool, false));
     }
 
     cold(
@@ -313,7 +319,7 @@ async fn cold(
     credentials: Credentials,
     instance: String,
     image: String,
-) -> Result<(ContainerId, ServiceStatus, Origin), ProvisionError> {
+) -> Result<(ContainerId, ServiceStatus, Origin, bool), ProvisionError> {
     let config = &ctx.config;
     let placement = network::placement(config, &desired.id, p.engine, network);
     let mut build = placement.clone();
@@ -351,16 +357,26 @@ async fn cold(
     );
     spec.host_port = p.host_port;
     spec.runtime = labels.isolation.runtime().map(str::to_owned);
-    // A fork starts from its copy of the source's data, mounted where a
-    // template would be (and started from the same way).
+    // A fork starts from its copy of the source's data, a data-file seed
+    // from its file: mounted where a template would be, and started from
+    // the same way.
     let fork = fork::prepare(ctx, desired, engine, p, &labels, &image, &credentials).await?;
-    let refused = if desired.persistent || fork.is_some() {
+    let seed_file = match (&fork, &p.seed) {
+        (None, Some(hash)) => seed::data_file(ctx, engine, &image, hash).await?,
+        _ => None,
+    };
+    // What is left to load once the engine is ready.
+    let seed_later = p.seed.as_ref().filter(|_| seed_file.is_none());
+    let seed_file_volume = seed_file;
+    let seed_file = seed_file_volume.is_some();
+    let start_from = fork.or(seed_file_volume);
+    let refused = if desired.persistent || start_from.is_some() {
         None
     } else {
         template::apply_or_refusal(ctx, engine, &p.features, &mut spec).await
     };
-    if let Some(volume) = fork {
-        template::use_fork(&mut spec, volume);
+    if let Some(volume) = start_from {
+        template::start_from(&mut spec, volume);
     }
     if let Some(term) = ctx.fence.term() {
         spec.labels
@@ -376,6 +392,7 @@ async fn cold(
             &name,
             &credentials,
             &image,
+            seed_later,
         )
         .await;
         let Err(e) = &started else { break started? };
@@ -394,7 +411,7 @@ async fn cold(
         let _ = template::for_container(ctx, engine, &image, &p.features).await;
     };
     let origin = match (&spec.template, refused) {
-        _ if spec.fork.is_some() => Origin::Fork,
+        _ if spec.start_from.is_some() && desired.fork_of.is_some() => Origin::Fork,
         (Some(_), _) => Origin::Template,
         (None, Some(refusal)) => Origin::ColdTemplateRefused(refusal),
         (None, None) => Origin::Cold,
@@ -414,7 +431,7 @@ async fn cold(
         &image,
     );
     status.node = node_of(ctx, &id).await;
-    Ok((id, status, origin))
+    Ok((id, status, origin, seed_file))
 }
 
 /// The Swarm node the engine `id` runs on, for its status; not knowing
@@ -429,8 +446,8 @@ pub(crate) async fn node_of(ctx: &Context, id: &ContainerId) -> Option<String> {
     }
 }
 
-/// Creates `spec`'s container and brings its engine up: its id, host
-/// port and available extensions. A container that does not come up is
+/// Creates `spec`'s container and brings its engine up (loading `seed`
+/// into it once ready): its id, host port and available extensions. A container that does not come up is
 /// removed (the next reconcile removes it if that fails).
 #[allow(clippy::too_many_arguments)]
 async fn start(
@@ -442,6 +459,7 @@ async fn start(
     name: &str,
     credentials: &Credentials,
     image: &str,
+    seed: Option<&SeedHash>,
 ) -> Result<(ContainerId, u16, Vec<String>), ProvisionError> {
     let runtime = ctx.runtime.as_ref();
     let id = match network::create_and_start(ctx, &desired.id, spec).await {
@@ -464,7 +482,7 @@ async fn start(
         credentials,
         &p.features,
         image,
-        p.seed.as_ref(),
+        seed,
     );
     match up.await {
         Ok((host_port, available)) => Ok((id, host_port, available)),

@@ -886,7 +886,7 @@ async fn provision_all(
                         data_kept: desired.persistent,
                     },
                 ));
-                if let Some(seeded) = Event::seeded(p, done.origin) {
+                if let Some(seeded) = Event::seeded(p, done.origin, done.seed_file) {
                     journal.push(seeded);
                 }
                 let source = desired.fork_of.as_ref().map(|f| &f.sandbox);

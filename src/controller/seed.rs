@@ -12,11 +12,12 @@
 use super::bring_up::{probe_address, InContainer};
 use super::Context;
 use crate::domain::id::ContainerId;
-use crate::domain::seed::{SeedContent, SeedHash, APPLY_TIMEOUT};
+use crate::domain::labels;
+use crate::domain::seed::{self, SeedContent, SeedHash, APPLY_TIMEOUT};
 use crate::engine::{Credentials, Engine, EngineError};
-use crate::ports::runtime::RuntimeError;
+use crate::ports::runtime::{RuntimeError, Volume, VolumeFill};
 use crate::ports::store::StoreError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
@@ -68,6 +69,15 @@ pub enum SeedError {
         #[source]
         source: EngineError,
     },
+    /// Its data file could not be written into its volume.
+    #[error("seed {hash}: writing its data file into a volume failed ({source}); the next reconcile tries again")]
+    Write {
+        /// The seed.
+        hash: SeedHash,
+        /// Why.
+        #[source]
+        source: RuntimeError,
+    },
     /// It did not finish in time.
     #[error("seed {hash} did not finish loading within {:?}: make it smaller or faster (its statements run as the agent, each under the same limit)", APPLY_TIMEOUT)]
     Timeout {
@@ -80,6 +90,12 @@ pub enum SeedError {
 #[derive(Default)]
 pub(crate) struct Seeds {
     cache: Mutex<HashMap<SeedHash, Arc<SeedContent>>>,
+    /// The data-file volumes this process wrote (each once: the file is
+    /// fixed by its hash).
+    written: Mutex<HashSet<String>>,
+    /// Held while one is written (a sandbox and a pool container of one
+    /// seed may ask at once; the second finds it written).
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl Seeds {
@@ -107,6 +123,83 @@ impl Seeds {
         cache.insert(hash.clone(), content.clone());
         Ok(content)
     }
+}
+
+/// The volume a new `engine` container of `image` starts from when seed
+/// `hash` is a data file (a Redis or Valkey RDB file, which only a start
+/// can load: the agent's user may not `RESTORE`): one volume per hash,
+/// written once per process, mounted read-only by every container of the
+/// seed. `None` for a seed of statements, loaded once the engine is ready
+/// ([`load`]).
+pub(crate) async fn data_file(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    image: &str,
+    hash: &SeedHash,
+) -> Result<Option<Volume>, SeedError> {
+    let content = ctx.seeds.content(ctx, hash).await?;
+    if !content.is_data_file() {
+        return Ok(None);
+    }
+    let Some(dir) = engine.start_dir() else {
+        return Ok(None);
+    };
+    let short = hash.short();
+    let volume = Volume {
+        name: format!("{}-seed-{}-{short}", ctx.config.deployment, engine.name()),
+        path: dir.to_owned(),
+        labels: HashMap::from([
+            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+            (
+                labels::DEPLOYMENT.to_owned(),
+                ctx.config.deployment.to_string(),
+            ),
+            (seed::SEED.to_owned(), hash.to_string()),
+        ]),
+        disk: None,
+    };
+    if ctx.seeds.written.lock().unwrap().contains(&volume.name) {
+        return Ok(Some(volume));
+    }
+    let _writing = ctx.seeds.writing.lock().await;
+    if ctx.seeds.written.lock().unwrap().contains(&volume.name) {
+        return Ok(Some(volume));
+    }
+    let started = Instant::now();
+    let fill = VolumeFill {
+        name: format!(
+            "sandboxd-seed.{}.{}.{short}",
+            ctx.config.deployment,
+            engine.name()
+        ),
+        image: image.to_owned(),
+        labels: HashMap::from([
+            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+            (
+                labels::DEPLOYMENT.to_owned(),
+                ctx.config.deployment.to_string(),
+            ),
+        ]),
+        volume: volume.clone(),
+        file: seed::RDB_FILE.to_owned(),
+        owner: engine.user().to_owned(),
+        content: Arc::new(content.bytes.clone()),
+    };
+    let written = ctx.runtime.fill_volume(&fill).await;
+    ctx.metrics
+        .lifecycle
+        .seed_loaded(engine.name(), written.is_ok(), started.elapsed());
+    written.map_err(|source| SeedError::Write {
+        hash: hash.clone(),
+        source,
+    })?;
+    tracing::info!(seed = %hash, volume = %volume.name, "seed data file written");
+    ctx.seeds
+        .written
+        .lock()
+        .unwrap()
+        .insert(volume.name.clone());
+    Ok(Some(volume))
 }
 
 /// Loads seed `hash` into `engine`'s container `id` (called `name`, its

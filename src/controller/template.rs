@@ -287,10 +287,11 @@ pub(crate) async fn apply_or_refusal(
 /// What tells the image's entrypoint to start from the mounted template.
 const USE: &str = "SANDBOXD_TEMPLATE=use";
 
-/// Has the container start from a fork's copy of its source's data
-/// (`volume`, see `controller::fork`), as from a template.
-pub(crate) fn use_fork(spec: &mut ContainerSpec, volume: Volume) {
-    spec.fork = Some(volume);
+/// Has the container start from the data in `volume` (a fork's copy of
+/// its source's, see `controller::fork`; a seed's data file, see
+/// `controller::seed`), as from a template.
+pub(crate) fn start_from(spec: &mut ContainerSpec, volume: Volume) {
+    spec.start_from = Some(volume);
     spec.env.push(USE.to_owned());
 }
 

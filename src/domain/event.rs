@@ -274,10 +274,12 @@ impl Event {
     /// The seed a provision that ended with the engine ready started it
     /// from, if any: loaded into it, or (a claim) into the pool container
     /// before it was offered.
-    pub(crate) fn seeded(p: &Provision, origin: Origin) -> Option<Self> {
+    pub(crate) fn seeded(p: &Provision, origin: Origin, from_file: bool) -> Option<Self> {
         let seed = p.seed.as_ref()?;
         let how = if origin == Origin::Pool {
             "the warm-pool container was seeded before it was claimed"
+        } else if from_file {
+            "its data file, which the engine loaded at its start"
         } else {
             "loaded as the agent once the engine was ready"
         };

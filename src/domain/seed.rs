@@ -80,6 +80,25 @@ pub struct SeedContent {
     pub bytes: Vec<u8>,
 }
 
+impl SeedContent {
+    /// Whether the content is a data file the engine starts from rather
+    /// than statements sent once it is ready: a Redis or Valkey RDB file
+    /// (it starts with the format's magic `REDIS` and a four-digit
+    /// version; no command is called `REDIS0…`).
+    pub(crate) fn is_data_file(&self) -> bool {
+        matches!(self.engine.as_str(), "redis" | "valkey") && is_rdb(&self.bytes)
+    }
+}
+
+/// Whether `bytes` start as an RDB file does.
+fn is_rdb(bytes: &[u8]) -> bool {
+    bytes.len() > 9 && bytes.starts_with(b"REDIS") && bytes[5..9].iter().all(u8::is_ascii_digit)
+}
+
+/// The file name an RDB seed has in its volume (what the images load at
+/// start with `SANDBOXD_TEMPLATE=use`).
+pub(crate) const RDB_FILE: &str = "dump.rdb";
+
 impl fmt::Debug for SeedContent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The content may be large: its size is enough for a log.
@@ -207,6 +226,31 @@ pub(crate) fn first_lines(error: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_rdb_file_is_a_data_file_for_redis_and_valkey_only() {
+        let seed = |engine: &str, bytes: &[u8]| SeedContent {
+            hash: SeedHash::parse(&format!("sha256:{}", "a".repeat(64))).unwrap(),
+            engine: engine.to_owned(),
+            bytes: bytes.to_vec(),
+        };
+        let rdb = b"REDIS0012\xfa\x09redis-ver";
+        for (engine, bytes, file) in [
+            ("redis", &rdb[..], true),
+            ("valkey", &rdb[..], true),
+            ("postgres", &rdb[..], false),
+            ("redis", &b"SET k v\n"[..], false),
+            ("redis", &b"REDIS"[..], false),
+            ("redis", &b"REDISxxxx and more"[..], false),
+        ] {
+            assert_eq!(
+                seed(engine, bytes).is_data_file(),
+                file,
+                "{engine} {bytes:?}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -161,20 +161,14 @@ pub struct Target<'a> {
 /// How a fork copies an engine's data: a script, `bash -c SCRIPT
 /// sandboxd-fork OP DATA TARGET`, where DATA is the source's data
 /// directory (under `/proc/1/root`) and TARGET the fork's volume, mounted
-/// at [`ForkCopy::dir`]. OP `flush` runs in the source itself, serving; OP
+/// at [`Engine::start_dir`]. OP `flush` runs in the source itself, serving; OP
 /// `copy` in a helper container next to the source's processes (its PID
 /// and network namespaces, as its user), with the source frozen when
-/// [`ForkCopy::freeze`] says so; `copy` prints `size=<bytes>`. The fork's
-/// container mounts the volume read-only at the same place and starts
-/// from it with `SANDBOXD_TEMPLATE=use`.
+/// [`ForkCopy::freeze`] says so; `copy` prints `size=<bytes>`.
 #[derive(Debug, Clone, Copy)]
 pub struct ForkCopy {
     /// The script.
     pub script: &'static str,
-    /// Where the fork's volume is mounted, in the helper and the fork's
-    /// container (a directory of the image owned by its user, so that a
-    /// new volume there is the user's).
-    pub dir: &'static str,
     /// Whether the source is frozen while `copy` runs (its files are only
     /// consistent so); an engine whose `copy` takes a snapshot of its own
     /// is not.
@@ -275,6 +269,13 @@ pub trait Engine: Send + Sync + 'static {
             engine: self.name(),
             reason: "this engine has no warm pool".to_owned(),
         })
+    }
+    /// Where a volume of data the engine starts from is mounted (a fork's
+    /// copy, a seed's data file; the images' `SANDBOXD_TEMPLATE=use`): a
+    /// directory of the image owned by its user, so that a new volume
+    /// there is the user's. `None`: the engine starts from no such data.
+    fn start_dir(&self) -> Option<&'static str> {
+        None
     }
     /// How a fork copies this engine's data (see `controller::fork`);
     /// `None`: this engine's sandboxes cannot be forked.

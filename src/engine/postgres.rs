@@ -80,10 +80,13 @@ impl Engine for Postgres {
     fn template_dir(&self) -> Option<&'static str> {
         Some("/var/lib/postgresql/template")
     }
+    fn start_dir(&self) -> Option<&'static str> {
+        // The template's: the image starts from a fork's copy as from one.
+        self.template_dir()
+    }
     fn fork_copy(&self) -> Option<ForkCopy> {
         Some(ForkCopy {
             script: FORK_COPY,
-            dir: "/var/lib/postgresql/template",
             freeze: true,
         })
     }

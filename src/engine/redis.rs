@@ -237,10 +237,13 @@ impl Engine for Resp {
         // Where the images' sandbox mode writes the server's configuration.
         &["/run/sandboxd"]
     }
+    fn start_dir(&self) -> Option<&'static str> {
+        // The images load `dump.rdb` from there at start.
+        Some("/var/lib/sandboxd/template")
+    }
     fn fork_copy(&self) -> Option<ForkCopy> {
         Some(ForkCopy {
             script: FORK_COPY,
-            dir: "/var/lib/sandboxd/template",
             freeze: false,
         })
     }

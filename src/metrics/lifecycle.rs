@@ -97,7 +97,7 @@ impl LifecycleMetrics {
                 &["op", "result"]
             )),
             seed_seconds: register(registry, HistogramVec::new(
-                HistogramOpts::new("sandboxd_seed_load_seconds", "Seconds loading a seed into a new engine container took (a sandbox's, or a seeded warm-pool container's), by engine and result (success, error)")
+                HistogramOpts::new("sandboxd_seed_load_seconds", "Seconds loading a seed into a new engine container took (a sandbox's, or a seeded warm-pool container's; for a data file, writing it into its volume, once per process), by engine and result (success, error)")
                     .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
                 &["engine", "result"]
             )),

@@ -204,10 +204,11 @@ pub struct ContainerSpec {
     /// A pre-initialised template mounted read-only (see
     /// [`TemplateJob`]); it must exist, or the container is not created.
     pub template: Option<Volume>,
-    /// A fork's copy of its source's data (see [`Helper`]), mounted
-    /// read-only where a template would be; it must exist and carry this
-    /// sandbox's labels, or the container is not created.
-    pub fork: Option<Volume>,
+    /// Data the engine starts from (the images' `SANDBOXD_TEMPLATE=use`):
+    /// a fork's copy of its source's data (see [`Helper`]) or a seed's data
+    /// file (see [`VolumeFill`]), mounted read-only; it must exist and
+    /// carry the labels asked for, or the container is not created.
+    pub start_from: Option<Volume>,
     /// The image's binaries, copied into a volume by the template job and
     /// mounted read-only over their place in the image (see
     /// [`TemplateJob::binaries`]); it must exist, or the container is not
@@ -291,6 +292,29 @@ pub struct Helper {
     pub sees: ContainerId,
     /// How long it lives at most.
     pub lifetime: Duration,
+}
+
+/// One file written into a volume by a container that is created, given
+/// the file through Docker's archive upload, and removed, never started:
+/// how a seed's data file (a Redis RDB file) gets into the volume its
+/// containers start from. Writing it again writes the same file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeFill {
+    /// The container's name.
+    pub name: String,
+    /// Its image (the engine's: the volume takes the mount point's owner).
+    pub image: String,
+    /// Its labels.
+    pub labels: HashMap<String, String>,
+    /// The volume: created with its labels if missing; one that exists
+    /// must carry them.
+    pub volume: Volume,
+    /// The file's name in the volume.
+    pub file: String,
+    /// The file's owner, `uid:gid`.
+    pub owner: String,
+    /// The file's content.
+    pub content: std::sync::Arc<Vec<u8>>,
 }
 
 /// A network for sandbox containers.
@@ -577,6 +601,14 @@ pub trait Runtime: Send + Sync + 'static {
         Err(RuntimeError::Refused(format!(
             "helper {}: this runtime cannot start a container in another's PID namespace (forks need --backend docker)",
             helper.name
+        )))
+    }
+    /// Writes [`VolumeFill::file`] into its volume. A runtime that cannot
+    /// reach a volume from here refuses.
+    async fn fill_volume(&self, fill: &VolumeFill) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Refused(format!(
+            "volume {}: this runtime cannot write a file into a volume (data-file seeds need --backend docker)",
+            fill.volume.name
         )))
     }
     /// Removes any container called `spec.name` (refusing if its labels say

@@ -281,7 +281,7 @@ async fn a_create_meeting_its_name_held_by_a_container_being_removed_names_it_an
         tmpfs: Vec::new(),
         volume: None,
         template: None,
-        fork: None,
+        start_from: None,
         binaries: None,
         stdin: None,
         image_label: None,

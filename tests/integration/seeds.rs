@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::{eventually, host_pg_url, request, sandbox_id, TestEnv, OWNER};
+use common::{docker_ok, eventually, host_pg_url, request, sandbox_id, TestEnv, OWNER};
 use sandboxd::client::{Client, ClientError, Request, SandboxRequest};
 use sandboxd::domain::{Phase, SandboxStatus};
 use sqlx::Connection;
@@ -275,16 +275,22 @@ async fn the_database_refuses_seeds_that_are_not_the_row_owner_s_or_are_not_seed
     controller.stop().await;
 }
 
-#[tokio::test]
-async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_a_heal_loads_it_again() {
-    let env = TestEnv::new().await;
+/// The test configuration with pools learned from demand (one container
+/// per key) and no periodic relist.
+fn learning_pools(env: &TestEnv) -> sandboxd::config::ControllerConfig {
     let mut config = env.config();
     config.relist_interval = Duration::from_secs(3600);
     config.warm_pool_demand = sandboxd::config::PoolDemand {
         max: 1,
         window: Duration::from_secs(600),
     };
-    let controller = env.start(config);
+    config
+}
+
+#[tokio::test]
+async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_a_heal_loads_it_again() {
+    let env = TestEnv::new().await;
+    let controller = env.start(learning_pools(&env));
     let client = Client::from_pool(env.pool.clone());
     let hash = put(&client, "postgres", SCHEMA_V1.as_bytes()).await;
     let ask = || seeded(&["postgres"], &[("postgres", &hash)]);
@@ -336,5 +342,103 @@ async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_a_heal_loads_it_ag
         before.services["postgres"].password
     );
     assert_eq!(items(&healed).await.0, ["one", "two"]);
+    controller.stop().await;
+}
+
+/// An RDB file of a Redis 8 server holding `greeting` and `queue` as
+/// [`COMMANDS`] sets them: made by the image's server in a container of
+/// its own (no sandbox), which prints the file.
+fn rdb_file() -> Vec<u8> {
+    let out = common::docker(&[
+        "run",
+        "--rm",
+        "--entrypoint",
+        "sh",
+        "sandboxd/redis:8",
+        "-c",
+        "redis-server --daemonize yes --dir /tmp --save '' >/dev/null && sleep 0.3 && \
+         redis-cli set greeting 'hello world' >/dev/null && redis-cli rpush queue a b c >/dev/null && \
+         redis-cli save >/dev/null && cat /tmp/dump.rdb",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.starts_with(b"REDIS"), "an RDB file");
+    out.stdout
+}
+
+#[tokio::test]
+async fn an_rdb_seed_is_a_file_the_server_starts_from_cold_healed_and_from_the_pool() {
+    let env = TestEnv::new().await;
+    let controller = env.start(learning_pools(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let hash = put(&client, "redis", rdb_file()).await;
+    let ask = || seeded(&["redis"], &[("redis", &hash)]);
+    let expected = (
+        "hello world".to_owned(),
+        vec!["a".to_owned(), "b".to_owned(), "c".to_owned()],
+    );
+
+    // Cold: the server loads the file at its start.
+    let first = sandbox_id("rdbseed1");
+    let cold = client.provision(&first, &ask(), READY).await.unwrap();
+    assert_eq!(redis_values(&cold).await, expected);
+    let volume = docker_ok(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=io.sandboxd.seed={hash}"),
+    ]);
+    assert_eq!(volume.lines().count(), 1, "one volume per seed: {volume}");
+    let said = eventually("a seeded event", Duration::from_secs(10), || async {
+        let messages: Vec<String> = sqlx::query_scalar(
+            "SELECT message FROM sandbox_events WHERE sandbox_id = $1 AND reason = 'seeded'",
+        )
+        .bind(first.as_str())
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+        (!messages.is_empty()).then_some(messages)
+    })
+    .await;
+    assert!(said[0].contains("data file"), "{said:?}");
+
+    // A heal starts from it again, with the same password.
+    let (before, healed) =
+        common::kill_and_wait_healed(&env, &client, &first, "redis", Duration::from_secs(60)).await;
+    assert_eq!(
+        healed.services["redis"].password,
+        before.services["redis"].password
+    );
+    assert_eq!(redis_values(&healed).await, expected);
+
+    // The first request taught the pool the seed: the next one claims a
+    // container that started from the file.
+    eventually(
+        "a seeded pool container",
+        Duration::from_secs(90),
+        || async {
+            (common::sample(
+                &controller.metrics.render(),
+                "sandboxd_pool_size{engine=\"redis\",state=\"ready\"}",
+            ) == Some(1.0))
+            .then_some(())
+        },
+    )
+    .await;
+    let second = sandbox_id("rdbseed2");
+    let claimed = client.provision(&second, &ask(), READY).await.unwrap();
+    assert_eq!(
+        common::sample(
+            &controller.metrics.render(),
+            "sandboxd_pool_claims_total{engine=\"redis\",kind=\"create\",result=\"hit\"}",
+        ),
+        Some(1.0),
+        "served from the seeded pool"
+    );
+    assert_eq!(redis_values(&claimed).await, expected);
     controller.stop().await;
 }

@@ -25,7 +25,7 @@
 # (appendonly yes, appendfsync everysec) and is loaded again by the next
 # container on that volume. With SANDBOXD_TEMPLATE=use, the server starts
 # with the data of the RDB file /var/lib/sandboxd/template/dump.rdb (a
-# fork's copy, in a volume mounted read-only there). Exit 64: bad input (stdin, environment, data or
+# fork's copy or a seed's file, in a volume mounted read-only there). Exit 64: bad input (stdin, environment, data or
 # runtime dir, started as root). The password only ever
 # lives in a shell variable and goes to the file through the printf builtin:
 # it is never an argument of any program, never in the environment, never
@@ -145,9 +145,10 @@ if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = "$server" ]; then
 		fi
 		sb_die 64 "/data must be a writable directory: mount a tmpfs owned by uid $(id -u) there"
 	fi
-	# SANDBOXD_TEMPLATE=use: start from a fork's copy of another server's
-	# data, dump.rdb in the volume mounted read-only on $template, which
-	# the server loads at start (with the modules the container loads).
+	# SANDBOXD_TEMPLATE=use: start from dump.rdb in the volume mounted
+	# read-only on $template (a fork's copy of another server's data, or a
+	# seed's RDB file), which the server loads at start (with the modules
+	# the container loads).
 	template=/var/lib/sandboxd/template
 	case "${SANDBOXD_TEMPLATE:-}" in
 	'') ;;
@@ -156,11 +157,11 @@ if [ "${SANDBOXD_SANDBOX:-}" = 1 ] && [ "${1:-}" = "$server" ]; then
 			sb_die 64 "SANDBOXD_TEMPLATE cannot be combined with SANDBOXD_PERSISTENT=1: a fork's copy seeds a throwaway data dir"
 		fi
 		if [ ! -r "$template/dump.rdb" ]; then
-			sb_die 64 "SANDBOXD_TEMPLATE=use, but no dump.rdb is mounted on $template: mount the volume a fork's copy filled"
+			sb_die 64 "SANDBOXD_TEMPLATE=use, but no dump.rdb is mounted on $template: mount the volume sandboxd filled (a fork's copy, a seed's file)"
 		fi
 		cp "$template/dump.rdb" /data/dump.rdb
 		;;
-	*) sb_die 64 "SANDBOXD_TEMPLATE must be use (start from a fork's copy on $template) or unset" ;;
+	*) sb_die 64 "SANDBOXD_TEMPLATE must be use (start from dump.rdb on $template) or unset" ;;
 	esac
 	chmod 0700 "$rundir"
 	umask 0077
