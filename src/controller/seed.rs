@@ -141,6 +141,7 @@ pub(crate) async fn data_file(
     if !content.is_data_file() {
         return Ok(None);
     }
+    same_engine(&content, engine)?;
     let Some(dir) = engine.start_dir() else {
         return Ok(None);
     };
@@ -202,6 +203,19 @@ pub(crate) async fn data_file(
     Ok(Some(volume))
 }
 
+/// Refuses `content` registered for another engine than `engine` (the
+/// database checks rows, so only a row that got past its checks names one).
+fn same_engine(content: &SeedContent, engine: &'static dyn Engine) -> Result<(), SeedError> {
+    if content.engine == engine.name().as_str() {
+        return Ok(());
+    }
+    Err(SeedError::WrongEngine {
+        hash: content.hash.clone(),
+        registered: content.engine.clone(),
+        engine: engine.name().to_string(),
+    })
+}
+
 /// Loads seed `hash` into `engine`'s container `id` (called `name`, its
 /// engine port published on `host_port`), logged in with `credentials`.
 #[allow(clippy::too_many_arguments)]
@@ -217,13 +231,7 @@ pub(crate) async fn load(
     let started = Instant::now();
     let result = async {
         let content = ctx.seeds.content(ctx, hash).await?;
-        if content.engine != engine.name().as_str() {
-            return Err(SeedError::WrongEngine {
-                hash: hash.clone(),
-                registered: content.engine.clone(),
-                engine: engine.name().to_string(),
-            });
-        }
+        same_engine(&content, engine)?;
         let (host, port) = probe_address(ctx, engine, id, name, host_port)
             .await
             .map_err(|source| SeedError::Address {

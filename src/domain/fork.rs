@@ -3,12 +3,13 @@
 //! both fixed at insert, so a source released and requested again under
 //! the same id is another sandbox whose data is never copied.
 //!
-//! The copy is taken once, by the fork's first container of each engine,
-//! into a volume of the fork's own ([`volume_name`]); that copy is the
-//! fork's starting point from then on: a heal starts from it again, as a
-//! seeded sandbox's heal loads its seed again. A rotation to a larger
-//! feature set starts empty, as any rotation does: the copy was made for
-//! the source's features.
+//! The copy is taken by the fork's first container of each engine, into
+//! a volume of the fork's own ([`volume_name`]); that copy is the fork's
+//! starting point from then on: a heal starts from it again, as a seeded
+//! sandbox's heal loads its seed again. A fork's services and features
+//! are its source's (the database refuses a change: the copy was made for
+//! them); a rotation to a stronger isolation level takes a new copy, as
+//! the first container did.
 
 use super::id::{Deployment, EngineName, SandboxId};
 use super::identity::Incarnation;
