@@ -35,7 +35,7 @@ use crate::domain::plan::{Provision, ProvisionReason};
 use crate::domain::sandbox::DesiredSandbox;
 use crate::engine::{Credentials, Engine, ForkCopy};
 use crate::ports::runtime::{Helper, RuntimeError, Tmpfs, Volume};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -95,34 +95,59 @@ pub enum ForkError {
 }
 
 /// The source containers whose data is being copied now: not thawed by a
-/// reconcile of their own sandbox meanwhile.
+/// reconcile of their own sandbox meanwhile. One copy of a source at a
+/// time: two would thaw each other's freeze.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Copies(Arc<Mutex<HashSet<ContainerId>>>);
+pub(crate) struct Copies {
+    copying: Arc<Mutex<HashSet<ContainerId>>>,
+    turns: Arc<Mutex<HashMap<ContainerId, Arc<tokio::sync::Mutex<()>>>>>,
+}
 
 impl Copies {
     /// Whether `id`'s data is being copied.
     pub(crate) fn copying(&self, id: &ContainerId) -> bool {
-        self.0.lock().unwrap().contains(id)
+        self.copying.lock().unwrap().contains(id)
     }
 
-    fn begin(&self, id: &ContainerId) -> CopyGuard {
-        self.0.lock().unwrap().insert(id.clone());
+    /// Waits for `id`'s turn, then marks it as being copied until the
+    /// guard is dropped.
+    async fn begin(&self, id: &ContainerId) -> CopyGuard {
+        let turn = self
+            .turns
+            .lock()
+            .unwrap()
+            .entry(id.clone())
+            .or_default()
+            .clone();
+        let turn = turn.lock_owned().await;
+        self.copying.lock().unwrap().insert(id.clone());
         CopyGuard {
             copies: self.clone(),
             id: id.clone(),
+            _turn: turn,
         }
     }
 }
 
-/// Takes a container out of [`Copies`] when dropped.
+/// Takes a container out of [`Copies`] when dropped, and gives the next
+/// copy of it its turn.
 struct CopyGuard {
     copies: Copies,
     id: ContainerId,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Drop for CopyGuard {
     fn drop(&mut self) {
-        self.copies.0.lock().unwrap().remove(&self.id);
+        self.copies.copying.lock().unwrap().remove(&self.id);
+        let mut turns = self.copies.turns.lock().unwrap();
+        // Held by the map and this guard only: nobody waits for a turn.
+        if turns
+            .get(&self.id)
+            .is_some_and(|t| Arc::strong_count(t) <= 2)
+        {
+            turns.remove(&self.id);
+        }
     }
 }
 
@@ -193,7 +218,17 @@ async fn copy(
         engine: p.engine,
         source,
     };
-    let (source, paused) = source_container(ctx, desired, of, p.engine).await?;
+    // One copy of a source at a time; whether it is frozen is read once
+    // this copy's turn has come (a copy before it froze it meanwhile).
+    let (source, _) = source_container(ctx, desired, of, p.engine).await?;
+    let turn = ctx.forks.begin(&source).await;
+    let (now, paused) = source_container(ctx, desired, of, p.engine).await?;
+    if now != source {
+        return Err(ForkError::SourceNotServing {
+            source_id,
+            engine: p.engine,
+        });
+    }
     let helper = Helper {
         name: format!(
             "sandboxd-fork.{}.{}.{}",
@@ -229,9 +264,8 @@ async fn copy(
     // A task of its own: whatever becomes of this reconcile, the source
     // is thawed and the helper removed.
     let runtime = ctx.runtime.clone();
-    let guard = ctx.forks.begin(&source);
     let task = tokio::spawn(async move {
-        let _guard = guard;
+        let _turn = turn;
         let exec = |id: ContainerId, cmd: Vec<String>, env: Vec<String>| {
             let runtime = runtime.clone();
             async move {
@@ -403,14 +437,26 @@ mod tests {
         assert_eq!(size_of("nothing"), 0);
     }
 
-    #[test]
-    fn a_source_being_copied_is_not_thawed_until_the_copy_ends() {
+    #[tokio::test]
+    async fn a_source_is_copied_once_at_a_time_and_not_thawed_until_the_copy_ends() {
         let copies = Copies::default();
         let id = ContainerId::new("c1".to_owned());
-        {
-            let _guard = copies.begin(&id);
-            assert!(copies.copying(&id));
-        }
+        let first = copies.begin(&id).await;
+        assert!(copies.copying(&id));
+        let waiting = tokio::spawn({
+            let (copies, id) = (copies.clone(), id.clone());
+            async move {
+                let _second = copies.begin(&id).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "the second copy waits for its turn");
+        drop(first);
+        waiting.await.unwrap();
         assert!(!copies.copying(&id));
+        assert!(
+            copies.turns.lock().unwrap().is_empty(),
+            "no turn left behind"
+        );
     }
 }

@@ -199,6 +199,23 @@ async fn a_fork_has_the_sources_rows_its_own_credentials_diverges_and_heals_from
         "{text}"
     );
 
+    // Two forks of one source at once: one copy at a time (a second
+    // freeze must not be thawed by the first), both whole.
+    let (x, y) = (sandbox_id("fork-x"), sandbox_id("fork-y"));
+    let (rx, ry) = tokio::join!(client.fork(&src, &x, None), client.fork(&src, &y, None));
+    let (rx, ry) = (rx.unwrap(), ry.unwrap());
+    let (fx, fy) = tokio::join!(
+        client.wait_ready(&x, &rx, READY),
+        client.wait_ready(&y, &ry, READY)
+    );
+    for forked in [fx.unwrap(), fy.unwrap()] {
+        let mut at = connect(&forked).await;
+        assert_eq!(names(&mut at).await, ["one", "two", "three", "source only"]);
+        assert_eq!(count(&mut at).await, 20_004);
+    }
+    client.release(&x).await.unwrap();
+    client.release(&y).await.unwrap();
+
     // A heal of the fork starts from its copy again: the source's rows at
     // the fork, not what either wrote since, and the same credentials.
     drop(at_fork);
