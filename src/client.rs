@@ -162,6 +162,26 @@ fn micros(d: Duration) -> Duration {
 /// Maps a database error: refusals by the contract's checks (SQLSTATE
 /// 23514) and by row-level security or privileges (42501) carry a message
 /// that says what to do, and are shown as is.
+/// The revision a verb that wrote row `id` at `generation` in `tx` returns:
+/// its incarnation is read in the same transaction (the row stays locked
+/// from the write until then, so no delete and insert can come between),
+/// then `tx` commits.
+async fn committed(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    id: &SandboxId,
+    generation: i64,
+    op: &'static str,
+) -> Result<Revision, ClientError> {
+    let incarnation: String =
+        sqlx::query_scalar("SELECT incarnation::text FROM sandbox_desired WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(query("read the written row"))?;
+    tx.commit().await.map_err(query(op))?;
+    Ok(Revision::read(id, generation, &incarnation)?)
+}
+
 fn query(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| match &source {
         sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("23514" | "42501")) => {
@@ -359,14 +379,7 @@ impl Client {
         .fetch_one(&mut *tx)
         .await
         .map_err(query("request sandbox"))?;
-        let incarnation: String =
-            sqlx::query_scalar("SELECT incarnation::text FROM sandbox_desired WHERE id = $1")
-                .bind(id.as_str())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(query("read the requested row"))?;
-        tx.commit().await.map_err(query("request sandbox"))?;
-        Ok(Revision::read(id, generation, &incarnation)?)
+        committed(tx, id, generation, "request sandbox").await
     }
 
     /// Forks `source` into a new sandbox `id` (`sandbox_fork`): the same
@@ -395,14 +408,7 @@ impl Client {
             .fetch_one(&mut *tx)
             .await
             .map_err(query("fork sandbox"))?;
-        let incarnation: String =
-            sqlx::query_scalar("SELECT incarnation::text FROM sandbox_desired WHERE id = $1")
-                .bind(id.as_str())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(query("read the fork's row"))?;
-        tx.commit().await.map_err(query("fork sandbox"))?;
-        Ok(Revision::read(id, generation, &incarnation)?)
+        committed(tx, id, generation, "fork sandbox").await
     }
 
     /// Records a use of the sandbox (`sandbox_touch`): its idle timeout
