@@ -23,11 +23,11 @@ BEGIN
     END IF;
     -- The engines whose sandboxd applies seeds (Engine::seed).
     IF p_engine NOT IN ('postgres', 'redis', 'valkey') THEN
-        RAISE EXCEPTION 'engine % takes no seeds: seeds are for postgres (SQL text), redis and valkey (commands, one per line)', p_engine
+        RAISE EXCEPTION 'engine % takes no seeds: seeds are for postgres (SQL text or a pg_dump -Fc archive), redis and valkey (commands, one per line, or an RDB file)', p_engine
             USING ERRCODE = 'feature_not_supported';
     END IF;
     IF p_content IS NULL OR length(p_content) = 0 THEN
-        RAISE EXCEPTION 'seed content for engine % is empty: pass the SQL text (postgres) or the commands (redis, valkey) as bytes', p_engine
+        RAISE EXCEPTION 'seed content for engine % is empty: pass the SQL text or archive (postgres) or the commands or RDB file (redis, valkey) as bytes', p_engine
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF length(p_content) > max_bytes THEN

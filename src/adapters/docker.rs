@@ -4,7 +4,9 @@
 
 use super::host_net;
 use crate::domain::attach::Candidate;
-use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
+use crate::domain::container::{
+    ContainerState, ExecOutput, FilterOutput, ObservedContainer, RunState,
+};
 use crate::domain::host_net::{self as domain_host_net, Route, RouteConflict};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
@@ -1796,6 +1798,94 @@ impl Runtime for DockerRuntime {
             .exit_code
             .unwrap_or(-1);
         Ok(ExecOutput { exit_code, output })
+    }
+
+    async fn filter(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        input: &[u8],
+        limit: usize,
+    ) -> Result<FilterOutput, RuntimeError> {
+        use bollard::container::LogOutput;
+        /// What of the standard error is kept: enough for a message.
+        const STDERR_BYTES: usize = 64 * 1024;
+        let _timer = metrics::time_docker_call(DockerCall::Exec);
+        let program = cmd.first().copied().unwrap_or("");
+        let created = self
+            .docker
+            .create_exec(
+                id.as_str(),
+                CreateExecOptions {
+                    cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+                    attach_stdin: Some(true),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(api("exec", id.as_str()))?;
+        let StartExecResults::Attached {
+            output: mut stream,
+            input: mut stdin,
+        } = self
+            .docker
+            .start_exec(&created.id, None::<StartExecOptions>)
+            .await
+            .map_err(api("exec", id.as_str()))?
+        else {
+            return Err(RuntimeError::Refused(format!(
+                "container {id}: `{program}` started detached, so its input could not be written"
+            )));
+        };
+        // Written while the output is read: a process that writes as it
+        // reads would otherwise fill its pipe and wait forever.
+        let write = async move {
+            // Closing the write half is the process's end of input. A
+            // process that exits before reading it all breaks the pipe:
+            // its exit code and standard error say why.
+            let _ = stdin.write_all(input).await;
+            let _ = stdin.shutdown().await;
+            Ok::<(), RuntimeError>(())
+        };
+        let read = async {
+            let mut stdout = Vec::new();
+            let mut stderr = Vec::new();
+            while let Some(item) =
+                next_within(&mut stream, self.stream_timeout, "exec", id.as_str()).await?
+            {
+                match item.map_err(api("exec", id.as_str()))? {
+                    LogOutput::StdOut { message } => {
+                        stdout.extend_from_slice(&message);
+                        if stdout.len() > limit {
+                            return Err(RuntimeError::Refused(format!(
+                                "container {id}: `{program}` wrote more than {limit} bytes"
+                            )));
+                        }
+                    }
+                    LogOutput::StdErr { message } => {
+                        let room = STDERR_BYTES.saturating_sub(stderr.len());
+                        stderr.extend_from_slice(&message[..message.len().min(room)]);
+                    }
+                    _ => {}
+                }
+            }
+            Ok((stdout, stderr))
+        };
+        let ((), (stdout, stderr)) = tokio::try_join!(write, read)?;
+        let exit_code = self
+            .docker
+            .inspect_exec(&created.id)
+            .await
+            .map_err(api("exec inspect", id.as_str()))?
+            .exit_code
+            .unwrap_or(-1);
+        Ok(FilterOutput {
+            exit_code,
+            stdout,
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        })
     }
 
     async fn pool_containers(

@@ -14,7 +14,9 @@
 use super::docker::{api, is_status, DockerRuntime, Overlay};
 use crate::config::SwarmPublish;
 use crate::domain::attach::Candidate;
-use crate::domain::container::{ContainerState, ExecOutput, ObservedContainer, RunState};
+use crate::domain::container::{
+    ContainerState, ExecOutput, FilterOutput, ObservedContainer, RunState,
+};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
 use crate::domain::labels::{self, ContainerLabels};
@@ -1430,6 +1432,28 @@ impl Runtime for SwarmRuntime {
 
     /// On this node, `docker exec` in the task's container; on another,
     /// through the node-exec helper (see `node_exec`).
+    async fn filter(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        input: &[u8],
+        limit: usize,
+    ) -> Result<FilterOutput, RuntimeError> {
+        // Only on this node: the helper that reaches another node's tasks
+        // takes no input.
+        match self.task_containers(id, true).await?.into_iter().next() {
+            Some(container) => {
+                self.node
+                    .filter(&ContainerId::new(container), cmd, input, limit)
+                    .await
+            }
+            None => Err(RuntimeError::Refused(format!(
+                "service {id}: `{}` with input runs only in a task on the controller's own node, and this one has none there",
+                cmd.first().unwrap_or(&"")
+            ))),
+        }
+    }
+
     async fn exec(
         &self,
         id: &ContainerId,

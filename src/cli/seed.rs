@@ -12,9 +12,10 @@ use std::path::PathBuf;
 pub enum SeedCommand {
     /// Registers FILE's content as a seed for ENGINE and prints its hash
     /// (`sha256:…`), to name in a sandbox's `--seed ENGINE=HASH`. The same
-    /// content again prints the same hash. Postgres: SQL text, run as the
-    /// agent; redis and valkey: commands, one per line (`SET k "a b"`), or
-    /// an RDB file (what `SAVE` writes), which the server starts from.
+    /// content again prints the same hash. Postgres: SQL text (a plain
+    /// `pg_dump` too) or a `pg_dump -Fc` archive, run as the agent; redis
+    /// and valkey: commands, one per line (`SET k "a b"`), or an RDB file
+    /// (what `SAVE` writes), which the server starts from.
     Put(PutArgs),
 }
 

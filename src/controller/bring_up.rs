@@ -9,7 +9,7 @@ use super::network::Placement;
 use super::rotation::SwitchError;
 use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
-use crate::domain::container::ExecOutput;
+use crate::domain::container::{ExecOutput, FilterOutput};
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::isolation::Isolation;
@@ -488,6 +488,18 @@ impl Exec for InContainer<'_> {
     async fn exec(&self, cmd: &[&str], env: Vec<String>) -> Result<ExecOutput, String> {
         self.runtime
             .exec(self.id, cmd, env)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn filter(
+        &self,
+        cmd: &[&str],
+        input: &[u8],
+        limit: usize,
+    ) -> Result<FilterOutput, String> {
+        self.runtime
+            .filter(self.id, cmd, input, limit)
             .await
             .map_err(|e| e.to_string())
     }

@@ -11,7 +11,7 @@
 
 use super::fence::{Fence, Fenced};
 use crate::domain::attach::Candidate;
-use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
+use crate::domain::container::{ExecOutput, FilterOutput, ObservedContainer, RunState};
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::pool::PooledContainer;
@@ -448,6 +448,20 @@ impl Runtime for GuardedRuntime {
     ) -> Result<ExecOutput, RuntimeError> {
         // Setting up users and databases inside an engine changes it.
         let call = self.inner.exec(id, cmd, env);
+        let after = self.deadlines.call;
+        self.change("exec", "exec", id.as_str(), after, call).await
+    }
+
+    async fn filter(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        input: &[u8],
+        limit: usize,
+    ) -> Result<FilterOutput, RuntimeError> {
+        // Only converts what it reads (pg_restore to a script) today, but
+        // an exec may change the engine: a change like any exec.
+        let call = self.inner.filter(id, cmd, input, limit);
         let after = self.deadlines.call;
         self.change("exec", "exec", id.as_str(), after, call).await
     }

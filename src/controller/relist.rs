@@ -133,6 +133,7 @@ pub(crate) async fn relist(
     ctx.metrics.fleet.relist_converged(converged);
     ctx.foreign.report(state, &foreign, networks, volumes);
     super::volume::publish_use(ctx, volumes).await;
+    super::seed::collect(ctx, rows, volumes).await;
     ctx.metrics.fleet.foreign_containers(foreign.len());
     ctx.phases.relisted(statuses, &ctx.metrics);
     ctx.metrics.fleet.containers(ctx.engines, containers);

@@ -8,6 +8,10 @@
 //! is offered, logged in with the pool's password (the same role or user
 //! the claimant's password then opens), so a claim serves the seeded data
 //! at once.
+//!
+//! A data-file seed (an RDB file) is instead written into a volume that
+//! containers start from ([`data_file`]); a relist removes such volumes
+//! once nothing names or asks for them ([`collect`]).
 
 use super::bring_up::{probe_address, InContainer};
 use super::Context;
@@ -93,9 +97,13 @@ pub(crate) struct Seeds {
     /// The data-file volumes this process wrote (each once: the file is
     /// fixed by its hash).
     written: Mutex<HashSet<String>>,
-    /// Held while one is written (a sandbox and a pool container of one
-    /// seed may ask at once; the second finds it written).
+    /// Held while one is written or collected (a sandbox and a pool
+    /// container of one seed may ask at once; the second finds it
+    /// written).
     writing: tokio::sync::Mutex<()>,
+    /// When each data-file volume was last asked for, or first seen
+    /// unnamed by a relist of this process ([`collect`]).
+    used: Mutex<HashMap<String, Instant>>,
 }
 
 impl Seeds {
@@ -147,7 +155,7 @@ pub(crate) async fn data_file(
     };
     let short = hash.short();
     let volume = Volume {
-        name: format!("{}-seed-{}-{short}", ctx.config.deployment, engine.name()),
+        name: volume_name(ctx, engine.name().as_str(), hash),
         path: dir.to_owned(),
         labels: HashMap::from([
             (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
@@ -159,6 +167,13 @@ pub(crate) async fn data_file(
         ]),
         disk: None,
     };
+    // Asked for now: not collected within the window, so a container
+    // that mounts it finds it.
+    ctx.seeds
+        .used
+        .lock()
+        .unwrap()
+        .insert(volume.name.clone(), Instant::now());
     if ctx.seeds.written.lock().unwrap().contains(&volume.name) {
         return Ok(Some(volume));
     }
@@ -201,6 +216,93 @@ pub(crate) async fn data_file(
         .unwrap()
         .insert(volume.name.clone());
     Ok(Some(volume))
+}
+
+/// The volume holding data-file seed `hash` of `engine`.
+fn volume_name(ctx: &Context, engine: &str, hash: &SeedHash) -> String {
+    format!("{}{engine}-{}", volume_prefix(ctx), hash.short())
+}
+
+/// What every data-file seed volume of this deployment is called.
+fn volume_prefix(ctx: &Context) -> String {
+    format!("{}-seed-", ctx.config.deployment)
+}
+
+/// Removes the data-file seed volumes (see [`data_file`]) that no row in
+/// `rows` names, that nothing of this process asked for within
+/// `--warm-pool-demand-window` (as long as a seeded pool's demand lasts),
+/// and that no container mounts (Docker refuses those): what a relist
+/// calls with its lists. A volume this process has not seen used is timed
+/// from the first relist that finds it unnamed, so a restart removes
+/// nothing at once.
+pub(crate) async fn collect(
+    ctx: &Context,
+    rows: &[crate::domain::sandbox::DesiredSandbox],
+    volumes: &[crate::ports::runtime::ObservedResource],
+) {
+    let prefix = volume_prefix(ctx);
+    let named: HashSet<String> = rows
+        .iter()
+        .flat_map(|row| {
+            row.seeds
+                .iter()
+                .map(|(engine, hash)| volume_name(ctx, engine.as_str(), hash))
+        })
+        .collect();
+    let window = ctx.config.warm_pool_demand.window;
+    let now = Instant::now();
+    let due: Vec<String> = {
+        let mut used = ctx.seeds.used.lock().unwrap();
+        volumes
+            .iter()
+            .filter(|v| v.sandbox.is_none() && v.name.starts_with(&prefix))
+            .filter(|v| !named.contains(&v.name))
+            .filter(|v| now.duration_since(*used.entry(v.name.clone()).or_insert(now)) >= window)
+            .map(|v| v.name.clone())
+            .collect()
+    };
+    if due.is_empty() {
+        return;
+    }
+    // No write begins while one is removed, and a removed volume is
+    // written again the next time it is asked for.
+    let _writing = ctx.seeds.writing.lock().await;
+    for name in due {
+        // Unmarked first, then checked: a [`data_file`] that marks it used
+        // after this check finds it unwritten and waits for this lock.
+        let was_written = ctx.seeds.written.lock().unwrap().remove(&name);
+        let kept = |ctx: &Context| {
+            if was_written {
+                ctx.seeds.written.lock().unwrap().insert(name.clone());
+            }
+        };
+        if ctx
+            .seeds
+            .used
+            .lock()
+            .unwrap()
+            .get(&name)
+            .is_some_and(|at| now < *at)
+        {
+            // Asked for since this relist looked.
+            kept(ctx);
+            continue;
+        }
+        match ctx
+            .runtime
+            .remove_volume(&name, &ctx.config.deployment, None)
+            .await
+        {
+            Ok(()) => {
+                ctx.seeds.used.lock().unwrap().remove(&name);
+                tracing::info!(volume = %name, "removed a seed's data file no row names");
+            }
+            Err(e) => {
+                kept(ctx);
+                tracing::debug!(volume = %name, error = %e, "a seed's data file is still in use");
+            }
+        }
+    }
 }
 
 /// Refuses `content` registered for another engine than `engine` (the

@@ -82,3 +82,15 @@ pub struct ExecOutput {
     /// Combined stdout and stderr.
     pub output: String,
 }
+
+/// What a command run inside a container with input on its standard
+/// input wrote, its standard output apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterOutput {
+    /// Exit code (-1 if the runtime did not report one).
+    pub exit_code: i64,
+    /// Standard output.
+    pub stdout: Vec<u8>,
+    /// Standard error.
+    pub stderr: String,
+}

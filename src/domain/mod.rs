@@ -32,6 +32,7 @@ pub mod network;
 pub mod notice;
 pub(crate) mod own_image;
 pub(crate) mod pause;
+pub(crate) mod pg_script;
 pub mod plan;
 pub mod pool;
 pub(crate) mod resync;

@@ -1,5 +1,6 @@
-//! Seeds: content an engine starts with (Postgres: SQL text; Redis and
-//! Valkey: commands), registered once in the state database under its
+//! Seeds: content an engine starts with (Postgres: SQL text or a
+//! `pg_dump` custom-format archive; Redis and Valkey: commands or an RDB
+//! file), registered once in the state database under its
 //! content hash (`sandbox_seed_put`) and named per engine by a desired
 //! row's `seeds`.
 //!
@@ -93,6 +94,12 @@ impl SeedContent {
 /// Whether `bytes` start as an RDB file does.
 fn is_rdb(bytes: &[u8]) -> bool {
     bytes.len() > 9 && bytes.starts_with(b"REDIS") && bytes[5..9].iter().all(u8::is_ascii_digit)
+}
+
+/// Whether `bytes` start as a `pg_dump` custom-format archive does (its
+/// magic `PGDMP`; no SQL statement starts so).
+pub(crate) fn is_pg_archive(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"PGDMP")
 }
 
 /// The file name an RDB seed has in its volume (what the images load at
@@ -242,12 +249,25 @@ mod tests {
             ("redis", &b"SET k v\n"[..], false),
             ("redis", &b"REDIS"[..], false),
             ("redis", &b"REDISxxxx and more"[..], false),
+            ("postgres", &b"PGDMP\x01\x10\x00\x04\x08\x01\x01"[..], false),
         ] {
             assert_eq!(
                 seed(engine, bytes).is_data_file(),
                 file,
                 "{engine} {bytes:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_pg_dump_archive_is_told_by_its_magic() {
+        for (bytes, archive) in [
+            (&b"PGDMP\x01\x10\x00"[..], true),
+            (&b"CREATE TABLE t (a int);"[..], false),
+            (&b"-- PGDMP in a comment\n"[..], false),
+            (&b"PGDM"[..], false),
+        ] {
+            assert_eq!(is_pg_archive(bytes), archive, "{bytes:?}");
         }
     }
 

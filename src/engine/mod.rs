@@ -10,11 +10,12 @@
 
 mod mongo;
 mod postgres;
+mod postgres_seed;
 mod redis;
 mod scram;
 
 use crate::domain::checkpoint::CheckpointName;
-use crate::domain::container::ExecOutput;
+use crate::domain::container::{ExecOutput, FilterOutput};
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
 use async_trait::async_trait;
@@ -144,6 +145,17 @@ impl fmt::Debug for Credentials {
 pub trait Exec: Send + Sync {
     /// Runs `cmd` with extra environment `env`; `Err` says why it could not run.
     async fn exec(&self, cmd: &[&str], env: Vec<String>) -> Result<ExecOutput, String>;
+    /// Runs `cmd` with `input` on its standard input, returning its
+    /// standard output (more than `limit` bytes fails); `Err` says why it
+    /// could not run.
+    async fn filter(
+        &self,
+        cmd: &[&str],
+        _input: &[u8],
+        _limit: usize,
+    ) -> Result<FilterOutput, String> {
+        Err(format!("cannot run {} with input here", cmd.join(" ")))
+    }
 }
 
 /// Where and how the provisioner reaches a running engine container.

@@ -4,7 +4,9 @@
 //! bootstrap superuser `postgres`, which has no password and exists only on
 //! the Unix socket inside the container, before the server listens on TCP.
 
-use super::{require_all, script, Credentials, Engine, EngineError, ForkCopy, Target};
+use super::{
+    postgres_seed, require_all, script, Credentials, Engine, EngineError, ForkCopy, Target,
+};
 use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
@@ -199,37 +201,18 @@ impl Engine for Postgres {
     }
     async fn seed(&self, target: &Target<'_>, content: &[u8]) -> Result<(), EngineError> {
         // As the agent, over its own login: the seed can do what the agent
-        // can (it owns the database and schema public), nothing more. One
-        // simple-protocol query: the statements run in one implicit
-        // transaction unless the text controls its own.
+        // can (it owns the database and schema public), nothing more.
         let failed = |reason: String| EngineError::Seed {
             engine: NAME,
-            reason,
+            reason: seed::first_lines(&reason),
         };
-        let sql = std::str::from_utf8(content)
-            .map_err(|_| failed("the seed is not UTF-8 SQL text".to_owned()))?;
-        let mut conn = self.connect(target).await.map_err(failed)?;
-        let timeout = format!(
-            "SET statement_timeout = '{}s'",
-            seed::APPLY_TIMEOUT.as_secs()
-        );
-        let mut result = sqlx::query(&timeout)
-            .persistent(false)
-            .execute(&mut conn)
+        let sql = postgres_seed::script(target.exec, content)
             .await
-            .map(|_| ());
-        if result.is_ok() {
-            // A text without arguments goes as one simple query.
-            result = sqlx::Executor::execute(&mut conn, sql).await.map(|_| ());
-        }
+            .map_err(failed)?;
+        let mut conn = self.connect(target).await.map_err(failed)?;
+        let result = postgres_seed::run(&mut conn, &sql).await;
         let _ = conn.close().await;
-        result.map_err(|e| {
-            let reason = match &e {
-                sqlx::Error::Database(db) => db.message().to_owned(),
-                other => other.to_string(),
-            };
-            failed(seed::first_lines(&reason))
-        })
+        result.map_err(failed)
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         format!(

@@ -2,7 +2,7 @@
 
 use super::BoxError;
 use crate::domain::attach::Candidate;
-use crate::domain::container::{ExecOutput, ObservedContainer, RunState};
+use crate::domain::container::{ExecOutput, FilterOutput, ObservedContainer, RunState};
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::labels;
@@ -692,6 +692,22 @@ pub trait Runtime: Send + Sync + 'static {
         cmd: &[&str],
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError>;
+    /// Runs `cmd` inside the container with `input` on its standard input
+    /// (closed once written) and returns its standard output apart from
+    /// its standard error; more than `limit` bytes of output fails. A
+    /// runtime that cannot attach to a process's input refuses.
+    async fn filter(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        _input: &[u8],
+        _limit: usize,
+    ) -> Result<FilterOutput, RuntimeError> {
+        Err(RuntimeError::Refused(format!(
+            "container {id}: this runtime cannot run `{}` with input",
+            cmd.first().unwrap_or(&"")
+        )))
+    }
     /// The warm-pool containers of `deployment` (label
     /// [`crate::domain::pool::POOL`]), claimed or not, stopped ones included.
     async fn pool_containers(

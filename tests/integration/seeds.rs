@@ -4,7 +4,9 @@
 //! seed is a new hash that new sandboxes get and running ones do not; a
 //! row that changes its seed is re-provisioned with fresh credentials; a
 //! failing seed fails the sandbox with the engine's words; seeded pools
-//! serve claims with the seed's data, and a heal loads it again.
+//! serve claims with the seed's data, and a heal loads it again; a
+//! `pg_dump` archive or plain dump is restored as the agent; an RDB file
+//! is a file the server starts from.
 
 use crate::common;
 
@@ -440,5 +442,183 @@ async fn an_rdb_seed_is_a_file_the_server_starts_from_cold_healed_and_from_the_p
         "served from the seeded pool"
     );
     assert_eq!(redis_values(&claimed).await, expected);
+    controller.stop().await;
+}
+
+/// What the dump's database holds: rows with the characters a `COPY`
+/// block escapes, a sequence, an index, a view and a function body.
+const DUMPED: &str = "CREATE TABLE items (id serial PRIMARY KEY, name text NOT NULL, note text);
+INSERT INTO items (name, note) VALUES ('one', E'tab\\there'), ('two', E'line\\nbreak \\\\ back'), ('three', NULL);
+CREATE INDEX items_name ON items (name);
+CREATE VIEW noted AS SELECT name FROM items WHERE note IS NOT NULL;
+CREATE FUNCTION shout(t text) RETURNS text LANGUAGE plpgsql AS $f$
+BEGIN
+  RETURN upper(t) || '!';
+END
+$f$;
+COMMENT ON TABLE items IS 'fixtures';";
+
+/// A `pg_dump` custom-format archive and a plain dump (without owners
+/// and grants, as a plain seed must be) of a database holding
+/// [`DUMPED`], made by the image's own server and `pg_dump` as the
+/// superuser in a container of its own (no sandbox).
+fn dumps() -> (Vec<u8>, Vec<u8>) {
+    let out = common::docker(&[
+        "run",
+        "--rm",
+        "--user",
+        "999",
+        "--env",
+        &format!("DUMPED={DUMPED}"),
+        "--entrypoint",
+        "sh",
+        "sandboxd/postgres:17",
+        "-c",
+        "initdb -D /tmp/pg -U postgres >/dev/null && \
+         pg_ctl -D /tmp/pg -o '-k /tmp -c listen_addresses=' -w start >/dev/null && \
+         psql -h /tmp -U postgres -q -v ON_ERROR_STOP=1 -c \"$DUMPED\" postgres >/dev/null && \
+         pg_dump -h /tmp -U postgres -Fc -f /tmp/archive postgres && \
+         pg_dump -h /tmp -U postgres -Fp --no-owner --no-privileges -f /tmp/plain.sql postgres && \
+         tar -C /tmp -cf - archive plain.sql",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut archive = tar::Archive::new(&out.stdout[..]);
+    let mut files = std::collections::HashMap::new();
+    for entry in archive.entries().expect("a tar stream") {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().display().to_string();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+        files.insert(name, bytes);
+    }
+    let custom = files.remove("archive").expect("the archive");
+    assert!(custom.starts_with(b"PGDMP"), "a custom-format archive");
+    (custom, files.remove("plain.sql").expect("the plain dump"))
+}
+
+/// Checks that the sandbox holds what [`DUMPED`] made, the agent's own.
+async fn holds_the_dump(status: &SandboxStatus, what: &str) {
+    let mut conn = sqlx::PgConnection::connect(&host_pg_url(&status.services["postgres"]))
+        .await
+        .expect("the agent logs in");
+    let rows: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT name, note FROM items ORDER BY id")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: the dump's table is there: {e}"));
+    let want: Vec<(String, Option<String>)> = vec![
+        ("one".into(), Some("tab\there".into())),
+        ("two".into(), Some("line\nbreak \\ back".into())),
+        ("three".into(), None),
+    ];
+    assert_eq!(rows, want, "{what}: the rows, escapes and NULL kept");
+    let (shout, noted, next, owner): (String, i64, i32, String) = sqlx::query_as(
+        "SELECT shout('hi'), (SELECT count(*) FROM noted),
+                nextval('items_id_seq')::int,
+                (SELECT tableowner::text FROM pg_tables WHERE tablename = 'items')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        (shout.as_str(), noted, next, owner.as_str()),
+        ("HI!", 2, 4, "sandbox"),
+        "{what}: the function, view and sequence, owned by the agent"
+    );
+}
+
+#[tokio::test]
+async fn a_pg_dump_archive_or_plain_dump_seed_is_restored_as_the_agent_and_a_broken_one_fails_saying_so(
+) {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let (archive, plain) = dumps();
+
+    // The archive: the container's pg_restore turns it into a script,
+    // which runs over the agent's login.
+    let from_archive = put(&client, "postgres", &archive).await;
+    let a = sandbox_id("archive");
+    let restored = client
+        .provision(
+            &a,
+            &seeded(&["postgres"], &[("postgres", &from_archive)]),
+            READY,
+        )
+        .await
+        .unwrap();
+    holds_the_dump(&restored, "from the archive").await;
+
+    // The plain dump is SQL text with COPY blocks (and psql's \restrict
+    // guard): the same data.
+    let from_plain = put(&client, "postgres", &plain).await;
+    let b = sandbox_id("plain-dump");
+    let restored = client
+        .provision(
+            &b,
+            &seeded(&["postgres"], &[("postgres", &from_plain)]),
+            READY,
+        )
+        .await
+        .unwrap();
+    holds_the_dump(&restored, "from the plain dump").await;
+
+    // An archive cut short fails the sandbox with pg_restore's words.
+    let cut = put(&client, "postgres", &archive[..archive.len() / 2]).await;
+    let c = sandbox_id("archive-cut");
+    let err = client
+        .provision(&c, &seeded(&["postgres"], &[("postgres", &cut)]), READY)
+        .await
+        .unwrap_err();
+    let ClientError::Failed { message, .. } = &err else {
+        panic!("a broken archive fails the sandbox: {err}");
+    };
+    assert!(message.contains("pg_restore"), "{message}");
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn an_rdb_seed_s_volume_is_kept_while_a_row_names_it_and_removed_a_window_after() {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    // Relists every second; nothing asked for a seed within two seconds
+    // (and no row naming it) lets its volume go.
+    config.relist_interval = Duration::from_secs(1);
+    config.warm_pool_demand.window = Duration::from_secs(2);
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let hash = put(&client, "redis", rdb_file()).await;
+    let volumes = || {
+        docker_ok(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=io.sandboxd.seed={hash}"),
+            "--filter",
+            &format!("label=io.sandboxd.deployment={}", env.deployment),
+        ])
+    };
+    let id = sandbox_id("rdbkept");
+    client
+        .provision(&id, &seeded(&["redis"], &[("redis", &hash)]), READY)
+        .await
+        .unwrap();
+    assert_eq!(volumes().lines().count(), 1);
+    // Several relists and more than the window later, the row still
+    // names it: kept (and mounted).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(volumes().lines().count(), 1, "kept while a row names it");
+    client.release(&id).await.unwrap();
+    eventually(
+        "the seed's volume removed",
+        Duration::from_secs(30),
+        || async { volumes().is_empty().then_some(()) },
+    )
+    .await;
     controller.stop().await;
 }
