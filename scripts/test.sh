@@ -8,8 +8,9 @@
 # `alone::` module, side by side ($SANDBOXD_TEST_THREADS at a time, default
 # 3: they mostly wait on Docker; four at once broke timing-sensitive tests
 # on a loaded 2-core machine),
-# then `alone::` one test at a time (they create a Docker Swarm or churn a
-# hundred networks: nothing may run beside them). With arguments, one
+# then `alone::` (they create a Docker Swarm or churn a hundred networks:
+# nothing else may run beside them), the Swarm backend's tests side by
+# side on one Swarm, the rest one at a time. With arguments, one
 # `cargo test` with exactly those, e.g.
 #   scripts/test.sh --test integration -- events::
 set -euo pipefail
@@ -124,7 +125,12 @@ else
   run "${first[@]}" -- --test-threads="${SANDBOXD_TEST_THREADS:-3}" "${skip[@]}"
   beside_wait "$bench_pid" "$bench_log" "the benchmark's smoke run"
   bench_pid=
-  run --test integration -- --test-threads=1 alone::
+  # The Swarm backend's tests hold one single-node Swarm together
+  # (common::SingleNodeSwarm counts its holders and the last one out
+  # leaves it), so they run side by side; every other alone:: test runs
+  # by itself.
+  run --test integration -- --test-threads=3 alone::swarm_backend::
+  run --test integration -- --test-threads=1 alone:: --skip alone::swarm_backend::
   beside_wait "$sim_pid" "$sim_log" "the simulation sweep"
   sim_pid=
   # Tests that need an image this machine may not have are #[ignore]d; run
