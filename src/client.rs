@@ -663,6 +663,19 @@ impl Client {
             .map_err(refused("register a seed"))
     }
 
+    /// Deletes seed `hash` of `owner` (`sandbox_seed_delete`; `None`: the
+    /// role the client connects as): whether there was one. Refused (with
+    /// the database's message) while a row of that owner names it, or for
+    /// an owner whose rows this role may not write.
+    pub async fn delete_seed(&self, hash: &str, owner: Option<&str>) -> Result<bool, ClientError> {
+        sqlx::query_scalar("SELECT sandbox_seed_delete($1, $2)")
+            .bind(hash)
+            .bind(owner)
+            .fetch_one(self.store.pool())
+            .await
+            .map_err(refused("delete a seed"))
+    }
+
     /// Asks for checkpoint `name` of the sandbox (its data now, all engines;
     /// one of that name is replaced): the request's number. Refused when
     /// the name is invalid or `baseline`, the sandbox is not one this role

@@ -6,7 +6,7 @@
 -- to its own owner, and so does this function: NULL for an owner whose
 -- rows the calling role may not access).
 CREATE OR REPLACE FUNCTION sandbox_seed_engine(p_owner text, p_hash text) RETURNS text
-LANGUAGE plpgsql STABLE SECURITY DEFINER AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
 DECLARE
     caller name := coalesce(nullif(current_setting('role'), 'none'), session_user);
 BEGIN
@@ -14,6 +14,8 @@ BEGIN
             OR sandbox_orchestrator_may_access(p_owner, caller)) THEN
         RETURN NULL;
     END IF;
-    RETURN (SELECT s.engine FROM sandbox_seeds s WHERE s.owner = p_owner AND s.hash = p_hash);
+    -- FOR KEY SHARE: a sandbox_seed_delete of it waits for the row being
+    -- written to commit, and then sees it (hence VOLATILE).
+    RETURN (SELECT s.engine FROM sandbox_seeds s WHERE s.owner = p_owner AND s.hash = p_hash FOR KEY SHARE);
 END
 $$;

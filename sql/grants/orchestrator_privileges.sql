@@ -45,6 +45,7 @@ INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege) VAL
     -- Seeds: registered through the verb only; the validation calls the
     -- lookup as the orchestrator. The table (content) is never theirs.
     ('function', 'sandbox_seed_put(text, bytea, text)', 'EXECUTE'),
+    ('function', 'sandbox_seed_delete(text, text)', 'EXECUTE'),
     ('function', 'sandbox_seed_engine(text, text)', 'EXECUTE'),
     -- Forks: the verb inserts the row as the orchestrator (the
     -- validation checks the source as the orchestrator too).

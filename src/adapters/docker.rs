@@ -255,6 +255,50 @@ pub(crate) struct Overlay {
 }
 
 impl DockerRuntime {
+    /// Creates and starts `cmd` in container `id` with extra environment
+    /// `env`, its output attached (and its input, if `stdin`): the exec's
+    /// id and how it started.
+    async fn start_exec(
+        &self,
+        id: &ContainerId,
+        cmd: &[&str],
+        env: Vec<String>,
+        stdin: bool,
+    ) -> Result<(String, StartExecResults), RuntimeError> {
+        let created = self
+            .docker
+            .create_exec(
+                id.as_str(),
+                CreateExecOptions {
+                    cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+                    env: Some(env),
+                    attach_stdin: Some(stdin),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(api("exec", id.as_str()))?;
+        let started = self
+            .docker
+            .start_exec(&created.id, None::<StartExecOptions>)
+            .await
+            .map_err(api("exec", id.as_str()))?;
+        Ok((created.id, started))
+    }
+
+    /// How exec `exec` in container `id` ended (-1 if Docker did not say).
+    async fn exec_exit_code(&self, id: &ContainerId, exec: &str) -> Result<i64, RuntimeError> {
+        Ok(self
+            .docker
+            .inspect_exec(exec)
+            .await
+            .map_err(api("exec inspect", id.as_str()))?
+            .exit_code
+            .unwrap_or(-1))
+    }
+
     /// Connects to the local Docker daemon and negotiates the API version
     /// (the engine may be older than bollard's default, e.g. 20.10 = API 1.41).
     pub async fn connect() -> Result<Self, RuntimeError> {
@@ -1761,28 +1805,11 @@ impl Runtime for DockerRuntime {
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Exec);
-        let created = self
-            .docker
-            .create_exec(
-                id.as_str(),
-                CreateExecOptions {
-                    cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
-                    env: Some(env),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(api("exec", id.as_str()))?;
+        let (exec, started) = self.start_exec(id, cmd, env, false).await?;
         let mut output = String::new();
         if let StartExecResults::Attached {
             output: mut stream, ..
-        } = self
-            .docker
-            .start_exec(&created.id, None::<StartExecOptions>)
-            .await
-            .map_err(api("exec", id.as_str()))?
+        } = started
         {
             while let Some(Ok(chunk)) =
                 next_within(&mut stream, self.stream_timeout, "exec", id.as_str()).await?
@@ -1790,13 +1817,7 @@ impl Runtime for DockerRuntime {
                 output.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
             }
         }
-        let exit_code = self
-            .docker
-            .inspect_exec(&created.id)
-            .await
-            .map_err(api("exec inspect", id.as_str()))?
-            .exit_code
-            .unwrap_or(-1);
+        let exit_code = self.exec_exit_code(id, &exec).await?;
         Ok(ExecOutput { exit_code, output })
     }
 
@@ -1812,28 +1833,11 @@ impl Runtime for DockerRuntime {
         const STDERR_BYTES: usize = 64 * 1024;
         let _timer = metrics::time_docker_call(DockerCall::Exec);
         let program = cmd.first().copied().unwrap_or("");
-        let created = self
-            .docker
-            .create_exec(
-                id.as_str(),
-                CreateExecOptions {
-                    cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
-                    attach_stdin: Some(true),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(api("exec", id.as_str()))?;
+        let (exec, started) = self.start_exec(id, cmd, Vec::new(), true).await?;
         let StartExecResults::Attached {
             output: mut stream,
             input: mut stdin,
-        } = self
-            .docker
-            .start_exec(&created.id, None::<StartExecOptions>)
-            .await
-            .map_err(api("exec", id.as_str()))?
+        } = started
         else {
             return Err(RuntimeError::Refused(format!(
                 "container {id}: `{program}` started detached, so its input could not be written"
@@ -1874,13 +1878,7 @@ impl Runtime for DockerRuntime {
             Ok((stdout, stderr))
         };
         let ((), (stdout, stderr)) = tokio::try_join!(write, read)?;
-        let exit_code = self
-            .docker
-            .inspect_exec(&created.id)
-            .await
-            .map_err(api("exec inspect", id.as_str()))?
-            .exit_code
-            .unwrap_or(-1);
+        let exit_code = self.exec_exit_code(id, &exec).await?;
         Ok(FilterOutput {
             exit_code,
             stdout,

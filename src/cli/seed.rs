@@ -1,5 +1,6 @@
-//! `sandboxd seed put`: register seed content under its hash, and the
-//! `--seed ENGINE=HASH` values of `apply` and `request`.
+//! `sandboxd seed put` and `seed delete`: register seed content under its
+//! hash, or remove it; and the `--seed ENGINE=HASH` values of `apply` and
+//! `request`.
 
 use super::CliError;
 use crate::client::Client;
@@ -17,6 +18,21 @@ pub enum SeedCommand {
     /// and valkey: commands, one per line (`SET k "a b"`), or an RDB file
     /// (what `SAVE` writes), which the server starts from.
     Put(PutArgs),
+    /// Deletes the seed HASH (what `seed put` printed). Refused while a
+    /// sandbox row of its owner names it: release those or name another
+    /// seed in them first. Says whether there was one.
+    Delete(DeleteArgs),
+}
+
+/// Flags of `sandboxd seed delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The seed's hash (`sha256:…`).
+    pub hash: String,
+    /// Whose seed it is (default: the database role the command connects
+    /// as).
+    #[arg(long)]
+    pub owner: Option<String>,
 }
 
 /// Flags of `sandboxd seed put`.
@@ -35,7 +51,24 @@ pub struct PutArgs {
 
 /// Runs `sandboxd seed …`.
 pub(super) async fn run(url: &str, command: SeedCommand) -> Result<(), CliError> {
-    let SeedCommand::Put(args) = command;
+    let args = match command {
+        SeedCommand::Put(args) => args,
+        SeedCommand::Delete(args) => {
+            let client = Client::connect(url).await?;
+            let deleted = client
+                .delete_seed(&args.hash, args.owner.as_deref())
+                .await?;
+            say!(
+                "{}",
+                if deleted {
+                    format!("seed {} deleted", args.hash)
+                } else {
+                    format!("no seed {} (deleted already?)", args.hash)
+                }
+            );
+            return Ok(());
+        }
+    };
     let content = if args.file.as_os_str() == "-" {
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)

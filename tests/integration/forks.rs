@@ -294,13 +294,7 @@ async fn forks_are_refused_for_unseen_sources_other_owners_taken_ids_and_new_ser
         .unwrap();
 
     // An orchestrator that sees only its own rows cannot fork another's.
-    let role = format!("fork_orch_{}", env.deployment.as_str());
-    let (theirs, _) = env.create_login_role(&role).await;
-    sqlx::query("SELECT sandbox_grant_orchestrator($1, true)")
-        .bind(&role)
-        .execute(&env.pool)
-        .await
-        .unwrap();
+    let (role, theirs) = env.own_rows_orchestrator("fork_orch").await;
     let fork_sql = "SELECT sandbox_fork($1, $2, $3)";
     let stolen = sandbox_id("fork-stolen");
     let (code, message) =

@@ -1314,7 +1314,7 @@ async fn a_registered_orchestrator_holds_exactly_the_listed_privileges_and_a_rev
     env.create_login_role("bystander").await;
     let (granted, never) = privilege_list(&env.pool).await;
     // What sql/grants/orchestrator_privileges.sql grants, in one list.
-    assert_eq!(granted.len(), 26, "{granted:#?}");
+    assert_eq!(granted.len(), 27, "{granted:#?}");
     for expected in [
         ("schema", "public", "USAGE"),
         ("table", "sandbox_desired", "DELETE"),
@@ -1327,6 +1327,7 @@ async fn a_registered_orchestrator_holds_exactly_the_listed_privileges_and_a_rev
         ),
         ("function", "sandbox_checkpoint(text,text)", "EXECUTE"),
         ("function", "sandbox_seed_put(text,bytea,text)", "EXECUTE"),
+        ("function", "sandbox_seed_delete(text,text)", "EXECUTE"),
         ("function", "sandbox_touch(text)", "EXECUTE"),
     ] {
         let expected = (expected.0.into(), expected.1.into(), expected.2.into());

@@ -274,6 +274,53 @@ async fn the_database_refuses_seeds_that_are_not_the_row_owner_s_or_are_not_seed
         .await
         .unwrap_err();
     assert!(err.to_string().contains("persistent"), "{err}");
+
+    // A seed a row names is not deleted (its sandboxes load it again on a
+    // heal); once no row names it, it goes, once.
+    let named = sandbox_id("names-it");
+    client
+        .apply(&named, &seeded(&["postgres"], &[("postgres", &mine)]))
+        .await
+        .unwrap();
+    let (code, message) = common::refusal(
+        &env.pool,
+        "SELECT sandbox_seed_delete($1, $2)",
+        &[&mine, OWNER],
+    )
+    .await;
+    assert_eq!(code, "2BP01", "{message}");
+    assert!(message.contains("named by 1 sandbox row"), "{message}");
+    sqlx::query("DELETE FROM sandbox_desired WHERE id = $1")
+        .bind(named.as_str())
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    assert!(client.delete_seed(&mine, Some(OWNER)).await.unwrap());
+    assert!(!client.delete_seed(&mine, Some(OWNER)).await.unwrap());
+    let err = client
+        .apply(
+            &sandbox_id("names-gone"),
+            &seeded(&["postgres"], &[("postgres", &mine)]),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("is not one owner"), "{err}");
+    // An orchestrator that writes only its own rows deletes only its own
+    // seeds: another owner's is refused, and stays.
+    let (_, restricted) = env.own_rows_orchestrator("seed_orch").await;
+    let (code, message) = common::refusal(
+        &restricted,
+        "SELECT sandbox_seed_delete($1, $2)",
+        &[&theirs, "someone-else"],
+    )
+    .await;
+    assert_eq!(code, "42501", "{message}");
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM sandbox_seeds WHERE hash = $1")
+        .bind(&theirs)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1, "another owner's seed stays");
     controller.stop().await;
 }
 

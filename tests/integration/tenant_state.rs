@@ -29,18 +29,10 @@ const READY: Duration = Duration::from_secs(90);
 /// Two own-rows-only orchestrator roles of this test, A and B: their names
 /// and pools.
 async fn tenants(env: &TestEnv) -> [(String, PgPool); 2] {
-    let mut both = Vec::new();
-    for tenant in ["a", "b"] {
-        let role = format!("tenant_{tenant}_{}", env.deployment.as_str());
-        let (pool, _) = env.create_login_role(&role).await;
-        sqlx::query("SELECT sandbox_grant_orchestrator($1, true)")
-            .bind(&role)
-            .execute(&env.pool)
-            .await
-            .unwrap_or_else(|e| panic!("grant {role}: {e}"));
-        both.push((role, pool));
-    }
-    both.try_into().unwrap()
+    [
+        env.own_rows_orchestrator("tenant_a").await,
+        env.own_rows_orchestrator("tenant_b").await,
+    ]
 }
 
 /// The status row of `id` as stored (read as the tables' owner, which

@@ -96,6 +96,7 @@ const FILES: &[(&str, &str)] = sql_objects! {
         "sandbox_reset",
         "sandbox_resume_reaping",
         "sandbox_revoke_orchestrator",
+        "sandbox_seed_delete",
         "sandbox_seed_engine",
         "sandbox_seed_put",
         "sandbox_status_credentials",

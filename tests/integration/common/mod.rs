@@ -186,6 +186,20 @@ impl TestEnv {
         (pool, url)
     }
 
+    /// An orchestrator of this test's database that reaches only its own
+    /// rows (`sandbox_grant_orchestrator(role, true)`), called `prefix_`
+    /// and the deployment: its name and a pool connected as it.
+    pub async fn own_rows_orchestrator(&self, prefix: &str) -> (String, PgPool) {
+        let role = format!("{prefix}_{}", self.deployment.as_str());
+        let (pool, _) = self.create_login_role(&role).await;
+        sqlx::query("SELECT sandbox_grant_orchestrator($1, true)")
+            .bind(&role)
+            .execute(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("grant {role}: {e}"));
+        (role, pool)
+    }
+
     /// Controller configuration for tests: local images, grace 0.
     pub fn config(&self) -> ControllerConfig {
         let mut c = ControllerConfig::new(self.deployment.clone());
