@@ -52,9 +52,10 @@ pub(super) async fn script(exec: &dyn Exec, content: &[u8]) -> Result<String, St
 }
 
 /// Runs `sql` on `conn` (the agent's login), each statement under
-/// [`seed::APPLY_TIMEOUT`] unless the script sets its own: text without
-/// rows as one simple query (one implicit transaction unless it says
-/// otherwise), a script with rows in one explicit transaction.
+/// [`seed::APPLY_TIMEOUT`] unless the script sets its own: plain text as
+/// one simple query (one implicit transaction unless it says otherwise),
+/// a script in parts (rows, or psql's guard lines between statements) in
+/// one explicit transaction.
 pub(super) async fn run(conn: &mut PgConnection, sql: &str) -> Result<(), String> {
     let parts = pg_script::parts(sql).map_err(|e| e.to_string())?;
     let timeout = format!(
@@ -62,8 +63,8 @@ pub(super) async fn run(conn: &mut PgConnection, sql: &str) -> Result<(), String
         seed::APPLY_TIMEOUT.as_secs()
     );
     execute(conn, &timeout).await?;
-    let with_rows = parts.iter().any(|p| matches!(p, Part::Copy { .. }));
-    if with_rows {
+    let in_parts = parts.len() > 1;
+    if in_parts {
         execute(conn, "BEGIN").await?;
     }
     for part in &parts {
@@ -72,7 +73,7 @@ pub(super) async fn run(conn: &mut PgConnection, sql: &str) -> Result<(), String
             Part::Copy { statement, rows } => copy(conn, statement, rows).await?,
         }
     }
-    if with_rows {
+    if in_parts {
         execute(conn, "COMMIT").await?;
     }
     Ok(())

@@ -181,12 +181,19 @@ async fn a_row_with_an_idle_timeout_is_released_after_it_and_a_touched_one_is_no
     let idle = sandbox_id("idle");
     let touched = sandbox_id("touched");
     let mut req = request(&["redis"], &[]);
-    req.idle_timeout = Some(Duration::from_secs(3));
+    // Twice what a Redis sandbox took to be ready on a loaded CI machine
+    // (3.4 s): a shorter timeout can release it before it is ready.
+    let timeout = Duration::from_secs(6);
+    req.idle_timeout = Some(timeout);
     // The idle timeout counts from the request, not from readiness: time
-    // it from before the request (provisioning both may take seconds).
+    // it from before the requests, made at once.
     let started = Instant::now();
-    client.provision(&idle, &req, READY).await.unwrap();
-    client.provision(&touched, &req, READY).await.unwrap();
+    let (a, b) = tokio::join!(
+        client.provision(&idle, &req, READY),
+        client.provision(&touched, &req, READY)
+    );
+    a.unwrap();
+    b.unwrap();
 
     let released = loop {
         assert!(
@@ -205,7 +212,7 @@ async fn a_row_with_an_idle_timeout_is_released_after_it_and_a_touched_one_is_no
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert!(
-        started.elapsed() >= Duration::from_secs(2),
+        started.elapsed() >= timeout - Duration::from_secs(1),
         "released before its idle timeout"
     );
     assert!(released.message.contains("idle"), "{}", released.message);
@@ -217,8 +224,7 @@ async fn a_row_with_an_idle_timeout_is_released_after_it_and_a_touched_one_is_no
     assert!(!client.touch(&idle).await.unwrap());
 
     // The touched one outlived two idle timeouts.
-    tokio::time::sleep(Duration::from_secs(4) - started.elapsed().min(Duration::from_secs(4)))
-        .await;
+    tokio::time::sleep((2 * timeout).saturating_sub(started.elapsed())).await;
     assert!(client.touch(&touched).await.unwrap());
     assert_eq!(status(&client, &touched).await.phase, Phase::Ready);
     assert!(running_container(&env, &touched, "redis").await.is_some());
