@@ -181,6 +181,11 @@ pub(super) fn is_status(e: &DockerError, codes: &[u16]) -> bool {
     matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
 }
 
+/// How often a pause the kernel's freezer gave up on is tried, and how long
+/// apart ([`Runtime::pause`]).
+const FREEZE_TRIES: u32 = 4;
+const FREEZE_AGAIN_AFTER: Duration = Duration::from_millis(250);
+
 /// Whether removing a network failed because it is gone already: a 404,
 /// or (a Swarm overlay whose removal raced another, Engine 20.10) a 500
 /// saying `network ID not found`.
@@ -1762,11 +1767,25 @@ impl Runtime for DockerRuntime {
 
     async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::Pause);
-        match self.docker.pause_container(id.as_str()).await {
-            Ok(()) => Ok(()),
-            // 409: already paused (or not running: the next look heals it).
-            Err(e) if is_status(&e, &[409]) && e.to_string().contains("already paused") => Ok(()),
-            Err(e) => Err(api("pause", id.as_str())(e)),
+        let mut tries = 1;
+        loop {
+            match self.docker.pause_container(id.as_str()).await {
+                Ok(()) => return Ok(()),
+                // 409: already paused (or not running: the next look heals it).
+                Err(e) if is_status(&e, &[409]) && e.to_string().contains("already paused") => {
+                    return Ok(())
+                }
+                // The kernel's freezer gives up while a process cannot stop
+                // yet, and runc leaves the container thawed ("unable to
+                // freeze", seen on a loaded two-core machine): a moment
+                // later it freezes.
+                Err(e) if tries < FREEZE_TRIES && e.to_string().contains("unable to freeze") => {
+                    tracing::debug!(container = %id, error = %e, "the container did not freeze; trying again");
+                    tries += 1;
+                    tokio::time::sleep(FREEZE_AGAIN_AFTER).await;
+                }
+                Err(e) => return Err(api("pause", id.as_str())(e)),
+            }
         }
     }
 

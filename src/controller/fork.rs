@@ -195,34 +195,6 @@ pub(crate) async fn prepare(
     Ok(Some(volume))
 }
 
-/// How often a refused freeze of a source is tried, and how long apart.
-const FREEZE_TRIES: u32 = 4;
-const FREEZE_AGAIN_AFTER: Duration = Duration::from_millis(250);
-
-/// Freezes `source` (`docker pause`). The kernel's freezer gives up while
-/// a process of it cannot stop yet (runc: "unable to freeze", seen on a
-/// loaded two-core machine) and leaves it thawed, so a refused pause is
-/// tried again a few times; one that did not answer is not (it may have
-/// frozen it late). After any failure the source is thawed.
-async fn freeze(
-    runtime: &dyn crate::ports::runtime::Runtime,
-    source: &ContainerId,
-) -> Result<(), RuntimeError> {
-    let mut tries = 1;
-    loop {
-        let Err(e) = runtime.pause(source).await else {
-            return Ok(());
-        };
-        let _ = runtime.unpause(source).await;
-        if tries == FREEZE_TRIES || matches!(e, RuntimeError::Timeout { .. }) {
-            return Err(e);
-        }
-        tracing::debug!(container = %source, error = %e, "the source did not freeze; trying again");
-        tries += 1;
-        tokio::time::sleep(FREEZE_AGAIN_AFTER).await;
-    }
-}
-
 /// The label naming the sandbox a fork's volume copies.
 const FORK_OF: &str = "io.sandboxd.fork-of";
 
@@ -331,7 +303,11 @@ async fn copy(
                 // snapshot of its own.
                 return Ok((exec(id.clone(), copy, env).await?, Duration::ZERO));
             }
-            freeze(runtime.as_ref(), &source).await?;
+            if let Err(e) = runtime.pause(&source).await {
+                // A pause that did not answer may still have frozen it.
+                let _ = runtime.unpause(&source).await;
+                return Err(e);
+            }
             let frozen_at = Instant::now();
             let copied = exec(id.clone(), copy, env).await;
             let thawed = runtime.unpause(&source).await;
