@@ -241,6 +241,15 @@ pub(crate) async fn collect(
     volumes: &[crate::ports::runtime::ObservedResource],
 ) {
     let prefix = volume_prefix(ctx);
+    let seed_volumes: Vec<&str> = volumes
+        .iter()
+        .filter(|v| v.sandbox.is_none() && v.name.starts_with(&prefix))
+        .map(|v| v.name.as_str())
+        .collect();
+    if seed_volumes.is_empty() {
+        // Most relists: no row's names need making.
+        return;
+    }
     let named: HashSet<String> = rows
         .iter()
         .flat_map(|row| {
@@ -253,12 +262,13 @@ pub(crate) async fn collect(
     let now = Instant::now();
     let due: Vec<String> = {
         let mut used = ctx.seeds.used.lock().unwrap();
-        volumes
-            .iter()
-            .filter(|v| v.sandbox.is_none() && v.name.starts_with(&prefix))
-            .filter(|v| !named.contains(&v.name))
-            .filter(|v| now.duration_since(*used.entry(v.name.clone()).or_insert(now)) >= window)
-            .map(|v| v.name.clone())
+        seed_volumes
+            .into_iter()
+            .filter(|name| !named.contains(*name))
+            .filter(|name| {
+                now.duration_since(*used.entry(name.to_string()).or_insert(now)) >= window
+            })
+            .map(str::to_owned)
             .collect()
     };
     if due.is_empty() {

@@ -46,8 +46,16 @@ pub(crate) fn parts(script: &str) -> Result<Vec<Part<'_>>, ScriptError> {
     let mut parts = Vec::new();
     // Where the SQL not yet emitted starts.
     let mut sql_from = 0;
-    let mut lines = Lines::new(script);
-    while let Some((at, line, n)) = lines.next() {
+    // Each line with its `\n`, its byte offset and its 0-based number.
+    let mut lines = script
+        .split_inclusive('\n')
+        .scan(0, |next, line| {
+            let at = *next;
+            *next += line.len();
+            Some((at, line))
+        })
+        .enumerate();
+    while let Some((n, (at, line))) = lines.next() {
         let bare = line.trim_end_matches(['\n', '\r']);
         if is_guard(bare) {
             push_sql(&mut parts, &script[sql_from..at]);
@@ -60,7 +68,7 @@ pub(crate) fn parts(script: &str) -> Result<Vec<Part<'_>>, ScriptError> {
         push_sql(&mut parts, &script[sql_from..at]);
         let rows_from = at + line.len();
         let mut rows_to = None;
-        for (row_at, row, _) in lines.by_ref() {
+        for (_, (row_at, row)) in lines.by_ref() {
             if row.trim_end_matches(['\n', '\r']) == "\\." {
                 rows_to = Some((row_at, row_at + row.len()));
                 break;
@@ -68,7 +76,7 @@ pub(crate) fn parts(script: &str) -> Result<Vec<Part<'_>>, ScriptError> {
         }
         let Some((rows_end, next)) = rows_to else {
             return Err(ScriptError::Unterminated {
-                line: n,
+                line: n + 1,
                 statement: bare.chars().take(80).collect(),
             });
         };
@@ -102,36 +110,6 @@ fn opens_copy(line: &str) -> bool {
     upper.starts_with("COPY ")
         && upper.ends_with(';')
         && (upper.ends_with("FROM STDIN;") || upper.contains(" FROM STDIN WITH"))
-}
-
-/// The lines of a text with their byte offsets and 1-based numbers, each
-/// with its `\n`.
-struct Lines<'a> {
-    text: &'a str,
-    at: usize,
-    n: usize,
-}
-
-impl<'a> Lines<'a> {
-    fn new(text: &'a str) -> Self {
-        Lines { text, at: 0, n: 0 }
-    }
-}
-
-impl<'a> Iterator for Lines<'a> {
-    type Item = (usize, &'a str, usize);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.at >= self.text.len() {
-            return None;
-        }
-        let rest = &self.text[self.at..];
-        let len = rest.find('\n').map_or(rest.len(), |i| i + 1);
-        let item = (self.at, &rest[..len], self.n + 1);
-        self.at += len;
-        self.n += 1;
-        Some(item)
-    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use super::Exec;
 use crate::domain::pg_script::{self, Part};
 use crate::domain::seed;
 use sqlx::PgConnection;
+use std::borrow::Cow;
 
 /// `pg_restore` writing an archive's script to its standard output, with
 /// what would need another role left out: owners (the agent owns what it
@@ -31,9 +32,9 @@ const RESTORE: &[&str] = &[
 const SCRIPT_BYTES: usize = 256 * 1024 * 1024;
 
 /// The SQL text of seed `content`: an archive's script, or the content.
-pub(super) async fn script(exec: &dyn Exec, content: &[u8]) -> Result<String, String> {
+pub(super) async fn script<'a>(exec: &dyn Exec, content: &'a [u8]) -> Result<Cow<'a, str>, String> {
     if !seed::is_pg_archive(content) {
-        return String::from_utf8(content.to_vec()).map_err(|_| {
+        return std::str::from_utf8(content).map(Cow::Borrowed).map_err(|_| {
             "the seed is neither UTF-8 SQL text nor a pg_dump custom-format archive (pg_dump -Fc)"
                 .to_owned()
         });
@@ -46,7 +47,7 @@ pub(super) async fn script(exec: &dyn Exec, content: &[u8]) -> Result<String, St
             out.stderr.trim()
         ));
     }
-    String::from_utf8(out.stdout).map_err(|_| {
+    String::from_utf8(out.stdout).map(Cow::Owned).map_err(|_| {
         "the archive's script is not UTF-8: dump a database whose encoding is UTF8".to_owned()
     })
 }
