@@ -26,6 +26,7 @@
 
 use super::Context;
 use crate::domain::container::ContainerState;
+use crate::domain::container::ExecOutput;
 use crate::domain::fork::{self, ForkOf};
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::isolation::Isolation;
@@ -34,7 +35,7 @@ use crate::domain::network::container_name;
 use crate::domain::plan::{Provision, ProvisionReason};
 use crate::domain::sandbox::DesiredSandbox;
 use crate::engine::{Credentials, Engine, ForkCopy};
-use crate::ports::runtime::{Helper, RuntimeError, Tmpfs, Volume};
+use crate::ports::runtime::{Helper, Runtime, RuntimeError, Tmpfs, Volume};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -229,24 +230,95 @@ async fn copy(
             engine: p.engine,
         });
     }
-    let helper = Helper {
-        name: format!(
+    let helper = helper(
+        ctx,
+        format!(
             "sandboxd-fork.{}.{}.{}",
             ctx.config.deployment, desired.id, p.engine
         ),
-        image: image.to_owned(),
-        labels: helper_labels(ctx, desired),
-        user: engine.user().to_owned(),
-        limits: ctx.config.limits,
-        tmpfs: vec![Tmpfs {
-            path: "/tmp".into(),
-            bytes: ctx.config.limits.scratch_bytes,
-        }],
-        volume: volume.clone(),
-        sees: source.clone(),
-        lifetime: HELPER_LIFETIME,
-    };
+        (FORK_HELPER, desired.id.as_str()),
+        image,
+        engine,
+        volume,
+        &source,
+    );
     let env = engine.container_env(credentials, &p.features, false);
+    let job = Snapshot {
+        source: source.clone(),
+        paused,
+        helper,
+        how,
+        data_path: engine.data_path(),
+        env,
+    };
+    let outcome = snapshot(ctx.runtime.clone(), job, turn)
+        .await
+        .map_err(runtime_error);
+    let result = outcome.and_then(|(out, frozen)| {
+        if out.exit_code != 0 {
+            return Err(ForkError::Copy {
+                source_id: source_id.clone(),
+                engine: p.engine,
+                code: out.exit_code,
+                output: crate::domain::seed::first_lines(&out.output),
+            });
+        }
+        Ok((size_of(&out.output), frozen))
+    });
+    ctx.metrics
+        .lifecycle
+        .fork_copied(p.engine, result.is_ok(), started.elapsed());
+    match &result {
+        Ok((bytes, frozen)) => tracing::info!(
+            source = %source_id,
+            bytes,
+            frozen_ms = frozen.as_millis() as u64,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "source's data copied for the fork"
+        ),
+        Err(e) => {
+            tracing::warn!(source = %source_id, error = %e, "copying the source's data for the fork failed")
+        }
+    }
+    result.map(|_| ())
+}
+
+/// One copy of a running container's data into a volume: what
+/// [`snapshot`] needs.
+pub(crate) struct Snapshot {
+    /// The container copied.
+    pub(crate) source: ContainerId,
+    /// Whether it is frozen already (not flushed, frozen nor thawed here).
+    pub(crate) paused: bool,
+    /// The helper that sees it and mounts the volume.
+    pub(crate) helper: Helper,
+    /// The engine's copy script.
+    pub(crate) how: ForkCopy,
+    /// The engine's data directory in the source.
+    pub(crate) data_path: &'static str,
+    /// The copy's environment (the stamp a start from the copy checks).
+    pub(crate) env: Vec<String>,
+}
+
+/// Copies `job.source`'s data into its helper's volume: the flush in the
+/// source while the helper starts, then the copy in the helper, with the
+/// source frozen if the engine needs it. Runs as a task of its own
+/// (holding `hold` until it ends): whatever becomes of the caller, the
+/// source is thawed and the helper removed. Returns the copy's output and
+/// how long the source was frozen.
+pub(crate) async fn snapshot<H: Send + 'static>(
+    runtime: Arc<dyn Runtime>,
+    job: Snapshot,
+    hold: H,
+) -> Result<(ExecOutput, Duration), RuntimeError> {
+    let Snapshot {
+        source,
+        paused,
+        helper,
+        how,
+        data_path,
+        env,
+    } = job;
     let op = |op: &str| -> Vec<String> {
         [
             "bash",
@@ -254,18 +326,15 @@ async fn copy(
             how.script,
             "sandboxd-fork",
             op,
-            engine.data_path(),
-            volume.path.as_str(),
+            data_path,
+            helper.volume.path.as_str(),
         ]
         .map(str::to_owned)
         .into()
     };
     let (flush, copy) = (op("flush"), op("copy"));
-    // A task of its own: whatever becomes of this reconcile, the source
-    // is thawed and the helper removed.
-    let runtime = ctx.runtime.clone();
     let task = tokio::spawn(async move {
-        let _turn = turn;
+        let _hold = hold;
         let exec = |id: ContainerId, cmd: Vec<String>, env: Vec<String>| {
             let runtime = runtime.clone();
             async move {
@@ -317,48 +386,18 @@ async fn copy(
             Ok::<_, RuntimeError>((copied, frozen))
         }
         .await;
-        // Killed at once (it holds nothing), off the fork's path.
+        // Killed at once (it holds nothing), off the caller's path.
         tokio::spawn(async move {
             if let Err(e) = runtime.remove(&id, Duration::ZERO).await {
-                tracing::warn!(helper = %helper.name, error = %e, "could not remove a fork's helper; it exits on its own");
+                tracing::warn!(helper = %helper.name, error = %e, "could not remove a copy's helper; it exits on its own");
             }
         });
         copied
     });
-    let outcome = match task.await {
-        Ok(Ok(done)) => Ok(done),
-        Ok(Err(e)) => Err(runtime_error(e)),
-        Err(e) => Err(runtime_error(RuntimeError::Refused(format!(
-            "the copy's task ended: {e}"
-        )))),
-    };
-    let result = outcome.and_then(|(out, frozen)| {
-        if out.exit_code != 0 {
-            return Err(ForkError::Copy {
-                source_id: source_id.clone(),
-                engine: p.engine,
-                code: out.exit_code,
-                output: crate::domain::seed::first_lines(&out.output),
-            });
-        }
-        Ok((size_of(&out.output), frozen))
-    });
-    ctx.metrics
-        .lifecycle
-        .fork_copied(p.engine, result.is_ok(), started.elapsed());
-    match &result {
-        Ok((bytes, frozen)) => tracing::info!(
-            source = %source_id,
-            bytes,
-            frozen_ms = frozen.as_millis() as u64,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "source's data copied for the fork"
-        ),
-        Err(e) => {
-            tracing::warn!(source = %source_id, error = %e, "copying the source's data for the fork failed")
-        }
+    match task.await {
+        Ok(done) => done,
+        Err(e) => Err(RuntimeError::Refused(format!("the copy's task ended: {e}"))),
     }
-    result.map(|_| ())
 }
 
 /// The source's running container of `engine` (the one under the
@@ -398,27 +437,48 @@ async fn source_container(
     Ok((c.id, c.paused))
 }
 
-/// A helper's labels: this deployment's and the fork's, no engine (so no
-/// listing takes it for a sandbox's container).
-fn helper_labels(
+/// A helper of `engine`'s `image` called `name`, which sees `source` and
+/// mounts `volume`: labelled this deployment's and with `purpose` (a label
+/// and value saying what it copies for), no engine (so no listing takes it
+/// for a sandbox's container).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn helper(
     ctx: &Context,
-    desired: &DesiredSandbox,
-) -> std::collections::HashMap<String, String> {
-    std::collections::HashMap::from([
-        (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
-        (
-            labels::DEPLOYMENT.to_owned(),
-            ctx.config.deployment.to_string(),
-        ),
-        (FORK_HELPER.to_owned(), desired.id.to_string()),
-    ])
+    name: String,
+    purpose: (&str, &str),
+    image: &str,
+    engine: &'static dyn Engine,
+    volume: &Volume,
+    source: &ContainerId,
+) -> Helper {
+    Helper {
+        name,
+        image: image.to_owned(),
+        labels: HashMap::from([
+            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+            (
+                labels::DEPLOYMENT.to_owned(),
+                ctx.config.deployment.to_string(),
+            ),
+            (purpose.0.to_owned(), purpose.1.to_owned()),
+        ]),
+        user: engine.user().to_owned(),
+        limits: ctx.config.limits,
+        tmpfs: vec![Tmpfs {
+            path: "/tmp".into(),
+            bytes: ctx.config.limits.scratch_bytes,
+        }],
+        volume: volume.clone(),
+        sees: source.clone(),
+        lifetime: HELPER_LIFETIME,
+    }
 }
 
 /// The label naming the fork a helper copies for.
 const FORK_HELPER: &str = "io.sandboxd.fork-helper";
 
 /// The `size=<bytes>` the copy printed (0 when it did not).
-fn size_of(output: &str) -> u64 {
+pub(crate) fn size_of(output: &str) -> u64 {
     output
         .lines()
         .find_map(|l| l.strip_prefix("size="))

@@ -26,6 +26,7 @@ mod reconcile;
 mod relist;
 mod rotation;
 mod seed;
+mod seed_template;
 pub mod template;
 pub mod volume;
 mod webhook;

@@ -21,6 +21,7 @@ use super::bring_up::{
     ready_status, ProvisionError,
 };
 use super::network::{self, Placement};
+use super::seed_template;
 use super::{Context, ControllerError};
 use crate::config::{NetworkLayout, ProbeVia};
 use crate::domain::container::{ContainerState, ObservedContainer};
@@ -834,12 +835,24 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         host: name.clone(),
         aliases,
     };
-    // A data-file seed is in the container from its start; any other is
-    // loaded once it is ready.
-    let seed_file = match &key.seed {
-        Some(hash) => super::seed::data_file(ctx, engine, &image, hash)
+    // A data-file seed is in the container from its start, as is any
+    // other once its seed's template is made; until then it is loaded
+    // once the engine is ready, and this container's copy makes that
+    // template before it is offered.
+    let seeded = key.seed.as_ref().map(|hash| seed_template::Kind {
+        engine,
+        image: &image,
+        features: &key.features,
+        hash,
+    });
+    let seed_file = match &seeded {
+        Some(kind) => match super::seed::data_file(ctx, engine, &image, kind.hash)
             .await
-            .map_err(|e| PoolError::Provision(Box::new(e.into())))?,
+            .map_err(|e| PoolError::Provision(Box::new(e.into())))?
+        {
+            Some(volume) => Some(volume),
+            None => seed_template::ready(ctx, kind).await,
+        },
         None => None,
     };
     let seed_later = key.seed.as_ref().filter(|_| seed_file.is_none());
@@ -885,6 +898,9 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
     );
     match up.await {
         Ok((host_port, _)) => {
+            if let (Some(kind), Some(_)) = (&seeded, seed_later) {
+                seed_template::capture(ctx, kind, &id, &credentials).await;
+            }
             tracing::info!(pool = %key, container = %id, "warm-pool container ready");
             Ok(Ready {
                 id,

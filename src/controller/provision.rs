@@ -14,6 +14,7 @@ use super::pool::{self, Reserved};
 use super::recheck;
 use super::rotation::{self, Commit};
 use super::seed;
+use super::seed_template;
 use super::template;
 use super::volume;
 use super::Context;
@@ -365,11 +366,29 @@ async fn cold(
         (None, Some(hash)) => seed::data_file(ctx, engine, &image, hash).await?,
         _ => None,
     };
+    // A seed of statements, from its seed's template once one is made
+    // (never for a persistent sandbox: its data is its own volume).
+    let seeded_copy = match (&fork, &p.seed, &seed_file) {
+        (None, Some(hash), None) if !desired.persistent => {
+            let kind = seed_template::Kind {
+                engine,
+                image: &image,
+                features: &p.features,
+                hash,
+            };
+            seed_template::ready(ctx, &kind).await
+        }
+        _ => None,
+    };
+    let from_seed_template = seeded_copy.is_some();
     // What is left to load once the engine is ready.
-    let seed_later = p.seed.as_ref().filter(|_| seed_file.is_none());
+    let seed_later = p
+        .seed
+        .as_ref()
+        .filter(|_| seed_file.is_none() && !from_seed_template);
     let seed_file_volume = seed_file;
     let seed_file = seed_file_volume.is_some();
-    let start_from = fork.or(seed_file_volume);
+    let start_from = fork.or(seed_file_volume).or(seeded_copy);
     let refused = if desired.persistent || start_from.is_some() {
         None
     } else {
@@ -412,6 +431,7 @@ async fn cold(
     };
     let origin = match (&spec.template, refused) {
         _ if spec.start_from.is_some() && desired.fork_of.is_some() => Origin::Fork,
+        _ if spec.start_from.is_some() && from_seed_template => Origin::SeedTemplate,
         (Some(_), _) => Origin::Template,
         (None, Some(refusal)) => Origin::ColdTemplateRefused(refusal),
         (None, None) => Origin::Cold,

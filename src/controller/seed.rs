@@ -96,14 +96,14 @@ pub(crate) struct Seeds {
     cache: Mutex<HashMap<SeedHash, Arc<SeedContent>>>,
     /// The data-file volumes this process wrote (each once: the file is
     /// fixed by its hash).
-    written: Mutex<HashSet<String>>,
+    pub(super) written: Mutex<HashSet<String>>,
     /// Held while one is written or collected (a sandbox and a pool
     /// container of one seed may ask at once; the second finds it
     /// written).
-    writing: tokio::sync::Mutex<()>,
+    pub(super) writing: tokio::sync::Mutex<()>,
     /// When each data-file volume was last asked for, or first seen
     /// unnamed by a relist of this process ([`collect`]).
-    used: Mutex<HashMap<String, Instant>>,
+    pub(super) used: Mutex<HashMap<String, Instant>>,
 }
 
 impl Seeds {
@@ -218,17 +218,20 @@ pub(crate) async fn data_file(
     Ok(Some(volume))
 }
 
-/// The volume holding data-file seed `hash` of `engine`.
-fn volume_name(ctx: &Context, engine: &str, hash: &SeedHash) -> String {
+/// The volume holding data-file seed `hash` of `engine`; its seeded
+/// templates add a suffix ([`super::seed_template`]).
+pub(super) fn volume_name(ctx: &Context, engine: &str, hash: &SeedHash) -> String {
     format!("{}{engine}-{}", volume_prefix(ctx), hash.short())
 }
 
-/// What every data-file seed volume of this deployment is called.
+/// How every seed volume of this deployment is called (data files and
+/// seeded templates).
 fn volume_prefix(ctx: &Context) -> String {
     format!("{}-seed-", ctx.config.deployment)
 }
 
-/// Removes the data-file seed volumes (see [`data_file`]) that no row in
+/// Removes the seed volumes (data files, see [`data_file`], and seeded
+/// templates, see [`super::seed_template`]) whose seed no row in
 /// `rows` names, that nothing of this process asked for within
 /// `--warm-pool-demand-window` (as long as a seeded pool's demand lasts),
 /// and that no container mounts (Docker refuses those): what a relist
@@ -264,7 +267,7 @@ pub(crate) async fn collect(
         let mut used = ctx.seeds.used.lock().unwrap();
         seed_volumes
             .into_iter()
-            .filter(|name| !named.contains(*name))
+            .filter(|name| !named.contains(seed_volume_of(&prefix, name)))
             .filter(|name| {
                 now.duration_since(*used.entry(name.to_string()).or_insert(now)) >= window
             })
@@ -305,13 +308,24 @@ pub(crate) async fn collect(
         {
             Ok(()) => {
                 ctx.seeds.used.lock().unwrap().remove(&name);
-                tracing::info!(volume = %name, "removed a seed's data file no row names");
+                tracing::info!(volume = %name, "removed a seed's volume no row names");
             }
             Err(e) => {
                 kept(ctx);
-                tracing::debug!(volume = %name, error = %e, "a seed's data file is still in use");
+                tracing::debug!(volume = %name, error = %e, "a seed's volume is still in use");
             }
         }
+    }
+}
+
+/// The data-file volume name a seed volume `name` (of `prefix`) belongs
+/// to: itself, or for a seeded template (`…-ENGINE-<hash>-<kind>`) the
+/// name without its kind.
+fn seed_volume_of<'a>(prefix: &str, name: &'a str) -> &'a str {
+    let rest = &name[prefix.len().min(name.len())..];
+    match rest.match_indices('-').nth(1) {
+        Some((at, _)) => &name[..name.len() - rest.len() + at],
+        None => name,
     }
 }
 
@@ -378,4 +392,24 @@ pub(crate) async fn load(
         Err(e) => tracing::warn!(container = %id, seed = %hash, error = %e, "seed not loaded"),
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seed_volume_of;
+
+    #[test]
+    fn a_seed_volume_belongs_to_its_seed_s_data_file_name() {
+        let prefix = "d-1-seed-";
+        for (name, of) in [
+            ("d-1-seed-redis-0123456789ab", "d-1-seed-redis-0123456789ab"),
+            (
+                "d-1-seed-postgres-0123456789ab-abcdef012345",
+                "d-1-seed-postgres-0123456789ab",
+            ),
+            ("d-1-seed-odd", "d-1-seed-odd"),
+        ] {
+            assert_eq!(seed_volume_of(prefix, name), of, "{name}");
+        }
+    }
 }

@@ -124,6 +124,9 @@ pub(crate) enum Origin {
     ColdTemplateRefused(super::template_volume::Refusal),
     /// A fork's container, started from its copy of the source's data.
     Fork,
+    /// A container started from its seed's template (a copy of a
+    /// container the seed was loaded into once; counted as `template`).
+    SeedTemplate,
 }
 
 impl Origin {
@@ -131,7 +134,7 @@ impl Origin {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Origin::Pool => "pool",
-            Origin::Template => "template",
+            Origin::Template | Origin::SeedTemplate => "template",
             Origin::Cold | Origin::ColdTemplateRefused(_) => "cold",
             Origin::Fork => "fork",
         }
@@ -143,6 +146,7 @@ impl Origin {
             Origin::Template => "from the template".to_owned(),
             Origin::Cold => "cold".to_owned(),
             Origin::Fork => "from its copy of the source's data".to_owned(),
+            Origin::SeedTemplate => "from its seed's template".to_owned(),
             Origin::ColdTemplateRefused(refusal) => format!(
                 "cold (its template is refused [{}]: {}; see SandboxdTemplateRefused in docs/runbook.md)",
                 refusal.as_str(),
@@ -278,6 +282,8 @@ impl Event {
         let seed = p.seed.as_ref()?;
         let how = if origin == Origin::Pool {
             "the warm-pool container was seeded before it was claimed"
+        } else if origin == Origin::SeedTemplate {
+            "its seed's template, a copy of a container the seed was loaded into once"
         } else if from_file {
             "its data file, which the engine loaded at its start"
         } else {

@@ -337,9 +337,13 @@ fn learning_pools(env: &TestEnv) -> sandboxd::config::ControllerConfig {
 }
 
 #[tokio::test]
-async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_a_heal_loads_it_again() {
+async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_makes_the_seed_s_template_a_heal_starts_from(
+) {
     let env = TestEnv::new().await;
-    let controller = env.start(learning_pools(&env));
+    // Templates on: a seed's template is one.
+    let mut config = learning_pools(&env);
+    config.templates = true;
+    let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
     let hash = put(&client, "postgres", SCHEMA_V1.as_bytes()).await;
     let ask = || seeded(&["postgres"], &[("postgres", &hash)]);
@@ -368,29 +372,88 @@ async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_a_heal_loads_it_ag
     )
     .await;
 
-    // The next one claims it: the seed's data, the agent's own password.
-    let second = sandbox_id("seedpool2");
-    let claimed = client.provision(&second, &ask(), READY).await.unwrap();
-    assert_eq!(hits(), 1.0, "served from the seeded pool");
-    assert_eq!(items(&claimed).await.0, ["one", "two"]);
+    // Its seed was loaded (the first sandbox's was too), then it was
+    // copied into the seed's template before it was offered.
+    let loads = || {
+        common::sample(
+            &controller.metrics.render(),
+            "sandboxd_seed_load_seconds_count{engine=\"postgres\",result=\"success\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(loads(), 2.0);
+    let templates = docker_ok(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=io.sandboxd.seed={hash}"),
+        "--filter",
+        &format!("label=io.sandboxd.deployment={}", env.deployment),
+    ]);
+    assert_eq!(
+        templates.lines().count(),
+        1,
+        "the seed's template: {templates}"
+    );
+    assert!(templates.contains("-seed-postgres-"), "{templates}");
+
+    // Two more at once: one claims the pool's container (the seed's data,
+    // the agent's own password), the other starts cold while the pool
+    // refills, from the seed's template. Neither loads the seed.
+    let (second, third) = (sandbox_id("seedpool2"), sandbox_id("seedpool3"));
+    let req = ask();
+    let (a, b) = tokio::join!(
+        client.provision(&second, &req, READY),
+        client.provision(&third, &req, READY)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(hits(), 1.0, "one served from the seeded pool");
+    assert_eq!(items(&a).await.0, ["one", "two"]);
+    assert_eq!(items(&b).await.0, ["one", "two"]);
+    let client = &client;
+    // Events are written behind the status: waited for.
+    let how = |id| {
+        eventually(
+            "a seeded event",
+            Duration::from_secs(10),
+            move || async move {
+                let events = client.events(id, 100).await.unwrap();
+                events
+                    .into_iter()
+                    .rev()
+                    .find(|e| e.reason == "seeded")
+                    .map(|e| e.message)
+            },
+        )
+    };
+    let mut hows = [how(&second).await, how(&third).await];
+    hows.sort();
+    assert!(
+        hows[0].contains("its seed's template") && hows[1].contains("warm-pool container"),
+        "{hows:?}"
+    );
+    assert_eq!(loads(), 2.0, "nothing loaded the seed again");
     // Seen as the seed's: not rotated away a moment later.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let settled = client.status(&second).await.unwrap().unwrap();
     assert_eq!(settled.phase, Phase::Ready);
     assert_eq!(
         settled.services["postgres"].instance,
-        claimed.services["postgres"].instance
+        a.services["postgres"].instance
     );
 
-    // A heal starts with the seed again, same credentials.
+    // A heal (from the seed's template, or the refilled pool's container)
+    // has the seed's data under the same credentials, and loads nothing.
     let (before, healed) =
-        common::kill_and_wait_healed(&env, &client, &first, "postgres", Duration::from_secs(60))
+        common::kill_and_wait_healed(&env, client, &first, "postgres", Duration::from_secs(60))
             .await;
     assert_eq!(
         healed.services["postgres"].password,
         before.services["postgres"].password
     );
     assert_eq!(items(&healed).await.0, ["one", "two"]);
+    assert_eq!(loads(), 2.0, "nothing loaded the seed again");
     controller.stop().await;
 }
 
