@@ -336,52 +336,36 @@ fn learning_pools(env: &TestEnv) -> sandboxd::config::ControllerConfig {
     config
 }
 
-#[tokio::test]
-async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_makes_the_seed_s_template_a_heal_starts_from(
-) {
-    let env = TestEnv::new().await;
-    // Templates on: a seed's template is one.
-    let mut config = learning_pools(&env);
+/// A controller with templates on (a seed's template is one) and pools
+/// learned from demand, whose first `engine` request of seed `hash` (a
+/// miss, loaded) has taught the pool the seed and whose pool container
+/// was seeded and copied into the seed's template before it was offered:
+/// the controller and the first sandbox's id.
+async fn seeded_pool_with_its_template(
+    env: &TestEnv,
+    engine: &str,
+    hash: &str,
+) -> (common::RunningController, sandboxd::domain::SandboxId) {
+    let mut config = learning_pools(env);
     config.templates = true;
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
-    let hash = put(&client, "postgres", SCHEMA_V1.as_bytes()).await;
-    let ask = || seeded(&["postgres"], &[("postgres", &hash)]);
-    let hits = || {
-        common::sample(
-            &controller.metrics.render(),
-            "sandboxd_pool_claims_total{engine=\"postgres\",kind=\"create\",result=\"hit\"}",
-        )
-        .unwrap_or(0.0)
-    };
-
-    // The first seeded request is a miss; it teaches the pool its seed.
     let first = sandbox_id("seedpool1");
-    client.provision(&first, &ask(), READY).await.unwrap();
+    client
+        .provision(&first, &seeded(&[engine], &[(engine, hash)]), READY)
+        .await
+        .unwrap();
+    let ready = format!("sandboxd_pool_size{{engine=\"{engine}\",state=\"ready\"}}");
     eventually(
         "a seeded pool container",
         Duration::from_secs(90),
         || async {
-            let text = controller.metrics.render();
-            (common::sample(
-                &text,
-                "sandboxd_pool_size{engine=\"postgres\",state=\"ready\"}",
-            ) == Some(1.0))
-            .then_some(())
+            (common::sample(&controller.metrics.render(), &ready) == Some(1.0)).then_some(())
         },
     )
     .await;
-
-    // Its seed was loaded (the first sandbox's was too), then it was
-    // copied into the seed's template before it was offered.
-    let loads = || {
-        common::sample(
-            &controller.metrics.render(),
-            "sandboxd_seed_load_seconds_count{engine=\"postgres\",result=\"success\"}",
-        )
-        .unwrap_or(0.0)
-    };
-    assert_eq!(loads(), 2.0);
+    // The first sandbox's seed and the pool container's were loaded.
+    assert_eq!(seed_loads(&controller, engine), 2.0);
     let templates = docker_ok(&[
         "volume",
         "ls",
@@ -396,22 +380,35 @@ async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_makes_the_seed_s_t
         1,
         "the seed's template: {templates}"
     );
-    assert!(templates.contains("-seed-postgres-"), "{templates}");
-
-    // Two more at once: one claims the pool's container (the seed's data,
-    // the agent's own password), the other starts cold while the pool
-    // refills, from the seed's template. Neither loads the seed.
-    let (second, third) = (sandbox_id("seedpool2"), sandbox_id("seedpool3"));
-    let req = ask();
-    let (a, b) = tokio::join!(
-        client.provision(&second, &req, READY),
-        client.provision(&third, &req, READY)
+    assert!(
+        templates.contains(&format!("-seed-{engine}-")),
+        "{templates}"
     );
-    let (a, b) = (a.unwrap(), b.unwrap());
-    assert_eq!(hits(), 1.0, "one served from the seeded pool");
-    assert_eq!(items(&a).await.0, ["one", "two"]);
-    assert_eq!(items(&b).await.0, ["one", "two"]);
-    let client = &client;
+    (controller, first)
+}
+
+/// How many times a seed was loaded into an `engine` container.
+fn seed_loads(controller: &common::RunningController, engine: &str) -> f64 {
+    common::sample(
+        &controller.metrics.render(),
+        &format!("sandboxd_seed_load_seconds_count{{engine=\"{engine}\",result=\"success\"}}"),
+    )
+    .unwrap_or(0.0)
+}
+
+/// Requests `req` for two new sandboxes at once while the seed's pool
+/// holds one container: one claims it, the other starts cold while the
+/// pool refills, from the seed's template (their `seeded` events say so).
+/// Their statuses, in the order of `ids`.
+async fn two_at_once(
+    client: &Client,
+    ids: [&sandboxd::domain::SandboxId; 2],
+    req: &SandboxRequest,
+) -> [SandboxStatus; 2] {
+    let (a, b) = tokio::join!(
+        client.provision(ids[0], req, READY),
+        client.provision(ids[1], req, READY)
+    );
     // Events are written behind the status: waited for.
     let how = |id| {
         eventually(
@@ -427,13 +424,48 @@ async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_makes_the_seed_s_t
             },
         )
     };
-    let mut hows = [how(&second).await, how(&third).await];
+    let mut hows = [how(ids[0]).await, how(ids[1]).await];
     hows.sort();
     assert!(
         hows[0].contains("its seed's template") && hows[1].contains("warm-pool container"),
         "{hows:?}"
     );
-    assert_eq!(loads(), 2.0, "nothing loaded the seed again");
+    [a.unwrap(), b.unwrap()]
+}
+
+#[tokio::test]
+async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_makes_the_seed_s_template_a_heal_starts_from(
+) {
+    let env = TestEnv::new().await;
+    let client = Client::from_pool(env.pool.clone());
+    let hash = put(&client, "postgres", SCHEMA_V1.as_bytes()).await;
+    let (controller, first) = seeded_pool_with_its_template(&env, "postgres", &hash).await;
+    let hits = || {
+        common::sample(
+            &controller.metrics.render(),
+            "sandboxd_pool_claims_total{engine=\"postgres\",kind=\"create\",result=\"hit\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(hits(), 0.0);
+
+    // One claims the pool's container (the seed's data, the agent's own
+    // password), the other starts from the seed's template. Neither
+    // loads the seed.
+    let (second, third) = (sandbox_id("seedpool2"), sandbox_id("seedpool3"));
+    let req = seeded(&["postgres"], &[("postgres", &hash)]);
+    let [a, b] = two_at_once(&client, [&second, &third], &req).await;
+    assert_eq!(hits(), 1.0, "one served from the seeded pool");
+    assert_eq!(items(&a).await.0, ["one", "two"]);
+    assert_eq!(
+        items(&b).await,
+        (vec!["one".into(), "two".into()], "sandbox".into())
+    );
+    assert_eq!(
+        seed_loads(&controller, "postgres"),
+        2.0,
+        "nothing loaded the seed again"
+    );
     // Seen as the seed's: not rotated away a moment later.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let settled = client.status(&second).await.unwrap().unwrap();
@@ -446,14 +478,42 @@ async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_makes_the_seed_s_t
     // A heal (from the seed's template, or the refilled pool's container)
     // has the seed's data under the same credentials, and loads nothing.
     let (before, healed) =
-        common::kill_and_wait_healed(&env, client, &first, "postgres", Duration::from_secs(60))
+        common::kill_and_wait_healed(&env, &client, &first, "postgres", Duration::from_secs(60))
             .await;
     assert_eq!(
         healed.services["postgres"].password,
         before.services["postgres"].password
     );
     assert_eq!(items(&healed).await.0, ["one", "two"]);
-    assert_eq!(loads(), 2.0, "nothing loaded the seed again");
+    assert_eq!(
+        seed_loads(&controller, "postgres"),
+        2.0,
+        "nothing loaded the seed again"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_redis_command_seed_s_template_serves_a_start_the_pool_cannot_without_loading_it() {
+    let env = TestEnv::new().await;
+    let client = Client::from_pool(env.pool.clone());
+    let hash = put(&client, "redis", COMMANDS.as_bytes()).await;
+    let (controller, _) = seeded_pool_with_its_template(&env, "redis", &hash).await;
+    let req = seeded(&["redis"], &[("redis", &hash)]);
+    let ids = [sandbox_id("seedtpl1"), sandbox_id("seedtpl2")];
+    let started = two_at_once(&client, [&ids[0], &ids[1]], &req).await;
+    let expected = (
+        "hello world".to_owned(),
+        vec!["a".into(), "b".into(), "c".into()],
+    );
+    for status in &started {
+        assert_eq!(redis_values(status).await, expected);
+    }
+    assert_eq!(
+        seed_loads(&controller, "redis"),
+        2.0,
+        "nothing loaded the seed again"
+    );
     controller.stop().await;
 }
 
