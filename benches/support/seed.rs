@@ -1,10 +1,13 @@
 //! Seeds (`BENCH_ONLY=seed`): request to ready of a seeded sandbox next to
-//! the same request without a seed, both measured in this run, cold (from
-//! the engine's template, no pool) and warm (a claim from a pool learned
-//! from demand, which for the seeded request is the seed's own pool). The
-//! seed is a schema with fixtures: for Postgres a table of 1 000 rows and
-//! an index, for Redis 1 000 keys. Medians of `iters`, each sandbox
-//! requested once the pool (warm) has refilled, released before the next.
+//! the same request without a seed, both measured in this run: cold (from
+//! the engine's template, no pool: the seed is loaded), warm (a claim from
+//! a pool learned from demand, for the seeded request the seed's own
+//! pool), and busy (the second of two requests at once while such a pool
+//! holds one container: it starts from a template, for the seeded request
+//! the seed's template, which the pool's first container was copied into).
+//! The seed is a schema with fixtures: for Postgres a table of 50 000 rows
+//! and an index, for Redis 1 000 keys. Medians of `iters`, each sandbox
+//! requested once the pool has refilled, released before the next.
 
 use super::{common, median, start_controller, templates_built, Bench, READY_TIMEOUT};
 use sandboxd::client::SandboxRequest;
@@ -12,11 +15,11 @@ use sandboxd::config::{ControllerConfig, PoolDemand};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-/// A schema with 1 000 rows of fixtures.
+/// A schema with 50 000 rows of fixtures.
 fn postgres_seed() -> String {
     "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, email text NOT NULL);
      INSERT INTO customers SELECT i, 'customer ' || i, 'c' || i || '@example.test'
-       FROM generate_series(1, 1000) i;
+       FROM generate_series(1, 50000) i;
      CREATE INDEX customers_email ON customers (email);"
         .to_owned()
 }
@@ -28,11 +31,12 @@ fn redis_seed() -> String {
         .collect()
 }
 
-/// One engine's figures: unseeded and seeded, cold and warm.
+/// One engine's figures: unseeded and seeded, cold, warm and busy.
 struct Row {
     engine: &'static str,
     cold: [Vec<Duration>; 2],
     warm: [Vec<Duration>; 2],
+    busy: [Vec<Duration>; 2],
 }
 
 fn ask(engine: &str, seed: Option<&str>) -> SandboxRequest {
@@ -65,6 +69,13 @@ async fn once(bench: &Bench, req: &SandboxRequest) -> Duration {
     })
     .await;
     took
+}
+
+/// Provisions `req` twice at once, while the pool holds one container: the
+/// time to ready of the slower (the one the pool could not serve).
+async fn pair(bench: &Bench, req: &SandboxRequest) -> Duration {
+    let (a, b) = tokio::join!(once(bench, req), once(bench, req));
+    a.max(b)
 }
 
 /// Waits until the learned pool of `engine` holds a ready container.
@@ -109,6 +120,7 @@ pub(super) async fn compare(bench: &Bench, iters: usize) -> String {
             engine,
             cold: [Vec::new(), Vec::new()],
             warm: [Vec::new(), Vec::new()],
+            busy: [Vec::new(), Vec::new()],
         };
         // Cold: templates on, no pool.
         let controller = start_controller(&bench.env, config(&bench.config, false)).await;
@@ -134,6 +146,11 @@ pub(super) async fn compare(bench: &Bench, iters: usize) -> String {
                 let took = once(bench, req).await;
                 row.warm[k].push(took);
                 eprintln!("bench: seed {engine} warm #{} {k}: {took:?}", i + 1);
+                pool_ready(&controller, engine).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let took = pair(bench, req).await;
+                row.busy[k].push(took);
+                eprintln!("bench: seed {engine} busy #{} {k}: {took:?}", i + 1);
             }
             controller.stop().await;
         }
@@ -148,11 +165,14 @@ fn report(rows: &[Row], iters: usize) -> String {
     let _ = writeln!(
         md,
         "Request to ready seen by the client, medians of {iters}: a sandbox whose row names a \
-         seed (Postgres: a table of 1 000 rows and an index; Redis: 1 000 keys) against the \
-         same request without one, measured in the same run. Cold: from the engine's \
+         seed (Postgres: a table of 50 000 rows and an index; Redis: 1 000 keys) against \
+         the same request without one, measured in the same run. Cold: from the engine's \
          template, no pool (the seed is loaded as the agent once the engine is ready). \
          Warm: a claim from a pool learned from demand (the seed's own pool, whose \
-         containers were seeded before they were offered).\n"
+         containers were seeded before they were offered). Busy: the slower of two \
+         requests at once while that pool holds one container, which starts from a \
+         template: for the seeded request the seed's template (the pool's first \
+         container, copied once its seed was loaded), so it loads nothing.\n"
     );
     let _ = writeln!(
         md,
@@ -160,7 +180,11 @@ fn report(rows: &[Row], iters: usize) -> String {
     );
     let _ = writeln!(md, "|---|---|---:|---:|---:|");
     for row in rows {
-        for (path, figures) in [("cold", &row.cold), ("warm", &row.warm)] {
+        for (path, figures) in [
+            ("cold", &row.cold),
+            ("warm", &row.warm),
+            ("busy", &row.busy),
+        ] {
             let floor = median(&figures[0]).as_secs_f64();
             let seeded = median(&figures[1]).as_secs_f64();
             let _ = writeln!(

@@ -366,15 +366,7 @@ async fn seeded_pool_with_its_template(
     .await;
     // The first sandbox's seed and the pool container's were loaded.
     assert_eq!(seed_loads(&controller, engine), 2.0);
-    let templates = docker_ok(&[
-        "volume",
-        "ls",
-        "-q",
-        "--filter",
-        &format!("label=io.sandboxd.seed={hash}"),
-        "--filter",
-        &format!("label=io.sandboxd.deployment={}", env.deployment),
-    ]);
+    let templates = seed_volumes(env, hash);
     assert_eq!(
         templates.lines().count(),
         1,
@@ -385,6 +377,19 @@ async fn seeded_pool_with_its_template(
         "{templates}"
     );
     (controller, first)
+}
+
+/// The names of this test deployment's volumes of seed `hash`, one a line.
+fn seed_volumes(env: &TestEnv, hash: &str) -> String {
+    docker_ok(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=io.sandboxd.seed={hash}"),
+        "--filter",
+        &format!("label=io.sandboxd.deployment={}", env.deployment),
+    ])
 }
 
 /// How many times a seed was loaded into an `engine` container.
@@ -762,17 +767,7 @@ async fn an_rdb_seed_s_volume_is_kept_while_a_row_names_it_and_removed_a_window_
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
     let hash = put(&client, "redis", rdb_file()).await;
-    let volumes = || {
-        docker_ok(&[
-            "volume",
-            "ls",
-            "-q",
-            "--filter",
-            &format!("label=io.sandboxd.seed={hash}"),
-            "--filter",
-            &format!("label=io.sandboxd.deployment={}", env.deployment),
-        ])
-    };
+    let volumes = || seed_volumes(&env, &hash);
     let id = sandbox_id("rdbkept");
     client
         .provision(&id, &seeded(&["redis"], &[("redis", &hash)]), READY)
