@@ -145,7 +145,7 @@ fn touch_every_series(m: &crate::metrics::Metrics) {
         true,
         Duration::from_secs(1),
     );
-    m.lifecycle.request_to_ready(engine, 1.0);
+    m.lifecycle.request_to_ready(engine, "pool", 1.0);
     m.lifecycle.healed(engine, HealCause::Exited);
     m.lifecycle.rotated(engine);
     m.lifecycle

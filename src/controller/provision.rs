@@ -88,11 +88,13 @@ pub(crate) async fn provision(
         .lifecycle
         .provision_finished(p.engine, p.reason, result.is_ok(), started.elapsed());
     match &result {
-        Ok(_) => {
+        Ok((_, origin, _)) => {
             if new_request && p.reason != ProvisionReason::Heal {
-                ctx.metrics
-                    .lifecycle
-                    .request_to_ready(p.engine, ctx.seconds_since(desired.updated_at));
+                ctx.metrics.lifecycle.request_to_ready(
+                    p.engine,
+                    origin.as_str(),
+                    ctx.seconds_since(desired.updated_at),
+                );
             }
             tracing::info!(
                 elapsed_ms = started.elapsed().as_millis() as u64,

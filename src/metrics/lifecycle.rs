@@ -15,6 +15,7 @@ pub(crate) struct LifecycleMetrics {
     provisions: IntCounterVec,
     provision_seconds: HistogramVec,
     request_to_ready: HistogramVec,
+    heal_seconds: HistogramVec,
     generation_lag: Histogram,
     container_starts: IntCounterVec,
     heals: IntCounterVec,
@@ -46,7 +47,12 @@ impl LifecycleMetrics {
                 &["engine"]
             )),
             request_to_ready: register(registry, HistogramVec::new(
-                HistogramOpts::new("sandboxd_request_to_ready_seconds", "Seconds from a desired-row change to the engine it asked for being ready, by engine")
+                HistogramOpts::new("sandboxd_request_to_ready_seconds", "Seconds from a desired-row change to the engine it asked for being ready, by engine and what served it (pool: a warm-pool claim; template: a start from a template, a seed's included; cold: initialised at start; fork: a start from a fork's copy)")
+                    .buckets(ready_buckets()),
+                &["engine", "from"]
+            )),
+            heal_seconds: register(registry, HistogramVec::new(
+                HistogramOpts::new("sandboxd_heal_seconds", "Seconds a heal took, from its start (the container's death seen, any crash-loop backoff over) to the engine ready again, by engine")
                     .buckets(ready_buckets()),
                 &["engine"]
             )),
@@ -126,6 +132,15 @@ impl LifecycleMetrics {
         for outcome in ["removed", "gone", "not_permitted", "failed"] {
             m.stale_bridges.with_label_values(&[outcome]);
         }
+        // The objectives' error ratios (docs/slo.md) have their series
+        // before the first request or heal.
+        for engine in crate::engine::REGISTRY.iter() {
+            let engine = engine.name().as_str();
+            m.heal_seconds.with_label_values(&[engine]);
+            for from in ["pool", "template", "cold", "fork"] {
+                m.request_to_ready.with_label_values(&[engine, from]);
+            }
+        }
         // The checkpoint panels and alert see every op and result at 0.
         for op in ["checkpoint", "reset"] {
             for result in ["ok", "error"] {
@@ -151,13 +166,19 @@ impl LifecycleMetrics {
             self.provision_seconds
                 .with_label_values(&[engine.as_str()])
                 .observe(took.as_secs_f64());
+            if reason == ProvisionReason::Heal {
+                self.heal_seconds
+                    .with_label_values(&[engine.as_str()])
+                    .observe(took.as_secs_f64());
+            }
         }
     }
 
-    /// Seconds from a desired-row change to the engine it asked for being ready.
-    pub(crate) fn request_to_ready(&self, engine: EngineName, seconds: f64) {
+    /// Seconds from a desired-row change to the engine it asked for being
+    /// ready, served `from` a pool, a template, cold or a fork's copy.
+    pub(crate) fn request_to_ready(&self, engine: EngineName, from: &'static str, seconds: f64) {
         self.request_to_ready
-            .with_label_values(&[engine.as_str()])
+            .with_label_values(&[engine.as_str(), from])
             .observe(seconds);
     }
 

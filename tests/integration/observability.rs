@@ -46,8 +46,9 @@ fn start_prometheus(target_port: u16) -> Prometheus {
     let dir = std::env::temp_dir().join(format!("sandboxd-prom-{}", free_port()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: sandboxd\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n",
-        repo("deploy/prometheus/alerts.yml").display()
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n  - {}\nscrape_configs:\n  - job_name: sandboxd\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n",
+        repo("deploy/prometheus/alerts.yml").display(),
+        repo("deploy/prometheus/slo.yml").display()
     );
     std::fs::write(dir.join("prometheus.yml"), config).unwrap();
     let port = free_port();
@@ -157,8 +158,11 @@ fn promtool_accepts_the_config_the_rules_and_their_unit_tests() {
     };
     let prom_dir = repo("deploy/prometheus");
     check(&["check", "config", "prometheus.yml"], &prom_dir);
-    check(&["check", "rules", "alerts.yml"], &prom_dir);
-    check(&["test", "rules", "alerts_test.yml"], &prom_dir);
+    check(&["check", "rules", "alerts.yml", "slo.yml"], &prom_dir);
+    check(
+        &["test", "rules", "alerts_test.yml", "slo_test.yml"],
+        &prom_dir,
+    );
 }
 
 #[tokio::test]
@@ -245,13 +249,13 @@ async fn every_dashboard_and_alert_expression_returns_data_from_a_real_prometheu
         .await
         .expect("rules API");
     let rules: serde_json::Value = serde_json::from_str(&rules).unwrap();
-    let mut alerts = 0;
+    let mut alerts = BTreeSet::new();
     for group in rules["data"]["groups"].as_array().unwrap() {
         for rule in group["rules"].as_array().unwrap() {
             if rule["type"] != "alerting" {
                 continue;
             }
-            alerts += 1;
+            alerts.insert(rule["name"].as_str().unwrap_or_default().to_owned());
             let signal = alert_signal(rule["query"].as_str().unwrap());
             match query(prom.port, &signal).await {
                 Ok(0) => empty.push(format!("alert {}: {signal}", rule["name"])),
@@ -279,7 +283,10 @@ async fn every_dashboard_and_alert_expression_returns_data_from_a_real_prometheu
             );
         }
     }
-    assert!(alerts >= 7, "alert rules loaded: {alerts}");
+    // Both rule files: the threshold alerts and the objectives' burn rates.
+    for name in ["SandboxdDown", "Watchdog", "SandboxdSLOAvailabilityBurn1h"] {
+        assert!(alerts.contains(name), "{name} loaded: {alerts:?}");
+    }
     assert!(
         empty.is_empty(),
         "expressions without data:\n{}",
