@@ -141,6 +141,48 @@ fn alert_signals_are_the_expression_before_the_final_comparison() {
     assert_eq!(alert_signal("max(g) >= 3"), "max(g)");
 }
 
+/// The GitHub anchors of `doc`'s `## ` sections.
+fn section_anchors(doc: &str) -> BTreeSet<String> {
+    doc.lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(|h| {
+            h.to_lowercase()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == ' ' || *c == '-')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn every_dashboard_panel_links_to_a_section_of_the_runbook_or_the_objectives() {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("dashboards/sandboxd.json")).unwrap())
+            .unwrap();
+    let runbook = section_anchors(&std::fs::read_to_string(repo("docs/runbook.md")).unwrap());
+    let mut without = Vec::new();
+    for panel in json["panels"].as_array().unwrap() {
+        if panel["type"] == "row" {
+            continue;
+        }
+        let linked = panel["links"].as_array().into_iter().flatten().any(|l| {
+            let url = l["url"].as_str().unwrap_or_default();
+            match url.split_once("/docs/runbook.md#") {
+                Some((_, anchor)) => runbook.contains(anchor),
+                None => url.ends_with("/docs/slo.md"),
+            }
+        });
+        if !linked {
+            without.push(panel["title"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    assert!(
+        without.is_empty(),
+        "panels without a link to an existing runbook section: {without:?}"
+    );
+}
+
 #[test]
 fn promtool_accepts_the_config_the_rules_and_their_unit_tests() {
     let check = |args: &[&str], dir: &Path| {
