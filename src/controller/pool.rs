@@ -845,16 +845,24 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         features: &key.features,
         hash,
     });
-    let seed_file = match &seeded {
-        Some(kind) => match super::seed::data_file(ctx, engine, &image, kind.hash)
+    let data_file = match &seeded {
+        Some(kind) => super::seed::data_file(ctx, engine, &image, kind.hash)
             .await
-            .map_err(|e| PoolError::Provision(Box::new(e.into())))?
-        {
-            Some(volume) => Some(volume),
-            None => seed_template::ready(ctx, kind).await,
-        },
+            .map_err(|e| PoolError::Provision(Box::new(e.into())))?,
         None => None,
     };
+    let seed_copy = match (&seeded, &data_file) {
+        (Some(kind), None) => seed_template::ready(ctx, kind).await,
+        _ => None,
+    };
+    // A seed's template this container does not start from is forgotten
+    // (the next one loads the seed and copies it anew).
+    let forget_copy = |ctx: &Context| {
+        if let Some(copy) = &seed_copy {
+            seed_template::forget(ctx, copy);
+        }
+    };
+    let seed_file = data_file.or(seed_copy.clone());
     let seed_later = key.seed.as_ref().filter(|_| seed_file.is_none());
     let creating = CreatingNetwork::mark(&ctx.pool, &placement.network);
     let started = start_one(
@@ -883,7 +891,7 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
         (started, _) => started,
     };
     drop(creating);
-    let id = started?;
+    let id = started.inspect_err(|_| forget_copy(ctx))?;
     // A seed is loaded as the pool's login, which is the claimant's role
     // (or user) with another password: the claim serves the seeded data.
     let up = bring_up(
@@ -911,6 +919,7 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
             })
         }
         Err(e) => {
+            forget_copy(ctx);
             let _ = ctx.runtime.remove(&id, Duration::ZERO).await;
             Err(PoolError::Provision(Box::new(e)))
         }

@@ -391,7 +391,7 @@ async fn cold(
     let seed_file_volume = seed_file;
     let seed_file = seed_file_volume.is_some();
     let start_from = fork.or(seed_file_volume).or(seeded_copy);
-    let refused = if desired.persistent || start_from.is_some() {
+    let mut refused = if desired.persistent || start_from.is_some() {
         None
     } else {
         template::apply_or_refusal(ctx, engine, &p.features, &mut spec).await
@@ -403,6 +403,7 @@ async fn cold(
         spec.labels
             .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
     }
+    let mut seed_later = seed_later;
     let (id, host_port, available) = loop {
         let started = start(
             ctx,
@@ -417,7 +418,23 @@ async fn cold(
         )
         .await;
         let Err(e) = &started else { break started? };
-        if matches!(e, ProvisionError::Interrupted(_)) || spec.template.is_none() {
+        if matches!(e, ProvisionError::Interrupted(_)) {
+            break started?;
+        }
+        if from_seed_template && spec.start_from.is_some() {
+            // A seed's template that does not start the engine (a volume
+            // damaged behind sandboxd's back) is forgotten, and this start
+            // loads the seed instead; the seed's next pool container
+            // copies it again.
+            tracing::warn!(sandbox = %desired.id, container = %name, error = %e, "the engine did not start from its seed's template; loading the seed instead");
+            if let Some(copy) = template::unstart_from(&mut spec) {
+                seed_template::forget(ctx, &copy);
+            }
+            refused = template::apply_or_refusal(ctx, engine, &p.features, &mut spec).await;
+            seed_later = p.seed.as_ref();
+            continue;
+        }
+        if spec.template.is_none() {
             break started?;
         }
         // A template that does not start the engine (under Swarm, on a

@@ -295,6 +295,12 @@ pub(crate) fn start_from(spec: &mut ContainerSpec, volume: Volume) {
     spec.env.push(USE.to_owned());
 }
 
+/// Undoes [`start_from`]: the volume it would have started from.
+pub(crate) fn unstart_from(spec: &mut ContainerSpec) -> Option<Volume> {
+    spec.env.retain(|e| e != USE);
+    spec.start_from.take()
+}
+
 /// Undoes [`apply`]: the container starts cold.
 pub(crate) fn unapply(spec: &mut ContainerSpec) {
     spec.template = None;

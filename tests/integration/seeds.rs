@@ -355,15 +355,7 @@ async fn seeded_pool_with_its_template(
         .provision(&first, &seeded(&[engine], &[(engine, hash)]), READY)
         .await
         .unwrap();
-    let ready = format!("sandboxd_pool_size{{engine=\"{engine}\",state=\"ready\"}}");
-    eventually(
-        "a seeded pool container",
-        Duration::from_secs(90),
-        || async {
-            (common::sample(&controller.metrics.render(), &ready) == Some(1.0)).then_some(())
-        },
-    )
-    .await;
+    pool_ready(&controller, engine).await;
     // The first sandbox's seed and the pool container's were loaded.
     assert_eq!(seed_loads(&controller, engine), 2.0);
     let templates = seed_volumes(env, hash);
@@ -392,6 +384,19 @@ fn seed_volumes(env: &TestEnv, hash: &str) -> String {
     ])
 }
 
+/// Waits until the seeded pool of `engine` holds a ready container.
+async fn pool_ready(controller: &common::RunningController, engine: &str) {
+    let ready = format!("sandboxd_pool_size{{engine=\"{engine}\",state=\"ready\"}}");
+    eventually(
+        "a ready seeded pool container",
+        Duration::from_secs(90),
+        || async {
+            (common::sample(&controller.metrics.render(), &ready) == Some(1.0)).then_some(())
+        },
+    )
+    .await;
+}
+
 /// How many times a seed was loaded into an `engine` container.
 fn seed_loads(controller: &common::RunningController, engine: &str) -> f64 {
     common::sample(
@@ -403,12 +408,14 @@ fn seed_loads(controller: &common::RunningController, engine: &str) -> f64 {
 
 /// Requests `req` for two new sandboxes at once while the seed's pool
 /// holds one container: one claims it, the other starts cold while the
-/// pool refills, from the seed's template (their `seeded` events say so).
-/// Their statuses, in the order of `ids`.
+/// pool refills, from the seed's template, or loading the seed when the
+/// template is `damaged` (their `seeded` events say so). Their statuses,
+/// in the order of `ids`.
 async fn two_at_once(
     client: &Client,
     ids: [&sandboxd::domain::SandboxId; 2],
     req: &SandboxRequest,
+    damaged: bool,
 ) -> [SandboxStatus; 2] {
     let (a, b) = tokio::join!(
         client.provision(ids[0], req, READY),
@@ -431,8 +438,13 @@ async fn two_at_once(
     };
     let mut hows = [how(ids[0]).await, how(ids[1]).await];
     hows.sort();
+    let cold = if damaged {
+        "loaded as the agent"
+    } else {
+        "its seed's template"
+    };
     assert!(
-        hows[0].contains("its seed's template") && hows[1].contains("warm-pool container"),
+        hows[0].contains(cold) && hows[1].contains("warm-pool container"),
         "{hows:?}"
     );
     [a.unwrap(), b.unwrap()]
@@ -459,7 +471,7 @@ async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_makes_the_seed_s_t
     // loads the seed.
     let (second, third) = (sandbox_id("seedpool2"), sandbox_id("seedpool3"));
     let req = seeded(&["postgres"], &[("postgres", &hash)]);
-    let [a, b] = two_at_once(&client, [&second, &third], &req).await;
+    let [a, b] = two_at_once(&client, [&second, &third], &req, false).await;
     assert_eq!(hits(), 1.0, "one served from the seeded pool");
     assert_eq!(items(&a).await.0, ["one", "two"]);
     assert_eq!(
@@ -495,6 +507,35 @@ async fn a_seeded_pool_serves_claims_with_the_seed_s_data_and_makes_the_seed_s_t
         2.0,
         "nothing loaded the seed again"
     );
+
+    // A seed's template damaged behind sandboxd's back costs a start the
+    // load it saved, not a failure: forgotten, the seed is loaded, and a
+    // pool container copies it anew, which later starts use again.
+    pool_ready(&controller, "postgres").await;
+    let volume = seed_volumes(&env, &hash).trim().to_owned();
+    docker_ok(&[
+        "run",
+        "--rm",
+        "--user",
+        "999:999",
+        "-v",
+        &format!("{volume}:/v"),
+        "--entrypoint",
+        "rm",
+        "sandboxd/postgres:17",
+        "-rf",
+        "/v/cluster",
+    ]);
+    let ids = [sandbox_id("seedpool4"), sandbox_id("seedpool5")];
+    for status in two_at_once(&client, [&ids[0], &ids[1]], &req, true).await {
+        assert_eq!(items(&status).await.0, ["one", "two"]);
+    }
+    // Refilled: its container seeded and copied again.
+    pool_ready(&controller, "postgres").await;
+    let ids = [sandbox_id("seedpool6"), sandbox_id("seedpool7")];
+    for status in two_at_once(&client, [&ids[0], &ids[1]], &req, false).await {
+        assert_eq!(items(&status).await.0, ["one", "two"]);
+    }
     controller.stop().await;
 }
 
@@ -506,7 +547,7 @@ async fn a_redis_command_seed_s_template_serves_a_start_the_pool_cannot_without_
     let (controller, _) = seeded_pool_with_its_template(&env, "redis", &hash).await;
     let req = seeded(&["redis"], &[("redis", &hash)]);
     let ids = [sandbox_id("seedtpl1"), sandbox_id("seedtpl2")];
-    let started = two_at_once(&client, [&ids[0], &ids[1]], &req).await;
+    let started = two_at_once(&client, [&ids[0], &ids[1]], &req, false).await;
     let expected = (
         "hello world".to_owned(),
         vec!["a".into(), "b".into(), "c".into()],
