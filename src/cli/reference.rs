@@ -1,6 +1,9 @@
 //! The reference tables the docs hold, generated from the code: every flag
-//! of `sandboxd run` (from clap) in `docs/configuration.md`, and every
-//! metric (from the metrics registry) in `docs/operations.md`.
+//! of `sandboxd run` (from clap) in `docs/configuration.md`, every metric
+//! (from the metrics registry) in `docs/operations.md`, and the
+//! service-level objectives (from `crate::metrics::slo`) in `docs/slo.md`,
+//! with the Prometheus rules made from them, `deploy/prometheus/slo.yml`
+//! (a whole file).
 //!
 //! Each table sits between two marker comments, `<!-- generated:NAME -->`
 //! and `<!-- /generated:NAME -->`. The tests below fail when the committed
@@ -267,6 +270,30 @@ mod tests {
             "the {name} table in {} differs from what the code generates; \
              rewrite it with `SANDBOXD_WRITE_DOCS=1 cargo test --lib reference` \
              and commit the result. Generated:\n{generated}",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn the_objectives_table_in_docs_slo_is_generated_from_the_objectives() {
+        check("slo.md", "objectives", &crate::metrics::slo::table());
+    }
+
+    #[test]
+    fn the_burn_rate_rules_are_generated_from_the_objectives() {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/slo.yml");
+        let generated = crate::metrics::slo::rules();
+        if std::fs::read_to_string(&path).ok().as_deref() == Some(generated.as_str()) {
+            return;
+        }
+        if std::env::var_os("SANDBOXD_WRITE_DOCS").is_some_and(|v| v == "1") {
+            std::fs::write(&path, &generated)
+                .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+            return;
+        }
+        panic!(
+            "{} differs from what src/metrics/slo.rs generates; rewrite it with \
+             `SANDBOXD_WRITE_DOCS=1 cargo test --lib reference` and commit the result",
             path.display()
         );
     }

@@ -157,14 +157,7 @@ pub(crate) async fn data_file(
     let volume = Volume {
         name: volume_name(ctx, engine.name().as_str(), hash),
         path: dir.to_owned(),
-        labels: HashMap::from([
-            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
-            (
-                labels::DEPLOYMENT.to_owned(),
-                ctx.config.deployment.to_string(),
-            ),
-            (seed::SEED.to_owned(), hash.to_string()),
-        ]),
+        labels: volume_labels(ctx, hash),
         disk: None,
     };
     // Asked for now: not collected within the window, so a container
@@ -216,6 +209,20 @@ pub(crate) async fn data_file(
         .unwrap()
         .insert(volume.name.clone());
     Ok(Some(volume))
+}
+
+/// The labels of a volume of seed `hash` (its data file, its templates):
+/// this deployment's, and the seed's, which [`collect`] and operators
+/// find it by.
+pub(super) fn volume_labels(ctx: &Context, hash: &SeedHash) -> HashMap<String, String> {
+    HashMap::from([
+        (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+        (
+            labels::DEPLOYMENT.to_owned(),
+            ctx.config.deployment.to_string(),
+        ),
+        (seed::SEED.to_owned(), hash.to_string()),
+    ])
 }
 
 /// The volume holding data-file seed `hash` of `engine`; its seeded

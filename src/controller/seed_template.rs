@@ -25,12 +25,11 @@ use super::fork::{self, Snapshot};
 use super::Context;
 use crate::config::Backend;
 use crate::domain::id::ContainerId;
-use crate::domain::labels;
 use crate::domain::seed::{self, SeedHash};
 use crate::engine::{Credentials, Engine};
 use crate::ports::runtime::Volume;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use tokio::time::Instant;
 
 /// What a seeded template is made for.
@@ -174,14 +173,7 @@ async fn volume(ctx: &Context, kind: &Kind<'_>) -> Option<Volume> {
             kind.features,
         ),
         path: dir.to_owned(),
-        labels: HashMap::from([
-            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
-            (
-                labels::DEPLOYMENT.to_owned(),
-                ctx.config.deployment.to_string(),
-            ),
-            (seed::SEED.to_owned(), kind.hash.to_string()),
-        ]),
+        labels: super::seed::volume_labels(ctx, kind.hash),
         disk: None,
     })
 }

@@ -22,7 +22,7 @@ mod pool;
 mod queue;
 mod quota;
 #[cfg(test)]
-mod slo;
+pub(crate) mod slo;
 mod watch;
 mod webhook;
 

@@ -12,9 +12,9 @@
 //! ticket. The short window lets an alert stop soon after the burning
 //! stops.
 //!
-//! Only in test builds: its tests check, and with `SANDBOXD_WRITE_DOCS=1`
-//! write, the rules file and the objectives' table in docs/slo.md
-//! (`SANDBOXD_WRITE_DOCS=1 cargo test --lib slo`).
+//! Only in test builds: `crate::cli::reference`'s tests check, and with
+//! `SANDBOXD_WRITE_DOCS=1` write, the rules file and the objectives' table
+//! in docs/slo.md (`SANDBOXD_WRITE_DOCS=1 cargo test --lib reference`).
 
 use std::fmt::Write as _;
 
@@ -210,7 +210,7 @@ pub(crate) fn rules() -> String {
          # 1x over 3d and 6h opens a ticket).\n\
          #\n\
          # Generated from src/metrics/slo.rs: do not edit. Rewrite it with\n\
-         #   SANDBOXD_WRITE_DOCS=1 cargo test --lib slo\n\
+         #   SANDBOXD_WRITE_DOCS=1 cargo test --lib reference\n\
          # Unit tests: slo_test.yml (`promtool test rules slo_test.yml`).\n\
          groups:\n",
     );
@@ -302,56 +302,6 @@ mod tests {
 
     fn repo(path: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-    }
-
-    fn write_wanted() -> bool {
-        std::env::var_os("SANDBOXD_WRITE_DOCS").is_some_and(|v| v == "1")
-    }
-
-    #[test]
-    fn the_burn_rate_rules_are_generated_from_the_objectives() {
-        let path = repo("deploy/prometheus/slo.yml");
-        let generated = rules();
-        if std::fs::read_to_string(&path).ok().as_deref() == Some(generated.as_str()) {
-            return;
-        }
-        if write_wanted() {
-            std::fs::write(&path, &generated).expect("write slo.yml");
-            return;
-        }
-        panic!(
-            "{} differs from what src/metrics/slo.rs generates; rewrite it with \
-             `SANDBOXD_WRITE_DOCS=1 cargo test --lib slo` and commit the result",
-            path.display()
-        );
-    }
-
-    #[test]
-    fn the_objectives_table_in_docs_slo_is_generated_from_the_objectives() {
-        let path = repo("docs/slo.md");
-        let doc = std::fs::read_to_string(&path).expect("read docs/slo.md");
-        let (open, close) = (
-            "<!-- generated:objectives -->\n",
-            "<!-- /generated:objectives -->",
-        );
-        let start = doc
-            .find(open)
-            .expect("docs/slo.md has the objectives markers")
-            + open.len();
-        let end = start + doc[start..].find(close).expect("the closing marker");
-        let generated = table();
-        if doc[start..end] == generated {
-            return;
-        }
-        if write_wanted() {
-            let rewritten = format!("{}{generated}{}", &doc[..start], &doc[end..]);
-            std::fs::write(&path, rewritten).expect("write docs/slo.md");
-            return;
-        }
-        panic!(
-            "the objectives table in docs/slo.md differs from src/metrics/slo.rs; rewrite it \
-             with `SANDBOXD_WRITE_DOCS=1 cargo test --lib slo`. Generated:\n{generated}"
-        );
     }
 
     #[test]
