@@ -61,6 +61,16 @@ ensure_netns_tools() {
 # with, if missing: psql (Debian's postgresql-client) and psycopg 3.2 or
 # later for python3 (from PyPI; Debian's python3-psycopg where pip may not
 # install into that python).
+# ensure_chromium: Debian's headless-capable chromium, which the operator
+# page's browser test (tests/integration/operator_page.rs) drives.
+ensure_chromium() {
+  if command -v chromium >/dev/null 2>&1; then return 0; fi
+  log "installing chromium from Debian's packages (the operator page's browser test)"
+  apt-get update -qq >/dev/null 2>&1 || true
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+    || { log "could not install chromium: apt-get install chromium"; return 1; }
+}
+
 ensure_example_tools() {
   if ! command -v psql >/dev/null 2>&1; then
     log "installing psql from Debian's packages (postgresql-client)"

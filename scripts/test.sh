@@ -23,6 +23,7 @@ ensure_engine_images
 ensure_prometheus
 ensure_netns_tools
 ensure_example_tools
+ensure_chromium
 # The gVisor tests (tests/integration/gvisor.rs) run engines under runsc.
 ensure_runsc install || log "WARNING: gVisor (runsc) is not registered with dockerd: the gvisor:: tests skip"
 

@@ -611,6 +611,13 @@ impl Client {
         self.row_summaries(None).await
     }
 
+    /// Every sandbox the connecting role may see, as `sandboxd list` shows
+    /// them (no secrets), sorted by id.
+    pub async fn summaries(&self) -> Result<Vec<SandboxSummary>, ClientError> {
+        let (statuses, rows) = tokio::try_join!(self.list_redacted(), self.rows())?;
+        Ok(summaries(statuses, rows))
+    }
+
     /// [`Client::rows`] of one sandbox.
     pub async fn row(&self, id: &SandboxId) -> Result<Option<RowSummary>, ClientError> {
         Ok(self.row_summaries(Some(id)).await?.into_values().next())
@@ -620,8 +627,10 @@ impl Client {
         &self,
         id: Option<&SandboxId>,
     ) -> Result<BTreeMap<String, RowSummary>, ClientError> {
-        let rows: Vec<(String, i64, DateTime<Utc>, Vec<String>)> = sqlx::query_as(
-            "SELECT id, generation, created_at, services FROM sandbox_desired
+        // id, generation, created_at, services, owner
+        type Row = (String, i64, DateTime<Utc>, Vec<String>, String);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT id, generation, created_at, services, owner FROM sandbox_desired
               WHERE $1::text IS NULL OR id = $1",
         )
         .bind(id.map(SandboxId::as_str))
@@ -630,11 +639,12 @@ impl Client {
         .map_err(query("read desired rows"))?;
         Ok(rows
             .into_iter()
-            .map(|(id, generation, created_at, services)| {
+            .map(|(id, generation, created_at, services, owner)| {
                 let summary = RowSummary {
                     generation,
                     created_at,
                     services,
+                    owner,
                 };
                 (id, summary)
             })
@@ -872,6 +882,78 @@ pub struct RowSummary {
     pub created_at: DateTime<Utc>,
     /// The engines it asks for, as written.
     pub services: Vec<String>,
+    /// The owner the row belongs to.
+    pub owner: String,
+}
+
+/// One line of `sandboxd list` (and of the operator page's list): a
+/// sandbox's status joined with its desired row; a row sandboxd has not
+/// written a status for yet is `pending`, a status whose row is gone
+/// (being released) has no owner, creation time or generation.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SandboxSummary {
+    /// The sandbox id.
+    pub id: String,
+    /// Its phase.
+    pub phase: String,
+    /// The row's owner, while the row exists.
+    pub owner: Option<String>,
+    /// The engines it asks for (or, once its row is gone, those it ran).
+    pub engines: Vec<String>,
+    /// When the row was inserted.
+    pub created_at: Option<DateTime<Utc>>,
+    /// The row's generation.
+    pub generation: Option<i64>,
+    /// The generation the status reflects.
+    pub observed_generation: i64,
+    /// Heals of all its engines.
+    pub heals: u64,
+    /// Its network.
+    pub network: Option<String>,
+    /// The status message.
+    pub message: String,
+}
+
+/// Joins redacted statuses with desired rows, sorted by id.
+fn summaries(
+    statuses: Vec<SandboxStatus>,
+    mut rows: BTreeMap<String, RowSummary>,
+) -> Vec<SandboxSummary> {
+    let mut entries: Vec<SandboxSummary> = statuses
+        .into_iter()
+        .map(|s| {
+            let row = rows.remove(s.id.as_str());
+            SandboxSummary {
+                id: s.id.to_string(),
+                phase: s.phase.to_string(),
+                engines: match &row {
+                    Some(r) => r.services.clone(),
+                    None => s.services.keys().cloned().collect(),
+                },
+                owner: row.as_ref().map(|r| r.owner.clone()),
+                created_at: row.as_ref().map(|r| r.created_at),
+                generation: row.as_ref().map(|r| r.generation),
+                observed_generation: s.observed_generation,
+                heals: s.services.values().map(|v| u64::from(v.heals)).sum(),
+                network: s.network,
+                message: s.message,
+            }
+        })
+        .collect();
+    entries.extend(rows.into_iter().map(|(id, row)| SandboxSummary {
+        id,
+        phase: "pending".into(),
+        engines: row.services,
+        owner: Some(row.owner),
+        created_at: Some(row.created_at),
+        generation: Some(row.generation),
+        observed_generation: 0,
+        heals: 0,
+        network: None,
+        message: "sandboxd has not written a status yet".into(),
+    }));
+    entries.sort_by(|a, b| a.id.cmp(&b.id));
+    entries
 }
 
 #[cfg(test)]

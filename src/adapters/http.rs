@@ -1,4 +1,5 @@
-//! `/metrics`, `/healthz` and `/readyz`.
+//! `/metrics`, `/healthz` and `/readyz`, and whatever other routes the
+//! composition root adds (the operator page, `cli::console`).
 
 use crate::metrics::Metrics;
 use crate::ports::Probes;
@@ -57,11 +58,13 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 /// Binds `addr` now (so a taken port fails start-up) and returns the
-/// server future and the bound address.
+/// server future and the bound address. `more` adds routes of its own
+/// (it must not claim the three above).
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     probes: Arc<dyn Probes>,
+    more: Option<Router>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, impl Future<Output = Result<(), HttpError>>), HttpError> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -73,6 +76,10 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(AppState { metrics, probes });
+    let app = match more {
+        Some(more) => app.merge(more),
+        None => app,
+    };
     let fut = async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)

@@ -50,6 +50,9 @@ pub enum CliError {
     /// HTTP server failures.
     #[error(transparent)]
     Http(#[from] HttpError),
+    /// The operator page's token file cannot be used.
+    #[error(transparent)]
+    OperatorToken(#[from] super::console::TokenError),
     /// The node-exec helper could not run its command.
     #[error("node-exec: {0}")]
     NodeExec(RuntimeError),

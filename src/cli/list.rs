@@ -23,57 +23,10 @@ pub enum ListOutput {
     Json,
 }
 
-/// One line of `sandboxd list` (an object of `--output json`).
-#[derive(Debug, serde::Serialize)]
-struct Listed {
-    id: String,
-    phase: String,
-    engines: Vec<String>,
-    created_at: Option<chrono::DateTime<chrono::Utc>>,
-    generation: Option<i64>,
-    observed_generation: i64,
-    heals: u64,
-    network: Option<String>,
-    message: String,
-}
-
 /// `sandboxd list`: every sandbox with a status or a desired row.
 pub(super) async fn run(url: &str, args: ListArgs) -> Result<(), CliError> {
     let client = Client::connect(url).await?;
-    let (statuses, mut rows) = tokio::try_join!(client.list_redacted(), client.rows())?;
-    let mut entries: Vec<Listed> = statuses
-        .into_iter()
-        .map(|s| {
-            let row = rows.remove(s.id.as_str());
-            Listed {
-                id: s.id.to_string(),
-                phase: s.phase.to_string(),
-                engines: match &row {
-                    Some(r) => r.services.clone(),
-                    None => s.services.keys().cloned().collect(),
-                },
-                created_at: row.as_ref().map(|r| r.created_at),
-                generation: row.as_ref().map(|r| r.generation),
-                observed_generation: s.observed_generation,
-                heals: s.services.values().map(|v| u64::from(v.heals)).sum(),
-                network: s.network,
-                message: s.message,
-            }
-        })
-        .collect();
-    // Rows no status speaks of yet.
-    entries.extend(rows.into_iter().map(|(id, row)| Listed {
-        id,
-        phase: "pending".into(),
-        engines: row.services,
-        created_at: Some(row.created_at),
-        generation: Some(row.generation),
-        observed_generation: 0,
-        heals: 0,
-        network: None,
-        message: "sandboxd has not written a status yet".into(),
-    }));
-    entries.sort_by(|a, b| a.id.cmp(&b.id));
+    let entries = client.summaries().await?;
     match args.output {
         ListOutput::Json => say!("{}", serde_json::to_string_pretty(&entries).expect("JSON")),
         ListOutput::Table => {

@@ -25,6 +25,7 @@ mod apply;
 mod args;
 mod chaos;
 mod checkpoint;
+mod console;
 mod describe;
 mod error;
 mod fork;

@@ -160,6 +160,8 @@ fn touch_every_series(m: &crate::metrics::Metrics) {
     m.watch
         .docker_event(crate::ports::runtime::ContainerAction::Die);
     m.fleet.containers(crate::engine::REGISTRY, &[]);
+    m.fleet
+        .sandboxes_in_heal_loop(&[crate::domain::id::SandboxId::parse("agent-7").unwrap()]);
     m.started(Duration::from_millis(1));
     m.finished(Duration::from_millis(1), &FinishedAs::Success);
     drop(crate::metrics::time_docker_call(

@@ -4,6 +4,7 @@
 //! (deadlines, the leadership fence), builds the elector and the work
 //! queue, and hands the controller its parts.
 
+use super::console::{ActionToken, Console};
 use super::{CliError, RunArgs};
 use crate::adapters::deadline::BoundedStore;
 use crate::adapters::webhook::HttpWebhook;
@@ -143,6 +144,12 @@ pub(super) async fn run(url: &str, args: &RunArgs) -> Result<(), CliError> {
     // The webhook's TLS client before anything runs: an `https://` webhook
     // nothing can verify stops the start here, as a bad flag does.
     let webhook = webhook_transport(&config)?;
+    // The operator page's token too.
+    let token = args
+        .operator_token_file
+        .as_deref()
+        .map(ActionToken::read)
+        .transpose()?;
     // Migrations get the default bound; the controller's statements
     // --store-timeout, enforced by the server too.
     let engines = REGISTRY;
@@ -175,19 +182,54 @@ pub(super) async fn run(url: &str, args: &RunArgs) -> Result<(), CliError> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let page = operator_page(url, args, token, &config, controller.probes()).await?;
     let (bound, server) = http::serve(
         config.metrics_addr,
         metrics,
         controller.probes(),
+        page.map(Console::routes),
         stopped(stop_rx.clone()),
     )
     .await?;
     tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+    if args.operator_page {
+        tracing::info!(
+            url = %format!("http://{bound}/"),
+            actions = args.operator_token_file.is_some(),
+            "serving the operator page"
+        );
+        if !bound.ip().is_loopback() {
+            tracing::warn!(addr = %bound, "the operator page is served beyond this host: it shows every owner's sandboxes and events to whoever reaches the port (--operator-page off to stop it)");
+        }
+    }
     let server = tokio::spawn(server);
     controller.run(stopped(stop_rx)).await?;
     let _ = server.await;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// The operator page, unless `--operator-page off`, with its own two
+/// connections to the state database: a busy page never takes the
+/// reconciles'.
+async fn operator_page(
+    url: &str,
+    args: &RunArgs,
+    token: Option<ActionToken>,
+    config: &ControllerConfig,
+    probes: Arc<dyn crate::ports::Probes>,
+) -> Result<Option<Console>, CliError> {
+    if !args.operator_page {
+        return Ok(None);
+    }
+    let store = PgStore::connect_bounded(url, 2, config.store_timeout).await?;
+    Ok(Some(Console::new(
+        store,
+        probes,
+        token,
+        config.deployment.clone(),
+        config.store_timeout,
+    )))
 }
 
 /// First SIGTERM/SIGINT: graceful stop. Second: exit at once.

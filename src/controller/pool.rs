@@ -174,6 +174,26 @@ impl Pool {
             .collect()
     }
 
+    /// Each pool with a target, a ready or a starting container, for the
+    /// operator page.
+    pub(crate) fn view(&self, ctx: &Context) -> Vec<crate::ports::PoolView> {
+        let targets = self.targets(ctx);
+        let st = self.state.lock().unwrap();
+        let keys: std::collections::BTreeSet<&PoolKey> = targets
+            .keys()
+            .chain(st.ready.keys())
+            .chain(st.creating.keys())
+            .collect();
+        keys.into_iter()
+            .map(|key| crate::ports::PoolView {
+                pool: key.to_string(),
+                ready: st.ready.get(key).map_or(0, Vec::len),
+                starting: st.creating.get(key).copied().unwrap_or(0),
+                target: targets.get(key).copied().unwrap_or(0),
+            })
+            .collect()
+    }
+
     fn report(&self, ctx: &Context) {
         let st = self.state.lock().unwrap();
         let mut by_engine: BTreeMap<_, (usize, usize)> = BTreeMap::new();

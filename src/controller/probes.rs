@@ -3,7 +3,7 @@
 use super::leader::{Elector, Role};
 use super::{Context, Readiness};
 use crate::domain::id::SandboxId;
-use crate::ports::Probes;
+use crate::ports::{ControllerView, Probes};
 use crate::sched::WorkQueue;
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -29,29 +29,14 @@ impl Probes for ControllerProbes {
         if !looping.is_empty() {
             tracing::warn!(sandboxes = ?looping, "sandboxes in a heal loop");
         }
-        m.fleet.sandboxes_in_heal_loop(looping.len());
+        m.fleet.sandboxes_in_heal_loop(&looping);
         // The fleet gauges are kept by the relists and status writes
         // (`controller::fleet`): a scrape makes no Docker or Postgres call.
     }
 
     async fn ready(&self) -> Result<(), String> {
-        match self.elector.role() {
-            Role::Standby(Some(h)) => {
-                return Err(format!(
-                    "standby: {} leads in term {} (lease until {}); this process ({}) takes over if that lease lapses",
-                    h.holder,
-                    h.term,
-                    h.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                    self.elector.holder()
-                ))
-            }
-            Role::Standby(None) => {
-                return Err(format!(
-                    "standby: this process ({}) is waiting for the leader lease",
-                    self.elector.holder()
-                ))
-            }
-            Role::Leader(_) => {}
+        if let Role::Standby(_) = self.elector.role() {
+            return Err(self.leadership());
         }
         if !self.readiness.is_ready() {
             return Err("initial lists not loaded yet".into());
@@ -68,6 +53,39 @@ impl Probes for ControllerProbes {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(format!("docker unreachable: {e}")),
             Err(_) => Err("docker did not answer within 2s".into()),
+        }
+    }
+
+    fn view(&self) -> ControllerView {
+        ControllerView {
+            leadership: self.leadership(),
+            leads: matches!(self.elector.role(), Role::Leader(_)),
+            reaping_paused: self.ctx.breaker.paused(),
+            pools: self.ctx.pool.view(&self.ctx),
+        }
+    }
+}
+
+impl ControllerProbes {
+    /// Who leads, in words: `/readyz`'s answer on a standby, the operator
+    /// page's on every process.
+    fn leadership(&self) -> String {
+        match self.elector.role() {
+            Role::Leader(term) => format!(
+                "this process ({}) leads in term {term}",
+                self.elector.holder()
+            ),
+            Role::Standby(Some(h)) => format!(
+                "standby: {} leads in term {} (lease until {}); this process ({}) takes over if that lease lapses",
+                h.holder,
+                h.term,
+                h.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                self.elector.holder()
+            ),
+            Role::Standby(None) => format!(
+                "standby: this process ({}) is waiting for the leader lease",
+                self.elector.holder()
+            ),
         }
     }
 }

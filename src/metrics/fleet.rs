@@ -5,6 +5,7 @@
 
 use super::register;
 use crate::domain::container::{ContainerState, ObservedContainer};
+use crate::domain::id::SandboxId;
 use crate::domain::sandbox::Phase;
 use crate::engine::Registry as Engines;
 use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
@@ -14,6 +15,7 @@ pub(crate) struct FleetMetrics {
     sandboxes: IntGaugeVec,
     containers: IntGaugeVec,
     heal_loops: IntGauge,
+    heal_loop_members: IntGaugeVec,
     foreign_containers: IntGauge,
     relists: IntCounter,
     relist_drift: IntCounter,
@@ -40,6 +42,13 @@ impl FleetMetrics {
             heal_loops: register(registry, IntGauge::new(
                 "sandboxd_sandboxes_in_heal_loop",
                 "Sandboxes healed at least 3 times within the last 10 minutes"
+            )),
+            // One series per sandbox in a heal loop (there are few; each
+            // goes when its sandbox leaves the loop): what names them in
+            // the SandboxdHealLoop alert's summary.
+            heal_loop_members: register(registry, IntGaugeVec::new(
+                Opts::new("sandboxd_sandbox_in_heal_loop", "1 for each sandbox healed at least 3 times within the last 10 minutes (absent otherwise)"),
+                &["sandbox"]
             )),
             foreign_containers: register(registry, IntGauge::new(
                 "sandboxd_foreign_containers",
@@ -118,9 +127,15 @@ impl FleetMetrics {
         }
     }
 
-    /// How many sandboxes are in a heal loop.
-    pub(crate) fn sandboxes_in_heal_loop(&self, n: usize) {
-        self.heal_loops.set(n as i64);
+    /// The sandboxes in a heal loop: their count, and one series each.
+    pub(crate) fn sandboxes_in_heal_loop(&self, looping: &[SandboxId]) {
+        self.heal_loops.set(looping.len() as i64);
+        self.heal_loop_members.reset();
+        for id in looping {
+            self.heal_loop_members
+                .with_label_values(&[id.as_str()])
+                .set(1);
+        }
     }
 
     /// How many containers of this deployment are another state database's.

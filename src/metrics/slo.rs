@@ -204,8 +204,8 @@ pub(crate) fn rules() -> String {
     let mut y = String::new();
     y.push_str(
         "# Service-level objectives of sandboxd (docs/slo.md) as Prometheus rules:\n\
-         # each objective's burn rate (its error ratio over its error budget) over\n\
-         # six windows, the budget left over 30 days, and multi-window,\n\
+         # each objective's target, its burn rate (its error ratio over its error\n\
+         # budget) over six windows, the budget left over 30 days, and multi-window,\n\
          # multi-burn-rate alerts (14.4x over 1h and 5m, 6x over 6h and 30m page;\n\
          # 1x over 3d and 6h opens a ticket).\n\
          #\n\
@@ -217,6 +217,13 @@ pub(crate) fn rules() -> String {
     for o in &OBJECTIVES {
         let _ = writeln!(y, "  - name: sandboxd-slo-{}", o.id);
         y.push_str("    rules:\n");
+        // The target itself, so a dashboard can show it beside the budget.
+        let _ = write!(
+            y,
+            "      - record: sandboxd_slo:objective\n        labels:\n          slo: {id}\n        expr: vector({target})\n",
+            id = o.id,
+            target = number(o.target),
+        );
         if let Sli::Sampled { bad, total } = &o.sli {
             let _ = write!(
                 y,

@@ -8,7 +8,7 @@ pub mod runtime;
 pub mod store;
 pub mod webhook;
 
-pub use self::probes::Probes;
+pub use self::probes::{ControllerView, PoolView, Probes};
 pub use self::runtime::{ContainerSpec, Runtime, RuntimeError, RuntimeEvent};
 pub use self::store::{Store, StoreError};
 

@@ -29,6 +29,7 @@ mod lifecycle;
 mod network_recovery;
 mod notifications;
 mod observability;
+mod operator_page;
 mod own_images;
 mod pause;
 mod persistent_size;

@@ -229,6 +229,17 @@ pub struct RunArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "SANDBOXD_METRICS_ADDR", default_value = "127.0.0.1:9187")]
     pub metrics_addr: SocketAddr,
+    /// Serve the operator page (`/`: the leader, the warm pools, every
+    /// sandbox with its owner; `/sandboxes/ID`: what `describe` shows,
+    /// never a password) on the --metrics-addr port: `on` or `off`. It
+    /// shows every owner's sandboxes to whoever reaches that port.
+    #[arg(long, env = "SANDBOXD_OPERATOR_PAGE", default_value = "on", value_parser = parse_switch)]
+    pub operator_page: bool,
+    /// File holding the token (16 characters or more, the file readable
+    /// by its owner only) that the operator page's actions need: release,
+    /// resume, resume-reaping. Without it the page is read-only.
+    #[arg(long, env = "SANDBOXD_OPERATOR_TOKEN_FILE")]
+    pub operator_token_file: Option<std::path::PathBuf>,
     /// How long the leader's lease lasts unless renewed: the leader renews
     /// it every fifth of that, stops acting two thirds of it after its last
     /// renewal began, and a standby leads at most this plus a fifth after
