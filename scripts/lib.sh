@@ -71,6 +71,28 @@ ensure_chromium() {
     || { log "could not install chromium: apt-get install chromium"; return 1; }
 }
 
+# ensure_python_client: a virtual environment (target/python-client-venv)
+# with the Python client's tools (pytest, mypy, setuptools, psycopg 3),
+# into which it installs clients/python as a user would
+# (tests/integration/python_client.rs reinstalls it from the checkout).
+ensure_python_client() {
+  local venv=target/python-client-venv
+  if [ -x "$venv/bin/pytest" ] && [ -x "$venv/bin/mypy" ] \
+     && "$venv/bin/python" -c 'import psycopg, setuptools, sandboxd' >/dev/null 2>&1; then
+    return 0
+  fi
+  log "making $venv: pytest, mypy, setuptools and psycopg 3 from PyPI, then pip install ./clients/python"
+  mkdir -p target
+  python3 -m venv "$venv" \
+    || { apt-get update -qq >/dev/null 2>&1 || true
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+         python3 -m venv "$venv"; } \
+    || { log "cannot make a virtual environment: apt-get install python3-venv"; return 1; }
+  "$venv/bin/pip" install --quiet --no-input 'psycopg[binary]>=3.2' pytest mypy 'setuptools>=77' </dev/null \
+    && "$venv/bin/pip" install --quiet --no-input ./clients/python </dev/null \
+    || { log "could not install the Python client's tools into $venv (above)"; return 1; }
+}
+
 ensure_example_tools() {
   if ! command -v psql >/dev/null 2>&1; then
     log "installing psql from Debian's packages (postgresql-client)"

@@ -24,6 +24,7 @@ ensure_prometheus
 ensure_netns_tools
 ensure_example_tools
 ensure_chromium
+ensure_python_client
 # The gVisor tests (tests/integration/gvisor.rs) run engines under runsc.
 ensure_runsc install || log "WARNING: gVisor (runsc) is not registered with dockerd: the gvisor:: tests skip"
 

@@ -220,6 +220,9 @@ async fn operator_page(
     probes: Arc<dyn crate::ports::Probes>,
 ) -> Result<Option<Console>, CliError> {
     if !args.operator_page {
+        if token.is_some() {
+            tracing::warn!("--operator-token-file is ignored: --operator-page is off");
+        }
         return Ok(None);
     }
     let store = PgStore::connect_bounded(url, 2, config.store_timeout).await?;

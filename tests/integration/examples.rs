@@ -3,7 +3,8 @@
 //! processes, against a real controller, connected as an orchestrator role
 //! registered with grant-orchestrator (own rows only), so the documented
 //! contract and the examples cannot drift apart. The tools they need, psql
-//! and psycopg 3, are not optional here: `scripts/test.sh` installs them.
+//! and the Python client package, are not optional here: `scripts/test.sh`
+//! installs them.
 
 use crate::common;
 
@@ -16,14 +17,14 @@ use std::time::Duration;
 const RUN_TIMEOUT: Duration = Duration::from_secs(150);
 
 /// Panics unless `program args` runs and succeeds, saying how to install
-/// `what`: scripts/test.sh does (ensure_example_tools in scripts/lib.sh).
+/// `what`: scripts/test.sh does (ensure_example_tools and ensure_python_client in scripts/lib.sh).
 fn require(what: &str, program: &str, args: &[&str], install: &str) {
     let ran = std::process::Command::new(program).args(args).output();
     let ok = matches!(&ran, Ok(out) if out.status.success());
     assert!(
         ok,
         "the orchestrator examples need {what}, which is missing ({program}: {}); install it \
-         with `{install}`, or run scripts/test.sh, which installs it (ensure_example_tools in \
+         with `{install}`, or run scripts/test.sh, which installs it (see ensure_* in \
          scripts/lib.sh)",
         match &ran {
             Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_owned(),
@@ -155,22 +156,28 @@ async fn the_sql_example_requests_waits_connects_and_releases_against_the_real_c
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_example_requests_waits_uses_postgres_and_redis_and_releases_against_the_real_controller(
 ) {
+    // The example uses the client package (clients/python), installed in
+    // the environment ensure_python_client makes.
+    let python = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/target/python-client-venv/bin/python"
+    );
     require(
-        "psycopg 3.2 or later for python3",
-        "python3",
+        "the sandboxd Python package (clients/python) and psycopg 3.2 or later",
+        python,
         &[
             "-c",
-            "import sys, psycopg; \
+            "import sys, sandboxd, psycopg; \
              sys.exit(tuple(int(p) for p in psycopg.__version__.split('.')[:2]) < (3, 2))",
         ],
-        "python3 -m pip install 'psycopg[binary]>=3.2'",
+        ". scripts/lib.sh; ensure_python_client",
     );
     let env = TestEnv::new().await;
     let (controller, url) = controller_and_orchestrator(&env).await;
     let id = sandbox_id("pyex");
 
     let stdout = run_example(
-        "python3",
+        python,
         &["examples/python/orchestrator.py", id.as_str()],
         &[("DATABASE_URL", &url)],
     )

@@ -35,6 +35,7 @@ mod pause;
 mod persistent_size;
 mod pool;
 mod provisioning;
+mod python_client;
 mod quotas;
 mod requests;
 mod roles;
