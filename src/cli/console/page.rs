@@ -98,6 +98,10 @@ pub(crate) fn overview(
         escape(&controller.leadership)
     );
     match &controller.reaping_paused {
+        // The circuit breaker is the leader's: a standby cannot tell.
+        _ if !controller.leads => b.push_str(
+            "<tr><th>Reaping</th><td id=\"reaping\">the leader's page says (this process stands by)</td></tr>",
+        ),
         None => b.push_str("<tr><th>Reaping</th><td id=\"reaping\">active</td></tr>"),
         Some(why) => {
             let _ = write!(
@@ -272,6 +276,19 @@ mod tests {
         ] {
             assert_eq!(page.contains(needle), present, "{needle} in\n{page}");
         }
+    }
+
+    #[test]
+    fn a_standby_leaves_reaping_to_the_leader_s_page() {
+        let standby = ControllerView {
+            leadership: "standby: h2 leads in term 4".into(),
+            leads: false,
+            ..view(None)
+        };
+        let page = overview(ON, &standby, &[], Utc::now());
+        assert!(page.contains("standby: h2 leads in term 4"), "{page}");
+        assert!(page.contains("the leader's page says"), "{page}");
+        assert!(!page.contains(">active<"), "{page}");
     }
 
     #[test]
