@@ -519,7 +519,7 @@ async fn check_gateway_bridge(docker: &Docker) -> Result<(), RuntimeError> {
 /// a sandbox's overlay; the row's `attach` connects containers by itself.
 pub fn docker_name(name: &str) -> String {
     let digest = sha2::Sha256::digest(name.as_bytes());
-    let hash: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let hash = crate::domain::hex::short(&digest);
     let readable: String = name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })

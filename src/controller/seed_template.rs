@@ -188,13 +188,10 @@ fn volume_name(seed_volume: &str, image_id: &str, features: &BTreeSet<String>) -
         digest.update(b"\n");
         digest.update(feature.as_bytes());
     }
-    let hex: String = digest
-        .finalize()
-        .iter()
-        .take(6)
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("{seed_volume}-{hex}")
+    format!(
+        "{seed_volume}-{}",
+        crate::domain::hex::short(&digest.finalize())
+    )
 }
 
 #[cfg(test)]

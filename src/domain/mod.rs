@@ -19,6 +19,7 @@ pub mod event;
 pub(crate) mod fleet_hash;
 pub mod fork;
 pub(crate) mod gate;
+pub(crate) mod hex;
 pub mod host_net;
 pub(crate) mod id;
 pub mod identity;

@@ -7,7 +7,6 @@ use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
-use std::fmt::Write as _;
 
 /// The channel every recorded event is announced on.
 pub const NOTIFY_CHANNEL: &str = "sandbox_events";
@@ -54,7 +53,7 @@ pub struct EventNotice {
 pub fn sign(secret: &[u8], unix_seconds: i64, body: &[u8]) -> String {
     format!(
         "t={unix_seconds},v1={}",
-        hex(&mac(secret, unix_seconds, body))
+        super::hex::encode(&mac(secret, unix_seconds, body))
     )
 }
 
@@ -87,13 +86,6 @@ fn mac(secret: &[u8], unix_seconds: i64, body: &[u8]) -> Vec<u8> {
     m.update(format!("{unix_seconds}.").as_bytes());
     m.update(body);
     m.finalize().into_bytes().to_vec()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {

@@ -146,11 +146,7 @@ pub(crate) fn recipe<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part.as_bytes());
     }
-    hash.finalize()
-        .iter()
-        .take(6)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    super::hex::short(&hash.finalize())
 }
 
 #[cfg(test)]

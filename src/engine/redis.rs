@@ -104,8 +104,7 @@ const MODULES: &[Module] = &[
 /// that the password itself is never in a command or a configuration.
 fn acl_hash(password: &Secret) -> String {
     let hash = Sha256::digest(password.expose().as_bytes());
-    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-    format!("#{hex}")
+    format!("#{}", crate::domain::hex::encode(&hash))
 }
 
 /// How many seed commands go in one pipeline.
