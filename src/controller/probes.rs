@@ -35,8 +35,9 @@ impl Probes for ControllerProbes {
     }
 
     async fn ready(&self) -> Result<(), String> {
-        if let Role::Standby(_) = self.elector.role() {
-            return Err(self.leadership());
+        let role = self.elector.role();
+        if let Role::Standby(_) = role {
+            return Err(self.leadership(&role));
         }
         if !self.readiness.is_ready() {
             return Err("initial lists not loaded yet".into());
@@ -57,9 +58,11 @@ impl Probes for ControllerProbes {
     }
 
     fn view(&self) -> ControllerView {
+        // One read of the role, so the words and the flag agree.
+        let role = self.elector.role();
         ControllerView {
-            leadership: self.leadership(),
-            leads: matches!(self.elector.role(), Role::Leader(_)),
+            leadership: self.leadership(&role),
+            leads: matches!(role, Role::Leader(_)),
             reaping_paused: self.ctx.breaker.paused(),
             pools: self.ctx.pool.view(&self.ctx),
         }
@@ -69,8 +72,8 @@ impl Probes for ControllerProbes {
 impl ControllerProbes {
     /// Who leads, in words: `/readyz`'s answer on a standby, the operator
     /// page's on every process.
-    fn leadership(&self) -> String {
-        match self.elector.role() {
+    fn leadership(&self, role: &Role) -> String {
+        match role {
             Role::Leader(term) => format!(
                 "this process ({}) leads in term {term}",
                 self.elector.holder()
