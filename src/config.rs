@@ -352,6 +352,9 @@ pub struct ControllerConfig {
     /// Whether non-persistent sandboxes start from pre-initialised
     /// templates (see `controller::template`).
     pub templates: bool,
+    /// How many seeds may be loaded (or a seed's data file written) at
+    /// once; more wait their turn (see `controller::seed`).
+    pub seed_loads: u16,
     /// Bound on one template job.
     pub template_timeout: Duration,
     /// Idle timeout of rows that set none (`None`: sandboxes never go idle
@@ -403,6 +406,11 @@ pub const DEFAULT_MEMORY_RESERVE: u64 = 2 << 30;
 
 /// Default `--persistent-size`: 1 GiB per persistent volume.
 pub const DEFAULT_PERSISTENT_SIZE: u64 = 1 << 30;
+
+/// Default `--seed-loads`: seeds loaded at once. Each holds a few chunks
+/// of its seed in this process (`controller::seed::CHUNK_BYTES`); the
+/// engines do the work.
+pub const DEFAULT_SEED_LOADS: u16 = 4;
 
 /// Default `--persistent-disks-dir`, on the Docker host.
 pub const DEFAULT_DISKS_DIR: &str = "/var/lib/sandboxd/disks";
@@ -463,6 +471,7 @@ impl ControllerConfig {
             image_build_command: None,
             build_timeout: Duration::from_secs(900),
             templates: true,
+            seed_loads: DEFAULT_SEED_LOADS,
             template_timeout: Duration::from_secs(120),
             persistent_size: DEFAULT_PERSISTENT_SIZE,
             disks: DiskStore {

@@ -10,7 +10,7 @@ use crate::domain::identity::StateId;
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
-use crate::domain::seed::{SeedContent, SeedHash};
+use crate::domain::seed::{SeedHash, SeedInfo};
 use crate::domain::status::StatusUpdate;
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
 use async_trait::async_trait;
@@ -118,8 +118,18 @@ impl Store for BoundedStore {
         store_call("read pool claims", self.after, self.inner.pool_claims()).await
     }
 
-    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedContent>, StoreError> {
+    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedInfo>, StoreError> {
         store_call("read a seed", self.after, self.inner.seed(hash)).await
+    }
+
+    async fn seed_chunk(
+        &self,
+        hash: &SeedHash,
+        offset: u64,
+        len: u32,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let call = self.inner.seed_chunk(hash, offset, len);
+        store_call("read a seed's content", self.after, call).await
     }
 
     async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError> {

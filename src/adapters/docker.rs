@@ -5,7 +5,7 @@
 use super::host_net;
 use crate::domain::attach::Candidate;
 use crate::domain::container::{
-    ContainerState, ExecOutput, FilterOutput, ObservedContainer, RunState,
+    ByteStream, ContainerState, ExecOutput, FilterOutput, ObservedContainer, RunState,
 };
 use crate::domain::host_net::{self as domain_host_net, Route, RouteConflict};
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
@@ -19,9 +19,9 @@ use crate::domain::secret::Secret;
 use crate::domain::template_volume::{self, Refusal, Verdict};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, DiskStore, EventStream, Helper, NetworkSpec, NetworkStream,
-    ObservedResource, Runtime, RuntimeError, RuntimeEvent, StaleBridge, TemplateJob, Tmpfs, Volume,
-    VolumeFill,
+    ContainerAction, ContainerSpec, DiskStore, EventStream, FileContent, Helper, NetworkSpec,
+    NetworkStream, ObservedResource, Runtime, RuntimeError, RuntimeEvent, StaleBridge, TemplateJob,
+    Tmpfs, Volume, VolumeFill,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -126,17 +126,55 @@ fn template_refused(
 }
 
 /// A tar archive of one file `name` owned by `owner` (`uid:gid`), mode 0644.
-fn one_file_tar(name: &str, owner: &str, content: &[u8]) -> std::io::Result<Vec<u8>> {
+fn one_file_tar(
+    name: &str,
+    owner: &str,
+    content: FileContent,
+) -> std::io::Result<impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static> {
+    use bytes::Bytes;
+    use futures::stream;
+    /// A tar archive is made of 512-byte blocks and ends with two empty ones.
+    const BLOCK: u64 = 512;
     let (uid, gid) = owner.split_once(':').unwrap_or((owner, owner));
+    let len = content.len;
     let mut header = tar::Header::new_gnu();
-    header.set_size(content.len() as u64);
+    header.set_path(name)?;
+    header.set_size(len);
     header.set_mode(0o644);
     header.set_uid(uid.parse().unwrap_or(0));
     header.set_gid(gid.parse().unwrap_or(0));
     header.set_mtime(0);
-    let mut builder = tar::Builder::new(Vec::new());
-    builder.append_data(&mut header, name, content)?;
-    builder.into_inner()
+    header.set_cksum();
+    let header = Bytes::copy_from_slice(header.as_bytes());
+    // The content as it comes, then the padding of its last block and the
+    // archive's end; content that does not add up to `len` fails it.
+    let body = stream::try_unfold(
+        (content.chunks, 0u64, false),
+        move |(mut chunks, seen, ended)| async move {
+            if ended {
+                return Ok(None);
+            }
+            match chunks.next().await {
+                Some(chunk) => {
+                    let chunk = chunk?;
+                    let seen = seen + chunk.len() as u64;
+                    if seen > len {
+                        return Err(format!("the content is longer than its {len} bytes"));
+                    }
+                    Ok(Some((chunk, (chunks, seen, false))))
+                }
+                None if seen == len => {
+                    let padding = (BLOCK - len % BLOCK) % BLOCK;
+                    let end = Bytes::from(vec![0; (padding + 2 * BLOCK) as usize]);
+                    Ok(Some((end, (chunks, seen, true))))
+                }
+                None => Err(format!("the content ended after {seen} of its {len} bytes")),
+            }
+        },
+    );
+    Ok(stream::once(async move { Ok(header) })
+        .chain(body)
+        .map(|item| item.map_err(std::io::Error::other)))
 }
 
 fn mount(volume: &Volume, read_only: bool) -> Mount {
@@ -1451,7 +1489,11 @@ impl Runtime for DockerRuntime {
         outcome
     }
 
-    async fn fill_volume(&self, fill: &VolumeFill) -> Result<(), RuntimeError> {
+    async fn fill_volume(
+        &self,
+        fill: &VolumeFill,
+        content: FileContent,
+    ) -> Result<(), RuntimeError> {
         self.check_image(&fill.image, None).await?;
         match self.labelled_volume(&fill.volume).await? {
             Some(true) => {}
@@ -1464,7 +1506,7 @@ impl Runtime for DockerRuntime {
             None => self.create_volume(&fill.volume, None).await?,
         }
         self.remove_any(&fill.name, Duration::ZERO).await?;
-        let archive = one_file_tar(&fill.file, &fill.owner, &fill.content).map_err(|e| {
+        let archive = one_file_tar(&fill.file, &fill.owner, content).map_err(|e| {
             RuntimeError::Refused(format!(
                 "packing {} for volume {}: {e}",
                 fill.file, fill.volume.name
@@ -1499,7 +1541,7 @@ impl Runtime for DockerRuntime {
             .build();
         let uploaded = self
             .docker
-            .upload_to_container(&fill.name, Some(upload), bollard::body_full(archive.into()))
+            .upload_to_container(&fill.name, Some(upload), bollard::body_try_stream(archive))
             .await
             .map_err(api("upload", &fill.name));
         if let Err(e) = self.remove_any(&fill.name, Duration::ZERO).await {
@@ -1844,15 +1886,16 @@ impl Runtime for DockerRuntime {
         &self,
         id: &ContainerId,
         cmd: &[&str],
-        input: &[u8],
-        limit: usize,
+        env: Vec<String>,
+        mut input: ByteStream<'_>,
+        keep: usize,
     ) -> Result<FilterOutput, RuntimeError> {
         use bollard::container::LogOutput;
         /// What of the standard error is kept: enough for a message.
         const STDERR_BYTES: usize = 64 * 1024;
         let _timer = metrics::time_docker_call(DockerCall::Exec);
         let program = cmd.first().copied().unwrap_or("");
-        let (exec, started) = self.start_exec(id, cmd, Vec::new(), true).await?;
+        let (exec, started) = self.start_exec(id, cmd, env, true).await?;
         let StartExecResults::Attached {
             output: mut stream,
             input: mut stdin,
@@ -1863,28 +1906,37 @@ impl Runtime for DockerRuntime {
             )));
         };
         // Written while the output is read: a process that writes as it
-        // reads would otherwise fill its pipe and wait forever.
+        // reads would otherwise fill its pipe and wait forever. A chunk at
+        // a time, as it arrives: the input is never held whole.
         let write = async move {
-            // Closing the write half is the process's end of input. A
-            // process that exits before reading it all breaks the pipe:
-            // its exit code and standard error say why.
-            let _ = stdin.write_all(input).await;
+            while let Some(chunk) = input.next().await {
+                let chunk = chunk.map_err(|reason| {
+                    RuntimeError::Refused(format!(
+                        "container {id}: the input of `{program}` ended early: {reason}"
+                    ))
+                })?;
+                if stdin.write_all(&chunk).await.is_err() {
+                    // The process stopped reading (it exited): its exit
+                    // code and standard error say why.
+                    return Ok(());
+                }
+            }
+            // Closing the write half is the process's end of input.
             let _ = stdin.shutdown().await;
             Ok::<(), RuntimeError>(())
         };
+        // No deadline per output item here: a process that reads a long
+        // input may print nothing until its end. The whole call is bounded
+        // by its caller (controller::guard).
         let read = async {
             let mut stdout = Vec::new();
             let mut stderr = Vec::new();
-            while let Some(item) =
-                next_within(&mut stream, self.stream_timeout, "exec", id.as_str()).await?
-            {
+            while let Some(item) = stream.next().await {
                 match item.map_err(api("exec", id.as_str()))? {
                     LogOutput::StdOut { message } => {
                         stdout.extend_from_slice(&message);
-                        if stdout.len() > limit {
-                            return Err(RuntimeError::Refused(format!(
-                                "container {id}: `{program}` wrote more than {limit} bytes"
-                            )));
+                        if stdout.len() > keep {
+                            stdout.drain(..stdout.len() - keep);
                         }
                     }
                     LogOutput::StdErr { message } => {

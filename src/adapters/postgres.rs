@@ -22,7 +22,7 @@ use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, Services};
-use crate::domain::seed::{SeedContent, SeedHash};
+use crate::domain::seed::{self, SeedHash, SeedInfo};
 use crate::domain::status::StatusUpdate;
 use crate::engine::{Registry, REGISTRY};
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
@@ -774,17 +774,44 @@ impl Store for PgStore {
             .collect()
     }
 
-    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedContent>, StoreError> {
-        let row = sqlx::query("SELECT engine, content FROM sandbox_seeds WHERE hash = $1 LIMIT 1")
-            .bind(hash.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query("read a seed"))?;
-        Ok(row.map(|r| SeedContent {
+    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedInfo>, StoreError> {
+        let row = sqlx::query(
+            "SELECT engine, size_bytes, substring(content FROM 1 FOR $2) AS head
+               FROM sandbox_seeds WHERE hash = $1 LIMIT 1",
+        )
+        .bind(hash.as_str())
+        .bind(seed::HEAD_BYTES as i32)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query("read a seed"))?;
+        Ok(row.map(|r| SeedInfo {
             hash: hash.clone(),
             engine: r.get("engine"),
-            bytes: r.get("content"),
+            size: r.get::<i32, _>("size_bytes").max(0) as u64,
+            head: r.get("head"),
         }))
+    }
+
+    async fn seed_chunk(
+        &self,
+        hash: &SeedHash,
+        offset: u64,
+        len: u32,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        // A slice of the value: with the column stored uncompressed
+        // (migration seed_storage), Postgres reads only the pages it needs.
+        // Seeds are at most 16 MiB: past what an int holds is past the end.
+        let from = i32::try_from(offset.saturating_add(1)).unwrap_or(i32::MAX);
+        let len = i32::try_from(len).unwrap_or(i32::MAX);
+        sqlx::query_scalar(
+            "SELECT substring(content FROM $2 FOR $3) FROM sandbox_seeds WHERE hash = $1 LIMIT 1",
+        )
+        .bind(hash.as_str())
+        .bind(from)
+        .bind(len)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query("read a seed's content"))
     }
 
     async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError> {

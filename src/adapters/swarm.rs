@@ -15,7 +15,7 @@ use super::docker::{api, is_status, DockerRuntime, Overlay};
 use crate::config::SwarmPublish;
 use crate::domain::attach::Candidate;
 use crate::domain::container::{
-    ContainerState, ExecOutput, FilterOutput, ObservedContainer, RunState,
+    ByteStream, ContainerState, ExecOutput, FilterOutput, ObservedContainer, RunState,
 };
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::identity;
@@ -1436,15 +1436,16 @@ impl Runtime for SwarmRuntime {
         &self,
         id: &ContainerId,
         cmd: &[&str],
-        input: &[u8],
-        limit: usize,
+        env: Vec<String>,
+        input: ByteStream<'_>,
+        keep: usize,
     ) -> Result<FilterOutput, RuntimeError> {
         // Only on this node: the helper that reaches another node's tasks
         // takes no input.
         match self.task_containers(id, true).await?.into_iter().next() {
             Some(container) => {
                 self.node
-                    .filter(&ContainerId::new(container), cmd, input, limit)
+                    .filter(&ContainerId::new(container), cmd, env, input, keep)
                     .await
             }
             None => Err(RuntimeError::Refused(format!(

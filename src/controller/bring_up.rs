@@ -9,7 +9,7 @@ use super::network::Placement;
 use super::rotation::SwitchError;
 use super::Context;
 use crate::config::{ControllerConfig, ProbeVia};
-use crate::domain::container::{ExecOutput, FilterOutput};
+use crate::domain::container::{ByteStream, ExecOutput, FilterOutput};
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::isolation::Isolation;
@@ -495,11 +495,12 @@ impl Exec for InContainer<'_> {
     async fn filter(
         &self,
         cmd: &[&str],
-        input: &[u8],
-        limit: usize,
+        env: Vec<String>,
+        input: ByteStream<'_>,
+        keep: usize,
     ) -> Result<FilterOutput, String> {
         self.runtime
-            .filter(self.id, cmd, input, limit)
+            .filter(self.id, cmd, env, input, keep)
             .await
             .map_err(|e| e.to_string())
     }

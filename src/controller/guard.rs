@@ -11,14 +11,14 @@
 
 use super::fence::{Fence, Fenced};
 use crate::domain::attach::Candidate;
-use crate::domain::container::{ExecOutput, FilterOutput, ObservedContainer, RunState};
+use crate::domain::container::{ByteStream, ExecOutput, FilterOutput, ObservedContainer, RunState};
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::pool::PooledContainer;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
-    ContainerSpec, DiskStore, EventStream, Helper, NetworkSpec, NetworkStream, ObservedResource,
-    Runtime, RuntimeError, StaleBridge, TemplateJob, VolumeFill,
+    ContainerSpec, DiskStore, EventStream, FileContent, Helper, NetworkSpec, NetworkStream,
+    ObservedResource, Runtime, RuntimeError, StaleBridge, TemplateJob, VolumeFill,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -333,9 +333,15 @@ impl Runtime for GuardedRuntime {
             .await
     }
 
-    async fn fill_volume(&self, fill: &VolumeFill) -> Result<(), RuntimeError> {
-        let call = self.inner.fill_volume(fill);
-        let after = self.deadlines.call;
+    async fn fill_volume(
+        &self,
+        fill: &VolumeFill,
+        content: FileContent,
+    ) -> Result<(), RuntimeError> {
+        // A seed's data file streams in from the state database: bounded
+        // as a seed's load is.
+        let call = self.inner.fill_volume(fill, content);
+        let after = self.deadlines.call.max(crate::domain::seed::APPLY_TIMEOUT);
         self.change("volume fill", "fill volume", &fill.volume.name, after, call)
             .await
     }
@@ -456,13 +462,14 @@ impl Runtime for GuardedRuntime {
         &self,
         id: &ContainerId,
         cmd: &[&str],
-        input: &[u8],
-        limit: usize,
+        env: Vec<String>,
+        input: ByteStream<'_>,
+        keep: usize,
     ) -> Result<FilterOutput, RuntimeError> {
-        // Only converts what it reads (pg_restore to a script) today, but
-        // an exec may change the engine: a change like any exec.
-        let call = self.inner.filter(id, cmd, input, limit);
-        let after = self.deadlines.call;
+        // A seed's load into its engine (a change like any exec), which
+        // streams the whole seed through: bounded as a seed's load is.
+        let call = self.inner.filter(id, cmd, env, input, keep);
+        let after = self.deadlines.call.max(crate::domain::seed::APPLY_TIMEOUT);
         self.change("exec", "exec", id.as_str(), after, call).await
     }
 

@@ -271,6 +271,7 @@ impl Controller {
             _ => (webhook::Notifier::disabled(metrics.clone()), None),
         };
         let admission = admission::Admission::new(&config, queue.clone());
+        let seeds = seed::Seeds::new(config.seed_loads);
         Self {
             elector,
             ctx: Arc::new(Context {
@@ -291,7 +292,7 @@ impl Controller {
                 foreign: Foreign::default(),
                 images,
                 templates: template::Templates::default(),
-                seeds: seed::Seeds::default(),
+                seeds,
                 forks: fork::Copies::default(),
                 pool: pool::Pool::default(),
                 phases: FleetPhases::default(),

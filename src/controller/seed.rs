@@ -1,7 +1,9 @@
-//! Loading a seed into a new engine container: its content read from the
-//! state database once per hash (content is fixed by its hash, so this
-//! process keeps it, up to a bound), then handed to the engine over its own
-//! protocol, logged in as the agent ([`Engine::seed`]), under a deadline.
+//! Loading a seed into a new engine container: its content streamed from
+//! the state database a chunk at a time ([`CHUNK_BYTES`]) into the engine,
+//! logged in as the agent ([`Engine::seed`]), under a deadline. A seed is
+//! never held whole in this process, and at most `--seed-loads` loads run
+//! at once, so seeds cost the controller a few chunks of memory however
+//! large and however many they are.
 //!
 //! A sandbox's container gets its seed once it is ready, before anything
 //! is published; a warm-pool container of a seeded pool gets it before it
@@ -15,19 +17,27 @@
 
 use super::bring_up::{probe_address, InContainer};
 use super::Context;
+use crate::domain::container::ByteStream;
 use crate::domain::id::ContainerId;
 use crate::domain::labels;
-use crate::domain::seed::{self, SeedContent, SeedHash, APPLY_TIMEOUT};
-use crate::engine::{Credentials, Engine, EngineError};
-use crate::ports::runtime::{RuntimeError, Volume, VolumeFill};
-use crate::ports::store::StoreError;
+use crate::domain::seed::{self, SeedHash, SeedInfo, APPLY_TIMEOUT};
+use crate::engine::{Credentials, Engine, EngineError, SeedBytes};
+use crate::ports::runtime::{FileContent, RuntimeError, Volume, VolumeFill};
+use crate::ports::store::{Store, StoreError};
+use bytes::Bytes;
+use futures::{stream, StreamExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-/// The most seed bytes this process keeps in memory (a seed is at most
-/// 16 MiB; the state database holds them all).
-const CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// How many bytes of a seed one read from the state database takes: what
+/// a load holds of the seed at a time.
+pub(crate) const CHUNK_BYTES: u32 = 256 * 1024;
+
+/// How many seeds' descriptions this process keeps (a hash, an engine, a
+/// size and a few bytes each).
+const INFOS: usize = 4096;
 
 /// Why a seed was not loaded.
 #[derive(Debug, thiserror::Error)]
@@ -88,12 +98,30 @@ pub enum SeedError {
         /// The seed.
         hash: SeedHash,
     },
+    /// Its content could not be read from the state database while it
+    /// streamed into the engine.
+    #[error("reading seed {hash} from the state database failed while loading it ({reason}); the next reconcile tries again")]
+    Read {
+        /// The seed.
+        hash: SeedHash,
+        /// Why.
+        reason: String,
+    },
+    /// As many loads as `--seed-loads` allows ran for as long as a load
+    /// may take.
+    #[error("seed {hash} waited {:?} for one of the --seed-loads slots, all busy loading other seeds; the next reconcile tries again (raise --seed-loads if this persists)", APPLY_TIMEOUT)]
+    Busy {
+        /// The seed.
+        hash: SeedHash,
+    },
 }
 
-/// The seeds this process read, by hash.
-#[derive(Default)]
+/// The seeds this process loads: what it knows of each, and how many
+/// loads may run at once.
 pub(crate) struct Seeds {
-    cache: Mutex<HashMap<SeedHash, Arc<SeedContent>>>,
+    infos: Mutex<HashMap<SeedHash, Arc<SeedInfo>>>,
+    /// One permit per load (or data file written) running.
+    loads: Semaphore,
     /// The data-file volumes this process wrote (each once: the file is
     /// fixed by its hash).
     pub(super) written: Mutex<HashSet<String>>,
@@ -107,12 +135,24 @@ pub(crate) struct Seeds {
 }
 
 impl Seeds {
-    /// The content of `hash`, from memory or the state database.
-    async fn content(&self, ctx: &Context, hash: &SeedHash) -> Result<Arc<SeedContent>, SeedError> {
-        if let Some(content) = self.cache.lock().unwrap().get(hash) {
-            return Ok(content.clone());
+    /// No seed known yet; at most `loads` loads at once.
+    pub(crate) fn new(loads: u16) -> Self {
+        Self {
+            infos: Mutex::default(),
+            loads: Semaphore::new(usize::from(loads.max(1))),
+            written: Mutex::default(),
+            writing: tokio::sync::Mutex::default(),
+            used: Mutex::default(),
         }
-        let content = ctx
+    }
+
+    /// What the state database says of `hash` (its content is fixed by
+    /// the hash, so this process remembers it).
+    async fn info(&self, ctx: &Context, hash: &SeedHash) -> Result<Arc<SeedInfo>, SeedError> {
+        if let Some(info) = self.infos.lock().unwrap().get(hash) {
+            return Ok(info.clone());
+        }
+        let info = ctx
             .store
             .seed(hash)
             .await
@@ -121,16 +161,63 @@ impl Seeds {
                 source,
             })?
             .ok_or_else(|| SeedError::Unknown(hash.clone()))?;
-        let content = Arc::new(content);
-        let mut cache = self.cache.lock().unwrap();
-        let held: usize = cache.values().map(|c| c.bytes.len()).sum();
-        if held + content.bytes.len() > CACHE_BYTES {
-            // Content is cheap to read again; a bound is all that matters.
-            cache.clear();
+        let info = Arc::new(info);
+        let mut infos = self.infos.lock().unwrap();
+        if infos.len() >= INFOS {
+            // Cheap to read again; a bound is all that matters.
+            infos.clear();
         }
-        cache.insert(hash.clone(), content.clone());
-        Ok(content)
+        infos.insert(hash.clone(), info.clone());
+        Ok(info)
     }
+
+    /// A load's slot: waits while `--seed-loads` loads run, at most as
+    /// long as one may take.
+    async fn slot(&self, hash: &SeedHash) -> Result<SemaphorePermit<'_>, SeedError> {
+        match tokio::time::timeout(APPLY_TIMEOUT, self.loads.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            // The semaphore is never closed; a timeout is the busy case.
+            _ => Err(SeedError::Busy { hash: hash.clone() }),
+        }
+    }
+}
+
+/// Why reading a seed's content failed, once it did: the stream's reader
+/// (an engine, a volume upload) sees only that its input ended early.
+type ReadFailure = Arc<std::sync::OnceLock<String>>;
+
+/// The content of seed `info` as it streams from the state database, a
+/// chunk at a time; a failed read (a seed deleted meanwhile, the database
+/// gone) ends it with an error, also kept in `failed`.
+fn chunks(store: Arc<dyn Store>, info: &SeedInfo, failed: ReadFailure) -> ByteStream<'static> {
+    let (hash, size) = (info.hash.clone(), info.size);
+    stream::try_unfold(0u64, move |offset| {
+        let (store, hash, failed) = (store.clone(), hash.clone(), failed.clone());
+        let read = async move {
+            if offset >= size {
+                return Ok(None);
+            }
+            let want =
+                u32::try_from(size - offset).map_or(CHUNK_BYTES, |left| left.min(CHUNK_BYTES));
+            let chunk = store
+                .seed_chunk(&hash, offset, want)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "the seed was deleted meanwhile".to_owned())?;
+            if chunk.len() != want as usize {
+                return Err(format!(
+                    "it is shorter than the {size} bytes it was registered with"
+                ));
+            }
+            Ok(Some((Bytes::from(chunk), offset + u64::from(want))))
+        };
+        async move {
+            read.await.inspect_err(|reason: &String| {
+                let _ = failed.set(reason.clone());
+            })
+        }
+    })
+    .boxed()
 }
 
 /// The volume a new `engine` container of `image` starts from when seed
@@ -145,15 +232,14 @@ pub(crate) async fn data_file(
     image: &str,
     hash: &SeedHash,
 ) -> Result<Option<Volume>, SeedError> {
-    let content = ctx.seeds.content(ctx, hash).await?;
-    if !content.is_data_file() {
+    let info = ctx.seeds.info(ctx, hash).await?;
+    if !info.is_data_file() {
         return Ok(None);
     }
-    same_engine(&content, engine)?;
+    same_engine(&info, engine)?;
     let Some(dir) = engine.start_dir() else {
         return Ok(None);
     };
-    let short = hash.short();
     let volume = Volume {
         name: volume_name(ctx, engine.name().as_str(), hash),
         path: dir.to_owned(),
@@ -174,12 +260,14 @@ pub(crate) async fn data_file(
     if ctx.seeds.written.lock().unwrap().contains(&volume.name) {
         return Ok(Some(volume));
     }
+    let _slot = ctx.seeds.slot(hash).await?;
     let started = Instant::now();
     let fill = VolumeFill {
         name: format!(
-            "sandboxd-seed.{}.{}.{short}",
+            "sandboxd-seed.{}.{}.{}",
             ctx.config.deployment,
-            engine.name()
+            engine.name(),
+            hash.hex()
         ),
         image: image.to_owned(),
         labels: HashMap::from([
@@ -192,15 +280,25 @@ pub(crate) async fn data_file(
         volume: volume.clone(),
         file: seed::RDB_FILE.to_owned(),
         owner: engine.user().to_owned(),
-        content: Arc::new(content.bytes.clone()),
     };
-    let written = ctx.runtime.fill_volume(&fill).await;
+    let failed = ReadFailure::default();
+    let content = FileContent {
+        len: info.size,
+        chunks: chunks(ctx.store.clone(), &info, failed.clone()),
+    };
+    let written = ctx.runtime.fill_volume(&fill, content).await;
     ctx.metrics
         .lifecycle
         .seed_loaded(engine.name(), written.is_ok(), started.elapsed());
-    written.map_err(|source| SeedError::Write {
-        hash: hash.clone(),
-        source,
+    written.map_err(|source| match failed.get() {
+        Some(reason) => SeedError::Read {
+            hash: hash.clone(),
+            reason: reason.clone(),
+        },
+        None => SeedError::Write {
+            hash: hash.clone(),
+            source,
+        },
     })?;
     tracing::info!(seed = %hash, volume = %volume.name, "seed data file written");
     ctx.seeds
@@ -226,9 +324,10 @@ pub(super) fn volume_labels(ctx: &Context, hash: &SeedHash) -> HashMap<String, S
 }
 
 /// The volume holding data-file seed `hash` of `engine`; its seeded
-/// templates add a suffix ([`super::seed_template`]).
+/// templates add a suffix ([`super::seed_template`]). The whole hash: no
+/// two seeds share a volume, however their hashes begin.
 pub(super) fn volume_name(ctx: &Context, engine: &str, hash: &SeedHash) -> String {
-    format!("{}{engine}-{}", volume_prefix(ctx), hash.short())
+    format!("{}{engine}-{}", volume_prefix(ctx), hash.hex())
 }
 
 /// How every seed volume of this deployment is called (data files and
@@ -336,15 +435,15 @@ fn seed_volume_of<'a>(prefix: &str, name: &'a str) -> &'a str {
     }
 }
 
-/// Refuses `content` registered for another engine than `engine` (the
+/// Refuses seed `info` registered for another engine than `engine` (the
 /// database checks rows, so only a row that got past its checks names one).
-fn same_engine(content: &SeedContent, engine: &'static dyn Engine) -> Result<(), SeedError> {
-    if content.engine == engine.name().as_str() {
+fn same_engine(info: &SeedInfo, engine: &'static dyn Engine) -> Result<(), SeedError> {
+    if info.engine == engine.name().as_str() {
         return Ok(());
     }
     Err(SeedError::WrongEngine {
-        hash: content.hash.clone(),
-        registered: content.engine.clone(),
+        hash: info.hash.clone(),
+        registered: info.engine.clone(),
         engine: engine.name().to_string(),
     })
 }
@@ -363,8 +462,8 @@ pub(crate) async fn load(
 ) -> Result<(), SeedError> {
     let started = Instant::now();
     let result = async {
-        let content = ctx.seeds.content(ctx, hash).await?;
-        same_engine(&content, engine)?;
+        let info = ctx.seeds.info(ctx, hash).await?;
+        same_engine(&info, engine)?;
         let (host, port) = probe_address(ctx, engine, id, name, host_port)
             .await
             .map_err(|source| SeedError::Address {
@@ -376,8 +475,20 @@ pub(crate) async fn load(
             id,
         };
         let target = exec.target(&host, port, credentials);
-        match tokio::time::timeout(APPLY_TIMEOUT, engine.seed(&target, &content.bytes)).await {
+        let _slot = ctx.seeds.slot(hash).await?;
+        let failed = ReadFailure::default();
+        let content = SeedBytes {
+            head: &info.head,
+            chunks: chunks(ctx.store.clone(), &info, failed.clone()),
+        };
+        match tokio::time::timeout(APPLY_TIMEOUT, engine.seed(&target, content)).await {
             Ok(Ok(())) => Ok(()),
+            // The engine saw its input end early: the state database's
+            // fault, not the seed's.
+            Ok(Err(_)) if failed.get().is_some() => Err(SeedError::Read {
+                hash: hash.clone(),
+                reason: failed.get().cloned().unwrap_or_default(),
+            }),
             Ok(Err(source)) => Err(SeedError::Engine {
                 hash: hash.clone(),
                 source,

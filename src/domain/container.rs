@@ -83,14 +83,21 @@ pub struct ExecOutput {
     pub output: String,
 }
 
+/// Bytes as they arrive, a chunk at a time (a process's standard input,
+/// a file's content), so that nothing large is ever held whole. An `Err`
+/// ends them early, saying why: whoever reads them must not take what
+/// came before it for all there is.
+pub type ByteStream<'a> = futures::stream::BoxStream<'a, Result<bytes::Bytes, String>>;
+
 /// What a command run inside a container with input on its standard
 /// input wrote, its standard output apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilterOutput {
     /// Exit code (-1 if the runtime did not report one).
     pub exit_code: i64,
-    /// Standard output.
+    /// The last bytes of its standard output (as many as the caller
+    /// asked to keep).
     pub stdout: Vec<u8>,
-    /// Standard error.
+    /// The first bytes of its standard error (enough for a message).
     pub stderr: String,
 }

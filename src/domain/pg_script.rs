@@ -1,33 +1,30 @@
-//! A Postgres script as `pg_dump` and `pg_restore -f -` write it, cut into
-//! what a client sends over the wire: SQL, sent as simple queries, and
-//! `COPY … FROM stdin;` blocks, whose rows follow the statement up to a
-//! line `\.` and go over the copy protocol. psql does this cut when it
-//! runs such a script; a seed is run by sandboxd, so it does it here.
+//! A Postgres seed's SQL text on its way to `psql` in the engine's own
+//! container, a chunk at a time: what is cut out of it.
 //!
-//! The cut is by lines, as psql's is for these blocks: a line that starts
-//! a `COPY` and ends `FROM stdin;` opens a block, and so does the same
-//! statement ending in `WITH (…);` (what `pg_dump` never writes, but a
-//! person might). The only psql meta-commands a dump holds since
-//! PostgreSQL 17.6, `\restrict KEY` and `\unrestrict KEY`, guard psql
-//! itself and are dropped; any other backslash line goes to the server as
-//! it is (and fails there, saying so).
+//! psql runs a seed in restricted mode (`\restrict KEY` with a key the
+//! seed cannot know; since PostgreSQL 17.6 every backslash command but
+//! `\unrestrict KEY` then fails), so a seed cannot run a shell (`\!`),
+//! read or write files (`\i`, `\o`, `\copy`) or leave the agent's login:
+//! it is SQL and the rows of its `COPY … FROM stdin` blocks, nothing else.
+//! A plain dump of `pg_dump` 17.6 or later guards itself the same way, with
+//! a `\restrict KEY` line at its top and `\unrestrict KEY` at its end;
+//! psql refuses those once restricted, so [`GuardFilter`] empties them
+//! (their line stays, so psql's line numbers are the seed's).
+//!
+//! The cut is by lines, as psql's is for these guards: a line that starts
+//! with one is dropped, unless it is a row of a `COPY … FROM stdin` block
+//! (a line that starts a `COPY` and ends `FROM stdin;`, or the same
+//! statement ending in `WITH (…);`, opens one; a line `\.` closes it), which
+//! psql hands to the server unread. Only a line's first
+//! [`HEAD_BYTES`] are looked at, so the filter holds at most that much
+//! beyond the chunk it is given, whatever the seed's size.
 
-/// One piece of a script, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Part<'a> {
-    /// Statements, sent as one simple query.
-    Sql(&'a str),
-    /// A `COPY … FROM stdin` statement and its rows (each line ending in
-    /// `\n`, without the closing `\.`).
-    Copy {
-        /// The statement.
-        statement: &'a str,
-        /// The rows.
-        rows: &'a str,
-    },
-}
+/// How much of a line the filter holds to decide what it is: more than any
+/// guard line or `COPY` statement `pg_dump` writes (a table of 1,600
+/// columns with the longest names is about 110 KB).
+pub(crate) const HEAD_BYTES: usize = 256 * 1024;
 
-/// Why a script cannot be cut.
+/// Why a script cannot be run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ScriptError {
     /// A copy block has no closing `\.` line.
@@ -40,65 +37,92 @@ pub(crate) enum ScriptError {
     },
 }
 
-/// The parts of `script`; SQL that is only whitespace and comments between
-/// two blocks is still a part (the server skips it at no cost).
-pub(crate) fn parts(script: &str) -> Result<Vec<Part<'_>>, ScriptError> {
-    let mut parts = Vec::new();
-    // Where the SQL not yet emitted starts.
-    let mut sql_from = 0;
-    // Each line with its `\n`, its byte offset and its 0-based number.
-    let mut lines = script
-        .split_inclusive('\n')
-        .scan(0, |next, line| {
-            let at = *next;
-            *next += line.len();
-            Some((at, line))
-        })
-        .enumerate();
-    while let Some((n, (at, line))) = lines.next() {
-        let bare = line.trim_end_matches(['\n', '\r']);
-        if is_guard(bare) {
-            push_sql(&mut parts, &script[sql_from..at]);
-            sql_from = at + line.len();
-            continue;
-        }
-        if !opens_copy(bare) {
-            continue;
-        }
-        push_sql(&mut parts, &script[sql_from..at]);
-        let rows_from = at + line.len();
-        let mut rows_to = None;
-        for (_, (row_at, row)) in lines.by_ref() {
-            if row.trim_end_matches(['\n', '\r']) == "\\." {
-                rows_to = Some((row_at, row_at + row.len()));
-                break;
-            }
-        }
-        let Some((rows_end, next)) = rows_to else {
-            return Err(ScriptError::Unterminated {
-                line: n + 1,
-                statement: bare.chars().take(80).collect(),
-            });
-        };
-        parts.push(Part::Copy {
-            statement: bare,
-            rows: &script[rows_from..rows_end],
-        });
-        sql_from = next;
-    }
-    push_sql(&mut parts, &script[sql_from..]);
-    Ok(parts)
+/// Drops psql's guard lines from a seed's SQL text as it streams through
+/// (see the module's comment): [`GuardFilter::push`] each chunk, then
+/// [`GuardFilter::finish`].
+#[derive(Debug, Default)]
+pub(crate) struct GuardFilter {
+    /// The current line's first bytes, while it is undecided.
+    head: Vec<u8>,
+    /// The current line is too long to be a guard or an opening `COPY`:
+    /// its rest is passed on as it comes.
+    passing: bool,
+    /// Lines begun so far.
+    lines: usize,
+    /// The open `COPY` block, if any: its line and statement.
+    copy: Option<(usize, String)>,
 }
 
-/// Adds `sql` unless it is only whitespace.
-fn push_sql<'a>(parts: &mut Vec<Part<'a>>, sql: &'a str) {
-    if !sql.trim().is_empty() {
-        parts.push(Part::Sql(sql));
+impl GuardFilter {
+    /// Adds to `out` what of `chunk` goes on to psql.
+    pub(crate) fn push(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) {
+        while !chunk.is_empty() {
+            let newline = chunk.iter().position(|b| *b == b'\n');
+            let taken = newline.map_or(chunk.len(), |at| at + 1);
+            let (piece, rest) = chunk.split_at(taken);
+            chunk = rest;
+            if !self.passing && self.head.is_empty() {
+                self.lines += 1;
+            }
+            if self.passing {
+                out.extend_from_slice(piece);
+            } else if newline.is_none() && piece.len() > HEAD_BYTES - self.head.len() {
+                // Too long to be a guard or an opening `COPY`: kept.
+                out.extend_from_slice(&self.head);
+                out.extend_from_slice(piece);
+                self.head.clear();
+                self.passing = true;
+            } else {
+                self.head.extend_from_slice(piece);
+                if newline.is_some() {
+                    self.decide(out);
+                }
+            }
+            if newline.is_some() {
+                self.passing = false;
+            }
+        }
+    }
+
+    /// The end of the text: the last line, unless it is a guard, goes to
+    /// `out`; a `COPY` block still open is an error.
+    pub(crate) fn finish(mut self, out: &mut Vec<u8>) -> Result<(), ScriptError> {
+        if !self.head.is_empty() {
+            self.decide(out);
+        }
+        match self.copy {
+            Some((line, statement)) => Err(ScriptError::Unterminated { line, statement }),
+            None => Ok(()),
+        }
+    }
+
+    /// Decides what the whole line in `head` is, and passes it on unless
+    /// it is a guard.
+    fn decide(&mut self, out: &mut Vec<u8>) {
+        let head = std::mem::take(&mut self.head);
+        let bare = String::from_utf8_lossy(&head);
+        let bare = bare.trim_end_matches(['\n', '\r']);
+        if self.copy.is_some() {
+            if bare == "\\." {
+                self.copy = None;
+            }
+        } else if is_guard(bare) {
+            if head.ends_with(b"\n") {
+                out.push(b'\n');
+            }
+            return;
+        } else if opens_copy(bare) {
+            self.copy = Some((self.lines, bare.chars().take(80).collect()));
+        }
+        out.extend_from_slice(&head);
+        // The buffer's room is kept for the next line.
+        self.head = head;
+        self.head.clear();
     }
 }
 
 /// `\restrict KEY` or `\unrestrict KEY`: psql's guard against a dump that
-/// smuggles meta-commands, meaningless to a server.
+/// smuggles meta-commands.
 fn is_guard(line: &str) -> bool {
     let word = line.split_whitespace().next().unwrap_or("");
     word == "\\restrict" || word == "\\unrestrict"
@@ -116,86 +140,98 @@ fn opens_copy(line: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Chunk sizes a script is fed in: what comes out never depends on them.
+    const CHUNKS: [usize; 5] = [1, 2, 5, 13, 4096];
+
+    /// `script` through the filter, `chunk` bytes at a time.
+    fn filtered(script: &str, chunk: usize) -> Result<String, ScriptError> {
+        let mut filter = GuardFilter::default();
+        let mut out = Vec::new();
+        for piece in script.as_bytes().chunks(chunk) {
+            filter.push(piece, &mut out);
+        }
+        filter.finish(&mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+
     #[test]
-    fn a_script_is_cut_into_sql_and_copy_blocks() {
-        let dump = "SET x = 1;\n\\restrict abc123\nCREATE TABLE t (a int);\n\
-                    COPY public.t (a) FROM stdin;\n1\n2\n\\.\n\nSELECT 1;\n\\unrestrict abc123\n";
-        let cases: &[(&str, &str, Vec<Part>)] = &[
+    fn guard_lines_are_dropped_outside_copy_blocks_and_everything_else_is_kept() {
+        let dump = "\\restrict abc123\nSET x = 1;\nCREATE TABLE t (a int);\n\
+                    COPY public.t (a) FROM stdin;\n1\n\\restrict x\n\\.\n\nSELECT 1;\n\\unrestrict abc123\n";
+        let cases: &[(&str, &str, &str)] = &[
+            ("plain SQL", "SELECT 1; SELECT 2;", "SELECT 1; SELECT 2;"),
+            ("nothing", "", ""),
             (
-                "plain SQL is one part",
-                "SELECT 1; SELECT 2;",
-                vec![Part::Sql("SELECT 1; SELECT 2;")],
+                "a guard line keeps its newline, so lines keep their numbers",
+                "\\restrict k\nSELECT 1/0;\n",
+                "\nSELECT 1/0;\n",
             ),
-            ("nothing is nothing", " \n\n", vec![]),
             (
-                "a dump: guards dropped, rows apart",
+                "a dump: guards dropped, a row that looks like one kept",
                 dump,
-                vec![
-                    Part::Sql("SET x = 1;\n"),
-                    Part::Sql("CREATE TABLE t (a int);\n"),
-                    Part::Copy {
-                        statement: "COPY public.t (a) FROM stdin;",
-                        rows: "1\n2\n",
-                    },
-                    Part::Sql("\nSELECT 1;\n"),
-                ],
+                "\nSET x = 1;\nCREATE TABLE t (a int);\nCOPY public.t (a) FROM stdin;\n1\n\\restrict x\n\\.\n\nSELECT 1;\n\n",
             ),
             (
-                "an empty table's block has no rows",
-                "COPY t FROM stdin;\n\\.\n",
-                vec![Part::Copy {
-                    statement: "COPY t FROM stdin;",
-                    rows: "",
-                }],
+                "a guard as the last line without its newline",
+                "SELECT 1;\n\\unrestrict k",
+                "SELECT 1;\n",
             ),
             (
-                "options after stdin",
-                "copy t from stdin with (format csv);\na\n\\.",
-                vec![Part::Copy {
-                    statement: "copy t from stdin with (format csv);",
-                    rows: "a\n",
-                }],
+                "options after stdin, CRLF lines",
+                "copy t from stdin with (format csv);\r\n\\restrict\r\n\\.\r\n\\restrict k\r\nSELECT 1;",
+                "copy t from stdin with (format csv);\r\n\\restrict\r\n\\.\r\n\nSELECT 1;",
             ),
             (
-                "CRLF lines",
-                "COPY t FROM stdin;\r\n1\r\n\\.\r\nSELECT 1;",
-                vec![
-                    Part::Copy {
-                        statement: "COPY t FROM stdin;",
-                        rows: "1\r\n",
-                    },
-                    Part::Sql("SELECT 1;"),
-                ],
+                "other backslash lines go on (psql refuses them)",
+                "\\! sh\n\\copy t to '/tmp/x'\n",
+                "\\! sh\n\\copy t to '/tmp/x'\n",
             ),
             (
-                "a COPY to a file is SQL (the server refuses it as the agent)",
-                "COPY t TO '/tmp/x';\n",
-                vec![Part::Sql("COPY t TO '/tmp/x';\n")],
-            ),
-            (
-                "a backslash row inside a block is a row",
-                "COPY t FROM stdin;\n\\N\n\\restrict x\n\\.\n",
-                vec![Part::Copy {
-                    statement: "COPY t FROM stdin;",
-                    rows: "\\N\n\\restrict x\n",
-                }],
+                "a COPY to a file is SQL",
+                "COPY t TO '/tmp/x';\n\\restrict k\n",
+                "COPY t TO '/tmp/x';\n\n",
             ),
         ];
         for (what, script, want) in cases {
-            assert_eq!(&parts(script).unwrap(), want, "{what}");
+            for chunk in CHUNKS {
+                assert_eq!(
+                    &filtered(script, chunk).unwrap(),
+                    want,
+                    "{what}, in chunks of {chunk}"
+                );
+            }
         }
     }
 
     #[test]
     fn a_block_without_its_closing_line_is_refused_with_its_line() {
-        let err = parts("SELECT 1;\nCOPY t (a) FROM stdin;\n1\n").unwrap_err();
+        for chunk in CHUNKS {
+            let err = filtered("SELECT 1;\nCOPY t (a) FROM stdin;\n1\n", chunk).unwrap_err();
+            assert_eq!(
+                err,
+                ScriptError::Unterminated {
+                    line: 2,
+                    statement: "COPY t (a) FROM stdin;".into()
+                }
+            );
+            assert!(err.to_string().contains("no closing line \\."), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_line_longer_than_the_head_passes_through_without_being_held() {
+        let long = format!("INSERT INTO t VALUES ('{}');\n", "x".repeat(HEAD_BYTES));
+        let script = format!("{long}\\restrict k\nSELECT 1;\n");
+        let mut filter = GuardFilter::default();
+        let mut out = Vec::new();
+        for piece in script.as_bytes().chunks(64 * 1024) {
+            filter.push(piece, &mut out);
+            assert!(filter.head.len() <= HEAD_BYTES);
+        }
+        filter.finish(&mut out).unwrap();
         assert_eq!(
-            err,
-            ScriptError::Unterminated {
-                line: 2,
-                statement: "COPY t (a) FROM stdin;".into()
-            }
+            String::from_utf8(out).unwrap(),
+            format!("{long}\nSELECT 1;\n")
         );
-        assert!(err.to_string().contains("no closing line \\."), "{err}");
     }
 }

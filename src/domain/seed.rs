@@ -57,7 +57,14 @@ impl SeedHash {
         &self.0
     }
 
-    /// The first 12 hex digits, for names (a volume, a log line).
+    /// The 64 hex digits, for names that must never be shared by two
+    /// seeds (a volume, a container).
+    pub(crate) fn hex(&self) -> &str {
+        &self.0["sha256:".len()..]
+    }
+
+    /// The first 12 hex digits, for what a person reads (a pool's name, a
+    /// log line); never for a name two seeds must not share.
     pub(crate) fn short(&self) -> &str {
         let start = "sha256:".len();
         &self.0[start..start + 12]
@@ -70,24 +77,33 @@ impl fmt::Display for SeedHash {
     }
 }
 
-/// A seed's content as the state database holds it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SeedContent {
+/// What the state database says of a seed before any of its content is
+/// read: enough to tell its kind and to read it a chunk at a time (a seed
+/// is never held whole in the controller's memory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedInfo {
     /// Its hash.
     pub hash: SeedHash,
     /// The engine it was registered for.
     pub engine: String,
-    /// The bytes.
-    pub bytes: Vec<u8>,
+    /// Its length in bytes.
+    pub size: u64,
+    /// Its first bytes (at most [`HEAD_BYTES`]): the magic of an archive
+    /// or a data file.
+    pub head: Vec<u8>,
 }
 
-impl SeedContent {
+/// How many of a seed's first bytes [`SeedInfo::head`] holds: enough for
+/// every magic below.
+pub(crate) const HEAD_BYTES: usize = 16;
+
+impl SeedInfo {
     /// Whether the content is a data file the engine starts from rather
     /// than statements sent once it is ready: a Redis or Valkey RDB file
     /// (it starts with the format's magic `REDIS` and a four-digit
     /// version; no command is called `REDIS0…`).
     pub(crate) fn is_data_file(&self) -> bool {
-        matches!(self.engine.as_str(), "redis" | "valkey") && is_rdb(&self.bytes)
+        matches!(self.engine.as_str(), "redis" | "valkey") && is_rdb(&self.head)
     }
 }
 
@@ -106,23 +122,27 @@ pub(crate) fn is_pg_archive(bytes: &[u8]) -> bool {
 /// start with `SANDBOXD_TEMPLATE=use`).
 pub(crate) const RDB_FILE: &str = "dump.rdb";
 
-impl fmt::Debug for SeedContent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The content may be large: its size is enough for a log.
-        f.debug_struct("SeedContent")
-            .field("hash", &self.hash)
-            .field("engine", &self.engine)
-            .field("bytes", &self.bytes.len())
-            .finish()
-    }
-}
+/// The longest line of a Redis or Valkey command seed. Commands are read
+/// a line at a time as the seed streams in, so this (not the seed's
+/// size) bounds what one load holds in memory; a larger value belongs in
+/// an RDB file seed.
+pub(crate) const COMMAND_LINE_BYTES: usize = 1024 * 1024;
 
 /// Why a Redis command list cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandsError {
-    /// Not UTF-8 text.
-    #[error("the seed is not UTF-8 text: write one command per line")]
-    NotText,
+    /// A line is not UTF-8 text.
+    #[error("line {line}: not UTF-8 text: write one command per line")]
+    NotText {
+        /// 1-based line number.
+        line: usize,
+    },
+    /// A line is longer than [`COMMAND_LINE_BYTES`].
+    #[error("line {line}: longer than {max} bytes: put large values in an RDB file seed (SAVE on a server that holds them)", max = COMMAND_LINE_BYTES)]
+    TooLong {
+        /// 1-based line number.
+        line: usize,
+    },
     /// A quoted word is not closed on its line.
     #[error("line {line}: a quoted word is not closed: end it with \" on the same line")]
     Unclosed {
@@ -150,25 +170,104 @@ pub enum CommandsError {
     Empty,
 }
 
-/// The commands of a Redis or Valkey seed: one per line, words separated
-/// by spaces or tabs, a word in double quotes may hold spaces and the
-/// escapes `\\ \" \n \r \t` (as `redis-cli` prints them); empty lines and
-/// lines starting with `#` are skipped.
-pub fn redis_commands(content: &[u8]) -> Result<Vec<Vec<String>>, CommandsError> {
-    let text = std::str::from_utf8(content).map_err(|_| CommandsError::NotText)?;
-    let mut commands = Vec::new();
-    for (n, raw) in text.lines().enumerate() {
-        let line = n + 1;
-        let trimmed = raw.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
+/// One command of a Redis or Valkey seed: the line it is on and its words
+/// (the first is the command's name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Command {
+    /// 1-based line number.
+    pub line: usize,
+    /// The words, unquoted.
+    pub words: Vec<String>,
+}
+
+/// Reads the commands of a Redis or Valkey seed as its bytes arrive, a
+/// chunk at a time: one command per line, words separated by spaces or
+/// tabs, a word in double quotes may hold spaces and the escapes
+/// `\\ \" \n \r \t` (as `redis-cli` prints them); empty lines and lines
+/// starting with `#` are skipped.
+///
+/// It holds at most the unread rest of the chunks fed and one line
+/// ([`COMMAND_LINE_BYTES`]), whatever the seed's size: feed a chunk
+/// ([`CommandReader::feed`]), take commands ([`CommandReader::next`])
+/// until there is none, feed the next; after the last,
+/// [`CommandReader::finish`] and take the rest.
+#[derive(Debug, Default)]
+pub(crate) struct CommandReader {
+    /// Bytes fed and not yet read: `buf[read..]`.
+    buf: Vec<u8>,
+    read: usize,
+    /// Lines read so far.
+    lines: usize,
+    /// Commands read so far.
+    commands: usize,
+    /// No more bytes come: an unterminated last line is a line.
+    finished: bool,
+}
+
+impl CommandReader {
+    /// Adds the seed's next `chunk`.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Result<(), CommandsError> {
+        // What was read goes before more is added, so the buffer never
+        // holds more than a line and a chunk.
+        self.buf.drain(..self.read);
+        self.read = 0;
+        self.buf.extend_from_slice(chunk);
+        // A line that has not ended within the bound will not be read.
+        let ended = self
+            .buf
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |at| at + 1);
+        if self.buf.len() - ended > COMMAND_LINE_BYTES {
+            let lines = self.buf[..ended].iter().filter(|b| **b == b'\n').count();
+            return Err(CommandsError::TooLong {
+                line: self.lines + lines + 1,
+            });
         }
-        commands.push(words(trimmed, line)?);
+        Ok(())
     }
-    if commands.is_empty() {
-        return Err(CommandsError::Empty);
+
+    /// Says that no more bytes come.
+    pub(crate) fn finish(&mut self) {
+        self.finished = true;
     }
-    Ok(commands)
+
+    /// Whether [`CommandReader::finish`] was called.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The next command of the lines fed so far: `None` when the next line
+    /// has not ended yet, or after [`CommandReader::finish`] at the end
+    /// (an error if the seed held no command at all).
+    pub(crate) fn next(&mut self) -> Result<Option<Command>, CommandsError> {
+        loop {
+            let rest = &self.buf[self.read..];
+            let (raw, used) = match rest.iter().position(|b| *b == b'\n') {
+                Some(at) => (&rest[..at], at + 1),
+                None if self.finished && !rest.is_empty() => (rest, rest.len()),
+                None if self.finished && self.commands == 0 => return Err(CommandsError::Empty),
+                None => return Ok(None),
+            };
+            self.lines += 1;
+            let line = self.lines;
+            if raw.len() > COMMAND_LINE_BYTES {
+                return Err(CommandsError::TooLong { line });
+            }
+            let text = std::str::from_utf8(raw).map_err(|_| CommandsError::NotText { line })?;
+            let trimmed = text.trim();
+            let words = if trimmed.is_empty() || trimmed.starts_with('#') {
+                None
+            } else {
+                Some(words(trimmed, line)?)
+            };
+            self.read += used;
+            if let Some(words) = words {
+                self.commands += 1;
+                return Ok(Some(Command { line, words }));
+            }
+        }
+    }
 }
 
 /// The words of one command line.
@@ -236,10 +335,11 @@ mod tests {
 
     #[test]
     fn an_rdb_file_is_a_data_file_for_redis_and_valkey_only() {
-        let seed = |engine: &str, bytes: &[u8]| SeedContent {
+        let seed = |engine: &str, bytes: &[u8]| SeedInfo {
             hash: SeedHash::parse(&format!("sha256:{}", "a".repeat(64))).unwrap(),
             engine: engine.to_owned(),
-            bytes: bytes.to_vec(),
+            size: bytes.len() as u64,
+            head: bytes[..bytes.len().min(HEAD_BYTES)].to_vec(),
         };
         let rdb = b"REDIS0012\xfa\x09redis-ver";
         for (engine, bytes, file) in [
@@ -294,6 +394,7 @@ mod tests {
             assert_eq!(SeedHash::parse(text).is_some(), ok, "{text}");
         }
         assert_eq!(SeedHash::parse(&good).unwrap().short(), "0123456789ab");
+        assert_eq!(SeedHash::parse(&good).unwrap().hex(), &good[7..]);
     }
 
     #[test]
@@ -319,12 +420,18 @@ mod tests {
             ),
         ];
         for (text, want) in ok {
-            let got = redis_commands(text.as_bytes()).unwrap();
             let want: Vec<Vec<String>> = want
                 .iter()
                 .map(|c| c.iter().map(|w| (*w).to_owned()).collect())
                 .collect();
-            assert_eq!(got, want, "{text:?}");
+            for chunk in CHUNKS {
+                let got: Vec<Vec<String>> = read_all(text.as_bytes(), chunk)
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| c.words)
+                    .collect();
+                assert_eq!(got, want, "{text:?} in chunks of {chunk}");
+            }
         }
         let bad: &[(&[u8], CommandsError)] = &[
             (b"", CommandsError::Empty),
@@ -338,11 +445,79 @@ mod tests {
                 },
             ),
             (b"SET a \"x\"y", CommandsError::AfterQuote { line: 1 }),
-            (b"SET a \xff", CommandsError::NotText),
+            (b"SET a 1\nSET a \xff", CommandsError::NotText { line: 2 }),
         ];
         for (text, want) in bad {
-            assert_eq!(redis_commands(text).unwrap_err(), *want, "{text:?}");
+            for chunk in CHUNKS {
+                assert_eq!(
+                    read_all(text, chunk).unwrap_err(),
+                    *want,
+                    "{text:?} in chunks of {chunk}"
+                );
+            }
         }
+    }
+
+    /// Chunk sizes the reader is fed in: its commands never depend on them.
+    const CHUNKS: [usize; 5] = [1, 2, 3, 7, 4096];
+
+    /// Every command of `bytes`, fed `chunk` bytes at a time.
+    fn read_all(bytes: &[u8], chunk: usize) -> Result<Vec<Command>, CommandsError> {
+        let mut reader = CommandReader::default();
+        let mut commands = Vec::new();
+        for piece in bytes.chunks(chunk) {
+            reader.feed(piece)?;
+            while let Some(command) = reader.next()? {
+                commands.push(command);
+            }
+        }
+        reader.finish();
+        while let Some(command) = reader.next()? {
+            commands.push(command);
+        }
+        Ok(commands)
+    }
+
+    #[test]
+    fn commands_keep_their_line_numbers_past_comments_and_empty_lines() {
+        let lines: Vec<usize> = read_all(b"# c\n\nSET a 1\n  \nINCR a", 3)
+            .unwrap()
+            .iter()
+            .map(|c| c.line)
+            .collect();
+        assert_eq!(lines, [3, 5]);
+    }
+
+    #[test]
+    fn a_line_longer_than_the_bound_is_refused_before_it_is_held_whole() {
+        let long = format!(
+            "SET a 1\nSET big {}\nSET b 2\n",
+            "x".repeat(COMMAND_LINE_BYTES)
+        );
+        for chunk in [64 * 1024, long.len()] {
+            assert_eq!(
+                read_all(long.as_bytes(), chunk).unwrap_err(),
+                CommandsError::TooLong { line: 2 },
+                "in chunks of {chunk}"
+            );
+        }
+        // Fed a chunk at a time, the reader never holds much more than
+        // the bound: the error comes as soon as the line passes it.
+        let mut reader = CommandReader::default();
+        let mut fed = 0;
+        let piece = vec![b'x'; 64 * 1024];
+        reader.feed(b"SET big ").unwrap();
+        let err = loop {
+            match reader.feed(&piece) {
+                Ok(()) => fed += piece.len(),
+                Err(e) => break e,
+            }
+            assert!(reader.next().unwrap().is_none());
+        };
+        assert_eq!(err, CommandsError::TooLong { line: 1 });
+        assert!(fed <= COMMAND_LINE_BYTES, "{fed}");
+        let exactly = format!("SET big {}", "x".repeat(COMMAND_LINE_BYTES - 8));
+        assert_eq!(read_all(exactly.as_bytes(), 4096).unwrap().len(), 1);
     }
 
     #[test]

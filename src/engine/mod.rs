@@ -15,7 +15,7 @@ mod redis;
 mod scram;
 
 use crate::domain::checkpoint::CheckpointName;
-use crate::domain::container::{ExecOutput, FilterOutput};
+use crate::domain::container::{ByteStream, ExecOutput, FilterOutput};
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
 use async_trait::async_trait;
@@ -145,17 +145,28 @@ impl fmt::Debug for Credentials {
 pub trait Exec: Send + Sync {
     /// Runs `cmd` with extra environment `env`; `Err` says why it could not run.
     async fn exec(&self, cmd: &[&str], env: Vec<String>) -> Result<ExecOutput, String>;
-    /// Runs `cmd` with `input` on its standard input, returning its
-    /// standard output (more than `limit` bytes fails); `Err` says why it
-    /// could not run.
+    /// Runs `cmd` with extra environment `env` and `input` on its
+    /// standard input (closed at its end), keeping the last `keep` bytes
+    /// of its standard output; `Err` says why it could not run, or why
+    /// the input ended early (the process then sees its input cut short).
     async fn filter(
         &self,
         cmd: &[&str],
-        _input: &[u8],
-        _limit: usize,
+        _env: Vec<String>,
+        _input: ByteStream<'_>,
+        _keep: usize,
     ) -> Result<FilterOutput, String> {
         Err(format!("cannot run {} with input here", cmd.join(" ")))
     }
+}
+
+/// A seed's content for [`Engine::seed`]: its first bytes, which tell its
+/// kind, and all of it as it streams from the state database.
+pub struct SeedBytes<'a> {
+    /// The first bytes (at most [`crate::domain::seed::HEAD_BYTES`]).
+    pub head: &'a [u8],
+    /// The whole content, a chunk at a time.
+    pub chunks: ByteStream<'a>,
 }
 
 /// Where and how the provisioner reaches a running engine container.
@@ -294,12 +305,14 @@ pub trait Engine: Send + Sync + 'static {
     fn fork_copy(&self) -> Option<ForkCopy> {
         None
     }
-    /// Loads seed `content` into the engine at `target`, logged in with
-    /// the target's credentials (the agent's, never a superuser's), each
+    /// Loads `seed` into the engine at `target`, logged in with the
+    /// target's credentials (the agent's, never a superuser's), each
     /// statement under [`crate::domain::seed::APPLY_TIMEOUT`]; the caller
-    /// bounds the whole. An engine without seeds refuses (the database
-    /// refuses to register one for it already).
-    async fn seed(&self, _target: &Target<'_>, _content: &[u8]) -> Result<(), EngineError> {
+    /// bounds the whole. The content streams through, a chunk at a time:
+    /// however large the seed, a load holds little of it. An engine
+    /// without seeds refuses (the database refuses to register one for
+    /// it already).
+    async fn seed(&self, _target: &Target<'_>, _seed: SeedBytes<'_>) -> Result<(), EngineError> {
         Err(EngineError::Seed {
             engine: self.name(),
             reason: "this engine takes no seeds".to_owned(),

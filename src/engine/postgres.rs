@@ -5,7 +5,8 @@
 //! the Unix socket inside the container, before the server listens on TCP.
 
 use super::{
-    postgres_seed, require_all, script, Credentials, Engine, EngineError, ForkCopy, Target,
+    postgres_seed, require_all, script, Credentials, Engine, EngineError, ForkCopy, SeedBytes,
+    Target,
 };
 use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
@@ -199,20 +200,16 @@ impl Engine for Postgres {
         let _ = conn.close().await;
         result.map(|_| ()).map_err(|e| failed(e.to_string()))
     }
-    async fn seed(&self, target: &Target<'_>, content: &[u8]) -> Result<(), EngineError> {
-        // As the agent, over its own login: the seed can do what the agent
-        // can (it owns the database and schema public), nothing more.
-        let failed = |reason: String| EngineError::Seed {
-            engine: NAME,
-            reason: seed::first_lines(&reason),
-        };
-        let sql = postgres_seed::script(target.exec, content)
+    async fn seed(&self, target: &Target<'_>, seed: SeedBytes<'_>) -> Result<(), EngineError> {
+        // As the agent, over its own login, from a client next to the
+        // engine: the seed can do what the agent can (it owns the database
+        // and schema public), nothing more.
+        postgres_seed::load(target.exec, self.port(), target.credentials, seed)
             .await
-            .map_err(failed)?;
-        let mut conn = self.connect(target).await.map_err(failed)?;
-        let result = postgres_seed::run(&mut conn, &sql).await;
-        let _ = conn.close().await;
-        result.map_err(failed)
+            .map_err(|reason| EngineError::Seed {
+                engine: NAME,
+                reason: seed::first_lines(&reason),
+            })
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         format!(

@@ -11,12 +11,13 @@
 //! entrypoint names only those of the modules in its `--loadmodule`
 //! arguments, since naming an unknown command stops the server).
 
-use super::{require_all, script, Credentials, Engine, EngineError, ForkCopy, Target};
+use super::{require_all, script, Credentials, Engine, EngineError, ForkCopy, SeedBytes, Target};
 use crate::domain::checkpoint::CheckpointName;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
 use crate::domain::seed;
 use async_trait::async_trait;
+use futures::StreamExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::AsyncConnectionConfig;
 use sha2::{Digest, Sha256};
@@ -107,8 +108,60 @@ fn acl_hash(password: &Secret) -> String {
     format!("#{}", crate::domain::hex::encode(&hash))
 }
 
-/// How many seed commands go in one pipeline.
-const SEED_BATCH: usize = 256;
+/// The most seed commands one pipeline sends.
+const SEED_BATCH: usize = 1024;
+
+/// The most bytes of seed commands one pipeline sends (a command longer
+/// than this goes alone).
+const SEED_BATCH_BYTES: usize = 256 * 1024;
+
+/// Seed commands on their way to the server, sent as one pipeline.
+#[derive(Default)]
+struct Batch {
+    commands: Vec<seed::Command>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn push(&mut self, command: seed::Command) {
+        self.bytes += command.words.iter().map(String::len).sum::<usize>();
+        self.commands.push(command);
+    }
+
+    fn is_full(&self) -> bool {
+        self.commands.len() >= SEED_BATCH || self.bytes >= SEED_BATCH_BYTES
+    }
+
+    /// Sends the commands (none: nothing) and empties the batch; the
+    /// first the server refused, by its line and name.
+    async fn send(&mut self, con: &mut MultiplexedConnection) -> Result<(), String> {
+        if self.commands.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for command in &self.commands {
+            let cmd = pipe.cmd(&command.words[0]);
+            for word in &command.words[1..] {
+                cmd.arg(word);
+            }
+        }
+        let replies = con
+            .req_packed_commands(&pipe, 0, self.commands.len())
+            .await
+            .map_err(|e| e.to_string())?;
+        let refused = replies.into_iter().enumerate().find_map(|(i, v)| match v {
+            redis::Value::ServerError(e) => Some((i, redis::RedisError::from(e))),
+            _ => None,
+        });
+        if let Some((i, e)) = refused {
+            let command = &self.commands[i];
+            return Err(format!("line {} ({}): {e}", command.line, command.words[0]));
+        }
+        self.commands.clear();
+        self.bytes = 0;
+        Ok(())
+    }
+}
 
 /// Logs in to the server with the target's password.
 async fn connect(target: &Target<'_>) -> Result<MultiplexedConnection, String> {
@@ -313,42 +366,37 @@ impl Engine for Resp {
         }
         Ok(())
     }
-    async fn seed(&self, target: &Target<'_>, content: &[u8]) -> Result<(), EngineError> {
+    async fn seed(&self, target: &Target<'_>, seed: SeedBytes<'_>) -> Result<(), EngineError> {
         // As `default`, the agent's user: its ACL applies (no SAVE, DEBUG,
-        // CONFIG SET, MODULE). Pipelined, a batch at a time; each reply is
-        // looked at, so a failure still names its command.
+        // CONFIG SET, MODULE). Read a line at a time as the seed streams
+        // in and pipelined a batch at a time, so a load holds a chunk, a
+        // line and a batch, whatever the seed's size; each reply is looked
+        // at, so a failure still names its command.
         let failed = |reason: String| EngineError::Seed {
             engine: self.name,
-            reason,
+            reason: seed::first_lines(&reason),
         };
-        let commands = seed::redis_commands(content).map_err(|e| failed(e.to_string()))?;
+        let mut chunks = seed.chunks;
+        let mut reader = seed::CommandReader::default();
+        let mut batch = Batch::default();
         let mut con = connect(target).await.map_err(failed)?;
-        for (batch, chunk) in commands.chunks(SEED_BATCH).enumerate() {
-            let mut pipe = redis::pipe();
-            for words in chunk {
-                let cmd = pipe.cmd(&words[0]);
-                for word in &words[1..] {
-                    cmd.arg(word);
+        loop {
+            match chunks.next().await {
+                Some(chunk) => reader
+                    .feed(&chunk.map_err(failed)?)
+                    .map_err(|e| failed(e.to_string()))?,
+                None => reader.finish(),
+            }
+            while let Some(command) = reader.next().map_err(|e| failed(e.to_string()))? {
+                batch.push(command);
+                if batch.is_full() {
+                    batch.send(&mut con).await.map_err(failed)?;
                 }
             }
-            let replies = con
-                .req_packed_commands(&pipe, 0, chunk.len())
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            let refused = replies.into_iter().enumerate().find_map(|(i, v)| match v {
-                redis::Value::ServerError(e) => Some((i, redis::RedisError::from(e))),
-                _ => None,
-            });
-            if let Some((i, e)) = refused {
-                let n = batch * SEED_BATCH + i;
-                return Err(failed(seed::first_lines(&format!(
-                    "command {} ({}): {e}",
-                    n + 1,
-                    commands[n][0]
-                ))));
+            if reader.is_finished() {
+                return batch.send(&mut con).await.map_err(failed);
             }
         }
-        Ok(())
     }
     fn url(&self, host: &str, port: u16, c: &Credentials) -> String {
         format!(

@@ -2,7 +2,7 @@
 
 use super::BoxError;
 use crate::domain::attach::Candidate;
-use crate::domain::container::{ExecOutput, FilterOutput, ObservedContainer, RunState};
+use crate::domain::container::{ByteStream, ExecOutput, FilterOutput, ObservedContainer, RunState};
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::labels;
@@ -313,8 +313,14 @@ pub struct VolumeFill {
     pub file: String,
     /// The file's owner, `uid:gid`.
     pub owner: String,
-    /// The file's content.
-    pub content: std::sync::Arc<Vec<u8>>,
+}
+
+/// A file's content for [`Runtime::fill_volume`], as it streams in.
+pub struct FileContent {
+    /// Its length in bytes, which the chunks must add up to.
+    pub len: u64,
+    /// The content.
+    pub chunks: ByteStream<'static>,
 }
 
 /// A network for sandbox containers.
@@ -603,9 +609,14 @@ pub trait Runtime: Send + Sync + 'static {
             helper.name
         )))
     }
-    /// Writes [`VolumeFill::file`] into its volume. A runtime that cannot
+    /// Writes [`VolumeFill::file`] into its volume with `content`, which
+    /// streams in (an `Err` in it fails the write). A runtime that cannot
     /// reach a volume from here refuses.
-    async fn fill_volume(&self, fill: &VolumeFill) -> Result<(), RuntimeError> {
+    async fn fill_volume(
+        &self,
+        fill: &VolumeFill,
+        _content: FileContent,
+    ) -> Result<(), RuntimeError> {
         Err(RuntimeError::Refused(format!(
             "volume {}: this runtime cannot write a file into a volume (data-file seeds need --backend docker)",
             fill.volume.name
@@ -692,16 +703,19 @@ pub trait Runtime: Send + Sync + 'static {
         cmd: &[&str],
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError>;
-    /// Runs `cmd` inside the container with `input` on its standard input
-    /// (closed once written) and returns its standard output apart from
-    /// its standard error; more than `limit` bytes of output fails. A
-    /// runtime that cannot attach to a process's input refuses.
+    /// Runs `cmd` inside the container with extra environment `env` and
+    /// `input` on its standard input, written as it arrives and closed at
+    /// its end (an input that ends early with an `Err` is not closed
+    /// cleanly: the call fails with its reason). Returns the last `keep`
+    /// bytes of its standard output and the first of its standard error.
+    /// A runtime that cannot attach to a process's input refuses.
     async fn filter(
         &self,
         id: &ContainerId,
         cmd: &[&str],
-        _input: &[u8],
-        _limit: usize,
+        _env: Vec<String>,
+        _input: ByteStream<'_>,
+        _keep: usize,
     ) -> Result<FilterOutput, RuntimeError> {
         Err(RuntimeError::Refused(format!(
             "container {id}: this runtime cannot run `{}` with input",

@@ -12,7 +12,7 @@ use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::notice::EventNotice;
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
-use crate::domain::seed::{SeedContent, SeedHash};
+use crate::domain::seed::{SeedHash, SeedInfo};
 use crate::domain::status::StatusUpdate;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -174,10 +174,19 @@ pub trait Store: Send + Sync + 'static {
     async fn lease(&self) -> Result<Option<LeaseHolder>, StoreError>;
     /// Every recorded claim of a warm-pool container.
     async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError>;
-    /// The content of the seed `hash` (`sandbox_seed_put`'s), `None` when
-    /// no owner registered it. Content is fixed by its hash, so any
-    /// owner's copy is the same.
-    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedContent>, StoreError>;
+    /// What is known of the seed `hash` (`sandbox_seed_put`'s) without
+    /// reading its content, `None` when no owner registered it. Content
+    /// is fixed by its hash, so any owner's copy is the same.
+    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedInfo>, StoreError>;
+    /// At most `len` bytes of the seed `hash`'s content from byte
+    /// `offset`: how a seed is read, a chunk at a time (never whole).
+    /// `None` when no owner holds it any more.
+    async fn seed_chunk(
+        &self,
+        hash: &SeedHash,
+        offset: u64,
+        len: u32,
+    ) -> Result<Option<Vec<u8>>, StoreError>;
     /// Records a claim as the leader of `term` (fenced like
     /// [`Store::write_status`]), before the container is changed.
     async fn record_claim(&self, claim: &PoolClaim, term: Term) -> Result<(), StoreError>;

@@ -9,7 +9,7 @@ use crate::domain::identity::{Incarnation, StateId};
 use crate::domain::lease::{LeaseHolder, Term};
 use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
-use crate::domain::seed::{SeedContent, SeedHash};
+use crate::domain::seed::{SeedHash, SeedInfo, HEAD_BYTES};
 use crate::domain::status::StatusUpdate;
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
 use async_trait::async_trait;
@@ -61,8 +61,8 @@ struct Tables {
     checkpoints: BTreeMap<SandboxId, Work>,
     /// How each reset request ended.
     resets_done: BTreeMap<i64, Result<(), String>>,
-    /// Registered seeds, by hash.
-    seeds: BTreeMap<SeedHash, SeedContent>,
+    /// Registered seeds, by hash: their engine and content.
+    seeds: BTreeMap<SeedHash, (String, Vec<u8>)>,
 }
 
 /// The lease row, with its expiry on tokio's clock (so paused-time tests
@@ -531,8 +531,30 @@ impl Store for FakeStore {
         Ok(())
     }
 
-    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedContent>, StoreError> {
-        Ok(self.tables.lock().unwrap().seeds.get(hash).cloned())
+    async fn seed(&self, hash: &SeedHash) -> Result<Option<SeedInfo>, StoreError> {
+        let tables = self.tables.lock().unwrap();
+        Ok(tables.seeds.get(hash).map(|(engine, bytes)| SeedInfo {
+            hash: hash.clone(),
+            engine: engine.clone(),
+            size: bytes.len() as u64,
+            head: bytes[..bytes.len().min(HEAD_BYTES)].to_vec(),
+        }))
+    }
+
+    async fn seed_chunk(
+        &self,
+        hash: &SeedHash,
+        offset: u64,
+        len: u32,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let tables = self.tables.lock().unwrap();
+        Ok(tables.seeds.get(hash).map(|(_, bytes)| {
+            let from = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(bytes.len());
+            let to = from.saturating_add(len as usize).min(bytes.len());
+            bytes[from..to].to_vec()
+        }))
     }
 
     async fn pool_claims(&self) -> Result<Vec<PoolClaim>, StoreError> {

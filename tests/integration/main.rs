@@ -42,6 +42,7 @@ mod roles;
 mod rotation;
 mod schema;
 mod secrets_file;
+mod seed_loads;
 mod seeds;
 mod state_restart;
 mod templates;

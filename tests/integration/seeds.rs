@@ -204,8 +204,8 @@ async fn seeded_sandboxes_start_with_their_seed_and_a_changed_seed_reaches_new_a
         panic!("a failing seed fails the sandbox: {err}");
     };
     assert!(
-        message.contains("seed") && message.contains("division by zero"),
-        "{message}"
+        message.contains("seed") && message.contains("line 2: ERROR:  division by zero"),
+        "the engine's words, at the seed's line: {message}"
     );
     // Redis commands run as the agent's user: one it may not run fails
     // the sandbox, naming the command.
@@ -218,7 +218,7 @@ async fn seeded_sandboxes_start_with_their_seed_and_a_changed_seed_reaches_new_a
     let ClientError::Failed { message, .. } = &err else {
         panic!("a refused command fails the sandbox: {err}");
     };
-    assert!(message.contains("command 2 (CONFIG)"), "{message}");
+    assert!(message.contains("line 2 (CONFIG)"), "{message}");
     controller.stop().await;
 }
 
@@ -826,5 +826,73 @@ async fn an_rdb_seed_s_volume_is_kept_while_a_row_names_it_and_removed_a_window_
         || async { volumes().is_empty().then_some(()) },
     )
     .await;
+    controller.stop().await;
+}
+
+/// A Postgres seed is SQL and nothing else: psql runs it in restricted
+/// mode, so a backslash command (a shell, a file) fails it, even after a
+/// guessed `\unrestrict`; a seed that ends inside a quote, a comment or a
+/// `COPY` block's rows never counts as loaded; a last statement without
+/// its `;` still runs.
+#[tokio::test]
+async fn a_postgres_seed_runs_sql_only_and_counts_as_loaded_only_when_psql_reached_its_end() {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let cases: [(&str, &[u8], Option<&str>); 6] = [
+        (
+            "shell",
+            b"CREATE TABLE t (a int);\n\\! touch /tmp/pwned\n",
+            Some("line 2: error: backslash commands are restricted"),
+        ),
+        (
+            "guessed-key",
+            b"\\unrestrict guess\n\\! touch /tmp/pwned\n",
+            Some("backslash commands are restricted"),
+        ),
+        (
+            "open-quote",
+            b"CREATE TABLE t (a text);\nINSERT INTO t VALUES ('open",
+            Some("postgres seed failed"),
+        ),
+        (
+            "open-comment",
+            b"CREATE TABLE t (a int); /* never closed",
+            Some("postgres seed failed"),
+        ),
+        (
+            "open-copy",
+            b"CREATE TABLE t (a int);\nCOPY t (a) FROM stdin;\n1\n2\n",
+            Some("no closing line \\."),
+        ),
+        (
+            "no-semicolon",
+            b"CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL);\nINSERT INTO items VALUES (1, 'one')",
+            None,
+        ),
+    ];
+    let mut runs = Vec::new();
+    for (what, content, refused) in cases {
+        let hash = put(&client, "postgres", content).await;
+        let client = client.clone();
+        runs.push(tokio::spawn(async move {
+            let id = sandbox_id(what);
+            let got = client
+                .provision(&id, &seeded(&["postgres"], &[("postgres", &hash)]), READY)
+                .await;
+            match (refused, got) {
+                (None, Ok(status)) => {
+                    assert_eq!(items(&status).await.0, ["one"], "{what}");
+                }
+                (Some(words), Err(ClientError::Failed { message, .. })) => {
+                    assert!(message.contains(words), "{what}: {message}");
+                }
+                (want, got) => panic!("{what}: wanted {want:?}, got {got:?}"),
+            }
+        }));
+    }
+    for run in runs {
+        run.await.unwrap();
+    }
     controller.stop().await;
 }

@@ -220,6 +220,12 @@ pub struct RunArgs {
     /// `on` or `off`.
     #[arg(long, env = "SANDBOXD_TEMPLATES", default_value = "on", value_parser = parse_switch)]
     pub templates: bool,
+    /// How many seeds are loaded into engines at once (or seed data files
+    /// written); more wait their turn, each at most as long as a load may
+    /// take. A load streams its seed in chunks, so this bounds what seeds
+    /// cost sandboxd's memory (a few hundred KiB each).
+    #[arg(long, env = "SANDBOXD_SEED_LOADS", default_value_t = crate::config::DEFAULT_SEED_LOADS, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub seed_loads: u16,
     /// Bound on one template job (initialising a template's data directory).
     #[arg(long, env = "SANDBOXD_TEMPLATE_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
     pub template_timeout: Duration,
@@ -361,6 +367,7 @@ impl RunArgs {
         c.templates = self.templates;
         c.template_timeout = self.template_timeout;
         c.persistent_size = self.persistent_size;
+        c.seed_loads = self.seed_loads;
         c.disks.dir.clone_from(&self.persistent_disks_dir);
         c.lease = crate::domain::lease::LeasePolicy::new(self.lease_duration)?;
         c.breaker = crate::domain::breaker::BreakerPolicy::new(

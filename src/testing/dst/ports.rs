@@ -743,8 +743,17 @@ impl Store for SimStore {
     async fn seed(
         &self,
         hash: &crate::domain::seed::SeedHash,
-    ) -> Result<Option<crate::domain::seed::SeedContent>, StoreError> {
+    ) -> Result<Option<crate::domain::seed::SeedInfo>, StoreError> {
         self.call("seed", false, self.fake().seed(hash)).await
+    }
+    async fn seed_chunk(
+        &self,
+        hash: &crate::domain::seed::SeedHash,
+        offset: u64,
+        len: u32,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let call = self.fake().seed_chunk(hash, offset, len);
+        self.call("seed_chunk", false, call).await
     }
     async fn pool_claims(&self) -> Result<Vec<crate::domain::pool::PoolClaim>, StoreError> {
         self.call("pool_claims", false, self.fake().pool_claims())
