@@ -798,7 +798,8 @@ async fn a_pg_dump_archive_or_plain_dump_seed_is_restored_as_the_agent_and_a_bro
 }
 
 #[tokio::test]
-async fn an_rdb_seed_s_volume_is_kept_while_a_row_names_it_and_removed_a_window_after() {
+async fn an_rdb_seed_s_volume_is_named_by_its_whole_hash_kept_while_a_row_names_it_and_removed_a_window_after(
+) {
     let env = TestEnv::new().await;
     let mut config = env.config();
     // Relists every second; nothing asked for a seed within two seconds
@@ -814,7 +815,17 @@ async fn an_rdb_seed_s_volume_is_kept_while_a_row_names_it_and_removed_a_window_
         .provision(&id, &seeded(&["redis"], &[("redis", &hash)]), READY)
         .await
         .unwrap();
-    assert_eq!(volumes().lines().count(), 1);
+    // Named by all 64 hex digits of the hash: no two seeds share a
+    // volume however their hashes begin (12 digits, 48 bits, were
+    // collided on purpose: a denial of service).
+    assert_eq!(
+        volumes().trim(),
+        format!(
+            "{}-seed-redis-{}",
+            env.deployment,
+            hash.trim_start_matches("sha256:")
+        )
+    );
     // Several relists and more than the window later, the row still
     // names it: kept (and mounted).
     tokio::time::sleep(Duration::from_secs(4)).await;
