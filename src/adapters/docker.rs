@@ -425,7 +425,10 @@ impl DockerRuntime {
                         info.labels.get(labels::INCARNATION)
                     )));
                 }
-                Some(info.options)
+                Some(disk::Existing {
+                    options: info.options,
+                    labels: info.labels,
+                })
             }
             Err(e) if is_status(&e, &[404]) => None,
             Err(e) => return Err(api("inspect volume", &volume.name)(e)),

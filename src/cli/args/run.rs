@@ -212,7 +212,7 @@ pub struct RunArgs {
     #[arg(long, env = "SANDBOXD_PERSISTENT_SIZE", default_value = "1GiB", value_parser = parse_size)]
     pub persistent_size: u64,
     /// Directory on the Docker host holding the capped volumes' files (one
-    /// `NAME.img` per persistent volume).
+    /// `NAME.KEY.img` per persistent volume, KEY random per Docker volume).
     #[arg(long, env = "SANDBOXD_PERSISTENT_DISKS_DIR", default_value = crate::config::DEFAULT_DISKS_DIR)]
     pub persistent_disks_dir: String,
     /// Start non-persistent sandboxes from pre-initialised templates
