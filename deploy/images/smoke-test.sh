@@ -337,7 +337,9 @@ check_kv() {
 	done
 	for cmd in "CONFIG SET maxmemory 1" "MODULE LOAD /usr/lib/redis/modules/redisearch.so" \
 		"MODULE UNLOAD bf" "REPLICAOF 127.0.0.1 6380" "SLAVEOF 127.0.0.1 6380" "DEBUG SLEEP 0" "SHUTDOWN NOSAVE" \
-		"ACL SETUSER x on" "SAVE" "BGSAVE" "BGREWRITEAOF" "MONITOR" "FAILOVER"; do
+		"ACL SETUSER x on" "SAVE" "BGSAVE" "BGREWRITEAOF" "MONITOR" "FAILOVER" \
+		"PFSELFTEST" "PFDEBUG GETREG hll" "SCRIPT DEBUG YES" "REPLCONF listening-port 6380" \
+		"FUNCTION RESTORE x" "CONFIG RESETSTAT"; do
 		# shellcheck disable=SC2086
 		out=$(cli_sb "$c" "$cli" $cmd 2>&1)
 		[[ $out == NOPERM* || $out == "ERR "*"command not allowed"* ]] || fail "$c: $cmd not refused: $out"

@@ -3,7 +3,7 @@
 //! into messages an operator can act on.
 
 use super::host_net;
-use crate::domain::attach::Candidate;
+use crate::domain::attach::{Candidate, Holds};
 use crate::domain::container::{
     ByteStream, ContainerState, ExecOutput, FilterOutput, ObservedContainer, RunState,
 };
@@ -463,7 +463,10 @@ impl DockerRuntime {
                         info.labels.get(labels::INCARNATION)
                     )));
                 }
-                Some(info.options)
+                Some(disk::Existing {
+                    options: info.options,
+                    labels: info.labels,
+                })
             }
             Err(e) if is_status(&e, &[404]) => None,
             Err(e) => return Err(api("inspect volume", &volume.name)(e)),
@@ -475,6 +478,23 @@ impl DockerRuntime {
             return Ok(());
         }
         self.create_volume(volume, None).await
+    }
+
+    /// The host path or device the local volume `name` mounts (its
+    /// `device` option, when that is an absolute path), if any; `None` for
+    /// a plain volume in Docker's own directory, a tmpfs or a network file
+    /// system, or a volume gone meanwhile.
+    async fn local_volume_device(&self, name: &str) -> Result<Option<String>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Volume);
+        match self.docker.inspect_volume(name).await {
+            Ok(info) => Ok(info
+                .options
+                .get("device")
+                .filter(|d| d.starts_with('/'))
+                .cloned()),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(api("inspect volume", name)(e)),
+        }
     }
 
     /// Creates `volume` with its labels, on the local driver with
@@ -1271,6 +1291,34 @@ impl Runtime for DockerRuntime {
             Err(e) => return Err(api("inspect", name)(e)),
         };
         let host = info.host_config.unwrap_or_default();
+        let mut host_paths = Vec::new();
+        for m in info.mounts.unwrap_or_default() {
+            match m.typ.as_deref() {
+                Some("bind" | "npipe") => host_paths.extend(m.source),
+                // A local volume may be a host path or device in disguise
+                // (`--opt o=bind --opt device=/`, a capped volume's loop
+                // device).
+                Some("volume") if m.driver.as_deref().is_none_or(|d| d == "local") => {
+                    if let Some(name) = &m.name {
+                        host_paths.extend(self.local_volume_device(name).await?);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let devices = host
+            .devices
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| d.path_on_host.unwrap_or_default())
+            .chain(host.device_cgroup_rules.unwrap_or_default())
+            .chain(
+                host.device_requests
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|r| format!("device request ({:?})", r.driver.unwrap_or_default())),
+            )
+            .collect();
         Ok(Some(Candidate {
             id: ContainerId::new(info.id.unwrap_or_default()),
             name: info
@@ -1279,15 +1327,20 @@ impl Runtime for DockerRuntime {
                 .trim_start_matches('/')
                 .to_owned(),
             labels: info.config.and_then(|c| c.labels).unwrap_or_default(),
-            privileged: host.privileged.unwrap_or(false),
-            network_mode: host.network_mode.unwrap_or_default(),
-            bind_sources: info
-                .mounts
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|m| m.typ.as_deref() == Some("bind"))
-                .filter_map(|m| m.source)
-                .collect(),
+            holds: Holds {
+                privileged: host.privileged.unwrap_or(false),
+                network_mode: host.network_mode.unwrap_or_default(),
+                pid_mode: host.pid_mode.unwrap_or_default(),
+                ipc_mode: host.ipc_mode.unwrap_or_default(),
+                uts_mode: host.uts_mode.unwrap_or_default(),
+                userns_mode: host.userns_mode.unwrap_or_default(),
+                host_paths,
+                cap_add: host.cap_add.unwrap_or_default(),
+                devices,
+                security_opt: host.security_opt.unwrap_or_default(),
+                masked_paths: host.masked_paths.unwrap_or_default(),
+                readonly_paths: host.readonly_paths.unwrap_or_default(),
+            },
         }))
     }
 

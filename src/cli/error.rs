@@ -53,6 +53,9 @@ pub enum CliError {
     /// The operator page's token file cannot be used.
     #[error(transparent)]
     OperatorToken(#[from] super::console::TokenError),
+    /// A `--http-host` is not a host name.
+    #[error(transparent)]
+    HttpHost(#[from] crate::domain::http_host::HostError),
     /// The node-exec helper could not run its command.
     #[error("node-exec: {0}")]
     NodeExec(RuntimeError),

@@ -13,6 +13,7 @@ use crate::adapters::{http, DockerRuntime, PgStore, SwarmRuntime};
 use crate::config::{Backend, ControllerConfig, NetworkLayout};
 use crate::controller::{Controller, Elector, Fence, GuardedRuntime, Parts, RuntimeDeadlines};
 use crate::domain::clock::{Clock, SystemClock};
+use crate::domain::http_host::AllowedHosts;
 use crate::engine::{Registry, REGISTRY};
 use crate::metrics::Metrics;
 use crate::ports::webhook::WebhookTransport;
@@ -150,6 +151,8 @@ pub(super) async fn run(url: &str, args: &RunArgs) -> Result<(), CliError> {
         .as_deref()
         .map(ActionToken::read)
         .transpose()?;
+    // And the Host names the HTTP port answers to.
+    let hosts = AllowedHosts::new(&args.http_hosts)?;
     // Migrations get the default bound; the controller's statements
     // --store-timeout, enforced by the server too.
     let engines = REGISTRY;
@@ -188,6 +191,7 @@ pub(super) async fn run(url: &str, args: &RunArgs) -> Result<(), CliError> {
         metrics,
         controller.probes(),
         page.map(Console::routes),
+        hosts,
         stopped(stop_rx.clone()),
     )
     .await?;

@@ -15,6 +15,7 @@ use crate::domain::identity::{self, StateId};
 use crate::domain::labels::ContainerLabels;
 use crate::domain::network::container_name;
 use crate::domain::sandbox::DesiredSandbox;
+use crate::domain::volume_disk;
 use crate::engine::Engine;
 use crate::ports::runtime::{ObservedResource, RuntimeError, Volume};
 
@@ -136,23 +137,40 @@ struct DiskUse {
     used: u64,
     /// Their caps, summed.
     size: u64,
+    /// Bytes the files of this deployment's capped volumes occupy that no
+    /// listed volume names: left by volumes removed behind sandboxd's
+    /// back, until a volume of the same name is made again (the job then
+    /// removes them) or the operator does.
+    orphaned: u64,
 }
+
+/// How old a file no listed volume names must be to count as orphaned: a
+/// file made while a relist ran is named by a volume it did not list yet.
+const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Publishes `sandboxd_persistent_disk_bytes` from the files of the
 /// listed volumes in `--persistent-disks-dir`, when sandboxd sees that
 /// directory (on the Docker host, or mounted into its container); a
-/// `stat` per volume, at each relist.
+/// `stat` per volume and a listing of the directory, at each relist.
 pub(crate) async fn publish_use(ctx: &Context, volumes: &[ObservedResource]) {
     let dir = std::path::PathBuf::from(&ctx.config.disks.dir);
-    let names: Vec<String> = volumes.iter().map(|v| v.name.clone()).collect();
-    if names.is_empty() {
+    if volumes.is_empty() && !dir.is_dir() {
         // Nothing to measure: no thread (a thread's timing would also make
         // a simulated world's order depend on the host's scheduler).
-        ctx.metrics.fleet.persistent_disks(0, 0);
+        ctx.metrics.fleet.persistent_disks(0, 0, 0);
         return;
     }
-    match tokio::task::spawn_blocking(move || measure(&dir, &names)).await {
-        Ok(Some(usage)) => ctx.metrics.fleet.persistent_disks(usage.used, usage.size),
+    let files: Vec<String> = volumes
+        .iter()
+        .map(|v| volume_disk::file_name(&v.name, v.disk_key.as_deref()))
+        .collect();
+    let prefix = format!("sandboxd.{}.", ctx.config.deployment);
+    match tokio::task::spawn_blocking(move || measure(&dir, &files, &prefix)).await {
+        Ok(Some(usage)) => {
+            ctx.metrics
+                .fleet
+                .persistent_disks(usage.used, usage.size, usage.orphaned);
+        }
         Ok(None) => {
             tracing::debug!(dir = %ctx.config.disks.dir, "the disks directory is not visible here: no volume use measured");
         }
@@ -160,18 +178,38 @@ pub(crate) async fn publish_use(ctx: &Context, volumes: &[ObservedResource]) {
     }
 }
 
-/// The use of the files `DIR/NAME.img` of `names`; `None` when `dir` is
-/// not visible.
-fn measure(dir: &std::path::Path, names: &[String]) -> Option<DiskUse> {
+/// The use of `files` in `dir`, and of the other files there of volumes
+/// whose names start with `prefix` (this deployment's), older than
+/// [`ORPHAN_AGE`]; `None` when `dir` is not visible.
+fn measure(dir: &std::path::Path, files: &[String], prefix: &str) -> Option<DiskUse> {
     use std::os::unix::fs::MetadataExt;
-    if !dir.is_dir() {
-        return None;
-    }
+    let entries = std::fs::read_dir(dir).ok()?;
     let mut usage = DiskUse::default();
-    for name in names {
-        if let Ok(file) = std::fs::metadata(dir.join(format!("{name}.img"))) {
-            usage.used += file.blocks() * 512;
-            usage.size += file.len();
+    for file in files {
+        if let Ok(meta) = std::fs::metadata(dir.join(file)) {
+            usage.used += meta.blocks() * 512;
+            usage.size += meta.len();
+        }
+    }
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let ours = volume_disk::volume_of(name).is_some_and(|v| v.starts_with(prefix));
+        if !ours || files.iter().any(|f| f == name) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age >= ORPHAN_AGE);
+        if old {
+            usage.orphaned += meta.blocks() * 512;
         }
     }
     Some(usage)
@@ -182,20 +220,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn use_counts_the_listed_volumes_files_only() {
+    fn use_counts_the_listed_volumes_files_and_old_unlisted_ones_of_the_deployment_as_orphaned() {
         let dir = std::env::temp_dir().join(format!("sandboxd-disk-use-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("a.img"), vec![1u8; 8192]).unwrap();
-        let sparse = std::fs::File::create(dir.join("b.img")).unwrap();
+        let write =
+            |name: &str, len: usize| std::fs::write(dir.join(name), vec![1u8; len]).unwrap();
+        write("sandboxd.d.a.redis.img", 8192);
+        let sparse = std::fs::File::create(dir.join("sandboxd.d.b.redis.img")).unwrap();
         sparse.set_len(1 << 20).unwrap();
-        std::fs::write(dir.join("other.img"), vec![1u8; 8192]).unwrap();
-        let usage = measure(&dir, &["a".into(), "b".into(), "gone".into()]).unwrap();
+        // Unlisted: this deployment's (an orphan, once old enough), another
+        // deployment's, something else.
+        write("sandboxd.d.c.redis.img", 4096);
+        write("sandboxd.e.a.redis.img", 8192);
+        write("sandboxd.d.notes", 8192);
+        let listed = [
+            "sandboxd.d.a.redis.img".to_owned(),
+            "sandboxd.d.b.redis.img".to_owned(),
+            "sandboxd.d.gone.redis.img".to_owned(),
+        ];
+        let usage = measure(&dir, &listed, "sandboxd.d.").unwrap();
         assert_eq!(usage.size, 8192 + (1 << 20));
         assert!(
             usage.used >= 8192 && usage.used < 8192 + (1 << 20),
             "{usage:?}"
         );
-        assert_eq!(measure(&dir.join("missing"), &["a".into()]), None);
+        assert_eq!(
+            usage.orphaned, 0,
+            "a new file may be a volume's not listed yet"
+        );
+        let old = std::time::SystemTime::now() - ORPHAN_AGE;
+        for name in [
+            "sandboxd.d.c.redis.img",
+            "sandboxd.e.a.redis.img",
+            "sandboxd.d.notes",
+        ] {
+            std::fs::File::options()
+                .write(true)
+                .open(dir.join(name))
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+        let usage = measure(&dir, &listed, "sandboxd.d.").unwrap();
+        assert_eq!(usage.orphaned, 4096, "{usage:?}");
+        assert_eq!(measure(&dir.join("missing"), &listed, "sandboxd.d."), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

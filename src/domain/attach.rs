@@ -14,11 +14,19 @@
 //! administrator a party to every agent's start, and the label already
 //! proves the one thing that matters: the container's creator agreed.)
 //!
-//! Whatever opts in, a few kinds of container are never attached, as they
-//! hold the host: privileged ones, ones with the Docker socket (or a
-//! directory holding it) bind-mounted, ones on the host's network or in
-//! another container's network namespace, and sandboxd's own (engines,
-//! state databases, the compose stack's services).
+//! Whatever opts in, a container that holds anything of the host is never
+//! attached ([`Holds::host_access`]): privileged; any host path mounted
+//! (a bind mount, or a local volume whose `device` is a host path: the
+//! Docker socket is refused by its own name); any of the host's namespaces
+//! or another container's (`--network`, `--pid`, `--ipc`, `--uts`,
+//! `--userns`); a capability beyond Docker's default set; a host device
+//! (`--device`, `--device-cgroup-rule`, `--gpus`); its confinement lifted
+//! (`seccomp` other than Docker's default, `apparmor=unconfined`,
+//! `label=disable`, `systempaths=unconfined`). Nor is sandboxd's own
+//! (engines, state databases, the compose stack's services).
+//!
+//! The cgroup namespace is not judged: `host` is Docker's default on
+//! cgroup v1 hosts, and shows only the host's cgroup paths.
 //!
 //! A refusal tells the orchestrator nothing about what exists: one message
 //! ([`AttachError::NotAttachable`]) for a missing container and for every
@@ -51,13 +59,188 @@ pub struct Candidate {
     pub name: String,
     /// Its labels.
     pub labels: HashMap<String, String>,
+    /// What it was given of the host.
+    pub holds: Holds,
+}
+
+/// What a container was given of the host, from its `HostConfig` and
+/// mounts. [`Holds::default`] is a container that `docker run` made
+/// without any option that gives the host away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holds {
     /// Whether it runs `--privileged`.
     pub privileged: bool,
     /// Its network mode (`bridge`, `host`, `none`, `container:ID`, a
     /// network's name).
     pub network_mode: String,
-    /// The host paths bind-mounted into it.
-    pub bind_sources: Vec<String>,
+    /// Its PID, IPC, UTS and user namespace modes (`""`, `private`,
+    /// `shareable`, `host`, `container:ID`).
+    pub pid_mode: String,
+    /// See [`Holds::pid_mode`].
+    pub ipc_mode: String,
+    /// See [`Holds::pid_mode`].
+    pub uts_mode: String,
+    /// See [`Holds::pid_mode`].
+    pub userns_mode: String,
+    /// The host paths mounted into it: bind mounts' sources, and the
+    /// `device` of local volumes mounted from a host path or device.
+    pub host_paths: Vec<String>,
+    /// `--cap-add`, as given (`SYS_ADMIN`, `CAP_SYS_ADMIN`, `ALL`).
+    pub cap_add: Vec<String>,
+    /// The host devices it may use: `--device` host paths, device cgroup
+    /// rules, device requests (`--gpus`), one entry each.
+    pub devices: Vec<String>,
+    /// `--security-opt`, as Docker stores them (`seccomp=unconfined`,
+    /// `label=disable`, `no-new-privileges`).
+    pub security_opt: Vec<String>,
+    /// The paths of its `/proc` and `/sys` Docker masks, and those it
+    /// makes read-only (both empty after `systempaths=unconfined`).
+    pub masked_paths: Vec<String>,
+    /// See [`Holds::masked_paths`].
+    pub readonly_paths: Vec<String>,
+}
+
+/// Paths Docker masks or makes read-only by default whose loss gives a
+/// container the host: `/proc/sysrq-trigger` (reboot the host),
+/// `/proc/sys` (the kernel's settings), `/proc/kcore` (its memory),
+/// `/proc/keys`, `/sys/firmware`. Each must be masked or read-only.
+const CONFINED_PATHS: [&str; 5] = [
+    "/proc/sysrq-trigger",
+    "/proc/sys",
+    "/proc/kcore",
+    "/proc/keys",
+    "/sys/firmware",
+];
+
+/// Docker's default capabilities: adding one of these back (after
+/// `--cap-drop ALL`) gives nothing beyond a plain container.
+const DEFAULT_CAPABILITIES: [&str; 14] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "NET_RAW",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// A namespace other than the network's that a container may share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Namespace {
+    /// `--pid`.
+    Pid,
+    /// `--ipc`.
+    Ipc,
+    /// `--uts`.
+    Uts,
+    /// `--userns`.
+    User,
+}
+
+impl Default for Holds {
+    fn default() -> Self {
+        Self {
+            privileged: false,
+            network_mode: "bridge".into(),
+            pid_mode: String::new(),
+            ipc_mode: "private".into(),
+            uts_mode: String::new(),
+            userns_mode: String::new(),
+            host_paths: Vec::new(),
+            cap_add: Vec::new(),
+            devices: Vec::new(),
+            security_opt: Vec::new(),
+            masked_paths: ["/proc/kcore", "/proc/keys", "/sys/firmware"]
+                .map(String::from)
+                .to_vec(),
+            readonly_paths: ["/proc/sys", "/proc/sysrq-trigger"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+impl Holds {
+    /// What of the host these give a container, if anything (the first
+    /// found, in the order of [`Refusal`]).
+    pub(crate) fn host_access(&self) -> Option<Refusal> {
+        if self.privileged {
+            return Some(Refusal::Privileged);
+        }
+        if self.host_paths.iter().any(|s| exposes_docker_socket(s)) {
+            return Some(Refusal::DockerSocket);
+        }
+        if !self.host_paths.is_empty() {
+            return Some(Refusal::HostPath);
+        }
+        if self.network_mode == "host" {
+            return Some(Refusal::HostNetwork);
+        }
+        if self.network_mode.starts_with("container:") {
+            return Some(Refusal::SharedNamespace);
+        }
+        for (namespace, mode) in [
+            (Namespace::Pid, &self.pid_mode),
+            (Namespace::Ipc, &self.ipc_mode),
+            (Namespace::Uts, &self.uts_mode),
+            (Namespace::User, &self.userns_mode),
+        ] {
+            if mode == "host" {
+                return Some(Refusal::HostNamespace(namespace));
+            }
+            if mode.starts_with("container:") {
+                return Some(Refusal::SharedNamespace);
+            }
+        }
+        if self.cap_add.iter().any(|c| !is_default_capability(c)) {
+            return Some(Refusal::Capabilities);
+        }
+        if !self.devices.is_empty() {
+            return Some(Refusal::Devices);
+        }
+        let confined = |path: &str| {
+            self.masked_paths.iter().any(|p| p == path)
+                || self.readonly_paths.iter().any(|p| p == path)
+        };
+        let lifted = self.security_opt.iter().any(|o| lifts_confinement(o));
+        if lifted || !CONFINED_PATHS.iter().all(|p| confined(p)) {
+            return Some(Refusal::Unconfined);
+        }
+        None
+    }
+}
+
+/// Whether `--cap-add` of `cap` adds nothing to Docker's default set
+/// (Docker takes `CAP_X` and `X`, in any case).
+fn is_default_capability(cap: &str) -> bool {
+    let cap = cap.to_ascii_uppercase();
+    let cap = cap.strip_prefix("CAP_").unwrap_or(&cap);
+    DEFAULT_CAPABILITIES.contains(&cap)
+}
+
+/// Whether the security option `option` (`KEY=VALUE`, or Docker's older
+/// `KEY:VALUE`) lifts what Docker confines a container with: any
+/// `seccomp` profile (Docker's default is not listed; a profile of the
+/// container's creator may allow anything), AppArmor `unconfined`,
+/// SELinux labels off.
+fn lifts_confinement(option: &str) -> bool {
+    let Some((key, value)) = option.split_once(['=', ':']) else {
+        return false;
+    };
+    match key {
+        "seccomp" => true,
+        "apparmor" => value == "unconfined",
+        "label" => value == "disable",
+        "systempaths" => value == "unconfined",
+        _ => false,
+    }
 }
 
 /// Why a container is not attached (for the operator's log; the status
@@ -81,10 +264,23 @@ pub(crate) enum Refusal {
     Privileged,
     /// The Docker socket, or a directory holding it, is bind-mounted.
     DockerSocket,
+    /// Another host path (or a host device) is mounted.
+    HostPath,
     /// The container is on the host's network.
     HostNetwork,
-    /// The container shares another container's network namespace.
+    /// The container shares another container's network, PID or IPC
+    /// namespace.
     SharedNamespace,
+    /// The container shares one of the host's other namespaces.
+    HostNamespace(Namespace),
+    /// A capability beyond Docker's default set was added.
+    Capabilities,
+    /// A host device was given (`--device`, a device cgroup rule,
+    /// `--gpus`).
+    Devices,
+    /// Its seccomp, AppArmor or SELinux confinement, or the masking of
+    /// the host's `/proc` and `/sys`, was lifted.
+    Unconfined,
 }
 
 impl Refusal {
@@ -99,8 +295,16 @@ impl Refusal {
             Refusal::OtherOwner => "other_owner",
             Refusal::Privileged => "privileged",
             Refusal::DockerSocket => "docker_socket",
+            Refusal::HostPath => "host_path",
             Refusal::HostNetwork => "host_network",
             Refusal::SharedNamespace => "shared_namespace",
+            Refusal::HostNamespace(Namespace::Pid) => "host_pid",
+            Refusal::HostNamespace(Namespace::Ipc) => "host_ipc",
+            Refusal::HostNamespace(Namespace::Uts) => "host_uts",
+            Refusal::HostNamespace(Namespace::User) => "host_userns",
+            Refusal::Capabilities => "capabilities",
+            Refusal::Devices => "devices",
+            Refusal::Unconfined => "unconfined",
         }
     }
 
@@ -121,8 +325,28 @@ impl Refusal {
             Refusal::DockerSocket => {
                 "the container bind-mounts the Docker socket or a directory holding it"
             }
+            Refusal::HostPath => {
+                "the container mounts a host path (a bind mount, or a local volume on a host path or device)"
+            }
             Refusal::HostNetwork => "the container is on the host's network",
-            Refusal::SharedNamespace => "the container shares another container's network namespace",
+            Refusal::SharedNamespace => {
+                "the container shares another container's network, PID or IPC namespace"
+            }
+            Refusal::HostNamespace(Namespace::Pid) => "the container is in the host's PID namespace",
+            Refusal::HostNamespace(Namespace::Ipc) => "the container is in the host's IPC namespace",
+            Refusal::HostNamespace(Namespace::Uts) => "the container is in the host's UTS namespace",
+            Refusal::HostNamespace(Namespace::User) => {
+                "the container is in the host's user namespace (--userns host)"
+            }
+            Refusal::Capabilities => {
+                "the container was given a capability beyond Docker's default set"
+            }
+            Refusal::Devices => {
+                "the container was given a host device (--device, --device-cgroup-rule or --gpus)"
+            }
+            Refusal::Unconfined => {
+                "the container's seccomp, AppArmor or SELinux confinement, or the masking of /proc and /sys, was lifted"
+            }
         }
     }
 }
@@ -131,7 +355,7 @@ impl Refusal {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum AttachError {
     /// Refused, for whatever [`Refusal`]: the same text for all of them.
-    #[error("attach {name}: not attachable (it must exist under this exact name, carry the label io.sandboxd.attach-owner={owner}, and be neither privileged, on the host network or another container's, nor mounting the Docker socket)")]
+    #[error("attach {name}: not attachable (it must exist under this exact name, carry the label io.sandboxd.attach-owner={owner}, and hold nothing of the host: no privilege, added capability, device, host path or host or shared namespace, and Docker's confinement kept)")]
     NotAttachable {
         /// The name in `attach`.
         name: String,
@@ -175,17 +399,8 @@ pub(crate) fn judge<'a>(
         Some(theirs) if theirs != owner => return Err(Refusal::OtherOwner),
         Some(_) => {}
     }
-    if c.privileged {
-        return Err(Refusal::Privileged);
-    }
-    if c.bind_sources.iter().any(|s| exposes_docker_socket(s)) {
-        return Err(Refusal::DockerSocket);
-    }
-    if c.network_mode == "host" {
-        return Err(Refusal::HostNetwork);
-    }
-    if c.network_mode.starts_with("container:") {
-        return Err(Refusal::SharedNamespace);
+    if let Some(refusal) = c.holds.host_access() {
+        return Err(refusal);
     }
     Ok(c)
 }
@@ -210,16 +425,14 @@ mod tests {
 
     const OWNER: &str = "alice";
 
-    /// `agent-7`, opted in for alice, unprivileged, on a bridge, a data
-    /// directory bind-mounted.
+    /// `agent-7`, opted in for alice, as `docker run` makes it without
+    /// options: on a bridge, holding nothing of the host.
     fn agent() -> Candidate {
         Candidate {
             id: ContainerId::new("0123456789abcdef"),
             name: "agent-7".into(),
             labels: HashMap::from([(OPT_IN.to_owned(), OWNER.to_owned())]),
-            privileged: false,
-            network_mode: "bridge".into(),
-            bind_sources: vec!["/srv/agent-7/work".into()],
+            holds: Holds::default(),
         }
     }
 
@@ -237,12 +450,27 @@ mod tests {
 
     #[test]
     fn an_agent_opted_in_for_the_owner_holding_nothing_of_the_host_is_attached() {
+        let to = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         let harmless = [
             Some(agent()),
-            with(|c| c.network_mode = "agents".into()),
-            with(|c| c.bind_sources = vec!["/run/docker.sock.d".into()]),
-            with(|c| c.bind_sources = vec!["/run/agent".into()]),
-            with(|c| c.bind_sources = vec!["/var/lib/agent".into()]),
+            with(|c| c.holds.network_mode = "agents".into()),
+            with(|c| c.holds.network_mode = "none".into()),
+            with(|c| c.holds.ipc_mode = "shareable".into()),
+            with(|c| c.holds.pid_mode = "private".into()),
+            // Docker's default set, dropped and partly added back.
+            with(|c| c.holds.cap_add = to(&["NET_BIND_SERVICE", "cap_chown", "Kill"])),
+            with(|c| c.holds.security_opt = to(&["no-new-privileges", "no-new-privileges:true"])),
+            with(|c| {
+                c.holds.security_opt =
+                    to(&["apparmor=docker-default", "label=type:svirt_lxc_net_t"])
+            }),
+            // More masked than Docker's default.
+            with(|c| c.holds.masked_paths.push("/proc/asound".into())),
+            // Masked rather than read-only.
+            with(|c| {
+                let ro = std::mem::take(&mut c.holds.readonly_paths);
+                c.holds.masked_paths.extend(ro);
+            }),
         ];
         for found in harmless {
             assert_eq!(verdict(found.clone()), Ok(()), "{found:?}");
@@ -297,10 +525,21 @@ mod tests {
 
     #[test]
     fn a_container_holding_the_host_is_never_attached() {
-        let bind = |source: &str| with(|c| c.bind_sources.push(source.into()));
-        let network = |mode: &str| with(|c| c.network_mode = mode.into());
+        let bind = |source: &str| with(|c| c.holds.host_paths.push(source.into()));
+        let network = |mode: &str| with(|c| c.holds.network_mode = mode.into());
+        let pid = |mode: &str| with(|c| c.holds.pid_mode = mode.into());
+        let ipc = |mode: &str| with(|c| c.holds.ipc_mode = mode.into());
+        let cap = |cap: &str| with(|c| c.holds.cap_add.push(cap.into()));
+        let opt = |o: &str| with(|c| c.holds.security_opt.push(o.into()));
+        let unmask = |path: &str| {
+            with(|c| {
+                c.holds.masked_paths.retain(|p| p != path);
+                c.holds.readonly_paths.retain(|p| p != path);
+            })
+        };
+        let host = Refusal::HostNamespace;
         let cases = [
-            (with(|c| c.privileged = true), Refusal::Privileged),
+            (with(|c| c.holds.privileged = true), Refusal::Privileged),
             (bind("/var/run/docker.sock"), Refusal::DockerSocket),
             (bind("/run/docker.sock"), Refusal::DockerSocket),
             (bind("//var/run//docker.sock/"), Refusal::DockerSocket),
@@ -311,8 +550,57 @@ mod tests {
             (bind("/run/"), Refusal::DockerSocket),
             (bind("/var"), Refusal::DockerSocket),
             (bind("/"), Refusal::DockerSocket),
+            // Any other host path: a bind mount, or a local volume's device.
+            (bind("/srv/agent-7/work"), Refusal::HostPath),
+            (bind("/run/docker.sock.d"), Refusal::HostPath),
+            (bind("/var/lib/agent"), Refusal::HostPath),
+            (bind("/dev/loop3"), Refusal::HostPath),
             (network("host"), Refusal::HostNetwork),
             (network("container:0123abcd"), Refusal::SharedNamespace),
+            (pid("host"), host(Namespace::Pid)),
+            (pid("container:0123abcd"), Refusal::SharedNamespace),
+            (ipc("host"), host(Namespace::Ipc)),
+            (ipc("container:0123abcd"), Refusal::SharedNamespace),
+            (
+                with(|c| c.holds.uts_mode = "host".into()),
+                host(Namespace::Uts),
+            ),
+            (
+                with(|c| c.holds.userns_mode = "host".into()),
+                host(Namespace::User),
+            ),
+            (cap("CAP_SYS_ADMIN"), Refusal::Capabilities),
+            (cap("sys_ptrace"), Refusal::Capabilities),
+            (cap("NET_ADMIN"), Refusal::Capabilities),
+            (cap("ALL"), Refusal::Capabilities),
+            (
+                with(|c| c.holds.devices.push("/dev/sda".into())),
+                Refusal::Devices,
+            ),
+            (
+                with(|c| c.holds.devices.push("b 8:* rwm".into())),
+                Refusal::Devices,
+            ),
+            (opt("seccomp=unconfined"), Refusal::Unconfined),
+            (opt("seccomp:unconfined"), Refusal::Unconfined),
+            (
+                opt(r#"seccomp={"defaultAction":"SCMP_ACT_ALLOW"}"#),
+                Refusal::Unconfined,
+            ),
+            (opt("apparmor=unconfined"), Refusal::Unconfined),
+            (opt("label=disable"), Refusal::Unconfined),
+            (opt("label:disable"), Refusal::Unconfined),
+            // systempaths=unconfined: Docker masks nothing.
+            (
+                with(|c| {
+                    c.holds.masked_paths.clear();
+                    c.holds.readonly_paths.clear();
+                }),
+                Refusal::Unconfined,
+            ),
+            (unmask("/proc/sysrq-trigger"), Refusal::Unconfined),
+            (unmask("/proc/kcore"), Refusal::Unconfined),
+            (unmask("/proc/sys"), Refusal::Unconfined),
         ];
         for (found, refusal) in cases {
             assert_eq!(verdict(found.clone()), Err(refusal), "{found:?}");

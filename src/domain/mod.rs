@@ -21,6 +21,7 @@ pub mod fork;
 pub(crate) mod gate;
 pub(crate) mod hex;
 pub mod host_net;
+pub mod http_host;
 pub(crate) mod id;
 pub mod identity;
 pub mod isolation;

@@ -18,7 +18,16 @@
 //! is in the file, not in the Docker volume, which holds only how to mount
 //! it.
 //!
-//! Pure, tested with tables.
+//! A file is keyed by the Docker volume it serves, not by the volume's
+//! name alone: `DIR/NAME.KEY.img`, `KEY` 128 random bits made when the
+//! Docker volume is created and kept in its label [`KEY_LABEL`]. A volume
+//! lost without its file (`docker volume rm`, a prune, behind sandboxd's
+//! back) takes its key with it, so the volume made next under that name
+//! (the same sandbox's, or the next holder of the id's) gets a new, empty
+//! file, never the old one; and since no live volume names the old file
+//! then, the job removes every other file of the name before it makes the
+//! new one ([`volume_of`]). A capped volume from before keys has no label
+//! and keeps its `DIR/NAME.img`, until it is removed.
 
 use std::collections::HashMap;
 
@@ -27,6 +36,48 @@ pub const FS_TYPE: &str = "ext4";
 
 /// Mount options of a capped volume (the Docker volume's `o` option).
 pub const MOUNT_OPTIONS: &str = "nodev,nosuid";
+
+/// The Docker volume label that names the key of a capped volume's file.
+pub(crate) const KEY_LABEL: &str = "io.sandboxd.disk-key";
+
+/// How many hex digits a key has (128 bits).
+pub(crate) const KEY_DIGITS: usize = 32;
+
+/// The key the label of an existing capped volume names, if it is a
+/// well-formed one (it goes into a file name: anything else is ignored,
+/// and the volume is treated as one from before keys).
+pub(crate) fn key_of(labels: &HashMap<String, String>) -> Option<&str> {
+    labels
+        .get(KEY_LABEL)
+        .map(String::as_str)
+        .filter(|k| is_key(k))
+}
+
+fn is_key(k: &str) -> bool {
+    k.len() == KEY_DIGITS && k.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The file of the capped volume `volume` whose key is `key` (`None`: a
+/// volume from before keys), in the disks directory.
+pub(crate) fn file_name(volume: &str, key: Option<&str>) -> String {
+    match key {
+        Some(key) => format!("{volume}.{key}.img"),
+        None => format!("{volume}.img"),
+    }
+}
+
+/// The volume whose file `file` (a name in the disks directory) is:
+/// `NAME` of `NAME.img` or of `NAME.KEY.img`; `None` for anything else.
+/// The job applies the same rule in shell when it looks for a name's
+/// files (so `NAME.fork.img` is `NAME.fork`'s, never `NAME`'s).
+pub(crate) fn volume_of(file: &str) -> Option<&str> {
+    let stem = file.strip_suffix(".img")?;
+    let volume = match stem.rsplit_once('.') {
+        Some((volume, key)) if is_key(key) => volume,
+        _ => stem,
+    };
+    (!volume.is_empty()).then_some(volume)
+}
 
 /// What to do with the Docker volume that exists under a capped volume's
 /// name, given the loop device its file is attached to now.
@@ -100,6 +151,46 @@ mod tests {
         for (options, device, verdict) in cases {
             assert_eq!(judge(&options, device), verdict, "{options:?} {device}");
         }
+    }
+
+    #[test]
+    fn a_file_is_a_volumes_only_under_its_exact_name_and_a_well_formed_key() {
+        let key = "0123456789abcdef0123456789abcdef";
+        let v = "sandboxd.d.a.redis";
+        let cases = [
+            (format!("{v}.img"), true),
+            (format!("{v}.{key}.img"), true),
+            (format!("{v}.{key}.img.new"), false),
+            (format!("{v}.fork.{key}.img"), false),
+            (format!("{v}.fork.img"), false),
+            (format!("{v}.{}.img", &key[1..]), false),
+            (format!("{v}.{}.img", key.to_uppercase()), false),
+            (format!("{v}x.img"), false),
+            ("sandboxd.d.ab.redis.img".to_owned(), false),
+        ];
+        for (file, is) in cases {
+            assert_eq!(volume_of(&file) == Some(v), is, "{file}");
+        }
+        assert_eq!(
+            volume_of(&format!("{v}.fork.{key}.img")),
+            Some("sandboxd.d.a.redis.fork")
+        );
+        assert_eq!(volume_of(".img"), None);
+        assert_eq!(volume_of("notes"), None);
+        assert_eq!(file_name(v, Some(key)), format!("{v}.{key}.img"));
+        assert_eq!(file_name(v, None), format!("{v}.img"));
+        let labelled = |k: &str| HashMap::from([(KEY_LABEL.to_owned(), k.to_owned())]);
+        assert_eq!(key_of(&labelled(key)), Some(key));
+        for bad in [
+            "",
+            "../../etc",
+            "0123",
+            &key.to_uppercase(),
+            &format!("{key}0"),
+        ] {
+            assert_eq!(key_of(&labelled(bad)), None, "{bad}");
+        }
+        assert_eq!(key_of(&HashMap::new()), None);
     }
 
     #[test]

@@ -77,12 +77,12 @@ impl FleetMetrics {
             persistent_disks: register(registry, IntGaugeVec::new(
                 Opts::new(
                     "sandboxd_persistent_disk_bytes",
-                    "This deployment's capped persistent volumes on the Docker host, as of the last relist: used (what their files occupy on the host's disk) and size (their caps, --persistent-size); 0 when sandboxd does not see --persistent-disks-dir"
+                    "This deployment's capped persistent volumes on the Docker host, as of the last relist: used (what their files occupy on the host's disk), size (their caps, --persistent-size) and orphaned (what files of this deployment no Docker volume names occupy: volumes removed behind sandboxd's back); 0 when sandboxd does not see --persistent-disks-dir"
                 ),
                 &["kind"]
             )),
         };
-        for kind in ["used", "size"] {
+        for kind in ["used", "size", "orphaned"] {
             m.persistent_disks.with_label_values(&[kind]);
         }
         for phase in Phase::ALL {
@@ -91,8 +91,9 @@ impl FleetMetrics {
         m
     }
 
-    /// What the capped persistent volumes occupy on the host and their caps.
-    pub(crate) fn persistent_disks(&self, used: u64, size: u64) {
+    /// What the capped persistent volumes occupy on the host, their caps,
+    /// and what files no volume names occupy.
+    pub(crate) fn persistent_disks(&self, used: u64, size: u64, orphaned: u64) {
         let set = |kind: &str, bytes: u64| {
             self.persistent_disks
                 .with_label_values(&[kind])
@@ -100,6 +101,7 @@ impl FleetMetrics {
         };
         set("used", used);
         set("size", size);
+        set("orphaned", orphaned);
     }
 
     /// Sets the gauge of sandboxes in `phase` (kept by

@@ -10,6 +10,7 @@ use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
 use crate::domain::pool::PooledContainer;
 use crate::domain::secret::Secret;
+use crate::domain::volume_disk;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use std::collections::HashMap;
@@ -149,7 +150,7 @@ pub struct Volume {
 }
 
 /// Where capped volumes keep their file systems: one sparse file
-/// `DIR/NAME.img` per volume on the Docker host, made, attached to a loop
+/// `DIR/NAME.KEY.img` per volume on the Docker host, made, attached to a loop
 /// device and removed by a short privileged job in `image`
 /// (see `domain::volume_disk`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,6 +377,9 @@ pub struct ObservedResource {
     /// The incarnation its labels name (volumes; see
     /// [`labels::INCARNATION`]).
     pub incarnation: Option<String>,
+    /// The key of its file, for a capped volume made since files are
+    /// keyed (see [`volume_disk::KEY_LABEL`]).
+    pub disk_key: Option<String>,
 }
 
 impl ObservedResource {
@@ -393,6 +397,7 @@ impl ObservedResource {
                 .and_then(|s| SandboxId::parse(s).ok()),
             state_id: labels.get(labels::STATE_ID).cloned(),
             incarnation: labels.get(labels::INCARNATION).cloned(),
+            disk_key: volume_disk::key_of(labels).map(str::to_owned),
         })
     }
 }

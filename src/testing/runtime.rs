@@ -640,9 +640,7 @@ impl Runtime for FakeRuntime {
             id: ContainerId::new(name),
             name: name.to_owned(),
             labels: HashMap::from([(attach::OPT_IN.to_owned(), Self::AGENT_OWNER.to_owned())]),
-            privileged: false,
-            network_mode: "bridge".into(),
-            bind_sources: Vec::new(),
+            holds: attach::Holds::default(),
         }))
     }
 

@@ -115,6 +115,132 @@ async fn attach_refuses_what_did_not_opt_in_for_the_owner_or_holds_the_host_with
     controller.stop().await;
 }
 
+/// Docker volumes a test made by hand, removed when it ends (even in a
+/// panic).
+struct Volumes(Vec<String>);
+
+impl Volumes {
+    /// Creates the local volume `name` with `options` (`--opt` values).
+    fn create(&mut self, name: &str, options: &[&str]) {
+        let mut args = vec!["volume", "create"];
+        for o in options {
+            args.extend(["--opt", o]);
+        }
+        args.push(name);
+        let out = std::process::Command::new("docker")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.0.push(name.to_owned());
+    }
+}
+
+impl Drop for Volumes {
+    fn drop(&mut self) {
+        for v in &self.0 {
+            let _ = std::process::Command::new("docker")
+                .args(["volume", "rm", "-f", v])
+                .output();
+        }
+    }
+}
+
+/// Issue 50, finding 14: what `docker run` can give a container of the
+/// host beyond privilege, the socket and the host's network. Each holder
+/// opted in for the owner and runs; each is refused in the one message,
+/// while a container that dropped capabilities, kept Docker's
+/// confinement and mounts only a plain named volume and a tmpfs is
+/// attached.
+#[tokio::test]
+async fn attach_refuses_host_namespaces_added_capabilities_devices_host_paths_and_lifted_confinement_but_attaches_a_confined_container(
+) {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let tag = env.deployment.to_string();
+    let opt_in = format!("{OPT_IN}={OWNER}");
+    let name = |what: &str| format!("{what}-{tag}");
+    let host_dir = std::env::temp_dir().join(format!("sandboxd-attach-{tag}"));
+    std::fs::create_dir_all(&host_dir).unwrap();
+    let host_dir = host_dir.to_str().unwrap().to_owned();
+    let mut volumes = Volumes(Vec::new());
+    let plain = name("work");
+    volumes.create(&plain, &[]);
+    let disguised = name("hostdir");
+    volumes.create(
+        &disguised,
+        &["type=none", "o=bind", &format!("device={host_dir}")],
+    );
+    let holding = |what: &str, options: &[&str]| {
+        let mut all = vec!["--label", &opt_in];
+        all.extend(options);
+        Agent::run(&name(what), "sandboxd/redis:8", &all)
+    };
+    let bind = format!("{host_dir}:/host");
+    let through_volume = format!("{disguised}:/host");
+    let holders = [
+        holding("pid", &["--pid", "host"]),
+        holding("ipc", &["--ipc", "host"]),
+        holding("uts", &["--uts", "host"]),
+        holding("userns", &["--userns", "host"]),
+        holding("cap", &["--cap-add", "SYS_ADMIN"]),
+        holding("device", &["--device", "/dev/zero:/dev/hostzero"]),
+        holding("cgrouprule", &["--device-cgroup-rule", "b 8:* rmw"]),
+        holding("bind", &["-v", &bind]),
+        holding("volbind", &["-v", &through_volume]),
+        holding("seccomp", &["--security-opt", "seccomp=unconfined"]),
+        holding("paths", &["--security-opt", "systempaths=unconfined"]),
+    ];
+    let work = format!("{plain}:/work");
+    let confined = holding(
+        "confined",
+        &[
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "NET_BIND_SERVICE",
+            "--security-opt",
+            "no-new-privileges",
+            "-v",
+            &work,
+            "--tmpfs",
+            "/scratch",
+        ],
+    );
+    let missing = name("missing");
+    let mut names: Vec<String> = holders.iter().map(|a| a.0.clone()).collect();
+    names.push(missing.clone());
+    names.push(confined.0.clone());
+    let id = sandbox_id("holds");
+    let message = failed_with(&client, &id, OWNER, &names).await;
+
+    for holder in &holders {
+        let like_missing = refusal_like(&message, &missing, &holder.0);
+        assert!(message.contains(&like_missing), "{}: {message}", holder.0);
+        assert!(!message.contains(&holder.id()), "{message}");
+    }
+    assert!(
+        !message.contains(&format!("attach {}:", confined.0)),
+        "the confined container is attached: {message}"
+    );
+    let status = client.status(&id).await.unwrap().expect("a status");
+    let network = status.network.expect("the status names the network");
+    let members = env.network_members(&network).await;
+    assert!(members.contains(&confined.0), "{members:?}");
+    for holder in &holders {
+        assert!(!members.contains(&holder.0), "{} on {members:?}", holder.0);
+    }
+    client.release(&id).await.unwrap();
+    controller.stop().await;
+    drop((holders, confined));
+    let _ = std::fs::remove_dir_all(&host_dir);
+}
+
 #[tokio::test]
 async fn a_container_opted_in_for_the_owner_is_attached_by_its_name_and_no_other_owner_can_take_it()
 {

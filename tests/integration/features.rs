@@ -344,3 +344,147 @@ async fn module_administration_is_denied_for_exactly_the_modules_loaded() {
     }
     controller.stop().await;
 }
+
+/// The `@dangerous` commands the agent keeps (issue 50): they only read or
+/// empty its own server's data or state, and test suites use them.
+/// Everything else in the category answers NOPERM.
+const GRANTED_DANGEROUS: &[&str] = &[
+    "flushall",
+    "flushdb",
+    "swapdb",
+    "keys",
+    "sort",
+    "sort_ro",
+    "info",
+    "config|get",
+    "client|list",
+    "client|kill",
+    "client|pause",
+    "client|unpause",
+    "client|unblock",
+    "client|no-evict",
+    "lastsave",
+    "role",
+    "slowlog|get",
+    "slowlog|len",
+    "slowlog|reset",
+    "latency|doctor",
+    "latency|graph",
+    "latency|histogram",
+    "latency|history",
+    "latency|latest",
+    "latency|reset",
+    "module|list",
+    // Valkey's.
+    "commandlog|get",
+    "commandlog|len",
+    "commandlog|reset",
+];
+
+/// Runs `command` (`name` or `container|sub`, as `ACL CAT` lists it) as
+/// the agent with as many dummy arguments as its arity needs (the server
+/// checks arity before the ACL) and returns the error it answered.
+async fn refusal_of(con: &mut MultiplexedConnection, command: &str) -> redis::RedisError {
+    let mut words: Vec<&str> = command.split('|').collect();
+    loop {
+        match q(&words).query_async::<redis::Value>(con).await {
+            Err(e) if e.to_string().contains("wrong number of arguments") && words.len() < 8 => {
+                words.push("x");
+            }
+            Err(e) => return e,
+            Ok(v) => panic!("{command} ({words:?}) was run for the agent: {v:?}"),
+        }
+    }
+}
+
+/// Issue 50, finding 11: the agent's ACL was `+@all` minus a list, so the
+/// HyperLogLog debug and self-test hooks, the Lua debugger and the
+/// replication handshake answered it. Now it starts from `-@dangerous`
+/// with a few grants: every dangerous command but those answers NOPERM
+/// (found from the server's own category, so a command a later server
+/// adds there is covered), and what test suites use still works.
+#[tokio::test]
+async fn the_agents_redis_and_valkey_logins_are_refused_every_dangerous_command_but_what_test_suites_use(
+) {
+    let env = TestEnv::new().await;
+    let controller = env.start(with_valkey(&env));
+    for engine in ["redis", "valkey"] {
+        let s = provision(&env, engine, &[]).await;
+        let mut con = agent_login(engine, &s).await;
+        for args in [
+            &["PFDEBUG", "GETREG", "hll"][..],
+            &["PFSELFTEST"][..],
+            &["SCRIPT", "DEBUG", "YES"][..],
+            &["REPLCONF", "listening-port", "6380"][..],
+            &["FUNCTION", "RESTORE", "x"][..],
+        ] {
+            let refused = q(args).query_async::<redis::Value>(&mut con).await;
+            let code = refused.as_ref().err().and_then(|e| e.code());
+            assert_eq!(code, Some("NOPERM"), "{engine}: {args:?}: {refused:?}");
+        }
+        let dangerous: Vec<String> = q(&["ACL", "CAT", "dangerous"])
+            .query_async(&mut con)
+            .await
+            .unwrap_or_else(|e| panic!("{engine}: ACL CAT dangerous: {e}"));
+        assert!(dangerous.len() > 50, "{engine}: {dangerous:?}");
+        let mut refused = 0;
+        for command in &dangerous {
+            if GRANTED_DANGEROUS.contains(&command.as_str()) {
+                continue;
+            }
+            let e = refusal_of(&mut con, command).await;
+            // MODULE LOAD/UNLOAD and DEBUG are refused twice: the server's
+            // enable-*-command settings answer before the ACL.
+            let disabled = e.code() == Some("ERR") && e.to_string().contains("command not allowed");
+            assert!(
+                e.code() == Some("NOPERM") || disabled,
+                "{engine}: {command}: {e}"
+            );
+            refused += 1;
+        }
+        assert!(refused > 40, "{engine}: only {refused} refused");
+
+        // What a test suite does with the agent's login.
+        let ok = |v: redis::RedisResult<redis::Value>, what: &str| {
+            v.unwrap_or_else(|e| panic!("{engine}: {what}: {e}"))
+        };
+        for args in [
+            &["FLUSHALL"][..],
+            &["FLUSHDB"][..],
+            &["RPUSH", "l", "3", "1", "2"][..],
+            &["KEYS", "*"][..],
+            &["SCAN", "0"][..],
+            &["SORT", "l"][..],
+            &["OBJECT", "ENCODING", "l"][..],
+            &["INFO"][..],
+            &["CONFIG", "GET", "maxmemory"][..],
+            &["CLIENT", "LIST"][..],
+            &["CLIENT", "SETNAME", "suite"][..],
+            &["EVAL", "return redis.call('LLEN', KEYS[1])", "1", "l"][..],
+            &[
+                "FUNCTION",
+                "LOAD",
+                "#!lua name=suite\nredis.register_function('one', function() return 1 end)",
+            ][..],
+            &["FCALL", "one", "0"][..],
+            &["FUNCTION", "FLUSH"][..],
+            &["PUBLISH", "ch", "x"][..],
+            &["WAIT", "0", "0"][..],
+            &["SWAPDB", "0", "1"][..],
+            &["SWAPDB", "0", "1"][..],
+            &["ROLE"][..],
+            &["SLOWLOG", "GET"][..],
+            &["LATENCY", "LATEST"][..],
+            &["MODULE", "LIST"][..],
+            &["MEMORY", "USAGE", "l"][..],
+            &["ACL", "WHOAMI"][..],
+            &["FLUSHALL"][..],
+        ] {
+            ok(
+                q(args).query_async::<redis::Value>(&mut con).await,
+                &args.join(" "),
+            );
+        }
+    }
+    controller.stop().await;
+}

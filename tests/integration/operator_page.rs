@@ -189,3 +189,124 @@ async fn the_operator_page_lists_a_sandbox_shows_its_heal_and_refuses_actions_wi
     .await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A plain HTTP/1.1 `method` of `path` on 127.0.0.1:`port` whose Host is
+/// `host` (and `headers`, `Name: value`): what a browser sends for a page
+/// of that name, whatever address the name resolves to. The status and
+/// the body.
+async fn request_as(
+    port: u16,
+    method: &str,
+    host: &str,
+    path: &str,
+    headers: &[&str],
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to sandboxd's port");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n"
+    );
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let buf = String::from_utf8_lossy(&buf).into_owned();
+    let code = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {buf}"));
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// Issue 50, finding 10: the port answered any Host, so a page on another
+/// site whose name was made to resolve to 127.0.0.1 (DNS rebinding) could
+/// read every tenant's ids and owners through the operator's browser. Now
+/// every route answers only addresses, localhost and the names given to
+/// --http-host; a forged Host gets 403 naming the flag, forwarding headers
+/// change nothing, and an action with the right token is refused too.
+#[tokio::test]
+async fn the_http_port_answers_only_the_hosts_it_is_served_on_so_no_rebinding_page_reads_owners_or_ids(
+) {
+    let env = TestEnv::new().await;
+    let dir = scratch();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = free_port();
+    let _sandboxd = env.spawn_binary(
+        port,
+        &[
+            ("SANDBOXD_OPERATOR_TOKEN_FILE", token_file.to_str().unwrap()),
+            ("SANDBOXD_HTTP_HOSTS", "sandboxd.internal"),
+        ],
+    );
+    eventually("/readyz answers 200", Duration::from_secs(30), || async {
+        matches!(http_get(port, "/readyz").await, Some((200, _))).then_some(())
+    })
+    .await;
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("rebind");
+    let owner = "tenant-of-record";
+    let mut req = request(&["redis"], &[]);
+    req.owner = owner.into();
+    client.apply(&id, &req).await.unwrap();
+
+    // Served: the page shows the sandbox and its owner.
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        format!("localhost:{port}"),
+        format!("sandboxd.internal:{port}"),
+        "SANDBOXD.INTERNAL.".to_owned(),
+    ] {
+        let (code, page) = request_as(port, "GET", &host, "/", &[]).await;
+        assert_eq!(code, 200, "{host}: {page}");
+        assert!(
+            page.contains(id.as_str()) && page.contains(owner),
+            "{host}: {page}"
+        );
+    }
+    let (code, metrics) =
+        request_as(port, "GET", &format!("127.0.0.1:{port}"), "/metrics", &[]).await;
+    assert_eq!(code, 200, "{metrics}");
+
+    // A rebinding page: its own name, on every route.
+    let rebind = format!("rebind.attacker.example:{port}");
+    let page = format!("/sandboxes/{id}");
+    for path in ["/", page.as_str(), "/metrics", "/readyz", "/healthz"] {
+        for headers in [
+            &[][..],
+            &["X-Forwarded-Host: 127.0.0.1", "Forwarded: host=localhost"][..],
+        ] {
+            let (code, body) = request_as(port, "GET", &rebind, path, headers).await;
+            assert_eq!(code, 403, "{path} {headers:?}: {body}");
+            assert!(body.contains("--http-host NAME"), "{path}: {body}");
+            assert!(
+                !body.contains(id.as_str()) && !body.contains(owner),
+                "{path}: {body}"
+            );
+        }
+    }
+    let bearer = format!("Authorization: Bearer {TOKEN}");
+    let release = format!("/sandboxes/{id}/release");
+    let (code, body) = request_as(port, "POST", &rebind, &release, &[&bearer]).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        client.desired(&id).await.unwrap().is_some(),
+        "released through a rebinding page"
+    );
+
+    assert!(client.release(&id).await.unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}

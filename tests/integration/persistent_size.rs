@@ -9,7 +9,7 @@ use common::{eventually, host_pg_url, request, sample, sandbox_id, TestEnv};
 use sandboxd::client::Client;
 use sqlx::Connection;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(90);
@@ -29,6 +29,147 @@ fn host_available(path: &str) -> u64 {
         .unwrap_or_else(|| panic!("df {path}: {out}"))
 }
 
+/// The file of the capped Docker volume `volume` in `dir`: keyed by its
+/// label `io.sandboxd.disk-key` (`NAME.img` without one).
+fn volume_file(dir: &str, volume: &str) -> PathBuf {
+    let out = std::process::Command::new("docker")
+        .args([
+            "volume",
+            "inspect",
+            "--format",
+            r#"{{index .Labels "io.sandboxd.disk-key"}}"#,
+            volume,
+        ])
+        .output()
+        .expect("run docker volume inspect");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let name = if key.is_empty() || key == "<no value>" {
+        format!("{volume}.img")
+    } else {
+        format!("{volume}.{key}.img")
+    };
+    Path::new(dir).join(name)
+}
+
+/// The files in `dir` whose names start with `volume` and a dot.
+fn files_of(dir: &str, volume: &str) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                .filter(|n| n.starts_with(&format!("{volume}.")))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Runs `docker ARGS`, which must succeed.
+fn docker(args: &[&str]) {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run docker");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The agent's connection to the sandbox's Redis, from the host.
+async fn redis_of(s: &sandboxd::domain::ServiceStatus) -> redis::aio::MultiplexedConnection {
+    let url = format!(
+        "redis://:{}@127.0.0.1:{}/0",
+        s.password.expose(),
+        s.host_port
+    );
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("log in to the sandbox's redis")
+}
+
+/// Issue 50, finding 13: the job kept `/disks/NAME.img` by the volume's
+/// name alone, so a Docker volume removed behind sandboxd's back left its
+/// file, and the next holder of the sandbox id was handed the old data.
+/// Now the file is keyed by the Docker volume (a random key in its label):
+/// the next holder starts empty, and the orphan is removed.
+#[tokio::test]
+async fn a_persistent_volume_removed_behind_sandboxds_back_never_hands_its_data_to_the_next_holder_of_the_id(
+) {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.persistent_size = 64 << 20;
+    let dir = config.disks.dir.clone();
+    let controller = env.start(config.clone());
+    let client = Client::from_pool(env.pool.clone());
+    let id = sandbox_id("lost");
+    let mut req = request(&["redis"], &[]);
+    req.persistent = true;
+    let status = client.provision(&id, &req, READY).await.unwrap();
+    let mut con = redis_of(&status.services["redis"]).await;
+    let _: () = redis::cmd("SET")
+        .arg("secret")
+        .arg("the first tenant's")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    drop(con);
+    controller.stop().await;
+    let volume = format!("sandboxd.{}.{id}.redis", env.deployment);
+    let first = volume_file(&dir, &volume);
+
+    // Behind sandboxd's back: the container stopped (Redis writes its
+    // append-only file on the way out) and removed, then its volume; the
+    // file stays. Then the row is released, and the id requested again by
+    // another owner.
+    docker(&["stop", "-t", "10", &volume]);
+    docker(&["rm", "-f", &volume]);
+    docker(&["volume", "rm", &volume]);
+    assert!(first.exists(), "{} outlives its volume", first.display());
+    assert!(client.release(&id).await.unwrap());
+    let controller = env.start(config.clone());
+    req.owner = "the-next-holder".into();
+    let status = client.provision(&id, &req, READY).await.unwrap();
+    let mut con = redis_of(&status.services["redis"]).await;
+    let secret: Option<String> = redis::cmd("GET")
+        .arg("secret")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(secret, None, "the next holder was handed the old data");
+    let keys: i64 = redis::cmd("DBSIZE").query_async(&mut con).await.unwrap();
+    assert_eq!(keys, 0);
+
+    // Its own file, under a new key; the orphan is gone.
+    let second = volume_file(&dir, &volume);
+    assert_ne!(first, second);
+    assert!(
+        !first.exists(),
+        "the orphan {} was removed",
+        first.display()
+    );
+    let second_name = second.file_name().unwrap().to_str().unwrap().to_owned();
+    assert_eq!(files_of(&dir, &volume), [second_name]);
+    assert!(client.release(&id).await.unwrap());
+    eventually(
+        "the volume's file to be removed",
+        Duration::from_secs(60),
+        || async { (!second.exists()).then_some(()) },
+    )
+    .await;
+    controller.stop().await;
+}
+
 #[tokio::test]
 async fn a_full_persistent_volume_gives_the_engine_no_space_while_the_host_loses_at_most_the_cap() {
     let env = TestEnv::new().await;
@@ -40,8 +181,8 @@ async fn a_full_persistent_volume_gives_the_engine_no_space_while_the_host_loses
     let mut req = request(&["postgres"], &[]);
     req.persistent = true;
     let status = client.provision(&id, &req, READY).await.unwrap();
-    let file =
-        Path::new(&config.disks.dir).join(format!("sandboxd.{}.{id}.postgres.img", env.deployment));
+    let volume = format!("sandboxd.{}.{id}.postgres", env.deployment);
+    let file = volume_file(&config.disks.dir, &volume);
     assert_eq!(
         std::fs::metadata(&file)
             .unwrap_or_else(|e| panic!("{}: {e}", file.display()))

@@ -183,11 +183,28 @@ appendfsync everysec'
 	else
 		persistence='appendonly no'
 	fi
-	# Every command named in the ACL rule exists in Redis 8.0 and Valkey 8.1;
-	# MODULE LIST stays allowed so that clients can see what was loaded.
+	# The agent's ACL starts from everything but @dangerous (the category
+	# Redis and Valkey give to administration, replication, persistence,
+	# debug and self-test hooks: CONFIG SET, REPLICAOF, REPLCONF, PSYNC,
+	# SAVE, DEBUG, PFDEBUG, PFSELFTEST, ACL SETUSER, MODULE LOAD, MONITOR,
+	# SHUTDOWN, RESTORE, MIGRATE, ...), so a command a later server puts
+	# there is refused without a change here. Granted back, by name: the
+	# dangerous commands that only read or empty this server's own data or
+	# state, which test suites use (FLUSHALL, FLUSHDB, SWAPDB, KEYS, SORT,
+	# INFO, CONFIG GET, CLIENT LIST/KILL/PAUSE/UNPAUSE/UNBLOCK/NO-EVICT,
+	# LASTSAVE, ROLE, SLOWLOG, LATENCY, MODULE LIST; Valkey's COMMANDLOG).
+	# Taken away too, outside @dangerous: SCRIPT DEBUG (the Lua debugger)
+	# and FUNCTION RESTORE (a raw payload parser, as RESTORE is).
 	# +@all covers the commands of the modules loaded at start (JSON.*, FT.*,
-	# BF.*, ...; they have no ACL category): the server applies this file's
-	# user line after loading them.
+	# BF.*, ...; they have no ACL category, so -@dangerous leaves them): the
+	# server applies this file's user line after loading them.
+	# Every command named in the rule exists in Redis 8.0 and Valkey 8.1
+	# (COMMANDLOG in Valkey only: a rule naming an unknown command stops
+	# the server).
+	grant='+flushall +flushdb +swapdb +keys +sort +sort_ro +info +config|get +client|list +client|kill +client|pause +client|unpause +client|unblock +client|no-evict +lastsave +role +slowlog|get +slowlog|len +slowlog|reset +latency|doctor +latency|graph +latency|histogram +latency|history +latency|latest +latency|reset +module|list'
+	case "${server##*/}" in
+	valkey-server) grant="$grant +commandlog|get +commandlog|len +commandlog|reset" ;;
+	esac
 	# Each loaded module's administration, debug and raw-load commands are
 	# taken away again: they reach module code (parsers of raw chunks,
 	# global tuning, debug hooks) that an agent's data never needs. Only
@@ -225,9 +242,9 @@ appendfsync everysec'
 			'enable-debug-command local' \
 			'enable-protected-configs no'
 		# DEBUG (for DEBUG RELOAD) only from inside the container, and only
-		# for sandboxd's admin user: the agent's `default` has -debug.
+		# for sandboxd's admin user: DEBUG is @dangerous, not the agent's.
 		printf 'user sandboxd-admin on >%s ~* &* +@all\n' "$admin"
-		printf 'user default on >%s ~* &* +@all -module +module|list -config +config|get -replicaof -slaveof -debug -shutdown -migrate -acl -sync -psync -failover -cluster -monitor -save -bgsave -bgrewriteaof -restore -restore-asking%s\n' "$pw" "$module_deny"
+		printf 'user default on >%s ~* &* +@all -@dangerous %s -script|debug -function|restore%s\n' "$pw" "$grant" "$module_deny"
 	} >"$conf"
 	pw= admin=
 	chmod 0600 "$conf" "$rundir/admin"

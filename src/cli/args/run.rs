@@ -212,7 +212,7 @@ pub struct RunArgs {
     #[arg(long, env = "SANDBOXD_PERSISTENT_SIZE", default_value = "1GiB", value_parser = parse_size)]
     pub persistent_size: u64,
     /// Directory on the Docker host holding the capped volumes' files (one
-    /// `NAME.img` per persistent volume).
+    /// `NAME.KEY.img` per persistent volume, KEY random per Docker volume).
     #[arg(long, env = "SANDBOXD_PERSISTENT_DISKS_DIR", default_value = crate::config::DEFAULT_DISKS_DIR)]
     pub persistent_disks_dir: String,
     /// Start non-persistent sandboxes from pre-initialised templates
@@ -235,6 +235,14 @@ pub struct RunArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "SANDBOXD_METRICS_ADDR", default_value = "127.0.0.1:9187")]
     pub metrics_addr: SocketAddr,
+    /// A name clients reach the --metrics-addr port by, besides IP
+    /// addresses and localhost (repeatable; comma-separated in the
+    /// variable), e.g. a Prometheus scrape target's or a proxy's. Every
+    /// route of the port (the operator page, /metrics, /healthz, /readyz)
+    /// answers 403 to a request whose Host is none of them, so that no
+    /// DNS-rebinding page can read it.
+    #[arg(long = "http-host", env = "SANDBOXD_HTTP_HOSTS", value_delimiter = ',')]
+    pub http_hosts: Vec<String>,
     /// Serve the operator page (`/`: the leader, the warm pools, every
     /// sandbox with its owner; `/sandboxes/ID`: what `describe` shows,
     /// never a password) on the --metrics-addr port: `on` or `off`. It
