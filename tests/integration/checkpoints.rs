@@ -209,19 +209,6 @@ async fn a_postgres_sandbox_resets_to_its_100_mb_checkpoint_and_to_its_baseline_
     controller.stop().await;
 }
 
-async fn redis_at(s: &sandboxd::domain::ServiceStatus) -> redis::aio::MultiplexedConnection {
-    let url = format!(
-        "redis://:{}@127.0.0.1:{}/0",
-        s.password.expose(),
-        s.host_port
-    );
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("login with the published password")
-}
-
 async fn cmd<T: redis::FromRedisValue>(
     con: &mut redis::aio::MultiplexedConnection,
     args: &[&str],
@@ -250,7 +237,7 @@ async fn redis_and_valkey_keys_reset_to_their_checkpoint_and_to_the_empty_baseli
         .await
         .expect("redis and valkey ready");
     for engine in ["redis", "valkey"] {
-        let mut con = redis_at(&before.services[engine]).await;
+        let mut con = common::host_redis(&before.services[engine]).await;
         for i in 0..500 {
             let () = cmd(
                 &mut con,
@@ -279,7 +266,7 @@ async fn redis_and_valkey_keys_reset_to_their_checkpoint_and_to_the_empty_baseli
         }
     }
     if let Some(json) = before.services.get("redis") {
-        let mut con = redis_at(json).await;
+        let mut con = common::host_redis(json).await;
         let () = cmd(&mut con, &["JSON.SET", "doc", "$", r#"{"a":1}"#])
             .await
             .unwrap();
@@ -291,7 +278,7 @@ async fn redis_and_valkey_keys_reset_to_their_checkpoint_and_to_the_empty_baseli
         .expect("checkpoint");
     let mut held = Vec::new();
     for engine in ["redis", "valkey"] {
-        let mut con = redis_at(&before.services[engine]).await;
+        let mut con = common::host_redis(&before.services[engine]).await;
         let _: i64 = cmd(&mut con, &["DEL", "key:7", "hash"]).await.unwrap();
         let () = cmd(&mut con, &["SET", "new", "after"]).await.unwrap();
         held.push(con);
@@ -307,7 +294,7 @@ async fn redis_and_valkey_keys_reset_to_their_checkpoint_and_to_the_empty_baseli
     let after = client.status(&id).await.unwrap().unwrap();
     for engine in ["redis", "valkey"] {
         same_endpoint_and_credentials(&before, &after, engine);
-        let mut con = redis_at(&after.services[engine]).await;
+        let mut con = common::host_redis(&after.services[engine]).await;
         let size: i64 = cmd(&mut con, &["DBSIZE"]).await.unwrap();
         let json = usize::from(engine == "redis");
         assert_eq!(size as usize, 501 + json, "{engine}: the keys are back");
@@ -328,7 +315,7 @@ async fn redis_and_valkey_keys_reset_to_their_checkpoint_and_to_the_empty_baseli
         .await
         .expect("reset to the baseline");
     for engine in ["redis", "valkey"] {
-        let mut con = redis_at(&after.services[engine]).await;
+        let mut con = common::host_redis(&after.services[engine]).await;
         let size: i64 = cmd(&mut con, &["DBSIZE"]).await.unwrap();
         assert_eq!(size, 0, "{engine}: the baseline is the empty keyspace");
     }
@@ -541,7 +528,7 @@ async fn the_cli_checkpoints_and_resets_and_says_why_it_refuses() {
         .provision(&id, &request(&["redis"], &[]), WAIT)
         .await
         .expect("redis ready");
-    let mut con = redis_at(&status.services["redis"]).await;
+    let mut con = common::host_redis(&status.services["redis"]).await;
     let () = cmd(&mut con, &["SET", "k", "before"]).await.unwrap();
 
     let out = cli(&env, &["checkpoint", id.as_str(), "cli-one", "--wait"]).await;
@@ -559,7 +546,7 @@ async fn the_cli_checkpoints_and_resets_and_says_why_it_refuses() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut con = redis_at(&status.services["redis"]).await;
+    let mut con = common::host_redis(&status.services["redis"]).await;
     let v: String = cmd(&mut con, &["GET", "k"]).await.unwrap();
     assert_eq!(v, "before");
     let out = cli(&env, &["reset", id.as_str(), "--wait"]).await;
@@ -568,7 +555,7 @@ async fn the_cli_checkpoints_and_resets_and_says_why_it_refuses() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut con = redis_at(&status.services["redis"]).await;
+    let mut con = common::host_redis(&status.services["redis"]).await;
     let n: i64 = cmd(&mut con, &["DBSIZE"]).await.unwrap();
     assert_eq!(n, 0);
 

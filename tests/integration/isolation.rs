@@ -39,20 +39,6 @@ async fn redis_cmd(
     cmd.query_async(con).await.map_err(|e| e.to_string())
 }
 
-async fn redis_login(status: &SandboxStatus, engine: &str) -> redis::aio::MultiplexedConnection {
-    let s = &status.services[engine];
-    let url = format!(
-        "redis://:{}@127.0.0.1:{}/0",
-        s.password.expose(),
-        s.host_port
-    );
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("agent login")
-}
-
 #[tokio::test]
 async fn the_published_credentials_give_an_agent_its_own_database_and_nothing_else() {
     let env = TestEnv::new().await;
@@ -137,7 +123,7 @@ async fn the_published_credentials_give_an_agent_its_own_database_and_nothing_el
 
     // Redis: no module loading or server reconfiguration; a test suite's
     // commands and the requested module's commands work.
-    let mut con = redis_login(&status, "redis").await;
+    let mut con = common::host_redis(&status.services["redis"]).await;
     for refused in [
         &["MODULE", "LOAD", "/usr/lib/redis/modules/redisearch.so"][..],
         &["CONFIG", "SET", "dir", "/tmp"],
@@ -557,7 +543,7 @@ async fn a_service_the_host_binds_on_a_sandbox_networks_gateway_is_unreachable_f
     );
 
     // The host still reaches the sandbox: its answers are not new connections.
-    let mut con = redis_login(&status, "redis").await;
+    let mut con = common::host_redis(&status.services["redis"]).await;
     assert_eq!(
         redis_cmd(&mut con, &["PING"]).await,
         Ok(redis::Value::SimpleString("PONG".into()))

@@ -84,20 +84,6 @@ fn docker(args: &[&str]) {
     );
 }
 
-/// The agent's connection to the sandbox's Redis, from the host.
-async fn redis_of(s: &sandboxd::domain::ServiceStatus) -> redis::aio::MultiplexedConnection {
-    let url = format!(
-        "redis://:{}@127.0.0.1:{}/0",
-        s.password.expose(),
-        s.host_port
-    );
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("log in to the sandbox's redis")
-}
-
 /// Issue 50, finding 13: the job kept `/disks/NAME.img` by the volume's
 /// name alone, so a Docker volume removed behind sandboxd's back left its
 /// file, and the next holder of the sandbox id was handed the old data.
@@ -116,7 +102,7 @@ async fn a_persistent_volume_removed_behind_sandboxds_back_never_hands_its_data_
     let mut req = request(&["redis"], &[]);
     req.persistent = true;
     let status = client.provision(&id, &req, READY).await.unwrap();
-    let mut con = redis_of(&status.services["redis"]).await;
+    let mut con = common::host_redis(&status.services["redis"]).await;
     let _: () = redis::cmd("SET")
         .arg("secret")
         .arg("the first tenant's")
@@ -140,7 +126,7 @@ async fn a_persistent_volume_removed_behind_sandboxds_back_never_hands_its_data_
     let controller = env.start(config.clone());
     req.owner = "the-next-holder".into();
     let status = client.provision(&id, &req, READY).await.unwrap();
-    let mut con = redis_of(&status.services["redis"]).await;
+    let mut con = common::host_redis(&status.services["redis"]).await;
     let secret: Option<String> = redis::cmd("GET")
         .arg("secret")
         .query_async(&mut con)

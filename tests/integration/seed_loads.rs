@@ -13,6 +13,7 @@ use common::{free_port, host_pg_url, sandbox_id, TestEnv, OWNER};
 use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::domain::SandboxStatus;
 use sqlx::Connection;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// The largest seed `sandbox_seed_put` takes.
@@ -74,7 +75,7 @@ fn command_seed(n: usize) -> (Vec<u8>, usize) {
 }
 
 /// Files a container of `image` writes into /out by `script`, by name.
-fn made_in(image: &str, script: &str) -> std::collections::HashMap<String, Vec<u8>> {
+fn made_in(image: &str, script: &str) -> HashMap<String, Vec<u8>> {
     let out = common::docker(&[
         "run",
         "--rm",
@@ -95,18 +96,23 @@ fn made_in(image: &str, script: &str) -> std::collections::HashMap<String, Vec<u
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut archive = tar::Archive::new(&out.stdout[..]);
-    let mut files = std::collections::HashMap::new();
-    for entry in archive.entries().expect("a tar stream") {
-        let mut entry = entry.unwrap();
-        let name = entry.path().unwrap().display().to_string();
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
-        if !bytes.is_empty() {
-            files.insert(name.trim_start_matches("./").to_owned(), bytes);
-        }
-    }
-    files
+    common::untar(&out.stdout)
+}
+
+/// The files `NAME-1` to `NAME-EACH` of `files`, each starting with
+/// `magic` and no larger than a seed may be.
+fn numbered(files: &HashMap<String, Vec<u8>>, name: &str, magic: &[u8]) -> Vec<Vec<u8>> {
+    (1..=EACH)
+        .map(|n| {
+            let file = &files[&format!("{name}-{n}")];
+            assert!(
+                file.starts_with(magic) && file.len() <= MAX_SEED,
+                "{name}-{n}: {} bytes",
+                file.len()
+            );
+            file.clone()
+        })
+        .collect()
 }
 
 /// [`EACH`] `pg_dump` custom-format archives of close to [`MAX_SEED`]
@@ -127,16 +133,7 @@ fn archives() -> (Vec<Vec<u8>>, usize) {
              done"
         ),
     );
-    let archives: Vec<Vec<u8>> = (1..=EACH)
-        .map(|n| files[&format!("archive-{n}")].clone())
-        .collect();
-    for a in &archives {
-        assert!(
-            a.starts_with(b"PGDMP") && a.len() <= MAX_SEED,
-            "{}",
-            a.len()
-        );
-    }
+    let archives = numbered(&files, "archive", b"PGDMP");
     (archives, ROWS)
 }
 
@@ -158,16 +155,7 @@ fn rdb_files() -> (Vec<Vec<u8>>, usize) {
              done"
         ),
     );
-    let rdbs: Vec<Vec<u8>> = (1..=EACH)
-        .map(|n| files[&format!("rdb-{n}")].clone())
-        .collect();
-    for r in &rdbs {
-        assert!(
-            r.starts_with(b"REDIS") && r.len() <= MAX_SEED,
-            "{}",
-            r.len()
-        );
-    }
+    let rdbs = numbered(&files, "rdb", b"REDIS");
     (rdbs, KEYS)
 }
 
@@ -184,14 +172,7 @@ async fn rows(status: &SandboxStatus) -> i64 {
 
 /// How many keys the sandbox's `engine` holds.
 async fn keys(status: &SandboxStatus, engine: &str) -> i64 {
-    let s = &status.services[engine];
-    let client = redis::Client::open(format!(
-        "redis://:{}@127.0.0.1:{}/0",
-        s.password.expose(),
-        s.host_port
-    ))
-    .unwrap();
-    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let mut con = common::host_redis(&status.services[engine]).await;
     redis::cmd("DBSIZE").query_async(&mut con).await.unwrap()
 }
 

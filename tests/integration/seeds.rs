@@ -702,15 +702,7 @@ fn dumps() -> (Vec<u8>, Vec<u8>) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut archive = tar::Archive::new(&out.stdout[..]);
-    let mut files = std::collections::HashMap::new();
-    for entry in archive.entries().expect("a tar stream") {
-        let mut entry = entry.unwrap();
-        let name = entry.path().unwrap().display().to_string();
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
-        files.insert(name, bytes);
-    }
+    let mut files = common::untar(&out.stdout);
     let custom = files.remove("archive").expect("the archive");
     assert!(custom.starts_with(b"PGDMP"), "a custom-format archive");
     (custom, files.remove("plain.sql").expect("the plain dump"))

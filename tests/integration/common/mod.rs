@@ -382,6 +382,24 @@ pub fn docker(args: &[&str]) -> std::process::Output {
         .expect("run docker")
 }
 
+/// The regular files of a tar stream (what a container printed with
+/// `tar -cf -`), by their names without a leading `./`.
+pub fn untar(stream: &[u8]) -> std::collections::HashMap<String, Vec<u8>> {
+    let mut archive = tar::Archive::new(stream);
+    let mut files = std::collections::HashMap::new();
+    for entry in archive.entries().expect("a tar stream") {
+        let mut entry = entry.unwrap();
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        let name = entry.path().unwrap().display().to_string();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+        files.insert(name.trim_start_matches("./").to_owned(), bytes);
+    }
+    files
+}
+
 /// `docker ARGS`, which must succeed; its standard output, trimmed.
 pub fn docker_ok(args: &[&str]) -> String {
     let out = docker(args);
@@ -875,6 +893,21 @@ pub fn host_pg_url(pg: &sandboxd::domain::ServiceStatus) -> String {
         pg.host_port,
         pg.database
     )
+}
+
+/// The agent's login to a Redis or Valkey engine, from the host (its
+/// published port on 127.0.0.1).
+pub async fn host_redis(s: &sandboxd::domain::ServiceStatus) -> redis::aio::MultiplexedConnection {
+    let url = format!(
+        "redis://:{}@127.0.0.1:{}/0",
+        s.password.expose(),
+        s.host_port
+    );
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the agent logs in with the published password")
 }
 
 /// Runs `script` with bash inside `container`; its exit code and output.
