@@ -379,7 +379,8 @@ pub struct ControllerConfig {
     /// `window` each get a pool, sized from how often they were asked
     /// for, all of them together holding at most `max` containers (0: off).
     pub warm_pool_demand: PoolDemand,
-    /// How many events each sandbox keeps in `sandbox_events` (its newest).
+    /// How many events each sandbox keeps in `sandbox_events` per owner (its
+    /// newest).
     pub events_per_sandbox: u32,
     /// Events that last happened longer ago than this are deleted (at
     /// relists).

@@ -24,7 +24,7 @@ BEGIN
     SELECT d.owner, d.incarnation INTO row_owner, row_incarnation
       FROM sandbox_desired d WHERE d.id = p_id FOR UPDATE;
     IF NOT FOUND OR NOT (pg_has_role(caller, current_user, 'MEMBER')
-                         OR sandbox_orchestrator_may_access(row_owner, caller)) THEN
+                         OR sandbox_caller_may_access(row_owner)) THEN
         RAISE EXCEPTION 'there is no sandbox % that this role may see: request it first (sandbox_request)', coalesce(sandbox_quote(p_id), 'NULL')
             USING ERRCODE = 'no_data_found';
     END IF;

@@ -1,7 +1,13 @@
 -- Records p_events (a JSON array of {"reason","engine","detail","message"})
 -- for sandbox p_sandbox as the leader of p_term, then keeps only the
--- sandbox's newest p_keep events. Refused (SQLSTATE SX001) when p_term is
--- not the current, unexpired lease's.
+-- newest p_keep events of the sandbox id that are p_owner's. Refused
+-- (SQLSTATE SX001) when p_term is not the current, unexpired lease's.
+--
+-- Kept per owner: an id is reused, and the next holder of a released id
+-- never prunes the last one's events (issue 50), which stay until they
+-- age out (sandboxd deletes events older than its --event-retention).
+-- An owner releasing and requesting the id again and again prunes its own
+-- older incarnations', so an id holds at most p_keep events per owner.
 --
 -- Never a credential: every password the sandbox's status holds is replaced
 -- with *** before a message is stored. An event equal to the sandbox's
@@ -89,9 +95,11 @@ BEGIN
             'message', written.message));
     END LOOP;
     SELECT seq INTO cutoff FROM sandbox_events
-     WHERE sandbox_id = p_sandbox ORDER BY seq DESC OFFSET p_keep - 1 LIMIT 1;
+     WHERE sandbox_id = p_sandbox AND owner = coalesce(p_owner, '')
+     ORDER BY seq DESC OFFSET p_keep - 1 LIMIT 1;
     IF cutoff IS NOT NULL THEN
-        DELETE FROM sandbox_events WHERE sandbox_id = p_sandbox AND seq < cutoff;
+        DELETE FROM sandbox_events
+         WHERE sandbox_id = p_sandbox AND owner = coalesce(p_owner, '') AND seq < cutoff;
     END IF;
     RETURN notices;
 END

@@ -15,7 +15,7 @@ DECLARE
     v_naming bigint;
 BEGIN
     IF NOT (pg_has_role(caller, current_user, 'MEMBER')
-            OR sandbox_orchestrator_may_access(v_owner, caller)) THEN
+            OR sandbox_caller_may_access(v_owner)) THEN
         RAISE EXCEPTION 'role % may not delete seeds of owner %: delete it as that owner (p_owner NULL) or with a role that may write its rows',
             caller, sandbox_quote(v_owner)
             USING ERRCODE = 'insufficient_privilege';

@@ -11,7 +11,7 @@ DECLARE
     caller name := coalesce(nullif(current_setting('role'), 'none'), session_user);
 BEGIN
     IF NOT (pg_has_role(caller, current_user, 'MEMBER')
-            OR sandbox_orchestrator_may_access(p_owner, caller)) THEN
+            OR sandbox_caller_may_access(p_owner)) THEN
         RETURN NULL;
     END IF;
     -- FOR KEY SHARE: a sandbox_seed_delete of it waits for the row being

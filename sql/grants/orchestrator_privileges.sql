@@ -32,12 +32,13 @@ INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege) VAL
     ('table', 'sandbox_events', 'SELECT'),
     ('table', 'sandbox_engines', 'SELECT'),
     ('table', 'sandbox_engine_features', 'SELECT'),
-    -- What the validation triggers and the policies call as the orchestrator.
+    -- What the validation triggers and the policies call as the orchestrator
+    -- (the policies' predicates judge the caller and take no role).
     ('function', 'sandbox_allowed_engines()', 'EXECUTE'),
     ('function', 'sandbox_allowed_features(text)', 'EXECUTE'),
     ('function', 'sandbox_quote(text)', 'EXECUTE'),
-    ('function', 'sandbox_orchestrator_may_access(text, name)', 'EXECUTE'),
-    ('function', 'sandbox_orchestrator_may_see_status(text, name)', 'EXECUTE'),
+    ('function', 'sandbox_caller_may_access(text)', 'EXECUTE'),
+    ('function', 'sandbox_caller_may_see_status(text)', 'EXECUTE'),
     -- The verbs, and what they call.
     ('function', 'sandbox_array_union(text[], text[])', 'EXECUTE'),
     ('function', 'sandbox_features_union(jsonb, jsonb)', 'EXECUTE'),

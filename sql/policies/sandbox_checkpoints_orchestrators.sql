@@ -3,4 +3,4 @@
 ALTER TABLE sandbox_checkpoints ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS sandbox_checkpoints_orchestrators ON sandbox_checkpoints;
 CREATE POLICY sandbox_checkpoints_orchestrators ON sandbox_checkpoints FOR SELECT TO PUBLIC
-    USING (sandbox_orchestrator_may_access(owner, current_user));
+    USING (sandbox_caller_may_access(owner));

@@ -2,5 +2,5 @@
 ALTER TABLE sandbox_desired ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS sandbox_desired_orchestrators ON sandbox_desired;
 CREATE POLICY sandbox_desired_orchestrators ON sandbox_desired TO PUBLIC
-    USING (sandbox_orchestrator_may_access(owner, current_user))
-    WITH CHECK (sandbox_orchestrator_may_access(owner, current_user));
+    USING (sandbox_caller_may_access(owner))
+    WITH CHECK (sandbox_caller_may_access(owner));

@@ -2,4 +2,4 @@
 ALTER TABLE sandbox_events ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS sandbox_events_orchestrators ON sandbox_events;
 CREATE POLICY sandbox_events_orchestrators ON sandbox_events FOR SELECT TO PUBLIC
-    USING (sandbox_orchestrator_may_access(owner, current_user));
+    USING (sandbox_caller_may_access(owner));

@@ -2,5 +2,4 @@
 ALTER TABLE sandbox_quotas ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS sandbox_quotas_orchestrators ON sandbox_quotas;
 CREATE POLICY sandbox_quotas_orchestrators ON sandbox_quotas FOR SELECT TO PUBLIC
-    USING (sandbox_orchestrator_may_access(
-        CASE WHEN owner = '*' THEN current_user::text ELSE owner END, current_user));
+    USING (sandbox_caller_may_access(CASE WHEN owner = '*' THEN current_user::text ELSE owner END));

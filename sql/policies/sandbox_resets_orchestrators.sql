@@ -3,4 +3,4 @@
 ALTER TABLE sandbox_resets ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS sandbox_resets_orchestrators ON sandbox_resets;
 CREATE POLICY sandbox_resets_orchestrators ON sandbox_resets FOR SELECT TO PUBLIC
-    USING (sandbox_orchestrator_may_access(owner, current_user));
+    USING (sandbox_caller_may_access(owner));

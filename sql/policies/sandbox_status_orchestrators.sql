@@ -1,6 +1,6 @@
 -- Orchestrators read the statuses of the rows they may access, of the
--- rows' current incarnation (see sandbox_orchestrator_may_see_status).
+-- rows' current incarnation (see sandbox_caller_may_see_status).
 ALTER TABLE sandbox_status ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS sandbox_status_orchestrators ON sandbox_status;
 CREATE POLICY sandbox_status_orchestrators ON sandbox_status FOR SELECT TO PUBLIC
-    USING (sandbox_orchestrator_may_see_status(id, current_user));
+    USING (sandbox_caller_may_see_status(id));

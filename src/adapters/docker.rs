@@ -1288,6 +1288,17 @@ impl Runtime for DockerRuntime {
         {
             Ok(info) => info,
             Err(e) if is_status(&e, &[404]) => return Ok(None),
+            // An id prefix several containers share (Engine 20.10 says so
+            // with a 500): no one container answers to the name. Said as
+            // an error, it would tell an orchestrator what ids the host's
+            // containers have.
+            Err(e)
+                if e.to_string()
+                    .to_lowercase()
+                    .contains("multiple ids found with provided prefix") =>
+            {
+                return Ok(None)
+            }
             Err(e) => return Err(api("inspect", name)(e)),
         };
         let host = info.host_config.unwrap_or_default();

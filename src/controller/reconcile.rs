@@ -28,13 +28,14 @@ use super::rotation::{self, Commit};
 use super::Context;
 use super::{admission, checkpoint, network, pool, provision, recheck, volume};
 use crate::config::NetworkLayout;
+use crate::domain::attach;
 use crate::domain::container::ObservedContainer;
 use crate::domain::container::RunState;
 use crate::domain::crash_loop::{self, HealGate};
 use crate::domain::death;
 use crate::domain::event::{self, Event, Journal};
 use crate::domain::gate::{self, Gated, Reaping};
-use crate::domain::id::{ContainerId, EngineName, SandboxId};
+use crate::domain::id::{EngineName, SandboxId};
 use crate::domain::identity::{self, Incarnation, StateId};
 use crate::domain::pause;
 use crate::domain::plan::{
@@ -233,8 +234,11 @@ async fn read<'c>(
     about(journal, desired.as_ref(), &observed, previous.as_ref());
     // A status of an earlier incarnation of the row vouches for nothing.
     let previous = status::of_incarnation(previous.as_ref(), desired.as_ref()).cloned();
-    let owner = match desired.as_ref().and_then(|d| d.owner_container.as_deref()) {
-        Some(name) => Some(owner_state(ctx, name).await?),
+    let owner = match desired
+        .as_ref()
+        .and_then(|d| Some((d, d.owner_container.as_deref()?)))
+    {
+        Some((d, name)) => Some(owner_state(ctx, d, name).await?),
         None => None,
     };
     let now = ctx.clock.now();
@@ -958,9 +962,33 @@ fn about(
         .or_else(|| previous.and_then(|s| s.incarnation.clone()));
 }
 
-/// How the row's owner container is doing.
-async fn owner_state(ctx: &Context, name: &str) -> Result<OwnerState, ReconcileError> {
-    Ok(match ctx.runtime.inspect(&ContainerId::new(name)).await? {
+/// How the row's owner container `name` is doing. Only a container opted
+/// in for the row's owner counts, as for `attach` ([`attach::opted_in`]):
+/// any other name is as missing as one no container has (the same grace,
+/// the same release and message), so whether a sandbox is released tells
+/// its tenant nothing of what else runs on the host.
+async fn owner_state(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    name: &str,
+) -> Result<OwnerState, ReconcileError> {
+    let found = ctx.runtime.attach_candidate(name).await?;
+    let owner = match attach::opted_in(name, &desired.owner, found.as_ref()) {
+        Ok(owner) => owner,
+        Err(refusal) => {
+            tracing::debug!(
+                sandbox = %desired.id,
+                owner = desired.owner,
+                container = name,
+                reason = refusal.as_str(),
+                why = refusal.phrase(),
+                "the owner container does not count: judged missing"
+            );
+            return Ok(OwnerState::Missing);
+        }
+    };
+    // By its full id: the container judged is the container looked at.
+    Ok(match ctx.runtime.inspect(&owner.id).await? {
         None => OwnerState::Missing,
         Some(run) if run.running => OwnerState::Running,
         Some(run) => OwnerState::Exited(run.finished_at),

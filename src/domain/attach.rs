@@ -33,6 +33,13 @@
 //! failed check, so the status cannot be used to list the host's
 //! containers. The reason ([`Refusal`]) goes to the operator's log only.
 //!
+//! A row's `owner_container` takes the same opt-in ([`opted_in`]: the exact
+//! name, not sandboxd's own, the label with the row's owner), but not the
+//! checks of what the container holds: it is only watched, never
+//! connected. A name that fails it counts as a container that is not there,
+//! so whether the sandbox is released tells nothing of what runs on the
+//! host either.
+//!
 //! Pure, tested with a table.
 
 use super::id::ContainerId;
@@ -379,6 +386,22 @@ pub(crate) fn judge<'a>(
     owner: &str,
     found: Option<&'a Candidate>,
 ) -> Result<&'a Candidate, Refusal> {
+    let c = opted_in(name, owner, found)?;
+    if let Some(refusal) = c.holds.host_access() {
+        return Err(refusal);
+    }
+    Ok(c)
+}
+
+/// Whether the container Docker resolved `name` to (`found`; `None`: none)
+/// is one a row of owner `owner` may name: that exact name, not sandboxd's
+/// own, opted in for `owner`. All a row's `owner_container` needs; [`judge`]
+/// adds what `attach` needs besides.
+pub(crate) fn opted_in<'a>(
+    name: &str,
+    owner: &str,
+    found: Option<&'a Candidate>,
+) -> Result<&'a Candidate, Refusal> {
     let Some(c) = found else {
         return Err(Refusal::Missing);
     };
@@ -395,14 +418,10 @@ pub(crate) fn judge<'a>(
         return Err(Refusal::NoOwner);
     }
     match c.labels.get(OPT_IN) {
-        None => return Err(Refusal::NotOptedIn),
-        Some(theirs) if theirs != owner => return Err(Refusal::OtherOwner),
-        Some(_) => {}
+        None => Err(Refusal::NotOptedIn),
+        Some(theirs) if theirs != owner => Err(Refusal::OtherOwner),
+        Some(_) => Ok(c),
     }
-    if let Some(refusal) = c.holds.host_access() {
-        return Err(refusal);
-    }
-    Ok(c)
 }
 
 /// Whether bind-mounting the host path `source` gives the container the
@@ -604,6 +623,37 @@ mod tests {
         ];
         for (found, refusal) in cases {
             assert_eq!(verdict(found.clone()), Err(refusal), "{found:?}");
+        }
+    }
+
+    #[test]
+    fn an_owner_container_needs_the_opt_in_but_may_hold_the_host() {
+        // Watched, never connected: what it holds is not the question.
+        let holding = [
+            with(|c| c.holds.privileged = true),
+            with(|c| c.holds.host_paths.push("/var/run/docker.sock".into())),
+            with(|c| c.holds.network_mode = "host".into()),
+            with(|c| c.holds.pid_mode = "host".into()),
+        ];
+        for found in holding {
+            let named = opted_in("agent-7", OWNER, found.as_ref()).map(|_| ());
+            assert_eq!(named, Ok(()), "{found:?}");
+        }
+        let own = with(|c| {
+            c.labels
+                .insert(labels::OWN_CONTAINERS[0].into(), "true".into());
+        });
+        let refused = [
+            (None, OWNER, Refusal::Missing),
+            (with(|c| c.name = "web".into()), OWNER, Refusal::NotItsName),
+            (own, OWNER, Refusal::Sandboxd),
+            (Some(agent()), "", Refusal::NoOwner),
+            (with(|c| c.labels.clear()), OWNER, Refusal::NotOptedIn),
+            (Some(agent()), "bob", Refusal::OtherOwner),
+        ];
+        for (found, owner, refusal) in refused {
+            let named = opted_in("agent-7", owner, found.as_ref()).map(|_| ());
+            assert_eq!(named, Err(refusal), "{found:?} for {owner:?}");
         }
     }
 

@@ -384,9 +384,13 @@ fn decide_unwanted(
             message: match why {
                 Wanted::Expired => "expired: the row is past expires_at".into(),
                 Wanted::Idle => "released: idle for longer than its idle timeout (no request or touch); request it again for a new one".into(),
+                // One message whether the container is missing, stopped or
+                // not opted in (domain::attach): it tells nothing of the host.
                 Wanted::OwnerGone => format!(
-                    "released: its owner container {} is gone; request it again for a new one",
-                    desired.and_then(|d| d.owner_container.as_deref()).unwrap_or("?")
+                    "released: its owner container {} is gone (none runs under that exact name with the label {}={}); request it again for a new one",
+                    desired.and_then(|d| d.owner_container.as_deref()).unwrap_or("?"),
+                    crate::domain::attach::OPT_IN,
+                    desired.map_or("", |d| d.owner.as_str()),
                 ),
                 Wanted::Deleted | Wanted::Yes => {
                     "deleted: waiting for the grace window before removing containers".into()

@@ -94,7 +94,7 @@ pub struct EventBatch<'a> {
     pub incarnation: Option<&'a Incarnation>,
     /// The events, oldest first, already scrubbed of credentials.
     pub events: &'a [Event],
-    /// How many events to keep for the sandbox (its newest).
+    /// How many events to keep for the sandbox and this owner (their newest).
     pub keep: u32,
 }
 
@@ -195,7 +195,7 @@ pub trait Store: Send + Sync + 'static {
     /// Records events as the leader of `term` (fenced like
     /// [`Store::write_status`]): an event equal to the sandbox's latest one
     /// is counted on it instead of added, every password of the sandbox's
-    /// status is replaced by `***`, and only the newest `batch.keep` events
+    /// status is replaced by `***`, and only the newest `batch.keep` events (per owner)
     /// of the sandbox stay. Each event is announced on `NOTIFY
     /// sandbox_events` with the write; returns the recorded events in full
     /// (as counted: a repeat has its row's seq and new count), for the

@@ -48,9 +48,10 @@ struct Tables {
     released: std::collections::BTreeSet<String>,
     /// Claimed warm-pool containers.
     claims: BTreeMap<ContainerId, PoolClaim>,
-    /// Each sandbox's events, oldest first, with how many times each
-    /// happened in a row.
-    events: BTreeMap<SandboxId, Vec<(Event, u32)>>,
+    /// Each sandbox's events by owner (as `sandbox_record_events` keeps
+    /// them: an id's next owner prunes none of the last one's), oldest
+    /// first, with how many times each happened in a row.
+    events: BTreeMap<(SandboxId, String), Vec<(Event, u32)>>,
     /// The seq of each sandbox's latest event (as `sandbox_events.seq`).
     last_event_seq: BTreeMap<SandboxId, i64>,
     /// The last seq given out.
@@ -287,10 +288,15 @@ impl FakeStore {
         self.tables.lock().unwrap().reaping.paused
     }
 
-    /// The events recorded for `id`, oldest first, with their counts.
+    /// The events recorded for `id`, each owner's oldest first, with their
+    /// counts.
     pub(crate) fn events_of(&self, id: &SandboxId) -> Vec<(Event, u32)> {
         let t = self.tables.lock().unwrap();
-        t.events.get(id).cloned().unwrap_or_default()
+        t.events
+            .iter()
+            .filter(|((sandbox, _), _)| sandbox == id)
+            .flat_map(|(_, kept)| kept.iter().cloned())
+            .collect()
     }
 
     /// The desired row of `id`, if there is one.
@@ -330,7 +336,7 @@ impl FakeStore {
             .collect()
     }
 
-    /// The most events any sandbox has kept.
+    /// The most events any sandbox has kept for one owner.
     pub(crate) fn most_events_kept(&self) -> usize {
         let t = self.tables.lock().unwrap();
         t.events.values().map(Vec::len).max().unwrap_or(0)
@@ -590,7 +596,10 @@ impl Store for FakeStore {
         let mut guard = self.tables.lock().unwrap();
         let t = &mut *guard;
         t.fenced(term)?;
-        let kept = t.events.entry(batch.sandbox.clone()).or_default();
+        let kept = t
+            .events
+            .entry((batch.sandbox.clone(), batch.owner.to_owned()))
+            .or_default();
         let mut notices = Vec::with_capacity(batch.events.len());
         let now = chrono::Utc::now();
         for event in batch.events {

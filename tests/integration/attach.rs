@@ -1,15 +1,17 @@
 //! Which containers a row's `attach` may put on its sandbox's network
 //! (issue 29, hole 1): only those that opt in for the row's owner with the
 //! label `io.sandboxd.attach-owner`, named exactly, and holding nothing of
-//! the host; every refusal reads the same, whatever exists. Real Docker,
-//! real Postgres.
+//! the host; every refusal reads the same, whatever exists. The row's
+//! `owner_container` takes the same opt-in (issue 50): one that did not
+//! opt in is as gone as one that does not exist. Real Docker, real
+//! Postgres.
 
 use crate::common;
 
 use common::{request, sandbox_id, Agent, TestEnv, OWNER};
 use sandboxd::client::{Client, ClientError};
 use sandboxd::domain::attach::OPT_IN;
-use sandboxd::domain::SandboxId;
+use sandboxd::domain::{Phase, SandboxId};
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(90);
@@ -291,6 +293,101 @@ async fn a_container_opted_in_for_the_owner_is_attached_by_its_name_and_no_other
     assert!(!env.network_members(&network).await.contains(&agent.0));
     client.release(&mine).await.unwrap();
     client.release(&theirs).await.unwrap();
+    controller.stop().await;
+}
+
+/// Whether a sandbox was released told a tenant whether a container of
+/// the name its row gave as `owner_container` existed on the host (issue
+/// 50, finding 9). Now only a container opted in for the row's owner, named
+/// exactly, counts as the owner; any other name releases the sandbox as a
+/// name no container has does, in the same words.
+#[tokio::test]
+async fn an_owner_container_that_did_not_opt_in_for_the_owner_releases_the_sandbox_as_a_missing_one_does(
+) {
+    let env = TestEnv::new().await;
+    let controller = env.start(env.config());
+    let client = Client::from_pool(env.pool.clone());
+    let tag = env.deployment.to_string();
+    let name = |what: &str| format!("{what}-{tag}");
+    let plain = Agent::run(&name("plain-owner"), "sandboxd/redis:8", &[]);
+    let theirs = Agent::run(
+        &name("their-owner"),
+        "sandboxd/redis:8",
+        &["--label", &format!("{OPT_IN}=another-tenant")],
+    );
+    let opted = Agent::start(&name("own-owner"));
+    let owned_by = |container: &str| {
+        let mut req = request(&["redis"], &[]);
+        req.owner_container = Some(container.to_owned());
+        req
+    };
+    // Opted in for this owner and running: the sandbox stays.
+    let kept = sandbox_id("kept");
+    client
+        .provision(&kept, &owned_by(&opted.0), READY)
+        .await
+        .unwrap_or_else(|e| panic!("{kept} ready: {e}"));
+
+    // Seventeen containers of this test's: two of them share the first
+    // digit of their ids, a prefix Docker finds ambiguous.
+    let crowd: Vec<Agent> = (0..17)
+        .map(|i| Agent::created(&name(&format!("crowd{i}")), "sandboxd/redis:8", &[]))
+        .collect();
+    let crowd_ids: Vec<String> = crowd.iter().map(Agent::id).collect();
+    let shared = crowd_ids
+        .iter()
+        .map(|id| &id[..1])
+        .find(|p| crowd_ids.iter().filter(|id| id.starts_with(p)).count() > 1)
+        .expect("17 ids, 16 digits")
+        .to_owned();
+    // No container; running but opted in for nobody; opted in for another
+    // owner; this owner's, named by an id prefix (Docker resolves those);
+    // a prefix of several ids.
+    let refused = [
+        name("missing-owner"),
+        plain.0.clone(),
+        theirs.0.clone(),
+        opted.id()[..12].to_owned(),
+        shared,
+    ];
+    let mut released = Vec::new();
+    for container in &refused {
+        let id = sandbox_id("owned");
+        client.apply(&id, &owned_by(container)).await.unwrap();
+        released.push(id);
+    }
+    let mut messages = Vec::new();
+    for (id, container) in released.iter().zip(&refused) {
+        let status = common::eventually(
+            &format!("{id}, owned by {container}, released"),
+            Duration::from_secs(30),
+            || async {
+                let s = client.status(id).await.unwrap()?;
+                (s.phase == Phase::Terminating).then_some(s)
+            },
+        )
+        .await;
+        let named = format!("owner container {container} is");
+        messages.push(status.message.replace(&named, "owner container NAME is"));
+    }
+    assert!(
+        messages.iter().all(|m| m == &messages[0]),
+        "one message whatever exists: {messages:#?}"
+    );
+    assert!(
+        messages[0].contains("owner container NAME")
+            && messages[0].contains(&format!("{OPT_IN}={OWNER}")),
+        "it names the label to add: {}",
+        messages[0]
+    );
+    for agent in [&plain, &theirs, &opted] {
+        assert!(!messages[0].contains(&agent.id()[..12]), "{}", messages[0]);
+    }
+    let kept_status = client.status(&kept).await.unwrap().expect("a status");
+    assert_eq!(kept_status.phase, Phase::Ready, "{}", kept_status.message);
+    for id in released.iter().chain([&kept]) {
+        client.release(id).await.unwrap();
+    }
     controller.stop().await;
 }
 

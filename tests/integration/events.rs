@@ -1,7 +1,9 @@
 //! `sandbox_events` on a real Postgres and Docker: what sandboxd records
 //! of a heal and how `sandboxd describe` shows it, that no event holds a
 //! credential, that a sandbox's events stay bounded after three times as many heals,
-//! that only the leader writes them, and what an orchestrator may read.
+//! that only the leader writes them, and what an orchestrator may read; that
+//! the next holder of a released id never prunes the last one's events,
+//! while one owner's churn through an id stays bounded (issue 50).
 
 use crate::common;
 
@@ -11,7 +13,7 @@ use sandboxd::domain::container::ContainerState;
 use sandboxd::domain::crash_loop::CrashLoopPolicy;
 use sandboxd::domain::event::{Event, EventReason};
 use sandboxd::domain::lease::Term;
-use sandboxd::domain::{SandboxId, ServiceStatus};
+use sandboxd::domain::{Incarnation, SandboxId, ServiceStatus};
 use sandboxd::ports::store::{EventBatch, Store, StoreError};
 use std::process::Command;
 use std::time::Duration;
@@ -367,4 +369,131 @@ async fn an_orchestrator_reads_the_events_of_the_rows_it_may_read_and_writes_non
         .await
         .unwrap_err();
     assert!(err.to_string().contains("permission denied"), "{err}");
+}
+
+/// The events of `id` that `pool`'s role may read, oldest first, as
+/// `(reason, incarnation)`.
+async fn seen_events(pool: &sqlx::PgPool, id: &SandboxId) -> Vec<(String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT reason, incarnation::text FROM sandbox_events WHERE sandbox_id = $1 ORDER BY seq",
+    )
+    .bind(id.as_str())
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Only the newest N events of an id were kept, whoever owned them: the
+/// tenant that took a released id next pruned the last tenant's events
+/// (issue 50, finding 8). As the attacker did it, through the controller:
+/// tenant A holds an id twice over, releases it, tenant B takes it; with
+/// one event kept, B's first one took A's last.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_that_takes_a_released_id_leaves_the_last_tenants_events_alone() {
+    let env = TestEnv::new().await;
+    let (_, a) = env.own_rows_orchestrator("handed_a").await;
+    let (_, b) = env.own_rows_orchestrator("handed_b").await;
+    let mut config = env.config();
+    config.events_per_sandbox = 1;
+    let controller = env.start(config);
+    let (client_a, client_b) = (Client::from_pool(a.clone()), Client::from_pool(b.clone()));
+    let id = sandbox_id("handed");
+    let mut req = request(&["redis"], &[]);
+    req.owner = String::new(); // the requesting role
+    const READY: Duration = Duration::from_secs(60);
+    for round in 1..=2 {
+        client_a.provision(&id, &req, READY).await.unwrap();
+        let incarnation = client_a.incarnation(&id).await.unwrap().expect("A's row");
+        assert!(client_a.release(&id).await.unwrap());
+        let reaped = ("reaped".to_owned(), Some(incarnation.as_str().to_owned()));
+        eventually(
+            &format!("A's round {round} torn down"),
+            Duration::from_secs(30),
+            || async { (seen_events(&a, &id).await == [reaped.clone()]).then_some(()) },
+        )
+        .await;
+    }
+    let a_kept = seen_events(&a, &id).await;
+
+    client_b.provision(&id, &req, READY).await.unwrap();
+    eventually("B's event", Duration::from_secs(30), || async {
+        let seen = seen_events(&b, &id).await;
+        (seen.len() == 1 && seen[0].0 == "provisioned").then_some(())
+    })
+    .await;
+    assert_eq!(seen_events(&a, &id).await, a_kept, "B's events pruned A's");
+    client_b.release(&id).await.unwrap();
+    controller.stop().await;
+}
+
+/// What bounds the events of old incarnations, now that another owner's
+/// never prune them: an id keeps its newest N events per owner. An owner
+/// releasing and requesting an id again and again keeps N of it, however
+/// many incarnations it went through; the next owner keeps N of its own.
+#[tokio::test]
+async fn one_owner_churning_through_an_id_keeps_the_bound_and_never_prunes_another_owners_events() {
+    let env = TestEnv::new().await;
+    let store = sandboxd::adapters::PgStore::from_pool(env.pool.clone());
+    let term = Term(hold_lease(&env.pool).await);
+    let (role_a, a) = env.own_rows_orchestrator("churn_a").await;
+    let (role_b, b) = env.own_rows_orchestrator("churn_b").await;
+    let id = sandbox_id("churn");
+    let keep = 3;
+    let write = |owner: &str, round: u32| {
+        let (store, id, owner) = (&store, &id, owner.to_owned());
+        async move {
+            let incarnation =
+                Incarnation::parse(&format!("00000000-0000-4000-8000-{round:012}")).unwrap();
+            let events: Vec<Event> = (1..=4)
+                .map(|i| event(EventReason::Healed, &format!("{owner} {round}.{i}")))
+                .collect();
+            store
+                .record_events(
+                    EventBatch {
+                        sandbox: id,
+                        owner: &owner,
+                        incarnation: Some(&incarnation),
+                        events: &events,
+                        keep,
+                    },
+                    term,
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let messages = |pool: sqlx::PgPool| {
+        let id = id.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT message FROM sandbox_events WHERE sandbox_id = $1 ORDER BY seq",
+            )
+            .bind(id.as_str())
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // B held the id once; A took it then, releasing and requesting it
+    // again 200 times.
+    write(&role_b, 0).await;
+    for round in 1..=200 {
+        write(&role_a, round).await;
+    }
+    assert_eq!(
+        messages(b.clone()).await,
+        [2, 3, 4].map(|i| format!("{role_b} 0.{i}")),
+        "A's churn pruned B's events"
+    );
+    assert_eq!(
+        messages(a.clone()).await,
+        [2, 3, 4].map(|i| format!("{role_a} 200.{i}")),
+        "A keeps its newest {keep}"
+    );
+    let all: i64 = sqlx::query_scalar("SELECT count(*) FROM sandbox_events WHERE sandbox_id = $1")
+        .bind(id.as_str())
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(all, 2 * i64::from(keep), "the id's events are bounded");
 }

@@ -245,7 +245,7 @@ async fn a_role_that_is_not_registered_sees_nothing_and_a_revoked_one_is_refused
         .execute(&env.pool)
         .await
         .unwrap();
-    sqlx::query("GRANT EXECUTE ON FUNCTION sandbox_orchestrator_may_access(text, name), sandbox_orchestrator_may_see_status(text, name), sandbox_allowed_engines(), sandbox_allowed_features(text), sandbox_quote(text) TO mallory")
+    sqlx::query("GRANT EXECUTE ON FUNCTION sandbox_caller_may_access(text), sandbox_caller_may_see_status(text), sandbox_allowed_engines(), sandbox_allowed_features(text), sandbox_quote(text) TO mallory")
         .execute(&env.pool)
         .await
         .unwrap();

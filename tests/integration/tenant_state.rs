@@ -10,7 +10,9 @@
 //!   refuse another tenant's sandbox and more than a bounded number of
 //!   pending requests; the controller still performs them;
 //! - notifications: every role may LISTEN, so no payload names a sandbox
-//!   id, and a relist that no owner asked for is ignored.
+//!   id, and a relist that no owner asked for is ignored;
+//! - the row-level security helpers (issue 50): no function a tenant may
+//!   call takes a role to judge, so none answers for another tenant.
 
 use crate::common;
 
@@ -295,6 +297,83 @@ async fn orchestrators_write_checkpoints_and_resets_only_through_the_verbs_and_p
         .execute(&a)
         .await
         .expect("a ninth under a raised bound");
+}
+
+/// Tenant A asked the row-level security helpers about tenant B, naming
+/// B's role, and learned that B owns a sandbox and that it runs (issue 50,
+/// finding 4). Now no function a tenant may call takes a role: the
+/// predicates judge the calling role, and answer A for A alone.
+#[tokio::test]
+async fn a_tenant_cannot_ask_the_row_level_security_helpers_about_another_tenants_sandbox() {
+    let env = TestEnv::new().await;
+    let [(role_a, a), (role_b, b)] = tenants(&env).await;
+    let term = hold_lease(&env.pool).await;
+    for (pool, id) in [(&a, "rls-a"), (&b, "rls-b")] {
+        sqlx::query("SELECT sandbox_request($1, NULL, '{redis}')")
+            .bind(id)
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO sandbox_status (id, phase, incarnation, leader_term)
+             VALUES ($1, 'ready', (SELECT incarnation FROM sandbox_desired WHERE id = $1), $2)",
+        )
+        .bind(id)
+        .bind(term)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    }
+
+    // What A asked: may B see the status of rls-b, may B access B's rows.
+    for sql in [
+        format!("SELECT sandbox_orchestrator_may_see_status('rls-b', '{role_b}')"),
+        format!("SELECT sandbox_orchestrator_may_access('{role_b}', '{role_b}')"),
+    ] {
+        match sqlx::query_scalar::<_, bool>(&sql).fetch_one(&a).await {
+            Ok(answer) => panic!("A asked {sql} and was told {answer}"),
+            Err(e) => {
+                let code = e.as_database_error().and_then(|d| d.code());
+                // Not there (42883), or not A's to call (42501).
+                assert!(
+                    matches!(code.as_deref(), Some("42883" | "42501")),
+                    "{sql}: {e}"
+                );
+            }
+        }
+    }
+
+    // No function A may execute takes a role name.
+    let with_a_role: Vec<String> = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p
+          WHERE p.pronamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'sandbox_desired'::regclass)
+            AND has_function_privilege($1::name, p.oid, 'EXECUTE')
+            AND EXISTS (SELECT 1 FROM unnest(p.proargtypes::oid[]) t
+                         WHERE t IN ('name'::regtype, 'regrole'::regtype, 'oid'::regtype))",
+    )
+    .bind(&role_a)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert!(with_a_role.is_empty(), "{with_a_role:?}");
+
+    // What A may call answers for A: its own rows yes, B's no.
+    for (pool, owner, id, yes) in [
+        (&a, &role_a, "rls-a", true),
+        (&a, &role_b, "rls-b", false),
+        (&b, &role_b, "rls-b", true),
+        (&b, &role_a, "rls-a", false),
+    ] {
+        let (access, status): (bool, bool) = sqlx::query_as(
+            "SELECT sandbox_caller_may_access($1), sandbox_caller_may_see_status($2)",
+        )
+        .bind(owner)
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!((access, status), (yes, yes), "{owner} {id}");
+    }
 }
 
 /// The next item of `stream` within `within`, or `None` when none came.

@@ -271,8 +271,9 @@ pub struct RunArgs {
     /// ...and at least this many.
     #[arg(long, env = "SANDBOXD_REAP_BREAKER_MIN", default_value_t = 5)]
     pub reap_breaker_min: usize,
-    /// How many events each sandbox keeps in sandbox_events (its newest;
-    /// equal events in a row are one, counted), 1 to 1000.
+    /// How many events each sandbox keeps in sandbox_events per owner (its
+    /// newest: the next owner of a released id prunes none of the last
+    /// one's; equal events in a row are one, counted), 1 to 1000.
     #[arg(long, env = "SANDBOXD_EVENTS_PER_SANDBOX", default_value_t = crate::config::DEFAULT_EVENTS_PER_SANDBOX,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::config::MAX_EVENTS_PER_SANDBOX)))]
     pub events_per_sandbox: u32,

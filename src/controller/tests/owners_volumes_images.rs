@@ -38,6 +38,53 @@ async fn a_sandbox_whose_owner_container_vanished_is_released_once_the_grace_run
 }
 
 #[tokio::test]
+async fn an_owner_container_not_opted_in_for_the_rows_owner_is_judged_missing_word_for_word() {
+    use crate::domain::attach::{Candidate, OPT_IN};
+    let h = Harness::new();
+    let ctx = h.context();
+    // Running, but opted in for another owner; and no container at all.
+    h.runtime.set_agent(
+        "agent-1",
+        Some(crate::domain::container::RunState {
+            running: true,
+            ..Default::default()
+        }),
+    );
+    h.runtime.set_attach_candidate(
+        "agent-1",
+        Some(Candidate {
+            id: ContainerId::new("agent-1"),
+            name: "agent-1".into(),
+            labels: std::collections::HashMap::from([(OPT_IN.into(), "someone-else".into())]),
+            holds: Default::default(),
+        }),
+    );
+    let rows = [("a", "agent-1"), ("b", "missing-1")];
+    let mut waits = Vec::new();
+    for (name, owner) in rows {
+        let mut r = row(name);
+        r.owner_container = Some(owner.into());
+        h.store.put_desired(r);
+        let Next::After(wait) = reconcile(&ctx, &id(name)).await.unwrap() else {
+            panic!("{name}: an owner that does not count is looked at again after its grace");
+        };
+        waits.push(wait);
+    }
+    assert_eq!(waits[0], waits[1], "the same grace");
+    h.clock
+        .advance(chrono::Duration::from_std(waits[0]).unwrap());
+    let mut messages = Vec::new();
+    for (name, owner) in rows {
+        reconcile(&ctx, &id(name)).await.unwrap();
+        let status = h.store.status_of(&id(name)).unwrap();
+        assert_eq!(status.phase, Phase::Terminating, "{name}");
+        assert!(h.containers(&id(name)).is_empty(), "{name}");
+        messages.push(status.message.replace(owner, "NAME"));
+    }
+    assert_eq!(messages[0], messages[1]);
+}
+
+#[tokio::test]
 async fn a_persistent_sandbox_keeps_its_volume_until_its_row_is_deleted() {
     let h = Harness::new();
     let ctx = h.context();

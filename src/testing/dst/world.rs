@@ -566,13 +566,16 @@ impl World {
     }
 
     /// Nothing the controller keeps in the store grows without bound: a
-    /// sandbox's events stay within what it is configured to keep.
+    /// sandbox's events of one owner stay within what it is configured to
+    /// keep.
     pub(crate) fn check_growth(&self, keep: u32) {
         let most = self.store.most_events_kept();
         if most > keep as usize {
             self.violate(
                 "growth",
-                format_args!("a sandbox keeps {most} events (at most {keep} are kept)"),
+                format_args!(
+                    "a sandbox keeps {most} events of one owner (at most {keep} are kept)"
+                ),
             );
         }
     }
