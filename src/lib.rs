@@ -16,6 +16,8 @@
 
 pub mod adapters;
 pub mod chaos;
+#[cfg(test)]
+mod cited_tests;
 pub mod cli;
 pub mod client;
 pub mod config;
