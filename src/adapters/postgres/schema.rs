@@ -84,6 +84,7 @@ const FILES: &[(&str, &str)] = sql_objects! {
         "sandbox_lease_renew",
         "sandbox_lease_valid",
         "sandbox_notify",
+        "sandbox_notify_send",
         "sandbox_notify_truncate",
         "sandbox_orchestrator_privileges_validate",
         "sandbox_pause_reaping",
@@ -136,11 +137,16 @@ const FILES: &[(&str, &str)] = sql_objects! {
         "sandbox_resets_orchestrators",
         "sandbox_status_orchestrators",
     ],
+    // The sessions' bounds: names nothing above.
+    "settings": [
+        "database",
+    ],
     "grants": [
         "sandbox_checkpoint_requests",
         "sandbox_checkpoint_settings",
         "sandbox_checkpoints",
         "sandbox_events",
+        "sandbox_notify_skipped",
         "sandbox_orchestrator_privileges",
         "sandbox_pool_claims",
         "sandbox_quotas",
@@ -558,7 +564,10 @@ mod tests {
             .collect();
         let mut order = kinds.clone();
         order.dedup();
-        assert_eq!(order, ["functions", "triggers", "policies", "grants"]);
+        assert_eq!(
+            order,
+            ["functions", "triggers", "policies", "settings", "grants"]
+        );
         assert_eq!(
             objects().last().unwrap().path,
             "grants/orchestrator_privileges.sql"
