@@ -66,7 +66,6 @@ INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege) VAL
     ('function', 'sandbox_notify_send(text, text)', 'EXECUTE'),
     -- Never granted; revoked in case someone granted them by hand.
     ('sequence', 'sandbox_checkpoint_requests', NULL),
-    ('sequence', 'sandbox_notify_skipped', NULL),
     ('function', 'sandbox_checkpoint_target(text, text)', NULL),
     ('function', 'sandbox_status_credentials()', NULL),
     ('function', 'sandbox_status_forget_credentials()', NULL),

@@ -146,7 +146,6 @@ const FILES: &[(&str, &str)] = sql_objects! {
         "sandbox_checkpoint_settings",
         "sandbox_checkpoints",
         "sandbox_events",
-        "sandbox_notify_skipped",
         "sandbox_orchestrator_privileges",
         "sandbox_pool_claims",
         "sandbox_quotas",
