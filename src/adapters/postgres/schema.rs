@@ -8,7 +8,8 @@
 //! whole: a function is changed by editing its one file, and the next start
 //! replaces it. [`apply`] runs in one transaction under an advisory lock
 //! (replicas starting together take turns), in [`objects`]' order:
-//! functions, then the triggers and policies that call them, then grants.
+//! functions, then the triggers and policies that call them, then the
+//! database's session settings, then grants.
 //!
 //! The rules every function gets here, so that no file repeats them:
 //! `search_path` is pinned to `pg_catalog, <the tables' schema>, pg_temp`
