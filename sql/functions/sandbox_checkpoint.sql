@@ -29,7 +29,7 @@ BEGIN
         SET owner = EXCLUDED.owner, incarnation = EXCLUDED.incarnation, request = EXCLUDED.request,
             state = 'requested', message = '', size_bytes = NULL, instances = '{}'::jsonb,
             requested_at = now(), done_at = NULL;
-    PERFORM pg_notify('sandbox_desired', d.row_incarnation::text);
+    PERFORM sandbox_notify_send('sandbox_desired', d.row_incarnation::text);
     RETURN req;
 END
 $$;

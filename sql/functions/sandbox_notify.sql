@@ -11,9 +11,9 @@ CREATE OR REPLACE FUNCTION sandbox_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        PERFORM pg_notify(TG_ARGV[0], coalesce(OLD.incarnation::text, '*'));
+        PERFORM sandbox_notify_send(TG_ARGV[0], coalesce(OLD.incarnation::text, '*'));
     ELSE
-        PERFORM pg_notify(TG_ARGV[0], coalesce(NEW.incarnation::text, '*'));
+        PERFORM sandbox_notify_send(TG_ARGV[0], coalesce(NEW.incarnation::text, '*'));
     END IF;
     RETURN NULL;
 END

@@ -10,7 +10,7 @@ BEGIN
     IF TG_ARGV[0] = 'sandbox_desired' THEN
         PERFORM nextval('sandbox_relist_requests');
     END IF;
-    PERFORM pg_notify(TG_ARGV[0], '*');
+    PERFORM sandbox_notify_send(TG_ARGV[0], '*');
     RETURN NULL;
 END
 $$;

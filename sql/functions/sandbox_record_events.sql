@@ -19,12 +19,14 @@
 -- transaction (a refused or rolled-back write announces nothing). Any role
 -- that may connect can LISTEN there, so the payload holds only what every
 -- role may know: seq, incarnation (a random uuid that names no id and
--- opens nothing: see sandbox_notify), reason, engine, detail, count,
--- first_at, last_at; never the sandbox id (released ids stay unknown to
--- other tenants), the owner or the message (a listener reads those from
--- sandbox_events by seq, under row-level security). The function returns
--- the events as full notices (payload plus sandbox_id, owner and message)
--- for sandboxd's webhook.
+-- opens nothing: see sandbox_notify), reason, engine, count, first_at,
+-- last_at; never the sandbox id (released ids stay unknown to other
+-- tenants), the owner, the message or the detail (a fork's source id, a
+-- seed's hash, a checkpoint's name: issue 50). A listener reads those
+-- from sandbox_events by seq, under row-level security. The send is
+-- sandbox_notify_send's: skipped, never failing the write, while the
+-- queue fills. The function returns the events as full notices (payload
+-- plus sandbox_id, owner, detail and message) for sandboxd's webhook.
 CREATE OR REPLACE FUNCTION sandbox_record_events(p_term bigint, p_sandbox text, p_incarnation uuid,
                                       p_owner text, p_events jsonb, p_keep integer)
 RETURNS jsonb
@@ -84,14 +86,14 @@ BEGIN
             'incarnation', written.incarnation,
             'reason', written.reason,
             'engine', written.engine,
-            'detail', written.detail,
             'count', written.count,
             'first_at', to_char(written.first_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
             'last_at', to_char(written.last_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'));
-        PERFORM pg_notify('sandbox_events', notice::text);
+        PERFORM sandbox_notify_send('sandbox_events', notice::text);
         notices := notices || jsonb_build_array(notice || jsonb_build_object(
             'sandbox_id', written.sandbox_id,
             'owner', written.owner,
+            'detail', written.detail,
             'message', written.message));
     END LOOP;
     SELECT seq INTO cutoff FROM sandbox_events
@@ -106,4 +108,4 @@ END
 $$;
 
 COMMENT ON FUNCTION sandbox_record_events(bigint, text, uuid, text, jsonb, integer) IS
-    'Records events as the leader of p_term (SQLSTATE SX001 otherwise), announces each on NOTIFY sandbox_events (seq, incarnation, reason, engine, detail, count, first_at, last_at: no sandbox id, owner, message or credential) and returns them in full for the webhook';
+    'Records events as the leader of p_term (SQLSTATE SX001 otherwise), announces each on NOTIFY sandbox_events (seq, incarnation, reason, engine, count, first_at, last_at: no sandbox id, owner, detail, message or credential; skipped while the queue fills) and returns them in full for the webhook';

@@ -29,7 +29,7 @@ BEGIN
     req := nextval('sandbox_checkpoint_requests');
     INSERT INTO sandbox_resets (request, sandbox_id, checkpoint, owner, incarnation)
     VALUES (req, p_id, target, d.row_owner, d.row_incarnation);
-    PERFORM pg_notify('sandbox_desired', d.row_incarnation::text);
+    PERFORM sandbox_notify_send('sandbox_desired', d.row_incarnation::text);
     RETURN req;
 END
 $$;

@@ -12,7 +12,7 @@ BEGIN
        SET paused = false, resumed_at = now(), resumed_by = session_user
      WHERE paused;
     PERFORM nextval('sandbox_relist_requests');
-    PERFORM pg_notify('sandbox_desired', '*');
+    PERFORM sandbox_notify_send('sandbox_desired', '*');
     RETURN QUERY SELECT coalesce(previous.paused, false), coalesce(previous.reason, ''), previous.paused_at;
 END
 $$;

@@ -34,7 +34,7 @@ BEGIN
             OR EXISTS (SELECT 1 FROM sandbox_status s
                        WHERE s.id = p_id AND s.incarnation = before_touch.incarnation
                          AND s.phase = 'paused')) THEN
-        PERFORM pg_notify('sandbox_desired', before_touch.incarnation::text);
+        PERFORM sandbox_notify_send('sandbox_desired', before_touch.incarnation::text);
     END IF;
     RETURN true;
 END

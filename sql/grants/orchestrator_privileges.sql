@@ -61,6 +61,9 @@ INSERT INTO sandbox_orchestrator_privileges (object_kind, object, privilege) VAL
     ('table', 'sandbox_resets', 'SELECT'),
     ('function', 'sandbox_checkpoint(text, text)', 'EXECUTE'),
     ('function', 'sandbox_reset(text, text)', 'EXECUTE'),
+    -- What the triggers and verbs notify through, as the orchestrator (it
+    -- runs as the owner: see the function).
+    ('function', 'sandbox_notify_send(text, text)', 'EXECUTE'),
     -- Never granted; revoked in case someone granted them by hand.
     ('sequence', 'sandbox_checkpoint_requests', NULL),
     ('function', 'sandbox_checkpoint_target(text, text)', NULL),

@@ -169,6 +169,16 @@ impl Store for BoundedStore {
         store_call("read checkpoint requests", self.after, call).await
     }
 
+    async fn pending_work(&self) -> Result<Vec<SandboxId>, StoreError> {
+        let call = self.inner.pending_work();
+        store_call("list pending checkpoints and resets", self.after, call).await
+    }
+
+    async fn notify_queue(&self) -> Result<crate::ports::store::NotifyQueue, StoreError> {
+        let call = self.inner.notify_queue();
+        store_call("read the notification queue", self.after, call).await
+    }
+
     async fn finish_checkpoint(
         &self,
         id: &SandboxId,

@@ -985,6 +985,33 @@ impl Store for PgStore {
         })
     }
 
+    async fn pending_work(&self) -> Result<Vec<SandboxId>, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT sandbox_id FROM sandbox_checkpoints WHERE state = 'requested'
+             UNION
+             SELECT sandbox_id FROM sandbox_resets WHERE state = 'requested'",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query("list pending checkpoints and resets"))?;
+        // An id no row could hold names no sandbox to reconcile.
+        Ok(ids
+            .iter()
+            .filter_map(|id| SandboxId::parse(id).ok())
+            .collect())
+    }
+
+    async fn notify_queue(&self) -> Result<crate::ports::store::NotifyQueue, StoreError> {
+        let (usage, skipped): (f64, i64) = sqlx::query_as(
+            "SELECT pg_notification_queue_usage(),
+                    (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM sandbox_notify_skipped)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query("read the notification queue"))?;
+        Ok(crate::ports::store::NotifyQueue { usage, skipped })
+    }
+
     async fn finish_checkpoint(
         &self,
         id: &SandboxId,

@@ -152,6 +152,8 @@ pub(crate) async fn relist(
 struct Lists {
     rows: Vec<DesiredSandbox>,
     statuses: Vec<SandboxStatus>,
+    /// Sandboxes with a checkpoint or reset requested and not done.
+    pending: Vec<SandboxId>,
     /// The deployment's containers, claimed warm-pool ones included.
     containers: Vec<ObservedContainer>,
     /// Every warm-pool container, claimed or not.
@@ -172,6 +174,17 @@ impl Lists {
                 // Without secrets: the judge needs none, and a fleet's
                 // credentials are most of its status rows' bytes.
                 let statuses = ctx.store.list_status_redacted().await?;
+                // Requests that a NOTIFY announced, if it came: a relist
+                // never relies on it (issue 50: a tenant can make the
+                // database skip notifications).
+                let pending = ctx.store.pending_work().await?;
+                // Only a gauge and a counter: a failure costs a stale one.
+                match ctx.store.notify_queue().await {
+                    Ok(queue) => ctx.metrics.watch.notify_queue(queue),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the notification queue's usage; the next relist tries again")
+                    }
+                }
                 // Events age out here (each sandbox's are bounded as they
                 // are written); a failure costs nothing but a later try.
                 match ctx.store.prune_events(ctx.config.event_retention).await {
@@ -181,7 +194,7 @@ impl Lists {
                         tracing::warn!(error = %e, "could not delete old events; the next relist tries again")
                     }
                 }
-                Ok::<_, ControllerError>((rows, statuses))
+                Ok::<_, ControllerError>((rows, statuses, pending))
             }
         });
         let docker_side = Side::spawn({
@@ -201,11 +214,12 @@ impl Lists {
                 Ok::<_, ControllerError>((containers, pooled.listed, networks, volumes))
             }
         });
-        let ((rows, statuses), (containers, pooled, networks, volumes)) =
+        let ((rows, statuses, pending), (containers, pooled, networks, volumes)) =
             tokio::try_join!(store_side.join(), docker_side.join())?;
         Ok(Lists {
             rows,
             statuses,
+            pending,
             containers,
             pooled,
             networks,
@@ -239,7 +253,13 @@ fn select_due<'a>(
 ) -> (BTreeSet<&'a SandboxId>, usize) {
     let mut due: BTreeSet<&SandboxId> = BTreeSet::new();
     let mut converged = 0;
+    // A pending checkpoint or reset is work whatever the lists show.
+    let pending: HashSet<&SandboxId> = lists.pending.iter().collect();
     for row in &lists.rows {
+        if pending.contains(&row.id) {
+            due.insert(&row.id);
+            continue;
+        }
         match scope {
             Scope::Every => {
                 due.insert(&row.id);

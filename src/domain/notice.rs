@@ -15,11 +15,12 @@ pub const NOTIFY_CHANNEL: &str = "sandbox_events";
 pub const SIGNATURE_HEADER: &str = "X-Sandboxd-Signature";
 
 /// One recorded event, as the webhook receives it (its JSON body). The
-/// `NOTIFY` payload is the same without `sandbox_id`, `owner` and
-/// `message`, which only a reader allowed to see the event's row may read
-/// (the channel cannot be restricted to owners, and released ids are no
-/// other tenant's business); it names the row by its `incarnation`, a
-/// random uuid that opens nothing.
+/// `NOTIFY` payload is the same without `sandbox_id`, `owner`, `detail`
+/// and `message`, which only a reader allowed to see the event's row may
+/// read (the channel cannot be restricted to owners, released ids are no
+/// other tenant's business, and a detail may name a fork's source, a seed
+/// or a checkpoint); it names the row by its `incarnation`, a random uuid
+/// that opens nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventNotice {
     /// The event's row in `sandbox_events` (a repeated event keeps it).

@@ -18,6 +18,16 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use std::time::Duration;
 
+/// The cluster's `NOTIFY` queue as the state database reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NotifyQueue {
+    /// `pg_notification_queue_usage()`: the fraction in use, 0 to 1.
+    pub usage: f64,
+    /// Notifications `sandbox_notify_send` skipped, ever (the sequence
+    /// `sandbox_notify_skipped`).
+    pub skipped: i64,
+}
+
 /// Failures of the state store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -211,6 +221,13 @@ pub trait Store: Send + Sync + 'static {
     /// The sandbox's checkpoints and its resets not done yet
     /// (`sandbox_checkpoints`, `sandbox_resets`).
     async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError>;
+    /// The sandboxes with a checkpoint or a reset requested and not done
+    /// yet: a relist reconciles them whether or not the lists show them
+    /// converged (the request's NOTIFY may never have come).
+    async fn pending_work(&self) -> Result<Vec<SandboxId>, StoreError>;
+    /// The cluster's notification queue: how full it is, and how many
+    /// notifications sandboxd's writes have skipped because it was filling.
+    async fn notify_queue(&self) -> Result<NotifyQueue, StoreError>;
     /// Records how request `request` for checkpoint `name` of `id` ended,
     /// as the leader of `term` (fenced); a newer request of that name is
     /// left alone.

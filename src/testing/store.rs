@@ -666,6 +666,22 @@ impl Store for FakeStore {
         Ok(t.checkpoints.get(id).cloned().unwrap_or_default())
     }
 
+    async fn pending_work(&self) -> Result<Vec<SandboxId>, StoreError> {
+        let t = self.tables.lock().unwrap();
+        Ok(t.checkpoints
+            .iter()
+            .filter(|(_, w)| {
+                !w.resets.is_empty() || w.checkpoints.iter().any(|c| c.state == "requested")
+            })
+            .map(|(id, _)| id.clone())
+            .collect())
+    }
+
+    async fn notify_queue(&self) -> Result<crate::ports::store::NotifyQueue, StoreError> {
+        // No queue here: nothing fills it and nothing is skipped.
+        Ok(crate::ports::store::NotifyQueue::default())
+    }
+
     async fn finish_checkpoint(
         &self,
         id: &SandboxId,

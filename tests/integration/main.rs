@@ -28,6 +28,7 @@ mod leadership;
 mod lifecycle;
 mod network_recovery;
 mod notifications;
+mod notify_queue;
 mod observability;
 mod operator_page;
 mod own_images;

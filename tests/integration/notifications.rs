@@ -28,10 +28,10 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 
 /// The keys of a `NOTIFY sandbox_events` payload: what every role that may
-/// connect is allowed to know.
-const PUBLIC_KEYS: [&str; 8] = [
+/// connect is allowed to know (never the detail, which may name a fork's
+/// source, a seed or a checkpoint).
+const PUBLIC_KEYS: [&str; 7] = [
     "count",
-    "detail",
     "engine",
     "first_at",
     "incarnation",
@@ -138,8 +138,16 @@ async fn a_listen_client_receives_the_provisioned_and_heal_events_without_owner_
     assert_eq!(provisioned.0["engine"], "redis");
     let (heal, _) = got.last().unwrap();
     assert_eq!(heal["engine"], "redis");
+    // The detail is the row's, read by seq.
+    let detail: Option<String> =
+        sqlx::query_scalar("SELECT detail FROM sandbox_events WHERE seq = $1")
+            .bind(heal["seq"].as_i64().unwrap())
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
     assert_eq!(
-        heal["detail"], "stopped",
+        detail.as_deref(),
+        Some("stopped"),
         "docker kill is an order from outside"
     );
     assert_eq!(heal["count"], 1);
@@ -303,6 +311,82 @@ async fn every_recorded_event_is_announced_a_repeat_with_its_count_and_an_other_
             .is_err(),
         "an extra notification"
     );
+}
+
+/// Issue 50: the details of a fork (its source's id), a seed (its hash)
+/// and a checkpoint or reset (its name) are the owner's business; another
+/// role listening on the channel hears that such events happened, and
+/// nothing of what they name. The owner reads the detail from the row.
+#[tokio::test]
+async fn a_listener_of_another_role_hears_no_fork_source_seed_hash_or_checkpoint_name() {
+    let env = TestEnv::new().await;
+    let store = sandboxd::adapters::PgStore::from_pool(env.pool.clone());
+    let term = Term(hold_lease(&env.pool).await);
+    let suffix = env.deployment.as_str().to_owned();
+    let (owner, eavesdropper) = (format!("own-{suffix}"), format!("ear-{suffix}"));
+    let (owner_pool, _) = env.create_login_role(&owner).await;
+    let (ear_pool, _) = env.create_login_role(&eavesdropper).await;
+    store.grant_orchestrator(&owner, true).await.unwrap();
+    store.grant_orchestrator(&eavesdropper, true).await.unwrap();
+    let mut listener = PgListener::connect_with(&ear_pool).await.unwrap();
+    listener.listen(NOTIFY_CHANNEL).await.unwrap();
+
+    // What the controller writes for a fork of `source-…`, a seed and a
+    // checkpoint, as sandboxd::domain::event builds them.
+    let source = sandbox_id("fork-source");
+    let (hash, checkpoint) = ("sha256:5eed5eed5eed", "before-migration-42");
+    let id = sandbox_id("forked");
+    let events = [
+        event(EventReason::Forked, Some(source.as_str()), "forked"),
+        event(EventReason::Seeded, Some(hash), "seeded"),
+        event(EventReason::Checkpointed, Some(checkpoint), "checkpointed"),
+        event(EventReason::Reset, Some(checkpoint), "reset"),
+    ];
+    store
+        .record_events(
+            EventBatch {
+                sandbox: &id,
+                owner: &owner,
+                incarnation: None,
+                events: &events,
+                keep: 10,
+            },
+            term,
+        )
+        .await
+        .unwrap();
+
+    for want in ["forked", "seeded", "checkpointed", "reset"] {
+        let n = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .expect("a notification")
+            .unwrap();
+        let raw = n.payload();
+        let v: Value = serde_json::from_str(raw).unwrap();
+        assert_eq!(v["reason"], want, "{raw}");
+        assert!(v.get("detail").is_none(), "a detail in {raw}");
+        for secret in [source.as_str(), "fork-source", "5eed5eed", checkpoint] {
+            assert!(!raw.contains(secret), "{secret} in {raw}");
+        }
+        // The owner reads it from the row; the eavesdropper reads nothing.
+        let seq = v["seq"].as_i64().unwrap();
+        async fn read(pool: &sqlx::PgPool, seq: i64) -> Option<Option<String>> {
+            sqlx::query_scalar("SELECT detail FROM sandbox_events WHERE seq = $1")
+                .bind(seq)
+                .fetch_optional(pool)
+                .await
+                .unwrap()
+        }
+        let theirs = read(&owner_pool, seq)
+            .await
+            .flatten()
+            .expect("the owner's row");
+        assert!(
+            [source.as_str(), hash, checkpoint].contains(&theirs.as_str()),
+            "{theirs}"
+        );
+        assert_eq!(read(&ear_pool, seq).await, None);
+    }
 }
 
 /// One request a webhook receiver got.
@@ -494,9 +578,10 @@ async fn a_webhook_on_localhost_receives_the_same_events_signed() {
         assert_eq!(object.remove("owner").unwrap(), "integration-test");
         assert!(object.remove("message").unwrap().as_str().unwrap().len() > 10);
         assert_eq!(object.remove("sandbox_id").unwrap(), id.as_str());
+        object.remove("detail").unwrap();
         assert_eq!(
             &stripped, public,
-            "the webhook's JSON is the NOTIFY payload plus three fields"
+            "the webhook's JSON is the NOTIFY payload plus four fields"
         );
     }
     let heal = received.last().unwrap();
@@ -1074,23 +1159,31 @@ async fn a_listen_client_and_the_webhook_receive_the_checkpoint_and_reset_events
         .await
         .expect("reset to the baseline");
     let incarnation = client.incarnation(&id).await.unwrap().expect("the row");
+    let resets = std::sync::atomic::AtomicUsize::new(0);
     let announced = notified_until(
         &mut listener,
         incarnation.as_str(),
         Duration::from_secs(30),
-        |v| v["reason"] == "reset" && v["detail"] == "baseline",
+        |v| {
+            v["reason"] == "reset" && resets.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 1
+        },
     )
     .await;
-    let words: Vec<(String, String)> = announced
-        .iter()
-        .map(|(v, _)| {
-            (
-                v["reason"].as_str().unwrap_or_default().to_owned(),
-                v["detail"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .filter(|(reason, _)| reason != "provisioned")
-        .collect();
+    // The payload names no checkpoint: the detail is the row's.
+    let mut words: Vec<(String, String)> = Vec::new();
+    for (v, raw) in &announced {
+        assert!(!raw.contains("\"seed\""), "a checkpoint's name in {raw}");
+        let detail: Option<String> =
+            sqlx::query_scalar("SELECT detail FROM sandbox_events WHERE seq = $1")
+                .bind(v["seq"].as_i64().unwrap())
+                .fetch_one(&env.pool)
+                .await
+                .unwrap();
+        let reason = v["reason"].as_str().unwrap_or_default().to_owned();
+        if reason != "provisioned" {
+            words.push((reason, detail.unwrap_or_default()));
+        }
+    }
     assert_eq!(
         words,
         [
@@ -1125,8 +1218,17 @@ async fn a_listen_client_and_the_webhook_receive_the_checkpoint_and_reset_events
     for ((announced, _), delivered) in announced.iter().zip(&received) {
         assert_eq!(delivered["seq"], announced["seq"], "in order: {received:?}");
         assert_eq!(delivered["reason"], announced["reason"]);
-        assert_eq!(delivered["detail"], announced["detail"]);
     }
+    let delivered: Vec<&str> = received
+        .iter()
+        .filter(|v| v["reason"] != "provisioned")
+        .map(|v| v["detail"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        delivered,
+        ["seed", "seed", "baseline"],
+        "the webhook's details"
+    );
     let reset = received.last().unwrap();
     assert!(
         reset["message"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import time
+
+import psycopg
 import pytest
 from conftest import connect, docker_kill, new_id
 
@@ -118,6 +122,50 @@ def test_a_wait_sees_a_heal_announced_by_an_event_notice(client: Client, deploym
         assert db.execute("SELECT 1").fetchone() == (1,)
     event = client.event(healed.seq)
     assert event is not None and event.sandbox_id == sid and event.reason == "healed"
+    client.release(sid)
+
+
+def test_event_notices_are_read_from_the_rows_they_name_and_forged_ones_are_skipped(
+    client: Client, dsn: str
+) -> None:
+    # Any role may NOTIFY sandbox_events (issue 50): a payload that is not
+    # JSON must not end the iteration, and a forged "failed" for one's own
+    # sandbox must not be handed over as real.
+    sid = new_id("pyforge")
+    revision = client.request(sid, ["redis"])
+    client.wait(sid, revision, timeout=90)
+    # provisioned, or claimed from the warm pool (recorded just after the
+    # status is written).
+    deadline = time.monotonic() + 10
+    while not (events := client.events(sid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    provisioned = events[0]
+    forged = {
+        "incarnation": revision.incarnation,
+        "reason": "failed",
+        "engine": "redis",
+        "detail": "forged",
+        "count": 1,
+    }
+    with client.event_notices() as notices, psycopg.connect(dsn, autocommit=True) as other:
+        other.execute("NOTIFY sandbox_events, 'not json'")
+        # A real event's seq, a made-up reason: the row's reason wins.
+        other.execute(
+            "SELECT pg_notify('sandbox_events', %s)",
+            (json.dumps({**forged, "seq": provisioned.seq}),),
+        )
+        # An event that does not exist.
+        other.execute(
+            "SELECT pg_notify('sandbox_events', %s)",
+            (json.dumps({**forged, "seq": 2**62}),),
+        )
+        got = [n for n in notices.until(3) if n.incarnation == revision.incarnation]
+    assert notices.malformed == 1
+    assert notices.unseen >= 1
+    assert provisioned.reason != "failed"
+    assert [(n.seq, n.reason, n.detail) for n in got] == [
+        (provisioned.seq, provisioned.reason, provisioned.detail)
+    ]
     client.release(sid)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sandboxd import EventNotice, Status
+from sandboxd import Status
+from sandboxd._types import notice_seq
 from sandboxd._types import status_from_row
 
 SERVICES = {
@@ -61,11 +62,27 @@ def test_a_repr_never_shows_a_credential() -> None:
         assert secret not in repr(s)
 
 
-def test_an_event_notice_is_read_from_its_payload() -> None:
-    n = EventNotice.from_payload(
-        '{"seq": 42, "incarnation": "0b6f", "reason": "healed", "engine": "redis",'
-        ' "detail": "exited", "count": 1, "first_at": "2026-12-02T00:15:47.906632Z",'
-        ' "last_at": "2026-12-02T00:15:47.906632Z"}'
+def test_a_notice_names_only_its_seq_and_anything_else_is_malformed() -> None:
+    assert (
+        notice_seq(
+            '{"seq": 42, "incarnation": "0b6f", "reason": "healed", "engine": "redis",'
+            ' "count": 1, "first_at": "2026-12-02T00:15:47.906632Z",'
+            ' "last_at": "2026-12-02T00:15:47.906632Z"}'
+        )
+        == 42
     )
-    assert (n.seq, n.reason, n.engine, n.detail, n.count) == (42, "healed", "redis", "exited", 1)
-    assert n.last_at is not None and n.last_at.year == 2026
+    # Any role may NOTIFY on the channel: none of these is sandboxd's.
+    for payload in (
+        "not json",
+        "",
+        "[1]",
+        "42",
+        '{"reason": "failed"}',
+        '{"seq": "42"}',
+        '{"seq": true}',
+        '{"seq": 0}',
+        '{"seq": -1}',
+        '{"seq": 1.5}',
+        '{"seq": 9223372036854775808}',
+    ):
+        assert notice_seq(payload) is None, payload

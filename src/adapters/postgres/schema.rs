@@ -8,7 +8,8 @@
 //! whole: a function is changed by editing its one file, and the next start
 //! replaces it. [`apply`] runs in one transaction under an advisory lock
 //! (replicas starting together take turns), in [`objects`]' order:
-//! functions, then the triggers and policies that call them, then grants.
+//! functions, then the triggers and policies that call them, then the
+//! database's session settings, then grants.
 //!
 //! The rules every function gets here, so that no file repeats them:
 //! `search_path` is pinned to `pg_catalog, <the tables' schema>, pg_temp`
@@ -84,6 +85,7 @@ const FILES: &[(&str, &str)] = sql_objects! {
         "sandbox_lease_renew",
         "sandbox_lease_valid",
         "sandbox_notify",
+        "sandbox_notify_send",
         "sandbox_notify_truncate",
         "sandbox_orchestrator_privileges_validate",
         "sandbox_pause_reaping",
@@ -135,6 +137,10 @@ const FILES: &[(&str, &str)] = sql_objects! {
         "sandbox_quotas_orchestrators",
         "sandbox_resets_orchestrators",
         "sandbox_status_orchestrators",
+    ],
+    // The sessions' bounds: names nothing above.
+    "settings": [
+        "database",
     ],
     "grants": [
         "sandbox_checkpoint_requests",
@@ -558,7 +564,10 @@ mod tests {
             .collect();
         let mut order = kinds.clone();
         order.dedup();
-        assert_eq!(order, ["functions", "triggers", "policies", "grants"]);
+        assert_eq!(
+            order,
+            ["functions", "triggers", "policies", "settings", "grants"]
+        );
         assert_eq!(
             objects().last().unwrap().path,
             "grants/orchestrator_privileges.sql"

@@ -795,6 +795,14 @@ impl Store for SimStore {
         self.call("checkpoint_work", false, self.fake().checkpoint_work(id))
             .await
     }
+    async fn pending_work(&self) -> Result<Vec<SandboxId>, StoreError> {
+        self.call("pending_work", false, self.fake().pending_work())
+            .await
+    }
+    async fn notify_queue(&self) -> Result<crate::ports::store::NotifyQueue, StoreError> {
+        self.call("notify_queue", false, self.fake().notify_queue())
+            .await
+    }
     async fn finish_checkpoint(
         &self,
         id: &SandboxId,

@@ -114,6 +114,16 @@ impl TestEnv {
         Self::on(StatePostgres::start_with(storage).await, true).await
     }
 
+    /// [`TestEnv::new_with`], its server started with `settings` (`-c
+    /// name=value` each: e.g. a small NOTIFY queue).
+    pub async fn new_with_settings(storage: StateStorage, settings: &[(&str, &str)]) -> Self {
+        Self::on(
+            StatePostgres::start_with_settings(storage, settings).await,
+            true,
+        )
+        .await
+    }
+
     /// The world on `state`, which is migrated first if `migrate`.
     async fn on(state: StatePostgres, migrate: bool) -> Self {
         let store = PgStore::connect(&state.url, 8)

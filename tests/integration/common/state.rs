@@ -139,7 +139,19 @@ impl StatePostgres {
     /// login, then creates the login role `sandboxd` (no superuser, no
     /// CREATEROLE, no CREATEDB) and the database `sandboxd` owned by it.
     pub async fn start_with(storage: StateStorage) -> Self {
+        Self::start_with_settings(storage, &[]).await
+    }
+
+    /// [`StatePostgres::start_with`], the server started with `settings`
+    /// too (`-c name=value` each).
+    pub async fn start_with_settings(storage: StateStorage, settings: &[(&str, &str)]) -> Self {
         let (name, tag) = state_image();
+        let mut cmd: Vec<String> = ["-c", "fsync=off", "-c", "max_connections=200"]
+            .map(String::from)
+            .into();
+        for (setting, value) in settings {
+            cmd.extend(["-c".to_owned(), format!("{setting}={value}")]);
+        }
         let admin_password = random_suffix() + &random_suffix();
         let password = random_suffix() + &random_suffix();
         let container = GenericImage::new(name.clone(), tag.clone())
@@ -147,7 +159,7 @@ impl StatePostgres {
             .with_wait_for(WaitFor::message_on_stderr("listening on IPv4 address"))
             .with_env_var("POSTGRES_USER", "postgres")
             .with_env_var("POSTGRES_PASSWORD", &admin_password)
-            .with_cmd(["-c", "fsync=off", "-c", "max_connections=200"])
+            .with_cmd(cmd)
             .with_label(STATE_LABEL, "true")
             .with_startup_timeout(Duration::from_secs(120))
             .with_host_config_modifier(move |hc| {

@@ -185,9 +185,11 @@ class Event:
 
 @dataclass(frozen=True)
 class EventNotice:
-    """A ``NOTIFY sandbox_events`` payload: no id, owner or message (any
-    role may listen); match ``incarnation`` with your own rows, or read
-    the event by ``seq`` with :meth:`Client.event`."""
+    """One event of a sandbox this role may see, announced by ``NOTIFY
+    sandbox_events`` and read from its row in ``sandbox_events`` (the
+    payload is only a hint: any role may send one). Match
+    ``incarnation`` with your own rows, or read the whole event by
+    ``seq`` with :meth:`Client.event`."""
 
     seq: int
     incarnation: str | None
@@ -199,18 +201,34 @@ class EventNotice:
     last_at: datetime | None
 
     @classmethod
-    def from_payload(cls, payload: str) -> EventNotice:
-        obj = json.loads(payload)
+    def from_event(cls, event: Event) -> EventNotice:
         return cls(
-            seq=int(obj["seq"]),
-            incarnation=obj.get("incarnation"),
-            reason=str(obj.get("reason", "")),
-            engine=obj.get("engine"),
-            detail=obj.get("detail"),
-            count=int(obj.get("count", 1)),
-            first_at=_time(obj.get("first_at")),
-            last_at=_time(obj.get("last_at")),
+            seq=event.seq,
+            incarnation=event.incarnation,
+            reason=event.reason,
+            engine=event.engine,
+            detail=event.detail,
+            count=event.count,
+            first_at=event.first_at,
+            last_at=event.last_at,
         )
+
+
+def notice_seq(payload: str) -> int | None:
+    """The event a ``NOTIFY sandbox_events`` payload names (its ``seq``),
+    or None when the payload is not one sandboxd sends: any role may
+    NOTIFY on the channel, so it may be anything."""
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    seq = obj.get("seq")
+    # bool is an int to Python; a seq is a positive bigint.
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq < 2**63:
+        return None
+    return seq
 
 
 @dataclass(frozen=True)

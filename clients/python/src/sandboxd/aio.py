@@ -13,7 +13,7 @@ import psycopg
 
 from . import _plans, _sql
 from ._errors import refusals
-from ._types import Checkpoint, Event, EventNotice, Revision, Status
+from ._types import Checkpoint, Event, EventNotice, Revision, Status, notice_seq
 
 T = TypeVar("T")
 
@@ -203,8 +203,16 @@ class AsyncEventNotices:
         self._dsn = dsn
         self._connect_timeout = connect_timeout
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        # The listening connection is busy while notifications are
+        # awaited: rows are read on another.
+        self._reader: psycopg.AsyncConnection[Any] | None = None
+        #: Payloads skipped because they were not sandboxd's.
+        self.malformed = 0
+        #: Notices skipped because they named no event this role may see.
+        self.unseen = 0
 
     async def __aenter__(self) -> AsyncEventNotices:
+        self._reader = await _connect(self._dsn, self._connect_timeout)
         self._conn = await _connect(self._dsn, self._connect_timeout)
         await self._conn.execute("LISTEN sandbox_events")
         return self
@@ -217,6 +225,8 @@ class AsyncEventNotices:
     ) -> None:
         if self._conn is not None:
             await self._conn.close()
+        if self._reader is not None:
+            await self._reader.close()
 
     def __aiter__(self) -> AsyncIterator[EventNotice]:
         return self.until(None)
@@ -224,8 +234,19 @@ class AsyncEventNotices:
     async def until(self, timeout: float | None) -> AsyncIterator[EventNotice]:
         """The notices that arrive within ``timeout`` seconds (``None``:
         for ever)."""
-        if self._conn is None:
+        if self._conn is None or self._reader is None:
             raise RuntimeError("use `async with client.event_notices() as notices:`")
         async for n in self._conn.notifies(timeout=timeout):
-            if n.channel == "sandbox_events":
-                yield EventNotice.from_payload(n.payload)
+            if n.channel != "sandbox_events":
+                continue
+            seq = notice_seq(n.payload)
+            if seq is None:
+                self.malformed += 1
+                continue
+            with refusals():
+                cur = await self._reader.execute(_sql.EVENT, (seq,))
+                row = await cur.fetchone()
+            if row is None:
+                self.unseen += 1
+                continue
+            yield EventNotice.from_event(_sql.event_from_row(row))

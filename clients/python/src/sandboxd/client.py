@@ -12,7 +12,7 @@ import psycopg
 
 from . import _plans, _sql
 from ._errors import refusals
-from ._types import Checkpoint, Event, EventNotice, Revision, Status
+from ._types import Checkpoint, Event, EventNotice, Revision, Status, notice_seq
 
 T = TypeVar("T")
 
@@ -198,18 +198,25 @@ class Client:
         return self._run(_plans.event(seq))
 
     def event_notices(self) -> EventNotices:
-        """Every event sandboxd records from the moment this is entered, as
-        its ``NOTIFY sandbox_events`` announces it::
+        """Every event of the sandboxes this role may see that sandboxd
+        records from the moment this is entered, as its ``NOTIFY
+        sandbox_events`` announces it::
 
             with client.event_notices() as notices:
                 ...                                  # nothing is missed from here
                 for notice in notices.until(60):     # or: for notice in notices
                     if notice.incarnation == revision.incarnation: ...
 
-        Every sandbox's events are announced (any role may listen): match
-        ``incarnation`` with your own rows, or read one with :meth:`event`,
-        which shows only your own. Listens on a connection of its own, so
-        the client stays usable meanwhile."""
+        A notification is a hint: any role may send one, and it names only
+        the event's ``seq``. Each is yielded after its event's row is read
+        from ``sandbox_events`` (under this role's row-level security), so
+        what a notice says is the row's: a payload that is not sandboxd's
+        is skipped and counted in ``malformed``, one naming an event this
+        role may not see (another owner's, or gone) in ``unseen``. A
+        notification is lost while the database skips them (its queue is
+        filling) or the connection is down: read :meth:`events` for what
+        matters. Listens and reads on two connections of its own, so the
+        client stays usable meanwhile."""
         return EventNotices(self._dsn, self._connect_timeout)
 
 
@@ -220,8 +227,16 @@ class EventNotices:
         self._dsn = dsn
         self._connect_timeout = connect_timeout
         self._conn: psycopg.Connection[Any] | None = None
+        # The listening connection is busy while notifications are
+        # awaited: rows are read on another.
+        self._reader: psycopg.Connection[Any] | None = None
+        #: Payloads skipped because they were not sandboxd's.
+        self.malformed = 0
+        #: Notices skipped because they named no event this role may see.
+        self.unseen = 0
 
     def __enter__(self) -> EventNotices:
+        self._reader = _connect(self._dsn, self._connect_timeout)
         self._conn = _connect(self._dsn, self._connect_timeout)
         self._conn.execute("LISTEN sandbox_events")
         return self
@@ -234,6 +249,8 @@ class EventNotices:
     ) -> None:
         if self._conn is not None:
             self._conn.close()
+        if self._reader is not None:
+            self._reader.close()
 
     def __iter__(self) -> Iterator[EventNotice]:
         return self.until(None)
@@ -241,8 +258,18 @@ class EventNotices:
     def until(self, timeout: float | None) -> Iterator[EventNotice]:
         """The notices that arrive within ``timeout`` seconds (``None``:
         for ever)."""
-        if self._conn is None:
+        if self._conn is None or self._reader is None:
             raise RuntimeError("use `with client.event_notices() as notices:`")
         for n in self._conn.notifies(timeout=timeout):
-            if n.channel == "sandbox_events":
-                yield EventNotice.from_payload(n.payload)
+            if n.channel != "sandbox_events":
+                continue
+            seq = notice_seq(n.payload)
+            if seq is None:
+                self.malformed += 1
+                continue
+            with refusals():
+                row = self._reader.execute(_sql.EVENT, (seq,)).fetchone()
+            if row is None:
+                self.unseen += 1
+                continue
+            yield EventNotice.from_event(_sql.event_from_row(row))
