@@ -58,7 +58,15 @@ BEGIN
     v_hash := 'sha256:' || encode(sha256(convert_to(p_engine, 'UTF8') || '\x00'::bytea || p_content), 'hex');
     -- One owner's puts take turns until their transactions end: each one
     -- counts what the one before it stored. (Two keys: the one-key form is
-    -- the schema applier's.)
+    -- the schema applier's.) Only a READ COMMITTED statement sees what was
+    -- stored while it waited; a REPEATABLE READ or SERIALIZABLE
+    -- transaction's snapshot predates the wait, and two at once would both
+    -- fit.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'sandbox_seed_put counts the owner''s seeds against its quota and runs only in READ COMMITTED transactions (this one is %): call it outside a transaction or in a READ COMMITTED one',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtext('sandbox_seed_put'), hashtext(v_owner));
     UPDATE sandbox_seeds s SET last_named_at = now()
      WHERE s.owner = v_owner AND s.hash = v_hash;

@@ -487,6 +487,21 @@ async fn an_owner_over_its_seed_quota_is_refused_saying_the_limit_and_the_use_an
     let results = futures::future::join_all(puts).await;
     let fit = results.iter().filter(|r| r.is_ok()).count();
     assert_eq!(fit, 2, "{results:?}");
+    // A snapshot older than the lock would not see the others' seeds.
+    let mut tx = env.pool.begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let err = sqlx::query("SELECT sandbox_seed_put('postgres', 'SELECT 99;'::bytea, 'racer')")
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("runs only in READ COMMITTED"),
+        "{err}"
+    );
+    drop(tx);
     let list = sandboxd(&env, &["quota", "list"]);
     let racer = list.lines().find(|l| l.starts_with("racer")).unwrap();
     assert!(racer.contains("2/2"), "{list}");
