@@ -385,6 +385,9 @@ pub struct ControllerConfig {
     /// Events that last happened longer ago than this are deleted (at
     /// relists).
     pub event_retention: Duration,
+    /// Seeds no desired row has named for this long are deleted (at
+    /// relists).
+    pub seed_retention: Duration,
     /// Where each recorded event is also POSTed, signed (`None`: nowhere).
     pub webhook: Option<WebhookConfig>,
     /// Host memory kept out of the admission budget for the controller,
@@ -489,6 +492,7 @@ impl ControllerConfig {
             warm_pool_demand: PoolDemand::off(),
             events_per_sandbox: DEFAULT_EVENTS_PER_SANDBOX,
             event_retention: Duration::from_secs(24 * 3600),
+            seed_retention: Duration::from_secs(24 * 3600),
             webhook: None,
             memory_reserve: DEFAULT_MEMORY_RESERVE,
             memory_budget: None,

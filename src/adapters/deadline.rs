@@ -156,6 +156,11 @@ impl Store for BoundedStore {
         store_call("prune events", self.after, call).await
     }
 
+    async fn prune_seeds(&self, unnamed_for: Duration) -> Result<u64, StoreError> {
+        let call = self.inner.prune_seeds(unnamed_for);
+        store_call("prune seeds", self.after, call).await
+    }
+
     async fn owner_quota(
         &self,
         owner: &str,

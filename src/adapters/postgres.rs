@@ -36,7 +36,7 @@ use std::time::Duration;
 mod notify;
 mod quota;
 pub mod schema;
-pub use self::quota::{QuotaLine, Setting as QuotaSetting};
+pub use self::quota::{QuotaLimits, QuotaLine, QuotaSettings, Setting as QuotaSetting};
 
 /// Channel NOTIFYed with the row's incarnation (never its id: any role may
 /// listen) on every change of `sandbox_desired` that asks something new.
@@ -935,6 +935,16 @@ impl Store for PgStore {
         .await
         .map_err(query("prune events"))?;
         Ok(done.rows_affected())
+    }
+
+    async fn prune_seeds(&self, unnamed_for: Duration) -> Result<u64, StoreError> {
+        let pruned: i64 =
+            sqlx::query_scalar("SELECT sandbox_seeds_prune($1 * interval '1 millisecond')")
+                .bind(millis(unnamed_for))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(query("prune seeds"))?;
+        Ok(u64::try_from(pruned).unwrap_or(0))
     }
 
     async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError> {

@@ -2,7 +2,7 @@
 //! set, unset and listed with their use.
 
 use super::{table, CliError};
-use crate::adapters::postgres::{QuotaLine, QuotaSetting};
+use crate::adapters::postgres::{QuotaLine, QuotaSetting, QuotaSettings};
 use crate::adapters::PgStore;
 use crate::domain::admission::{parse_bytes, Bytes};
 use clap::{Args, Subcommand};
@@ -20,8 +20,9 @@ pub enum QuotaCommand {
         /// The owner (`*`: the default row).
         owner: String,
     },
-    /// Every owner with a limit or a desired row: the limits that apply and
-    /// its use as the status rows show it (sandboxd's metrics
+    /// Every owner with a limit, a desired row or a seed: the limits that
+    /// apply and its use as the status rows (and its stored seeds) show it
+    /// (sandboxd's metrics
     /// sandboxd_quota_used and sandboxd_quota_limit are the controller's
     /// own view).
     List(ListArgs),
@@ -39,6 +40,14 @@ pub struct SetArgs {
     /// counts its --memory-mb cap): a size such as 4GiB, or `unlimited`.
     #[arg(long, value_parser = parse_memory)]
     pub memory: Option<QuotaSetting>,
+    /// Seeds (sandbox_seed_put) the owner may store at once: a number or
+    /// `unlimited` (a new row: 16).
+    #[arg(long, value_parser = parse_seeds)]
+    pub seeds: Option<QuotaSetting>,
+    /// The bytes of the owner's seeds together: a size such as 64MiB, or
+    /// `unlimited` (a new row: 64 MiB).
+    #[arg(long, value_parser = parse_seed_bytes)]
+    pub seed_bytes: Option<QuotaSetting>,
 }
 
 /// Flags of `sandboxd quota list`.
@@ -53,22 +62,39 @@ pub struct ListArgs {
     pub memory_mb: u64,
 }
 
-fn parse_count(s: &str) -> Result<QuotaSetting, String> {
+fn count_of(flag: &str, s: &str) -> Result<QuotaSetting, String> {
     match s {
         "unlimited" | "none" => Ok(QuotaSetting::Unlimited),
-        _ => s.parse().map(QuotaSetting::To).map_err(|_| {
-            format!("invalid --sandboxes {s:?}: use a number (0 or more) or `unlimited`")
+        _ => s
+            .parse()
+            .map(QuotaSetting::To)
+            .map_err(|_| format!("invalid {flag} {s:?}: use a number (0 or more) or `unlimited`")),
+    }
+}
+
+fn size_of(flag: &str, s: &str) -> Result<QuotaSetting, String> {
+    match s {
+        "unlimited" | "none" => Ok(QuotaSetting::Unlimited),
+        _ => parse_bytes(s).map(QuotaSetting::To).ok_or_else(|| {
+            format!("invalid {flag} {s:?}: use a size such as 4GiB or 512MiB, or `unlimited`")
         }),
     }
 }
 
+fn parse_count(s: &str) -> Result<QuotaSetting, String> {
+    count_of("--sandboxes", s)
+}
+
 fn parse_memory(s: &str) -> Result<QuotaSetting, String> {
-    match s {
-        "unlimited" | "none" => Ok(QuotaSetting::Unlimited),
-        _ => parse_bytes(s).map(QuotaSetting::To).ok_or_else(|| {
-            format!("invalid --memory {s:?}: use a size such as 4GiB or 512MiB, or `unlimited`")
-        }),
-    }
+    size_of("--memory", s)
+}
+
+fn parse_seeds(s: &str) -> Result<QuotaSetting, String> {
+    count_of("--seeds", s)
+}
+
+fn parse_seed_bytes(s: &str) -> Result<QuotaSetting, String> {
+    size_of("--seed-bytes", s)
 }
 
 fn check_owner(owner: &str) -> Result<(), CliError> {
@@ -90,18 +116,21 @@ pub(super) async fn run(url: &str, command: QuotaCommand) -> Result<(), CliError
     match command {
         QuotaCommand::Set(args) => {
             check_owner(&args.owner)?;
-            let quota = store
-                .set_quota(
-                    &args.owner,
-                    args.sandboxes.unwrap_or(QuotaSetting::Keep),
-                    args.memory.unwrap_or(QuotaSetting::Keep),
-                )
-                .await?;
+            let keep = |s: Option<QuotaSetting>| s.unwrap_or(QuotaSetting::Keep);
+            let set = QuotaSettings {
+                sandboxes: keep(args.sandboxes),
+                memory: keep(args.memory),
+                seeds: keep(args.seeds),
+                seed_bytes: keep(args.seed_bytes),
+            };
+            let quota = store.set_limits(&args.owner, set).await?;
             say!(
-                "quota of {:?}: sandboxes={} memory={}",
+                "quota of {:?}: sandboxes={} memory={} seeds={} seed-bytes={}",
                 args.owner,
-                limit(quota.sandboxes, |n| n.to_string()),
-                limit(quota.memory_bytes, |b| Bytes(b).to_string())
+                limit(quota.admission.sandboxes, |n| n.to_string()),
+                limit(quota.admission.memory_bytes, |b| Bytes(b).to_string()),
+                limit(quota.seeds, |n| n.to_string()),
+                limit(quota.seed_bytes, |b| Bytes(b).to_string())
             );
         }
         QuotaCommand::Unset { owner } => {
@@ -125,7 +154,15 @@ pub(super) async fn run(url: &str, command: QuotaCommand) -> Result<(), CliError
 }
 
 fn render(lines: &[QuotaLine], engine_bytes: u64) -> String {
-    let mut t = table::Table::new(&["OWNER", "LIMIT FROM", "SANDBOXES", "MEMORY", "WAITING"]);
+    let mut t = table::Table::new(&[
+        "OWNER",
+        "LIMIT FROM",
+        "SANDBOXES",
+        "MEMORY",
+        "WAITING",
+        "SEEDS",
+        "SEED BYTES",
+    ]);
     for l in lines {
         t.row(vec![
             l.owner.clone(),
@@ -141,6 +178,12 @@ fn render(lines: &[QuotaLine], engine_bytes: u64) -> String {
                 limit(l.max_memory_bytes, |b| Bytes(b).to_string())
             ),
             l.waiting.to_string(),
+            format!("{}/{}", l.seeds, limit(l.max_seeds, |n| n.to_string())),
+            format!(
+                "{}/{}",
+                Bytes(l.seed_bytes),
+                limit(l.max_seed_bytes, |b| Bytes(b).to_string())
+            ),
         ]);
     }
     t.render()

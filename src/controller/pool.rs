@@ -25,6 +25,7 @@ use super::seed_template;
 use super::{Context, ControllerError};
 use crate::config::{NetworkLayout, ProbeVia};
 use crate::domain::container::{ContainerState, ObservedContainer};
+use crate::domain::crash_loop::{self, CrashLoopPolicy, HealGate};
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::labels;
 use crate::domain::network::{bridge_name, pool_network_prefix};
@@ -32,6 +33,7 @@ use crate::domain::plan::{Plan, Provision};
 use crate::domain::pool::{self, demand, ClaimIndex, PoolClaim, PoolKey, PooledContainer};
 use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
+use crate::domain::seed::SeedHash;
 use crate::engine::{Credentials, Engine};
 use crate::ports::runtime::{NetworkSpec, ObservedResource, RuntimeError, Volume};
 use crate::sched::WorkQueue;
@@ -46,6 +48,8 @@ use tokio::time::Instant;
 const AT_ONCE: usize = 1;
 /// How often the refill looks without being woken.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// Failed starts remembered per pool (enough to reach the back-off's cap).
+const FAILURES_KEPT: usize = 32;
 
 /// Why a pool container could not be had or claimed (logged; the cold
 /// path serves the sandbox meanwhile).
@@ -74,6 +78,28 @@ pub(crate) enum PoolError {
     },
 }
 
+impl PoolError {
+    /// The seed the pool's containers start from, when it is what failed:
+    /// its content (the engine refused it, or it ran out of time) or its
+    /// registration (deleted, or another engine's). A pool of that seed
+    /// stops (see [`Pool::started`]); anything else only backs off.
+    fn failed_seed(&self) -> Option<&SeedHash> {
+        use super::seed::SeedError as S;
+        let PoolError::Provision(e) = self else {
+            return None;
+        };
+        match &**e {
+            ProvisionError::Seed(
+                S::Unknown(hash)
+                | S::WrongEngine { hash, .. }
+                | S::Engine { hash, .. }
+                | S::Timeout { hash },
+            ) => Some(hash),
+            _ => None,
+        }
+    }
+}
+
 /// How long setting a claimant's credentials may take.
 const CLAIM_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -98,6 +124,11 @@ struct PoolState {
     /// When each engine and feature set was requested (for the pools
     /// learned from demand; only within the window).
     asks: demand::Asks,
+    /// When each pool's starts failed lately (within the crash-loop
+    /// window): a pool that keeps failing starts again only after a
+    /// growing delay, as a crash-looping engine is healed
+    /// ([`crash_loop::gate`]). A start that comes up forgets them.
+    failed: BTreeMap<PoolKey, Vec<DateTime<Utc>>>,
 }
 
 /// The warm pool's memory (a cache: claims live in the state database,
@@ -130,6 +161,51 @@ impl Pool {
             !times.is_empty()
         });
         st.asks.entry(key.clone()).or_default().push(now);
+    }
+
+    /// Records how a start of `key` ended at `now`. A failure counts
+    /// towards the pool's back-off; one of its seed stops a learned pool
+    /// (its requests are forgotten: the next request of the seed starts
+    /// it again, still backing off). Whether the pool stopped.
+    fn started(
+        &self,
+        key: &PoolKey,
+        failed: Option<&PoolError>,
+        now: DateTime<Utc>,
+        policy: &CrashLoopPolicy,
+    ) -> bool {
+        let mut st = self.state.lock().unwrap();
+        let Some(e) = failed else {
+            st.failed.remove(key);
+            return false;
+        };
+        let window = chrono::Duration::from_std(policy.window).unwrap_or(chrono::Duration::MAX);
+        let times = st.failed.entry(key.clone()).or_default();
+        times.retain(|t| now.signed_duration_since(*t) <= window);
+        // Only the recent ones count; a bound keeps a long failure cheap.
+        if times.len() >= FAILURES_KEPT {
+            times.remove(0);
+        }
+        times.push(now);
+        // Forget failures of pools long gone (their times are all old).
+        st.failed.retain(|_, times| {
+            times
+                .iter()
+                .any(|t| now.signed_duration_since(*t) <= window)
+        });
+        e.failed_seed().is_some() && st.asks.remove(key).is_some()
+    }
+
+    /// Whether `key`'s pool backs off at `now` after failed starts.
+    fn backing_off(
+        st: &PoolState,
+        key: &PoolKey,
+        now: DateTime<Utc>,
+        policy: &CrashLoopPolicy,
+    ) -> bool {
+        st.failed
+            .get(key)
+            .is_some_and(|times| crash_loop::gate(times, now, policy) != HealGate::Now)
     }
 
     /// Every pool's size now: those configured, and those learned from
@@ -717,9 +793,13 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
         let busy = queue.due() > 0;
         let targets = ctx.pool.targets(&ctx);
         shrink(&ctx, &targets).await;
+        let now = ctx.clock.now();
         for (key, size) in &targets {
             let n = {
                 let mut st = ctx.pool.state.lock().unwrap();
+                if Pool::backing_off(&st, key, now, &ctx.config.crash_loop) {
+                    continue;
+                }
                 let ready = st.ready.get(key).map_or(0, Vec::len);
                 let creating = st.creating.get(key).copied().unwrap_or(0);
                 let n = pool::to_start(*size, ready, creating, AT_ONCE, busy);
@@ -731,14 +811,29 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
                 let key = key.clone();
                 fills.spawn(async move {
                     let result = fill_one(&ctx, &key).await;
+                    let stopped = ctx.pool.started(
+                        &key,
+                        result.as_ref().err(),
+                        ctx.clock.now(),
+                        &ctx.config.crash_loop,
+                    );
+                    ctx.metrics.pool.start(key.engine, result.is_ok());
+                    if let (Err(_), Some(hash)) = (&result, &key.seed) {
+                        // Read again next time: a deleted seed is then
+                        // unknown, not a read that fails.
+                        ctx.seeds.forget(hash);
+                    }
                     let mut st = ctx.pool.state.lock().unwrap();
                     if let Some(c) = st.creating.get_mut(&key) {
                         *c = c.saturating_sub(1);
                     }
                     match result {
                         Ok(ready) => st.ready.entry(key.clone()).or_default().push(ready),
+                        Err(e) if stopped => {
+                            tracing::warn!(pool = %key, error = %e, "a warm-pool container's seed failed; the seed's pool stops until a request names the seed again (and then starts after a back-off)")
+                        }
                         Err(e) => {
-                            tracing::warn!(pool = %key, error = %e, "could not start a warm-pool container; trying again later")
+                            tracing::warn!(pool = %key, error = %e, failures = st.failed.get(&key).map_or(0, Vec::len), "could not start a warm-pool container; trying again after a back-off")
                         }
                     }
                     drop(st);

@@ -194,6 +194,18 @@ impl Lists {
                         tracing::warn!(error = %e, "could not delete old events; the next relist tries again")
                     }
                 }
+                // So do seeds no row has named for --seed-retention.
+                match ctx.store.prune_seeds(ctx.config.seed_retention).await {
+                    Ok(0) => {}
+                    Ok(pruned) => tracing::info!(
+                        pruned,
+                        retention_s = ctx.config.seed_retention.as_secs(),
+                        "deleted seeds no row named within --seed-retention"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not delete unnamed seeds; the next relist tries again")
+                    }
+                }
                 Ok::<_, ControllerError>((rows, statuses, pending))
             }
         });

@@ -171,6 +171,12 @@ impl Seeds {
         Ok(info)
     }
 
+    /// Forgets what this process knew of `hash`: the next load reads it
+    /// from the state database again (and finds it gone if it was deleted).
+    pub(crate) fn forget(&self, hash: &SeedHash) {
+        self.infos.lock().unwrap().remove(hash);
+    }
+
     /// A load's slot: waits while `--seed-loads` loads run, at most as
     /// long as one may take.
     async fn slot(&self, hash: &SeedHash) -> Result<SemaphorePermit<'_>, SeedError> {

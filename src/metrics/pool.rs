@@ -1,5 +1,6 @@
-//! The warm pools: their size per engine, and the provisions that tried
-//! them (hit or miss) and how long a hit took.
+//! The warm pools: their size per engine, the starts of their containers
+//! (ready or failed), and the provisions that tried them (hit or miss) and
+//! how long a hit took.
 
 use super::{latency_buckets, register};
 use crate::domain::id::EngineName;
@@ -12,6 +13,7 @@ pub(crate) struct PoolMetrics {
     size: IntGaugeVec,
     claims: IntCounterVec,
     claim_seconds: HistogramVec,
+    starts: IntCounterVec,
 }
 
 impl PoolMetrics {
@@ -30,6 +32,10 @@ impl PoolMetrics {
                     .buckets(latency_buckets()),
                 &["engine"]
             )),
+            starts: register(registry, IntCounterVec::new(
+                Opts::new("sandboxd_pool_starts_total", "Warm-pool containers started, by engine and result (ready: started and ready to claim; failed: it did not come up or its seed failed, and the pool backs off as a crash loop does)"),
+                &["engine", "result"]
+            )),
         };
         // The warm-pool panels show zeros, not nothing, while no pool runs.
         for engine in crate::engine::REGISTRY.iter() {
@@ -43,6 +49,9 @@ impl PoolMetrics {
                 }
             }
             m.claim_seconds.with_label_values(&[name]);
+            for result in ["ready", "failed"] {
+                m.starts.with_label_values(&[name, result]);
+            }
         }
         m
     }
@@ -56,6 +65,14 @@ impl PoolMetrics {
         self.size
             .with_label_values(&[engine.as_str(), "creating"])
             .set(creating as i64);
+    }
+
+    /// One start of a warm-pool container of `engine`: `ready` or failed.
+    pub(crate) fn start(&self, engine: EngineName, ready: bool) {
+        let result = if ready { "ready" } else { "failed" };
+        self.starts
+            .with_label_values(&[engine.as_str(), result])
+            .inc();
     }
 
     /// One provision that tried the warm pool of `engine`.

@@ -218,6 +218,9 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes every event that last happened longer ago than `age`;
     /// returns how many went.
     async fn prune_events(&self, age: Duration) -> Result<u64, StoreError>;
+    /// Deletes every seed no desired row names and none named for
+    /// `unnamed_for` (`sandbox_seeds_prune`); returns how many went.
+    async fn prune_seeds(&self, unnamed_for: Duration) -> Result<u64, StoreError>;
     /// The sandbox's checkpoints and its resets not done yet
     /// (`sandbox_checkpoints`, `sandbox_resets`).
     async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError>;

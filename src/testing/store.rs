@@ -661,6 +661,11 @@ impl Store for FakeStore {
         Ok(0)
     }
 
+    async fn prune_seeds(&self, _unnamed_for: Duration) -> Result<u64, StoreError> {
+        // The fake keeps no times; seeds are the real database's to age.
+        Ok(0)
+    }
+
     async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError> {
         let t = self.tables.lock().unwrap();
         Ok(t.checkpoints.get(id).cloned().unwrap_or_default())

@@ -319,15 +319,21 @@ async fn the_quota_command_sets_lists_and_unsets_limits_and_the_default_applies_
         &env,
         &["quota", "set", "*", "--sandboxes", "5", "--memory", "4GiB"],
     );
-    assert_eq!(out.trim(), "quota of \"*\": sandboxes=5 memory=4 GiB");
+    assert_eq!(
+        out.trim(),
+        "quota of \"*\": sandboxes=5 memory=4 GiB seeds=16 seed-bytes=64 MiB"
+    );
     let out = sandboxd(&env, &["quota", "set", "alice", "--sandboxes", "2"]);
     assert_eq!(
         out.trim(),
-        "quota of \"alice\": sandboxes=2 memory=unlimited"
+        "quota of \"alice\": sandboxes=2 memory=unlimited seeds=16 seed-bytes=64 MiB"
     );
     // A limit not given keeps its value.
     let out = sandboxd(&env, &["quota", "set", "alice", "--memory", "1.5GiB"]);
-    assert_eq!(out.trim(), "quota of \"alice\": sandboxes=2 memory=1.5 GiB");
+    assert_eq!(
+        out.trim(),
+        "quota of \"alice\": sandboxes=2 memory=1.5 GiB seeds=16 seed-bytes=64 MiB"
+    );
 
     let store = PgStore::from_pool(env.pool.clone());
     use sandboxd::ports::Store;
@@ -386,4 +392,118 @@ async fn an_orchestrator_reads_the_default_and_its_own_quota_only() {
         .execute(&pool)
         .await;
     assert!(written.is_err(), "an orchestrator cannot raise its quota");
+}
+
+/// Registers `content` as a postgres seed of `owner`: the database's
+/// refusal, if any.
+async fn put_seed(client: &Client, owner: &str, content: &[u8]) -> Result<String, String> {
+    client
+        .put_seed("postgres", content, Some(owner))
+        .await
+        .map_err(|e| match e {
+            sandboxd::client::ClientError::Refused(m) => m,
+            other => panic!("a refusal with the database's words, got {other}"),
+        })
+}
+
+#[tokio::test]
+async fn an_owner_over_its_seed_quota_is_refused_saying_the_limit_and_the_use_another_owner_is_not()
+{
+    let env = TestEnv::new().await;
+    // sandboxd's schema is the controller's to make.
+    let controller = env.start(config(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let seed = |owner: &str, i: usize| format!("-- {owner} {i}\nSELECT {i};").into_bytes();
+
+    // No quota row: the built-in default, 16 seeds.
+    let mut first = String::new();
+    for i in 0..16 {
+        let hash = put_seed(&client, "hoarder", &seed("hoarder", i))
+            .await
+            .unwrap_or_else(|m| panic!("seed {i} of 16 fits the default: {m}"));
+        if i == 0 {
+            first = hash;
+        }
+    }
+    let refused = put_seed(&client, "hoarder", &seed("hoarder", 16))
+        .await
+        .expect_err("a 17th seed is over the default quota");
+    assert!(
+        refused.contains("holds 16 seeds")
+            && refused.contains("at most 16")
+            && refused.contains("built-in default")
+            && refused.contains("sandbox_seed_delete")
+            && refused.contains("--seeds"),
+        "{refused}"
+    );
+    // The same content again is the seed it holds, not another.
+    assert_eq!(
+        put_seed(&client, "hoarder", &seed("hoarder", 0)).await,
+        Ok(first.clone())
+    );
+    // Another owner's seeds are its own.
+    put_seed(&client, "neighbour", &seed("neighbour", 0))
+        .await
+        .expect("another owner is not held back");
+    // Deleting one makes room.
+    assert!(client.delete_seed(&first, Some("hoarder")).await.unwrap());
+    put_seed(&client, "hoarder", &seed("hoarder", 16))
+        .await
+        .expect("room again after a delete");
+
+    // A quota row's byte limit, the whole seed counted.
+    let out = sandboxd(&env, &["quota", "set", "bulky", "--seed-bytes", "1MiB"]);
+    assert_eq!(
+        out.trim(),
+        "quota of \"bulky\": sandboxes=unlimited memory=unlimited seeds=16 seed-bytes=1 MiB"
+    );
+    let big = |i: u8| {
+        let mut s = format!("-- {i}\n").into_bytes();
+        s.resize(600 << 10, b' ');
+        s
+    };
+    put_seed(&client, "bulky", &big(1)).await.unwrap();
+    let refused = put_seed(&client, "bulky", &big(2))
+        .await
+        .expect_err("1.2 MiB is over 1 MiB");
+    assert!(
+        refused.contains(&format!("{} bytes together", 600 << 10))
+            && refused.contains(&format!("would make {}", 1200 << 10))
+            && refused.contains("at most 1048576 bytes")
+            && refused.contains("quota row 'bulky'")
+            && refused.contains("--seed-bytes"),
+        "{refused}"
+    );
+    put_seed(&client, "neighbour", &big(2))
+        .await
+        .expect("another owner is not held back");
+
+    // Puts at once of one owner take turns: exactly its limit fit.
+    sandboxd(&env, &["quota", "set", "racer", "--seeds", "2"]);
+    let puts = (0..8).map(|i| {
+        let client = client.clone();
+        async move { put_seed(&client, "racer", &seed("racer", i)).await }
+    });
+    let results = futures::future::join_all(puts).await;
+    let fit = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(fit, 2, "{results:?}");
+    // A snapshot older than the lock would not see the others' seeds.
+    let mut tx = env.pool.begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let err = sqlx::query("SELECT sandbox_seed_put('postgres', 'SELECT 99;'::bytea, 'racer')")
+        .execute(&mut *tx)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("runs only in READ COMMITTED"),
+        "{err}"
+    );
+    drop(tx);
+    let list = sandboxd(&env, &["quota", "list"]);
+    let racer = list.lines().find(|l| l.starts_with("racer")).unwrap();
+    assert!(racer.contains("2/2"), "{list}");
+    controller.stop().await;
 }

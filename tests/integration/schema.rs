@@ -1756,13 +1756,20 @@ async fn a_database_the_fourteen_old_migrations_made_is_adopted_with_its_rows_an
     // What issue 50 changed: the row-level security predicates judge the
     // caller and take no role (the policies, their grants, the verbs that
     // call them); notifications go through one function that skips them
-    // while the queue fills, and counts the skips.
+    // while the queue fills, and counts the skips; the seed quota's columns
+    // (and the table's comment, and sandbox_quota_for, which reads them)
+    // and the trigger that keeps when a seed was last named.
     let issue_50 = |l: &String| {
         [
             "sandbox_caller_may_",
             "sandbox_orchestrator_may_",
             "sandbox_notify_send(",
             "sandbox_notify_skipped",
+            "sandbox_quotas.max_seed",
+            "sandbox_quotas_max_seed",
+            "sandbox_quota_for(",
+            "relation sandbox_quotas ",
+            "sandbox_desired_seeds_named",
         ]
         .iter()
         .any(|p| l.contains(p))

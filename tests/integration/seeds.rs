@@ -899,3 +899,158 @@ async fn a_postgres_seed_runs_sql_only_and_counts_as_loaded_only_when_psql_reach
     }
     controller.stop().await;
 }
+
+/// Whether the state database still holds seed `hash` of the tests' owner.
+async fn stored(env: &TestEnv, hash: &str) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sandbox_seeds WHERE owner = $1 AND hash = $2)")
+        .bind(OWNER)
+        .bind(hash)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_seed_no_row_names_is_deleted_a_retention_after_it_was_last_named_and_a_named_one_is_kept(
+) {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    // Relists (which prune) every second; three seconds unnamed is old.
+    config.relist_interval = Duration::from_secs(1);
+    let retention = Duration::from_secs(3);
+    config.seed_retention = retention;
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let unnamed = put(&client, "postgres", "SELECT 'nobody names me';").await;
+    let named = put(&client, "postgres", SCHEMA_V1.as_bytes()).await;
+    let id = sandbox_id("keeps-its-seed");
+    client
+        .provision(&id, &seeded(&["postgres"], &[("postgres", &named)]), READY)
+        .await
+        .unwrap();
+    eventually(
+        "the unnamed seed deleted",
+        Duration::from_secs(30),
+        || async { (!stored(&env, &unnamed).await).then_some(()) },
+    )
+    .await;
+    // Well past the window, the named one is still there.
+    tokio::time::sleep(retention * 2).await;
+    assert!(stored(&env, &named).await, "a seed a row names is kept");
+    // Released, it is kept for the window, then deleted.
+    let released = std::time::Instant::now();
+    assert!(client.release(&id).await.unwrap());
+    eventually(
+        "the released seed deleted",
+        Duration::from_secs(30),
+        || async { (!stored(&env, &named).await).then_some(()) },
+    )
+    .await;
+    let after = released.elapsed();
+    assert!(
+        after >= retention - Duration::from_millis(500),
+        "deleted {after:?} after its row was released, before the retention of {retention:?}"
+    );
+    // A row naming a deleted seed is refused; putting it again serves it.
+    let err = client
+        .apply(&id, &seeded(&["postgres"], &[("postgres", &named)]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("register it first"), "{err}");
+    assert_eq!(put(&client, "postgres", SCHEMA_V1.as_bytes()).await, named);
+    controller.stop().await;
+}
+
+/// Warm-pool containers of this test's deployment created between `since`
+/// and `until` (Unix seconds), as Docker's event log has them.
+fn pool_creates(env: &TestEnv, since: i64, until: i64) -> usize {
+    docker_ok(&[
+        "events",
+        "--since",
+        &since.to_string(),
+        "--until",
+        &until.to_string(),
+        "--filter",
+        "type=container",
+        "--filter",
+        "event=create",
+        "--filter",
+        "label=io.sandboxd.pool=1",
+        "--filter",
+        &format!("label=io.sandboxd.deployment={}", env.deployment),
+        "--format",
+        "{{.Actor.ID}}",
+    ])
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    .count()
+}
+
+fn now_s() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+#[tokio::test]
+async fn a_failing_seed_s_pool_backs_off_and_stops_once_its_row_is_released_and_the_seed_deleted() {
+    let env = TestEnv::new().await;
+    let controller = env.start(learning_pools(&env));
+    let client = Client::from_pool(env.pool.clone());
+    let failing = put(&client, "postgres", "SELECT 1/0;").await;
+    let id = sandbox_id("divides-by-zero");
+    let start = now_s();
+    let err = client
+        .provision(
+            &id,
+            &seeded(&["postgres"], &[("postgres", &failing)]),
+            READY,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("division by zero"), "{err}");
+    // The pool learned the seed from the request and tried it: its starts
+    // back off (2, 4, 8, 16, 32 s apart at most), or stop.
+    let window = 60;
+    tokio::time::sleep(Duration::from_secs(
+        u64::try_from(start + window - now_s()).unwrap_or(0),
+    ))
+    .await;
+    let during = pool_creates(&env, start, start + window);
+    eprintln!("pool starts of the failing seed in its first {window} s: {during}");
+    assert!(
+        (1..=6).contains(&during),
+        "{during} pool containers of the failing seed started in {window} s"
+    );
+    let failed = |c: &common::RunningController| {
+        common::sample(
+            &c.metrics.render(),
+            "sandboxd_pool_starts_total{engine=\"postgres\",result=\"failed\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(failed(&controller) >= 1.0, "the failed starts are counted");
+
+    // Released and deleted: no start of it again.
+    assert!(client.release(&id).await.unwrap());
+    eventually("the row gone", Duration::from_secs(30), || async {
+        client.delete_seed(&failing, Some(OWNER)).await.ok()
+    })
+    .await;
+    let creating = "sandboxd_pool_size{engine=\"postgres\",state=\"creating\"}";
+    eventually("no pool start running", Duration::from_secs(90), || async {
+        (common::sample(&controller.metrics.render(), creating) == Some(0.0)).then_some(())
+    })
+    .await;
+    let quiet = now_s();
+    let before = failed(&controller);
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let after = pool_creates(&env, quiet, now_s());
+    eprintln!("pool starts of the released, deleted seed in the 40 s after: {after}");
+    // At most one start whose back-off ran out meanwhile (it finds the
+    // seed gone, and the pool stops).
+    assert!(
+        after <= 1,
+        "{after} pool containers of the released, deleted seed started in 40 s"
+    );
+    assert!(failed(&controller) - before <= 1.0);
+    controller.stop().await;
+}

@@ -29,6 +29,30 @@ impl Setting {
     }
 }
 
+/// What `sandboxd quota set` does to each of an owner's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct QuotaSettings {
+    /// Sandboxes it may hold.
+    pub sandboxes: Setting,
+    /// The sum of its sandboxes' memory caps.
+    pub memory: Setting,
+    /// Seeds it may store.
+    pub seeds: Setting,
+    /// The bytes of its seeds together.
+    pub seed_bytes: Setting,
+}
+
+/// An owner's limits (`None`: unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaLimits {
+    /// Sandboxes and memory: what admission counts.
+    pub admission: Quota,
+    /// Seeds it may store.
+    pub seeds: Option<u64>,
+    /// The bytes of its seeds together.
+    pub seed_bytes: Option<u64>,
+}
+
 /// One owner's limits and use, as the state database shows them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct QuotaLine {
@@ -48,6 +72,14 @@ pub struct QuotaLine {
     pub engines: u64,
     /// Rows pending with a message of admission (`waiting for ...`).
     pub waiting: u64,
+    /// Seeds the owner may store (`None`: unlimited).
+    pub max_seeds: Option<u64>,
+    /// Bytes its seeds may hold together (`None`: unlimited).
+    pub max_seed_bytes: Option<u64>,
+    /// Seeds it stores.
+    pub seeds: u64,
+    /// Their bytes.
+    pub seed_bytes: u64,
 }
 
 fn signed(v: Option<u64>) -> Option<i64> {
@@ -58,54 +90,96 @@ fn unsigned(v: Option<i64>) -> Option<u64> {
     v.map(|v| u64::try_from(v).unwrap_or(0))
 }
 
+fn count(v: Option<i32>) -> Option<u64> {
+    v.map(|n| u64::try_from(n).unwrap_or(0))
+}
+
+fn count_limit(flag: &str, v: Option<u64>) -> Result<Option<i32>, StoreError> {
+    v.map(|n| {
+        i32::try_from(n).map_err(|_| {
+            StoreError::Rejected(format!(
+                "{flag} {n} is too large: use at most {} or `unlimited`",
+                i32::MAX
+            ))
+        })
+    })
+    .transpose()
+}
+
 impl PgStore {
-    /// Sets `owner`'s limits (`*`: the default for every owner without a
-    /// row), creating its row; returns the limits it now has. Only the
-    /// owner of sandboxd's tables may write them.
+    /// Sets `owner`'s limits on sandboxes and memory (its seed limits
+    /// kept); see [`PgStore::set_limits`].
     pub async fn set_quota(
         &self,
         owner: &str,
         sandboxes: Setting,
         memory: Setting,
     ) -> Result<Quota, StoreError> {
+        let set = QuotaSettings {
+            sandboxes,
+            memory,
+            seeds: Setting::Keep,
+            seed_bytes: Setting::Keep,
+        };
+        Ok(self.set_limits(owner, set).await?.admission)
+    }
+
+    /// Sets `owner`'s limits (`*`: the default for every owner without a
+    /// row), creating its row (a new row has no limit on sandboxes and
+    /// memory, and the seed limits the table's columns default to);
+    /// returns the limits it now has. Only the owner of sandboxd's tables
+    /// may write them.
+    pub async fn set_limits(
+        &self,
+        owner: &str,
+        set: QuotaSettings,
+    ) -> Result<QuotaLimits, StoreError> {
         let mut tx = self.pool.begin().await.map_err(query("set a quota"))?;
-        let current: Option<(Option<i32>, Option<i64>)> = sqlx::query_as(
-            "SELECT max_sandboxes, max_memory_bytes FROM sandbox_quotas WHERE owner = $1 FOR UPDATE",
+        // A new row first, with the columns' defaults: what `Keep` keeps.
+        sqlx::query(
+            "INSERT INTO sandbox_quotas (owner) VALUES ($1) ON CONFLICT (owner) DO NOTHING",
         )
         .bind(owner)
-        .fetch_optional(&mut *tx)
+        .execute(&mut *tx)
         .await
         .map_err(query("set a quota"))?;
-        let (now_sandboxes, now_memory) = current.unwrap_or_default();
-        let quota = Quota {
-            sandboxes: sandboxes.apply(now_sandboxes.map(|n| u64::try_from(n).unwrap_or(0))),
-            memory_bytes: memory.apply(unsigned(now_memory)),
-        };
-        let max_sandboxes = match quota.sandboxes {
-            None => None,
-            Some(n) => Some(i32::try_from(n).map_err(|_| {
-                StoreError::Rejected(format!(
-                    "--sandboxes {n} is too large: use at most {} or `unlimited`",
-                    i32::MAX
-                ))
-            })?),
-        };
-        sqlx::query(
-            "INSERT INTO sandbox_quotas (owner, max_sandboxes, max_memory_bytes, updated_at)
-             VALUES ($1, $2, $3, now())
-             ON CONFLICT (owner) DO UPDATE
-                SET max_sandboxes = EXCLUDED.max_sandboxes,
-                    max_memory_bytes = EXCLUDED.max_memory_bytes,
-                    updated_at = now()",
+        let (now_sandboxes, now_memory, now_seeds, now_seed_bytes): (
+            Option<i32>,
+            Option<i64>,
+            Option<i32>,
+            Option<i64>,
+        ) = sqlx::query_as(
+            "SELECT max_sandboxes, max_memory_bytes, max_seeds, max_seed_bytes
+               FROM sandbox_quotas WHERE owner = $1 FOR UPDATE",
         )
         .bind(owner)
-        .bind(max_sandboxes)
-        .bind(signed(quota.memory_bytes))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(query("set a quota"))?;
+        let limits = QuotaLimits {
+            admission: Quota {
+                sandboxes: set.sandboxes.apply(count(now_sandboxes)),
+                memory_bytes: set.memory.apply(unsigned(now_memory)),
+            },
+            seeds: set.seeds.apply(count(now_seeds)),
+            seed_bytes: set.seed_bytes.apply(unsigned(now_seed_bytes)),
+        };
+        sqlx::query(
+            "UPDATE sandbox_quotas
+                SET max_sandboxes = $2, max_memory_bytes = $3,
+                    max_seeds = $4, max_seed_bytes = $5, updated_at = now()
+              WHERE owner = $1",
+        )
+        .bind(owner)
+        .bind(count_limit("--sandboxes", limits.admission.sandboxes)?)
+        .bind(signed(limits.admission.memory_bytes))
+        .bind(count_limit("--seeds", limits.seeds)?)
+        .bind(signed(limits.seed_bytes))
         .execute(&mut *tx)
         .await
         .map_err(query("set a quota"))?;
         tx.commit().await.map_err(query("set a quota"))?;
-        Ok(quota)
+        Ok(limits)
     }
 
     /// Deletes `owner`'s row (it falls back to the default); true if it
@@ -136,12 +210,19 @@ impl PgStore {
                                            AND s.message LIKE 'waiting for %') AS waiting
                    FROM sandbox_desired d LEFT JOIN sandbox_status s ON s.id = d.id
                   GROUP BY d.owner),
-             owners AS (SELECT owner FROM used UNION SELECT owner FROM sandbox_quotas)
+             stored AS (
+                 SELECT owner, count(*) AS seeds, sum(size_bytes)::bigint AS seed_bytes
+                   FROM sandbox_seeds GROUP BY owner),
+             owners AS (SELECT owner FROM used UNION SELECT owner FROM sandbox_quotas
+                        UNION SELECT owner FROM stored)
              SELECT o.owner, q.source, q.max_sandboxes, q.max_memory_bytes,
+                    q.max_seeds, q.max_seed_bytes,
                     coalesce(u.sandboxes, 0) AS sandboxes, coalesce(u.engines, 0) AS engines,
-                    coalesce(u.waiting, 0) AS waiting
+                    coalesce(u.waiting, 0) AS waiting,
+                    coalesce(st.seeds, 0) AS seeds, coalesce(st.seed_bytes, 0) AS seed_bytes
                FROM owners o
                LEFT JOIN used u ON u.owner = o.owner
+               LEFT JOIN stored st ON st.owner = o.owner
                LEFT JOIN LATERAL sandbox_quota_for(o.owner) q ON true
               ORDER BY o.owner <> '*', o.owner",
         )
@@ -153,13 +234,15 @@ impl PgStore {
             .map(|r| QuotaLine {
                 owner: r.get("owner"),
                 source: r.get("source"),
-                max_sandboxes: r
-                    .get::<Option<i32>, _>("max_sandboxes")
-                    .map(|n| u64::try_from(n).unwrap_or(0)),
+                max_sandboxes: count(r.get("max_sandboxes")),
                 max_memory_bytes: unsigned(r.get("max_memory_bytes")),
                 sandboxes: u64::try_from(r.get::<i64, _>("sandboxes")).unwrap_or(0),
                 engines: u64::try_from(r.get::<i64, _>("engines")).unwrap_or(0),
                 waiting: u64::try_from(r.get::<i64, _>("waiting")).unwrap_or(0),
+                max_seeds: count(r.get("max_seeds")),
+                max_seed_bytes: unsigned(r.get("max_seed_bytes")),
+                seeds: u64::try_from(r.get::<i64, _>("seeds")).unwrap_or(0),
+                seed_bytes: u64::try_from(r.get::<i64, _>("seed_bytes")).unwrap_or(0),
             })
             .collect())
     }

@@ -280,6 +280,11 @@ pub struct RunArgs {
     /// Events that last happened longer ago than this are deleted.
     #[arg(long, env = "SANDBOXD_EVENT_RETENTION", default_value = "24h", value_parser = parse_duration)]
     pub event_retention: Duration,
+    /// Seeds (sandbox_seed_put) that no desired row has named for this
+    /// long are deleted from the state database (a put counts as named);
+    /// register one again to use it after that.
+    #[arg(long, env = "SANDBOXD_SEED_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    pub seed_retention: Duration,
     /// POST every recorded event (JSON, signed with X-Sandboxd-Signature)
     /// to this https:// URL (the receiver's certificate verified), or
     /// http:// to a receiver on the same host or a trusted network; needs
@@ -388,6 +393,7 @@ impl RunArgs {
         }
         c.events_per_sandbox = self.events_per_sandbox;
         c.event_retention = self.event_retention;
+        c.seed_retention = self.seed_retention;
         c.webhook = crate::config::WebhookConfig::from_flags(
             self.webhook_url.as_deref(),
             self.webhook_secret_file.as_deref(),

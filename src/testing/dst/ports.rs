@@ -791,6 +791,10 @@ impl Store for SimStore {
         self.call("prune_events", true, self.fake().prune_events(age))
             .await
     }
+    async fn prune_seeds(&self, unnamed_for: Duration) -> Result<u64, StoreError> {
+        self.call("prune_seeds", true, self.fake().prune_seeds(unnamed_for))
+            .await
+    }
     async fn checkpoint_work(&self, id: &SandboxId) -> Result<Work, StoreError> {
         self.call("checkpoint_work", false, self.fake().checkpoint_work(id))
             .await
