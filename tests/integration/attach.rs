@@ -129,10 +129,7 @@ impl Volumes {
             args.extend(["--opt", o]);
         }
         args.push(name);
-        let out = std::process::Command::new("docker")
-            .args(&args)
-            .output()
-            .unwrap();
+        let out = common::docker(&args);
         assert!(
             out.status.success(),
             "{}",
@@ -145,9 +142,7 @@ impl Volumes {
 impl Drop for Volumes {
     fn drop(&mut self) {
         for v in &self.0 {
-            let _ = std::process::Command::new("docker")
-                .args(["volume", "rm", "-f", v])
-                .output();
+            let _ = common::docker(&["volume", "rm", "-f", v]);
         }
     }
 }

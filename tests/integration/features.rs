@@ -122,20 +122,6 @@ fn q(args: &[&str]) -> redis::Cmd {
     c
 }
 
-/// Logs in to a Redis-protocol sandbox as the agent, from the host.
-async fn agent_login(engine: &str, s: &ServiceStatus) -> MultiplexedConnection {
-    let url = format!(
-        "redis://:{}@127.0.0.1:{}/0",
-        s.password.expose(),
-        s.host_port
-    );
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("log in to the sandbox {engine}: {e}"))
-}
-
 /// The module commands the agent's ACL denies (issue 29, hole 5), by the
 /// feature whose module registers them: administration, debug and raw-load
 /// commands, with arguments of the right arity (the server checks arity
@@ -210,7 +196,7 @@ async fn module_administration_is_denied(
 /// against a Redis-protocol sandbox with the three modules loaded; the
 /// modules' administration is not the agent's.
 async fn json_search_and_bloom_work(engine: &str, s: &ServiceStatus) {
-    let mut con = agent_login(engine, s).await;
+    let mut con = common::host_redis(s).await;
 
     // The names the controller looks for in INFO modules.
     let info: String = q(&["INFO", "modules"]).query_async(&mut con).await.unwrap();
@@ -339,7 +325,7 @@ async fn module_administration_is_denied_for_exactly_the_modules_loaded() {
     let controller = env.start(with_valkey(&env));
     for (engine, feature) in [("redis", "bloom"), ("valkey", "json")] {
         let s = provision(&env, engine, &[feature]).await;
-        let mut con = agent_login(engine, &s).await;
+        let mut con = common::host_redis(&s).await;
         module_administration_is_denied(engine, &mut con, &[feature]).await;
     }
     controller.stop().await;
@@ -410,7 +396,7 @@ async fn the_agents_redis_and_valkey_logins_are_refused_every_dangerous_command_
     let controller = env.start(with_valkey(&env));
     for engine in ["redis", "valkey"] {
         let s = provision(&env, engine, &[]).await;
-        let mut con = agent_login(engine, &s).await;
+        let mut con = common::host_redis(&s).await;
         for args in [
             &["PFDEBUG", "GETREG", "hll"][..],
             &["PFSELFTEST"][..],

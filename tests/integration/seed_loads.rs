@@ -184,6 +184,19 @@ async fn four_of_the_largest_seeds_of_every_kind_at_once_grow_the_controller_by_
     let sql: Vec<(Vec<u8>, usize)> = (0..EACH).map(sql_seed).collect();
     let commands: Vec<(Vec<u8>, usize)> = (0..EACH).map(command_seed).collect();
     let ((archives, archive_rows), (rdbs, rdb_keys)) = made.await.unwrap();
+    // Sixteen of the largest seeds are more than an owner's default seed
+    // quota (16 seeds, 64 MiB together): the operator raises it, as
+    // `sandboxd quota set OWNER --seed-bytes` would.
+    sqlx::query(
+        "INSERT INTO sandbox_quotas (owner, max_seeds, max_seed_bytes) VALUES ($1, $2, $3)
+         ON CONFLICT (owner) DO UPDATE SET max_seeds = $2, max_seed_bytes = $3",
+    )
+    .bind(OWNER)
+    .bind(4 * EACH as i32)
+    .bind(4 * EACH as i64 * MAX_SEED as i64)
+    .execute(&env.pool)
+    .await
+    .expect("raise the owner's seed quota");
     let put = |engine: &'static str, content: Vec<u8>| {
         let client = client.clone();
         async move {
