@@ -5,8 +5,8 @@
 //! option, and tmpfs is not persistent; `--storage-opt size` needs overlay2
 //! on XFS with project quotas). What it can do is mount a block device. So
 //! each capped volume is an ext4 file system of `--persistent-size` in a
-//! sparse file on the Docker host (`DIR/NAME.img`), attached to a loop
-//! device by a short privileged job, and the Docker volume is
+//! sparse file on the Docker host (`DIR/NAME.KEY.img`, below), attached to
+//! a loop device by a short privileged job, and the Docker volume is
 //! `type=ext4,device=/dev/loopN`: a full volume is the engine's ENOSPC, the
 //! host's disk is never touched beyond the file's size.
 //!
