@@ -76,13 +76,20 @@ fn post(dir: &Path, port: u16, action: &str, token: &str) -> String {
     browse(dir, &format!("file://{}", page.display()))
 }
 
+/// [`TOKEN`] in a private file under `dir`, as `--operator-token-file`
+/// requires (mode 0600).
+fn token_file(dir: &std::path::Path) -> PathBuf {
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    file
+}
+
 #[tokio::test]
 async fn the_operator_page_lists_a_sandbox_shows_its_heal_and_refuses_actions_without_the_token() {
     let env = TestEnv::new().await;
     let dir = scratch();
-    let token_file = dir.join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let token_file = token_file(&dir);
     let port = free_port();
     let _leader = env.spawn_binary(
         port,
@@ -240,9 +247,7 @@ async fn the_http_port_answers_only_the_hosts_it_is_served_on_so_no_rebinding_pa
 ) {
     let env = TestEnv::new().await;
     let dir = scratch();
-    let token_file = dir.join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let token_file = token_file(&dir);
     let port = free_port();
     let _sandboxd = env.spawn_binary(
         port,

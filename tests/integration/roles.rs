@@ -42,15 +42,7 @@ async fn seed(env: &TestEnv, rows: &[(&str, &str)]) {
             .execute(&env.pool)
             .await
             .unwrap();
-        sqlx::query(
-            "INSERT INTO sandbox_status (id, phase, incarnation, leader_term)
-             VALUES ($1, 'ready', (SELECT incarnation FROM sandbox_desired WHERE id = $1), $2)",
-        )
-        .bind(id)
-        .bind(term)
-        .execute(&env.pool)
-        .await
-        .unwrap();
+        common::ready_status(&env.pool, id, term).await;
     }
 }
 

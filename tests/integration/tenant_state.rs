@@ -314,15 +314,7 @@ async fn a_tenant_cannot_ask_the_row_level_security_helpers_about_another_tenant
             .execute(pool)
             .await
             .unwrap();
-        sqlx::query(
-            "INSERT INTO sandbox_status (id, phase, incarnation, leader_term)
-             VALUES ($1, 'ready', (SELECT incarnation FROM sandbox_desired WHERE id = $1), $2)",
-        )
-        .bind(id)
-        .bind(term)
-        .execute(&env.pool)
-        .await
-        .unwrap();
+        common::ready_status(&env.pool, id, term).await;
     }
 
     // What A asked: may B see the status of rls-b, may B access B's rows.

@@ -679,6 +679,20 @@ pub async fn seed_status(pool: &PgPool, id: &str, services: &str, term: i64) {
     .expect("insert the status");
 }
 
+/// As the leader of `term` (see [`hold_lease`]): a ready status, with no
+/// services, of the current incarnation of the desired row `id`.
+pub async fn ready_status(pool: &PgPool, id: &str, term: i64) {
+    sqlx::query(
+        "INSERT INTO sandbox_status (id, phase, incarnation, leader_term)
+         VALUES ($1, 'ready', (SELECT incarnation FROM sandbox_desired WHERE id = $1), $2)",
+    )
+    .bind(id)
+    .bind(term)
+    .execute(pool)
+    .await
+    .expect("insert the status");
+}
+
 /// The leader lease of tests' controllers: short, so that a test that
 /// kills one need not wait long for the next to lead.
 pub const TEST_LEASE: Duration = Duration::from_secs(4);
