@@ -374,11 +374,7 @@ impl Chaos {
                 .docker
                 .pool_containers(&self.options.deployment)
                 .await?;
-            for claim in &claims {
-                if let Some(l) = pooled.iter().find(|l| l.id == claim.container) {
-                    containers.push(claim.observed(l));
-                }
-            }
+            containers.extend(crate::domain::pool::claimed(&claims, &pooled).0);
         }
         Ok(containers)
     }

@@ -7,7 +7,6 @@ use crate::domain::isolation::Isolation;
 use crate::domain::lease::{LeaseError, LeasePolicy};
 use crate::domain::limits::Limits;
 use crate::domain::network::SubnetPool;
-use crate::domain::plan::Policy;
 use crate::domain::pool::PoolKey;
 use crate::engine::{self, Engine, Registry, REGISTRY};
 use crate::ports::runtime::{Disk, DiskStore};
@@ -250,6 +249,11 @@ pub enum Backend {
     Swarm,
 }
 
+/// The image of the Swarm backend's helper (`--swarm-helper-image`) by
+/// default: the image `scripts/run.sh` builds and runs sandboxd from
+/// under Swarm.
+pub const DEFAULT_SWARM_HELPER_IMAGE: &str = "sandboxd/controller:local";
+
 /// Whether a Swarm service publishes its engine port on the host.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum SwarmPublish {
@@ -445,7 +449,7 @@ impl ControllerConfig {
             deployment,
             backend: Backend::Docker,
             swarm_publish: SwarmPublish::None,
-            swarm_helper_image: crate::adapters::swarm::DEFAULT_HELPER_IMAGE.to_owned(),
+            swarm_helper_image: DEFAULT_SWARM_HELPER_IMAGE.to_owned(),
             network: NetworkLayout::PerSandbox {
                 subnets: SubnetPool::default(),
                 egress: false,
@@ -526,16 +530,6 @@ impl ControllerConfig {
         })
     }
 
-    /// What the plan weighs besides rows and containers.
-    pub fn policy(&self) -> Policy {
-        Policy {
-            grace: self.grace,
-            idle_timeout: self.idle_timeout,
-            rotate_in_place: self.backend == Backend::Swarm,
-            isolation: self.isolation,
-        }
-    }
-
     /// Checks the configuration against the Swarm backend: refuses what it
     /// cannot do (another OCI runtime; probing at 127.0.0.1 when nothing
     /// is published). Templates and warm pools stay (templates are built
@@ -594,13 +588,11 @@ mod tests {
     }
 
     #[test]
-    fn the_swarm_backend_keeps_templates_and_rotates_in_place() {
+    fn the_swarm_backend_keeps_templates() {
         let c = swarm().for_swarm().unwrap();
         assert!(c.templates);
-        assert!(c.policy().rotate_in_place);
         let docker = ControllerConfig::new(Deployment::parse("d").unwrap());
         assert!(docker.clone().for_swarm().unwrap().templates);
-        assert!(!docker.policy().rotate_in_place);
     }
 
     #[test]

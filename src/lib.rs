@@ -24,6 +24,7 @@ pub mod config;
 pub mod controller;
 pub mod domain;
 pub mod engine;
+pub(crate) mod fleet_hash;
 #[cfg(test)]
 mod layers;
 pub mod metrics;

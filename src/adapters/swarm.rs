@@ -12,7 +12,6 @@
 //! talks to, through the container adapter.
 
 use super::docker::{api, is_status, DockerRuntime, Overlay};
-use crate::config::SwarmPublish;
 use crate::domain::attach::Candidate;
 use crate::domain::container::{
     ByteStream, ContainerState, ExecOutput, FilterOutput, ObservedContainer, RunState,
@@ -24,8 +23,8 @@ use crate::domain::limits::Limits;
 use crate::domain::pool::{self, PooledContainer};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream, ObservedResource, Runtime,
-    RuntimeError, TemplateJob, Tmpfs, Volume,
+    Capabilities, ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream,
+    ObservedResource, Runtime, RuntimeError, TemplateJob, Tmpfs, Volume,
 };
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -52,8 +51,6 @@ use std::time::Duration;
 mod node_exec;
 mod template_job;
 
-pub use node_exec::DEFAULT_HELPER_IMAGE;
-
 /// The label naming the container name sandboxd gave a service (service
 /// names are shorter and have no dots; see [`service_name`]).
 const NAME: &str = "io.sandboxd.name";
@@ -76,7 +73,10 @@ const ORPHAN_AGE: Duration = Duration::from_secs(120);
 pub struct SwarmRuntime {
     docker: Docker,
     node: DockerRuntime,
-    publish: SwarmPublish,
+    /// Whether a service publishes its engine port on the node that runs
+    /// its task (Swarm's host mode); otherwise engines answer on their
+    /// sandbox's overlay only.
+    publish_on_host: bool,
     /// The Swarm id of the node `node` is: where persistent sandboxes'
     /// volumes are made, and their services held.
     node_id: String,
@@ -95,13 +95,16 @@ pub struct SwarmRuntime {
 impl SwarmRuntime {
     /// Uses the Swarm that `node` (connected to a manager) manages; refuses
     /// an engine that is not a Swarm manager. Networks become attachable
-    /// overlays, internal unless `publish` needs the gateway bridge; then,
-    /// unless sandboxes may have `egress`, the gateway bridge must not
-    /// masquerade (see [`check_gateway_bridge`]).
+    /// overlays, internal unless `publish_on_host` needs the gateway
+    /// bridge; then, unless sandboxes may have `egress`, the gateway bridge
+    /// must not masquerade (see [`check_gateway_bridge`]). Commands inside
+    /// engines on other nodes run in helpers of `helper_image` (see
+    /// `node_exec`).
     pub async fn connect(
         node: DockerRuntime,
-        publish: SwarmPublish,
+        publish_on_host: bool,
         egress: bool,
+        helper_image: String,
     ) -> Result<Self, RuntimeError> {
         let docker = node.client().clone();
         let info = docker
@@ -127,21 +130,21 @@ impl SwarmRuntime {
             .ok_or_else(|| {
                 RuntimeError::Refused("the Swarm manager did not say its node id".into())
             })?;
-        if publish == SwarmPublish::Host && !egress {
+        if publish_on_host && !egress {
             check_gateway_bridge(&docker).await?;
         }
         let node = node.with_overlay_networks(Overlay {
-            internal_without_egress: publish == SwarmPublish::None,
+            internal_without_egress: !publish_on_host,
         });
         Ok(Self {
             docker,
             node,
-            publish,
+            publish_on_host,
             node_id,
             stop_grace: Duration::from_secs(2),
             overlays: Default::default(),
             templates: Default::default(),
-            helper_image: DEFAULT_HELPER_IMAGE.to_owned(),
+            helper_image,
         })
     }
 
@@ -149,14 +152,6 @@ impl SwarmRuntime {
     /// 2 s; `sandboxd run` passes `--stop-timeout`).
     pub fn with_stop_grace(mut self, grace: Duration) -> Self {
         self.stop_grace = grace;
-        self
-    }
-
-    /// Runs commands inside engines on other nodes with the helper image
-    /// `image` (default [`DEFAULT_HELPER_IMAGE`]; `sandboxd run` passes
-    /// `--swarm-helper-image`).
-    pub fn with_helper_image(mut self, image: String) -> Self {
-        self.helper_image = image;
         self
     }
 
@@ -764,7 +759,7 @@ fn service_spec(
     service: &str,
     instance: &str,
     secret: Option<(&str, &str)>,
-    publish: SwarmPublish,
+    publish_on_host: bool,
     stop_grace: Duration,
     constraints: Vec<String>,
 ) -> Result<ServiceSpec, RuntimeError> {
@@ -810,15 +805,15 @@ fn service_spec(
     let mut aliases = spec.aliases.clone();
     aliases.push(spec.name.clone());
     let limits = &spec.limits;
-    let ports = match publish {
-        SwarmPublish::None => None,
+    let ports = match publish_on_host {
+        false => None,
         // Always a port the node picks, never the one a heal or rotation
         // would keep (`spec.host_port`): Engine 20.10 binds a picked port
         // with one number on IPv4 and another on IPv6, so asking for an old
         // number again collides with another task's other half (measured:
         // "Bind for :::32796 failed: port is already allocated", the task
         // failing at every retry). The status says the new port.
-        SwarmPublish::Host => Some(vec![EndpointPortConfig {
+        true => Some(vec![EndpointPortConfig {
             protocol: Some(EndpointPortConfigProtocolEnum::TCP),
             target_port: Some(i64::from(spec.port)),
             published_port: None,
@@ -1209,7 +1204,7 @@ impl Runtime for SwarmRuntime {
             &service,
             &instance,
             secret.as_deref().map(|id| (id, instance.as_str())),
-            self.publish,
+            self.publish_on_host,
             self.stop_grace,
             self.placement(spec),
         )?;
@@ -1274,9 +1269,15 @@ impl Runtime for SwarmRuntime {
         Ok(())
     }
 
-    /// A task's networks and aliases are fixed at its service's creation.
-    fn rejoins(&self) -> bool {
-        false
+    /// A task's networks, aliases and name are fixed at its service's
+    /// creation, and a task may run on a node without a copy made on
+    /// another.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            rejoins: false,
+            renames: false,
+            local_copies: false,
+        }
     }
 
     /// The service's Docker name: Swarm's DNS answers it with the task's
@@ -1300,7 +1301,7 @@ impl Runtime for SwarmRuntime {
     }
 
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
-        if self.publish == SwarmPublish::None {
+        if !self.publish_on_host {
             return Ok(None);
         }
         let _timer = metrics::time_docker_call(DockerCall::Inspect);
@@ -1324,7 +1325,7 @@ impl Runtime for SwarmRuntime {
     /// The address of the node that runs the service's task, unless it
     /// is this host's loopback (a single-node Swarm advertised there).
     async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
-        if self.publish == SwarmPublish::None {
+        if !self.publish_on_host {
             return Ok(None);
         }
         Ok(self

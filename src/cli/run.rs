@@ -10,7 +10,7 @@ use crate::adapters::deadline::BoundedStore;
 use crate::adapters::webhook::HttpWebhook;
 use crate::adapters::webhook_tls::WebhookTlsError;
 use crate::adapters::{http, DockerRuntime, PgStore, SwarmRuntime};
-use crate::config::{Backend, ControllerConfig, NetworkLayout};
+use crate::config::{Backend, ControllerConfig, NetworkLayout, SwarmPublish};
 use crate::controller::{Controller, Elector, Fence, GuardedRuntime, Parts, RuntimeDeadlines};
 use crate::domain::clock::{Clock, SystemClock};
 use crate::domain::http_host::AllowedHosts;
@@ -129,10 +129,14 @@ async fn connect_runtime(config: &ControllerConfig) -> Result<Arc<dyn Runtime>, 
                 NetworkLayout::Shared { .. } => true,
             };
             Arc::new(
-                SwarmRuntime::connect(docker, config.swarm_publish, egress)
-                    .await?
-                    .with_stop_grace(config.stop_timeout)
-                    .with_helper_image(config.swarm_helper_image.clone()),
+                SwarmRuntime::connect(
+                    docker,
+                    config.swarm_publish == SwarmPublish::Host,
+                    egress,
+                    config.swarm_helper_image.clone(),
+                )
+                .await?
+                .with_stop_grace(config.stop_timeout),
             )
         }
     })

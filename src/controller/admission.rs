@@ -232,7 +232,7 @@ pub(crate) fn rebuild(
     ctx: &Context,
     rows: &[DesiredSandbox],
     containers: &[&ObservedContainer],
-    statuses: &crate::domain::fleet_hash::HashMap<&SandboxId, &SandboxStatus>,
+    statuses: &crate::fleet_hash::HashMap<&SandboxId, &SandboxStatus>,
     due: &BTreeSet<&SandboxId>,
 ) {
     let now = ctx.clock.now();
@@ -289,11 +289,7 @@ pub(crate) fn mark(ctx: &Context) -> u64 {
 }
 
 /// Drops what a relist that began at `mark` found no trace of.
-pub(crate) fn prune(
-    ctx: &Context,
-    mark: u64,
-    seen: &crate::domain::fleet_hash::HashSet<&SandboxId>,
-) {
+pub(crate) fn prune(ctx: &Context, mark: u64, seen: &crate::fleet_hash::HashSet<&SandboxId>) {
     let admission = &ctx.admission;
     let mut ledger = admission.ledger();
     ledger.prune(mark, |id| seen.contains(id));

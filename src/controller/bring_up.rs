@@ -6,20 +6,18 @@
 
 use super::image::ImageError;
 use super::network::Placement;
+use super::reach::{probe_address, InContainer};
 use super::rotation::SwitchError;
 use super::Context;
-use crate::config::{ControllerConfig, ProbeVia};
-use crate::domain::container::{ByteStream, ExecOutput, FilterOutput};
+use crate::config::ControllerConfig;
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::isolation::Isolation;
 use crate::domain::plan::{Provision, ProvisionReason};
 use crate::domain::sandbox::ServiceStatus;
-use crate::domain::seed::SeedHash;
-use crate::engine::{self, Credentials, Engine, EngineError, Exec, Target};
+use crate::engine::{self, Credentials, Engine, EngineError, Target};
 use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, Tmpfs, Volume};
 use crate::ports::store::StoreError;
-use async_trait::async_trait;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -139,6 +137,10 @@ pub enum ProvisionError {
         /// Why the restore failed.
         rollback: Box<ProvisionError>,
     },
+    /// No start the row allows offered anything (a bug: the last start
+    /// always offers).
+    #[error("no start of {0}'s container was possible; this is a bug in sandboxd's start choice: report it with the sandbox's row")]
+    NothingToStart(EngineName),
 }
 
 impl ProvisionError {
@@ -309,10 +311,9 @@ pub(crate) fn ready_status(
 }
 
 /// Waits for the engine in the container `id` (called `name`) to answer,
-/// then enables and verifies `features` with the image `image`, and loads
-/// `seed` into it, if any, with the same login: returns the host port its
-/// engine port is published on and the features it has.
-#[allow(clippy::too_many_arguments)]
+/// then enables and verifies `features` with the image `image`: returns
+/// the host port its engine port is published on and the features it
+/// has.
 pub(crate) async fn bring_up(
     ctx: &Context,
     engine: &'static dyn Engine,
@@ -321,10 +322,9 @@ pub(crate) async fn bring_up(
     credentials: &Credentials,
     features: &BTreeSet<String>,
     image: &str,
-    seed: Option<&SeedHash>,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
     let host_port = ctx.runtime.published_port(id).await?.unwrap_or(0);
-    let up = bring_up_at(
+    bring_up_at(
         ctx,
         engine,
         id,
@@ -334,11 +334,7 @@ pub(crate) async fn bring_up(
         features,
         image,
     )
-    .await?;
-    if let Some(hash) = seed {
-        super::seed::load(ctx, engine, id, name, up.0, credentials, hash).await?;
-    }
-    Ok(up)
+    .await
 }
 
 /// [`bring_up`] of a container whose published port is known.
@@ -375,28 +371,6 @@ pub(crate) async fn bring_up_at(
         })
         .map_err(|e| ProvisionError::Feature(e, image.to_owned()))?;
     Ok((host_port, available))
-}
-
-/// Where the controller reaches the engine of the container `id` (called
-/// `name`) whose engine port is published on `host_port` (`--probe-via`):
-/// the published port at 127.0.0.1, or at the Swarm node that runs the
-/// task; or the engine's own port under the name the runtime resolves on
-/// their network ([`crate::ports::runtime::Runtime::probe_host`]).
-pub(crate) async fn probe_address(
-    ctx: &Context,
-    engine: &'static dyn Engine,
-    id: &ContainerId,
-    name: &str,
-    host_port: u16,
-) -> Result<(String, u16), RuntimeError> {
-    let runtime = ctx.runtime.as_ref();
-    Ok(match ctx.config.probe_via {
-        ProbeVia::Host => match runtime.published_host(id).await? {
-            Some(node) => (node, host_port),
-            None => ("127.0.0.1".to_owned(), host_port),
-        },
-        ProbeVia::Network => (runtime.probe_host(id, name).await?, engine.port()),
-    })
 }
 
 /// Gives the warm-pool container `id`, reached at `address` ([`probe_address`])
@@ -457,53 +431,6 @@ pub(crate) async fn count_clients(
                 reason: format!("no answer to counting client connections within {deadline:?}"),
             })
         })
-}
-
-/// Commands inside one container, through the runtime.
-pub(crate) struct InContainer<'a> {
-    pub(crate) runtime: &'a dyn Runtime,
-    pub(crate) id: &'a ContainerId,
-}
-
-impl InContainer<'_> {
-    /// The engine in this container, reached at `host:port` and logged in
-    /// to with `credentials`.
-    pub(crate) fn target<'t>(
-        &'t self,
-        host: &'t str,
-        port: u16,
-        credentials: &'t Credentials,
-    ) -> Target<'t> {
-        Target {
-            host,
-            port,
-            credentials,
-            exec: self,
-        }
-    }
-}
-
-#[async_trait]
-impl Exec for InContainer<'_> {
-    async fn exec(&self, cmd: &[&str], env: Vec<String>) -> Result<ExecOutput, String> {
-        self.runtime
-            .exec(self.id, cmd, env)
-            .await
-            .map_err(|e| e.to_string())
-    }
-
-    async fn filter(
-        &self,
-        cmd: &[&str],
-        env: Vec<String>,
-        input: ByteStream<'_>,
-        keep: usize,
-    ) -> Result<FilterOutput, String> {
-        self.runtime
-            .filter(self.id, cmd, env, input, keep)
-            .await
-            .map_err(|e| e.to_string())
-    }
 }
 
 /// Polls `engine`'s probe of the container `id` (called `name`), reached at

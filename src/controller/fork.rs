@@ -410,9 +410,9 @@ async fn source_container(
     engine: EngineName,
 ) -> Result<(ContainerId, bool), ForkError> {
     let source_id = of.sandbox.to_string();
-    let listed = ctx
-        .runtime
-        .list(&ctx.config.deployment, Some(&of.sandbox))
+    // Claimed from the warm pool or created for it: found the one way
+    // every part of the controller finds a sandbox's containers.
+    let listed = super::containers::of_sandbox(ctx, &of.sandbox)
         .await
         .map_err(|source| ForkError::Runtime {
             source_id: source_id.clone(),

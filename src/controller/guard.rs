@@ -17,8 +17,8 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::pool::PooledContainer;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
-    ContainerSpec, DiskStore, EventStream, FileContent, Helper, NetworkSpec, NetworkStream,
-    ObservedResource, Runtime, RuntimeError, StaleBridge, TemplateJob, VolumeFill,
+    Capabilities, ContainerSpec, DiskStore, EventStream, FileContent, Helper, NetworkSpec,
+    NetworkStream, ObservedResource, Runtime, RuntimeError, StaleBridge, TemplateJob, VolumeFill,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -411,8 +411,8 @@ impl Runtime for GuardedRuntime {
         self.read("inspect", id.as_str(), call).await
     }
 
-    fn rejoins(&self) -> bool {
-        self.inner.rejoins()
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {

@@ -5,6 +5,7 @@ mod admission;
 mod breaker;
 mod bring_up;
 mod checkpoint;
+mod containers;
 mod crash_loops;
 mod fence;
 mod fleet;
@@ -21,12 +22,14 @@ mod pause;
 mod pool;
 mod probes;
 pub mod provision;
+mod reach;
 mod recheck;
 mod reconcile;
 mod relist;
 mod rotation;
 mod seed;
 mod seed_template;
+mod start;
 pub mod template;
 pub mod volume;
 mod webhook;
@@ -50,6 +53,7 @@ use crate::domain::clock::Clock;
 use crate::domain::death::Orders;
 use crate::domain::id::SandboxId;
 use crate::domain::identity::StateId;
+use crate::domain::plan::Policy;
 use crate::engine::Registry;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
@@ -159,6 +163,19 @@ impl Context {
     /// This state database's identity (read from the store the first time).
     pub(crate) async fn state_id(&self) -> Result<&StateId, StoreError> {
         self.state.get_or_try_init(|| self.store.state_id()).await
+    }
+
+    /// What the plan weighs besides rows and containers: the operator's
+    /// settings, and a rotation in place where the runtime cannot rename
+    /// what it runs (the new container cannot be built beside the old one
+    /// and take its name afterwards).
+    pub(crate) fn policy(&self) -> Policy {
+        Policy {
+            grace: self.config.grace,
+            idle_timeout: self.config.idle_timeout,
+            rotate_in_place: !self.runtime.capabilities().renames,
+            isolation: self.config.isolation,
+        }
     }
 
     /// Seconds on the injected clock since `t`, never negative.
@@ -433,7 +450,7 @@ impl Controller {
             self.known.clone(),
             self.relist_now.clone(),
         )));
-        tasks.0.push(tokio::spawn(pool::refill_loop(
+        tasks.0.push(tokio::spawn(pool::fill::refill_loop(
             ctx.clone(),
             self.queue.clone(),
         )));

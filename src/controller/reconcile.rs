@@ -26,7 +26,7 @@ use super::breaker::Held;
 use super::image::Availability;
 use super::rotation::{self, Commit};
 use super::Context;
-use super::{admission, checkpoint, network, pool, provision, recheck, volume};
+use super::{admission, checkpoint, containers, network, pool, provision, recheck, volume};
 use crate::config::NetworkLayout;
 use crate::domain::attach;
 use crate::domain::container::ObservedContainer;
@@ -223,10 +223,7 @@ async fn read<'c>(
 ) -> Result<Seen<'c>, ReconcileError> {
     let state = ctx.state_id().await?;
     let desired = ctx.store.fetch_desired(id).await?;
-    let mut observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
-    // Claimed warm-pool containers carry no sandbox label: their claims
-    // say whose they are.
-    observed.extend(pool::observed_of(ctx, id).await?);
+    let observed = containers::of_sandbox(ctx, id).await?;
     let previous = ctx.store.fetch_status(id).await?;
     // Another state database's containers are not this one's to touch:
     // left out of the plan (relists count and report them).
@@ -276,7 +273,7 @@ async fn decide(
     id: &SandboxId,
     seen: &mut Seen<'_>,
 ) -> Result<Decided, ReconcileError> {
-    let policy = ctx.config.policy();
+    let policy = ctx.policy();
     let plan_for = |seen: &Seen<'_>| {
         plan::plan(
             seen.desired.as_ref(),

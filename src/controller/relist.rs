@@ -23,7 +23,7 @@ use crate::sched::WorkQueue;
 use crate::watch::KnownContainers;
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 // Randomly seeded hash tables (ids are hashed several times per row).
-use crate::domain::fleet_hash::{HashMap, HashSet};
+use crate::fleet_hash::{HashMap, HashSet};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -213,17 +213,14 @@ impl Lists {
             let ctx = ctx.clone();
             async move {
                 let deployment = &ctx.config.deployment;
-                let mut containers = ctx.runtime.list(deployment, None).await?;
+                // Unclaimed pool containers are nobody's (never reaped,
+                // healed or counted as orphans).
+                let (containers, pooled) = super::containers::of_every_sandbox(&ctx).await?;
                 // A network whose sandbox is gone is removed by that
                 // sandbox's reconcile; so is a persistent sandbox's volume.
                 let networks = ctx.runtime.networks(deployment).await?;
-                // Claimed warm-pool containers are their sandboxes';
-                // unclaimed ones are nobody's (never reaped, healed or
-                // counted as orphans).
-                let pooled = super::pool::relisted(&ctx).await?;
-                containers.extend(pooled.claimed);
                 let volumes = ctx.runtime.volumes(deployment).await?;
-                Ok::<_, ControllerError>((containers, pooled.listed, networks, volumes))
+                Ok::<_, ControllerError>((containers, pooled, networks, volumes))
             }
         });
         let ((rows, statuses, pending), (containers, pooled, networks, volumes)) =
@@ -343,7 +340,7 @@ impl<'a> Judge<'a> {
             statuses,
             networks: networks.iter().map(|n| n.name.as_str()).collect(),
             now: ctx.clock.now(),
-            policy: ctx.config.policy(),
+            policy: ctx.policy(),
         }
     }
 

@@ -15,7 +15,7 @@
 //! containers start from ([`data_file`]); a relist removes such volumes
 //! once nothing names or asks for them ([`collect`]).
 
-use super::bring_up::{probe_address, InContainer};
+use super::reach::{probe_address, InContainer};
 use super::Context;
 use crate::domain::container::ByteStream;
 use crate::domain::id::ContainerId;

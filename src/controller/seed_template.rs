@@ -23,7 +23,6 @@
 
 use super::fork::{self, Snapshot};
 use super::Context;
-use crate::config::Backend;
 use crate::domain::id::ContainerId;
 use crate::domain::seed::{self, SeedHash};
 use crate::engine::{Credentials, Engine};
@@ -151,10 +150,11 @@ pub(crate) async fn capture(
 }
 
 /// The volume of `kind`'s seeded template, or `None` where there is none:
-/// templates off, the Swarm backend, an engine without a copy or a start
+/// templates off, a runtime without copies local to its containers (a
+/// Swarm task may run on another node), an engine without a copy or a start
 /// from one, an image whose id is unknown.
 async fn volume(ctx: &Context, kind: &Kind<'_>) -> Option<Volume> {
-    if !ctx.config.templates || ctx.config.backend == Backend::Swarm {
+    if !ctx.config.templates || !ctx.runtime.capabilities().local_copies {
         return None;
     }
     kind.engine.fork_copy()?;

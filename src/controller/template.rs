@@ -255,17 +255,8 @@ impl Templates {
 /// Makes the new non-persistent container of `spec` (`engine` with
 /// `features`) start from its template, if it is ready: mounts it and its
 /// binaries, and tells the image's entrypoint (`SANDBOXD_TEMPLATE=use`).
-pub(crate) async fn apply(
-    ctx: &Context,
-    engine: &'static dyn Engine,
-    features: &BTreeSet<String>,
-    spec: &mut ContainerSpec,
-) {
-    let _ = apply_or_refusal(ctx, engine, features, spec).await;
-}
-
-/// As [`apply`], returning why the container starts cold if its template
-/// is refused (the sandbox's event says so).
+/// Returns why the container starts cold if its template is refused (the
+/// sandbox's event says so).
 pub(crate) async fn apply_or_refusal(
     ctx: &Context,
     engine: &'static dyn Engine,
@@ -293,19 +284,6 @@ const USE: &str = "SANDBOXD_TEMPLATE=use";
 pub(crate) fn start_from(spec: &mut ContainerSpec, volume: Volume) {
     spec.start_from = Some(volume);
     spec.env.push(USE.to_owned());
-}
-
-/// Undoes [`start_from`]: the volume it would have started from.
-pub(crate) fn unstart_from(spec: &mut ContainerSpec) -> Option<Volume> {
-    spec.env.retain(|e| e != USE);
-    spec.start_from.take()
-}
-
-/// Undoes [`apply`]: the container starts cold.
-pub(crate) fn unapply(spec: &mut ContainerSpec) {
-    spec.template = None;
-    spec.binaries = None;
-    spec.env.retain(|e| e != USE);
 }
 
 /// The template a new non-persistent container of `engine` from `image`

@@ -5,7 +5,7 @@
 //! ([`crate::engine::Engine::checkpoint_command`]) and the controller runs
 //! them (`controller::checkpoint`).
 
-use super::identity::Incarnation;
+use super::id::Incarnation;
 use std::collections::BTreeMap;
 use std::fmt;
 

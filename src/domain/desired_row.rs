@@ -17,8 +17,7 @@
 //! to what the rules need of it ([`KnownEngine`]).
 
 use super::fork::ForkOf;
-use super::id::{EngineName, SandboxId};
-use super::identity::Incarnation;
+use super::id::{EngineName, Incarnation, SandboxId};
 use super::isolation::Isolation;
 use super::sandbox::{DesiredSandbox, IdleAction};
 use super::seed::SeedHash;

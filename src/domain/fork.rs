@@ -11,8 +11,7 @@
 //! them); a rotation to a stronger isolation level takes a new copy, as
 //! the first container did.
 
-use super::id::{Deployment, EngineName, SandboxId};
-use super::identity::Incarnation;
+use super::id::{Deployment, EngineName, Incarnation, SandboxId};
 use super::network::container_name;
 
 /// The sandbox a fork copies.

@@ -153,6 +153,27 @@ pub struct PoolClaim {
     pub seed: Option<SeedHash>,
 }
 
+/// The claimed pool containers among `listed`, each as the sandbox
+/// container its claim makes it (see [`PoolClaim::observed`]), and the
+/// claims whose container is no longer listed (removed: torn down,
+/// replaced, or by hand). The one join of claims and pool containers:
+/// the controller's and the chaos run's view of a sandbox's containers
+/// both come from it.
+pub(crate) fn claimed<'a>(
+    claims: impl IntoIterator<Item = &'a PoolClaim>,
+    listed: &[PooledContainer],
+) -> (Vec<ObservedContainer>, Vec<&'a PoolClaim>) {
+    let mut seen = Vec::new();
+    let mut gone = Vec::new();
+    for claim in claims {
+        match listed.iter().find(|l| l.id == claim.container) {
+            Some(l) => seen.push(claim.observed(l)),
+            None => gone.push(claim),
+        }
+    }
+    (seen, gone)
+}
+
 impl PoolClaim {
     /// The claimed container as the planner sees a sandbox container: the
     /// labels it would carry had it been created for the sandbox.
@@ -312,6 +333,52 @@ impl ClaimIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claimed_pool_container_is_its_sandboxs_and_a_claim_without_a_container_is_gone() {
+        let dep = Deployment::parse("sbx").unwrap();
+        let listed = |id: &str| PooledContainer {
+            id: ContainerId::new(id),
+            name: format!("sandboxd.sbx.s1.postgres-{id}"),
+            deployment: dep.clone(),
+            engine: "postgres".into(),
+            features: BTreeSet::new(),
+            state_id: Some("state".into()),
+            instance: "pool-token".into(),
+            state: ContainerState::Running,
+            paused: true,
+            created: DateTime::<Utc>::UNIX_EPOCH,
+            host_port: Some(5000),
+            networks: vec!["n".into()],
+            isolation: Isolation::Container,
+        };
+        let claim = |container: &str| PoolClaim {
+            container: ContainerId::new(container),
+            sandbox: SandboxId::parse("s1").unwrap(),
+            engine: "postgres".into(),
+            generation: 3,
+            incarnation: Some("inc".into()),
+            owner: "alice".into(),
+            features: BTreeSet::new(),
+            instance: "claim-token".into(),
+            seed: None,
+        };
+        let claims = [claim("c1"), claim("c2")];
+        let (seen, gone) = claimed(&claims, &[listed("c1"), listed("c3")]);
+        assert_eq!(seen.len(), 1, "the unclaimed c3 is nobody's");
+        let c = &seen[0];
+        assert_eq!(c.id, ContainerId::new("c1"));
+        assert_eq!(c.labels.sandbox.as_str(), "s1");
+        assert_eq!(c.labels.owner, "alice");
+        assert_eq!(c.labels.incarnation.as_deref(), Some("inc"));
+        assert_eq!(
+            c.labels.instance, "claim-token",
+            "the claim's token, not the pool's"
+        );
+        assert_eq!(c.labels.state_id.as_deref(), Some("state"));
+        assert!(c.paused, "what the runtime saw is kept");
+        assert_eq!(gone, [&claims[1]]);
+    }
 
     #[test]
     fn where_containers_cannot_join_a_network_only_an_adopting_sandbox_claims_and_once() {

@@ -510,6 +510,37 @@ pub type EventStream = BoxStream<'static, Result<RuntimeEvent, RuntimeError>>;
 /// connection drops.
 pub type NetworkStream = BoxStream<'static, Result<String, RuntimeError>>;
 
+/// What a runtime can do beyond the methods every runtime has: each
+/// adapter declares its own, and the controller decides by them alone, so
+/// a new backend (say, Kubernetes) says what it can and the controller
+/// follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// A running container can join another network under new aliases
+    /// ([`Runtime::rejoin`]). A Swarm task cannot (its networks are fixed
+    /// at creation): a pool container is then claimed only by a sandbox
+    /// that adopts its network.
+    pub rejoins: bool,
+    /// A running container can be renamed ([`Runtime::rename`]), so a
+    /// rotation builds the new container beside the old one and gives it
+    /// the old one's name afterwards. A Swarm service cannot: it rotates
+    /// in place (the old container first, then the new one).
+    pub renames: bool,
+    /// A container can start from a volume this host copied from another
+    /// container, which seeds' templates are. Under Swarm a task may run
+    /// on a node that has no such copy: seeds are loaded instead.
+    pub local_copies: bool,
+}
+
+impl Capabilities {
+    /// Everything (one Docker engine).
+    pub const ALL: Capabilities = Capabilities {
+        rejoins: true,
+        renames: true,
+        local_copies: true,
+    };
+}
+
 /// The container runtime. Every method may fail; none may be trusted to
 /// return promptly (the controller bounds each call).
 #[async_trait]
@@ -680,12 +711,11 @@ pub trait Runtime: Send + Sync + 'static {
     async fn probe_host(&self, _id: &ContainerId, name: &str) -> Result<String, RuntimeError> {
         Ok(name.to_owned())
     }
-    /// Whether a running container can join another network under new
-    /// aliases ([`Runtime::rejoin`]). A Swarm task cannot (its networks
-    /// are fixed at creation): a pool container is then claimed only by a
-    /// sandbox that adopts its network.
-    fn rejoins(&self) -> bool {
-        true
+    /// What this runtime can do beyond the methods every runtime has
+    /// (default: everything). The controller asks this, never which
+    /// backend it runs on.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
     }
     /// How the container's last run is doing; `None` if it no longer exists.
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError>;

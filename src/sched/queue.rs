@@ -23,7 +23,7 @@
 //! - **Shutdown**: once the shutdown future resolves no handler starts; `run`
 //!   waits up to `shutdown_grace` for in-flight ones, then aborts the rest.
 
-use crate::domain::fleet_hash::HashMap;
+use crate::fleet_hash::HashMap;
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::fmt::Debug;

@@ -9,8 +9,8 @@ use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::domain::pool::PooledContainer;
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream,
-    ObservedResource, Runtime, RuntimeError, RuntimeEvent, TemplateJob,
+    Capabilities, ContainerAction, ContainerSpec, DiskStore, EventStream, NetworkSpec,
+    NetworkStream, ObservedResource, Runtime, RuntimeError, RuntimeEvent, TemplateJob,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -193,6 +193,8 @@ pub(crate) struct FakeRuntime {
     /// Faults to inject, by operation.
     pub(crate) faults: Faults<RuntimeOp>,
     full_lists: std::sync::atomic::AtomicU64,
+    /// What it declares it can do (everything unless a test says less).
+    pub(crate) capabilities: Mutex<Capabilities>,
 }
 
 impl Default for FakeRuntime {
@@ -204,6 +206,7 @@ impl Default for FakeRuntime {
             world: Mutex::new(world),
             faults: Faults::default(),
             full_lists: std::sync::atomic::AtomicU64::default(),
+            capabilities: Mutex::new(Capabilities::ALL),
         }
     }
 }
@@ -484,6 +487,10 @@ fn emit(w: &mut World, id: &ContainerId, action: ContainerAction, sandbox: Optio
 
 #[async_trait]
 impl Runtime for FakeRuntime {
+    fn capabilities(&self) -> Capabilities {
+        *self.capabilities.lock().unwrap()
+    }
+
     async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
         Ok(self.world.lock().unwrap().host_memory)
     }

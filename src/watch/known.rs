@@ -5,7 +5,7 @@ use crate::domain::container::ContainerState;
 use crate::domain::id::ContainerId;
 use crate::ports::runtime::ContainerAction;
 // Randomly seeded (a relist looks up every container of the fleet).
-use crate::domain::fleet_hash::HashMap;
+use crate::fleet_hash::HashMap;
 use std::sync::Mutex;
 
 /// What the events said about each container.

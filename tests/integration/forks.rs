@@ -278,6 +278,170 @@ async fn a_fork_has_the_sources_rows_its_own_credentials_diverges_and_heals_from
     controller.stop().await;
 }
 
+/// The events of `reason` for `id`, once there is one (they are written
+/// in batches, after the status).
+async fn said(env: &TestEnv, id: &SandboxId, reason: &str) -> Vec<(String, String)> {
+    eventually(reason, Duration::from_secs(10), || async {
+        let e = events(env, id, reason).await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await
+}
+
+/// Writes `name` as the only row of the source's `items`.
+async fn mark(status: &SandboxStatus, name: &str) {
+    let mut conn = connect(status).await;
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE IF NOT EXISTS items (id int PRIMARY KEY, name text NOT NULL, pad text);
+         DELETE FROM items;
+         INSERT INTO items VALUES (1, '{name}', NULL);"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}
+
+/// Forks `src` (which started `how`) into `fork` and checks the fork holds
+/// the source's only row, `name`.
+async fn forks_with(client: &Client, src: &SandboxId, how: &str, fork: &SandboxId, name: &str) {
+    let revision = client.fork(src, fork, None).await.unwrap();
+    let forked = client
+        .wait_ready(fork, &revision, READY)
+        .await
+        .unwrap_or_else(|e| panic!("a source {how} forks: {e}"));
+    assert_eq!(
+        names(&mut connect(&forked).await).await,
+        [name],
+        "the fork of a source {how} has its rows"
+    );
+}
+
+/// The ready status of `id` once `done` holds of it.
+async fn ready_when(
+    client: &Client,
+    id: &SandboxId,
+    what: &str,
+    done: impl Fn(&SandboxStatus) -> bool,
+) -> SandboxStatus {
+    eventually(what, READY, || async {
+        client
+            .status(id)
+            .await
+            .unwrap()
+            .filter(|s| s.phase == Phase::Ready && done(s))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_source_forks_however_it_started_claimed_from_the_pool_healed_from_it_rotated_cold_or_forked(
+) {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.warm_pool = sandboxd::config::warm_pools(&["postgres=1".to_owned()]).unwrap();
+    let controller = env.start(config);
+    let client = Client::from_pool(env.pool.clone());
+    let pool_ready = || async {
+        eventually("a ready pool container", READY, || async {
+            let text = controller.metrics.render();
+            (common::sample(
+                &text,
+                "sandboxd_pool_size{engine=\"postgres\",state=\"ready\"}",
+            ) == Some(1.0))
+            .then_some(())
+        })
+        .await
+    };
+
+    // Claimed from the warm pool (every plain request under run.sh's
+    // defaults): its container carries the pool's labels, its claim says
+    // whose it is.
+    pool_ready().await;
+    let src = sandbox_id("fork-pooled");
+    let source = client
+        .provision(&src, &request(&["postgres"], &[]), READY)
+        .await
+        .unwrap();
+    let claimed = said(&env, &src, "claimed").await;
+    assert_eq!(claimed.len(), 1, "served from the pool: {claimed:?}");
+    mark(&source, "claimed").await;
+    let first = sandbox_id("fork-of-pooled");
+    forks_with(&client, &src, "claimed from the pool", &first, "claimed").await;
+
+    // Healed from the pool: another pool container, claimed by the heal.
+    pool_ready().await;
+    let name = format!("sandboxd.{}.{}.postgres", env.deployment, src);
+    docker_ok(&["kill", &name]);
+    let healed = ready_when(&client, &src, "the source healed", |s| {
+        s.services["postgres"].heals == 1
+    })
+    .await;
+    let heal = said(&env, &src, "healed").await;
+    assert!(
+        heal.iter().any(|(_, m)| m.contains("from the warm pool")),
+        "healed from the pool: {heal:?}"
+    );
+    mark(&healed, "healed").await;
+    forks_with(
+        &client,
+        &src,
+        "healed from the pool",
+        &sandbox_id("fork-of-healed"),
+        "healed",
+    )
+    .await;
+
+    // Rotated: a feature the container lacks, so a new container (cold:
+    // no pool holds pg_trgm) replaced the claimed one under its name.
+    let grown = client
+        .apply(&src, &request(&["postgres"], &[("postgres", "pg_trgm")]))
+        .await
+        .unwrap();
+    let rotated = ready_when(&client, &src, "the source rotated", |s| {
+        s.observed_generation >= grown.generation
+    })
+    .await;
+    assert_eq!(said(&env, &src, "rotated").await.len(), 1);
+    mark(&rotated, "rotated").await;
+    forks_with(
+        &client,
+        &src,
+        "rotated",
+        &sandbox_id("fork-of-rotated"),
+        "rotated",
+    )
+    .await;
+
+    // Cold: a feature set no pool holds.
+    let cold = sandbox_id("fork-cold");
+    let cold_status = client
+        .provision(
+            &cold,
+            &request(&["postgres"], &[("postgres", "pg_trgm")]),
+            READY,
+        )
+        .await
+        .unwrap();
+    let created = said(&env, &cold, "provisioned").await;
+    assert!(
+        created.iter().any(|(origin, _)| origin == "cold"),
+        "{created:?}"
+    );
+    mark(&cold_status, "cold").await;
+    forks_with(&client, &cold, "cold", &sandbox_id("fork-of-cold"), "cold").await;
+
+    // Forked: a fork of the first fork has what the fork was made with.
+    forks_with(
+        &client,
+        &first,
+        "forked",
+        &sandbox_id("fork-of-fork"),
+        "claimed",
+    )
+    .await;
+    controller.stop().await;
+}
+
 #[tokio::test]
 async fn forks_are_refused_for_unseen_sources_other_owners_taken_ids_and_new_services_and_wait_for_quota(
 ) {

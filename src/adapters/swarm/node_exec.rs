@@ -41,10 +41,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The helper image's default: the image `scripts/run.sh` builds and runs
-/// sandboxd from under Swarm.
-pub const DEFAULT_HELPER_IMAGE: &str = "sandboxd/controller:local";
-
 /// How often a running job's task is looked at.
 const POLL: Duration = Duration::from_millis(100);
 

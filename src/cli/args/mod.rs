@@ -4,7 +4,7 @@
 //! file.
 
 use super::progress::ProgressMode;
-use super::{describe::DescribeArgs, fork::ForkArgs, list::ListArgs, quota, seed};
+use super::{describe::DescribeArgs, list::ListArgs, quota, seed};
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::isolation::Isolation;
 use crate::domain::sandbox::IdleAction;
@@ -388,6 +388,27 @@ pub struct RequestArgs {
     /// With --wait, print each phase the sandbox goes through, with the
     /// time since the request, on standard error: `auto` when it is a
     /// terminal, `always` or `never`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressMode,
+}
+
+/// Flags of `sandboxd fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The sandbox to copy (one this role sees).
+    pub source: SandboxId,
+    /// The new sandbox's id.
+    pub id: SandboxId,
+    /// Who asks; must be the source's owner (a fork is its source's
+    /// owner's).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Wait this long for the fork to be ready (e.g. 60s) and print its
+    /// status. Exit 3 if it failed, 4 if it was not ready in time.
+    #[arg(long, value_parser = parse::parse_duration)]
+    pub wait: Option<Duration>,
+    /// With --wait, print each phase the fork goes through on standard
+    /// error: `auto` when it is a terminal, `always` or `never`.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressMode,
 }

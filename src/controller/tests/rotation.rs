@@ -309,8 +309,8 @@ async fn a_persistent_sandboxs_failed_rotation_restores_the_old_credentials_on_i
 #[tokio::test]
 async fn a_runtime_that_cannot_rename_rotates_in_place_and_a_failed_rotation_restores_the_old_credentials(
 ) {
-    let mut h = Harness::new();
-    h.config.backend = crate::config::Backend::Swarm;
+    let h = Harness::new();
+    h.runtime.capabilities.lock().unwrap().renames = false;
     let ctx = h.context();
     h.store.put_desired(row("a"));
     reconcile(&ctx, &id("a")).await.unwrap();

@@ -270,9 +270,14 @@ impl TestEnv {
             .expect("a configuration the Swarm backend takes");
         let node = DockerRuntime::connect().await.expect("docker");
         let runtime = Arc::new(
-            sandboxd::adapters::SwarmRuntime::connect(node, SwarmPublish::Host, false)
-                .await
-                .expect("the engine is a Swarm manager with a closed gateway bridge"),
+            sandboxd::adapters::SwarmRuntime::connect(
+                node,
+                true,
+                false,
+                sandboxd::config::DEFAULT_SWARM_HELPER_IMAGE.to_owned(),
+            )
+            .await
+            .expect("the engine is a Swarm manager with a closed gateway bridge"),
         );
         let controller = self.start_on(
             runtime.clone(),
@@ -740,7 +745,7 @@ pub fn controller_image() -> &'static str {
         "build_controller_image: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    sandboxd::adapters::swarm::DEFAULT_HELPER_IMAGE
+    sandboxd::config::DEFAULT_SWARM_HELPER_IMAGE
 }
 
 /// `sandboxd ARGS` as a user runs it after `scripts/run.sh`, which must

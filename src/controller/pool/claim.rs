@@ -1,0 +1,209 @@
+//! A claim: a ready pool container becomes a sandbox's. The claim is
+//! recorded in the state database first (Docker labels cannot change, and
+//! a crash from then on leaves a container that maps to its sandbox with
+//! an instance never published); then the claimant's credentials are set
+//! over the engine's own protocol while the container takes the sandbox's
+//! container name and joins its network (unless it adopted the pool
+//! container's); then it is probed with the new credentials. A claim that
+//! fails removes the container: the next start serves the sandbox.
+
+use super::{PoolError, Ready, Reserved};
+use crate::config::ProbeVia;
+use crate::controller::bring_up::{bring_up_at, claim_credentials};
+use crate::controller::network::{self, Placement};
+use crate::controller::reach::probe_address;
+use crate::controller::{name_release, Context};
+use crate::domain::id::ContainerId;
+use crate::domain::plan::Provision;
+use crate::domain::pool::{ClaimKind, PoolClaim};
+use crate::domain::sandbox::DesiredSandbox;
+use crate::engine::{Credentials, Engine};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long setting a claimant's credentials may take.
+const CLAIM_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Who claims a pool container, and with what.
+pub(crate) struct Claimant<'a> {
+    /// The row.
+    pub(crate) desired: &'a DesiredSandbox,
+    /// The engine.
+    pub(crate) engine: &'static dyn Engine,
+    /// The planned provision (features, seed).
+    pub(crate) provision: &'a Provision,
+    /// The sandbox's credentials, set in the container.
+    pub(crate) credentials: &'a Credentials,
+    /// The new credential-set token the claim records.
+    pub(crate) instance: &'a str,
+    /// The image, for the feature check.
+    pub(crate) image: &'a str,
+    /// The sandbox's network.
+    pub(crate) network: &'a str,
+    /// A create's claim or a heal's.
+    pub(crate) kind: ClaimKind,
+}
+
+/// A claimed container, ready under the sandbox's credentials.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    /// The container.
+    pub(crate) id: ContainerId,
+    /// The host port its engine port is published on now.
+    pub(crate) host_port: u16,
+    /// The features it has.
+    pub(crate) available: Vec<String>,
+}
+
+/// Serves the claimant from the pool container `reserved` holds for its
+/// engine, if any; `None` sends it to its next start (nothing of the
+/// sandbox was changed, and a container a failed claim changed is
+/// removed).
+pub(crate) async fn claim(
+    ctx: &Context,
+    who: &Claimant<'_>,
+    reserved: &Reserved<'_>,
+) -> Option<Claimed> {
+    let engine = who.provision.engine;
+    let (_, ready) = reserved.take(engine)?;
+    let started = Instant::now();
+    match take_over(ctx, who, &ready).await {
+        Ok(claimed) => {
+            let took = started.elapsed();
+            ctx.metrics.pool.claim(engine, who.kind, Some(took));
+            tracing::info!(
+                container = %claimed.id,
+                kind = who.kind.as_str(),
+                elapsed_ms = took.as_millis() as u64,
+                adopted_network = ready.network == who.network,
+                "served from the warm pool"
+            );
+            Some(claimed)
+        }
+        Err(e) => {
+            ctx.metrics.pool.claim(engine, who.kind, None);
+            tracing::warn!(container = %ready.id, error = %e, "warm-pool claim failed; removing the container and starting the sandbox's otherwise");
+            if let Err(e) = ctx.runtime.remove(&ready.id, Duration::ZERO).await {
+                tracing::warn!(container = %ready.id, error = %e, "could not remove the pool container; the next relist will");
+            } else if let Ok(term) = ctx.term() {
+                if ctx.store.delete_claim(&ready.id, term).await.is_ok() {
+                    ctx.pool.forget_claim(&ready.id);
+                }
+            }
+            None
+        }
+    }
+}
+
+/// Records the claim, moves the container into the sandbox ([`adopt`])
+/// and probes it with the new credentials.
+async fn take_over(ctx: &Context, who: &Claimant<'_>, ready: &Ready) -> Result<Claimed, PoolError> {
+    let p = who.provision;
+    let claim = PoolClaim {
+        container: ready.id.clone(),
+        sandbox: who.desired.id.clone(),
+        engine: p.engine.as_str().to_owned(),
+        generation: who.desired.generation,
+        incarnation: who.desired.incarnation.as_ref().map(ToString::to_string),
+        owner: who.desired.owner.clone(),
+        features: p.features.clone(),
+        instance: who.instance.to_owned(),
+        seed: p.seed.clone(),
+    };
+    ctx.store.record_claim(&claim, ctx.term()?).await?;
+    ctx.pool.remember_claim(claim.clone());
+    let placement = network::placement(&ctx.config, &who.desired.id, p.engine, who.network);
+    let host_port = adopt(ctx, who, ready, &claim, &placement).await?;
+    let (host_port, available) = bring_up_at(
+        ctx,
+        who.engine,
+        &ready.id,
+        &placement.container,
+        host_port,
+        who.credentials,
+        &p.features,
+        who.image,
+    )
+    .await
+    .map_err(Box::new)?;
+    Ok(Claimed {
+        id: ready.id.clone(),
+        host_port,
+        available,
+    })
+}
+
+/// Sets the claimant's credentials in the container, gives it the
+/// sandbox's container name and labels and puts it on the sandbox's
+/// network unless it is there (adopted): the host port its engine port
+/// is published on afterwards.
+async fn adopt(
+    ctx: &Context,
+    who: &Claimant<'_>,
+    ready: &Ready,
+    claim: &PoolClaim,
+    placement: &Placement,
+) -> Result<u16, PoolError> {
+    let runtime = ctx.runtime.as_ref();
+    let id = &ready.id;
+    let labels = claim
+        .labels(
+            &ctx.config.deployment,
+            ctx.state.get().map(ToString::to_string),
+            ctx.config.isolation,
+        )
+        .to_map();
+    let address = probe_address(ctx, who.engine, id, &ready.name, ready.host_port).await?;
+    let set_credentials = async {
+        claim_credentials(
+            ctx,
+            who.engine,
+            id,
+            address,
+            &ready.credentials,
+            who.credentials,
+            CLAIM_DEADLINE,
+        )
+        .await
+        .map_err(|source| PoolError::Credentials {
+            container: id.to_string(),
+            source,
+        })
+    };
+    let rename = async {
+        // A heal after `docker rm -f` meets the name still held by the
+        // container being removed: wait for it (see `name_release`).
+        name_release::once_released(runtime, name_release::RELEASE_WITHIN, || {
+            runtime.claim_as(id, &placement.container, &labels)
+        })
+        .await?;
+        Ok::<(), PoolError>(())
+    };
+    let joins = placement.network != ready.network;
+    let join = async {
+        if joins {
+            runtime
+                .rejoin(&placement.network, id, &placement.aliases)
+                .await?;
+        }
+        Ok::<(), PoolError>(())
+    };
+    if ctx.config.probe_via == ProbeVia::Host && !joins {
+        // The credentials (over the published port) and the container's
+        // name are independent: changed at once (both done before anything
+        // is published).
+        tokio::try_join!(set_credentials, rename, join)?;
+    } else {
+        // Reached by its name, which must not change meanwhile, or over a
+        // published port that joining a network binds anew (cutting the
+        // connection): the credentials first.
+        set_credentials.await?;
+        tokio::try_join!(rename, join)?;
+    }
+    // A container that joins a network has its ports bound again.
+    Ok(if joins {
+        runtime.published_port(id).await?.unwrap_or(0)
+    } else {
+        ready.host_port
+    })
+}
