@@ -1663,7 +1663,7 @@ async fn run() {
     // The production pool size (`sandboxd run`: concurrency × 2, 4..=32).
     let config = env.config();
     let pool_size = (config.concurrency as u32 * 2).clamp(4, 32);
-    env.pool = PgStore::connect(&env.url, pool_size)
+    env.pool = PgStore::connect(&env.url, pool_size, sandboxd::engine::REGISTRY)
         .await
         .expect("controller pool")
         .pool()
@@ -1671,11 +1671,15 @@ async fn run() {
 
     // An orchestrator's own pool: every waiting client holds a LISTEN
     // connection and needs another for its reads.
-    let client_pool = PgStore::connect(&env.url, (batch_size as u32) * 2 + 2)
-        .await
-        .expect("client pool")
-        .pool()
-        .clone();
+    let client_pool = PgStore::connect(
+        &env.url,
+        (batch_size as u32) * 2 + 2,
+        sandboxd::engine::REGISTRY,
+    )
+    .await
+    .expect("client pool")
+    .pool()
+    .clone();
     tokio::spawn(watch_notifies(env.url.clone()));
     let controller = env.start(config.clone());
     common::eventually("controller ready", Duration::from_secs(30), || async {

@@ -295,14 +295,14 @@ impl Client {
     /// Connects to the state database.
     pub async fn connect(database_url: &str) -> Result<Self, ClientError> {
         Ok(Self {
-            store: PgStore::connect(database_url, 4).await?,
+            store: PgStore::connect(database_url, 4, crate::engine::REGISTRY).await?,
         })
     }
 
     /// Uses an existing pool.
     pub fn from_pool(pool: PgPool) -> Self {
         Self {
-            store: PgStore::from_pool(pool),
+            store: PgStore::with_engines(pool, crate::engine::REGISTRY),
         }
     }
 

@@ -777,7 +777,10 @@ pub(super) async fn chaos(
         .0
         .clone();
 
-    let store = Arc::new(PgStore::from_pool(bench.env.pool.clone()));
+    let store = Arc::new(PgStore::with_engines(
+        bench.env.pool.clone(),
+        sandboxd::engine::REGISTRY,
+    ));
     let faults = ((duration.as_secs() / 4) as usize).clamp(1, MAX_FAULTS);
     let run = Arc::new(
         Chaos::new(

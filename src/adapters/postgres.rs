@@ -24,7 +24,7 @@ use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus, Services};
 use crate::domain::seed::{self, SeedHash, SeedInfo};
 use crate::domain::status::StatusUpdate;
-use crate::engine::{Registry, REGISTRY};
+use crate::engine::Registry;
 use crate::ports::store::{EventBatch, NotifyStream, Store, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -328,28 +328,18 @@ impl PgStore {
     }
 }
 
-/// Shorthands for clients and tests, with the engines this binary was built
-/// with ([`crate::engine::REGISTRY`]); the controller's composition root
-/// passes its registry to [`PgStore::connect_with_engines`].
 impl PgStore {
     /// Opens a pool of at most `max_connections` to the database at `url`,
-    /// every statement bounded by the server after [`DEFAULT_STATEMENT_TIMEOUT`].
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        Self::connect_bounded(url, max_connections, DEFAULT_STATEMENT_TIMEOUT).await
-    }
-
-    /// Like [`PgStore::connect_with_engines`].
-    pub async fn connect_bounded(
+    /// every statement bounded by the server after
+    /// [`DEFAULT_STATEMENT_TIMEOUT`]. See [`PgStore::with_engines`] for
+    /// `engines` (a client passes the engines it was built with,
+    /// [`crate::engine::REGISTRY`]).
+    pub async fn connect(
         url: &str,
         max_connections: u32,
-        statement_timeout: Duration,
+        engines: Registry,
     ) -> Result<Self, StoreError> {
-        Self::connect_with_engines(url, max_connections, statement_timeout, REGISTRY).await
-    }
-
-    /// Uses an existing pool.
-    pub fn from_pool(pool: PgPool) -> Self {
-        Self::with_engines(pool, REGISTRY)
+        Self::connect_with_engines(url, max_connections, DEFAULT_STATEMENT_TIMEOUT, engines).await
     }
 }
 

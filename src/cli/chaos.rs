@@ -25,7 +25,7 @@ pub(super) async fn chaos(url: &str, args: ChaosArgs) -> Result<(), CliError> {
     };
     let chaos_error = |e: crate::chaos::ChaosError| CliError::Chaos(e.to_string());
     let docker = crate::adapters::DockerRuntime::connect().await?;
-    let store = std::sync::Arc::new(PgStore::connect(url, 4).await?);
+    let store = std::sync::Arc::new(PgStore::connect(url, 4, crate::engine::REGISTRY).await?);
     let run = crate::chaos::Chaos::new(docker, store, options).map_err(chaos_error)?;
     let others = run.others().await.map_err(chaos_error)?;
     eprintln!(

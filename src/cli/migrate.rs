@@ -6,7 +6,10 @@ use crate::adapters::PgStore;
 
 /// Migrates the state database at `url`.
 pub(super) async fn migrate(url: &str) -> Result<(), CliError> {
-    PgStore::connect(url, 2).await?.migrate().await?;
+    PgStore::connect(url, 2, crate::engine::REGISTRY)
+        .await?
+        .migrate()
+        .await?;
     say!("migrations applied; engine allowlist synced");
     Ok(())
 }

@@ -8,7 +8,7 @@ use crate::adapters::PgStore;
 
 /// Grants `args.role` what an orchestrator needs.
 pub(super) async fn grant(url: &str, args: GrantArgs) -> Result<(), CliError> {
-    let store = PgStore::connect(url, 1).await?;
+    let store = PgStore::connect(url, 1, crate::engine::REGISTRY).await?;
     store
         .grant_orchestrator(&args.role, args.own_rows_only)
         .await?;
@@ -26,7 +26,7 @@ pub(super) async fn grant(url: &str, args: GrantArgs) -> Result<(), CliError> {
 
 /// Takes back everything [`grant`] gave `role`.
 pub(super) async fn revoke(url: &str, role: String) -> Result<(), CliError> {
-    let store = PgStore::connect(url, 1).await?;
+    let store = PgStore::connect(url, 1, crate::engine::REGISTRY).await?;
     if store.revoke_orchestrator(&role).await? {
         say!("revoked {role:?}: it no longer sees or writes sandboxd's tables");
     } else {

@@ -112,7 +112,7 @@ fn limit(v: Option<u64>, show: impl Fn(u64) -> String) -> String {
 
 /// Runs one `sandboxd quota` subcommand.
 pub(super) async fn run(url: &str, command: QuotaCommand) -> Result<(), CliError> {
-    let store = PgStore::connect(url, 1).await?;
+    let store = PgStore::connect(url, 1, crate::engine::REGISTRY).await?;
     match command {
         QuotaCommand::Set(args) => {
             check_owner(&args.owner)?;

@@ -6,7 +6,7 @@ use crate::adapters::PgStore;
 
 /// Resumes reaping, saying since when and why it was paused.
 pub(super) async fn resume(url: &str) -> Result<(), CliError> {
-    let store = PgStore::connect(url, 1).await?;
+    let store = PgStore::connect(url, 1, crate::engine::REGISTRY).await?;
     match store.resume_reaping().await? {
         Some(pause) => {
             let since = pause

@@ -233,7 +233,7 @@ async fn operator_page(
         }
         return Ok(None);
     }
-    let store = PgStore::connect_bounded(url, 2, config.store_timeout).await?;
+    let store = PgStore::connect_with_engines(url, 2, config.store_timeout, REGISTRY).await?;
     Ok(Some(Console::new(
         store,
         probes,

@@ -262,6 +262,16 @@ pub fn container_spec(
     }
 }
 
+/// The credentials `s` publishes (a heal keeps them; a checkpoint logs in
+/// with them).
+pub(crate) fn published_credentials(s: &ServiceStatus) -> Credentials {
+    Credentials {
+        user: s.user.clone(),
+        password: s.password.clone(),
+        database: s.database.clone(),
+    }
+}
+
 /// The status of a container of `engine` that is ready, reached by
 /// `host` on the sandbox's network and `host_port` on the host.
 #[allow(clippy::too_many_arguments)]
@@ -433,6 +443,38 @@ pub(crate) async fn count_clients(
         })
 }
 
+/// The error of an engine in the container `id` (called `name`) that did
+/// not answer since `started`, `last` saying why, with its logs; an
+/// engine that is up but unreachable from the host may have the host's
+/// route for its address going through another interface (a bridge that
+/// outlived its network).
+async fn not_ready(
+    runtime: &dyn Runtime,
+    engine: &'static dyn Engine,
+    target: &Target<'_>,
+    id: &ContainerId,
+    name: &str,
+    started: Instant,
+    last: &str,
+) -> ProvisionError {
+    let route = runtime.route_conflict(id).await.unwrap_or_else(|e| {
+        tracing::debug!(container = name, error = %e, "could not check the host's route to the container");
+        None
+    });
+    if let Some(conflict) = &route {
+        tracing::warn!(container = name, cause = %conflict, "readiness timed out: the host's route to the container goes elsewhere");
+    }
+    ProvisionError::NotReady {
+        engine: engine.name(),
+        container: name.to_owned(),
+        id: id.clone(),
+        waited: started.elapsed(),
+        route,
+        last: scrub(last, target.credentials),
+        logs: scrubbed_logs(runtime, id, target.credentials).await,
+    }
+}
+
 /// Polls `engine`'s probe of the container `id` (called `name`), reached at
 /// `host:port`, until it passes (returning how many probes failed first),
 /// the container exits, or the engine's own deadline passes (a probe that
@@ -507,25 +549,7 @@ async fn poll_ready(
             });
         }
         if Instant::now() >= deadline {
-            // An engine that is up but unreachable from the host: the
-            // host's route for its address may go through another
-            // interface (a bridge that outlived its network).
-            let route = runtime.route_conflict(id).await.unwrap_or_else(|e| {
-                tracing::debug!(container = name, error = %e, "could not check the host's route to the container");
-                None
-            });
-            if let Some(conflict) = &route {
-                tracing::warn!(container = name, cause = %conflict, "readiness timed out: the host's route to the container goes elsewhere");
-            }
-            return Err(ProvisionError::NotReady {
-                engine: engine.name(),
-                container: name.to_owned(),
-                id: id.clone(),
-                waited: started.elapsed(),
-                route,
-                last: scrub(&last, target.credentials),
-                logs: scrubbed_logs(runtime, id, target.credentials).await,
-            });
+            return Err(not_ready(runtime, engine, target, id, name, started, &last).await);
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(100));

@@ -5,13 +5,14 @@
 //! run inside each engine's container through the runtime's exec, each
 //! bounded by the runtime's deadline.
 
+use super::bring_up::published_credentials;
 use super::Context;
 use crate::domain::checkpoint::{self, CheckpointName, Outcome, Step, Work};
 use crate::domain::container::{ContainerState, ObservedContainer};
 use crate::domain::event::{Event, Journal};
 use crate::domain::id::ContainerId;
 use crate::domain::sandbox::{DesiredSandbox, Phase, ServiceStatus, Services};
-use crate::engine::{Credentials, Engine};
+use crate::engine::Engine;
 use crate::ports::runtime::Runtime;
 use crate::ports::store::StoreError;
 use std::collections::BTreeMap;
@@ -210,7 +211,7 @@ fn engines<'a>(
         };
         let name_probe = CheckpointName::baseline();
         if engine
-            .checkpoint_command(&credentials(service), &name_probe)
+            .checkpoint_command(&published_credentials(service), &name_probe)
             .is_none()
         {
             continue;
@@ -236,14 +237,6 @@ fn engines<'a>(
     Ok(out)
 }
 
-fn credentials(s: &ServiceStatus) -> Credentials {
-    Credentials {
-        user: s.user.clone(),
-        password: s.password.clone(),
-        database: s.database.clone(),
-    }
-}
-
 /// Takes checkpoint `name` of every engine: its size (all engines) and
 /// the containers that hold it.
 async fn take(
@@ -262,7 +255,7 @@ async fn take(
     // half-taken checkpoint behind.
     for (engine, id, service) in &engines {
         let e = engine.name().as_str().to_owned();
-        let Some(cmd) = engine.checkpoint_size_command(&credentials(service)) else {
+        let Some(cmd) = engine.checkpoint_size_command(&published_credentials(service)) else {
             continue;
         };
         // Why the command could not run (under Swarm: the task is on
@@ -297,7 +290,7 @@ async fn take(
     let mut total = 0u64;
     let mut instances = BTreeMap::new();
     for (engine, id, service) in &engines {
-        let Some(cmd) = engine.checkpoint_command(&credentials(service), &name) else {
+        let Some(cmd) = engine.checkpoint_command(&published_credentials(service), &name) else {
             continue;
         };
         let e = engine.name().as_str().to_owned();
@@ -358,7 +351,7 @@ async fn reset(
         }
     }
     for (engine, id, service) in engines {
-        let Some(cmd) = engine.reset_command(&credentials(service), &name) else {
+        let Some(cmd) = engine.reset_command(&published_credentials(service), &name) else {
             continue;
         };
         run(runtime, &id, &cmd).await.map_err(|detail| {

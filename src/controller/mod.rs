@@ -6,6 +6,7 @@ mod breaker;
 mod bring_up;
 mod checkpoint;
 mod containers;
+mod copy;
 mod crash_loops;
 mod fence;
 mod fleet;
@@ -459,7 +460,7 @@ impl Controller {
         let handler = move |id: SandboxId| {
             let ctx = handler_ctx.clone();
             async move {
-                reconcile::bounded(&ctx, &id).await.map_err(|e| {
+                reconcile::reconcile(&ctx, &id).await.map_err(|e| {
                     tracing::warn!(sandbox = %id, error = %e, "reconcile failed; retrying with backoff");
                     Failed
                 })

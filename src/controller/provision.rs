@@ -1,12 +1,12 @@
-//! Provisioning one engine as the plan says: the image's features
-//! checked, the replaced containers removed, then a warm-pool container
-//! claimed ([`super::pool`]) or a new one created and brought up
-//! ([`super::bring_up`]); a rotation switches to its new container
+//! Provisioning one engine as the plan says: the image's features and
+//! the isolation runtime checked, the replaced containers removed, the
+//! container's labels and spec built, then started the way the row
+//! allows ([`super::start`]); a rotation switches to its new container
 //! ([`rotation`]) or, in place, rolls back on failure.
 
 pub use super::bring_up::{container_spec, wait_ready, ProvisionError};
 
-use super::bring_up::{new_instance, ready_status};
+use super::bring_up::{new_instance, published_credentials, ready_status};
 use super::image;
 use super::network;
 use super::pool::{self, Reserved};
@@ -49,6 +49,35 @@ pub(crate) async fn provision(
         .engines
         .get(p.engine)
         .ok_or(ProvisionError::UnknownEngine(p.engine))?;
+    count_reason(ctx, desired, p, cause);
+    let started = Instant::now();
+    tracing::info!("provisioning");
+    let result = start_and_switch(ctx, desired, engine, p, commit, reserved).await;
+    ctx.metrics
+        .lifecycle
+        .provision_finished(p.engine, p.reason, result.is_ok(), started.elapsed());
+    match &result {
+        Ok((_, origin, _)) => {
+            if new_request && p.reason != ProvisionReason::Heal {
+                let waited = ctx.seconds_since(desired.updated_at);
+                (ctx.metrics.lifecycle).request_to_ready(p.engine, origin.as_str(), waited);
+            }
+            let elapsed_ms = started.elapsed().as_millis() as u64;
+            tracing::info!(elapsed_ms, "engine ready");
+        }
+        Err(e) => tracing::warn!(error = %e, "provisioning failed"),
+    }
+    result.map(|(status, origin, seed_file)| Provisioned {
+        status,
+        origin,
+        seed_file,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Counts (and says) why `p` provisions: a heal, with its `cause`, or a
+/// rotation.
+fn count_reason(ctx: &Context, desired: &DesiredSandbox, p: &Provision, cause: Option<HealCause>) {
     match p.reason {
         ProvisionReason::Heal => {
             let cause = cause.unwrap_or(HealCause::Exited);
@@ -59,12 +88,23 @@ pub(crate) async fn provision(
         ProvisionReason::Rotate => ctx.metrics.lifecycle.rotated(p.engine),
         ProvisionReason::Create | ProvisionReason::Replace => {}
     }
-    let started = Instant::now();
-    tracing::info!("provisioning");
-    let result = match (
-        create(ctx, desired, engine, p, commit.network(), reserved).await,
-        &p.retire,
-    ) {
+}
+
+/// Starts `p`'s container ([`start`]) and, for a rotation that keeps
+/// the old one serving meanwhile, switches to it; a rotation in place
+/// that failed after its old container went is rolled back
+/// ([`roll_back`]). Returns the status to publish, where the container
+/// came from and whether it started from its seed's data file.
+async fn start_and_switch(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    engine: &'static dyn Engine,
+    p: &Provision,
+    commit: &Commit,
+    reserved: &Reserved<'_>,
+) -> Result<(ServiceStatus, Origin, bool), ProvisionError> {
+    let started = start(ctx, desired, engine, p, commit.network(), reserved).await;
+    match (started, &p.retire) {
         (Ok((_, status, origin, seed_file)), None) => Ok((status, origin, seed_file)),
         (Ok((new, status, origin, seed_file)), Some(old)) => {
             rotation::switch(ctx, commit, desired, p.engine, &new, old, status)
@@ -81,32 +121,7 @@ pub(crate) async fn provision(
             Err(roll_back(ctx, desired, engine, p, e, commit).await)
         }
         (Err(e), None) => Err(e),
-    };
-    ctx.metrics
-        .lifecycle
-        .provision_finished(p.engine, p.reason, result.is_ok(), started.elapsed());
-    match &result {
-        Ok((_, origin, _)) => {
-            if new_request && p.reason != ProvisionReason::Heal {
-                ctx.metrics.lifecycle.request_to_ready(
-                    p.engine,
-                    origin.as_str(),
-                    ctx.seconds_since(desired.updated_at),
-                );
-            }
-            tracing::info!(
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "engine ready"
-            );
-        }
-        Err(e) => tracing::warn!(error = %e, "provisioning failed"),
     }
-    result.map(|(status, origin, seed_file)| Provisioned {
-        status,
-        origin,
-        seed_file,
-        elapsed: started.elapsed(),
-    })
 }
 
 /// An engine provisioned: its status, where its container came from and
@@ -152,7 +167,7 @@ async fn roll_back(
         seed,
     };
     let none = Reserved::none(&ctx.pool);
-    let restored = match create(ctx, desired, engine, &restore, commit.network(), &none).await {
+    let restored = match start(ctx, desired, engine, &restore, commit.network(), &none).await {
         Ok((_, restored, _, _)) => restored,
         Err(e) => {
             return ProvisionError::RollbackFailed {
@@ -171,16 +186,17 @@ async fn roll_back(
     }
 }
 
-/// Creates the container (or claims the warm-pool container `reserved`
-/// holds for its engine) on the sandbox's `network` and brings it up,
-/// trying the starts the row allows in order ([`start`]); on failure the
-/// new container is removed, so nothing leaks. A rotation's new container
+/// Starts `p`'s container: creates it (or claims the warm-pool container
+/// `reserved` holds for its engine) on the sandbox's `network` and brings
+/// it up, trying the starts the row allows in order ([`start::run`]); on
+/// failure the new container is removed, so nothing leaks. A rotation's
+/// new container
 /// (`p.retire` is set) is built next to the running one: under a
 /// temporary name, without the engine's network alias and on a host port
 /// of its own, so that clients keep reaching the old one. Returns the
 /// container, its status (published under the engine's name and alias),
 /// where it came from, and whether it started from its seed's data file.
-async fn create(
+async fn start(
     ctx: &Context,
     desired: &DesiredSandbox,
     engine: &'static dyn Engine,
@@ -188,45 +204,17 @@ async fn create(
     network: &str,
     reserved: &Reserved<'_>,
 ) -> Result<(ContainerId, ServiceStatus, Origin, bool), ProvisionError> {
-    let config = &ctx.config;
-    let image = config.images.image_for(engine, !p.features.is_empty());
-    ships_features(ctx.runtime.as_ref(), p, &image).await?;
-    runtime_registered(
-        ctx.runtime.as_ref(),
-        desired.isolation_under(config.isolation),
-    )
-    .await?;
+    let image = ctx.config.images.image_for(engine, !p.features.is_empty());
+    make_room(ctx, desired, p, &image).await?;
     let credentials = match &p.reuse {
-        Some(s) => Credentials {
-            user: s.user.clone(),
-            password: s.password.clone(),
-            database: s.database.clone(),
-        },
+        Some(s) => published_credentials(s),
         None => engine.credentials(Secret::generate()),
     };
-    if p.reason == ProvisionReason::Replace && !p.replace.is_empty() {
-        still_wanted(ctx, desired, p).await?;
-    }
-    for id in &p.replace {
-        ctx.runtime.remove(id, config.stop_timeout).await?;
-    }
-    // Every container gets its own token, heals included: the status
-    // carries it only once this container is fully provisioned, so a
-    // container left half-done by a crash is never mistaken for a
-    // published one.
+    // A token of its own, heals included: published only once this
+    // container is ready, so one a crash left half-done is never taken
+    // for a published one.
     let labels = labels_of(ctx, desired, p, new_instance());
-    let placement = network::placement(config, &desired.id, p.engine, network);
-    let wanted = Wanted {
-        claim: claim_kind(
-            p.reason,
-            desired.own_data(),
-            p.retire.is_some(),
-            pool::same_isolation(ctx, desired),
-        ),
-        fork: desired.fork_of.is_some(),
-        seeded: p.seed.is_some(),
-        persistent: desired.persistent,
-    };
+    let wanted = wanted(ctx, desired, p);
     let job = Job {
         engine,
         spec: spec_of(
@@ -252,25 +240,58 @@ async fn create(
         }),
     };
     let up = start::run(ctx, &job, &crate::domain::start::starts(wanted)).await?;
-    if up.origin != Origin::Pool {
-        ctx.metrics
-            .lifecycle
-            .container_started(p.engine, up.origin.as_str());
-    }
-    let (host, instance) = (placement.host, labels.instance);
+    let host = network::placement(&ctx.config, &desired.id, p.engine, network).host;
+    let (port, available) = (up.host_port, up.available);
     let mut status = ready_status(
         ctx,
         engine,
         p,
         host,
-        up.host_port,
+        port,
         credentials,
-        up.available,
-        instance,
+        available,
+        labels.instance,
         &image,
     );
     status.node = node_of(ctx, &up.id).await;
     Ok((up.id, status, up.origin, up.source == Source::SeedFile))
+}
+
+/// Checks, before anything is removed, that `image` and the daemon can
+/// serve `p` (a rotation that cannot must not destroy the working
+/// container); then, for a replace, that the row still wants it, and
+/// removes the containers `p` replaces.
+async fn make_room(
+    ctx: &Context,
+    desired: &DesiredSandbox,
+    p: &Provision,
+    image: &str,
+) -> Result<(), ProvisionError> {
+    ships_features(ctx.runtime.as_ref(), p, image).await?;
+    let isolation = desired.isolation_under(ctx.config.isolation);
+    runtime_registered(ctx.runtime.as_ref(), isolation).await?;
+    if p.reason == ProvisionReason::Replace && !p.replace.is_empty() {
+        still_wanted(ctx, desired, p).await?;
+    }
+    for id in &p.replace {
+        ctx.runtime.remove(id, ctx.config.stop_timeout).await?;
+    }
+    Ok(())
+}
+
+/// What the start choice weighs for `p`'s container of `desired`.
+fn wanted(ctx: &Context, desired: &DesiredSandbox, p: &Provision) -> Wanted {
+    Wanted {
+        claim: claim_kind(
+            p.reason,
+            desired.own_data(),
+            p.retire.is_some(),
+            pool::same_isolation(ctx, desired),
+        ),
+        fork: desired.fork_of.is_some(),
+        seeded: p.seed.is_some(),
+        persistent: desired.persistent,
+    }
 }
 
 /// The labels of `p`'s new container of `desired`, with the token

@@ -83,20 +83,24 @@ impl From<super::ControllerError> for ReconcileError {
     }
 }
 
-/// [`reconcile`] within `--reconcile-timeout`: past it the reconcile is
-/// dropped where it waits (a container it created but did not publish is
+/// Converges one sandbox ([`converge`]) within `--reconcile-timeout` and
+/// records what it did as events: the entry point of the work queue. Past
+/// the deadline the reconcile is dropped where it waits (a container it created but did not publish is
 /// replaced by the next one), counted, and reported as
 /// [`ReconcileError::TimedOut`], so its worker slot is freed and the key
 /// is retried with backoff. What it did until then is still recorded as
 /// events.
-pub(crate) async fn bounded(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
+pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
     within(ctx, id, Some(ctx.config.reconcile_timeout)).await
 }
 
-/// Converges one sandbox ([`converge`]) and records what it did as events
-/// (without a deadline: the unit tests drive it).
+/// [`reconcile`] without a deadline: the unit tests drive it on paused
+/// time.
 #[cfg(test)]
-pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
+pub(crate) async fn reconcile_unbounded(
+    ctx: &Context,
+    id: &SandboxId,
+) -> Result<Next, ReconcileError> {
     within(ctx, id, None).await
 }
 

@@ -226,6 +226,55 @@ fn chunks(store: Arc<dyn Store>, info: &SeedInfo, failed: ReadFailure) -> ByteSt
     .boxed()
 }
 
+/// Writes seed `info`'s data file into `volume` with a helper of `engine`'s
+/// `image`, one at a time per seed.
+async fn write(
+    ctx: &Context,
+    engine: &'static dyn Engine,
+    image: &str,
+    info: &SeedInfo,
+    volume: &Volume,
+) -> Result<(), SeedError> {
+    let hash = &info.hash;
+    let _slot = ctx.seeds.slot(hash).await?;
+    let started = Instant::now();
+    let deployment = &ctx.config.deployment;
+    let fill = VolumeFill {
+        name: format!(
+            "sandboxd-seed.{deployment}.{}.{}",
+            engine.name(),
+            hash.hex()
+        ),
+        image: image.to_owned(),
+        labels: HashMap::from([
+            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
+            (labels::DEPLOYMENT.to_owned(), deployment.to_string()),
+        ]),
+        volume: volume.clone(),
+        file: seed::RDB_FILE.to_owned(),
+        owner: engine.user().to_owned(),
+    };
+    let failed = ReadFailure::default();
+    let content = FileContent {
+        len: info.size,
+        chunks: chunks(ctx.store.clone(), info, failed.clone()),
+    };
+    let written = ctx.runtime.fill_volume(&fill, content).await;
+    ctx.metrics
+        .lifecycle
+        .seed_loaded(engine.name(), written.is_ok(), started.elapsed());
+    written.map_err(|source| match failed.get() {
+        Some(reason) => SeedError::Read {
+            hash: hash.clone(),
+            reason: reason.clone(),
+        },
+        None => SeedError::Write {
+            hash: hash.clone(),
+            source,
+        },
+    })
+}
+
 /// The volume a new `engine` container of `image` starts from when seed
 /// `hash` is a data file (a Redis or Valkey RDB file, which only a start
 /// can load: the agent's user may not `RESTORE`): one volume per hash,
@@ -266,46 +315,7 @@ pub(crate) async fn data_file(
     if ctx.seeds.written.lock().unwrap().contains(&volume.name) {
         return Ok(Some(volume));
     }
-    let _slot = ctx.seeds.slot(hash).await?;
-    let started = Instant::now();
-    let fill = VolumeFill {
-        name: format!(
-            "sandboxd-seed.{}.{}.{}",
-            ctx.config.deployment,
-            engine.name(),
-            hash.hex()
-        ),
-        image: image.to_owned(),
-        labels: HashMap::from([
-            (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
-            (
-                labels::DEPLOYMENT.to_owned(),
-                ctx.config.deployment.to_string(),
-            ),
-        ]),
-        volume: volume.clone(),
-        file: seed::RDB_FILE.to_owned(),
-        owner: engine.user().to_owned(),
-    };
-    let failed = ReadFailure::default();
-    let content = FileContent {
-        len: info.size,
-        chunks: chunks(ctx.store.clone(), &info, failed.clone()),
-    };
-    let written = ctx.runtime.fill_volume(&fill, content).await;
-    ctx.metrics
-        .lifecycle
-        .seed_loaded(engine.name(), written.is_ok(), started.elapsed());
-    written.map_err(|source| match failed.get() {
-        Some(reason) => SeedError::Read {
-            hash: hash.clone(),
-            reason: reason.clone(),
-        },
-        None => SeedError::Write {
-            hash: hash.clone(),
-            source,
-        },
-    })?;
+    write(ctx, engine, image, &info, &volume).await?;
     tracing::info!(seed = %hash, volume = %volume.name, "seed data file written");
     ctx.seeds
         .written

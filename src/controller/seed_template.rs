@@ -5,7 +5,7 @@
 //! The copy is taken from a seeded warm-pool container right after its
 //! seed was loaded and **before** it is offered: nothing of any agent is in
 //! it yet, only the image's template and the seed. It is the fork's copy
-//! ([`super::fork::snapshot`]: a helper next to the container, the engine
+//! ([`super::copy::snapshot`]: a helper next to the container, the engine
 //! flushed, then frozen for the copy) into a volume of this deployment,
 //! `DEP-seed-ENGINE-<hash 12>-<image and features 12>`. A sandbox's cold
 //! start, a heal, and the pool's next containers then start from it with
@@ -21,7 +21,7 @@
 //! sandboxes (their data is a volume of their own), and under the Swarm
 //! backend (the volume would be on one node).
 
-use super::fork::{self, Snapshot};
+use super::copy::{self, Snapshot};
 use super::Context;
 use crate::domain::id::ContainerId;
 use crate::domain::seed::{self, SeedHash};
@@ -102,7 +102,7 @@ pub(crate) async fn capture(
     let job = Snapshot {
         source: source.clone(),
         paused: false,
-        helper: fork::helper(
+        helper: copy::helper(
             ctx,
             format!("sandboxd-seed.{}", volume.name),
             (seed::SEED, kind.hash.as_str()),
@@ -115,37 +115,21 @@ pub(crate) async fn capture(
         data_path: kind.engine.data_path(),
         env: kind.engine.container_env(credentials, kind.features, false),
     };
-    let elapsed_ms = || started.elapsed().as_millis() as u64;
-    match fork::snapshot(ctx.runtime.clone(), job, ()).await {
+    let copied = copy::snapshot(ctx.runtime.clone(), job, ()).await;
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let (seed, volume) = (kind.hash, &volume.name);
+    let failed = "copying a seeded warm-pool container into its seed's template failed; its seed keeps being loaded into each container";
+    match copied {
         Ok((out, _)) if out.exit_code == 0 => {
-            ctx.seeds
-                .written
-                .lock()
-                .unwrap()
-                .insert(volume.name.clone());
-            tracing::info!(
-                seed = %kind.hash,
-                volume = %volume.name,
-                bytes = fork::size_of(&out.output),
-                elapsed_ms = elapsed_ms(),
-                "seeded template made from a seeded warm-pool container"
-            );
+            ctx.seeds.written.lock().unwrap().insert(volume.clone());
+            let bytes = copy::size_of(&out.output);
+            tracing::info!(%seed, %volume, bytes, elapsed_ms, "seeded template made from a seeded warm-pool container");
         }
-        Ok((out, _)) => tracing::warn!(
-            seed = %kind.hash,
-            volume = %volume.name,
-            exit_code = out.exit_code,
-            output = %seed::first_lines(&out.output),
-            elapsed_ms = elapsed_ms(),
-            "copying a seeded warm-pool container into its seed's template failed; its seed keeps being loaded into each container"
-        ),
-        Err(e) => tracing::warn!(
-            seed = %kind.hash,
-            volume = %volume.name,
-            error = %e,
-            elapsed_ms = elapsed_ms(),
-            "copying a seeded warm-pool container into its seed's template failed; its seed keeps being loaded into each container"
-        ),
+        Ok((out, _)) => {
+            let output = seed::first_lines(&out.output);
+            tracing::warn!(%seed, %volume, exit_code = out.exit_code, %output, elapsed_ms, "{failed}");
+        }
+        Err(e) => tracing::warn!(%seed, %volume, error = %e, elapsed_ms, "{failed}"),
     }
 }
 

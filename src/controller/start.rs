@@ -99,7 +99,9 @@ enum Offer {
     Nothing(Option<Refusal>),
 }
 
-/// Tries `starts` in order until a container is up.
+/// Tries `starts` in order until a container is up; a sandbox's new
+/// container is counted by where it came from (a claimed one is counted
+/// as a claim, by the pool).
 pub(crate) async fn run(
     ctx: &Context,
     job: &Job<'_>,
@@ -121,6 +123,9 @@ pub(crate) async fn run(
         let e = match result {
             Ok((id, host_port, available)) => {
                 let (source, origin) = (start.source, start::origin(start.source, refused));
+                if let Owner::Sandbox(s) = &job.owner {
+                    (ctx.metrics.lifecycle).container_started(s.provision.engine, origin.as_str());
+                }
                 return Ok(Up {
                     id,
                     host_port,

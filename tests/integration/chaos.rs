@@ -106,7 +106,10 @@ async fn under_chaos_nothing_leaks_nothing_is_duplicated_and_no_credential_is_lo
             .unwrap();
     }
 
-    let store = Arc::new(PgStore::from_pool(env.pool.clone()));
+    let store = Arc::new(PgStore::with_engines(
+        env.pool.clone(),
+        sandboxd::engine::REGISTRY,
+    ));
     let chaos = Chaos::new(
         (*env.runtime).clone(),
         store,

@@ -134,7 +134,7 @@ async fn a_second_controller_on_an_empty_state_database_never_reaps_the_first_on
     // The same deployment, pointed at a fresh, empty state database (another
     // identity): every container it finds is another database's.
     let empty = StatePostgres::start().await;
-    let store = PgStore::connect(&empty.url, 4)
+    let store = PgStore::connect(&empty.url, 4, sandboxd::engine::REGISTRY)
         .await
         .expect("connect the empty state database");
     store

@@ -252,7 +252,8 @@ fn event(reason: EventReason, message: &str) -> Event {
 #[tokio::test]
 async fn events_are_written_by_the_leader_only_counted_when_repeated_scrubbed_and_pruned_by_age() {
     let env = TestEnv::new().await;
-    let store = sandboxd::adapters::PgStore::from_pool(env.pool.clone());
+    let store =
+        sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     let id = sandbox_id("store");
     let term = Term(hold_lease(&env.pool).await);
     // A status whose password a careless message repeats.
@@ -332,7 +333,8 @@ async fn events_are_written_by_the_leader_only_counted_when_repeated_scrubbed_an
 #[tokio::test]
 async fn an_orchestrator_reads_the_events_of_the_rows_it_may_read_and_writes_none() {
     let env = TestEnv::new().await;
-    let store = sandboxd::adapters::PgStore::from_pool(env.pool.clone());
+    let store =
+        sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     let term = Term(hold_lease(&env.pool).await);
     let suffix = env.deployment.as_str().to_owned();
     let (mine, theirs) = (format!("orch-{suffix}"), format!("other-{suffix}"));
@@ -433,7 +435,8 @@ async fn a_tenant_that_takes_a_released_id_leaves_the_last_tenants_events_alone(
 #[tokio::test]
 async fn one_owner_churning_through_an_id_keeps_the_bound_and_never_prunes_another_owners_events() {
     let env = TestEnv::new().await;
-    let store = sandboxd::adapters::PgStore::from_pool(env.pool.clone());
+    let store =
+        sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     let term = Term(hold_lease(&env.pool).await);
     let (role_a, a) = env.own_rows_orchestrator("churn_a").await;
     let (role_b, b) = env.own_rows_orchestrator("churn_b").await;

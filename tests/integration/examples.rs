@@ -38,7 +38,7 @@ fn require(what: &str, program: &str, args: &[&str], install: &str) {
 async fn controller_and_orchestrator(env: &TestEnv) -> (common::RunningController, String) {
     let controller = env.start(env.config());
     let (_, url) = env.create_login_role("orchestrator").await;
-    sandboxd::adapters::PgStore::from_pool(env.pool.clone())
+    sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY)
         .grant_orchestrator("orchestrator", true)
         .await
         .expect("grant-orchestrator");

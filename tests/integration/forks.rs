@@ -446,7 +446,7 @@ async fn a_source_forks_however_it_started_claimed_from_the_pool_healed_from_it_
 async fn forks_are_refused_for_unseen_sources_other_owners_taken_ids_and_new_services_and_wait_for_quota(
 ) {
     let env = TestEnv::new().await;
-    let store = PgStore::from_pool(env.pool.clone());
+    let store = PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     let mut config = env.config();
     config.images = common::test_images_with_valkey();
     let controller = env.start(config);

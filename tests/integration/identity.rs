@@ -98,7 +98,9 @@ async fn a_controller_on_another_state_database_never_removes_the_first_ones_san
     // The same deployment, pointed at a fresh, empty state database: the
     // first database's sandbox is foreign to it.
     let empty = StatePostgres::start().await;
-    let store = PgStore::connect(&empty.url, 4).await.unwrap();
+    let store = PgStore::connect(&empty.url, 4, sandboxd::engine::REGISTRY)
+        .await
+        .unwrap();
     store.migrate().await.unwrap();
     let other: String = sqlx::query_scalar("SELECT state_id::text FROM sandbox_identity")
         .fetch_one(store.pool())
@@ -194,7 +196,7 @@ async fn the_identity_of_a_state_database_cannot_be_changed_or_deleted() {
         );
     }
     // Migrating again keeps it.
-    PgStore::connect(&env.url, 1)
+    PgStore::connect(&env.url, 1, sandboxd::engine::REGISTRY)
         .await
         .unwrap()
         .migrate()

@@ -109,7 +109,7 @@ async fn the_database_owns_the_incarnation_a_new_one_per_insert_kept_by_every_up
 
     // An orchestrator role reads the incarnation and cannot set it.
     let (agents, _) = env.create_login_role("agents").await;
-    sandboxd::adapters::PgStore::from_pool(env.pool.clone())
+    sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY)
         .grant_orchestrator("agents", true)
         .await
         .unwrap();

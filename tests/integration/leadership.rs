@@ -128,7 +128,7 @@ async fn status_term(env: &TestEnv, id: &SandboxId) -> Option<i64> {
 #[tokio::test]
 async fn the_database_refuses_status_writes_and_deletes_of_a_term_that_no_longer_leads() {
     let env = TestEnv::new().await;
-    let store = PgStore::from_pool(env.pool.clone());
+    let store = PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     let minute = Duration::from_secs(60);
     let id = SandboxId::parse("fenced").unwrap();
     let update = |message: &str| StatusUpdate {

@@ -200,7 +200,8 @@ fn event(reason: EventReason, detail: Option<&str>, message: &str) -> Event {
 async fn every_recorded_event_is_announced_a_repeat_with_its_count_and_an_other_owners_row_stays_unreadable(
 ) {
     let env = TestEnv::new().await;
-    let store = sandboxd::adapters::PgStore::from_pool(env.pool.clone());
+    let store =
+        sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     let term = Term(hold_lease(&env.pool).await);
     let suffix = env.deployment.as_str().to_owned();
     let (mine, theirs) = (format!("orch-{suffix}"), format!("other-{suffix}"));
@@ -320,7 +321,8 @@ async fn every_recorded_event_is_announced_a_repeat_with_its_count_and_an_other_
 #[tokio::test]
 async fn a_listener_of_another_role_hears_no_fork_source_seed_hash_or_checkpoint_name() {
     let env = TestEnv::new().await;
-    let store = sandboxd::adapters::PgStore::from_pool(env.pool.clone());
+    let store =
+        sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     let term = Term(hold_lease(&env.pool).await);
     let suffix = env.deployment.as_str().to_owned();
     let (owner, eavesdropper) = (format!("own-{suffix}"), format!("ear-{suffix}"));

@@ -248,9 +248,14 @@ async fn an_orchestrator_session_starts_with_the_idle_in_transaction_and_stateme
     .unwrap();
     assert_eq!((idle.as_str(), statement.as_str()), ("1min", "30s"));
     // The controller's bounded sessions set their own statement timeout.
-    let store = sandboxd::adapters::PgStore::connect_bounded(&env.url, 1, Duration::from_secs(7))
-        .await
-        .unwrap();
+    let store = sandboxd::adapters::PgStore::connect_with_engines(
+        &env.url,
+        1,
+        Duration::from_secs(7),
+        sandboxd::engine::REGISTRY,
+    )
+    .await
+    .unwrap();
     let own: String = sqlx::query_scalar("SELECT current_setting('statement_timeout')")
         .fetch_one(store.pool())
         .await

@@ -227,7 +227,7 @@ async fn every_dashboard_and_alert_expression_returns_data_from_a_real_prometheu
     .await;
 
     // A default quota, so that the use-against-quota panel has its limit.
-    sandboxd::adapters::PgStore::from_pool(env.pool.clone())
+    sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY)
         .set_quota(
             "*",
             sandboxd::adapters::postgres::QuotaSetting::To(100),

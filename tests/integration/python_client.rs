@@ -98,7 +98,7 @@ async fn the_python_client_installs_type_checks_and_passes_its_tests_against_the
     .unwrap();
     let controller = env.start(config);
     let (_, url) = env.create_login_role("pyclient").await;
-    sandboxd::adapters::PgStore::from_pool(env.pool.clone())
+    sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY)
         .grant_orchestrator("pyclient", true)
         .await
         .expect("grant-orchestrator");

@@ -77,7 +77,7 @@ fn metric(text: &str, series: &str) -> f64 {
 async fn with_an_owner_limit_of_two_a_third_row_stays_pending_and_is_ready_within_one_reconcile_of_a_release(
 ) {
     let env = TestEnv::new().await;
-    let store = PgStore::from_pool(env.pool.clone());
+    let store = PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     store
         .set_quota("alice", QuotaSetting::To(2), QuotaSetting::Keep)
         .await
@@ -226,7 +226,7 @@ async fn a_sandbox_of_postgres_and_redis_where_only_one_fits_is_not_half_provisi
 async fn a_running_sandbox_that_asks_for_a_service_over_its_owners_memory_limit_stays_ready_as_it_is(
 ) {
     let env = TestEnv::new().await;
-    let store = PgStore::from_pool(env.pool.clone());
+    let store = PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     // Two engines and a half.
     store
         .set_quota(
@@ -335,7 +335,7 @@ async fn the_quota_command_sets_lists_and_unsets_limits_and_the_default_applies_
         "quota of \"alice\": sandboxes=2 memory=1.5 GiB seeds=16 seed-bytes=64 MiB"
     );
 
-    let store = PgStore::from_pool(env.pool.clone());
+    let store = PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     use sandboxd::ports::Store;
     let alice = store.owner_quota("alice").await.unwrap();
     assert_eq!(
@@ -368,7 +368,7 @@ async fn the_quota_command_sets_lists_and_unsets_limits_and_the_default_applies_
 #[tokio::test]
 async fn an_orchestrator_reads_the_default_and_its_own_quota_only() {
     let env = TestEnv::new().await;
-    let store = PgStore::from_pool(env.pool.clone());
+    let store = PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     for owner in ["*", "orch_q", "someone_else"] {
         store
             .set_quota(owner, QuotaSetting::To(3), QuotaSetting::Keep)

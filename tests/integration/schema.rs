@@ -832,7 +832,7 @@ async fn the_relists_status_listing_carries_no_password_url_or_environment_and_e
         .await
         .unwrap();
     }
-    let store = PgStore::from_pool(env.pool.clone());
+    let store = PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     let whole = store.list_status().await.unwrap();
     let redacted = store.list_status_redacted().await.unwrap();
     assert_eq!(redacted.len(), 2);
@@ -1239,9 +1239,10 @@ async fn replicas_starting_at_once_all_sync_the_engine_allowlist_without_collidi
     let starts = (0..8).map(|_| {
         let url = env.url.clone();
         tokio::spawn(async move {
-            let store = sandboxd::adapters::postgres::PgStore::connect(&url, 2)
-                .await
-                .expect("connect");
+            let store =
+                sandboxd::adapters::postgres::PgStore::connect(&url, 2, sandboxd::engine::REGISTRY)
+                    .await
+                    .expect("connect");
             store.migrate().await
         })
     });
@@ -1605,9 +1606,10 @@ async fn a_database_the_fourteen_old_migrations_made_is_adopted_with_its_rows_an
     let identity: String = scalar(&legacy, "SELECT state_id::text FROM sandbox_identity").await;
     let made_by_old_files = catalog(&legacy).await;
 
-    let store = sandboxd::adapters::postgres::PgStore::connect(&legacy_url, 2)
-        .await
-        .unwrap();
+    let store =
+        sandboxd::adapters::postgres::PgStore::connect(&legacy_url, 2, sandboxd::engine::REGISTRY)
+            .await
+            .unwrap();
     store.migrate().await.expect("migrate adopts the database");
     let versions: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
@@ -1645,9 +1647,10 @@ async fn a_database_the_fourteen_old_migrations_made_is_adopted_with_its_rows_an
     store.migrate().await.expect("a second migrate is a no-op");
 
     // A fresh database, migrated, with the same orchestrator registered.
-    let fresh = sandboxd::adapters::postgres::PgStore::connect(&state.url, 2)
-        .await
-        .unwrap();
+    let fresh =
+        sandboxd::adapters::postgres::PgStore::connect(&state.url, 2, sandboxd::engine::REGISTRY)
+            .await
+            .unwrap();
     fresh.migrate().await.expect("a fresh database migrates");
     sqlx::query("SELECT sandbox_grant_orchestrator('legacy_orchestrator', true)")
         .execute(fresh.pool())
@@ -1825,9 +1828,10 @@ async fn a_database_with_only_some_of_the_old_migrations_is_refused_with_what_to
         .unwrap();
     std::fs::remove_dir_all(&first_ten).unwrap();
     old.run(&pool).await.unwrap();
-    let store = sandboxd::adapters::postgres::PgStore::connect(&state.url, 2)
-        .await
-        .unwrap();
+    let store =
+        sandboxd::adapters::postgres::PgStore::connect(&state.url, 2, sandboxd::engine::REGISTRY)
+            .await
+            .unwrap();
     let err = store.migrate().await.expect_err("refused").to_string();
     assert_mentions(
         "the refusal",

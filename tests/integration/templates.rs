@@ -430,7 +430,9 @@ async fn templates_built_under_one_state_database_serve_a_controller_on_a_fresh_
 
     // The same deployment on a fresh state database: another identity.
     let fresh = StatePostgres::start().await;
-    let store = PgStore::connect(&fresh.url, 4).await.unwrap();
+    let store = PgStore::connect(&fresh.url, 4, sandboxd::engine::REGISTRY)
+        .await
+        .unwrap();
     store.migrate().await.unwrap();
     assert_ne!(state_id(store.pool()).await, old, "a new identity");
     let second = env.start_with_store(with_templates(&env), store.clone());

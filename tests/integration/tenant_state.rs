@@ -384,7 +384,8 @@ async fn notifications_name_rows_by_incarnation_the_controller_finds_the_id_and_
 ) {
     let env = TestEnv::new().await;
     let [(_, a), (_, b)] = tenants(&env).await;
-    let store = sandboxd::adapters::PgStore::from_pool(env.pool.clone());
+    let store =
+        sandboxd::adapters::PgStore::with_engines(env.pool.clone(), sandboxd::engine::REGISTRY);
     let mut controller = store.watch_desired().await.unwrap();
     // A listens on every channel it can.
     let mut listener = PgListener::connect_with(&a).await.unwrap();

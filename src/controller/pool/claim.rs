@@ -144,66 +144,65 @@ async fn adopt(
     claim: &PoolClaim,
     placement: &Placement,
 ) -> Result<u16, PoolError> {
-    let runtime = ctx.runtime.as_ref();
     let id = &ready.id;
-    let labels = claim
-        .labels(
-            &ctx.config.deployment,
-            ctx.state.get().map(ToString::to_string),
-            ctx.config.isolation,
-        )
-        .to_map();
     let address = probe_address(ctx, who.engine, id, &ready.name, ready.host_port).await?;
     let set_credentials = async {
-        claim_credentials(
-            ctx,
-            who.engine,
-            id,
-            address,
-            &ready.credentials,
-            who.credentials,
-            CLAIM_DEADLINE,
-        )
-        .await
-        .map_err(|source| PoolError::Credentials {
-            container: id.to_string(),
-            source,
-        })
-    };
-    let rename = async {
-        // A heal after `docker rm -f` meets the name still held by the
-        // container being removed: wait for it (see `name_release`).
-        name_release::once_released(runtime, name_release::RELEASE_WITHIN, || {
-            runtime.claim_as(id, &placement.container, &labels)
-        })
-        .await?;
-        Ok::<(), PoolError>(())
+        let (old, new) = (&ready.credentials, who.credentials);
+        claim_credentials(ctx, who.engine, id, address, old, new, CLAIM_DEADLINE)
+            .await
+            .map_err(|source| PoolError::Credentials {
+                container: id.to_string(),
+                source,
+            })
     };
     let joins = placement.network != ready.network;
-    let join = async {
-        if joins {
-            runtime
-                .rejoin(&placement.network, id, &placement.aliases)
-                .await?;
-        }
-        Ok::<(), PoolError>(())
+    let move_in = async {
+        let join = async {
+            if joins {
+                let (network, aliases) = (&placement.network, &placement.aliases);
+                ctx.runtime.rejoin(network, id, aliases).await?;
+            }
+            Ok::<(), PoolError>(())
+        };
+        tokio::try_join!(rename(ctx, id, claim, &placement.container), join).map(|_| ())
     };
     if ctx.config.probe_via == ProbeVia::Host && !joins {
         // The credentials (over the published port) and the container's
         // name are independent: changed at once (both done before anything
         // is published).
-        tokio::try_join!(set_credentials, rename, join)?;
+        tokio::try_join!(set_credentials, move_in)?;
     } else {
         // Reached by its name, which must not change meanwhile, or over a
         // published port that joining a network binds anew (cutting the
         // connection): the credentials first.
         set_credentials.await?;
-        tokio::try_join!(rename, join)?;
+        move_in.await?;
     }
     // A container that joins a network has its ports bound again.
     Ok(if joins {
-        runtime.published_port(id).await?.unwrap_or(0)
+        ctx.runtime.published_port(id).await?.unwrap_or(0)
     } else {
         ready.host_port
     })
+}
+
+/// Gives the claimed container `id` the sandbox's container `name` and
+/// the labels it would carry had it been created for the claim.
+async fn rename(
+    ctx: &Context,
+    id: &ContainerId,
+    claim: &PoolClaim,
+    name: &str,
+) -> Result<(), PoolError> {
+    let state = ctx.state.get().map(ToString::to_string);
+    let labels = claim.labels(&ctx.config.deployment, state, ctx.config.isolation);
+    let labels = labels.to_map();
+    let runtime = ctx.runtime.as_ref();
+    // A heal after `docker rm -f` meets the name still held by the
+    // container being removed: wait for it (see `name_release`).
+    name_release::once_released(runtime, name_release::RELEASE_WITHIN, || {
+        runtime.claim_as(id, name, &labels)
+    })
+    .await?;
+    Ok(())
 }

@@ -7,7 +7,8 @@
 //! a controller, rows, waits in virtual time); each child module holds the
 //! tests of one concern.
 
-use super::reconcile::{reconcile, Next, ReconcileError};
+// The unit tests drive a reconcile without its deadline, on paused time.
+use super::reconcile::{reconcile_unbounded as reconcile, Next, ReconcileError};
 use super::*;
 use crate::domain::clock::ManualClock;
 use crate::domain::id::{ContainerId, Deployment, EngineName};

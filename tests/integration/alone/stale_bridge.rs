@@ -196,7 +196,10 @@ async fn a_stale_sbx_bridge_keeps_its_subnet_from_being_handed_out_is_named_when
     let controller = env.start_on(
         std::sync::Arc::new(runtime),
         config,
-        sandboxd::adapters::postgres::PgStore::from_pool(env.pool.clone()),
+        sandboxd::adapters::postgres::PgStore::with_engines(
+            env.pool.clone(),
+            sandboxd::engine::REGISTRY,
+        ),
     );
     eventually(
         "the relist removes the stale bridge",

@@ -126,7 +126,7 @@ impl TestEnv {
 
     /// The world on `state`, which is migrated first if `migrate`.
     async fn on(state: StatePostgres, migrate: bool) -> Self {
-        let store = PgStore::connect(&state.url, 8)
+        let store = PgStore::connect(&state.url, 8, sandboxd::engine::REGISTRY)
             .await
             .expect("connect the test state database");
         if migrate {
@@ -237,15 +237,23 @@ impl TestEnv {
 
     /// Starts a controller with `config` in the background.
     pub fn start(&self, config: ControllerConfig) -> RunningController {
-        self.start_with_store(config, PgStore::from_pool(self.pool.clone()))
+        self.start_with_store(
+            config,
+            PgStore::with_engines(self.pool.clone(), sandboxd::engine::REGISTRY),
+        )
     }
 
     /// Starts a controller whose state database connections the server
     /// bounds by `config.store_timeout`, as `sandboxd run` does.
     pub async fn start_bounded(&self, config: ControllerConfig) -> RunningController {
-        let store = PgStore::connect_bounded(&self.url, 8, config.store_timeout)
-            .await
-            .expect("connect a bounded store");
+        let store = PgStore::connect_with_engines(
+            &self.url,
+            8,
+            config.store_timeout,
+            sandboxd::engine::REGISTRY,
+        )
+        .await
+        .expect("connect a bounded store");
         self.start_with_store(config, store)
     }
 
@@ -282,7 +290,7 @@ impl TestEnv {
         let controller = self.start_on(
             runtime.clone(),
             config,
-            PgStore::from_pool(self.pool.clone()),
+            PgStore::with_engines(self.pool.clone(), sandboxd::engine::REGISTRY),
         );
         (controller, runtime)
     }

@@ -336,9 +336,13 @@ impl Server {
             password,
         };
         server.create_role_and_database(TEMPLATE).await;
-        let store = sandboxd::adapters::PgStore::connect(&server.url(TEMPLATE), 2)
-            .await
-            .expect("connect to the template database");
+        let store = sandboxd::adapters::PgStore::connect(
+            &server.url(TEMPLATE),
+            2,
+            sandboxd::engine::REGISTRY,
+        )
+        .await
+        .expect("connect to the template database");
         store
             .migrate()
             .await
