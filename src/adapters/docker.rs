@@ -19,8 +19,8 @@ use crate::domain::secret::Secret;
 use crate::domain::template_volume::{self, Refusal, Verdict};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, Containers, DiskStore, EventStream, Exec, FileContent, Helper,
-    Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError,
+    Commands, ContainerAction, ContainerSpec, Containers, DiskStore, EventStream, FileContent,
+    Helper, Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError,
     RuntimeEvent, StaleBridge, TemplateJob, Tmpfs, Volume, VolumeFill, Volumes,
 };
 use async_trait::async_trait;
@@ -220,7 +220,7 @@ pub(super) fn is_status(e: &DockerError, codes: &[u16]) -> bool {
 }
 
 /// How often a pause the kernel's freezer gave up on is tried, and how long
-/// apart ([`Runtime::pause`]).
+/// apart ([`Containers::pause`]).
 const FREEZE_TRIES: u32 = 4;
 const FREEZE_AGAIN_AFTER: Duration = Duration::from_millis(250);
 
@@ -1989,7 +1989,7 @@ impl Images for DockerRuntime {
 }
 
 #[async_trait]
-impl Exec for DockerRuntime {
+impl Commands for DockerRuntime {
     async fn exec(
         &self,
         id: &ContainerId,

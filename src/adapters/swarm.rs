@@ -23,7 +23,7 @@ use crate::domain::limits::Limits;
 use crate::domain::pool::{self, PooledContainer};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    Capabilities, ContainerSpec, Containers, DiskStore, EventStream, Exec, Host, Images,
+    Capabilities, Commands, ContainerSpec, Containers, DiskStore, EventStream, Host, Images,
     NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError, TemplateJob, Tmpfs,
     Volume, Volumes,
 };
@@ -960,7 +960,7 @@ impl Containers for SwarmRuntime {
                 created: seen.created,
                 host_port: seen.host_port,
                 networks: seen.networks,
-                // Services are never paused (see `Runtime::pause`).
+                // Services are never paused (see `Containers::pause`).
                 paused: false,
             });
         }
@@ -1066,7 +1066,7 @@ impl Containers for SwarmRuntime {
     }
 
     /// A service cannot be renamed: sandboxd's name for it is the label
-    /// [`NAME`], which is changed in place (see [`Runtime::claim_as`]).
+    /// [`NAME`], which is changed in place (see [`Containers::claim_as`]).
     /// Rotations under Swarm are in place and never rename.
     async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
         self.claim_as(id, name, &HashMap::new()).await
@@ -1507,7 +1507,7 @@ impl Images for SwarmRuntime {
 }
 
 #[async_trait]
-impl Exec for SwarmRuntime {
+impl Commands for SwarmRuntime {
     /// On this node, `docker exec` in the task's container; on another,
     /// through the node-exec helper (see `node_exec`).
     async fn filter(

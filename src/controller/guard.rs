@@ -18,7 +18,7 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::pool::PooledContainer;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
-    Capabilities, ContainerSpec, Containers, DiskStore, EventStream, Exec, FileContent, Helper,
+    Capabilities, Commands, ContainerSpec, Containers, DiskStore, EventStream, FileContent, Helper,
     Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, Runtime, RuntimeError,
     StaleBridge, TemplateJob, VolumeFill, Volumes,
 };
@@ -482,7 +482,7 @@ impl Images for GuardedRuntime {
 }
 
 #[async_trait]
-impl Exec for GuardedRuntime {
+impl Commands for GuardedRuntime {
     async fn exec(
         &self,
         id: &ContainerId,

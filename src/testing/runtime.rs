@@ -9,9 +9,9 @@ use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::domain::pool::PooledContainer;
 use crate::ports::runtime::{
-    Capabilities, ContainerAction, ContainerSpec, Containers, DiskStore, EventStream, Exec, Host,
-    Images, NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError, RuntimeEvent,
-    TemplateJob, Volumes,
+    Capabilities, Commands, ContainerAction, ContainerSpec, Containers, DiskStore, EventStream,
+    Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError,
+    RuntimeEvent, TemplateJob, Volumes,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -1090,7 +1090,7 @@ impl Images for FakeRuntime {
 }
 
 #[async_trait]
-impl Exec for FakeRuntime {
+impl Commands for FakeRuntime {
     async fn exec(
         &self,
         id: &ContainerId,

@@ -162,7 +162,7 @@ pub trait Volumes: Send + Sync {
     /// its container; fails with the exit code and the last lines of its
     /// output unless it exits 0.
     async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError>;
-    /// Starts a [`Helper`] and returns its id; [`Exec::exec`](super::Exec::exec) runs in
+    /// Starts a [`Helper`] and returns its id; [`Commands::exec`](super::Commands::exec) runs in
     /// it, [`Containers::remove`](super::Containers::remove) ends it. A runtime that cannot place a
     /// container next to another's processes refuses.
     async fn start_helper(&self, helper: &Helper) -> Result<ContainerId, RuntimeError> {

@@ -581,7 +581,7 @@ impl Images for SimRuntime {
 }
 
 #[async_trait]
-impl Exec for SimRuntime {
+impl Commands for SimRuntime {
     async fn exec(
         &self,
         id: &ContainerId,

@@ -7,9 +7,9 @@ use crate::domain::container::{ByteStream, ExecOutput, FilterOutput};
 use crate::domain::id::ContainerId;
 use async_trait::async_trait;
 
-/// Running commands inside a container.
+/// Running commands inside a running container.
 #[async_trait]
-pub trait Exec: Send + Sync {
+pub trait Commands: Send + Sync {
     /// Runs `cmd` inside the container with extra environment `env`.
     async fn exec(
         &self,
