@@ -7,8 +7,9 @@
 //! block per role) says both things at once: which deadline the call gets
 //! (its name and target for the timeout's message) and, for a change, its
 //! name in a refusal. Adding a port method is one edit here: the guard
-//! forwards every method, defaults included, so that none bypasses it. The composition root builds the layer; the controller is
-//! handed it as a plain `Arc<dyn Runtime>`.
+//! forwards every method, defaults included, so that none bypasses it.
+//! The composition root builds the layer; the controller is handed it as a
+//! plain `Arc<dyn Runtime>`.
 
 use super::fence::{Fence, Fenced};
 use crate::domain::attach::Candidate;
