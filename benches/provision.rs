@@ -64,6 +64,7 @@ use sandboxd::domain::network::bridge_name;
 use sandboxd::domain::{ContainerId, SandboxId, Secret};
 use sandboxd::engine::{self, Engine};
 use sandboxd::ports::runtime::NetworkSpec;
+use sandboxd::ports::runtime::{Containers, Host};
 use sandboxd::ports::Runtime;
 use sqlx::postgres::PgListener;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -14,7 +14,7 @@ use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::network::{container_name_prefix, container_selector};
 use crate::domain::sandbox::Phase;
 use crate::engine::{self, Credentials, Exec, Target};
-use crate::ports::runtime::{Runtime, RuntimeError};
+use crate::ports::runtime::{Containers, RuntimeError};
 use crate::ports::store::{Store, StoreError};
 use async_trait::async_trait;
 use rand::rngs::StdRng;

@@ -5,7 +5,7 @@
 
 use super::docker::DockerRuntime;
 use crate::domain::id::ContainerId;
-use crate::ports::runtime::{Runtime, RuntimeError};
+use crate::ports::runtime::{Commands, RuntimeError};
 use bollard::models::ContainerSummaryStateEnum;
 use bollard::query_parameters::{
     KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,

@@ -19,9 +19,9 @@ use crate::domain::secret::Secret;
 use crate::domain::template_volume::{self, Refusal, Verdict};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    ContainerAction, ContainerSpec, DiskStore, EventStream, FileContent, Helper, NetworkSpec,
-    NetworkStream, ObservedResource, Runtime, RuntimeError, RuntimeEvent, StaleBridge, TemplateJob,
-    Tmpfs, Volume, VolumeFill,
+    Commands, ContainerAction, ContainerSpec, Containers, DiskStore, EventStream, FileContent,
+    Helper, Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError,
+    RuntimeEvent, StaleBridge, TemplateJob, Tmpfs, Volume, VolumeFill, Volumes,
 };
 use async_trait::async_trait;
 use bollard::container::AttachContainerResults;
@@ -220,7 +220,7 @@ pub(super) fn is_status(e: &DockerError, codes: &[u16]) -> bool {
 }
 
 /// How often a pause the kernel's freezer gave up on is tried, and how long
-/// apart ([`Runtime::pause`]).
+/// apart ([`Containers::pause`]).
 const FREEZE_TRIES: u32 = 4;
 const FREEZE_AGAIN_AFTER: Duration = Duration::from_millis(250);
 
@@ -1044,7 +1044,7 @@ fn pooled(
 }
 
 #[async_trait]
-impl Runtime for DockerRuntime {
+impl Host for DockerRuntime {
     async fn ping(&self) -> Result<(), RuntimeError> {
         self.docker
             .ping()
@@ -1053,6 +1053,30 @@ impl Runtime for DockerRuntime {
             .map_err(|e| RuntimeError::Connect(Box::new(e)))
     }
 
+    async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(api("info", "the daemon"))?;
+        Ok(info
+            .mem_total
+            .and_then(|m| u64::try_from(m).ok())
+            .filter(|m| *m > 0))
+    }
+
+    async fn oci_runtimes(&self) -> Result<Option<Vec<String>>, RuntimeError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(api("info", "the daemon"))?;
+        Ok(info.runtimes.map(|r| r.into_keys().collect()))
+    }
+}
+
+#[async_trait]
+impl Containers for DockerRuntime {
     async fn list(
         &self,
         deployment: &Deployment,
@@ -1091,6 +1115,254 @@ impl Runtime for DockerRuntime {
         Ok(observed)
     }
 
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        self.check_image(&spec.image, spec.image_label.as_deref())
+            .await?;
+        self.check_name_owner(spec).await?;
+        self.remove_any(&spec.name, Duration::ZERO).await?;
+        if let Some(volume) = &spec.volume {
+            self.ensure_volume(volume).await?;
+        }
+        for template in spec.template.iter().chain(&spec.binaries) {
+            self.check_template(template).await?;
+        }
+        if let Some(data) = &spec.start_from {
+            self.check_start_from(data).await?;
+        }
+        let _timer = metrics::time_docker_call(DockerCall::Create);
+        let port_key = format!("{}/tcp", spec.port);
+        let binding = PortBinding {
+            host_ip: Some("127.0.0.1".into()),
+            host_port: Some(spec.host_port.map(|p| p.to_string()).unwrap_or_default()),
+        };
+        let mut mounts: Vec<Mount> = spec.volume.iter().map(|v| mount(v, false)).collect();
+        mounts.extend(spec.template.iter().map(|t| mount(t, true)));
+        mounts.extend(spec.start_from.iter().map(|f| mount(f, true)));
+        mounts.extend(spec.binaries.iter().map(|b| mount(b, true)));
+        let host_config = HostConfig {
+            mounts: Some(mounts),
+            port_bindings: Some(HashMap::from([(port_key.clone(), Some(vec![binding]))])),
+            network_mode: Some(spec.network.clone()),
+            // The same hardening under any runtime: gVisor adds its kernel.
+            runtime: spec.runtime.clone(),
+            ..hardened(&spec.user, &spec.limits, &spec.tmpfs)
+        };
+        let endpoint = EndpointSettings {
+            aliases: Some(spec.aliases.clone()),
+            ..Default::default()
+        };
+        let with_stdin = spec.stdin.is_some();
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            user: Some(spec.user.clone()),
+            env: Some(spec.env.clone()),
+            cmd: (!spec.cmd.is_empty()).then(|| spec.cmd.clone()),
+            entrypoint: spec.entrypoint.clone(),
+            labels: Some(spec.labels.clone()),
+            exposed_ports: Some(vec![port_key]),
+            open_stdin: Some(with_stdin),
+            stdin_once: Some(with_stdin),
+            attach_stdin: Some(with_stdin),
+            host_config: Some(host_config),
+            networking_config: Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(spec.network.clone(), endpoint)])),
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&spec.name)
+            .build();
+        // Docker 20.10 creates a container on a missing network and refuses
+        // to start it; either way it says "network … not found" (404).
+        let gone = |op: &'static str| {
+            move |e: DockerError| {
+                if is_status(&e, &[404])
+                    && e.to_string()
+                        .contains(&format!("network {} not found", spec.network))
+                {
+                    RuntimeError::NetworkGone {
+                        network: spec.network.clone(),
+                    }
+                } else {
+                    api(op, &spec.name)(e)
+                }
+            }
+        };
+        let created = match self.docker.create_container(Some(options), body).await {
+            Ok(created) => created,
+            Err(e) if is_status(&e, &[409]) => {
+                return Err(self
+                    .name_conflict("create", &spec.name, Some(&spec.labels), e)
+                    .await)
+            }
+            Err(e) => return Err(gone("create")(e)),
+        };
+        let started = async {
+            self.docker
+                .start_container(&created.id, None)
+                .await
+                .map_err(gone("start"))?;
+            if let Some(secret) = &spec.stdin {
+                self.send_stdin(&created.id, &spec.name, secret).await?;
+            }
+            Ok::<_, RuntimeError>(())
+        };
+        if let Err(e) = started.await {
+            // Do not leave a container behind that never got going.
+            let _ = self.remove_any(&created.id, Duration::ZERO).await;
+            return Err(e);
+        }
+        Ok(ContainerId::new(created.id))
+    }
+
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Rename);
+        let options = RenameContainerOptionsBuilder::default().name(name).build();
+        match self.docker.rename_container(id.as_str(), options).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, &[409]) => {
+                Err(self.name_conflict("rename", name, None, e).await)
+            }
+            Err(e) => Err(api("rename", name)(e)),
+        }
+    }
+
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Inspect);
+        let info = self
+            .docker
+            .inspect_container(id.as_str(), None::<InspectContainerOptions>)
+            .await
+            .map_err(api("inspect", id.as_str()))?;
+        Ok(info
+            .network_settings
+            .and_then(|n| n.ports)
+            .into_iter()
+            .flat_map(|ports| ports.into_values())
+            .flatten()
+            .flatten()
+            .find_map(|b| b.host_port.and_then(|p| p.parse().ok())))
+    }
+
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Inspect);
+        match self
+            .docker
+            .inspect_container(id.as_str(), None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => {
+                let state = info.state.unwrap_or_default();
+                let running = state.running.unwrap_or(false);
+                Ok(Some(RunState {
+                    running,
+                    // Docker keeps the last run's code (0 before any run).
+                    exit_code: state.exit_code.filter(|_| !running),
+                    oom_killed: state.oom_killed.unwrap_or(false),
+                    // Docker says 0001-01-01T00:00:00Z for "never".
+                    finished_at: state
+                        .finished_at
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+                        .map(|t| t.with_timezone(&Utc))
+                        .filter(|t| t.timestamp() > 0),
+                }))
+            }
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(api("inspect", id.as_str())(e)),
+        }
+    }
+
+    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
+        self.remove_any(id.as_str(), stop_timeout).await
+    }
+
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Pause);
+        let mut tries = 1;
+        loop {
+            match self.docker.pause_container(id.as_str()).await {
+                Ok(()) => return Ok(()),
+                // 409: already paused (or not running: the next look heals it).
+                Err(e) if is_status(&e, &[409]) && e.to_string().contains("already paused") => {
+                    return Ok(())
+                }
+                // The kernel's freezer gives up while a process cannot stop
+                // yet, and runc leaves the container thawed ("unable to
+                // freeze", seen on a loaded two-core machine): a moment
+                // later it freezes.
+                Err(e) if tries < FREEZE_TRIES && e.to_string().contains("unable to freeze") => {
+                    tracing::debug!(container = %id, error = %e, "the container did not freeze; trying again");
+                    tries += 1;
+                    tokio::time::sleep(FREEZE_AGAIN_AFTER).await;
+                }
+                Err(e) => return Err(api("pause", id.as_str())(e)),
+            }
+        }
+    }
+
+    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Pause);
+        match self.docker.unpause_container(id.as_str()).await {
+            Ok(()) => Ok(()),
+            // 404: gone; 409: not paused.
+            Err(e) if is_status(&e, &[404, 409]) => Ok(()),
+            Err(e) => Err(api("unpause", id.as_str())(e)),
+        }
+    }
+
+    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Logs);
+        let options = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .tail(&lines.to_string())
+            .build();
+        let mut out = String::new();
+        let mut stream = self.docker.logs(id.as_str(), Some(options));
+        while let Some(chunk) =
+            next_within(&mut stream, self.stream_timeout, "logs", id.as_str()).await?
+        {
+            let chunk = chunk.map_err(api("logs", id.as_str()))?;
+            out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+        Ok(out.trim_end().to_owned())
+    }
+
+    async fn pool_containers(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::List);
+        let filters = HashMap::from([(
+            "label",
+            vec![
+                format!("{}={}", labels::MANAGED_BY, labels::MANAGER),
+                labels::deployment_filter(deployment),
+                format!("{}=1", pool::POOL),
+            ],
+        )]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let summaries = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(api("list", deployment.as_str()))?;
+        Ok(summaries
+            .into_iter()
+            .filter_map(|s| pooled(s, deployment))
+            .collect())
+    }
+
+    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
+        self.container_events(deployment, since, |actor| actor.id.clone())
+    }
+}
+
+#[async_trait]
+impl Networks for DockerRuntime {
     /// Creates the network if it does not exist (a user-defined bridge, so
     /// containers resolve each other by name).
     ///
@@ -1396,18 +1668,58 @@ impl Runtime for DockerRuntime {
         }
     }
 
-    async fn image_labels(
+    async fn rejoin(
         &self,
-        image: &str,
-    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::InspectImage);
-        match self.docker.inspect_image(image).await {
-            Ok(info) => Ok(Some(info.config.and_then(|c| c.labels).unwrap_or_default())),
-            Err(e) if is_status(&e, &[404]) => Ok(None),
-            Err(e) => Err(api("inspect image", image)(e)),
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Network);
+        let disconnect = NetworkDisconnectRequest {
+            container: id.as_str().to_owned(),
+            force: Some(true),
+        };
+        match self.docker.disconnect_network(network, disconnect).await {
+            Ok(()) => {}
+            Err(e) if e.to_string().contains("is not connected") => {}
+            Err(e) => return Err(api("disconnect from network", id.as_str())(e)),
         }
+        let connect = NetworkConnectRequest {
+            container: id.as_str().to_owned(),
+            endpoint_config: Some(EndpointSettings {
+                aliases: Some(aliases.to_vec()),
+                ..Default::default()
+            }),
+        };
+        self.docker
+            .connect_network(network, connect)
+            .await
+            .map_err(api("connect to network", id.as_str()))
     }
 
+    fn removed_networks(&self) -> NetworkStream {
+        let filters = HashMap::from([
+            ("type", vec!["network".to_owned()]),
+            ("event", vec!["destroy".to_owned()]),
+        ]);
+        let options = EventsOptionsBuilder::default().filters(&filters).build();
+        let connect_within = self.stream_timeout.max(Duration::from_secs(1));
+        self.docker
+            .clone()
+            .with_timeout(connect_within)
+            .events(Some(options))
+            .filter_map(|item| async move {
+                match item {
+                    Err(e) => Some(Err(api("events", "the network event stream")(e))),
+                    Ok(event) => event.actor?.attributes?.get("name").cloned().map(Ok),
+                }
+            })
+            .boxed()
+    }
+}
+
+#[async_trait]
+impl Volumes for DockerRuntime {
     async fn volumes(
         &self,
         deployment: &Deployment,
@@ -1459,36 +1771,6 @@ impl Runtime for DockerRuntime {
             Ok(()) => Ok(()),
             Err(e) if is_status(&e, &[404]) => Ok(()),
             Err(e) => Err(api("remove volume", name)(e)),
-        }
-    }
-
-    async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
-        let info = self
-            .docker
-            .info()
-            .await
-            .map_err(api("info", "the daemon"))?;
-        Ok(info
-            .mem_total
-            .and_then(|m| u64::try_from(m).ok())
-            .filter(|m| *m > 0))
-    }
-
-    async fn oci_runtimes(&self) -> Result<Option<Vec<String>>, RuntimeError> {
-        let info = self
-            .docker
-            .info()
-            .await
-            .map_err(api("info", "the daemon"))?;
-        Ok(info.runtimes.map(|r| r.into_keys().collect()))
-    }
-
-    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::InspectImage);
-        match self.docker.inspect_image(image).await {
-            Ok(info) => Ok(info.id),
-            Err(e) if is_status(&e, &[404]) => Ok(None),
-            Err(e) => Err(api("inspect image", image)(e)),
         }
     }
 
@@ -1652,6 +1934,30 @@ impl Runtime for DockerRuntime {
         }
         Ok(ContainerId::new(created.id))
     }
+}
+
+#[async_trait]
+impl Images for DockerRuntime {
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::InspectImage);
+        match self.docker.inspect_image(image).await {
+            Ok(info) => Ok(Some(info.config.and_then(|c| c.labels).unwrap_or_default())),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(api("inspect image", image)(e)),
+        }
+    }
+
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::InspectImage);
+        match self.docker.inspect_image(image).await {
+            Ok(info) => Ok(info.id),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(api("inspect image", image)(e)),
+        }
+    }
 
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
         let (name, tag) = split_reference(image);
@@ -1680,249 +1986,10 @@ impl Runtime for DockerRuntime {
         }
         Ok(())
     }
+}
 
-    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
-        self.check_image(&spec.image, spec.image_label.as_deref())
-            .await?;
-        self.check_name_owner(spec).await?;
-        self.remove_any(&spec.name, Duration::ZERO).await?;
-        if let Some(volume) = &spec.volume {
-            self.ensure_volume(volume).await?;
-        }
-        for template in spec.template.iter().chain(&spec.binaries) {
-            self.check_template(template).await?;
-        }
-        if let Some(data) = &spec.start_from {
-            self.check_start_from(data).await?;
-        }
-        let _timer = metrics::time_docker_call(DockerCall::Create);
-        let port_key = format!("{}/tcp", spec.port);
-        let binding = PortBinding {
-            host_ip: Some("127.0.0.1".into()),
-            host_port: Some(spec.host_port.map(|p| p.to_string()).unwrap_or_default()),
-        };
-        let mut mounts: Vec<Mount> = spec.volume.iter().map(|v| mount(v, false)).collect();
-        mounts.extend(spec.template.iter().map(|t| mount(t, true)));
-        mounts.extend(spec.start_from.iter().map(|f| mount(f, true)));
-        mounts.extend(spec.binaries.iter().map(|b| mount(b, true)));
-        let host_config = HostConfig {
-            mounts: Some(mounts),
-            port_bindings: Some(HashMap::from([(port_key.clone(), Some(vec![binding]))])),
-            network_mode: Some(spec.network.clone()),
-            // The same hardening under any runtime: gVisor adds its kernel.
-            runtime: spec.runtime.clone(),
-            ..hardened(&spec.user, &spec.limits, &spec.tmpfs)
-        };
-        let endpoint = EndpointSettings {
-            aliases: Some(spec.aliases.clone()),
-            ..Default::default()
-        };
-        let with_stdin = spec.stdin.is_some();
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            user: Some(spec.user.clone()),
-            env: Some(spec.env.clone()),
-            cmd: (!spec.cmd.is_empty()).then(|| spec.cmd.clone()),
-            entrypoint: spec.entrypoint.clone(),
-            labels: Some(spec.labels.clone()),
-            exposed_ports: Some(vec![port_key]),
-            open_stdin: Some(with_stdin),
-            stdin_once: Some(with_stdin),
-            attach_stdin: Some(with_stdin),
-            host_config: Some(host_config),
-            networking_config: Some(NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(spec.network.clone(), endpoint)])),
-            }),
-            ..Default::default()
-        };
-        let options = CreateContainerOptionsBuilder::default()
-            .name(&spec.name)
-            .build();
-        // Docker 20.10 creates a container on a missing network and refuses
-        // to start it; either way it says "network … not found" (404).
-        let gone = |op: &'static str| {
-            move |e: DockerError| {
-                if is_status(&e, &[404])
-                    && e.to_string()
-                        .contains(&format!("network {} not found", spec.network))
-                {
-                    RuntimeError::NetworkGone {
-                        network: spec.network.clone(),
-                    }
-                } else {
-                    api(op, &spec.name)(e)
-                }
-            }
-        };
-        let created = match self.docker.create_container(Some(options), body).await {
-            Ok(created) => created,
-            Err(e) if is_status(&e, &[409]) => {
-                return Err(self
-                    .name_conflict("create", &spec.name, Some(&spec.labels), e)
-                    .await)
-            }
-            Err(e) => return Err(gone("create")(e)),
-        };
-        let started = async {
-            self.docker
-                .start_container(&created.id, None)
-                .await
-                .map_err(gone("start"))?;
-            if let Some(secret) = &spec.stdin {
-                self.send_stdin(&created.id, &spec.name, secret).await?;
-            }
-            Ok::<_, RuntimeError>(())
-        };
-        if let Err(e) = started.await {
-            // Do not leave a container behind that never got going.
-            let _ = self.remove_any(&created.id, Duration::ZERO).await;
-            return Err(e);
-        }
-        Ok(ContainerId::new(created.id))
-    }
-
-    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Rename);
-        let options = RenameContainerOptionsBuilder::default().name(name).build();
-        match self.docker.rename_container(id.as_str(), options).await {
-            Ok(()) => Ok(()),
-            Err(e) if is_status(&e, &[409]) => {
-                Err(self.name_conflict("rename", name, None, e).await)
-            }
-            Err(e) => Err(api("rename", name)(e)),
-        }
-    }
-
-    async fn rejoin(
-        &self,
-        network: &str,
-        id: &ContainerId,
-        aliases: &[String],
-    ) -> Result<(), RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Network);
-        let disconnect = NetworkDisconnectRequest {
-            container: id.as_str().to_owned(),
-            force: Some(true),
-        };
-        match self.docker.disconnect_network(network, disconnect).await {
-            Ok(()) => {}
-            Err(e) if e.to_string().contains("is not connected") => {}
-            Err(e) => return Err(api("disconnect from network", id.as_str())(e)),
-        }
-        let connect = NetworkConnectRequest {
-            container: id.as_str().to_owned(),
-            endpoint_config: Some(EndpointSettings {
-                aliases: Some(aliases.to_vec()),
-                ..Default::default()
-            }),
-        };
-        self.docker
-            .connect_network(network, connect)
-            .await
-            .map_err(api("connect to network", id.as_str()))
-    }
-
-    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Inspect);
-        let info = self
-            .docker
-            .inspect_container(id.as_str(), None::<InspectContainerOptions>)
-            .await
-            .map_err(api("inspect", id.as_str()))?;
-        Ok(info
-            .network_settings
-            .and_then(|n| n.ports)
-            .into_iter()
-            .flat_map(|ports| ports.into_values())
-            .flatten()
-            .flatten()
-            .find_map(|b| b.host_port.and_then(|p| p.parse().ok())))
-    }
-
-    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Inspect);
-        match self
-            .docker
-            .inspect_container(id.as_str(), None::<InspectContainerOptions>)
-            .await
-        {
-            Ok(info) => {
-                let state = info.state.unwrap_or_default();
-                let running = state.running.unwrap_or(false);
-                Ok(Some(RunState {
-                    running,
-                    // Docker keeps the last run's code (0 before any run).
-                    exit_code: state.exit_code.filter(|_| !running),
-                    oom_killed: state.oom_killed.unwrap_or(false),
-                    // Docker says 0001-01-01T00:00:00Z for "never".
-                    finished_at: state
-                        .finished_at
-                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
-                        .map(|t| t.with_timezone(&Utc))
-                        .filter(|t| t.timestamp() > 0),
-                }))
-            }
-            Err(e) if is_status(&e, &[404]) => Ok(None),
-            Err(e) => Err(api("inspect", id.as_str())(e)),
-        }
-    }
-
-    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
-        self.remove_any(id.as_str(), stop_timeout).await
-    }
-
-    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Pause);
-        let mut tries = 1;
-        loop {
-            match self.docker.pause_container(id.as_str()).await {
-                Ok(()) => return Ok(()),
-                // 409: already paused (or not running: the next look heals it).
-                Err(e) if is_status(&e, &[409]) && e.to_string().contains("already paused") => {
-                    return Ok(())
-                }
-                // The kernel's freezer gives up while a process cannot stop
-                // yet, and runc leaves the container thawed ("unable to
-                // freeze", seen on a loaded two-core machine): a moment
-                // later it freezes.
-                Err(e) if tries < FREEZE_TRIES && e.to_string().contains("unable to freeze") => {
-                    tracing::debug!(container = %id, error = %e, "the container did not freeze; trying again");
-                    tries += 1;
-                    tokio::time::sleep(FREEZE_AGAIN_AFTER).await;
-                }
-                Err(e) => return Err(api("pause", id.as_str())(e)),
-            }
-        }
-    }
-
-    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Pause);
-        match self.docker.unpause_container(id.as_str()).await {
-            Ok(()) => Ok(()),
-            // 404: gone; 409: not paused.
-            Err(e) if is_status(&e, &[404, 409]) => Ok(()),
-            Err(e) => Err(api("unpause", id.as_str())(e)),
-        }
-    }
-
-    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Logs);
-        let options = LogsOptionsBuilder::default()
-            .stdout(true)
-            .stderr(true)
-            .tail(&lines.to_string())
-            .build();
-        let mut out = String::new();
-        let mut stream = self.docker.logs(id.as_str(), Some(options));
-        while let Some(chunk) =
-            next_within(&mut stream, self.stream_timeout, "logs", id.as_str()).await?
-        {
-            let chunk = chunk.map_err(api("logs", id.as_str()))?;
-            out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
-        }
-        Ok(out.trim_end().to_owned())
-    }
-
+#[async_trait]
+impl Commands for DockerRuntime {
     async fn exec(
         &self,
         id: &ContainerId,
@@ -2019,58 +2086,6 @@ impl Runtime for DockerRuntime {
             stdout,
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
         })
-    }
-
-    async fn pool_containers(
-        &self,
-        deployment: &Deployment,
-    ) -> Result<Vec<PooledContainer>, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::List);
-        let filters = HashMap::from([(
-            "label",
-            vec![
-                format!("{}={}", labels::MANAGED_BY, labels::MANAGER),
-                labels::deployment_filter(deployment),
-                format!("{}=1", pool::POOL),
-            ],
-        )]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let summaries = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(api("list", deployment.as_str()))?;
-        Ok(summaries
-            .into_iter()
-            .filter_map(|s| pooled(s, deployment))
-            .collect())
-    }
-
-    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
-        self.container_events(deployment, since, |actor| actor.id.clone())
-    }
-
-    fn removed_networks(&self) -> NetworkStream {
-        let filters = HashMap::from([
-            ("type", vec!["network".to_owned()]),
-            ("event", vec!["destroy".to_owned()]),
-        ]);
-        let options = EventsOptionsBuilder::default().filters(&filters).build();
-        let connect_within = self.stream_timeout.max(Duration::from_secs(1));
-        self.docker
-            .clone()
-            .with_timeout(connect_within)
-            .events(Some(options))
-            .filter_map(|item| async move {
-                match item {
-                    Err(e) => Some(Err(api("events", "the network event stream")(e))),
-                    Ok(event) => event.actor?.attributes?.get("name").cloned().map(Ok),
-                }
-            })
-            .boxed()
     }
 }
 

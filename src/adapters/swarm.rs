@@ -23,8 +23,9 @@ use crate::domain::limits::Limits;
 use crate::domain::pool::{self, PooledContainer};
 use crate::metrics::{self, DockerCall};
 use crate::ports::runtime::{
-    Capabilities, ContainerSpec, DiskStore, EventStream, NetworkSpec, NetworkStream,
-    ObservedResource, Runtime, RuntimeError, TemplateJob, Tmpfs, Volume,
+    Capabilities, Commands, ContainerSpec, Containers, DiskStore, EventStream, Host, Images,
+    NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError, TemplateJob, Tmpfs,
+    Volume, Volumes,
 };
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -878,7 +879,7 @@ fn service_spec(
 }
 
 #[async_trait]
-impl Runtime for SwarmRuntime {
+impl Host for SwarmRuntime {
     async fn ping(&self) -> Result<(), RuntimeError> {
         self.node.ping().await
     }
@@ -907,6 +908,20 @@ impl Runtime for SwarmRuntime {
         Ok(Some(Vec::new()))
     }
 
+    /// A task's networks, aliases and name are fixed at its service's
+    /// creation, and a task may run on a node without a copy made on
+    /// another.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            rejoins: false,
+            renames: false,
+            local_copies: false,
+        }
+    }
+}
+
+#[async_trait]
+impl Containers for SwarmRuntime {
     async fn list(
         &self,
         deployment: &Deployment,
@@ -945,7 +960,7 @@ impl Runtime for SwarmRuntime {
                 created: seen.created,
                 host_port: seen.host_port,
                 networks: seen.networks,
-                // Services are never paused (see `Runtime::pause`).
+                // Services are never paused (see `Containers::pause`).
                 paused: false,
             });
         }
@@ -960,6 +975,328 @@ impl Runtime for SwarmRuntime {
         Ok(observed)
     }
 
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        if let Some(runtime) = &spec.runtime {
+            return Err(RuntimeError::Refused(format!(
+                "a Swarm service cannot choose its OCI runtime ({runtime}): isolation gvisor is refused under --backend swarm; ask for isolation 'container' or run the docker backend"
+            )));
+        }
+        if spec.start_from.is_some() {
+            return Err(RuntimeError::Refused(
+                "forks and data-file seeds are not served under --backend swarm (their volume is on one node): run the docker backend for them".into(),
+            ));
+        }
+        let _timer = metrics::time_docker_call(DockerCall::Create);
+        self.node
+            .check_image(&spec.image, spec.image_label.as_deref())
+            .await?;
+        // A persistent sandbox's data volume (capped, as on one host) is
+        // made on this node, where sandboxd can run the job that attaches
+        // its file system, and its service is held here: on any other node
+        // the same name would be a new, empty volume.
+        if let Some(volume) = &spec.volume {
+            self.node.ensure_volume(volume).await?;
+        }
+        let service = docker_name(&spec.name);
+        if let Some(existing) = self.service_named(&service).await? {
+            let theirs = existing
+                .spec
+                .as_ref()
+                .and_then(|s| s.labels.clone())
+                .unwrap_or_default();
+            if !identity::may_replace(&theirs, &spec.labels) {
+                return Err(RuntimeError::Refused(format!(
+                    "the service name {service} is taken by a service that is not this sandbox's (its labels name deployment {:?}, sandbox {:?}, state database {:?}); sandboxd leaves it alone: remove it",
+                    theirs.get(labels::DEPLOYMENT),
+                    theirs.get(labels::SANDBOX),
+                    theirs.get(labels::STATE_ID)
+                )));
+            }
+            if let Some(id) = existing.id {
+                self.remove(&ContainerId::new(id), Duration::ZERO).await?;
+            }
+        }
+        let nonce: String = (0..4)
+            .map(|_| format!("{:02x}", rand::random::<u8>()))
+            .collect();
+        // Secret names are at most 64 characters too.
+        let instance = docker_name(&format!("{}.{nonce}", spec.name));
+        let secret = match &spec.stdin {
+            None => None,
+            Some(s) => {
+                let created = self
+                    .docker
+                    .create_secret(SecretSpec {
+                        name: Some(instance.clone()),
+                        labels: Some(part_labels(&spec.labels, &service)),
+                        data: Some(
+                            base64::engine::general_purpose::STANDARD.encode(s.expose().as_bytes()),
+                        ),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(api("create secret for", &service))?;
+                Some(created.id)
+            }
+        };
+        let body = service_spec(
+            spec,
+            &service,
+            &instance,
+            secret.as_deref().map(|id| (id, instance.as_str())),
+            self.publish_on_host,
+            self.stop_grace,
+            self.placement(spec),
+        )?;
+        match self.docker.create_service(body, None).await {
+            Ok(created) => {
+                let id = created.id.ok_or_else(|| {
+                    RuntimeError::Refused(format!("docker created {service} without an id"))
+                })?;
+                tracing::debug!(service, id, "service created");
+                Ok(ContainerId::new(id))
+            }
+            Err(e) => {
+                if let Some(id) = &secret {
+                    let _ = self.docker.delete_secret(id).await;
+                }
+                Err(api("create service", &service)(e))
+            }
+        }
+    }
+
+    /// A service cannot be renamed: sandboxd's name for it is the label
+    /// [`NAME`], which is changed in place (see [`Containers::claim_as`]).
+    /// Rotations under Swarm are in place and never rename.
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        self.claim_as(id, name, &HashMap::new()).await
+    }
+
+    /// Moves the sandbox's `labels` and its name `name` (the label
+    /// [`NAME`]) onto the claimed pool service's own labels, which change
+    /// without restarting its task (its task's labels, networks and
+    /// aliases are fixed: its Docker name stays, see `probe_host`, and its
+    /// pool label too, so that it is still listed as the claimed pool
+    /// service the recorded claim names). `docker service ls --filter
+    /// label=io.sandboxd.sandbox=ID` then finds it.
+    async fn claim_as(
+        &self,
+        id: &ContainerId,
+        name: &str,
+        labels: &HashMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Rename);
+        let Some(service) = self.service_named(id.as_str()).await? else {
+            return Err(RuntimeError::Refused(format!(
+                "service {id} is gone: it cannot become {name}"
+            )));
+        };
+        let version = service
+            .version
+            .and_then(|v| v.index)
+            .ok_or_else(|| RuntimeError::Refused(format!("service {id} has no version")))?;
+        let mut spec = service.spec.unwrap_or_default();
+        let own = spec.labels.get_or_insert_with(HashMap::new);
+        own.extend(labels.clone());
+        own.insert(NAME.to_owned(), name.to_owned());
+        let options = bollard::query_parameters::UpdateServiceOptionsBuilder::default()
+            .version(i32::try_from(version).unwrap_or(i32::MAX))
+            .build();
+        self.docker
+            .update_service(id.as_str(), spec, options, None)
+            .await
+            .map_err(api("label service", name))?;
+        Ok(())
+    }
+
+    /// The service's Docker name: Swarm's DNS answers it with the task's
+    /// address on every overlay the service is on, under whichever name
+    /// sandboxd gave it since (a claimed pool service keeps its own).
+    async fn probe_host(&self, id: &ContainerId, name: &str) -> Result<String, RuntimeError> {
+        Ok(self
+            .service_named(id.as_str())
+            .await?
+            .and_then(|s| s.spec?.name)
+            .unwrap_or_else(|| docker_name(name)))
+    }
+
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
+        if !self.publish_on_host {
+            return Ok(None);
+        }
+        let _timer = metrics::time_docker_call(DockerCall::Inspect);
+        // Host mode: the port is the task's, known once it runs.
+        for _ in 0..50 {
+            let tasks = self.tasks_of(&[id.as_str()]).await?;
+            match current(tasks.iter()) {
+                Some(t) if ended(t) => return Ok(None),
+                Some(t) => {
+                    if let Some(port) = task_port(t) {
+                        return Ok(Some(port));
+                    }
+                }
+                None => {}
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(None)
+    }
+
+    /// The address of the node that runs the service's task, unless it
+    /// is this host's loopback (a single-node Swarm advertised there).
+    async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        if !self.publish_on_host {
+            return Ok(None);
+        }
+        Ok(self
+            .task_node(id)
+            .await?
+            .and_then(|n| n.status)
+            .and_then(|s| s.addr)
+            .filter(|a| !a.is_empty() && a != "127.0.0.1" && a != "0.0.0.0"))
+    }
+
+    async fn node_of(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        Ok(self
+            .task_node(id)
+            .await?
+            .and_then(|n| n.description)
+            .and_then(|d| d.hostname))
+    }
+
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Inspect);
+        if self.service_named(id.as_str()).await?.is_none() {
+            return Ok(None);
+        }
+        let tasks = self.tasks_of(&[id.as_str()]).await?;
+        let task = current(tasks.iter());
+        let running = service_state(task) == ContainerState::Running;
+        let status = task.and_then(|t| t.status.as_ref());
+        let oom_killed = status
+            .and_then(|s| s.err.as_deref())
+            .is_some_and(|e| e.contains("OOM"));
+        Ok(Some(RunState {
+            running,
+            oom_killed,
+            finished_at: if running {
+                None
+            } else {
+                time(status.and_then(|s| s.timestamp))
+            },
+            exit_code: if running {
+                None
+            } else {
+                status
+                    .and_then(|s| s.container_status.as_ref())
+                    .and_then(|c| c.exit_code)
+            },
+        }))
+    }
+
+    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::Remove);
+        let Some(service) = self.service_named(id.as_str()).await? else {
+            return Ok(());
+        };
+        let name = service
+            .spec
+            .and_then(|s| s.name)
+            .unwrap_or_else(|| id.to_string());
+        match self.docker.delete_service(id.as_str()).await {
+            Ok(()) => {}
+            Err(e) if is_status(&e, &[404]) => {}
+            Err(e) => return Err(api("remove service", &name)(e)),
+        }
+        // Swarm stops the task on its own time: wait (on this node) until
+        // its container is gone, so its host port and name are free and its
+        // volumes can go.
+        let until = tokio::time::Instant::now() + stop_timeout + Duration::from_secs(10);
+        while tokio::time::Instant::now() < until {
+            if self.task_containers(id, false).await?.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.remove_parts(&name).await;
+        Ok(())
+    }
+
+    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
+        if let Some(container) = self.task_containers(id, false).await?.into_iter().next() {
+            return self
+                .node
+                .logs_tail(&ContainerId::new(container), lines)
+                .await;
+        }
+        // The task runs on another node, or never started: say what Swarm
+        // says, and why a service held to its data's node cannot move.
+        let tasks = self.tasks_of(&[id.as_str()]).await?;
+        let swarm_says = current(tasks.iter())
+            .and_then(|t| t.status.as_ref())
+            .map(|s| {
+                format!(
+                    "(task on another node or not started) {} {}",
+                    s.message.as_deref().unwrap_or_default(),
+                    s.err.as_deref().unwrap_or_default()
+                )
+            })
+            .unwrap_or_default();
+        Ok(match self.pinned_node(id).await? {
+            Some(node) => match unavailable(&node) {
+                Some(why) => format!("{why}\n{swarm_says}"),
+                None => swarm_says,
+            },
+            None => swarm_says,
+        })
+    }
+
+    /// Refused: Swarm does not know a paused task (it keeps reporting it
+    /// running, and a task moved to another node would thaw), so a
+    /// sandbox that asks to pause when idle fails with this message.
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Refused(format!(
+            "cannot pause service {id}: pausing idle sandboxes needs --backend docker; with --backend swarm set the row's idle_action to 'release'"
+        )))
+    }
+
+    /// Nothing is ever paused on Swarm (see `pause`).
+    async fn unpause(&self, _id: &ContainerId) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// The pool services of `deployment`, each as its newest task runs.
+    async fn pool_containers(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        let _timer = metrics::time_docker_call(DockerCall::List);
+        let filters = vec![
+            format!("{}={}", labels::MANAGED_BY, labels::MANAGER),
+            labels::deployment_filter(deployment),
+            format!("{}=1", pool::POOL),
+        ];
+        let (services, names) = self.services_with_tasks(filters, deployment).await?;
+        Ok(services
+            .iter()
+            .filter_map(|(s, task)| {
+                let labels = s.spec.as_ref()?.labels.as_ref()?;
+                PooledContainer::from_labels(labels, deployment, seen(s, task.as_ref(), &names)?)
+            })
+            .collect())
+    }
+
+    /// The container events of this node's tasks, each as its service's:
+    /// a task that dies elsewhere is seen at the next relist.
+    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
+        self.node.container_events(deployment, since, |actor| {
+            actor.attributes.as_ref()?.get(TASK_SERVICE_ID).cloned()
+        })
+    }
+}
+
+#[async_trait]
+impl Networks for SwarmRuntime {
     /// An attachable overlay under its Docker name ([`docker_name`]),
     /// labelled with sandboxd's.
     async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
@@ -1099,6 +1436,36 @@ impl Runtime for SwarmRuntime {
         self.node.disconnect(&docker_name(network), container).await
     }
 
+    async fn rejoin(
+        &self,
+        _network: &str,
+        _id: &ContainerId,
+        _aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        Err(Self::refuse("changing a running service's aliases"))
+    }
+
+    /// Removed overlays under sandboxd's names for them, as far as this
+    /// process has seen them created or listed.
+    fn removed_networks(&self) -> NetworkStream {
+        let overlays = self.overlays.clone();
+        self.node
+            .removed_networks()
+            .map(move |item| {
+                item.map(|docker| {
+                    overlays
+                        .lock()
+                        .ok()
+                        .and_then(|m| m.get(&docker).cloned())
+                        .unwrap_or(docker)
+                })
+            })
+            .boxed()
+    }
+}
+
+#[async_trait]
+impl Volumes for SwarmRuntime {
     async fn volumes(
         &self,
         deployment: &Deployment,
@@ -1115,6 +1482,14 @@ impl Runtime for SwarmRuntime {
         self.node.remove_volume(name, deployment, disks).await
     }
 
+    /// One template per node: a global job (see [`template_job`]).
+    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
+        self.run_global_template_job(job).await
+    }
+}
+
+#[async_trait]
+impl Images for SwarmRuntime {
     async fn image_labels(
         &self,
         image: &str,
@@ -1129,308 +1504,10 @@ impl Runtime for SwarmRuntime {
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
         self.node.pull(image).await
     }
+}
 
-    /// One template per node: a global job (see [`template_job`]).
-    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
-        self.run_global_template_job(job).await
-    }
-
-    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
-        if let Some(runtime) = &spec.runtime {
-            return Err(RuntimeError::Refused(format!(
-                "a Swarm service cannot choose its OCI runtime ({runtime}): isolation gvisor is refused under --backend swarm; ask for isolation 'container' or run the docker backend"
-            )));
-        }
-        if spec.start_from.is_some() {
-            return Err(RuntimeError::Refused(
-                "forks and data-file seeds are not served under --backend swarm (their volume is on one node): run the docker backend for them".into(),
-            ));
-        }
-        let _timer = metrics::time_docker_call(DockerCall::Create);
-        self.node
-            .check_image(&spec.image, spec.image_label.as_deref())
-            .await?;
-        // A persistent sandbox's data volume (capped, as on one host) is
-        // made on this node, where sandboxd can run the job that attaches
-        // its file system, and its service is held here: on any other node
-        // the same name would be a new, empty volume.
-        if let Some(volume) = &spec.volume {
-            self.node.ensure_volume(volume).await?;
-        }
-        let service = docker_name(&spec.name);
-        if let Some(existing) = self.service_named(&service).await? {
-            let theirs = existing
-                .spec
-                .as_ref()
-                .and_then(|s| s.labels.clone())
-                .unwrap_or_default();
-            if !identity::may_replace(&theirs, &spec.labels) {
-                return Err(RuntimeError::Refused(format!(
-                    "the service name {service} is taken by a service that is not this sandbox's (its labels name deployment {:?}, sandbox {:?}, state database {:?}); sandboxd leaves it alone: remove it",
-                    theirs.get(labels::DEPLOYMENT),
-                    theirs.get(labels::SANDBOX),
-                    theirs.get(labels::STATE_ID)
-                )));
-            }
-            if let Some(id) = existing.id {
-                self.remove(&ContainerId::new(id), Duration::ZERO).await?;
-            }
-        }
-        let nonce: String = (0..4)
-            .map(|_| format!("{:02x}", rand::random::<u8>()))
-            .collect();
-        // Secret names are at most 64 characters too.
-        let instance = docker_name(&format!("{}.{nonce}", spec.name));
-        let secret = match &spec.stdin {
-            None => None,
-            Some(s) => {
-                let created = self
-                    .docker
-                    .create_secret(SecretSpec {
-                        name: Some(instance.clone()),
-                        labels: Some(part_labels(&spec.labels, &service)),
-                        data: Some(
-                            base64::engine::general_purpose::STANDARD.encode(s.expose().as_bytes()),
-                        ),
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(api("create secret for", &service))?;
-                Some(created.id)
-            }
-        };
-        let body = service_spec(
-            spec,
-            &service,
-            &instance,
-            secret.as_deref().map(|id| (id, instance.as_str())),
-            self.publish_on_host,
-            self.stop_grace,
-            self.placement(spec),
-        )?;
-        match self.docker.create_service(body, None).await {
-            Ok(created) => {
-                let id = created.id.ok_or_else(|| {
-                    RuntimeError::Refused(format!("docker created {service} without an id"))
-                })?;
-                tracing::debug!(service, id, "service created");
-                Ok(ContainerId::new(id))
-            }
-            Err(e) => {
-                if let Some(id) = &secret {
-                    let _ = self.docker.delete_secret(id).await;
-                }
-                Err(api("create service", &service)(e))
-            }
-        }
-    }
-
-    /// A service cannot be renamed: sandboxd's name for it is the label
-    /// [`NAME`], which is changed in place (see [`Runtime::claim_as`]).
-    /// Rotations under Swarm are in place and never rename.
-    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
-        self.claim_as(id, name, &HashMap::new()).await
-    }
-
-    /// Moves the sandbox's `labels` and its name `name` (the label
-    /// [`NAME`]) onto the claimed pool service's own labels, which change
-    /// without restarting its task (its task's labels, networks and
-    /// aliases are fixed: its Docker name stays, see `probe_host`, and its
-    /// pool label too, so that it is still listed as the claimed pool
-    /// service the recorded claim names). `docker service ls --filter
-    /// label=io.sandboxd.sandbox=ID` then finds it.
-    async fn claim_as(
-        &self,
-        id: &ContainerId,
-        name: &str,
-        labels: &HashMap<String, String>,
-    ) -> Result<(), RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Rename);
-        let Some(service) = self.service_named(id.as_str()).await? else {
-            return Err(RuntimeError::Refused(format!(
-                "service {id} is gone: it cannot become {name}"
-            )));
-        };
-        let version = service
-            .version
-            .and_then(|v| v.index)
-            .ok_or_else(|| RuntimeError::Refused(format!("service {id} has no version")))?;
-        let mut spec = service.spec.unwrap_or_default();
-        let own = spec.labels.get_or_insert_with(HashMap::new);
-        own.extend(labels.clone());
-        own.insert(NAME.to_owned(), name.to_owned());
-        let options = bollard::query_parameters::UpdateServiceOptionsBuilder::default()
-            .version(i32::try_from(version).unwrap_or(i32::MAX))
-            .build();
-        self.docker
-            .update_service(id.as_str(), spec, options, None)
-            .await
-            .map_err(api("label service", name))?;
-        Ok(())
-    }
-
-    /// A task's networks, aliases and name are fixed at its service's
-    /// creation, and a task may run on a node without a copy made on
-    /// another.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            rejoins: false,
-            renames: false,
-            local_copies: false,
-        }
-    }
-
-    /// The service's Docker name: Swarm's DNS answers it with the task's
-    /// address on every overlay the service is on, under whichever name
-    /// sandboxd gave it since (a claimed pool service keeps its own).
-    async fn probe_host(&self, id: &ContainerId, name: &str) -> Result<String, RuntimeError> {
-        Ok(self
-            .service_named(id.as_str())
-            .await?
-            .and_then(|s| s.spec?.name)
-            .unwrap_or_else(|| docker_name(name)))
-    }
-
-    async fn rejoin(
-        &self,
-        _network: &str,
-        _id: &ContainerId,
-        _aliases: &[String],
-    ) -> Result<(), RuntimeError> {
-        Err(Self::refuse("changing a running service's aliases"))
-    }
-
-    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
-        if !self.publish_on_host {
-            return Ok(None);
-        }
-        let _timer = metrics::time_docker_call(DockerCall::Inspect);
-        // Host mode: the port is the task's, known once it runs.
-        for _ in 0..50 {
-            let tasks = self.tasks_of(&[id.as_str()]).await?;
-            match current(tasks.iter()) {
-                Some(t) if ended(t) => return Ok(None),
-                Some(t) => {
-                    if let Some(port) = task_port(t) {
-                        return Ok(Some(port));
-                    }
-                }
-                None => {}
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(None)
-    }
-
-    /// The address of the node that runs the service's task, unless it
-    /// is this host's loopback (a single-node Swarm advertised there).
-    async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
-        if !self.publish_on_host {
-            return Ok(None);
-        }
-        Ok(self
-            .task_node(id)
-            .await?
-            .and_then(|n| n.status)
-            .and_then(|s| s.addr)
-            .filter(|a| !a.is_empty() && a != "127.0.0.1" && a != "0.0.0.0"))
-    }
-
-    async fn node_of(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
-        Ok(self
-            .task_node(id)
-            .await?
-            .and_then(|n| n.description)
-            .and_then(|d| d.hostname))
-    }
-
-    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Inspect);
-        if self.service_named(id.as_str()).await?.is_none() {
-            return Ok(None);
-        }
-        let tasks = self.tasks_of(&[id.as_str()]).await?;
-        let task = current(tasks.iter());
-        let running = service_state(task) == ContainerState::Running;
-        let status = task.and_then(|t| t.status.as_ref());
-        let oom_killed = status
-            .and_then(|s| s.err.as_deref())
-            .is_some_and(|e| e.contains("OOM"));
-        Ok(Some(RunState {
-            running,
-            oom_killed,
-            finished_at: if running {
-                None
-            } else {
-                time(status.and_then(|s| s.timestamp))
-            },
-            exit_code: if running {
-                None
-            } else {
-                status
-                    .and_then(|s| s.container_status.as_ref())
-                    .and_then(|c| c.exit_code)
-            },
-        }))
-    }
-
-    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::Remove);
-        let Some(service) = self.service_named(id.as_str()).await? else {
-            return Ok(());
-        };
-        let name = service
-            .spec
-            .and_then(|s| s.name)
-            .unwrap_or_else(|| id.to_string());
-        match self.docker.delete_service(id.as_str()).await {
-            Ok(()) => {}
-            Err(e) if is_status(&e, &[404]) => {}
-            Err(e) => return Err(api("remove service", &name)(e)),
-        }
-        // Swarm stops the task on its own time: wait (on this node) until
-        // its container is gone, so its host port and name are free and its
-        // volumes can go.
-        let until = tokio::time::Instant::now() + stop_timeout + Duration::from_secs(10);
-        while tokio::time::Instant::now() < until {
-            if self.task_containers(id, false).await?.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        self.remove_parts(&name).await;
-        Ok(())
-    }
-
-    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
-        if let Some(container) = self.task_containers(id, false).await?.into_iter().next() {
-            return self
-                .node
-                .logs_tail(&ContainerId::new(container), lines)
-                .await;
-        }
-        // The task runs on another node, or never started: say what Swarm
-        // says, and why a service held to its data's node cannot move.
-        let tasks = self.tasks_of(&[id.as_str()]).await?;
-        let swarm_says = current(tasks.iter())
-            .and_then(|t| t.status.as_ref())
-            .map(|s| {
-                format!(
-                    "(task on another node or not started) {} {}",
-                    s.message.as_deref().unwrap_or_default(),
-                    s.err.as_deref().unwrap_or_default()
-                )
-            })
-            .unwrap_or_default();
-        Ok(match self.pinned_node(id).await? {
-            Some(node) => match unavailable(&node) {
-                Some(why) => format!("{why}\n{swarm_says}"),
-                None => swarm_says,
-            },
-            None => swarm_says,
-        })
-    }
-
+#[async_trait]
+impl Commands for SwarmRuntime {
     /// On this node, `docker exec` in the task's container; on another,
     /// through the node-exec helper (see `node_exec`).
     async fn filter(
@@ -1509,67 +1586,6 @@ impl Runtime for SwarmRuntime {
             deployment: &deployment,
         };
         self.exec_on_node(&call, &node).await
-    }
-
-    /// Refused: Swarm does not know a paused task (it keeps reporting it
-    /// running, and a task moved to another node would thaw), so a
-    /// sandbox that asks to pause when idle fails with this message.
-    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
-        Err(RuntimeError::Refused(format!(
-            "cannot pause service {id}: pausing idle sandboxes needs --backend docker; with --backend swarm set the row's idle_action to 'release'"
-        )))
-    }
-
-    /// Nothing is ever paused on Swarm (see `pause`).
-    async fn unpause(&self, _id: &ContainerId) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-
-    /// The pool services of `deployment`, each as its newest task runs.
-    async fn pool_containers(
-        &self,
-        deployment: &Deployment,
-    ) -> Result<Vec<PooledContainer>, RuntimeError> {
-        let _timer = metrics::time_docker_call(DockerCall::List);
-        let filters = vec![
-            format!("{}={}", labels::MANAGED_BY, labels::MANAGER),
-            labels::deployment_filter(deployment),
-            format!("{}=1", pool::POOL),
-        ];
-        let (services, names) = self.services_with_tasks(filters, deployment).await?;
-        Ok(services
-            .iter()
-            .filter_map(|(s, task)| {
-                let labels = s.spec.as_ref()?.labels.as_ref()?;
-                PooledContainer::from_labels(labels, deployment, seen(s, task.as_ref(), &names)?)
-            })
-            .collect())
-    }
-
-    /// The container events of this node's tasks, each as its service's:
-    /// a task that dies elsewhere is seen at the next relist.
-    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
-        self.node.container_events(deployment, since, |actor| {
-            actor.attributes.as_ref()?.get(TASK_SERVICE_ID).cloned()
-        })
-    }
-
-    /// Removed overlays under sandboxd's names for them, as far as this
-    /// process has seen them created or listed.
-    fn removed_networks(&self) -> NetworkStream {
-        let overlays = self.overlays.clone();
-        self.node
-            .removed_networks()
-            .map(move |item| {
-                item.map(|docker| {
-                    overlays
-                        .lock()
-                        .ok()
-                        .and_then(|m| m.get(&docker).cloned())
-                        .unwrap_or(docker)
-                })
-            })
-            .boxed()
     }
 }
 

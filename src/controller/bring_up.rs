@@ -16,7 +16,7 @@ use crate::domain::isolation::Isolation;
 use crate::domain::plan::{Provision, ProvisionReason};
 use crate::domain::sandbox::ServiceStatus;
 use crate::engine::{self, Credentials, Engine, EngineError, Target};
-use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, Tmpfs, Volume};
+use crate::ports::runtime::{ContainerSpec, Containers, Runtime, RuntimeError, Tmpfs, Volume};
 use crate::ports::store::StoreError;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -561,7 +561,7 @@ fn scrub(text: &str, credentials: &Credentials) -> String {
 }
 
 async fn scrubbed_logs(
-    runtime: &dyn Runtime,
+    runtime: &(impl Containers + ?Sized),
     id: &ContainerId,
     credentials: &Credentials,
 ) -> String {

@@ -13,7 +13,7 @@ use crate::domain::event::{Event, Journal};
 use crate::domain::id::ContainerId;
 use crate::domain::sandbox::{DesiredSandbox, Phase, ServiceStatus, Services};
 use crate::engine::Engine;
-use crate::ports::runtime::Runtime;
+use crate::ports::runtime::Commands;
 use crate::ports::store::StoreError;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -368,7 +368,11 @@ async fn reset(
 
 /// Runs `cmd` in container `id`: its output, or why it failed (the exit
 /// code and the output's last lines).
-async fn run(runtime: &dyn Runtime, id: &ContainerId, cmd: &[String]) -> Result<String, String> {
+async fn run(
+    runtime: &(impl Commands + ?Sized),
+    id: &ContainerId,
+    cmd: &[String],
+) -> Result<String, String> {
     let argv: Vec<&str> = cmd.iter().map(String::as_str).collect();
     let out = runtime
         .exec(id, &argv, Vec::new())

@@ -3,11 +3,13 @@
 //! not a worker, and for each call that changes Docker the [`Fence`], so
 //! that only the leader acts.
 //!
-//! One forward per [`Runtime`] method says both things at once: which
-//! deadline the call gets (its name and target for the timeout's message)
-//! and, for a change, its name in a refusal. Adding a port method is one
-//! edit here. The composition root builds the layer; the controller is
-//! handed it as a plain `Arc<dyn Runtime>`.
+//! One forward per method of each of the [`Runtime`]'s roles (an impl
+//! block per role) says both things at once: which deadline the call gets
+//! (its name and target for the timeout's message) and, for a change, its
+//! name in a refusal. Adding a port method is one edit here: the guard
+//! forwards every method, defaults included, so that none bypasses it.
+//! The composition root builds the layer; the controller is handed it as a
+//! plain `Arc<dyn Runtime>`.
 
 use super::fence::{Fence, Fenced};
 use crate::domain::attach::Candidate;
@@ -17,8 +19,9 @@ use crate::domain::id::{ContainerId, Deployment, SandboxId};
 use crate::domain::pool::PooledContainer;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{
-    Capabilities, ContainerSpec, DiskStore, EventStream, FileContent, Helper, NetworkSpec,
-    NetworkStream, ObservedResource, Runtime, RuntimeError, StaleBridge, TemplateJob, VolumeFill,
+    Capabilities, Commands, ContainerSpec, Containers, DiskStore, EventStream, FileContent, Helper,
+    Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, Runtime, RuntimeError,
+    StaleBridge, TemplateJob, VolumeFill, Volumes,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -184,7 +187,7 @@ impl GuardedRuntime {
 }
 
 #[async_trait]
-impl Runtime for GuardedRuntime {
+impl Host for GuardedRuntime {
     async fn ping(&self) -> Result<(), RuntimeError> {
         self.read("ping", "the daemon", self.inner.ping()).await
     }
@@ -199,6 +202,13 @@ impl Runtime for GuardedRuntime {
             .await
     }
 
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+#[async_trait]
+impl Containers for GuardedRuntime {
     async fn list(
         &self,
         deployment: &Deployment,
@@ -208,6 +218,100 @@ impl Runtime for GuardedRuntime {
         self.read("list", deployment.as_str(), call).await
     }
 
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        let call = self.inner.create_and_start(spec);
+        let after = self.deadlines.call;
+        self.change("create", "create", &spec.name, after, call)
+            .await
+    }
+
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        let call = self.inner.rename(id, name);
+        let after = self.deadlines.call;
+        self.change("rename", "rename", id.as_str(), after, call)
+            .await
+    }
+
+    async fn claim_as(
+        &self,
+        id: &ContainerId,
+        name: &str,
+        labels: &HashMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        let call = self.inner.claim_as(id, name, labels);
+        let after = self.deadlines.call;
+        self.change("rename", "rename", id.as_str(), after, call)
+            .await
+    }
+
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
+        let call = self.inner.published_port(id);
+        self.read("inspect", id.as_str(), call).await
+    }
+
+    async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        let call = self.inner.published_host(id);
+        self.read("inspect", id.as_str(), call).await
+    }
+
+    async fn node_of(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
+        let call = self.inner.node_of(id);
+        self.read("inspect", id.as_str(), call).await
+    }
+
+    async fn probe_host(&self, id: &ContainerId, name: &str) -> Result<String, RuntimeError> {
+        let call = self.inner.probe_host(id, name);
+        self.read("inspect", id.as_str(), call).await
+    }
+
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
+        self.read("inspect", id.as_str(), self.inner.inspect(id))
+            .await
+    }
+
+    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
+        let call = self.inner.remove(id, stop_timeout);
+        let after = self.deadlines.call.saturating_add(stop_timeout);
+        self.change("remove", "remove", id.as_str(), after, call)
+            .await
+    }
+
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let call = self.inner.pause(id);
+        let after = self.deadlines.call;
+        self.change("pause", "pause", id.as_str(), after, call)
+            .await
+    }
+
+    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let call = self.inner.unpause(id);
+        let after = self.deadlines.call;
+        self.change("unpause", "unpause", id.as_str(), after, call)
+            .await
+    }
+
+    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
+        let call = self.inner.logs_tail(id, lines);
+        self.read("logs", id.as_str(), call).await
+    }
+
+    async fn pool_containers(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        let call = self.inner.pool_containers(deployment);
+        self.read("list", deployment.as_str(), call).await
+    }
+
+    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
+        // A stream has no deadline and no fence: it is meant to stay open
+        // and changes nothing. The watcher reconnects when it ends.
+        self.inner.events(deployment, since)
+    }
+}
+
+#[async_trait]
+impl Networks for GuardedRuntime {
     async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
         let call = self.inner.ensure_network(spec);
         let after = self.deadlines.call;
@@ -279,6 +383,27 @@ impl Runtime for GuardedRuntime {
             .await
     }
 
+    async fn rejoin(
+        &self,
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        let call = self.inner.rejoin(network, id, aliases);
+        let after = self.deadlines.call;
+        self.change("network rejoin", "rejoin network", id.as_str(), after, call)
+            .await
+    }
+
+    fn removed_networks(&self) -> NetworkStream {
+        // As the event stream: open for good, its connect bounded by the
+        // adapter.
+        self.inner.removed_networks()
+    }
+}
+
+#[async_trait]
+impl Volumes for GuardedRuntime {
     async fn volumes(
         &self,
         deployment: &Deployment,
@@ -297,33 +422,6 @@ impl Runtime for GuardedRuntime {
         let after = self.deadlines.call;
         self.change("volume remove", "remove volume", name, after, call)
             .await
-    }
-
-    async fn image_labels(
-        &self,
-        image: &str,
-    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
-        let call = self.inner.image_labels(image);
-        self.read("inspect image", image, call).await
-    }
-
-    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
-        let call = self.inner.image_id(image);
-        self.read("inspect image", image, call).await
-    }
-
-    async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
-        // Fetching an image changes no sandbox: not fenced. A pull that
-        // takes too long leaves the image unavailable (not a timeout to
-        // retry at once: the next try starts the pull again).
-        let after = self.deadlines.pull;
-        match tokio::time::timeout(after, self.inner.pull(image)).await {
-            Ok(result) => result,
-            Err(_) => Err(RuntimeError::ImageUnavailable {
-                image: image.to_owned(),
-                reason: format!("pull timed out after {after:?}"),
-            }),
-        }
     }
 
     async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
@@ -352,100 +450,40 @@ impl Runtime for GuardedRuntime {
         self.change("helper", "start helper", &helper.name, after, call)
             .await
     }
+}
 
-    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
-        let call = self.inner.create_and_start(spec);
-        let after = self.deadlines.call;
-        self.change("create", "create", &spec.name, after, call)
-            .await
-    }
-
-    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
-        let call = self.inner.rename(id, name);
-        let after = self.deadlines.call;
-        self.change("rename", "rename", id.as_str(), after, call)
-            .await
-    }
-
-    async fn claim_as(
+#[async_trait]
+impl Images for GuardedRuntime {
+    async fn image_labels(
         &self,
-        id: &ContainerId,
-        name: &str,
-        labels: &HashMap<String, String>,
-    ) -> Result<(), RuntimeError> {
-        let call = self.inner.claim_as(id, name, labels);
-        let after = self.deadlines.call;
-        self.change("rename", "rename", id.as_str(), after, call)
-            .await
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+        let call = self.inner.image_labels(image);
+        self.read("inspect image", image, call).await
     }
 
-    async fn rejoin(
-        &self,
-        network: &str,
-        id: &ContainerId,
-        aliases: &[String],
-    ) -> Result<(), RuntimeError> {
-        let call = self.inner.rejoin(network, id, aliases);
-        let after = self.deadlines.call;
-        self.change("network rejoin", "rejoin network", id.as_str(), after, call)
-            .await
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        let call = self.inner.image_id(image);
+        self.read("inspect image", image, call).await
     }
 
-    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
-        let call = self.inner.published_port(id);
-        self.read("inspect", id.as_str(), call).await
+    async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
+        // Fetching an image changes no sandbox: not fenced. A pull that
+        // takes too long leaves the image unavailable (not a timeout to
+        // retry at once: the next try starts the pull again).
+        let after = self.deadlines.pull;
+        match tokio::time::timeout(after, self.inner.pull(image)).await {
+            Ok(result) => result,
+            Err(_) => Err(RuntimeError::ImageUnavailable {
+                image: image.to_owned(),
+                reason: format!("pull timed out after {after:?}"),
+            }),
+        }
     }
+}
 
-    async fn published_host(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
-        let call = self.inner.published_host(id);
-        self.read("inspect", id.as_str(), call).await
-    }
-
-    async fn node_of(&self, id: &ContainerId) -> Result<Option<String>, RuntimeError> {
-        let call = self.inner.node_of(id);
-        self.read("inspect", id.as_str(), call).await
-    }
-
-    async fn probe_host(&self, id: &ContainerId, name: &str) -> Result<String, RuntimeError> {
-        let call = self.inner.probe_host(id, name);
-        self.read("inspect", id.as_str(), call).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
-        self.read("inspect", id.as_str(), self.inner.inspect(id))
-            .await
-    }
-
-    async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
-        let call = self.inner.remove(id, stop_timeout);
-        let after = self.deadlines.call.saturating_add(stop_timeout);
-        self.change("remove", "remove", id.as_str(), after, call)
-            .await
-    }
-
-    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
-        let call = self.inner.pause(id);
-        let after = self.deadlines.call;
-        self.change("pause", "pause", id.as_str(), after, call)
-            .await
-    }
-
-    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
-        let call = self.inner.unpause(id);
-        let after = self.deadlines.call;
-        self.change("unpause", "unpause", id.as_str(), after, call)
-            .await
-    }
-
-    async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
-        let call = self.inner.logs_tail(id, lines);
-        self.read("logs", id.as_str(), call).await
-    }
-
+#[async_trait]
+impl Commands for GuardedRuntime {
     async fn exec(
         &self,
         id: &ContainerId,
@@ -471,26 +509,6 @@ impl Runtime for GuardedRuntime {
         let call = self.inner.filter(id, cmd, env, input, keep);
         let after = self.deadlines.call.max(crate::domain::seed::APPLY_TIMEOUT);
         self.change("exec", "exec", id.as_str(), after, call).await
-    }
-
-    async fn pool_containers(
-        &self,
-        deployment: &Deployment,
-    ) -> Result<Vec<PooledContainer>, RuntimeError> {
-        let call = self.inner.pool_containers(deployment);
-        self.read("list", deployment.as_str(), call).await
-    }
-
-    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
-        // A stream has no deadline and no fence: it is meant to stay open
-        // and changes nothing. The watcher reconnects when it ends.
-        self.inner.events(deployment, since)
-    }
-
-    fn removed_networks(&self) -> NetworkStream {
-        // As the event stream: open for good, its connect bounded by the
-        // adapter.
-        self.inner.removed_networks()
     }
 }
 

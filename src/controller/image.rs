@@ -13,7 +13,7 @@ use crate::config::ControllerConfig;
 use crate::domain::id::SandboxId;
 use crate::domain::own_image::{self, OwnImageError};
 use crate::metrics::Metrics;
-use crate::ports::runtime::{Runtime, RuntimeError};
+use crate::ports::runtime::{Images, Runtime, RuntimeError};
 use crate::sched::WorkQueue;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -50,7 +50,7 @@ pub enum ImageError {
 
 /// The labels of `image`, which must be present (see [`Fetches::need`]).
 pub(crate) async fn labels(
-    runtime: &dyn Runtime,
+    runtime: &(impl Images + ?Sized),
     image: &str,
 ) -> Result<HashMap<String, String>, ImageError> {
     runtime

@@ -10,7 +10,7 @@
 //! a live container is not this error and is never waited for.
 
 use crate::domain::id::ContainerId;
-use crate::ports::runtime::{Runtime, RuntimeError};
+use crate::ports::runtime::{Containers, RuntimeError};
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -28,7 +28,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// container to be gone and makes the call again, for up to `within` in
 /// all.
 pub(crate) async fn once_released<T, F, Fut>(
-    runtime: &dyn Runtime,
+    runtime: &(impl Containers + ?Sized),
     within: Duration,
     mut call: F,
 ) -> Result<T, RuntimeError>
@@ -51,7 +51,7 @@ where
 /// exists; [`RuntimeError::NameStillHeld`] naming both and the wait
 /// `within` once `deadline` has passed.
 async fn wait_gone(
-    runtime: &dyn Runtime,
+    runtime: &(impl Containers + ?Sized),
     name: &str,
     holder: &ContainerId,
     deadline: Instant,

@@ -26,7 +26,7 @@ use crate::domain::sandbox::{DesiredSandbox, ServiceStatus};
 use crate::domain::secret::Secret;
 use crate::domain::start::{Source, Wanted};
 use crate::engine::{Credentials, Engine};
-use crate::ports::runtime::{ContainerSpec, Runtime};
+use crate::ports::runtime::{ContainerSpec, Host, Images};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -382,7 +382,7 @@ async fn still_wanted(
 /// destroy the working container. Asks the daemon only for a level that
 /// needs a runtime of its own.
 async fn runtime_registered(
-    runtime: &dyn Runtime,
+    runtime: &(impl Host + ?Sized),
     isolation: Isolation,
 ) -> Result<(), ProvisionError> {
     if isolation.runtime().is_none() {
@@ -403,7 +403,7 @@ async fn runtime_registered(
 /// `p` asks for: a rotation to an image that cannot serve the row must not
 /// destroy the working container.
 async fn ships_features(
-    runtime: &dyn Runtime,
+    runtime: &(impl Images + ?Sized),
     p: &Provision,
     image: &str,
 ) -> Result<(), ProvisionError> {

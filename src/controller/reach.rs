@@ -15,7 +15,7 @@ use async_trait::async_trait;
 /// `name`) whose engine port is published on `host_port` (`--probe-via`):
 /// the published port at 127.0.0.1, or at the Swarm node that runs the
 /// task; or the engine's own port under the name the runtime resolves on
-/// their network ([`crate::ports::runtime::Runtime::probe_host`]).
+/// their network ([`crate::ports::runtime::Containers::probe_host`]).
 pub(crate) async fn probe_address(
     ctx: &Context,
     engine: &'static dyn Engine,

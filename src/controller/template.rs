@@ -34,7 +34,9 @@ use crate::domain::labels;
 use crate::domain::template_volume::{self, Refusal, TEMPLATE_RECIPE};
 use crate::engine::Engine;
 use crate::metrics::Metrics;
-use crate::ports::runtime::{ContainerSpec, Runtime, RuntimeError, TemplateJob, Tmpfs, Volume};
+use crate::ports::runtime::{
+    ContainerSpec, Runtime, RuntimeError, TemplateJob, Tmpfs, Volume, Volumes,
+};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -572,7 +574,7 @@ async fn build(
 /// `keep`: those of an older image. One still mounted is left for the
 /// next build of its kind.
 async fn prune(
-    runtime: &dyn Runtime,
+    runtime: &(impl Volumes + ?Sized),
     deployment: &crate::domain::id::Deployment,
     prefix: &str,
     keep: &str,

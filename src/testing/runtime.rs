@@ -9,8 +9,9 @@ use crate::domain::labels;
 use crate::domain::labels::ContainerLabels;
 use crate::domain::pool::PooledContainer;
 use crate::ports::runtime::{
-    Capabilities, ContainerAction, ContainerSpec, DiskStore, EventStream, NetworkSpec,
-    NetworkStream, ObservedResource, Runtime, RuntimeError, RuntimeEvent, TemplateJob,
+    Capabilities, Commands, ContainerAction, ContainerSpec, Containers, DiskStore, EventStream,
+    Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError,
+    RuntimeEvent, TemplateJob, Volumes,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -486,7 +487,7 @@ fn emit(w: &mut World, id: &ContainerId, action: ContainerAction, sandbox: Optio
 }
 
 #[async_trait]
-impl Runtime for FakeRuntime {
+impl Host for FakeRuntime {
     fn capabilities(&self) -> Capabilities {
         *self.capabilities.lock().unwrap()
     }
@@ -505,7 +506,10 @@ impl Runtime for FakeRuntime {
             .await
             .map_err(|e| RuntimeError::Connect(e.into()))
     }
+}
 
+#[async_trait]
+impl Containers for FakeRuntime {
     async fn list(
         &self,
         deployment: &Deployment,
@@ -545,6 +549,239 @@ impl Runtime for FakeRuntime {
             .collect())
     }
 
+    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Create)
+            .await
+            .map_err(|e| injected("create", e))?;
+        let labels = ContainerLabels::parse(&spec.labels)
+            .ok_or_else(|| injected("create", "malformed labels".into()))?;
+        let hang = self
+            .world
+            .lock()
+            .unwrap()
+            .hang_creating
+            .contains(&labels.sandbox);
+        if hang {
+            std::future::pending::<()>().await;
+        }
+        let mut w = self.world.lock().unwrap();
+        // As dockerd: a runtime it does not have is refused at the create.
+        if let (Some(runtime), Some(known)) = (&spec.runtime, &w.oci_runtimes) {
+            if !known.contains(runtime) {
+                return Err(injected(
+                    "create",
+                    format!("unknown or invalid runtime name: {runtime}"),
+                ));
+            }
+        }
+        if std::mem::take(&mut w.lose_network) {
+            w.networks.remove(&spec.network);
+        }
+        if !w.networks.contains_key(&spec.network) {
+            return Err(RuntimeError::NetworkGone {
+                network: spec.network.clone(),
+            });
+        }
+        w.detached.retain(|(_, c)| c != &spec.name);
+        let taken = w.named(&spec.name);
+        // As the Docker adapter: never another state database's container,
+        // never another incarnation's data.
+        if taken
+            .iter()
+            .any(|id| !identity::may_replace(&w.containers[id].spec.labels, &spec.labels))
+        {
+            return Err(RuntimeError::Refused(format!(
+                "the container name {} is taken by another state database's container",
+                spec.name
+            )));
+        }
+        if let Some(holder) = taken.iter().find(|id| w.releasing.contains_key(id)) {
+            return Err(RuntimeError::NameBeingRemoved {
+                name: spec.name.clone(),
+                holder: holder.clone(),
+            });
+        }
+        if let Some(v) = &spec.volume {
+            if let Some(existing) = w.volumes.get(&v.name) {
+                if !identity::may_mount(existing, &v.labels) {
+                    return Err(RuntimeError::Refused(format!(
+                        "volume {} holds another incarnation's data",
+                        v.name
+                    )));
+                }
+            }
+        }
+        for id in taken {
+            w.take(&id);
+        }
+        if let Some(v) = &spec.volume {
+            w.volumes
+                .entry(v.name.clone())
+                .or_insert_with(|| v.labels.clone());
+        }
+        w.next += 1;
+        let id = ContainerId::new(format!("fake{:04}", w.next));
+        let sandbox = labels.sandbox.clone();
+        let host_port = spec.host_port.unwrap_or(40_000 + w.next as u16);
+        w.add(
+            id.clone(),
+            FakeContainer {
+                name: spec.name.clone(),
+                spec: spec.clone(),
+                labels,
+                state: ContainerState::Running,
+                oom_killed: false,
+                exit_code: None,
+                created: Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap(),
+                host_port,
+                paused: false,
+                clients: 0,
+            },
+        );
+        emit(&mut w, &id, ContainerAction::Create, Some(sandbox.clone()));
+        emit(&mut w, &id, ContainerAction::Start, Some(sandbox));
+        Ok(id)
+    }
+
+    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Rename)
+            .await
+            .map_err(|e| injected("rename", e))?;
+        let mut w = self.world.lock().unwrap();
+        if let Some(holder) = w
+            .named(name)
+            .into_iter()
+            .find(|other| other != id && w.releasing.contains_key(other))
+        {
+            return Err(RuntimeError::NameBeingRemoved {
+                name: name.to_owned(),
+                holder,
+            });
+        }
+        if w.named(name).iter().any(|other| other != id) {
+            return Err(injected("rename", format!("the name {name} is in use")));
+        }
+        let mut c = w
+            .take(id)
+            .ok_or_else(|| injected("rename", format!("no container {id}")))?;
+        c.name = name.to_owned();
+        c.spec.name = name.to_owned();
+        w.add(id.clone(), c);
+        Ok(())
+    }
+
+    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::PublishedPort)
+            .await
+            .map_err(|e| injected("inspect", e))?;
+        Ok(self
+            .world
+            .lock()
+            .unwrap()
+            .containers
+            .get(id)
+            .map(|c| c.host_port))
+    }
+
+    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Inspect)
+            .await
+            .map_err(|e| injected("inspect", e))?;
+        let mut w = self.world.lock().unwrap();
+        if let Some(looks) = w.releasing.get_mut(id) {
+            *looks = looks.saturating_sub(1);
+            if *looks == 0 {
+                w.releasing.remove(id);
+                if let Some(c) = w.take(id) {
+                    emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
+                }
+                return Ok(None);
+            }
+        }
+        let sandboxd = w
+            .containers
+            .get(id)
+            .or_else(|| w.containers.values().find(|c| c.name == id.as_str()))
+            .map(|c| RunState {
+                running: c.state == ContainerState::Running,
+                oom_killed: c.oom_killed,
+                finished_at: None,
+                exit_code: c.exit_code,
+            });
+        Ok(sandboxd.or_else(|| w.agents.get(id.as_str()).copied()))
+    }
+
+    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Pause)
+            .await
+            .map_err(|e| injected("pause", e))?;
+        let mut w = self.world.lock().unwrap();
+        match w.containers.get_mut(id) {
+            Some(c) if c.state == ContainerState::Running => {
+                c.paused = true;
+                Ok(())
+            }
+            _ => Err(injected("pause", format!("container {id} is not running"))),
+        }
+    }
+
+    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Pause)
+            .await
+            .map_err(|e| injected("unpause", e))?;
+        if let Some(c) = self.world.lock().unwrap().containers.get_mut(id) {
+            c.paused = false;
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, id: &ContainerId, _stop_timeout: Duration) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Remove)
+            .await
+            .map_err(|e| injected("remove", e))?;
+        let mut w = self.world.lock().unwrap();
+        if w.releasing.contains_key(id) {
+            // Docker: "removal already in progress" (the adapter's success).
+            return Ok(());
+        }
+        if let Some(c) = w.take(id) {
+            emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
+        }
+        Ok(())
+    }
+
+    async fn logs_tail(&self, _id: &ContainerId, _lines: usize) -> Result<String, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Logs)
+            .await
+            .map_err(|e| injected("logs", e))?;
+        Ok("fake log line".into())
+    }
+
+    async fn pool_containers(
+        &self,
+        _deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        // The fake creates sandbox containers only.
+        Ok(Vec::new())
+    }
+
+    fn events(&self, _deployment: &Deployment, _since: Option<i64>) -> EventStream {
+        let (tx, rx) = mpsc::unbounded();
+        self.subscribers.lock().unwrap().push(tx);
+        rx.boxed()
+    }
+}
+
+#[async_trait]
+impl Networks for FakeRuntime {
     async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
         self.faults
             .check(RuntimeOp::Network)
@@ -683,6 +920,45 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
+    /// Like Docker: the port is bound anew, to another host port unless
+    /// the container asked for a fixed one.
+    async fn rejoin(
+        &self,
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Network)
+            .await
+            .map_err(|e| injected("rejoin", e))?;
+        let mut w = self.world.lock().unwrap();
+        if !w.networks.contains_key(network) {
+            return Err(injected("rejoin", format!("no network {network}")));
+        }
+        w.next += 1;
+        let port = 40_000 + w.next as u16;
+        let c = w
+            .containers
+            .get_mut(id)
+            .filter(|c| c.spec.network == network)
+            .ok_or_else(|| injected("rejoin", format!("no container {id} on {network}")))?;
+        c.spec.aliases = aliases.to_vec();
+        c.host_port = c.spec.host_port.unwrap_or(port);
+        let name = c.name.clone();
+        w.detached.remove(&(network.to_owned(), name));
+        Ok(())
+    }
+
+    fn removed_networks(&self) -> NetworkStream {
+        let (tx, rx) = mpsc::unbounded();
+        self.network_subscribers.lock().unwrap().push(tx);
+        rx.boxed()
+    }
+}
+
+#[async_trait]
+impl Volumes for FakeRuntime {
     async fn volumes(
         &self,
         deployment: &Deployment,
@@ -720,28 +996,6 @@ impl Runtime for FakeRuntime {
         }
         w.volumes.remove(name);
         Ok(())
-    }
-
-    async fn image_labels(
-        &self,
-        image: &str,
-    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
-        self.faults
-            .check(RuntimeOp::ImageLabels)
-            .await
-            .map_err(|e| injected("inspect image", e))?;
-        let w = self.world.lock().unwrap();
-        Ok((!w.missing_images.contains(image))
-            .then(|| w.image_labels.get(image).cloned().unwrap_or_default()))
-    }
-
-    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
-        self.faults
-            .check(RuntimeOp::ImageLabels)
-            .await
-            .map_err(|e| injected("inspect image", e))?;
-        let w = self.world.lock().unwrap();
-        Ok((!w.missing_images.contains(image)).then(|| format!("sha256:fake-{image}")))
     }
 
     async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
@@ -784,6 +1038,31 @@ impl Runtime for FakeRuntime {
         w.template_jobs += 1;
         Ok(())
     }
+}
+
+#[async_trait]
+impl Images for FakeRuntime {
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::ImageLabels)
+            .await
+            .map_err(|e| injected("inspect image", e))?;
+        let w = self.world.lock().unwrap();
+        Ok((!w.missing_images.contains(image))
+            .then(|| w.image_labels.get(image).cloned().unwrap_or_default()))
+    }
+
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::ImageLabels)
+            .await
+            .map_err(|e| injected("inspect image", e))?;
+        let w = self.world.lock().unwrap();
+        Ok((!w.missing_images.contains(image)).then(|| format!("sha256:fake-{image}")))
+    }
 
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
         *self
@@ -808,253 +1087,10 @@ impl Runtime for FakeRuntime {
         self.world.lock().unwrap().missing_images.remove(image);
         Ok(())
     }
+}
 
-    async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
-        self.faults
-            .check(RuntimeOp::Create)
-            .await
-            .map_err(|e| injected("create", e))?;
-        let labels = ContainerLabels::parse(&spec.labels)
-            .ok_or_else(|| injected("create", "malformed labels".into()))?;
-        let hang = self
-            .world
-            .lock()
-            .unwrap()
-            .hang_creating
-            .contains(&labels.sandbox);
-        if hang {
-            std::future::pending::<()>().await;
-        }
-        let mut w = self.world.lock().unwrap();
-        // As dockerd: a runtime it does not have is refused at the create.
-        if let (Some(runtime), Some(known)) = (&spec.runtime, &w.oci_runtimes) {
-            if !known.contains(runtime) {
-                return Err(injected(
-                    "create",
-                    format!("unknown or invalid runtime name: {runtime}"),
-                ));
-            }
-        }
-        if std::mem::take(&mut w.lose_network) {
-            w.networks.remove(&spec.network);
-        }
-        if !w.networks.contains_key(&spec.network) {
-            return Err(RuntimeError::NetworkGone {
-                network: spec.network.clone(),
-            });
-        }
-        w.detached.retain(|(_, c)| c != &spec.name);
-        let taken = w.named(&spec.name);
-        // As the Docker adapter: never another state database's container,
-        // never another incarnation's data.
-        if taken
-            .iter()
-            .any(|id| !identity::may_replace(&w.containers[id].spec.labels, &spec.labels))
-        {
-            return Err(RuntimeError::Refused(format!(
-                "the container name {} is taken by another state database's container",
-                spec.name
-            )));
-        }
-        if let Some(holder) = taken.iter().find(|id| w.releasing.contains_key(id)) {
-            return Err(RuntimeError::NameBeingRemoved {
-                name: spec.name.clone(),
-                holder: holder.clone(),
-            });
-        }
-        if let Some(v) = &spec.volume {
-            if let Some(existing) = w.volumes.get(&v.name) {
-                if !identity::may_mount(existing, &v.labels) {
-                    return Err(RuntimeError::Refused(format!(
-                        "volume {} holds another incarnation's data",
-                        v.name
-                    )));
-                }
-            }
-        }
-        for id in taken {
-            w.take(&id);
-        }
-        if let Some(v) = &spec.volume {
-            w.volumes
-                .entry(v.name.clone())
-                .or_insert_with(|| v.labels.clone());
-        }
-        w.next += 1;
-        let id = ContainerId::new(format!("fake{:04}", w.next));
-        let sandbox = labels.sandbox.clone();
-        let host_port = spec.host_port.unwrap_or(40_000 + w.next as u16);
-        w.add(
-            id.clone(),
-            FakeContainer {
-                name: spec.name.clone(),
-                spec: spec.clone(),
-                labels,
-                state: ContainerState::Running,
-                oom_killed: false,
-                exit_code: None,
-                created: Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap(),
-                host_port,
-                paused: false,
-                clients: 0,
-            },
-        );
-        emit(&mut w, &id, ContainerAction::Create, Some(sandbox.clone()));
-        emit(&mut w, &id, ContainerAction::Start, Some(sandbox));
-        Ok(id)
-    }
-
-    async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
-        self.faults
-            .check(RuntimeOp::Rename)
-            .await
-            .map_err(|e| injected("rename", e))?;
-        let mut w = self.world.lock().unwrap();
-        if let Some(holder) = w
-            .named(name)
-            .into_iter()
-            .find(|other| other != id && w.releasing.contains_key(other))
-        {
-            return Err(RuntimeError::NameBeingRemoved {
-                name: name.to_owned(),
-                holder,
-            });
-        }
-        if w.named(name).iter().any(|other| other != id) {
-            return Err(injected("rename", format!("the name {name} is in use")));
-        }
-        let mut c = w
-            .take(id)
-            .ok_or_else(|| injected("rename", format!("no container {id}")))?;
-        c.name = name.to_owned();
-        c.spec.name = name.to_owned();
-        w.add(id.clone(), c);
-        Ok(())
-    }
-
-    /// Like Docker: the port is bound anew, to another host port unless
-    /// the container asked for a fixed one.
-    async fn rejoin(
-        &self,
-        network: &str,
-        id: &ContainerId,
-        aliases: &[String],
-    ) -> Result<(), RuntimeError> {
-        self.faults
-            .check(RuntimeOp::Network)
-            .await
-            .map_err(|e| injected("rejoin", e))?;
-        let mut w = self.world.lock().unwrap();
-        if !w.networks.contains_key(network) {
-            return Err(injected("rejoin", format!("no network {network}")));
-        }
-        w.next += 1;
-        let port = 40_000 + w.next as u16;
-        let c = w
-            .containers
-            .get_mut(id)
-            .filter(|c| c.spec.network == network)
-            .ok_or_else(|| injected("rejoin", format!("no container {id} on {network}")))?;
-        c.spec.aliases = aliases.to_vec();
-        c.host_port = c.spec.host_port.unwrap_or(port);
-        let name = c.name.clone();
-        w.detached.remove(&(network.to_owned(), name));
-        Ok(())
-    }
-
-    async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
-        self.faults
-            .check(RuntimeOp::PublishedPort)
-            .await
-            .map_err(|e| injected("inspect", e))?;
-        Ok(self
-            .world
-            .lock()
-            .unwrap()
-            .containers
-            .get(id)
-            .map(|c| c.host_port))
-    }
-
-    async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
-        self.faults
-            .check(RuntimeOp::Inspect)
-            .await
-            .map_err(|e| injected("inspect", e))?;
-        let mut w = self.world.lock().unwrap();
-        if let Some(looks) = w.releasing.get_mut(id) {
-            *looks = looks.saturating_sub(1);
-            if *looks == 0 {
-                w.releasing.remove(id);
-                if let Some(c) = w.take(id) {
-                    emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
-                }
-                return Ok(None);
-            }
-        }
-        let sandboxd = w
-            .containers
-            .get(id)
-            .or_else(|| w.containers.values().find(|c| c.name == id.as_str()))
-            .map(|c| RunState {
-                running: c.state == ContainerState::Running,
-                oom_killed: c.oom_killed,
-                finished_at: None,
-                exit_code: c.exit_code,
-            });
-        Ok(sandboxd.or_else(|| w.agents.get(id.as_str()).copied()))
-    }
-
-    async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
-        self.faults
-            .check(RuntimeOp::Pause)
-            .await
-            .map_err(|e| injected("pause", e))?;
-        let mut w = self.world.lock().unwrap();
-        match w.containers.get_mut(id) {
-            Some(c) if c.state == ContainerState::Running => {
-                c.paused = true;
-                Ok(())
-            }
-            _ => Err(injected("pause", format!("container {id} is not running"))),
-        }
-    }
-
-    async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
-        self.faults
-            .check(RuntimeOp::Pause)
-            .await
-            .map_err(|e| injected("unpause", e))?;
-        if let Some(c) = self.world.lock().unwrap().containers.get_mut(id) {
-            c.paused = false;
-        }
-        Ok(())
-    }
-
-    async fn remove(&self, id: &ContainerId, _stop_timeout: Duration) -> Result<(), RuntimeError> {
-        self.faults
-            .check(RuntimeOp::Remove)
-            .await
-            .map_err(|e| injected("remove", e))?;
-        let mut w = self.world.lock().unwrap();
-        if w.releasing.contains_key(id) {
-            // Docker: "removal already in progress" (the adapter's success).
-            return Ok(());
-        }
-        if let Some(c) = w.take(id) {
-            emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
-        }
-        Ok(())
-    }
-
-    async fn logs_tail(&self, _id: &ContainerId, _lines: usize) -> Result<String, RuntimeError> {
-        self.faults
-            .check(RuntimeOp::Logs)
-            .await
-            .map_err(|e| injected("logs", e))?;
-        Ok("fake log line".into())
-    }
-
+#[async_trait]
+impl Commands for FakeRuntime {
     async fn exec(
         &self,
         id: &ContainerId,
@@ -1099,25 +1135,5 @@ impl Runtime for FakeRuntime {
             _ => (if running { 0 } else { 1 }, String::new()),
         };
         Ok(ExecOutput { exit_code, output })
-    }
-
-    async fn pool_containers(
-        &self,
-        _deployment: &Deployment,
-    ) -> Result<Vec<PooledContainer>, RuntimeError> {
-        // The fake creates sandbox containers only.
-        Ok(Vec::new())
-    }
-
-    fn events(&self, _deployment: &Deployment, _since: Option<i64>) -> EventStream {
-        let (tx, rx) = mpsc::unbounded();
-        self.subscribers.lock().unwrap().push(tx);
-        rx.boxed()
-    }
-
-    fn removed_networks(&self) -> NetworkStream {
-        let (tx, rx) = mpsc::unbounded();
-        self.network_subscribers.lock().unwrap().push(tx);
-        rx.boxed()
     }
 }

@@ -9,7 +9,7 @@ use common::{eventually, host_pg_url, request, sandbox_id, TestEnv};
 use sandboxd::client::Client;
 use sandboxd::config::readiness_overrides;
 use sandboxd::domain::Phase;
-use sandboxd::ports::Runtime;
+use sandboxd::ports::runtime::Containers;
 use sqlx::Connection;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -14,7 +14,7 @@ use sandboxd::client::{Client, Request, SandboxRequest};
 use sandboxd::config::warm_pools;
 use sandboxd::domain::isolation::Isolation;
 use sandboxd::domain::{SandboxId, SandboxStatus};
-use sandboxd::ports::runtime::Runtime;
+use sandboxd::ports::runtime::{Containers, Host};
 use sqlx::Connection;
 use std::time::Duration;
 

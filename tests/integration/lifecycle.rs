@@ -247,7 +247,7 @@ async fn a_container_force_removed_again_and_again_is_healed_each_time_without_a
 async fn a_create_meeting_its_name_held_by_a_container_being_removed_names_it_and_succeeds_after() {
     use bollard::models::ContainerStateStatusEnum;
     use bollard::query_parameters::InspectContainerOptions;
-    use sandboxd::ports::runtime::{ContainerSpec, Runtime, RuntimeError};
+    use sandboxd::ports::runtime::{ContainerSpec, Containers, RuntimeError};
     let env = TestEnv::new().await;
     let id = sandbox_id("held");
     let name = format!("sandboxd.{}.{id}.redis", env.deployment);

@@ -14,7 +14,7 @@ use sandboxd::config::{warm_pools, ControllerConfig};
 use sandboxd::domain::container::ContainerState;
 use sandboxd::domain::pool::PooledContainer;
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
-use sandboxd::ports::runtime::Runtime;
+use sandboxd::ports::runtime::{Containers, Networks};
 use sqlx::Connection;
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ use super::{api, is_status, DockerRuntime};
 use crate::domain::hex::encode as domain_hex;
 use crate::domain::volume_disk::{self, Verdict};
 use crate::metrics::{self, DockerCall};
-use crate::ports::runtime::{Disk, DiskStore, Runtime, RuntimeError, Volume};
+use crate::ports::runtime::{Containers, Disk, DiskStore, RuntimeError, Volume};
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveVolumeOptions,

@@ -15,7 +15,7 @@ use super::{api, DockerRuntime};
 use crate::domain::container::ExecOutput;
 use crate::domain::id::ContainerId;
 use crate::domain::labels;
-use crate::ports::runtime::{Runtime, RuntimeError};
+use crate::ports::runtime::{Commands, RuntimeError};
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 use std::collections::HashMap;
 

@@ -27,7 +27,7 @@ use crate::adapters::docker::{HELPER_FAILED, NODE_EXEC};
 use crate::domain::container::ExecOutput;
 use crate::domain::id::Deployment;
 use crate::domain::labels;
-use crate::ports::runtime::{NetworkSpec, Runtime, RuntimeError};
+use crate::ports::runtime::{NetworkSpec, Networks, RuntimeError};
 use bollard::models::{
     Limit, Mount, MountType, NetworkAttachmentConfig, ServiceSpec, ServiceSpecMode,
     ServiceSpecModeReplicatedJob, Task, TaskSpec, TaskSpecContainerSpec, TaskSpecLogDriver,

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::domain::id::ContainerId;
 use crate::domain::labels;
-use crate::ports::runtime::{NetworkSpec, Runtime, RuntimeError, TemplateJob};
+use crate::ports::runtime::{Containers, NetworkSpec, Networks, RuntimeError, TemplateJob};
 use bollard::models::{
     NetworkAttachmentConfig, ServiceSpec, ServiceSpecMode, Task, TaskSpec, TaskSpecContainerSpec,
     TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,

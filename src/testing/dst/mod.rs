@@ -32,7 +32,7 @@ use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::sandbox::DesiredSandbox;
 use crate::domain::ContainerId;
 use crate::metrics::Metrics;
-use crate::ports::Runtime as _;
+use crate::ports::runtime::{Containers as _, Networks as _};
 use crate::testing::{FakeEngine, FAKE_ENGINES};
 use chrono::{DateTime, TimeZone, Utc};
 use std::collections::{BTreeMap, BTreeSet};

@@ -294,17 +294,23 @@ impl World {
 }
 
 #[async_trait]
-impl Runtime for SimRuntime {
+impl Host for SimRuntime {
     async fn ping(&self) -> Result<(), RuntimeError> {
         self.read("ping", "daemon", self.fake().ping()).await
     }
+
     async fn host_memory(&self) -> Result<Option<u64>, RuntimeError> {
         self.read("info", "daemon", self.fake().host_memory()).await
     }
+
     async fn oci_runtimes(&self) -> Result<Option<Vec<String>>, RuntimeError> {
         self.read("info", "daemon", self.fake().oci_runtimes())
             .await
     }
+}
+
+#[async_trait]
+impl Containers for SimRuntime {
     async fn list(
         &self,
         deployment: &Deployment,
@@ -343,107 +349,7 @@ impl Runtime for SimRuntime {
         }
         Ok(now)
     }
-    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
-        self.change(
-            "network-create",
-            &spec.name,
-            self.fake().ensure_network(spec),
-        )
-        .await
-    }
-    async fn networks(
-        &self,
-        deployment: &Deployment,
-    ) -> Result<Vec<ObservedResource>, RuntimeError> {
-        self.read(
-            "networks",
-            deployment.as_str(),
-            self.fake().networks(deployment),
-        )
-        .await
-    }
-    async fn remove_network(
-        &self,
-        name: &str,
-        deployment: &Deployment,
-    ) -> Result<(), RuntimeError> {
-        self.change(
-            "network-remove",
-            name,
-            self.fake().remove_network(name, deployment),
-        )
-        .await
-    }
-    async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError> {
-        self.read(
-            "network-members",
-            network,
-            self.fake().network_members(network),
-        )
-        .await
-    }
-    async fn attach_candidate(&self, name: &str) -> Result<Option<Candidate>, RuntimeError> {
-        self.read("attach-candidate", name, self.fake().attach_candidate(name))
-            .await
-    }
-    async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
-        self.change(
-            "connect",
-            container,
-            self.fake().connect(network, container),
-        )
-        .await
-    }
-    async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
-        self.change(
-            "disconnect",
-            container,
-            self.fake().disconnect(network, container),
-        )
-        .await
-    }
-    async fn volumes(
-        &self,
-        deployment: &Deployment,
-    ) -> Result<Vec<ObservedResource>, RuntimeError> {
-        self.read(
-            "volumes",
-            deployment.as_str(),
-            self.fake().volumes(deployment),
-        )
-        .await
-    }
-    async fn remove_volume(
-        &self,
-        name: &str,
-        deployment: &Deployment,
-        disks: Option<&DiskStore>,
-    ) -> Result<(), RuntimeError> {
-        self.change(
-            "volume-remove",
-            name,
-            self.fake().remove_volume(name, deployment, disks),
-        )
-        .await
-    }
-    async fn image_labels(
-        &self,
-        image: &str,
-    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
-        self.read("image-labels", image, self.fake().image_labels(image))
-            .await
-    }
-    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
-        self.read("image-id", image, self.fake().image_id(image))
-            .await
-    }
-    async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
-        self.read("pull", image, self.fake().pull(image)).await
-    }
-    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
-        self.change("template-job", &job.name, self.fake().run_template_job(job))
-            .await
-    }
+
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<ContainerId, RuntimeError> {
         let world = self.world.clone();
         let created = self
@@ -455,31 +361,22 @@ impl Runtime for SimRuntime {
             .await;
         created
     }
+
     async fn rename(&self, id: &ContainerId, name: &str) -> Result<(), RuntimeError> {
         self.change("rename", id.as_str(), self.fake().rename(id, name))
             .await
     }
-    async fn rejoin(
-        &self,
-        network: &str,
-        id: &ContainerId,
-        aliases: &[String],
-    ) -> Result<(), RuntimeError> {
-        self.change(
-            "rejoin",
-            id.as_str(),
-            self.fake().rejoin(network, id, aliases),
-        )
-        .await
-    }
+
     async fn published_port(&self, id: &ContainerId) -> Result<Option<u16>, RuntimeError> {
         self.read("port", id.as_str(), self.fake().published_port(id))
             .await
     }
+
     async fn inspect(&self, id: &ContainerId) -> Result<Option<RunState>, RuntimeError> {
         self.read("inspect", id.as_str(), self.fake().inspect(id))
             .await
     }
+
     async fn remove(&self, id: &ContainerId, stop_timeout: Duration) -> Result<(), RuntimeError> {
         // Whether the row was there is judged when the removal leaves the
         // controller (after any freeze), not when it lands.
@@ -496,18 +393,195 @@ impl Runtime for SimRuntime {
         )
         .await
     }
+
     async fn pause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
         self.change("pause", id.as_str(), self.fake().pause(id))
             .await
     }
+
     async fn unpause(&self, id: &ContainerId) -> Result<(), RuntimeError> {
         self.change("unpause", id.as_str(), self.fake().unpause(id))
             .await
     }
+
     async fn logs_tail(&self, id: &ContainerId, lines: usize) -> Result<String, RuntimeError> {
         self.read("logs", id.as_str(), self.fake().logs_tail(id, lines))
             .await
     }
+
+    async fn pool_containers(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<PooledContainer>, RuntimeError> {
+        self.read(
+            "pool",
+            deployment.as_str(),
+            self.fake().pool_containers(deployment),
+        )
+        .await
+    }
+
+    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
+        let inner = self.fake().events(deployment, since);
+        let world = self.world.clone();
+        let process = self.process.clone();
+        perturbed(inner, world, process)
+    }
+}
+
+#[async_trait]
+impl Networks for SimRuntime {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<bool, RuntimeError> {
+        self.change(
+            "network-create",
+            &spec.name,
+            self.fake().ensure_network(spec),
+        )
+        .await
+    }
+
+    async fn networks(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        self.read(
+            "networks",
+            deployment.as_str(),
+            self.fake().networks(deployment),
+        )
+        .await
+    }
+
+    async fn remove_network(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+    ) -> Result<(), RuntimeError> {
+        self.change(
+            "network-remove",
+            name,
+            self.fake().remove_network(name, deployment),
+        )
+        .await
+    }
+
+    async fn network_members(&self, network: &str) -> Result<Option<Vec<String>>, RuntimeError> {
+        self.read(
+            "network-members",
+            network,
+            self.fake().network_members(network),
+        )
+        .await
+    }
+
+    async fn attach_candidate(&self, name: &str) -> Result<Option<Candidate>, RuntimeError> {
+        self.read("attach-candidate", name, self.fake().attach_candidate(name))
+            .await
+    }
+
+    async fn connect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        self.change(
+            "connect",
+            container,
+            self.fake().connect(network, container),
+        )
+        .await
+    }
+
+    async fn disconnect(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        self.change(
+            "disconnect",
+            container,
+            self.fake().disconnect(network, container),
+        )
+        .await
+    }
+
+    async fn rejoin(
+        &self,
+        network: &str,
+        id: &ContainerId,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        self.change(
+            "rejoin",
+            id.as_str(),
+            self.fake().rejoin(network, id, aliases),
+        )
+        .await
+    }
+
+    fn removed_networks(&self) -> NetworkStream {
+        let inner = self.fake().removed_networks();
+        let process = self.process.clone();
+        inner
+            .then(move |item| {
+                let process = process.clone();
+                async move {
+                    process.gate().await;
+                    item
+                }
+            })
+            .boxed()
+    }
+}
+
+#[async_trait]
+impl Volumes for SimRuntime {
+    async fn volumes(
+        &self,
+        deployment: &Deployment,
+    ) -> Result<Vec<ObservedResource>, RuntimeError> {
+        self.read(
+            "volumes",
+            deployment.as_str(),
+            self.fake().volumes(deployment),
+        )
+        .await
+    }
+
+    async fn remove_volume(
+        &self,
+        name: &str,
+        deployment: &Deployment,
+        disks: Option<&DiskStore>,
+    ) -> Result<(), RuntimeError> {
+        self.change(
+            "volume-remove",
+            name,
+            self.fake().remove_volume(name, deployment, disks),
+        )
+        .await
+    }
+
+    async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
+        self.change("template-job", &job.name, self.fake().run_template_job(job))
+            .await
+    }
+}
+
+#[async_trait]
+impl Images for SimRuntime {
+    async fn image_labels(
+        &self,
+        image: &str,
+    ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+        self.read("image-labels", image, self.fake().image_labels(image))
+            .await
+    }
+
+    async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
+        self.read("image-id", image, self.fake().image_id(image))
+            .await
+    }
+
+    async fn pull(&self, image: &str) -> Result<(), RuntimeError> {
+        self.read("pull", image, self.fake().pull(image)).await
+    }
+}
+
+#[async_trait]
+impl Commands for SimRuntime {
     async fn exec(
         &self,
         id: &ContainerId,
@@ -530,36 +604,6 @@ impl Runtime for SimRuntime {
                 self.fake().exec(id, cmd, env),
             )
             .await
-    }
-    async fn pool_containers(
-        &self,
-        deployment: &Deployment,
-    ) -> Result<Vec<PooledContainer>, RuntimeError> {
-        self.read(
-            "pool",
-            deployment.as_str(),
-            self.fake().pool_containers(deployment),
-        )
-        .await
-    }
-    fn events(&self, deployment: &Deployment, since: Option<i64>) -> EventStream {
-        let inner = self.fake().events(deployment, since);
-        let world = self.world.clone();
-        let process = self.process.clone();
-        perturbed(inner, world, process)
-    }
-    fn removed_networks(&self) -> NetworkStream {
-        let inner = self.fake().removed_networks();
-        let process = self.process.clone();
-        inner
-            .then(move |item| {
-                let process = process.clone();
-                async move {
-                    process.gate().await;
-                    item
-                }
-            })
-            .boxed()
     }
 }
 

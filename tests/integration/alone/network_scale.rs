@@ -9,7 +9,7 @@ use bollard::query_parameters::InspectNetworkOptions;
 use common::{eventually, request, sandbox_id, TestEnv};
 use sandboxd::client::Client;
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
-use sandboxd::ports::runtime::Runtime;
+use sandboxd::ports::runtime::Networks;
 use std::collections::BTreeSet;
 use std::time::Duration;
 

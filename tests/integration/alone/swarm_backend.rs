@@ -25,7 +25,7 @@ use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::config::ControllerConfig;
 use sandboxd::controller::template::TEMPLATE;
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus, ServiceStatus};
-use sandboxd::ports::runtime::Runtime as _;
+use sandboxd::ports::runtime::Containers as _;
 use sqlx::{Connection, PgConnection};
 use std::time::Duration;
 

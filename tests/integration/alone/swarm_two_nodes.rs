@@ -31,7 +31,7 @@ use common::{
 use sandboxd::client::{Client, SandboxRequest};
 use sandboxd::domain::container::ContainerState;
 use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
-use sandboxd::ports::runtime::Runtime as _;
+use sandboxd::ports::runtime::Containers as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;

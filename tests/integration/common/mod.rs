@@ -17,7 +17,7 @@ use sandboxd::domain::container::ObservedContainer;
 use sandboxd::domain::lease::LeasePolicy;
 use sandboxd::domain::{Deployment, SandboxId};
 use sandboxd::metrics::Metrics;
-use sandboxd::ports::Runtime;
+use sandboxd::ports::runtime::{Containers, Networks};
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
