@@ -136,8 +136,12 @@ pub(crate) async fn run(
             }
             Err(e) => e,
         };
+        // A container killed from outside says nothing of its source.
+        if matches!(e, ProvisionError::Interrupted(_)) {
+            return Err(e);
+        }
         forget(ctx, job, start.source, &spec).await;
-        if !start.falls_back || matches!(e, ProvisionError::Interrupted(_)) {
+        if !start.falls_back {
             return Err(e);
         }
         tracing::warn!(container = spec.name, source = ?start.source, error = %e, "the engine did not start from its source; trying the next");
