@@ -33,11 +33,14 @@ pub enum Mutation {
     /// are published: it is replaced (healed onto a new container) at
     /// every reconcile instead of kept.
     ReplaceServing,
+    /// A ready warm-pool container a reconcile reserves stays in the
+    /// pool's memory: the next reconcile reserves (and claims) it again.
+    ServeTwice,
 }
 
 impl Mutation {
     /// Every mutation, in a fixed order.
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::SkipFence,
         Mutation::IgnoreGrace,
         Mutation::NoBreaker,
@@ -47,6 +50,7 @@ impl Mutation {
         Mutation::QuitOnWatchFailure,
         Mutation::KeepEveryEvent,
         Mutation::ReplaceServing,
+        Mutation::ServeTwice,
     ];
 
     /// Its name on a command line.
@@ -61,6 +65,7 @@ impl Mutation {
             Mutation::QuitOnWatchFailure => "quit-on-watch-failure",
             Mutation::KeepEveryEvent => "keep-every-event",
             Mutation::ReplaceServing => "replace-serving",
+            Mutation::ServeTwice => "serve-twice",
         }
     }
 
@@ -76,6 +81,7 @@ impl Mutation {
             Mutation::QuitOnWatchFailure => "exit",
             Mutation::KeepEveryEvent => "growth",
             Mutation::ReplaceServing => "reap",
+            Mutation::ServeTwice => "pool",
         }
     }
 

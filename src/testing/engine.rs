@@ -1,6 +1,7 @@
 //! A fake engine: no client library, readiness through the runtime's exec.
 
 use crate::domain::checkpoint::CheckpointName;
+use crate::domain::container::ExecOutput;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
 use crate::engine::{Credentials, Engine, EngineError, Registry, Target};
@@ -78,38 +79,25 @@ impl Engine for FakeEngine {
         vec![("HOST", host.to_owned()), ("PORT", port.to_string())]
     }
     async fn probe(&self, target: &Target<'_>) -> Result<(), EngineError> {
-        let out = target
-            .exec
-            .exec(&["probe"], Vec::new())
-            .await
-            .map_err(|reason| EngineError::NotReady {
-                engine: NAME,
-                reason,
-            })?;
-        if out.exit_code == 0 {
-            Ok(())
-        } else {
-            Err(EngineError::NotReady {
-                engine: NAME,
-                reason: format!("probe exited {}", out.exit_code),
-            })
-        }
+        run(target, "probe", Vec::new(), not_ready).await.map(drop)
+    }
+    fn has_pool(&self) -> bool {
+        true
+    }
+    /// Through exec (a real engine speaks its protocol): the fake runtime
+    /// lets the claimant's password in where the pool's opened.
+    async fn claim(&self, pool: &Target<'_>, claimant: &Credentials) -> Result<(), EngineError> {
+        let env = vec![
+            format!(
+                "FAKEDB_POOL_PASSWORD={}",
+                pool.credentials.password.expose()
+            ),
+            format!("FAKEDB_PASSWORD={}", claimant.password.expose()),
+        ];
+        run(pool, "claim", env, client).await.map(drop)
     }
     async fn clients(&self, target: &Target<'_>) -> Result<Option<u32>, EngineError> {
-        let out = target
-            .exec
-            .exec(&["clients"], Vec::new())
-            .await
-            .map_err(|reason| EngineError::Client {
-                engine: NAME,
-                reason,
-            })?;
-        if out.exit_code != 0 {
-            return Err(EngineError::Client {
-                engine: NAME,
-                reason: format!("clients exited {}", out.exit_code),
-            });
-        }
+        let out = run(target, "clients", Vec::new(), client).await?;
         Ok(out.output.trim().parse().ok())
     }
     fn checkpoint_size_command(&self, _c: &Credentials) -> Option<Vec<String>> {
@@ -137,5 +125,39 @@ impl Engine for FakeEngine {
         features: &BTreeSet<String>,
     ) -> Result<Vec<String>, EngineError> {
         Ok(features.iter().cloned().collect())
+    }
+}
+
+/// Runs `cmd` in the target's container with `env`: what it printed, or
+/// `fail`'s error if it could not run or exited other than 0.
+async fn run(
+    target: &Target<'_>,
+    cmd: &str,
+    env: Vec<String>,
+    fail: fn(String) -> EngineError,
+) -> Result<ExecOutput, EngineError> {
+    let out = target.exec.exec(&[cmd], env).await.map_err(fail)?;
+    if out.exit_code == 0 {
+        Ok(out)
+    } else {
+        Err(fail(format!(
+            "{cmd} exited {}: {}",
+            out.exit_code,
+            out.output.trim()
+        )))
+    }
+}
+
+fn not_ready(reason: String) -> EngineError {
+    EngineError::NotReady {
+        engine: NAME,
+        reason,
+    }
+}
+
+fn client(reason: String) -> EngineError {
+    EngineError::Client {
+        engine: NAME,
+        reason,
     }
 }

@@ -56,6 +56,58 @@ pub(crate) struct FakeContainer {
     pub(crate) paused: bool,
     /// Client connections the fake engine reports (exec `clients`).
     pub(crate) clients: u32,
+    /// A warm pool's container: it has no sandbox label (its `labels`
+    /// name [`POOL_SANDBOX`]), a sandbox list does not show it, its events
+    /// name no sandbox, and only a claim recorded in the state database
+    /// says whose it is once claimed.
+    pub(crate) pool: bool,
+    /// The password its engine opens to now: the one it was started with
+    /// (`SANDBOXD_PASSWORD` on its standard input), or a claimant's after
+    /// the fake engine's claim.
+    pub(crate) password: String,
+    /// Networks it joined after it was created (a claimed pool container
+    /// joins its sandbox's).
+    pub(crate) joined: BTreeSet<String>,
+}
+
+/// The sandbox a pool container's `labels` name (it has no sandbox label).
+pub(crate) const POOL_SANDBOX: &str = "warm-pool";
+
+impl FakeContainer {
+    /// The sandbox its events name: none for a pool container.
+    fn event_sandbox(&self) -> Option<SandboxId> {
+        (!self.pool).then(|| self.labels.sandbox.clone())
+    }
+}
+
+/// The labels of a new container: a sandbox's as they are, a pool's with
+/// [`POOL_SANDBOX`] for the sandbox it does not name yet.
+fn labels_of(spec: &ContainerSpec) -> Option<(ContainerLabels, bool)> {
+    let pool = spec
+        .labels
+        .get(crate::domain::pool::POOL)
+        .map(String::as_str)
+        == Some("1");
+    if !pool {
+        return ContainerLabels::parse(&spec.labels).map(|l| (l, false));
+    }
+    let mut map = spec.labels.clone();
+    map.insert(labels::SANDBOX.to_owned(), POOL_SANDBOX.to_owned());
+    map.insert(labels::GENERATION.to_owned(), "0".to_owned());
+    ContainerLabels::parse(&map).map(|l| (l, true))
+}
+
+/// The password a container's standard input starts its engine with.
+fn started_password(spec: &ContainerSpec) -> String {
+    spec.stdin
+        .as_ref()
+        .and_then(|s| {
+            s.expose()
+                .lines()
+                .find_map(|l| l.strip_prefix("SANDBOXD_PASSWORD="))
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
 }
 
 #[derive(Default)]
@@ -128,6 +180,7 @@ impl World {
                 .filter(|(n, name)| name == &c.name && n != own)
                 .map(|(n, _)| n.clone()),
         );
+        on.extend(c.joined.iter().filter(|n| *n != own).cloned());
         on
     }
 
@@ -432,10 +485,10 @@ impl FakeRuntime {
     /// `looks` times more; then it is gone.
     pub(crate) fn remove_slowly(&self, id: &ContainerId, looks: u32) {
         let mut w = self.world.lock().unwrap();
-        let sandbox = w.containers.get_mut(id).map(|c| {
+        let sandbox = w.containers.get_mut(id).and_then(|c| {
             c.state = ContainerState::Removing;
             c.paused = false;
-            c.labels.sandbox.clone()
+            c.event_sandbox()
         });
         w.releasing.insert(id.clone(), looks);
         emit(&mut w, id, ContainerAction::Kill, sandbox.clone());
@@ -446,12 +499,12 @@ impl FakeRuntime {
     /// 1), or was OOM-killed if `oom`: only `die` is reported.
     pub(crate) fn kill(&self, id: &ContainerId, oom: bool) {
         let mut w = self.world.lock().unwrap();
-        let sandbox = w.containers.get_mut(id).map(|c| {
+        let sandbox = w.containers.get_mut(id).and_then(|c| {
             c.state = ContainerState::Exited;
             c.paused = false;
             c.oom_killed = oom;
             c.exit_code = Some(if oom { 137 } else { 1 });
-            c.labels.sandbox.clone()
+            c.event_sandbox()
         });
         emit(&mut w, id, ContainerAction::Die, sandbox);
     }
@@ -459,14 +512,45 @@ impl FakeRuntime {
     /// `docker kill`: the API reports `kill`, then the process's `die`.
     pub(crate) fn kill_from_outside(&self, id: &ContainerId) {
         let mut w = self.world.lock().unwrap();
-        let sandbox = w.containers.get_mut(id).map(|c| {
+        let sandbox = w.containers.get_mut(id).and_then(|c| {
             c.state = ContainerState::Exited;
             c.paused = false;
             c.exit_code = Some(137);
-            c.labels.sandbox.clone()
+            c.event_sandbox()
         });
         emit(&mut w, id, ContainerAction::Kill, sandbox.clone());
         emit(&mut w, id, ContainerAction::Die, sandbox);
+    }
+}
+
+/// The fake engine's claim (exec `claim` with `FAKEDB_POOL_PASSWORD` and
+/// `FAKEDB_PASSWORD`): a running pool container that opens to the pool
+/// password opens to the claimant's afterwards, and to nothing else.
+fn claim(w: &mut World, id: &ContainerId, env: &[String]) -> ExecOutput {
+    let var = |name: &str| {
+        env.iter()
+            .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_owned)
+    };
+    let (pool, claimant) = (var("FAKEDB_POOL_PASSWORD"), var("FAKEDB_PASSWORD"));
+    let c = w.containers.get_mut(id).filter(|c| {
+        c.pool
+            && c.state == ContainerState::Running
+            && !c.paused
+            && pool.as_deref() == Some(c.password.as_str())
+    });
+    match (c, claimant) {
+        (Some(c), Some(claimant)) => {
+            c.password = claimant;
+            ExecOutput {
+                exit_code: 0,
+                output: String::new(),
+            }
+        }
+        _ => ExecOutput {
+            exit_code: 1,
+            output: "the pool password does not open it".to_owned(),
+        },
     }
 }
 
@@ -535,7 +619,7 @@ impl Containers for FakeRuntime {
         };
         Ok(ids
             .map(|id| (id, &w.containers[id]))
-            .filter(|(_, c)| &c.labels.deployment == deployment)
+            .filter(|(_, c)| !c.pool && &c.labels.deployment == deployment)
             .map(|(id, c)| ObservedContainer {
                 id: id.clone(),
                 name: c.name.clone(),
@@ -554,8 +638,8 @@ impl Containers for FakeRuntime {
             .check(RuntimeOp::Create)
             .await
             .map_err(|e| injected("create", e))?;
-        let labels = ContainerLabels::parse(&spec.labels)
-            .ok_or_else(|| injected("create", "malformed labels".into()))?;
+        let (labels, pool) =
+            labels_of(spec).ok_or_else(|| injected("create", "malformed labels".into()))?;
         let hang = self
             .world
             .lock()
@@ -622,25 +706,26 @@ impl Containers for FakeRuntime {
         }
         w.next += 1;
         let id = ContainerId::new(format!("fake{:04}", w.next));
-        let sandbox = labels.sandbox.clone();
         let host_port = spec.host_port.unwrap_or(40_000 + w.next as u16);
-        w.add(
-            id.clone(),
-            FakeContainer {
-                name: spec.name.clone(),
-                spec: spec.clone(),
-                labels,
-                state: ContainerState::Running,
-                oom_killed: false,
-                exit_code: None,
-                created: Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap(),
-                host_port,
-                paused: false,
-                clients: 0,
-            },
-        );
-        emit(&mut w, &id, ContainerAction::Create, Some(sandbox.clone()));
-        emit(&mut w, &id, ContainerAction::Start, Some(sandbox));
+        let c = FakeContainer {
+            name: spec.name.clone(),
+            spec: spec.clone(),
+            labels,
+            state: ContainerState::Running,
+            oom_killed: false,
+            exit_code: None,
+            created: Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap(),
+            host_port,
+            paused: false,
+            clients: 0,
+            pool,
+            password: started_password(spec),
+            joined: BTreeSet::new(),
+        };
+        let sandbox = c.event_sandbox();
+        w.add(id.clone(), c);
+        emit(&mut w, &id, ContainerAction::Create, sandbox.clone());
+        emit(&mut w, &id, ContainerAction::Start, sandbox);
         Ok(id)
     }
 
@@ -697,7 +782,7 @@ impl Containers for FakeRuntime {
             if *looks == 0 {
                 w.releasing.remove(id);
                 if let Some(c) = w.take(id) {
-                    emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
+                    emit(&mut w, id, ContainerAction::Destroy, c.event_sandbox());
                 }
                 return Ok(None);
             }
@@ -752,7 +837,7 @@ impl Containers for FakeRuntime {
             return Ok(());
         }
         if let Some(c) = w.take(id) {
-            emit(&mut w, id, ContainerAction::Destroy, Some(c.labels.sandbox));
+            emit(&mut w, id, ContainerAction::Destroy, c.event_sandbox());
         }
         Ok(())
     }
@@ -767,10 +852,29 @@ impl Containers for FakeRuntime {
 
     async fn pool_containers(
         &self,
-        _deployment: &Deployment,
+        deployment: &Deployment,
     ) -> Result<Vec<PooledContainer>, RuntimeError> {
-        // The fake creates sandbox containers only.
-        Ok(Vec::new())
+        self.faults
+            .check(RuntimeOp::List)
+            .await
+            .map_err(|e| injected("list", e))?;
+        let w = self.world.lock().unwrap();
+        Ok(w.containers
+            .iter()
+            .filter(|(_, c)| c.pool)
+            .filter_map(|(id, c)| {
+                let seen = crate::domain::pool::Seen {
+                    id: id.clone(),
+                    name: c.name.clone(),
+                    state: c.state,
+                    paused: c.paused,
+                    created: c.created,
+                    host_port: Some(c.host_port),
+                    networks: w.networks_of(c),
+                };
+                PooledContainer::from_labels(&c.spec.labels, deployment, seen)
+            })
+            .collect())
     }
 
     fn events(&self, _deployment: &Deployment, _since: Option<i64>) -> EventStream {
@@ -830,6 +934,9 @@ impl Networks for FakeRuntime {
         }
         w.networks.remove(name);
         w.attached.retain(|(n, _)| n != name);
+        for c in w.containers.values_mut() {
+            c.joined.remove(name);
+        }
         let cut: Vec<(String, String)> = w
             .containers
             .values()
@@ -863,6 +970,12 @@ impl Networks for FakeRuntime {
                 .iter()
                 .filter(|(n, _)| n == network)
                 .map(|(_, c)| c.clone()),
+        );
+        members.extend(
+            w.containers
+                .values()
+                .filter(|c| c.joined.contains(network))
+                .map(|c| c.name.clone()),
         );
         Ok(Some(members))
     }
@@ -938,11 +1051,14 @@ impl Networks for FakeRuntime {
         }
         w.next += 1;
         let port = 40_000 + w.next as u16;
+        // As Docker: disconnected (if it was on it) and connected again.
         let c = w
             .containers
             .get_mut(id)
-            .filter(|c| c.spec.network == network)
-            .ok_or_else(|| injected("rejoin", format!("no container {id} on {network}")))?;
+            .ok_or_else(|| injected("rejoin", format!("no container {id}")))?;
+        if c.spec.network != network {
+            c.joined.insert(network.to_owned());
+        }
         c.spec.aliases = aliases.to_vec();
         c.host_port = c.spec.host_port.unwrap_or(port);
         let name = c.name.clone();
@@ -1095,7 +1211,7 @@ impl Commands for FakeRuntime {
         &self,
         id: &ContainerId,
         cmd: &[&str],
-        _env: Vec<String>,
+        env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
         self.faults
             .check(RuntimeOp::Exec)
@@ -1110,6 +1226,9 @@ impl Commands for FakeRuntime {
             .get(id)
             .filter(|c| c.state == ContainerState::Running && !c.paused);
         let running = container.is_some();
+        if cmd.first() == Some(&"claim") {
+            return Ok(claim(&mut w, id, &env));
+        }
         if cmd.first() == Some(&"clients") {
             return Ok(match container {
                 Some(c) => ExecOutput {

@@ -344,6 +344,11 @@ impl FakeStore {
 
     /// Who holds the lease now, if anyone does (what the database would
     /// answer, whatever any process believes).
+    /// The recorded warm-pool claims, by container.
+    pub(crate) fn claims(&self) -> BTreeMap<ContainerId, PoolClaim> {
+        self.tables.lock().unwrap().claims.clone()
+    }
+
     pub(crate) fn lease_holder_now(&self) -> Option<String> {
         let t = self.tables.lock().unwrap();
         t.lease

@@ -83,13 +83,7 @@ pub(crate) async fn claim(
         Err(e) => {
             ctx.metrics.pool.claim(engine, who.kind, None);
             tracing::warn!(container = %ready.id, error = %e, "warm-pool claim failed; removing the container and starting the sandbox's otherwise");
-            if let Err(e) = ctx.runtime.remove(&ready.id, Duration::ZERO).await {
-                tracing::warn!(container = %ready.id, error = %e, "could not remove the pool container; the next relist will");
-            } else if let Ok(term) = ctx.term() {
-                if ctx.store.delete_claim(&ready.id, term).await.is_ok() {
-                    ctx.pool.forget_claim(&ready.id);
-                }
-            }
+            super::discard(ctx, &ready.id).await;
             None
         }
     }

@@ -84,19 +84,31 @@ struct PoolState {
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
     state: Mutex<PoolState>,
-    /// Claims read back or made, by container.
-    claims: Mutex<HashMap<ContainerId, PoolClaim>>,
+    /// Claims read back or made, by container (in a fixed order: a
+    /// relist deletes the claims of removed containers in it).
+    claims: Mutex<BTreeMap<ContainerId, PoolClaim>>,
     /// Which sandbox each claimed container serves (for the event watcher).
     pub(crate) index: Arc<ClaimIndex>,
     /// Wakes the refill.
     wake: Notify,
     /// Pool networks whose container is being created (not orphans).
     creating_networks: Mutex<HashSet<String>>,
+    /// Pool containers a failed claim could not remove and whose claim
+    /// this process does not know (its recording failed, or reported
+    /// failure having committed): no relist would see them as a
+    /// sandbox's, so each relist tries again ([`discard`]).
+    abandoned: Mutex<std::collections::BTreeSet<ContainerId>>,
 }
 
 impl Pool {
     fn take(&self, key: &PoolKey) -> Option<Ready> {
-        self.state.lock().unwrap().ready.get_mut(key)?.pop()
+        let mut st = self.state.lock().unwrap();
+        let ready = st.ready.get_mut(key)?;
+        #[cfg(any(test, feature = "simulation"))]
+        if crate::domain::mutation::on(crate::domain::mutation::Mutation::ServeTwice) {
+            return ready.last().cloned();
+        }
+        ready.pop()
     }
 
     /// Records a request for `key` at `now`, forgetting requests older
@@ -406,6 +418,10 @@ pub(super) async fn relisted(ctx: &Context) -> Result<Relisted, RuntimeError> {
     if !pools_on(ctx) && ctx.pool.claims.lock().unwrap().is_empty() {
         return Ok(Relisted::default());
     }
+    let abandoned = std::mem::take(&mut *ctx.pool.abandoned.lock().unwrap());
+    for id in abandoned {
+        discard(ctx, &id).await;
+    }
     let listed = ctx.runtime.pool_containers(&ctx.config.deployment).await?;
     {
         // A ready container that died or vanished is no longer ready.
@@ -549,6 +565,27 @@ pub(crate) async fn start_term(ctx: &Context) -> Result<(), ControllerError> {
     }
     ctx.pool.report(ctx);
     Ok(())
+}
+
+/// Removes the pool container `id` that a claim failed to take over, and
+/// deletes its claim (recorded or not: a recording that reported failure
+/// may have committed). One that cannot be removed now is left to the
+/// sandbox's reconcile if this process knows its claim (the planner sees
+/// it as the sandbox's), else to the next relist.
+pub(crate) async fn discard(ctx: &Context, id: &ContainerId) {
+    if let Err(e) = ctx.runtime.remove(id, Duration::ZERO).await {
+        let known = ctx.pool.claims.lock().unwrap().contains_key(id);
+        if !known {
+            ctx.pool.abandoned.lock().unwrap().insert(id.clone());
+        }
+        tracing::warn!(container = %id, error = %e, "could not remove a pool container whose claim failed; trying again later");
+        return;
+    }
+    if let Ok(term) = ctx.term() {
+        if ctx.store.delete_claim(id, term).await.is_ok() {
+            ctx.pool.forget_claim(id);
+        }
+    }
 }
 
 /// Whether any pool is kept: configured, or learned from demand.

@@ -25,10 +25,11 @@ pub use crate::domain::mutation::Mutation;
 use self::ports::{Process, SimRuntime, SimStore};
 use self::rng::SimRng;
 use self::world::World;
-use crate::config::ControllerConfig;
+use crate::config::{ControllerConfig, PoolDemand};
 use crate::controller::Controller;
 use crate::domain::clock::Clock;
 use crate::domain::id::{Deployment, SandboxId};
+use crate::domain::pool::PoolKey;
 use crate::domain::sandbox::DesiredSandbox;
 use crate::domain::ContainerId;
 use crate::metrics::Metrics;
@@ -58,6 +59,10 @@ pub const EXCESS_BOUND: Duration = Duration::from_secs(240);
 const EVENTS_KEPT: u32 = 10;
 /// The grace window of the simulated controllers.
 const GRACE: Duration = Duration::from_secs(30);
+/// The configured warm pool's size.
+const POOL_SIZE: usize = 2;
+/// The most containers the pools learned from demand hold together.
+const LEARNED_POOLS: usize = 3;
 
 /// The perturbations, each on its own switch (all on by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -420,6 +425,20 @@ fn config() -> ControllerConfig {
     config.reconcile_timeout = Duration::from_secs(30);
     config.shutdown_grace = Duration::from_secs(5);
     config.events_per_sandbox = EVENTS_KEPT;
+    // Warm pools: one configured (a sandbox without features), and those
+    // learned from what the workload asks for (every feature set).
+    config.warm_pool = BTreeMap::from([(
+        PoolKey {
+            engine: FakeEngine::NAME,
+            features: BTreeSet::new(),
+            seed: None,
+        },
+        POOL_SIZE,
+    )]);
+    config.warm_pool_demand = PoolDemand {
+        max: LEARNED_POOLS,
+        window: Duration::from_secs(120),
+    };
     config
 }
 
@@ -615,7 +634,8 @@ async fn act(
             if let Some(id) = pick_container(world, pick) {
                 if let Some(c) = fake.container(&id) {
                     for (other, oc) in fake.containers() {
-                        if oc.spec.network == c.spec.network {
+                        if oc.spec.network == c.spec.network || oc.joined.contains(&c.spec.network)
+                        {
                             world.tampered(&other);
                         }
                     }

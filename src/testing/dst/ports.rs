@@ -589,10 +589,14 @@ impl Commands for SimRuntime {
         env: Vec<String>,
     ) -> Result<ExecOutput, RuntimeError> {
         // Probes are execs too: not traced (they change nothing), but
-        // fenced like every exec, so checked against the lease.
+        // fenced like every exec, so checked against the lease. A claim
+        // (the fake engine's, through exec) is judged by the oracle.
+        let claim = cmd.first() == Some(&"claim");
+        let world = &self.world;
+        let holder = &self.process.holder;
         self.process
             .perturbed(
-                &self.world,
+                world,
                 false,
                 || {},
                 || RuntimeError::Api {
@@ -600,8 +604,20 @@ impl Commands for SimRuntime {
                     target: id.to_string(),
                     source: "simulated failure".into(),
                 },
-                || self.world.check_leader(&self.process, "exec", id.as_str()),
-                self.fake().exec(id, cmd, env),
+                || {
+                    world.check_leader(&self.process, "exec", id.as_str());
+                    if claim {
+                        world.serving_claim(holder, id);
+                        world.trace(format_args!("{holder} claim {id}"));
+                    }
+                },
+                async {
+                    let out = self.fake().exec(id, cmd, env).await?;
+                    if claim && out.exit_code == 0 {
+                        world.served_claim(id);
+                    }
+                    Ok(out)
+                },
             )
             .await
     }
@@ -808,8 +824,18 @@ impl Store for SimStore {
         claim: &crate::domain::pool::PoolClaim,
         term: Term,
     ) -> Result<(), StoreError> {
-        self.call("record_claim", true, self.fake().record_claim(claim, term))
-            .await
+        let world = self.world.clone();
+        let holder = self.process.holder.clone();
+        self.call("record_claim", true, async move {
+            self.fake().record_claim(claim, term).await?;
+            world.claim_recorded(&holder, claim);
+            world.trace(format_args!(
+                "{holder} claim of {} recorded for {}",
+                claim.container, claim.sandbox
+            ));
+            Ok(())
+        })
+        .await
     }
     async fn delete_claim(&self, container: &ContainerId, term: Term) -> Result<(), StoreError> {
         self.call(

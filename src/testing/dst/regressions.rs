@@ -137,6 +137,16 @@ pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
         &[],
         "reap (an oracle mistake): the same restore overtaking a removal in transit (2026-12-04)",
     ),
+    (
+        1503,
+        &[],
+        "liveness: a heal's warm-pool claim whose recording committed but reported failure removed the pool container, and the removal failed; the process knew no claim of it, no relist removed it, and it was left after its sandbox went: a pool container a failed claim cannot remove, and whose claim the process does not know, is removed by the next relist (pool::discard; first world with warm pools)",
+    ),
+    (
+        791,
+        &[],
+        "grace (an oracle mistake): a claim set the claimant's credentials, failed at the rename and could not remove the container, and the cold start that followed carries the same credential token; the failed claim's container, removed as a twin just after the row went, counted as published. Grace now protects the published token on the published host port (first world with warm pools)",
+    ),
 ];
 
 /// Seeds of the current workload that still fail, each with the

@@ -7,11 +7,13 @@ use super::rng::SimRng;
 use super::Switches;
 use crate::domain::container::ContainerState;
 use crate::domain::labels::ContainerLabels;
+use crate::domain::pool::PoolClaim;
 use crate::domain::sandbox::Phase;
 use crate::domain::status::StatusUpdate;
 use crate::domain::{ContainerId, Incarnation, SandboxId};
 use crate::ports::runtime::ContainerSpec;
-use crate::testing::{FakeRuntime, FakeStore};
+use crate::testing::{FakeContainer, FakeRuntime, FakeStore};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,8 +23,11 @@ use tokio::time::Instant;
 
 use super::ports::Process;
 
-/// A row that went (when, and the credential tokens published then).
-type Gone = (Instant, BTreeSet<String>);
+/// A row that went (when, and the credential tokens published then, each
+/// with the host port agents reach it on: a claim that failed leaves a
+/// pool container with the credential token of the container started in
+/// its stead, and only the one on the published port is what agents use).
+type Gone = (Instant, BTreeSet<(String, u16)>);
 
 /// A row back: when, its incarnation, and its earlier departure.
 type Back = (Instant, Option<Incarnation>, Gone);
@@ -35,8 +40,35 @@ const BRIEFLY: Duration = Duration::from_secs(5);
 struct Made {
     id: ContainerId,
     labels: ContainerLabels,
-    /// What its engine was started with (the password is in there).
+    /// What its engine was started with (the password is in there); for
+    /// a claimed pool container, the password its claim set.
     secrets: String,
+    /// A warm-pool container's claim (the credentials are the claim's).
+    claimed: bool,
+}
+
+/// The claims of the world's pool containers, by container.
+type Claims = BTreeMap<ContainerId, PoolClaim>;
+
+/// What container `id` serves: the sandbox, incarnation, engine and
+/// credential set its labels name, or for a warm-pool container those of
+/// its recorded claim (a container's labels cannot change); an unclaimed
+/// pool container serves nobody.
+fn serving<'a>(
+    id: &ContainerId,
+    c: &'a FakeContainer,
+    claims: &Claims,
+) -> Option<Cow<'a, ContainerLabels>> {
+    if !c.pool {
+        return Some(Cow::Borrowed(&c.labels));
+    }
+    let claim = claims.get(id)?;
+    let l = &c.labels;
+    Some(Cow::Owned(claim.labels(
+        &l.deployment,
+        l.state_id.clone(),
+        l.isolation,
+    )))
 }
 
 /// What the oracle knows beyond what the fakes hold.
@@ -66,6 +98,11 @@ struct Oracle {
     /// Since when each (sandbox, engine) has had more than one live
     /// container.
     excess_since: BTreeMap<(SandboxId, String), Instant>,
+    /// Every warm-pool claim ever recorded: the claimant's credential set,
+    /// by container.
+    claimed: BTreeMap<ContainerId, String>,
+    /// Pool containers a claim's credentials were set in.
+    served: BTreeSet<ContainerId>,
 }
 
 /// The shared world of one seed.
@@ -148,14 +185,14 @@ impl World {
     /// A row went at this moment (its grace counts from now).
     pub(crate) fn row_gone(&self, id: &SandboxId) {
         let incarnation = self.store.desired_of(id).and_then(|r| r.incarnation);
-        let published: BTreeSet<String> = self
+        let published: BTreeSet<(String, u16)> = self
             .store
             .status_of(id)
             .filter(|s| s.phase == Phase::Ready && s.incarnation == incarnation)
             .map(|s| {
                 s.services
                     .values()
-                    .map(|svc| svc.instance.clone())
+                    .map(|svc| (svc.instance.clone(), svc.host_port))
                     .collect()
             })
             .unwrap_or_default();
@@ -218,10 +255,11 @@ impl World {
     /// one is on its way out: the breaker weighs a burst against the rest).
     fn fleet(&self) -> BTreeSet<SandboxId> {
         let released: BTreeSet<String> = self.store.released().into_iter().collect();
+        let claims = self.store.claims();
         self.runtime
             .with_containers(|all| {
-                all.values()
-                    .map(|c| c.labels.sandbox.clone())
+                all.iter()
+                    .filter_map(|(id, c)| Some(serving(id, c, &claims)?.sandbox.clone()))
                     .collect::<BTreeSet<_>>()
             })
             .into_iter()
@@ -285,8 +323,67 @@ impl World {
                 id: id.clone(),
                 labels,
                 secrets,
+                claimed: false,
             },
         );
+    }
+
+    /// A claim of a warm-pool container was recorded: no container is
+    /// claimed by two sandboxes (or twice by one).
+    pub(crate) fn claim_recorded(&self, holder: &str, claim: &PoolClaim) {
+        let mut o = self.oracle.lock().unwrap();
+        let id = &claim.container;
+        if let Some(earlier) = o.claimed.get(id).filter(|i| **i != claim.instance) {
+            let earlier = earlier.clone();
+            drop(o);
+            self.violate(
+                "pool",
+                format_args!(
+                    "{holder} recorded a claim of pool container {id} for {} (credential set {}), which was claimed before (credential set {earlier})",
+                    claim.sandbox, claim.instance
+                ),
+            );
+            return;
+        }
+        o.claimed.insert(id.clone(), claim.instance.clone());
+        let Some(c) = self.runtime.container(id) else {
+            return;
+        };
+        let l = &c.labels;
+        o.made.insert(
+            claim.instance.clone(),
+            Made {
+                id: id.clone(),
+                labels: claim.labels(&l.deployment, l.state_id.clone(), l.isolation),
+                secrets: String::new(),
+                claimed: true,
+            },
+        );
+    }
+
+    /// A claim's credentials are about to be set in pool container `id`:
+    /// no pool container is served twice.
+    pub(crate) fn serving_claim(&self, holder: &str, id: &ContainerId) {
+        if !self.oracle.lock().unwrap().served.insert(id.clone()) {
+            self.violate(
+                "pool",
+                format_args!(
+                    "{holder} set a claimant's credentials in pool container {id}, which was served before"
+                ),
+            );
+        }
+    }
+
+    /// A claim's credentials were set in pool container `id`: what it
+    /// opens to now is its claim's credentials.
+    pub(crate) fn served_claim(&self, id: &ContainerId) {
+        let Some(password) = self.runtime.container(id).map(|c| c.password) else {
+            return;
+        };
+        let mut o = self.oracle.lock().unwrap();
+        for m in o.made.values_mut().filter(|m| m.claimed && m.id == *id) {
+            m.secrets.clone_from(&password);
+        }
     }
 
     // --- the invariants checked as changes reach the world ---
@@ -309,10 +406,30 @@ impl World {
     /// Whether container `id` belongs to a row that is there now, in the
     /// incarnation it was made for.
     pub(crate) fn wants(&self, id: &ContainerId) -> bool {
+        let claims = self.store.claims();
         self.runtime.container(id).is_some_and(|c| {
-            self.store.desired_of(&c.labels.sandbox).is_some_and(|r| {
-                r.incarnation.as_ref().map(|i| i.to_string()) == c.labels.incarnation
+            serving(id, &c, &claims).is_some_and(|l| {
+                self.store
+                    .desired_of(&l.sandbox)
+                    .is_some_and(|r| r.incarnation.as_ref().map(|i| i.to_string()) == l.incarnation)
             })
+        })
+    }
+
+    /// The containers serving `sandbox` (its own and its claimed pool
+    /// containers), each with its state and what it serves.
+    fn serving_of(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Vec<(ContainerId, ContainerState, ContainerLabels)> {
+        let claims = self.store.claims();
+        self.runtime.with_containers(|all| {
+            all.iter()
+                .filter_map(|(id, c)| {
+                    let l = serving(id, c, &claims)?;
+                    (l.sandbox == *sandbox).then(|| (id.clone(), c.state, l.into_owned()))
+                })
+                .collect()
         })
     }
 
@@ -325,9 +442,15 @@ impl World {
         id: &ContainerId,
         sent_while_wanted: bool,
     ) {
-        let Some(c) = self.runtime.container(id) else {
+        let Some(fake) = self.runtime.container(id) else {
             return;
         };
+        let Some(labels) = serving(id, &fake, &self.store.claims()).map(Cow::into_owned) else {
+            // An unclaimed pool container serves nobody.
+            self.oracle.lock().unwrap().removed.insert(id.clone());
+            return;
+        };
+        let c = FakeContainer { labels, ..fake };
         let sandbox = &c.labels.sandbox;
         let row = self.store.desired_of(sandbox);
         let mut o = self.oracle.lock().unwrap();
@@ -357,13 +480,10 @@ impl World {
                 .find(|(e, _)| **e == *c.labels.engine.as_str())
                 .is_none_or(|(_, f)| f.is_subset(&c.labels.features));
             let twins = self
-                .runtime
-                .containers_of(sandbox)
+                .serving_of(sandbox)
                 .into_iter()
-                .filter(|(other, oc)| {
-                    other != id
-                        && oc.labels.engine == c.labels.engine
-                        && oc.state == ContainerState::Running
+                .filter(|(other, state, ol)| {
+                    other != id && ol.engine == c.labels.engine && *state == ContainerState::Running
                 })
                 .count();
             // What agents are connected to: its credentials are the
@@ -405,16 +525,15 @@ impl World {
         // destroying the old container after building the new one is its
         // last step, not a reap.
         let rotated = self
-            .runtime
-            .containers_of(sandbox)
+            .serving_of(sandbox)
             .into_iter()
-            .any(|(other, oc)| {
+            .any(|(other, state, ol)| {
                 other != *id
-                    && oc.labels.engine == c.labels.engine
-                    && oc.labels.generation > c.labels.generation
-                    && oc.state == ContainerState::Running
+                    && ol.engine == c.labels.engine
+                    && ol.generation > c.labels.generation
+                    && state == ContainerState::Running
             });
-        if !running || rotated || !published.contains(&c.labels.instance) {
+        if !running || rotated || !published.contains(&(c.labels.instance.clone(), c.host_port)) {
             return;
         }
         let held = o
@@ -470,7 +589,16 @@ impl World {
                     && m.secrets.contains(service.password.expose())
                     && !o.removed.contains(&m.id)
             });
-            if !fine {
+            let claimed = made.filter(|m| m.claimed && !o.removed.contains(&m.id));
+            if let Some(m) = claimed.filter(|m| !m.secrets.contains(service.password.expose())) {
+                self.violate(
+                    "pool",
+                    format_args!(
+                        "{holder} published {engine} credentials for {id} that are not its claim's: pool container {} opens to another password",
+                        m.id
+                    ),
+                );
+            } else if !fine {
                 self.violate(
                     "credentials",
                     format_args!(
@@ -507,12 +635,16 @@ impl World {
                     })
                     .collect()
             });
+            let claims = self.store.claims();
             self.runtime.with_containers(|all| {
                 for (id, c) in all {
-                    let current = wanted.get(&c.labels.sandbox) == Some(&c.labels.incarnation);
+                    let Some(l) = serving(id, c, &claims) else {
+                        continue;
+                    };
+                    let current = wanted.get(&l.sandbox) == Some(&l.incarnation);
                     if current && c.state == ContainerState::Running && !o.tampered.contains(id) {
                         *live
-                            .entry((c.labels.sandbox.clone(), c.labels.engine.clone()))
+                            .entry((l.sandbox.clone(), l.engine.clone()))
                             .or_default() += 1;
                     }
                 }
@@ -584,9 +716,10 @@ impl World {
     /// ready in its generation with exactly one live container per
     /// engine, and nothing else left. `None` when converged, else why not.
     pub(crate) fn unconverged(&self) -> Option<String> {
+        let claims = self.store.claims();
         self.store.with_rows(|rows, statuses| {
             self.runtime
-                .with_containers(|containers| unconverged(rows, statuses, containers))
+                .with_containers(|containers| unconverged(rows, statuses, containers, &claims))
         })
     }
 }
@@ -595,8 +728,13 @@ impl World {
 fn unconverged(
     rows: &BTreeMap<SandboxId, crate::domain::sandbox::DesiredSandbox>,
     statuses: &BTreeMap<SandboxId, crate::domain::sandbox::SandboxStatus>,
-    containers: &BTreeMap<ContainerId, crate::testing::FakeContainer>,
+    containers: &BTreeMap<ContainerId, FakeContainer>,
+    claims: &Claims,
 ) -> Option<String> {
+    let serving: Vec<(&ContainerId, &FakeContainer, Cow<'_, ContainerLabels>)> = containers
+        .iter()
+        .filter_map(|(id, c)| Some((id, c, serving(id, c, claims)?)))
+        .collect();
     for row in rows.values() {
         let Some(status) = statuses.get(&row.id) else {
             return Some(format!("{} has no status", row.id));
@@ -618,11 +756,11 @@ fn unconverged(
             ));
         }
         for engine in &row.services {
-            let n = containers
-                .values()
-                .filter(|c| {
-                    c.labels.sandbox == row.id
-                        && c.labels.engine == engine.as_str()
+            let n = serving
+                .iter()
+                .filter(|(_, c, l)| {
+                    l.sandbox == row.id
+                        && l.engine == engine.as_str()
                         && c.state == ContainerState::Running
                 })
                 .count();
@@ -631,14 +769,14 @@ fn unconverged(
             }
         }
     }
-    for (id, c) in containers {
-        let wanted = rows.get(&c.labels.sandbox).is_some_and(|r| {
-            r.incarnation.as_ref().map(ToString::to_string) == c.labels.incarnation
-        });
+    for (id, _, l) in &serving {
+        let wanted = rows
+            .get(&l.sandbox)
+            .is_some_and(|r| r.incarnation.as_ref().map(ToString::to_string) == l.incarnation);
         if !wanted {
             return Some(format!(
                 "{id} of {} is left although its row is gone",
-                c.labels.sandbox
+                l.sandbox
             ));
         }
     }
