@@ -298,6 +298,23 @@ pub(crate) struct Overlay {
 }
 
 impl DockerRuntime {
+    /// Every container (running or not) of `deployment` that `filters`
+    /// select.
+    async fn list_all(
+        &self,
+        filters: &HashMap<&str, Vec<String>>,
+        deployment: &Deployment,
+    ) -> Result<Vec<bollard::models::ContainerSummary>, RuntimeError> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(filters)
+            .build();
+        self.docker
+            .list_containers(Some(options))
+            .await
+            .map_err(api("list", deployment.as_str()))
+    }
+
     /// Creates and starts `cmd` in container `id` with extra environment
     /// `env`, its output attached (and its input, if `stdin`): the exec's
     /// id and how it started.
@@ -1084,15 +1101,7 @@ impl Containers for DockerRuntime {
     ) -> Result<Vec<ObservedContainer>, RuntimeError> {
         let _timer = metrics::time_docker_call(DockerCall::List);
         let filters = HashMap::from([("label", labels::filters(deployment, sandbox))]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let summaries = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(api("list", deployment.as_str()))?;
+        let summaries = self.list_all(&filters, deployment).await?;
         let observed: Vec<ObservedContainer> = summaries
             .into_iter()
             .filter_map(|s| observed(s, deployment))
@@ -1341,15 +1350,7 @@ impl Containers for DockerRuntime {
                 format!("{}=1", pool::POOL),
             ],
         )]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let summaries = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(api("list", deployment.as_str()))?;
+        let summaries = self.list_all(&filters, deployment).await?;
         Ok(summaries
             .into_iter()
             .filter_map(|s| pooled(s, deployment))
