@@ -213,8 +213,7 @@ async fn copy(
         engine: p.engine,
         source,
     };
-    // One copy of a source at a time; whether it is frozen is read once
-    // this copy's turn has come (a copy before it froze it meanwhile).
+    // One copy at a time; frozen or not is read once this one's turn came.
     let (source, _) = source_container(ctx, desired, of, p.engine).await?;
     let turn = ctx.forks.begin(&source).await;
     let (now, paused) = source_container(ctx, desired, of, p.engine).await?;
