@@ -8,7 +8,7 @@ pub use super::bring_up::{container_spec, wait_ready, ProvisionError};
 
 use super::bring_up::{new_instance, published_credentials, ready_status};
 use super::image;
-use super::network;
+use super::network::{self, Placement};
 use super::pool::{self, Reserved};
 use super::recheck;
 use super::rotation::{self, Commit};
@@ -215,6 +215,7 @@ async fn start(
     // for a published one.
     let labels = labels_of(ctx, desired, p, new_instance());
     let wanted = wanted(ctx, desired, p);
+    let placement = network::placement(&ctx.config, &desired.id, p.engine, network);
     let job = Job {
         engine,
         spec: spec_of(
@@ -225,7 +226,7 @@ async fn start(
             &labels,
             &image,
             &credentials,
-            network,
+            &placement,
         ),
         credentials: &credentials,
         features: &p.features,
@@ -240,13 +241,12 @@ async fn start(
         }),
     };
     let up = start::run(ctx, &job, &crate::domain::start::starts(wanted)).await?;
-    let host = network::placement(&ctx.config, &desired.id, p.engine, network).host;
     let (port, available) = (up.host_port, up.available);
     let mut status = ready_status(
         ctx,
         engine,
         p,
-        host,
+        placement.host,
         port,
         credentials,
         available,
@@ -318,11 +318,11 @@ fn labels_of(
     }
 }
 
-/// The container `p` starts for `desired`, built from its `labels`, on
-/// the sandbox's `network` (a rotation's candidate under a name of its
-/// own and without the engine's alias), on the sandbox's volume if it is
-/// persistent, under its isolation level's runtime, labelled with the
-/// term that made it.
+/// The container `p` starts for `desired`, built from its `labels`, at
+/// its `placement` on the sandbox's network (a rotation's candidate under
+/// a name of its own and without the engine's alias), on the sandbox's
+/// volume if it is persistent, under its isolation level's runtime,
+/// labelled with the term that made it.
 #[allow(clippy::too_many_arguments)]
 fn spec_of(
     ctx: &Context,
@@ -332,10 +332,10 @@ fn spec_of(
     labels: &ContainerLabels,
     image: &str,
     credentials: &Credentials,
-    network: &str,
+    placement: &Placement,
 ) -> ContainerSpec {
     let config = &ctx.config;
-    let mut build = network::placement(config, &desired.id, p.engine, network);
+    let mut build = placement.clone();
     if p.retire.is_some() {
         build.container = candidate_name(&build.container, &labels.instance);
         build.aliases = Vec::new();
