@@ -73,7 +73,7 @@ impl Admission {
     fn publish(&self, ctx: &Context, ledger: &mut Ledger) {
         let changed = ledger.take_changed();
         let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
-        ctx.metrics.quota.set(
+        ctx.env.metrics.quota.set(
             ledger.budget(),
             ledger.admitted_bytes(),
             ledger.waiting(),
@@ -90,18 +90,18 @@ impl Admission {
 /// (read from Docker once) minus `--memory-reserve`; `None` when Docker
 /// does not say how much memory the host has.
 async fn budget(ctx: &Context) -> Result<Option<u64>, RuntimeError> {
-    if let Some(budget) = ctx.config.memory_budget {
+    if let Some(budget) = ctx.env.config.memory_budget {
         return Ok(Some(budget));
     }
     let host = ctx
         .admission
         .host
         .get_or_try_init(|| async {
-            let host = ctx.runtime.host_memory().await?;
+            let host = ctx.env.runtime.host_memory().await?;
             match host {
                 Some(bytes) => tracing::info!(
                     host_bytes = bytes,
-                    reserve_bytes = ctx.config.memory_reserve,
+                    reserve_bytes = ctx.env.config.memory_reserve,
                     "memory budget for sandboxes: the host's memory minus --memory-reserve"
                 ),
                 None => tracing::warn!(
@@ -111,7 +111,7 @@ async fn budget(ctx: &Context) -> Result<Option<u64>, RuntimeError> {
             Ok::<_, RuntimeError>(host)
         })
         .await?;
-    Ok(host.map(|h| h.saturating_sub(ctx.config.memory_reserve)))
+    Ok(host.map(|h| h.saturating_sub(ctx.env.config.memory_reserve)))
 }
 
 /// Asks the ledger to admit the engines `plan` creates for `desired`
@@ -144,7 +144,7 @@ pub(crate) async fn ask(
         }
         return Ok(gate::Admission::Go);
     }
-    let quota = ctx.store.owner_quota(&desired.owner).await?;
+    let quota = ctx.env.store.owner_quota(&desired.owner).await?;
     let budget = budget(ctx).await?;
     admission
         .limits
@@ -173,11 +173,11 @@ pub(crate) async fn ask(
     };
     match decision {
         Decision::Admit => {
-            ctx.metrics.quota.decided(None);
+            ctx.env.metrics.quota.decided(None);
             Ok(gate::Admission::Go)
         }
         Decision::Wait { reason, message } => {
-            ctx.metrics.quota.decided(Some(reason));
+            ctx.env.metrics.quota.decided(Some(reason));
             tracing::info!(owner = %desired.owner, reason = reason.as_str(), %message, "not admitted: nothing is created");
             journal.push(Event::admission_waiting(reason, &message));
             Ok(gate::Admission::Wait(message))
@@ -235,7 +235,7 @@ pub(crate) fn rebuild(
     statuses: &crate::fleet_hash::HashMap<&SandboxId, &SandboxStatus>,
     due: &BTreeSet<&SandboxId>,
 ) {
-    let now = ctx.clock.now();
+    let now = ctx.env.clock.now();
     let mut held: BTreeMap<SandboxId, (String, bool, BTreeSet<String>)> = BTreeMap::new();
     for c in containers {
         held.entry(c.labels.sandbox.clone())

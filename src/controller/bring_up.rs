@@ -299,7 +299,7 @@ pub(crate) fn ready_status(
         };
     ServiceStatus {
         url: engine.url(&host, port, &credentials),
-        env: engine::env_vars(engine, &ctx.config.env_prefix, &host, port, &credentials),
+        env: engine::env_vars(engine, &ctx.env.config.env_prefix, &host, port, &credentials),
         host,
         port,
         host_port,
@@ -308,7 +308,7 @@ pub(crate) fn ready_status(
         database: credentials.database,
         available_extensions: available,
         instance,
-        ready_at: Some(ctx.clock.now()),
+        ready_at: Some(ctx.env.clock.now()),
         heals: match (&p.reuse, p.reason) {
             (Some(s), ProvisionReason::Heal) => s.heals.saturating_add(1),
             (Some(s), _) => s.heals,
@@ -333,7 +333,7 @@ pub(crate) async fn bring_up(
     features: &BTreeSet<String>,
     image: &str,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
-    let host_port = ctx.runtime.published_port(id).await?.unwrap_or(0);
+    let host_port = ctx.env.runtime.published_port(id).await?.unwrap_or(0);
     bring_up_at(
         ctx,
         engine,
@@ -359,11 +359,11 @@ pub(crate) async fn bring_up_at(
     features: &BTreeSet<String>,
     image: &str,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
-    let runtime = ctx.runtime.as_ref();
+    let runtime = ctx.env.runtime.as_ref();
     let (host, port) = probe_address(ctx, engine, id, name, host_port).await?;
     let exec = InContainer { runtime, id };
     let target = exec.target(&host, port, credentials);
-    let deadline = ctx.config.readiness_deadline(engine);
+    let deadline = ctx.env.config.readiness_deadline(engine);
     poll_ready(runtime, engine, &target, id, name, deadline).await?;
     if features.is_empty() {
         // Nothing to enable or verify: spare the engine two more logins.
@@ -396,7 +396,7 @@ pub(crate) async fn claim_credentials(
     deadline: Duration,
 ) -> Result<(), EngineError> {
     let exec = InContainer {
-        runtime: ctx.runtime.as_ref(),
+        runtime: ctx.env.runtime.as_ref(),
         id,
     };
     let target = exec.target(&host, port, pool);
@@ -428,11 +428,11 @@ pub(crate) async fn count_clients(
             reason: format!("cannot say where it answers: {e}"),
         })?;
     let exec = InContainer {
-        runtime: ctx.runtime.as_ref(),
+        runtime: ctx.env.runtime.as_ref(),
         id,
     };
     let target = exec.target(&host, port, credentials);
-    let deadline = ctx.config.docker_timeout;
+    let deadline = ctx.env.config.docker_timeout;
     tokio::time::timeout(deadline, engine.clients(&target))
         .await
         .unwrap_or_else(|_| {

@@ -85,7 +85,7 @@ pub(crate) async fn perform(
     steady: bool,
     journal: &mut Journal,
 ) -> Result<bool, StoreError> {
-    let work = ctx.store.checkpoint_work(&desired.id).await?;
+    let work = ctx.env.store.checkpoint_work(&desired.id).await?;
     let (steps, more) = work.batch(checkpoint::STEPS_PER_RECONCILE);
     if steps.is_empty() {
         return Ok(false);
@@ -94,7 +94,7 @@ pub(crate) async fn perform(
         Some(s) if steady && s.phase == Phase::Ready => s.services,
         Some(s) if s.phase == Phase::Failed => {
             // Not a wait worth a look every second: each request ends.
-            let Ok(term) = ctx.fence.check() else {
+            let Ok(term) = ctx.env.fence.check() else {
                 return Ok(false);
             };
             let why = format!(
@@ -109,7 +109,7 @@ pub(crate) async fn perform(
         _ => return Ok(true),
     };
     for step in steps {
-        let Ok(term) = ctx.fence.check() else {
+        let Ok(term) = ctx.env.fence.check() else {
             return Ok(true);
         };
         if step.incarnation().is_some()
@@ -131,7 +131,7 @@ pub(crate) async fn perform(
             Step::Checkpoint { .. } => "checkpoint",
             Step::Reset(_) => "reset",
         };
-        ctx.metrics
+        ctx.env.metrics
             .lifecycle
             .checkpoint_done(op, result.is_ok(), started.elapsed().as_secs_f64());
         tracing::info!(
@@ -180,7 +180,7 @@ async fn finish(
                     Outcome::Failed(why)
                 }
             };
-            ctx.store
+            ctx.env.store
                 .finish_checkpoint(&desired.id, name, *request, &outcome, term)
                 .await
         }
@@ -192,7 +192,7 @@ async fn finish(
                     Err(why.as_str())
                 }
             };
-            ctx.store.finish_reset(r.request, outcome, term).await
+            ctx.env.store.finish_reset(r.request, outcome, term).await
         }
     }
 }
@@ -206,7 +206,7 @@ fn engines<'a>(
 ) -> Result<Vec<(&'static dyn Engine, ContainerId, &'a ServiceStatus)>, String> {
     let mut out = Vec::new();
     for (name, service) in services {
-        let Some(engine) = ctx.engines.lookup(name) else {
+        let Some(engine) = ctx.env.engines.lookup(name) else {
             continue;
         };
         let name_probe = CheckpointName::baseline();
@@ -250,7 +250,7 @@ async fn take(
         return Err("baseline is reserved: sandboxd records it after provisioning".to_owned());
     }
     let engines = engines(ctx, services, observed)?;
-    let runtime = ctx.runtime.as_ref();
+    let runtime = ctx.env.runtime.as_ref();
     // Every engine is checked before any is copied: a refusal leaves no
     // half-taken checkpoint behind.
     for (engine, id, service) in &engines {
@@ -326,7 +326,7 @@ async fn reset(
             ))
         }
     };
-    let runtime = ctx.runtime.as_ref();
+    let runtime = ctx.env.runtime.as_ref();
     let engines = engines(ctx, services, observed)?;
     // A reset may hold a copy of the checkpoint next to the data it
     // replaces until it is done (Postgres does): every container must have

@@ -20,7 +20,7 @@ pub(crate) async fn of_sandbox(
     ctx: &Context,
     id: &SandboxId,
 ) -> Result<Vec<ObservedContainer>, RuntimeError> {
-    let mut observed = ctx.runtime.list(&ctx.config.deployment, Some(id)).await?;
+    let mut observed = ctx.env.runtime.list(&ctx.env.config.deployment, Some(id)).await?;
     observed.extend(pool::observed_of(ctx, id).await?);
     Ok(observed)
 }
@@ -31,7 +31,7 @@ pub(crate) async fn of_sandbox(
 pub(crate) async fn of_every_sandbox(
     ctx: &Context,
 ) -> Result<(Vec<ObservedContainer>, Vec<PooledContainer>), RuntimeError> {
-    let mut observed = ctx.runtime.list(&ctx.config.deployment, None).await?;
+    let mut observed = ctx.env.runtime.list(&ctx.env.config.deployment, None).await?;
     let pooled = pool::relisted(ctx).await?;
     observed.extend(pooled.claimed);
     Ok((observed, pooled.listed))

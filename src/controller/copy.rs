@@ -182,15 +182,15 @@ pub(crate) fn helper(
             (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
             (
                 labels::DEPLOYMENT.to_owned(),
-                ctx.config.deployment.to_string(),
+                ctx.env.config.deployment.to_string(),
             ),
             (purpose.0.to_owned(), purpose.1.to_owned()),
         ]),
         user: engine.user().to_owned(),
-        limits: ctx.config.limits,
+        limits: ctx.env.config.limits,
         tmpfs: vec![Tmpfs {
             path: "/tmp".into(),
-            bytes: ctx.config.limits.scratch_bytes,
+            bytes: ctx.env.config.limits.scratch_bytes,
         }],
         volume: volume.clone(),
         sees: source.clone(),

@@ -168,7 +168,7 @@ pub(crate) async fn prepare(
     let mut volume_labels = labels.of_volume();
     volume_labels.insert(FORK_OF.to_owned(), of.sandbox.to_string());
     let volume = Volume {
-        name: fork::volume_name(&ctx.config.deployment, &desired.id, p.engine),
+        name: fork::volume_name(&ctx.env.config.deployment, &desired.id, p.engine),
         path: dir.to_owned(),
         labels: volume_labels,
         disk: None,
@@ -215,7 +215,7 @@ async fn copy(
     };
     // One copy at a time; frozen or not is read once this one's turn came.
     let (source, _) = source_container(ctx, desired, of, p.engine).await?;
-    let turn = ctx.forks.begin(&source).await;
+    let turn = ctx.sources.forks.begin(&source).await;
     let (now, paused) = source_container(ctx, desired, of, p.engine).await?;
     if now != source {
         return Err(ForkError::SourceNotServing {
@@ -223,7 +223,7 @@ async fn copy(
             engine: p.engine,
         });
     }
-    let (deployment, fork) = (&ctx.config.deployment, &desired.id);
+    let (deployment, fork) = (&ctx.env.config.deployment, &desired.id);
     let name = format!("sandboxd-fork.{deployment}.{fork}.{}", p.engine);
     let job = Snapshot {
         source: source.clone(),
@@ -241,7 +241,7 @@ async fn copy(
         data_path: engine.data_path(),
         env: engine.container_env(credentials, &p.features, false),
     };
-    let outcome = snapshot(ctx.runtime.clone(), job, turn).await;
+    let outcome = snapshot(ctx.env.runtime.clone(), job, turn).await;
     let result = match outcome.map_err(runtime_error) {
         Ok((out, _)) if out.exit_code != 0 => Err(ForkError::Copy {
             source_id: source_id.clone(),
@@ -265,7 +265,7 @@ fn report(
     result: &Result<(u64, Duration), ForkError>,
     took: Duration,
 ) {
-    ctx.metrics
+    ctx.env.metrics
         .lifecycle
         .fork_copied(p.engine, result.is_ok(), took);
     match result {
@@ -301,7 +301,7 @@ async fn source_container(
             engine,
             source,
         })?;
-    let name = container_name(&ctx.config.deployment, &of.sandbox, engine);
+    let name = container_name(&ctx.env.config.deployment, &of.sandbox, engine);
     let incarnation = of.incarnation.to_string();
     let found = listed.into_iter().find(|c| {
         c.name == name

@@ -8,6 +8,7 @@ mod checkpoint;
 mod containers;
 mod copy;
 mod crash_loops;
+mod env;
 mod fence;
 mod fleet;
 mod foreign;
@@ -43,18 +44,17 @@ pub use self::rotation::SwitchError;
 
 use self::breaker::ReapBreaker;
 use self::crash_loops::CrashLoops;
+pub(crate) use self::env::Env;
 use self::fleet::FleetPhases;
 use self::foreign::Foreign;
 use self::gone::GoneSince;
 use self::heal_loop::HealLoops;
 pub(crate) use self::leader::Elector;
 use self::probes::ControllerProbes;
+use self::start::Sources;
 use crate::config::ControllerConfig;
 use crate::domain::clock::Clock;
-use crate::domain::death::Orders;
 use crate::domain::id::SandboxId;
-use crate::domain::identity::StateId;
-use crate::domain::plan::Policy;
 use crate::engine::Registry;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Runtime, RuntimeError};
@@ -66,7 +66,6 @@ use crate::sched::{Failed, WorkQueue};
 #[cfg(test)]
 use crate::sched::QueueConfig;
 use crate::watch::{self, DesiredRows, DockerEvents, KnownContainers, RemovedNetworks, Sink};
-use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -98,94 +97,59 @@ impl Readiness {
     }
 }
 
-/// What every reconcile shares.
+/// What every reconcile shares, split by owner: the ports and settings
+/// every step reads ([`Env`]), and each in-memory ledger with the steps
+/// that keep it. A step takes the owners it uses; only the reconcile and
+/// the relist, which run every step, take the whole.
 pub(crate) struct Context {
-    /// The container runtime, every call bounded.
-    pub(crate) runtime: Arc<dyn Runtime>,
-    /// The state store, every call bounded.
-    pub(crate) store: Arc<dyn Store>,
-    /// The engines this controller runs.
-    pub(crate) engines: Registry,
-    /// Configuration.
-    pub(crate) config: ControllerConfig,
-    /// The injected clock.
-    pub(crate) clock: Arc<dyn Clock>,
-    /// Metrics.
-    pub(crate) metrics: Arc<Metrics>,
-    /// Recent heals, for heal-loop detection.
+    /// The ports, engines, settings, clock, metrics, fence and the orders
+    /// seen on the event stream.
+    pub(crate) env: Env,
+    /// What a start draws from: the warm pool, seeds, templates, fork
+    /// copies and image fetches.
+    pub(crate) sources: Sources,
+    /// What the heals remember.
+    pub(crate) heals: Heals,
+    /// What the reaps remember.
+    pub(crate) reaps: Reaps,
+    /// What each sandbox holds against its owner's quota and the host's
+    /// memory budget, and the rows waiting for admission.
+    pub(crate) admission: admission::Admission,
+    /// Where what a reconcile publishes goes besides the status rows.
+    pub(crate) outbox: Outbox,
+    /// Another state database's objects reported so far.
+    pub(crate) foreign: Foreign,
+    /// Asks for a relist now.
+    pub(crate) relist_now: Arc<Notify>,
+}
+
+/// What the heals remember, so that a sandbox or an engine that keeps
+/// dying is reported and backed off rather than restarted in a loop.
+#[derive(Default)]
+pub(crate) struct Heals {
+    /// Recent heals per sandbox, for heal-loop detection.
     pub(crate) heal_loops: HealLoops,
+    /// Recent heals per engine, for the crash loop back-off.
+    pub(crate) crash_loops: CrashLoops,
+}
+
+/// What the reaps remember, so that nothing is removed on one signal.
+#[derive(Default)]
+pub(crate) struct Reaps {
     /// When each deleted row was first seen missing (its grace counts
     /// from then).
     pub(crate) gone: GoneSince,
-    /// Recent heals per engine, for the crash loop back-off.
-    pub(crate) crash_loops: CrashLoops,
-    /// The orders (`docker kill`, `stop`, `rm -f`) the event stream
-    /// reported: a heal of what one ended does not back off.
-    pub(crate) orders: Arc<Orders>,
-    /// Whether this process may act, and in which term.
-    pub(crate) fence: Fence,
     /// The reaping circuit breaker.
     pub(crate) breaker: ReapBreaker,
-    /// Asks for a relist now.
-    pub(crate) relist_now: Arc<Notify>,
-    /// This state database's identity, read once (at start, before the
-    /// initial lists) and kept: it never changes.
-    pub(crate) state: tokio::sync::OnceCell<StateId>,
-    /// Another state database's objects reported so far.
-    pub(crate) foreign: Foreign,
-    /// Absent images being pulled or built in the background.
-    pub(crate) images: Arc<image::Fetches>,
-    /// Pre-initialised templates.
-    pub(crate) templates: template::Templates,
-    /// The warm pool (empty unless configured).
-    pub(crate) pool: pool::Pool,
-    /// Seed content read so far.
-    pub(crate) seeds: seed::Seeds,
-    /// The sources whose data is being copied for a fork now.
-    pub(crate) forks: fork::Copies,
+}
+
+/// Where a reconcile's published phases and events go besides the
+/// status rows and `sandbox_events`.
+pub(crate) struct Outbox {
     /// Each sandbox's last published phase, for the fleet gauges.
     pub(crate) phases: FleetPhases,
     /// Where recorded events go besides `sandbox_events` (the webhook).
     pub(crate) webhook: webhook::Notifier,
-    /// What each sandbox holds against its owner's quota and the host's
-    /// memory budget, and the rows waiting for admission.
-    pub(crate) admission: admission::Admission,
-}
-
-impl Context {
-    /// The term to write statuses in; [`Fenced`] unless this process
-    /// leads and trusts its lease.
-    pub(crate) fn term(&self) -> Result<crate::domain::lease::Term, Fenced> {
-        self.fence
-            .check()
-            .inspect_err(|_| self.metrics.leader.fenced("status"))
-    }
-
-    /// This state database's identity (read from the store the first time).
-    pub(crate) async fn state_id(&self) -> Result<&StateId, StoreError> {
-        self.state.get_or_try_init(|| self.store.state_id()).await
-    }
-
-    /// What the plan weighs besides rows and containers: the operator's
-    /// settings, and a rotation in place where the runtime cannot rename
-    /// what it runs (the new container cannot be built beside the old one
-    /// and take its name afterwards).
-    pub(crate) fn policy(&self) -> Policy {
-        Policy {
-            grace: self.config.grace,
-            idle_timeout: self.config.idle_timeout,
-            rotate_in_place: !self.runtime.capabilities().renames,
-            isolation: self.config.isolation,
-        }
-    }
-
-    /// Seconds on the injected clock since `t`, never negative.
-    pub(crate) fn seconds_since(&self, t: DateTime<Utc>) -> f64 {
-        (self.clock.now() - t)
-            .to_std()
-            .unwrap_or_default()
-            .as_secs_f64()
-    }
 }
 
 /// A running controller's parts.
@@ -293,29 +257,33 @@ impl Controller {
         Self {
             elector,
             ctx: Arc::new(Context {
-                runtime,
-                store,
-                engines,
-                config,
-                clock,
-                metrics,
-                heal_loops: HealLoops::default(),
-                gone: GoneSince::default(),
-                crash_loops: CrashLoops::default(),
-                orders: Arc::default(),
-                fence,
-                breaker: ReapBreaker::default(),
-                relist_now: relist_now.clone(),
-                state: tokio::sync::OnceCell::new(),
-                foreign: Foreign::default(),
-                images,
-                templates: template::Templates::default(),
-                seeds,
-                forks: fork::Copies::default(),
-                pool: pool::Pool::default(),
-                phases: FleetPhases::default(),
-                webhook: notifier,
+                env: Env {
+                    runtime,
+                    store,
+                    engines,
+                    config,
+                    clock,
+                    metrics,
+                    fence,
+                    state: tokio::sync::OnceCell::new(),
+                    orders: Arc::default(),
+                },
+                sources: Sources {
+                    pool: pool::Pool::default(),
+                    seeds,
+                    templates: template::Templates::default(),
+                    forks: fork::Copies::default(),
+                    images,
+                },
+                heals: Heals::default(),
+                reaps: Reaps::default(),
                 admission,
+                outbox: Outbox {
+                    phases: FleetPhases::default(),
+                    webhook: notifier,
+                },
+                foreign: Foreign::default(),
+                relist_now: relist_now.clone(),
             }),
             queue,
             readiness: Readiness::default(),
@@ -363,7 +331,7 @@ impl Controller {
                 term = self.elector.acquire() => term,
             };
             // What this process remembered from an earlier term may be stale.
-            self.ctx.gone.clear();
+            self.ctx.reaps.gone.clear();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let lead = self.lead(async {
                 let _ = stopped.await;
@@ -443,7 +411,7 @@ impl Controller {
         // Readiness gate: only now may anything be reaped or provisioned.
         self.readiness.set(true);
         template::prepare(&ctx).await;
-        tracing::info!(deployment = %ctx.config.deployment, "initial lists loaded; controller ready");
+        tracing::info!(deployment = %ctx.env.config.deployment, "initial lists loaded; controller ready");
 
         tasks.0.push(tokio::spawn(relist::relist_loop(
             ctx.clone(),
@@ -472,7 +440,7 @@ impl Controller {
         if abandoned > 0 {
             tracing::warn!(
                 abandoned,
-                grace_ms = ctx.config.shutdown_grace.as_millis() as u64,
+                grace_ms = ctx.env.config.shutdown_grace.as_millis() as u64,
                 "shutdown grace elapsed with reconciles still running"
             );
         }
@@ -483,7 +451,7 @@ impl Controller {
     /// the layout has one) and the watches.
     async fn begin_term(&self) -> Result<Tasks, ControllerError> {
         if let Some(shared) = network::shared_spec(&self.ctx) {
-            self.ctx.runtime.ensure_network(&shared).await?;
+            self.ctx.env.runtime.ensure_network(&shared).await?;
         }
         self.watch().await
     }
@@ -498,34 +466,34 @@ impl Controller {
             queue: self.queue.clone(),
             relist_now: self.relist_now.clone(),
         });
-        let notifications = ctx.store.watch_desired().await?;
+        let notifications = ctx.env.store.watch_desired().await?;
         let docker_watch = tokio::spawn(watch::follow(
             DockerEvents::new(
-                ctx.runtime.clone(),
-                ctx.config.deployment.clone(),
+                ctx.env.runtime.clone(),
+                ctx.env.config.deployment.clone(),
                 self.known.clone(),
-                ctx.metrics.clone(),
+                ctx.env.metrics.clone(),
             )
-            .with_claims(ctx.pool.index.clone())
-            .with_orders(ctx.orders.clone()),
+            .with_claims(ctx.sources.pool.index.clone())
+            .with_orders(ctx.env.orders.clone()),
             None,
-            ctx.metrics.clone(),
+            ctx.env.metrics.clone(),
             sink.clone(),
         ));
         let network_watch = tokio::spawn(watch::follow(
             RemovedNetworks::new(
-                ctx.runtime.clone(),
-                ctx.config.deployment.clone(),
+                ctx.env.runtime.clone(),
+                ctx.env.config.deployment.clone(),
                 network::shared_spec(ctx).map(|n| n.name),
             ),
             None,
-            ctx.metrics.clone(),
+            ctx.env.metrics.clone(),
             sink.clone(),
         ));
         let pg_watch = tokio::spawn(watch::follow(
-            DesiredRows::new(ctx.store.clone(), ctx.metrics.clone()),
+            DesiredRows::new(ctx.env.store.clone(), ctx.env.metrics.clone()),
             Some(notifications),
-            ctx.metrics.clone(),
+            ctx.env.metrics.clone(),
             sink,
         ));
         Ok(Tasks(vec![docker_watch, network_watch, pg_watch]))

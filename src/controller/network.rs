@@ -59,9 +59,9 @@ pub fn placement(
 /// in the per-sandbox layout its own or the warm-pool network it adopted,
 /// as its status (`recorded`) says.
 pub(crate) fn sandbox_network(ctx: &Context, id: &SandboxId, recorded: Option<&str>) -> String {
-    match &ctx.config.network {
+    match &ctx.env.config.network {
         NetworkLayout::PerSandbox { .. } => {
-            crate::domain::network::sandbox_network(&ctx.config.deployment, id, recorded)
+            crate::domain::network::sandbox_network(&ctx.env.config.deployment, id, recorded)
         }
         NetworkLayout::Shared { name } => name.clone(),
     }
@@ -69,7 +69,7 @@ pub(crate) fn sandbox_network(ctx: &Context, id: &SandboxId, recorded: Option<&s
 
 /// The shared network, created at start; `None` in the per-sandbox layout.
 pub(crate) fn shared_spec(ctx: &Context) -> Option<NetworkSpec> {
-    match &ctx.config.network {
+    match &ctx.env.config.network {
         NetworkLayout::PerSandbox { .. } => None,
         NetworkLayout::Shared { name } => Some(NetworkSpec {
             name: name.clone(),
@@ -103,9 +103,9 @@ pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId, name: &str) -> Op
 /// The network the sandbox's engines are on: its own `name` (labelled with
 /// the state database's identity once it is known) or the shared one.
 fn spec_of(ctx: &Context, id: &SandboxId, name: &str) -> Option<NetworkSpec> {
-    match sandbox_spec(&ctx.config, id, name) {
+    match sandbox_spec(&ctx.env.config, id, name) {
         Some(mut spec) => {
-            if let Some(state) = ctx.state.get() {
+            if let Some(state) = ctx.env.state.get() {
                 spec.labels
                     .insert(labels::STATE_ID.to_owned(), state.to_string());
             }
@@ -134,9 +134,9 @@ pub(crate) async fn ensure(
     // Engines that ran on it (or the shared network, created at start): its
     // creation now is a re-creation.
     let was_there =
-        plan.kept().next().is_some() || matches!(ctx.config.network, NetworkLayout::Shared { .. });
+        plan.kept().next().is_some() || matches!(ctx.env.config.network, NetworkLayout::Shared { .. });
     create(ctx, id, &spec, was_there).await?;
-    let Some(members) = ctx.runtime.network_members(&spec.name).await? else {
+    let Some(members) = ctx.env.runtime.network_members(&spec.name).await? else {
         return Ok(());
     };
     for action in plan.actions.iter_mut() {
@@ -157,7 +157,7 @@ pub(crate) async fn ensure(
         // that the list's next look plans (the inspect waits until Docker
         // has finished with the exit).
         if !ctx
-            .runtime
+            .env.runtime
             .inspect(&kept.id)
             .await?
             .is_some_and(|run| run.running)
@@ -165,12 +165,12 @@ pub(crate) async fn ensure(
             tracing::debug!(sandbox = %id, engine = %engine, "engine off its network is not running: left to its heal");
             continue;
         }
-        let place = placement(&ctx.config, id, *engine, network);
-        ctx.runtime
+        let place = placement(&ctx.env.config, id, *engine, network);
+        ctx.env.runtime
             .rejoin(&place.network, &kept.id, &place.aliases)
             .await?;
-        ctx.metrics.lifecycle.network_reconnected();
-        if let Some(port) = ctx.runtime.published_port(&kept.id).await? {
+        ctx.env.metrics.lifecycle.network_reconnected();
+        if let Some(port) = ctx.env.runtime.published_port(&kept.id).await? {
             status.host_port = port;
         }
         tracing::warn!(sandbox = %id, engine = %engine, network = place.network, host_port = status.host_port, "engine was off its network; put back on it under its names");
@@ -186,12 +186,12 @@ async fn create(
     spec: &NetworkSpec,
     recreating: bool,
 ) -> Result<(), RuntimeError> {
-    if ctx.runtime.ensure_network(spec).await? && recreating {
-        ctx.metrics.lifecycle.network_recreated();
+    if ctx.env.runtime.ensure_network(spec).await? && recreating {
+        ctx.env.metrics.lifecycle.network_recreated();
         tracing::warn!(sandbox = %id, network = spec.name, "the network was gone (removed or pruned out of band); created it again");
     }
-    if let Some(me) = &ctx.config.controller_container {
-        ctx.runtime.connect(&spec.name, me).await?;
+    if let Some(me) = &ctx.env.config.controller_container {
+        ctx.env.runtime.connect(&spec.name, me).await?;
     }
     Ok(())
 }
@@ -206,7 +206,7 @@ pub(crate) async fn create_and_start(
     id: &SandboxId,
     container: &ContainerSpec,
 ) -> Result<ContainerId, RuntimeError> {
-    let runtime = ctx.runtime.as_ref();
+    let runtime = ctx.env.runtime.as_ref();
     let create_once_released = || {
         name_release::once_released(runtime, name_release::RELEASE_WITHIN, || {
             runtime.create_and_start(container)
@@ -233,17 +233,17 @@ pub(crate) async fn sync_attached(
     desired: &DesiredSandbox,
     network: &str,
 ) -> Result<Vec<String>, RuntimeError> {
-    if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
+    if !matches!(ctx.env.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(if desired.attach.is_empty() {
             Vec::new()
         } else {
             vec!["attach: the shared network layout attaches nothing; connect the containers to the shared network yourself".to_owned()]
         });
     }
-    let Some(members) = ctx.runtime.network_members(network).await? else {
+    let Some(members) = ctx.env.runtime.network_members(network).await? else {
         return Ok(Vec::new());
     };
-    let own_prefix = container_name_prefix(&ctx.config.deployment, &desired.id);
+    let own_prefix = container_name_prefix(&ctx.env.config.deployment, &desired.id);
     let wanted: BTreeSet<&str> = desired.attach.iter().map(String::as_str).collect();
     let mut problems = Vec::new();
     for name in &wanted {
@@ -259,9 +259,9 @@ pub(crate) async fn sync_attached(
     }
     for member in &members {
         let ours = member.starts_with(&own_prefix)
-            || ctx.config.controller_container.as_deref() == Some(member.as_str());
+            || ctx.env.config.controller_container.as_deref() == Some(member.as_str());
         if !ours && !wanted.contains(member.as_str()) {
-            ctx.runtime.disconnect(network, member).await?;
+            ctx.env.runtime.disconnect(network, member).await?;
             tracing::info!(container = member, network, "detached");
         }
     }
@@ -284,7 +284,7 @@ async fn attach_one(
         name: name.to_owned(),
         owner: desired.owner.clone(),
     };
-    let found = match ctx.runtime.attach_candidate(name).await {
+    let found = match ctx.env.runtime.attach_candidate(name).await {
         Ok(found) => found,
         Err(e @ (RuntimeError::Connect(_) | RuntimeError::Timeout { .. })) => return Err(e),
         Err(e) => {
@@ -307,7 +307,7 @@ async fn attach_one(
             return Ok(Err(refused()));
         }
     };
-    match ctx.runtime.connect(network, judged.id.as_str()).await {
+    match ctx.env.runtime.connect(network, judged.id.as_str()).await {
         Ok(()) => {
             tracing::info!(sandbox = %desired.id, container = name, network, "attached");
             Ok(Ok(()))
@@ -326,10 +326,10 @@ async fn attach_one(
 /// Removes the sandbox's network `name` (disconnecting whatever is still
 /// on it), unless it carries another state database's identity `state`.
 pub(crate) async fn remove(ctx: &Context, name: &str, state: &StateId) -> Result<(), RuntimeError> {
-    if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
+    if !matches!(ctx.env.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(());
     }
-    let listed = ctx.runtime.networks(&ctx.config.deployment).await?;
+    let listed = ctx.env.runtime.networks(&ctx.env.config.deployment).await?;
     if let Some(theirs) = listed
         .iter()
         .find(|n| n.name == name && !identity::resource_is_ours(n.state_id.as_deref(), state))
@@ -341,8 +341,8 @@ pub(crate) async fn remove(ctx: &Context, name: &str, state: &StateId) -> Result
         );
         return Ok(());
     }
-    ctx.runtime
-        .remove_network(name, &ctx.config.deployment)
+    ctx.env.runtime
+        .remove_network(name, &ctx.env.config.deployment)
         .await
 }
 
@@ -353,7 +353,7 @@ pub(crate) async fn remove(ctx: &Context, name: &str, state: &StateId) -> Result
 /// (no CAP_NET_ADMIN) is said and left to the operator, every relist, and
 /// nothing else stops (a relist never fails for it).
 pub(crate) async fn remove_stale_bridges(ctx: &Context) {
-    let swept = match ctx.runtime.remove_stale_bridges().await {
+    let swept = match ctx.env.runtime.remove_stale_bridges().await {
         Ok(swept) => swept,
         Err(e) => {
             tracing::warn!(error = %e, "could not look for stale bridges; the next relist tries again");
@@ -386,6 +386,6 @@ pub(crate) async fn remove_stale_bridges(ctx: &Context) {
                 "failed"
             }
         };
-        ctx.metrics.lifecycle.stale_bridge(outcome);
+        ctx.env.metrics.lifecycle.stale_bridge(outcome);
     }
 }

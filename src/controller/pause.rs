@@ -62,7 +62,7 @@ pub(crate) async fn in_use(
     let asks = asked(plan, step, observed, previous)
         .into_iter()
         .filter_map(|(c, status)| {
-            let engine = ctx.engines.lookup(&c.labels.engine)?;
+            let engine = ctx.env.engines.lookup(&c.labels.engine)?;
             Some(async move {
                 let credentials = engine.credentials(status.password.clone());
                 let result = bring_up::count_clients(
@@ -100,8 +100,8 @@ pub(crate) async fn record_use(
     id: &SandboxId,
     now: DateTime<Utc>,
 ) -> Result<Option<DateTime<Utc>>, crate::ports::store::StoreError> {
-    ctx.metrics.lifecycle.idle_in_use();
-    ctx.store.mark_used(id, now).await
+    ctx.env.metrics.lifecycle.idle_in_use();
+    ctx.env.store.mark_used(id, now).await
 }
 
 /// The engine names of `ids` among `observed`, for events.
@@ -130,14 +130,14 @@ pub(crate) async fn thaw(
     let thaw: Vec<ContainerId> = step
         .thaw
         .iter()
-        .filter(|id| !ctx.forks.copying(id))
+        .filter(|id| !ctx.sources.forks.copying(id))
         .cloned()
         .collect();
     if thaw.is_empty() {
         return Ok(());
     }
     let started = Instant::now();
-    let results = join_all(thaw.iter().map(|id| ctx.runtime.unpause(id))).await;
+    let results = join_all(thaw.iter().map(|id| ctx.env.runtime.unpause(id))).await;
     let failed = results.into_iter().find_map(Result::err);
     if plan.wanted == Wanted::Yes {
         let engines = engines_of(&thaw, observed);
@@ -148,7 +148,7 @@ pub(crate) async fn thaw(
             error.as_deref(),
         ));
         if failed.is_none() {
-            ctx.metrics.lifecycle.resumed();
+            ctx.env.metrics.lifecycle.resumed();
             tracing::info!(engines = ?engines, elapsed_ms = started.elapsed().as_millis() as u64, "paused sandbox resumed: used again");
         }
     }
@@ -170,7 +170,7 @@ pub(crate) async fn freeze(
     if step.freeze.is_empty() {
         return Some(Ok(()));
     }
-    let results = join_all(step.freeze.iter().map(|id| ctx.runtime.pause(id))).await;
+    let results = join_all(step.freeze.iter().map(|id| ctx.env.runtime.pause(id))).await;
     let engines = engines_of(&step.freeze, observed);
     let failed = results
         .into_iter()
@@ -179,7 +179,7 @@ pub(crate) async fn freeze(
     journal.push(Event::paused(&engines, failed.as_deref()));
     match failed {
         None => {
-            ctx.metrics.lifecycle.paused();
+            ctx.env.metrics.lifecycle.paused();
             tracing::info!(engines = ?engines, "idle sandbox paused");
             Some(Ok(()))
         }

@@ -22,10 +22,10 @@ pub(crate) struct ControllerProbes {
 #[async_trait]
 impl Probes for ControllerProbes {
     async fn before_scrape(&self) {
-        let m = &self.ctx.metrics;
+        let m = &self.ctx.env.metrics;
         let (longest, total) = self.queue.running_times();
         m.queue.running_times(longest, total);
-        let looping = self.ctx.heal_loops.looping();
+        let looping = self.ctx.heals.heal_loops.looping();
         if !looping.is_empty() {
             tracing::warn!(sandboxes = ?looping, "sandboxes in a heal loop");
         }
@@ -42,15 +42,15 @@ impl Probes for ControllerProbes {
         if !self.readiness.is_ready() {
             return Err("initial lists not loaded yet".into());
         }
-        if let Some(reason) = self.ctx.breaker.paused() {
+        if let Some(reason) = self.ctx.reaps.breaker.paused() {
             return Err(format!("reaping paused: {reason}"));
         }
-        match tokio::time::timeout(PROBE_TIMEOUT, self.ctx.store.ping()).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, self.ctx.env.store.ping()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(format!("state database unreachable: {e}")),
             Err(_) => return Err("state database did not answer within 2s".into()),
         }
-        match tokio::time::timeout(PROBE_TIMEOUT, self.ctx.runtime.ping()).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, self.ctx.env.runtime.ping()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(format!("docker unreachable: {e}")),
             Err(_) => Err("docker did not answer within 2s".into()),
@@ -63,8 +63,8 @@ impl Probes for ControllerProbes {
         ControllerView {
             leadership: self.leadership(&role),
             leads: matches!(role, Role::Leader(_)),
-            reaping_paused: self.ctx.breaker.paused(),
-            pools: self.ctx.pool.view(&self.ctx),
+            reaping_paused: self.ctx.reaps.breaker.paused(),
+            pools: self.ctx.sources.pool.view(&self.ctx),
         }
     }
 }

@@ -46,21 +46,21 @@ pub(crate) async fn provision(
     reserved: &Reserved<'_>,
 ) -> Result<Provisioned, ProvisionError> {
     let engine = ctx
-        .engines
+        .env.engines
         .get(p.engine)
         .ok_or(ProvisionError::UnknownEngine(p.engine))?;
     count_reason(ctx, desired, p, cause);
     let started = Instant::now();
     tracing::info!("provisioning");
     let result = start_and_switch(ctx, desired, engine, p, commit, reserved).await;
-    ctx.metrics
+    ctx.env.metrics
         .lifecycle
         .provision_finished(p.engine, p.reason, result.is_ok(), started.elapsed());
     match &result {
         Ok((_, origin, _)) => {
             if new_request && p.reason != ProvisionReason::Heal {
-                let waited = ctx.seconds_since(desired.updated_at);
-                (ctx.metrics.lifecycle).request_to_ready(p.engine, origin.as_str(), waited);
+                let waited = ctx.env.seconds_since(desired.updated_at);
+                (ctx.env.metrics.lifecycle).request_to_ready(p.engine, origin.as_str(), waited);
             }
             let elapsed_ms = started.elapsed().as_millis() as u64;
             tracing::info!(elapsed_ms, "engine ready");
@@ -81,11 +81,11 @@ fn count_reason(ctx: &Context, desired: &DesiredSandbox, p: &Provision, cause: O
     match p.reason {
         ProvisionReason::Heal => {
             let cause = cause.unwrap_or(HealCause::Exited);
-            ctx.heal_loops.record(&desired.id);
-            ctx.metrics.lifecycle.healed(p.engine, cause);
+            ctx.heals.heal_loops.record(&desired.id);
+            ctx.env.metrics.lifecycle.healed(p.engine, cause);
             tracing::info!(cause = cause.as_str(), "healing with the same credentials");
         }
-        ProvisionReason::Rotate => ctx.metrics.lifecycle.rotated(p.engine),
+        ProvisionReason::Rotate => ctx.env.metrics.lifecycle.rotated(p.engine),
         ProvisionReason::Create | ProvisionReason::Replace => {}
     }
 }
@@ -115,7 +115,7 @@ async fn start_and_switch(
         (Err(e), Some(_)) => Err(ProvisionError::RotationAbandoned(Box::new(e))),
         (Err(e), None)
             if p.reason == ProvisionReason::Rotate
-                && (desired.persistent || ctx.policy().rotate_in_place)
+                && (desired.persistent || ctx.env.policy().rotate_in_place)
                 && !e.changed_nothing() =>
         {
             Err(roll_back(ctx, desired, engine, p, e, commit).await)
@@ -166,7 +166,7 @@ async fn roll_back(
         reason: ProvisionReason::Rotate,
         seed,
     };
-    let none = Reserved::none(&ctx.pool);
+    let none = Reserved::none(&ctx.sources.pool);
     let restored = match start(ctx, desired, engine, &restore, commit.network(), &none).await {
         Ok((_, restored, _, _)) => restored,
         Err(e) => {
@@ -204,7 +204,7 @@ async fn start(
     network: &str,
     reserved: &Reserved<'_>,
 ) -> Result<(ContainerId, ServiceStatus, Origin, bool), ProvisionError> {
-    let image = ctx.config.images.image_for(engine, !p.features.is_empty());
+    let image = ctx.env.config.images.image_for(engine, !p.features.is_empty());
     make_room(ctx, desired, p, &image).await?;
     let credentials = match &p.reuse {
         Some(s) => published_credentials(s),
@@ -215,7 +215,7 @@ async fn start(
     // for a published one.
     let labels = labels_of(ctx, desired, p, new_instance());
     let wanted = wanted(ctx, desired, p);
-    let placement = network::placement(&ctx.config, &desired.id, p.engine, network);
+    let placement = network::placement(&ctx.env.config, &desired.id, p.engine, network);
     let job = Job {
         engine,
         spec: spec_of(
@@ -267,14 +267,14 @@ async fn make_room(
     p: &Provision,
     image: &str,
 ) -> Result<(), ProvisionError> {
-    ships_features(ctx.runtime.as_ref(), p, image).await?;
-    let isolation = desired.isolation_under(ctx.config.isolation);
-    runtime_registered(ctx.runtime.as_ref(), isolation).await?;
+    ships_features(ctx.env.runtime.as_ref(), p, image).await?;
+    let isolation = desired.isolation_under(ctx.env.config.isolation);
+    runtime_registered(ctx.env.runtime.as_ref(), isolation).await?;
     if p.reason == ProvisionReason::Replace && !p.replace.is_empty() {
         still_wanted(ctx, desired, p).await?;
     }
     for id in &p.replace {
-        ctx.runtime.remove(id, ctx.config.stop_timeout).await?;
+        ctx.env.runtime.remove(id, ctx.env.config.stop_timeout).await?;
     }
     Ok(())
 }
@@ -303,7 +303,7 @@ fn labels_of(
     instance: String,
 ) -> ContainerLabels {
     ContainerLabels {
-        deployment: ctx.config.deployment.clone(),
+        deployment: ctx.env.config.deployment.clone(),
         sandbox: desired.id.clone(),
         owner: desired.owner.clone(),
         engine: p.engine.as_str().to_owned(),
@@ -311,9 +311,9 @@ fn labels_of(
         features: p.features.clone(),
         instance,
         // Read by the reconcile before anything is planned.
-        state_id: ctx.state.get().map(ToString::to_string),
+        state_id: ctx.env.state.get().map(ToString::to_string),
         incarnation: desired.incarnation.as_ref().map(ToString::to_string),
-        isolation: desired.isolation_under(ctx.config.isolation),
+        isolation: desired.isolation_under(ctx.env.config.isolation),
         seed: p.seed.clone(),
     }
 }
@@ -334,7 +334,7 @@ fn spec_of(
     credentials: &Credentials,
     placement: &Placement,
 ) -> ContainerSpec {
-    let config = &ctx.config;
+    let config = &ctx.env.config;
     let mut build = placement.clone();
     if p.retire.is_some() {
         build.container = candidate_name(&build.container, &labels.instance);
@@ -355,7 +355,7 @@ fn spec_of(
     );
     spec.host_port = p.host_port;
     spec.runtime = labels.isolation.runtime().map(str::to_owned);
-    if let Some(term) = ctx.fence.term() {
+    if let Some(term) = ctx.env.fence.term() {
         spec.labels
             .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
     }
@@ -427,7 +427,7 @@ async fn ships_features(
 /// The Swarm node the engine `id` runs on, for its status; not knowing
 /// it fails nothing (the status then does not name one).
 pub(crate) async fn node_of(ctx: &Context, id: &ContainerId) -> Option<String> {
-    match ctx.runtime.node_of(id).await {
+    match ctx.env.runtime.node_of(id).await {
         Ok(node) => node,
         Err(e) => {
             tracing::debug!(container = %id, error = %e, "the engine's node is unknown");

@@ -23,8 +23,8 @@ pub(crate) async fn probe_address(
     name: &str,
     host_port: u16,
 ) -> Result<(String, u16), RuntimeError> {
-    let runtime = ctx.runtime.as_ref();
-    Ok(match ctx.config.probe_via {
+    let runtime = ctx.env.runtime.as_ref();
+    Ok(match ctx.env.config.probe_via {
         ProbeVia::Host => match runtime.published_host(id).await? {
             Some(node) => (node, host_port),
             None => ("127.0.0.1".to_owned(), host_port),

@@ -39,7 +39,7 @@ pub(crate) async fn since(
     ctx: &Context,
     read: &DesiredSandbox,
 ) -> Result<Option<Changed>, StoreError> {
-    Ok(match ctx.store.fetch_desired(&read.id).await? {
+    Ok(match ctx.env.store.fetch_desired(&read.id).await? {
         None => Some(Changed::Deleted),
         Some(now) if now.incarnation != read.incarnation || now.generation != read.generation => {
             Some(Changed::Rewritten)

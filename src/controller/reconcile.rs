@@ -91,7 +91,7 @@ impl From<super::ControllerError> for ReconcileError {
 /// is retried with backoff. What it did until then is still recorded as
 /// events.
 pub(crate) async fn reconcile(ctx: &Context, id: &SandboxId) -> Result<Next, ReconcileError> {
-    within(ctx, id, Some(ctx.config.reconcile_timeout)).await
+    within(ctx, id, Some(ctx.env.config.reconcile_timeout)).await
 }
 
 /// [`reconcile`] without a deadline: the unit tests drive it on paused
@@ -117,7 +117,7 @@ async fn within(
             Ok(result) => result,
             Err(_) => {
                 // The queue's handler logs it with the sandbox id.
-                ctx.metrics.queue.timed_out();
+                ctx.env.metrics.queue.timed_out();
                 Err(ReconcileError::TimedOut(after))
             }
         },
@@ -141,10 +141,10 @@ async fn record(ctx: &Context, id: &SandboxId, journal: &mut Journal) {
         return;
     }
     let events = journal.take();
-    let Ok(term) = ctx.fence.check() else {
+    let Ok(term) = ctx.env.fence.check() else {
         return;
     };
-    let keep = ctx.config.events_per_sandbox;
+    let keep = ctx.env.config.events_per_sandbox;
     #[cfg(any(test, feature = "simulation"))]
     let keep = if crate::domain::mutation::on(crate::domain::mutation::Mutation::KeepEveryEvent) {
         u32::MAX
@@ -158,13 +158,13 @@ async fn record(ctx: &Context, id: &SandboxId, journal: &mut Journal) {
         events: &events,
         keep,
     };
-    match ctx.store.record_events(batch, term).await {
+    match ctx.env.store.record_events(batch, term).await {
         Ok(notices) => {
-            ctx.metrics.events.recorded(&events);
-            ctx.webhook.offer(notices);
+            ctx.env.metrics.events.recorded(&events);
+            ctx.outbox.webhook.offer(notices);
         }
         Err(e) => {
-            ctx.metrics.events.lost(events.len());
+            ctx.env.metrics.events.lost(events.len());
             tracing::warn!(error = %e, events = events.len(), "could not record events");
         }
     }
@@ -225,10 +225,10 @@ async fn read<'c>(
     id: &SandboxId,
     journal: &mut Journal,
 ) -> Result<Seen<'c>, ReconcileError> {
-    let state = ctx.state_id().await?;
-    let desired = ctx.store.fetch_desired(id).await?;
+    let state = ctx.env.state_id().await?;
+    let desired = ctx.env.store.fetch_desired(id).await?;
     let observed = containers::of_sandbox(ctx, id).await?;
-    let previous = ctx.store.fetch_status(id).await?;
+    let previous = ctx.env.store.fetch_status(id).await?;
     // Another state database's containers are not this one's to touch:
     // left out of the plan (relists count and report them).
     let (observed, foreign) = identity::partition(observed, state, previous.as_ref());
@@ -242,13 +242,13 @@ async fn read<'c>(
         Some((d, name)) => Some(owner_state(ctx, d, name).await?),
         None => None,
     };
-    let now = ctx.clock.now();
+    let now = ctx.env.clock.now();
     let gone_since = match &desired {
         Some(_) => {
-            ctx.gone.forget(id);
+            ctx.reaps.gone.forget(id);
             None
         }
-        None => Some(ctx.gone.missing(id, now, !observed.is_empty())),
+        None => Some(ctx.reaps.gone.missing(id, now, !observed.is_empty())),
     };
     Ok(Seen {
         state,
@@ -277,7 +277,7 @@ async fn decide(
     id: &SandboxId,
     seen: &mut Seen<'_>,
 ) -> Result<Decided, ReconcileError> {
-    let policy = ctx.policy();
+    let policy = ctx.env.policy();
     let plan_for = |seen: &Seen<'_>| {
         plan::plan(
             seen.desired.as_ref(),
@@ -312,7 +312,7 @@ async fn decide(
     if plan.teardowns().any(|t| t.reason == ReapReason::Superseded) {
         // The row was deleted and inserted again: the heals of the earlier
         // incarnation are not this one's.
-        ctx.crash_loops.forget(id);
+        ctx.heals.crash_loops.forget(id);
     }
     Ok(Decided { plan, freezing })
 }
@@ -353,14 +353,14 @@ async fn gate(
             .map(|p| {
                 (
                     p.engine,
-                    ctx.crash_loops.heals(&d.id, p.engine, d.generation),
+                    ctx.heals.crash_loops.heals(&d.id, p.engine, d.generation),
                 )
             })
             .collect(),
         None => BTreeMap::new(),
     };
     let reaping = match seen.gone_since.filter(|_| gate::reaps_deleted_row(&plan)) {
-        Some(since) => match ctx.breaker.may_reap(id, since) {
+        Some(since) => match ctx.reaps.breaker.may_reap(id, since) {
             Ok(()) => Reaping::Go,
             Err(Held::Paused(_)) => Reaping::Paused,
             Err(Held::Unconfirmed) => Reaping::Unconfirmed,
@@ -372,7 +372,7 @@ async fn gate(
         images,
         heals,
         causes,
-        crash_loop: &ctx.config.crash_loop,
+        crash_loop: &ctx.env.config.crash_loop,
         now: seen.now,
         foreign: &seen.foreign,
         state: seen.state,
@@ -381,8 +381,8 @@ async fn gate(
     let gated = gate::gate(plan, &facts);
     if let Some(d) = &seen.desired {
         for engine in &gated.held.heals_due {
-            let window = ctx.config.crash_loop.window;
-            ctx.crash_loops
+            let window = ctx.env.config.crash_loop.window;
+            ctx.heals.crash_loops
                 .record(&d.id, *engine, d.generation, seen.now, window);
         }
     }
@@ -416,7 +416,7 @@ fn hold_reaping(
         }
         _ => {
             tracing::debug!("reap held back: reaping is paused");
-            Next::After(ctx.config.relist_interval)
+            Next::After(ctx.env.config.relist_interval)
         }
     }
 }
@@ -467,7 +467,7 @@ async fn act(
     // now: a sandbox without a network yet adopts the first one's.
     let reserved = match seen.converging(plan) {
         Some(d) => pool::reserve(ctx, d, plan, adopts_pool_network(ctx, seen, plan)),
-        None => pool::Reserved::none(&ctx.pool),
+        None => pool::Reserved::none(&ctx.sources.pool),
     };
     let (network, commit) = place(ctx, id, seen, plan, causes, &reserved).await?;
     let new_request = seen
@@ -545,7 +545,7 @@ fn adopts_pool_network(ctx: &Context, seen: &Seen<'_>, plan: &Plan) -> bool {
     let recorded = seen.previous.as_ref().and_then(|p| p.network.as_deref());
     recorded.is_none()
         && plan.kept().next().is_none()
-        && matches!(ctx.config.network, NetworkLayout::PerSandbox { .. })
+        && matches!(ctx.env.config.network, NetworkLayout::PerSandbox { .. })
 }
 
 /// Puts the sandbox on its network (the one its status records, else a
@@ -576,22 +576,22 @@ async fn place(
     let failures: BTreeMap<EngineName, String> = plan
         .provisions()
         .filter(|p| p.reason == ProvisionReason::Heal)
-        .filter_map(|p| Some((p.engine, ctx.crash_loops.last_heal_failure(id, p.engine)?)))
+        .filter_map(|p| Some((p.engine, ctx.heals.crash_loops.last_heal_failure(id, p.engine)?)))
         .collect();
     let mut update = status::while_provisioning(plan, desired, seen.previous.as_ref(), causes)
         .map(|u| status::with_last_failures(u, &failures));
     if let Some(update) = &mut update {
         update.network = Some(network.clone());
-        ctx.store.write_status(id, update, ctx.term()?).await?;
-        ctx.phases.published(id, Some(update.phase), &ctx.metrics);
+        ctx.env.store.write_status(id, update, ctx.env.term()?).await?;
+        ctx.outbox.phases.published(id, Some(update.phase), &ctx.env.metrics);
     }
     if let Some(d) = seen.converging(plan) {
         if adopted.is_none() {
             network::ensure(ctx, id, &network, &seen.observed, plan).await?;
-        } else if let Some(me) = &ctx.config.controller_container {
+        } else if let Some(me) = &ctx.env.config.controller_container {
             // The adopted network exists (its pool container is on it):
             // only sandboxd's own container may need to join it.
-            ctx.runtime.connect(&network, me).await?;
+            ctx.env.runtime.connect(&network, me).await?;
         }
         if (d.persistent || d.fork_of.is_some()) && plan.provisions().next().is_some() {
             // Never mount an earlier incarnation's data (or fork copy).
@@ -623,8 +623,8 @@ async fn clean_up(
     network::remove(ctx, network, seen.state).await?;
     if plan.wanted == Wanted::Deleted && plan.data_kept_until.is_none() {
         volume::remove_all(ctx, id, seen.state).await?;
-        ctx.gone.forget(id);
-        ctx.crash_loops.forget(id);
+        ctx.reaps.gone.forget(id);
+        ctx.heals.crash_loops.forget(id);
     }
     Ok(())
 }
@@ -662,7 +662,7 @@ async fn publish(
     // status keeps saying why until the next try.
     for (engine, _) in &held.crash_loops {
         if !heal_failures.contains_key(engine) {
-            if let Some(failure) = ctx.crash_loops.last_heal_failure(id, *engine) {
+            if let Some(failure) = ctx.heals.crash_loops.last_heal_failure(id, *engine) {
                 heal_failures.insert(*engine, failure);
             }
         }
@@ -695,12 +695,12 @@ async fn publish(
     }
     match &verdict.publish {
         Publish::Write(update) => {
-            ctx.store.write_status(id, update, ctx.term()?).await?;
-            ctx.phases.published(id, Some(update.phase), &ctx.metrics);
+            ctx.env.store.write_status(id, update, ctx.env.term()?).await?;
+            ctx.outbox.phases.published(id, Some(update.phase), &ctx.env.metrics);
         }
         Publish::Delete => {
-            ctx.store.delete_status(id, ctx.term()?).await?;
-            ctx.phases.published(id, None, &ctx.metrics);
+            ctx.env.store.delete_status(id, ctx.env.term()?).await?;
+            ctx.outbox.phases.published(id, None, &ctx.env.metrics);
         }
         Publish::Nothing => {}
     }
@@ -732,9 +732,9 @@ async fn publish(
     if let Some(d) = desired
         .filter(|_| acted.new_request && wanted && !waiting_for_images && held.admission.is_none())
     {
-        ctx.metrics
+        ctx.env.metrics
             .lifecycle
-            .generation_lag(ctx.seconds_since(d.updated_at));
+            .generation_lag(ctx.env.seconds_since(d.updated_at));
     }
     Ok(Published {
         verdict,
@@ -809,11 +809,11 @@ async fn images_absent<'p>(
     let mut absent = BTreeMap::new();
     for p in provisions {
         // An engine this binary lacks is reported by provisioning.
-        let Some(engine) = ctx.engines.get(p.engine) else {
+        let Some(engine) = ctx.env.engines.get(p.engine) else {
             continue;
         };
-        let image = ctx.config.images.image_for(engine, !p.features.is_empty());
-        match ctx.images.need(&image, &desired.id).await {
+        let image = ctx.env.config.images.image_for(engine, !p.features.is_empty());
+        match ctx.sources.images.need(&image, &desired.id).await {
             Availability::Go => {}
             Availability::Fetching(why) => {
                 absent.insert(p.engine, gate::Image::Fetching(why));
@@ -973,7 +973,7 @@ async fn owner_state(
     desired: &DesiredSandbox,
     name: &str,
 ) -> Result<OwnerState, ReconcileError> {
-    let found = ctx.runtime.attach_candidate(name).await?;
+    let found = ctx.env.runtime.attach_candidate(name).await?;
     let owner = match attach::opted_in(name, &desired.owner, found.as_ref()) {
         Ok(owner) => owner,
         Err(refusal) => {
@@ -989,7 +989,7 @@ async fn owner_state(
         }
     };
     // By its full id: the container judged is the container looked at.
-    Ok(match ctx.runtime.inspect(&owner.id).await? {
+    Ok(match ctx.env.runtime.inspect(&owner.id).await? {
         None => OwnerState::Missing,
         Some(run) if run.running => OwnerState::Running,
         Some(run) => OwnerState::Exited(run.finished_at),
@@ -1010,14 +1010,14 @@ async fn heal_causes(
         .filter(|p| p.reason == ProvisionReason::Heal)
         .map(|p| async move {
             let retrying = ctx
-                .crash_loops
+                .heals.crash_loops
                 .last_heal_failure(&desired.id, p.engine)
                 .is_some();
             let cause = match p.replace.first() {
                 Some(dead) => {
-                    let order = ctx.orders.of(dead);
+                    let order = ctx.env.orders.of(dead);
                     // An inspect that fails says nothing: judged as ended.
-                    let ended = ctx.runtime.inspect(dead).await.unwrap_or_else(|e| {
+                    let ended = ctx.env.runtime.inspect(dead).await.unwrap_or_else(|e| {
                         tracing::debug!(container = %dead, error = %e, "could not inspect the dead container");
                         Some(RunState::default())
                     });
@@ -1047,7 +1047,7 @@ fn heals_back_off(
     interrupted: &BTreeSet<EngineName>,
     provisioned: &mut Vec<(EngineName, Result<ServiceStatus, String>)>,
 ) -> Vec<(EngineName, HealGate, String)> {
-    let policy = &ctx.config.crash_loop;
+    let policy = &ctx.env.config.crash_loop;
     let mut held = Vec::new();
     provisioned.retain(|(engine, result)| {
         let Some(p) = plan
@@ -1057,9 +1057,9 @@ fn heals_back_off(
             return true;
         };
         let Err(e) = result else {
-            ctx.crash_loops.heal_done(&desired.id, *engine, None);
+            ctx.heals.crash_loops.heal_done(&desired.id, *engine, None);
             for dead in &p.replace {
-                ctx.orders.forget(dead);
+                ctx.env.orders.forget(dead);
             }
             return true;
         };
@@ -1068,13 +1068,13 @@ fn heals_back_off(
             held.push((*engine, HealGate::Now, e.clone()));
             return false;
         }
-        let recorded = ctx.crash_loops.heals(&desired.id, *engine, desired.generation);
+        let recorded = ctx.heals.crash_loops.heals(&desired.id, *engine, desired.generation);
         if !recorded.contains(&now) {
-            ctx.crash_loops
+            ctx.heals.crash_loops
                 .record(&desired.id, *engine, desired.generation, now, policy.window);
         }
-        ctx.crash_loops.heal_done(&desired.id, *engine, Some(e));
-        let heals = ctx.crash_loops.heals(&desired.id, *engine, desired.generation);
+        ctx.heals.crash_loops.heal_done(&desired.id, *engine, Some(e));
+        let heals = ctx.heals.crash_loops.heals(&desired.id, *engine, desired.generation);
         match crash_loop::gate(&heals, now, policy) {
             HealGate::Now => true,
             gate => {
@@ -1120,8 +1120,8 @@ async fn teardown(
             continue;
         }
         let result = ctx
-            .runtime
-            .remove(&t.container, ctx.config.stop_timeout)
+            .env.runtime
+            .remove(&t.container, ctx.env.config.stop_timeout)
             .await;
         journal.push(Event::reaped(
             t,
@@ -1129,7 +1129,7 @@ async fn teardown(
         ));
         match result {
             Ok(()) => {
-                ctx.metrics.lifecycle.reaped(t.reason);
+                ctx.env.metrics.lifecycle.reaped(t.reason);
                 tracing::info!(
                     container = %t.container,
                     engine = t.engine.as_str(),
@@ -1138,7 +1138,7 @@ async fn teardown(
                 );
             }
             Err(e) => {
-                ctx.metrics.lifecycle.teardown_failed();
+                ctx.env.metrics.lifecycle.teardown_failed();
                 tracing::warn!(container = %t.container, error = %e, "teardown failed; will retry");
                 first_error.get_or_insert(e.to_string());
             }

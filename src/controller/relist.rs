@@ -60,17 +60,17 @@ pub(crate) async fn relist(
     enqueue: Enqueue,
     scope: Scope,
 ) -> Result<(), ControllerError> {
-    let state = ctx.state_id().await?;
+    let state = ctx.env.state_id().await?;
     // What admission changes from here on is newer than these lists.
     let mark = super::admission::mark(ctx);
     // What the breaker's look is as recent as: the lists, not the moment
     // it weighs them (the simulation found a reap approved by a look whose
     // lists predated the truncate that took the row).
-    let listed_at = ctx.clock.now();
+    let listed_at = ctx.env.clock.now();
     let mut lists = Lists::read(ctx).await?;
     // A warm-pool network a sandbox adopted is its network while its
     // status says so, whatever happens to the container it came with.
-    let pool_prefix = crate::domain::network::pool_network_prefix(&ctx.config.deployment);
+    let pool_prefix = crate::domain::network::pool_network_prefix(&ctx.env.config.deployment);
     let adopted: std::collections::HashSet<&str> = lists
         .statuses
         .iter()
@@ -130,14 +130,14 @@ pub(crate) async fn relist(
             Enqueue::Hint => queue.add(id.clone()),
         }
     }
-    ctx.metrics.fleet.relist_converged(converged);
+    ctx.env.metrics.fleet.relist_converged(converged);
     ctx.foreign.report(state, &foreign, networks, volumes);
     super::volume::publish_use(ctx, volumes).await;
     super::seed::collect(ctx, rows, volumes).await;
-    ctx.metrics.fleet.foreign_containers(foreign.len());
-    ctx.phases.relisted(statuses, &ctx.metrics);
-    ctx.metrics.fleet.containers(ctx.engines, containers);
-    ctx.metrics.fleet.relisted(drift);
+    ctx.env.metrics.fleet.foreign_containers(foreign.len());
+    ctx.outbox.phases.relisted(statuses, &ctx.env.metrics);
+    ctx.env.metrics.fleet.containers(ctx.env.engines, containers);
+    ctx.env.metrics.fleet.relisted(drift);
     tracing::debug!(
         sandboxes,
         converged,
@@ -170,24 +170,24 @@ impl Lists {
         let store_side = Side::spawn({
             let ctx = ctx.clone();
             async move {
-                let rows = ctx.store.list_desired().await?;
+                let rows = ctx.env.store.list_desired().await?;
                 // Without secrets: the judge needs none, and a fleet's
                 // credentials are most of its status rows' bytes.
-                let statuses = ctx.store.list_status_redacted().await?;
+                let statuses = ctx.env.store.list_status_redacted().await?;
                 // Requests that a NOTIFY announced, if it came: a relist
                 // never relies on it (issue 50: a tenant can make the
                 // database skip notifications).
-                let pending = ctx.store.pending_work().await?;
+                let pending = ctx.env.store.pending_work().await?;
                 // Only a gauge and a counter: a failure costs a stale one.
-                match ctx.store.notify_queue().await {
-                    Ok(queue) => ctx.metrics.watch.notify_queue(queue),
+                match ctx.env.store.notify_queue().await {
+                    Ok(queue) => ctx.env.metrics.watch.notify_queue(queue),
                     Err(e) => {
                         tracing::warn!(error = %e, "could not read the notification queue's usage; the next relist tries again")
                     }
                 }
                 // Events age out here (each sandbox's are bounded as they
                 // are written); a failure costs nothing but a later try.
-                match ctx.store.prune_events(ctx.config.event_retention).await {
+                match ctx.env.store.prune_events(ctx.env.config.event_retention).await {
                     Ok(0) => {}
                     Ok(pruned) => tracing::debug!(pruned, "old events deleted"),
                     Err(e) => {
@@ -195,11 +195,11 @@ impl Lists {
                     }
                 }
                 // So do seeds no row has named for --seed-retention.
-                match ctx.store.prune_seeds(ctx.config.seed_retention).await {
+                match ctx.env.store.prune_seeds(ctx.env.config.seed_retention).await {
                     Ok(0) => {}
                     Ok(pruned) => tracing::info!(
                         pruned,
-                        retention_s = ctx.config.seed_retention.as_secs(),
+                        retention_s = ctx.env.config.seed_retention.as_secs(),
                         "deleted seeds no row named within --seed-retention"
                     ),
                     Err(e) => {
@@ -212,14 +212,14 @@ impl Lists {
         let docker_side = Side::spawn({
             let ctx = ctx.clone();
             async move {
-                let deployment = &ctx.config.deployment;
+                let deployment = &ctx.env.config.deployment;
                 // Unclaimed pool containers are nobody's (never reaped,
                 // healed or counted as orphans).
                 let (containers, pooled) = super::containers::of_every_sandbox(&ctx).await?;
                 // A network whose sandbox is gone is removed by that
                 // sandbox's reconcile; so is a persistent sandbox's volume.
-                let networks = ctx.runtime.networks(deployment).await?;
-                let volumes = ctx.runtime.volumes(deployment).await?;
+                let networks = ctx.env.runtime.networks(deployment).await?;
+                let volumes = ctx.env.runtime.volumes(deployment).await?;
                 Ok::<_, ControllerError>((containers, pooled, networks, volumes))
             }
         });
@@ -339,8 +339,8 @@ impl<'a> Judge<'a> {
             foreign: foreign.iter().map(|c| &c.labels.sandbox).collect(),
             statuses,
             networks: networks.iter().map(|n| n.name.as_str()).collect(),
-            now: ctx.clock.now(),
-            policy: ctx.policy(),
+            now: ctx.env.clock.now(),
+            policy: ctx.env.policy(),
         }
     }
 
@@ -351,7 +351,7 @@ impl<'a> Judge<'a> {
             &row.id,
             status.and_then(|s| s.network.as_deref()),
         );
-        let exists = match self.ctx.config.network {
+        let exists = match self.ctx.env.config.network {
             NetworkLayout::PerSandbox { .. } => self.networks.contains(network.as_str()),
             // Created at start; its engines' lists show it if it is there.
             NetworkLayout::Shared { .. } => true,
@@ -413,7 +413,7 @@ async fn breaker_look(
     // rise again as they are reaped, after the look that let the burst
     // go: simulation seed 19963.)
     let released: HashSet<String> = ctx
-        .store
+        .env.store
         .released_ids(TOMBSTONES_KEPT)
         .await?
         .into_iter()
@@ -425,7 +425,7 @@ async fn breaker_look(
     // with containers (it listed that sandbox itself). Simulation seeds
     // 59671, 91996 and 326400: stale lists hid a truncate of most of the
     // fleet.
-    let seen_gone = ctx.gone.with_containers();
+    let seen_gone = ctx.reaps.gone.with_containers();
     let serving = statuses
         .iter()
         .filter(|s| {
@@ -445,9 +445,9 @@ async fn breaker_look(
         .filter(|id| !desired.contains(*id))
         .map(|id| (*id).clone())
         .collect();
-    let recorded = ctx.store.reaping().await?;
-    let change = ctx.breaker.look(
-        &ctx.config.breaker,
+    let recorded = ctx.env.store.reaping().await?;
+    let change = ctx.reaps.breaker.look(
+        &ctx.env.config.breaker,
         &recorded,
         fleet.len(),
         &missing,
@@ -456,8 +456,8 @@ async fn breaker_look(
     match change {
         Change::Tripped(reason) => {
             tracing::error!(missing = missing.len(), fleet = fleet.len(), reason = %reason, "reaping paused: too many desired rows missing at once");
-            ctx.store.pause_reaping(&reason).await?;
-            ctx.breaker.recorded();
+            ctx.env.store.pause_reaping(&reason).await?;
+            ctx.reaps.breaker.recorded();
         }
         Change::Resumed(released) => {
             tracing::warn!(
@@ -470,9 +470,9 @@ async fn breaker_look(
         }
         Change::None => {}
     }
-    ctx.metrics
+    ctx.env.metrics
         .fleet
-        .reaping(ctx.breaker.paused().is_some(), missing.len());
+        .reaping(ctx.reaps.breaker.paused().is_some(), missing.len());
     Ok(())
 }
 
@@ -493,7 +493,7 @@ pub(crate) async fn relist_loop(
     known: Arc<KnownContainers>,
     relist_now: Arc<Notify>,
 ) {
-    let mut tick = tokio::time::interval(ctx.config.relist_interval);
+    let mut tick = tokio::time::interval(ctx.env.config.relist_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is immediate; the initial relist already ran.
     tick.tick().await;
@@ -518,7 +518,7 @@ pub(crate) async fn relist_loop(
         }
         // What the lists cannot show (a stranger connected to a sandbox's
         // network, say) is looked at by a full resync.
-        let scope = if owed == Enqueue::Fresh || resynced.elapsed() >= ctx.config.resync_interval {
+        let scope = if owed == Enqueue::Fresh || resynced.elapsed() >= ctx.env.config.resync_interval {
             Scope::Every
         } else {
             Scope::Unconverged
@@ -532,7 +532,7 @@ pub(crate) async fn relist_loop(
                 }
             }
             Err(e) => {
-                let interval = ctx.config.relist_interval;
+                let interval = ctx.env.config.relist_interval;
                 let retry_in = retries
                     .get_or_insert_with(|| retry_delays(interval))
                     .next()

@@ -142,18 +142,18 @@ impl Commit {
             return Err(SwitchError::NotWanted { engine });
         };
         let next = status::switching(current.clone(), engine, service.clone(), note);
-        let term = ctx.term().map_err(|_| SwitchError::Publish {
+        let term = ctx.env.term().map_err(|_| SwitchError::Publish {
             engine,
             source: StoreError::Fenced {
-                term: ctx.fence.term().unwrap_or(crate::domain::lease::Term(0)),
+                term: ctx.env.fence.term().unwrap_or(crate::domain::lease::Term(0)),
             },
         })?;
-        ctx.store
+        ctx.env.store
             .write_status(&self.id, &next, term)
             .await
             .map_err(|source| SwitchError::Publish { engine, source })?;
-        ctx.phases
-            .published(&self.id, Some(next.phase), &ctx.metrics);
+        ctx.outbox.phases
+            .published(&self.id, Some(next.phase), &ctx.env.metrics);
         *row = Some(next);
         self.switched
             .store(true, std::sync::atomic::Ordering::Release);
@@ -198,7 +198,7 @@ pub(crate) async fn switch(
     let note = "the new container is ready; switching to it";
     if let Err(e) = commit.publish(ctx, engine, &service, note).await {
         if matches!(e, SwitchError::NotWanted { .. }) {
-            if let Err(cleanup) = ctx.runtime.remove(new, std::time::Duration::ZERO).await {
+            if let Err(cleanup) = ctx.env.runtime.remove(new, std::time::Duration::ZERO).await {
                 tracing::warn!(error = %cleanup, "could not remove the unpublished new container; the next reconcile will");
             }
         }
@@ -247,15 +247,15 @@ pub(crate) async fn promote(
     service: ServiceStatus,
 ) -> Result<ServiceStatus, SwitchError> {
     let failed = |source| SwitchError::Switch { engine, source };
-    let runtime = ctx.runtime.as_ref();
+    let runtime = ctx.env.runtime.as_ref();
     if let Some(old) = old {
         runtime
-            .remove(old, ctx.config.stop_timeout)
+            .remove(old, ctx.env.config.stop_timeout)
             .await
             .map_err(failed)?;
         tracing::info!(old = %old, "old container removed");
     }
-    let placement = network::placement(&ctx.config, id, engine, network);
+    let placement = network::placement(&ctx.env.config, id, engine, network);
     if !placement.aliases.is_empty() {
         runtime
             .rejoin(&placement.network, container, &placement.aliases)

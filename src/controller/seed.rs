@@ -153,7 +153,7 @@ impl Seeds {
             return Ok(info.clone());
         }
         let info = ctx
-            .store
+            .env.store
             .seed(hash)
             .await
             .map_err(|source| SeedError::Store {
@@ -236,9 +236,9 @@ async fn write(
     volume: &Volume,
 ) -> Result<(), SeedError> {
     let hash = &info.hash;
-    let _slot = ctx.seeds.slot(hash).await?;
+    let _slot = ctx.sources.seeds.slot(hash).await?;
     let started = Instant::now();
-    let deployment = &ctx.config.deployment;
+    let deployment = &ctx.env.config.deployment;
     let fill = VolumeFill {
         name: format!(
             "sandboxd-seed.{deployment}.{}.{}",
@@ -257,10 +257,10 @@ async fn write(
     let failed = ReadFailure::default();
     let content = FileContent {
         len: info.size,
-        chunks: chunks(ctx.store.clone(), info, failed.clone()),
+        chunks: chunks(ctx.env.store.clone(), info, failed.clone()),
     };
-    let written = ctx.runtime.fill_volume(&fill, content).await;
-    ctx.metrics
+    let written = ctx.env.runtime.fill_volume(&fill, content).await;
+    ctx.env.metrics
         .lifecycle
         .seed_loaded(engine.name(), written.is_ok(), started.elapsed());
     written.map_err(|source| match failed.get() {
@@ -287,7 +287,7 @@ pub(crate) async fn data_file(
     image: &str,
     hash: &SeedHash,
 ) -> Result<Option<Volume>, SeedError> {
-    let info = ctx.seeds.info(ctx, hash).await?;
+    let info = ctx.sources.seeds.info(ctx, hash).await?;
     if !info.is_data_file() {
         return Ok(None);
     }
@@ -303,21 +303,21 @@ pub(crate) async fn data_file(
     };
     // Asked for now: not collected within the window, so a container
     // that mounts it finds it.
-    ctx.seeds
+    ctx.sources.seeds
         .used
         .lock()
         .unwrap()
         .insert(volume.name.clone(), Instant::now());
-    if ctx.seeds.written.lock().unwrap().contains(&volume.name) {
+    if ctx.sources.seeds.written.lock().unwrap().contains(&volume.name) {
         return Ok(Some(volume));
     }
-    let _writing = ctx.seeds.writing.lock().await;
-    if ctx.seeds.written.lock().unwrap().contains(&volume.name) {
+    let _writing = ctx.sources.seeds.writing.lock().await;
+    if ctx.sources.seeds.written.lock().unwrap().contains(&volume.name) {
         return Ok(Some(volume));
     }
     write(ctx, engine, image, &info, &volume).await?;
     tracing::info!(seed = %hash, volume = %volume.name, "seed data file written");
-    ctx.seeds
+    ctx.sources.seeds
         .written
         .lock()
         .unwrap()
@@ -333,7 +333,7 @@ pub(super) fn volume_labels(ctx: &Context, hash: &SeedHash) -> HashMap<String, S
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
             labels::DEPLOYMENT.to_owned(),
-            ctx.config.deployment.to_string(),
+            ctx.env.config.deployment.to_string(),
         ),
         (seed::SEED.to_owned(), hash.to_string()),
     ])
@@ -349,7 +349,7 @@ pub(super) fn volume_name(ctx: &Context, engine: &str, hash: &SeedHash) -> Strin
 /// How every seed volume of this deployment is called (data files and
 /// seeded templates).
 fn volume_prefix(ctx: &Context) -> String {
-    format!("{}-seed-", ctx.config.deployment)
+    format!("{}-seed-", ctx.env.config.deployment)
 }
 
 /// Removes the seed volumes (data files, see [`data_file`], and seeded
@@ -383,10 +383,10 @@ pub(crate) async fn collect(
                 .map(|(engine, hash)| volume_name(ctx, engine.as_str(), hash))
         })
         .collect();
-    let window = ctx.config.warm_pool_demand.window;
+    let window = ctx.env.config.warm_pool_demand.window;
     let now = Instant::now();
     let due: Vec<String> = {
-        let mut used = ctx.seeds.used.lock().unwrap();
+        let mut used = ctx.sources.seeds.used.lock().unwrap();
         seed_volumes
             .into_iter()
             .filter(|name| !named.contains(seed_volume_of(&prefix, name)))
@@ -401,18 +401,18 @@ pub(crate) async fn collect(
     }
     // No write begins while one is removed, and a removed volume is
     // written again the next time it is asked for.
-    let _writing = ctx.seeds.writing.lock().await;
+    let _writing = ctx.sources.seeds.writing.lock().await;
     for name in due {
         // Unmarked first, then checked: a [`data_file`] that marks it used
         // after this check finds it unwritten and waits for this lock.
-        let was_written = ctx.seeds.written.lock().unwrap().remove(&name);
+        let was_written = ctx.sources.seeds.written.lock().unwrap().remove(&name);
         let kept = |ctx: &Context| {
             if was_written {
-                ctx.seeds.written.lock().unwrap().insert(name.clone());
+                ctx.sources.seeds.written.lock().unwrap().insert(name.clone());
             }
         };
         if ctx
-            .seeds
+            .sources.seeds
             .used
             .lock()
             .unwrap()
@@ -424,12 +424,12 @@ pub(crate) async fn collect(
             continue;
         }
         match ctx
-            .runtime
-            .remove_volume(&name, &ctx.config.deployment, None)
+            .env.runtime
+            .remove_volume(&name, &ctx.env.config.deployment, None)
             .await
         {
             Ok(()) => {
-                ctx.seeds.used.lock().unwrap().remove(&name);
+                ctx.sources.seeds.used.lock().unwrap().remove(&name);
                 tracing::info!(volume = %name, "removed a seed's volume no row names");
             }
             Err(e) => {
@@ -478,7 +478,7 @@ pub(crate) async fn load(
 ) -> Result<(), SeedError> {
     let started = Instant::now();
     let result = async {
-        let info = ctx.seeds.info(ctx, hash).await?;
+        let info = ctx.sources.seeds.info(ctx, hash).await?;
         same_engine(&info, engine)?;
         let (host, port) = probe_address(ctx, engine, id, name, host_port)
             .await
@@ -487,15 +487,15 @@ pub(crate) async fn load(
                 source,
             })?;
         let exec = InContainer {
-            runtime: ctx.runtime.as_ref(),
+            runtime: ctx.env.runtime.as_ref(),
             id,
         };
         let target = exec.target(&host, port, credentials);
-        let _slot = ctx.seeds.slot(hash).await?;
+        let _slot = ctx.sources.seeds.slot(hash).await?;
         let failed = ReadFailure::default();
         let content = SeedBytes {
             head: &info.head,
-            chunks: chunks(ctx.store.clone(), &info, failed.clone()),
+            chunks: chunks(ctx.env.store.clone(), &info, failed.clone()),
         };
         match tokio::time::timeout(APPLY_TIMEOUT, engine.seed(&target, content)).await {
             Ok(Ok(())) => Ok(()),
@@ -513,7 +513,7 @@ pub(crate) async fn load(
         }
     }
     .await;
-    ctx.metrics
+    ctx.env.metrics
         .lifecycle
         .seed_loaded(engine.name(), result.is_ok(), started.elapsed());
     match &result {

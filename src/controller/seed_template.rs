@@ -48,12 +48,12 @@ pub(crate) struct Kind<'a> {
 /// meanwhile); `None` to load the seed once the engine is ready.
 pub(crate) async fn ready(ctx: &Context, kind: &Kind<'_>) -> Option<Volume> {
     let volume = volume(ctx, kind).await?;
-    ctx.seeds
+    ctx.sources.seeds
         .used
         .lock()
         .unwrap()
         .insert(volume.name.clone(), Instant::now());
-    ctx.seeds
+    ctx.sources.seeds
         .written
         .lock()
         .unwrap()
@@ -65,7 +65,7 @@ pub(crate) async fn ready(ctx: &Context, kind: &Kind<'_>) -> Option<Volume> {
 /// (damaged behind sandboxd's back): containers load the seed again until
 /// a seeded pool container copies it anew.
 pub(crate) fn forget(ctx: &Context, volume: &Volume) {
-    ctx.seeds.written.lock().unwrap().remove(&volume.name);
+    ctx.sources.seeds.written.lock().unwrap().remove(&volume.name);
 }
 
 /// Copies container `source` of `kind` (its seed just loaded, logged in
@@ -84,16 +84,16 @@ pub(crate) async fn capture(
     let Some(how) = kind.engine.fork_copy() else {
         return;
     };
-    let made = |ctx: &Context| ctx.seeds.written.lock().unwrap().contains(&volume.name);
+    let made = |ctx: &Context| ctx.sources.seeds.written.lock().unwrap().contains(&volume.name);
     if made(ctx) {
         return;
     }
     // One write at a time, and none while a collection removes volumes.
-    let _writing = ctx.seeds.writing.lock().await;
+    let _writing = ctx.sources.seeds.writing.lock().await;
     if made(ctx) {
         return;
     }
-    ctx.seeds
+    ctx.sources.seeds
         .used
         .lock()
         .unwrap()
@@ -115,13 +115,13 @@ pub(crate) async fn capture(
         data_path: kind.engine.data_path(),
         env: kind.engine.container_env(credentials, kind.features, false),
     };
-    let copied = copy::snapshot(ctx.runtime.clone(), job, ()).await;
+    let copied = copy::snapshot(ctx.env.runtime.clone(), job, ()).await;
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let (seed, volume) = (kind.hash, &volume.name);
     let failed = "copying a seeded warm-pool container into its seed's template failed; its seed keeps being loaded into each container";
     match copied {
         Ok((out, _)) if out.exit_code == 0 => {
-            ctx.seeds.written.lock().unwrap().insert(volume.clone());
+            ctx.sources.seeds.written.lock().unwrap().insert(volume.clone());
             let bytes = copy::size_of(&out.output);
             tracing::info!(%seed, %volume, bytes, elapsed_ms, "seeded template made from a seeded warm-pool container");
         }
@@ -138,12 +138,12 @@ pub(crate) async fn capture(
 /// Swarm task may run on another node), an engine without a copy or a start
 /// from one, an image whose id is unknown.
 async fn volume(ctx: &Context, kind: &Kind<'_>) -> Option<Volume> {
-    if !ctx.config.templates || !ctx.runtime.capabilities().local_copies {
+    if !ctx.env.config.templates || !ctx.env.runtime.capabilities().local_copies {
         return None;
     }
     kind.engine.fork_copy()?;
     let dir = kind.engine.start_dir()?;
-    let image_id = match ctx.runtime.image_id(kind.image).await {
+    let image_id = match ctx.env.runtime.image_id(kind.image).await {
         Ok(id) => id?,
         Err(e) => {
             tracing::debug!(image = kind.image, error = %e, "image id unreadable; the seed is loaded");

@@ -15,8 +15,8 @@
 
 use super::bring_up::{bring_up, ProvisionError};
 use super::pool::claim::{self, Claimant};
-use super::pool::Reserved;
-use super::{fork, network, seed, seed_template, template, Context};
+use super::pool::{Pool, Reserved};
+use super::{fork, image, network, seed, seed_template, template, Context};
 use crate::domain::event::Origin;
 use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::labels::ContainerLabels;
@@ -30,6 +30,23 @@ use crate::engine::{Credentials, Engine};
 use crate::ports::runtime::{ContainerSpec, RuntimeError};
 use std::collections::BTreeSet;
 use std::time::Duration;
+
+/// What the starts draw from, each ledger kept by its source: the warm
+/// pool's containers, the seeds read and their templates, the engines'
+/// templates, the sources being copied for a fork, and the images being
+/// fetched.
+pub(crate) struct Sources {
+    /// The warm pool (empty unless configured).
+    pub(crate) pool: Pool,
+    /// Seed content read so far.
+    pub(crate) seeds: seed::Seeds,
+    /// Pre-initialised templates.
+    pub(crate) templates: template::Templates,
+    /// The sources whose data is being copied for a fork now.
+    pub(crate) forks: fork::Copies,
+    /// Absent images being pulled or built in the background.
+    pub(crate) images: std::sync::Arc<image::Fetches>,
+}
 
 /// A container to start: what is the same whichever source it starts
 /// from.
@@ -124,7 +141,7 @@ pub(crate) async fn run(
             Ok((id, host_port, available)) => {
                 let (source, origin) = (start.source, start::origin(start.source, refused));
                 if let Owner::Sandbox(s) = &job.owner {
-                    (ctx.metrics.lifecycle).container_started(s.provision.engine, origin.as_str());
+                    (ctx.env.metrics.lifecycle).container_started(s.provision.engine, origin.as_str());
                 }
                 return Ok(Up {
                     id,
@@ -248,7 +265,7 @@ async fn forget(ctx: &Context, job: &Job<'_>, source: Source, spec: &ContainerSp
         }
         Source::Template => {
             if let Some(t) = &spec.template {
-                ctx.templates.forget(&t.name);
+                ctx.sources.templates.forget(&t.name);
             }
             // Forgotten, the template's job starts again now, beside the
             // next start, rather than at the next sandbox of its kind.
@@ -271,7 +288,7 @@ async fn create(
 ) -> Result<(ContainerId, u16, Vec<String>), ProvisionError> {
     let id = match &job.owner {
         Owner::Sandbox(s) => on_sandbox_network(ctx, &s.desired.id, spec).await?,
-        Owner::Pool => ctx.runtime.create_and_start(spec).await?,
+        Owner::Pool => ctx.env.runtime.create_and_start(spec).await?,
     };
     let name = spec.name.as_str();
     let up = async {
@@ -296,8 +313,8 @@ async fn create(
     match up.await {
         Ok((host_port, available)) => Ok((id, host_port, available)),
         Err(e) => {
-            let e = e.interrupted_if(|c| ctx.orders.of(c).is_some());
-            if let Err(cleanup) = ctx.runtime.remove(&id, Duration::ZERO).await {
+            let e = e.interrupted_if(|c| ctx.env.orders.of(c).is_some());
+            if let Err(cleanup) = ctx.env.runtime.remove(&id, Duration::ZERO).await {
                 tracing::warn!(container = name, error = %cleanup, "could not remove the failed container; the next reconcile will");
             }
             Err(e)

@@ -231,15 +231,15 @@ impl Templates {
         drop(slots);
         let job = template_job(ctx, engine, key, volume, binaries);
         let prefixes = Prefixes {
-            template: key.prefix(&ctx.config),
-            binaries: key.binaries_prefix(&ctx.config),
+            template: key.prefix(&ctx.env.config),
+            binaries: key.binaries_prefix(&ctx.env.config),
         };
         tokio::spawn(build(
             self.slots.clone(),
             self.jobs.clone(),
-            ctx.runtime.clone(),
-            ctx.metrics.clone(),
-            ctx.config.deployment.clone(),
+            ctx.env.runtime.clone(),
+            ctx.env.metrics.clone(),
+            ctx.env.config.deployment.clone(),
             prefixes,
             engine.name(),
             job,
@@ -311,10 +311,10 @@ async fn resolve(
     image: &str,
     features: &BTreeSet<String>,
 ) -> Resolved {
-    if !ctx.config.templates || engine.template_dir().is_none() {
+    if !ctx.env.config.templates || engine.template_dir().is_none() {
         return Resolved::Cold;
     }
-    let image_id = match ctx.runtime.image_id(image).await {
+    let image_id = match ctx.env.runtime.image_id(image).await {
         Ok(Some(id)) => id,
         Ok(None) => return Resolved::Cold,
         Err(e) => {
@@ -328,14 +328,14 @@ async fn resolve(
         image_id,
         features: features.clone(),
     };
-    ctx.templates.resolve(ctx, engine, &key)
+    ctx.sources.templates.resolve(ctx, engine, &key)
 }
 
 /// Starts the jobs of the templates of every engine's plain image, so
 /// that the first sandboxes need not start cold.
 pub(crate) async fn prepare(ctx: &Context) {
-    for engine in ctx.engines.iter() {
-        let image = ctx.config.images.image_for(engine, false);
+    for engine in ctx.env.engines.iter() {
+        let image = ctx.env.config.images.image_for(engine, false);
         let _ = for_container(ctx, engine, &image, &BTreeSet::new()).await;
     }
 }
@@ -345,7 +345,7 @@ pub(crate) async fn prepare(ctx: &Context) {
 fn binaries_volume(ctx: &Context, key: &TemplateKey, dir: &str) -> Volume {
     owned_volume(
         ctx,
-        key.binaries_name(&ctx.config),
+        key.binaries_name(&ctx.env.config),
         dir,
         [
             (TEMPLATE_BINARIES.to_owned(), key.engine.to_string()),
@@ -366,7 +366,7 @@ fn template_volume(
     let recipe = recipe(engine, key, mount);
     owned_volume(
         ctx,
-        key.volume_name(&ctx.config, &recipe),
+        key.volume_name(&ctx.env.config, &recipe),
         mount,
         [
             (TEMPLATE.to_owned(), key.engine.to_string()),
@@ -422,11 +422,11 @@ fn owned_volume<const N: usize>(
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
             labels::DEPLOYMENT.to_owned(),
-            ctx.config.deployment.to_string(),
+            ctx.env.config.deployment.to_string(),
         ),
     ]);
     labels.extend(kind);
-    if let Some(state) = ctx.state.get() {
+    if let Some(state) = ctx.env.state.get() {
         labels.insert(labels::STATE_ID.to_owned(), state.to_string());
     }
     Volume {
@@ -447,7 +447,7 @@ fn template_job(
     volume: Volume,
     binaries: Option<Volume>,
 ) -> TemplateJob {
-    let config = &ctx.config;
+    let config = &ctx.env.config;
     let (env, cmd) = job_env_and_args(engine, key);
     let scratch = |path: &str| Tmpfs {
         path: path.to_owned(),

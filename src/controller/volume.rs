@@ -54,18 +54,18 @@ async fn removable(
     state: &StateId,
 ) -> Result<Vec<ObservedResource>, RuntimeError> {
     let names: Vec<String> = ctx
-        .engines
+        .env.engines
         .iter()
         .flat_map(|engine| {
             [
-                data_volume_name(&ctx.config, id, engine),
-                fork::volume_name(&ctx.config.deployment, id, engine.name()),
+                data_volume_name(&ctx.env.config, id, engine),
+                fork::volume_name(&ctx.env.config.deployment, id, engine.name()),
             ]
         })
         .collect();
     Ok(ctx
-        .runtime
-        .volumes(&ctx.config.deployment)
+        .env.runtime
+        .volumes(&ctx.env.config.deployment)
         .await?
         .into_iter()
         .filter(|v| names.contains(&v.name))
@@ -87,11 +87,11 @@ pub(crate) async fn remove_all(
     state: &StateId,
 ) -> Result<(), RuntimeError> {
     for volume in removable(ctx, id, state).await? {
-        ctx.runtime
+        ctx.env.runtime
             .remove_volume(
                 &volume.name,
-                &ctx.config.deployment,
-                Some(&ctx.config.disks),
+                &ctx.env.config.deployment,
+                Some(&ctx.env.config.disks),
             )
             .await?;
     }
@@ -116,11 +116,11 @@ pub(crate) async fn remove_superseded(
             .as_deref()
             .is_some_and(|theirs| theirs != row.as_str())
         {
-            ctx.runtime
+            ctx.env.runtime
                 .remove_volume(
                     &volume.name,
-                    &ctx.config.deployment,
-                    Some(&ctx.config.disks),
+                    &ctx.env.config.deployment,
+                    Some(&ctx.env.config.disks),
                 )
                 .await?;
             tracing::info!(volume = %volume.name, "an earlier incarnation's data volume removed");
@@ -153,26 +153,26 @@ const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(120);
 /// directory (on the Docker host, or mounted into its container); a
 /// `stat` per volume and a listing of the directory, at each relist.
 pub(crate) async fn publish_use(ctx: &Context, volumes: &[ObservedResource]) {
-    let dir = std::path::PathBuf::from(&ctx.config.disks.dir);
+    let dir = std::path::PathBuf::from(&ctx.env.config.disks.dir);
     if volumes.is_empty() && !dir.is_dir() {
         // Nothing to measure: no thread (a thread's timing would also make
         // a simulated world's order depend on the host's scheduler).
-        ctx.metrics.fleet.persistent_disks(0, 0, 0);
+        ctx.env.metrics.fleet.persistent_disks(0, 0, 0);
         return;
     }
     let files: Vec<String> = volumes
         .iter()
         .map(|v| volume_disk::file_name(&v.name, v.disk_key.as_deref()))
         .collect();
-    let prefix = format!("sandboxd.{}.", ctx.config.deployment);
+    let prefix = format!("sandboxd.{}.", ctx.env.config.deployment);
     match tokio::task::spawn_blocking(move || measure(&dir, &files, &prefix)).await {
         Ok(Some(usage)) => {
-            ctx.metrics
+            ctx.env.metrics
                 .fleet
                 .persistent_disks(usage.used, usage.size, usage.orphaned);
         }
         Ok(None) => {
-            tracing::debug!(dir = %ctx.config.disks.dir, "the disks directory is not visible here: no volume use measured");
+            tracing::debug!(dir = %ctx.env.config.disks.dir, "the disks directory is not visible here: no volume use measured");
         }
         Err(e) => tracing::warn!(error = %e, "measuring the volumes' use failed"),
     }

@@ -70,7 +70,7 @@ pub(crate) async fn claim(
     match take_over(ctx, who, &ready).await {
         Ok(claimed) => {
             let took = started.elapsed();
-            ctx.metrics.pool.claim(engine, who.kind, Some(took));
+            ctx.env.metrics.pool.claim(engine, who.kind, Some(took));
             tracing::info!(
                 container = %claimed.id,
                 kind = who.kind.as_str(),
@@ -81,7 +81,7 @@ pub(crate) async fn claim(
             Some(claimed)
         }
         Err(e) => {
-            ctx.metrics.pool.claim(engine, who.kind, None);
+            ctx.env.metrics.pool.claim(engine, who.kind, None);
             tracing::warn!(container = %ready.id, error = %e, "warm-pool claim failed; removing the container and starting the sandbox's otherwise");
             super::discard(ctx, &ready.id).await;
             None
@@ -104,9 +104,9 @@ async fn take_over(ctx: &Context, who: &Claimant<'_>, ready: &Ready) -> Result<C
         instance: who.instance.to_owned(),
         seed: p.seed.clone(),
     };
-    ctx.store.record_claim(&claim, ctx.term()?).await?;
-    ctx.pool.remember_claim(claim.clone());
-    let placement = network::placement(&ctx.config, &who.desired.id, p.engine, who.network);
+    ctx.env.store.record_claim(&claim, ctx.env.term()?).await?;
+    ctx.sources.pool.remember_claim(claim.clone());
+    let placement = network::placement(&ctx.env.config, &who.desired.id, p.engine, who.network);
     let host_port = adopt(ctx, who, ready, &claim, &placement).await?;
     let (host_port, available) = bring_up_at(
         ctx,
@@ -154,13 +154,13 @@ async fn adopt(
         let join = async {
             if joins {
                 let (network, aliases) = (&placement.network, &placement.aliases);
-                ctx.runtime.rejoin(network, id, aliases).await?;
+                ctx.env.runtime.rejoin(network, id, aliases).await?;
             }
             Ok::<(), PoolError>(())
         };
         tokio::try_join!(rename(ctx, id, claim, &placement.container), join).map(|_| ())
     };
-    if ctx.config.probe_via == ProbeVia::Host && !joins {
+    if ctx.env.config.probe_via == ProbeVia::Host && !joins {
         // The credentials (over the published port) and the container's
         // name are independent: changed at once (both done before anything
         // is published).
@@ -174,7 +174,7 @@ async fn adopt(
     }
     // A container that joins a network has its ports bound again.
     Ok(if joins {
-        ctx.runtime.published_port(id).await?.unwrap_or(0)
+        ctx.env.runtime.published_port(id).await?.unwrap_or(0)
     } else {
         ready.host_port
     })
@@ -188,10 +188,10 @@ async fn rename(
     claim: &PoolClaim,
     name: &str,
 ) -> Result<(), PoolError> {
-    let state = ctx.state.get().map(ToString::to_string);
-    let labels = claim.labels(&ctx.config.deployment, state, ctx.config.isolation);
+    let state = ctx.env.state.get().map(ToString::to_string);
+    let labels = claim.labels(&ctx.env.config.deployment, state, ctx.env.config.isolation);
     let labels = labels.to_map();
-    let runtime = ctx.runtime.as_ref();
+    let runtime = ctx.env.runtime.as_ref();
     // A heal after `docker rm -f` meets the name still held by the
     // container being removed: wait for it (see `name_release`).
     name_release::once_released(runtime, name_release::RELEASE_WITHIN, || {

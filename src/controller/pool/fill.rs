@@ -41,13 +41,13 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
         // Finished fills report themselves; only their slots are freed here.
         while fills.try_join_next().is_some() {}
         let busy = queue.due() > 0;
-        let targets = ctx.pool.targets(&ctx);
+        let targets = ctx.sources.pool.targets(&ctx);
         shrink(&ctx, &targets).await;
-        let now = ctx.clock.now();
+        let now = ctx.env.clock.now();
         for (key, size) in &targets {
             let n = {
-                let mut st = ctx.pool.state.lock().unwrap();
-                if Pool::backing_off(&st, key, now, &ctx.config.crash_loop) {
+                let mut st = ctx.sources.pool.state.lock().unwrap();
+                if Pool::backing_off(&st, key, now, &ctx.env.config.crash_loop) {
                     continue;
                 }
                 let ready = st.ready.get(key).map_or(0, Vec::len);
@@ -62,10 +62,10 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
                 fills.spawn(async move { fill_and_record(&ctx, &key).await });
             }
         }
-        ctx.pool.report(&ctx);
+        ctx.sources.pool.report(&ctx);
         tokio::select! {
             biased;
-            () = ctx.pool.wake.notified() => {}
+            () = ctx.sources.pool.wake.notified() => {}
             () = tokio::time::sleep(LOOK_EVERY) => {}
         }
         // A failing refill must not spin.
@@ -79,7 +79,7 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
 /// at the next relist ([`super::remove_orphan_networks`]).
 async fn shrink(ctx: &Context, targets: &BTreeMap<PoolKey, usize>) {
     let surplus: Vec<(PoolKey, Ready)> = {
-        let mut st = ctx.pool.state.lock().unwrap();
+        let mut st = ctx.sources.pool.state.lock().unwrap();
         let mut surplus = Vec::new();
         for (key, ready) in st.ready.iter_mut() {
             let keep = targets.get(key).copied().unwrap_or(0);
@@ -93,7 +93,7 @@ async fn shrink(ctx: &Context, targets: &BTreeMap<PoolKey, usize>) {
         surplus
     };
     for (key, r) in surplus {
-        match ctx.runtime.remove(&r.id, Duration::ZERO).await {
+        match ctx.env.runtime.remove(&r.id, Duration::ZERO).await {
             Ok(()) => {
                 tracing::info!(pool = %key, container = %r.id, "removed a warm-pool container no recent request needs")
             }
@@ -103,7 +103,7 @@ async fn shrink(ctx: &Context, targets: &BTreeMap<PoolKey, usize>) {
         }
     }
     if !targets.is_empty() {
-        ctx.pool.report(ctx);
+        ctx.sources.pool.report(ctx);
     }
 }
 
@@ -144,15 +144,15 @@ async fn fill_and_record(ctx: &Context, key: &PoolKey) {
         Err(_) => Filled::Failed,
     };
     let stopped = ctx
-        .pool
-        .started(key, filled, ctx.clock.now(), &ctx.config.crash_loop);
-    ctx.metrics.pool.start(key.engine, result.is_ok());
+        .sources.pool
+        .started(key, filled, ctx.env.clock.now(), &ctx.env.config.crash_loop);
+    ctx.env.metrics.pool.start(key.engine, result.is_ok());
     if let (Err(_), Some(hash)) = (&result, &key.seed) {
         // Read again next time: a deleted seed is then
         // unknown, not a read that fails.
-        ctx.seeds.forget(hash);
+        ctx.sources.seeds.forget(hash);
     }
-    let mut st = ctx.pool.state.lock().unwrap();
+    let mut st = ctx.sources.pool.state.lock().unwrap();
     if let Some(c) = st.creating.get_mut(key) {
         *c = c.saturating_sub(1);
     }
@@ -166,8 +166,8 @@ async fn fill_and_record(ctx: &Context, key: &PoolKey) {
         }
     }
     drop(st);
-    ctx.pool.report(ctx);
-    ctx.pool.wake.notify_one();
+    ctx.sources.pool.report(ctx);
+    ctx.sources.pool.wake.notify_one();
 }
 
 /// Creates, starts and probes one pool container of `key`, on a pool
@@ -175,18 +175,18 @@ async fn fill_and_record(ctx: &Context, key: &PoolKey) {
 /// takes it for an orphan).
 async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
     let engine = ctx
-        .engines
+        .env.engines
         .get(key.engine)
         .ok_or(ProvisionError::UnknownEngine(key.engine))
         .map_err(Box::new)?;
     let image = ctx
-        .config
+        .env.config
         .images
         .image_for(engine, !key.features.is_empty());
     let credentials = engine.credentials(Secret::generate());
     let token = new_instance();
     let placement = placement(ctx, key, &token.to_ascii_lowercase());
-    let creating = CreatingNetwork::mark(&ctx.pool, &placement.network);
+    let creating = CreatingNetwork::mark(&ctx.sources.pool, &placement.network);
     let up = async {
         prepare_network(ctx, &placement.network).await?;
         let job = Job {
@@ -227,9 +227,9 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
 fn placement(ctx: &Context, key: &PoolKey, token: &str) -> Placement {
     let name = format!(
         "sandboxd-pool.{}.{}.{token}",
-        ctx.config.deployment, key.engine
+        ctx.env.config.deployment, key.engine
     );
-    let aliases = match ctx.config.network {
+    let aliases = match ctx.env.config.network {
         NetworkLayout::PerSandbox { .. } => vec![key.engine.as_str().to_owned()],
         NetworkLayout::Shared { .. } => Vec::new(),
     };
@@ -246,12 +246,12 @@ fn placement(ctx: &Context, key: &PoolKey, token: &str) -> Placement {
 /// sandbox's.
 async fn prepare_network(ctx: &Context, name: &str) -> Result<(), PoolError> {
     if let Some(spec) = network_spec(ctx, name) {
-        ctx.runtime.ensure_network(&spec).await?;
+        ctx.env.runtime.ensure_network(&spec).await?;
     }
     if let (Some(me), NetworkLayout::PerSandbox { .. }) =
-        (&ctx.config.controller_container, &ctx.config.network)
+        (&ctx.env.config.controller_container, &ctx.env.config.network)
     {
-        ctx.runtime.connect(name, me).await?;
+        ctx.env.runtime.connect(name, me).await?;
     }
     Ok(())
 }
@@ -272,7 +272,7 @@ fn spec(
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
             labels::DEPLOYMENT.to_owned(),
-            ctx.config.deployment.to_string(),
+            ctx.env.config.deployment.to_string(),
         ),
         (labels::ENGINE.to_owned(), key.engine.as_str().to_owned()),
         (labels::FEATURES.to_owned(), features.join(",")),
@@ -281,20 +281,20 @@ fn spec(
         // The controller's level: `container_spec` runs it under its runtime.
         (
             labels::ISOLATION.to_owned(),
-            ctx.config.isolation.as_str().to_owned(),
+            ctx.env.config.isolation.as_str().to_owned(),
         ),
     ]);
-    if let Some(state) = ctx.state.get() {
+    if let Some(state) = ctx.env.state.get() {
         labels.insert(labels::STATE_ID.to_owned(), state.to_string());
     }
     if let Some(seed) = &key.seed {
         labels.insert(crate::domain::seed::SEED.to_owned(), seed.to_string());
     }
-    if let Some(term) = ctx.fence.term() {
+    if let Some(term) = ctx.env.fence.term() {
         labels.insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
     }
     let mut spec = container_spec(
-        &ctx.config,
+        &ctx.env.config,
         engine,
         placement,
         image,

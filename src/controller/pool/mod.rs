@@ -171,16 +171,16 @@ impl Pool {
     /// Every pool's size now: those configured, and those learned from
     /// the requests of the window ([`demand::sizes`]).
     fn targets(&self, ctx: &Context) -> BTreeMap<PoolKey, usize> {
-        let mut targets = ctx.config.warm_pool.clone();
-        let learned = &ctx.config.warm_pool_demand;
+        let mut targets = ctx.env.config.warm_pool.clone();
+        let learned = &ctx.env.config.warm_pool_demand;
         if learned.is_on() {
             let st = self.state.lock().unwrap();
             targets.extend(demand::sizes(
                 &st.asks,
-                ctx.clock.now(),
+                ctx.env.clock.now(),
                 learned.window,
                 learned.max,
-                &ctx.config.warm_pool,
+                &ctx.env.config.warm_pool,
             ));
         }
         targets
@@ -233,7 +233,7 @@ impl Pool {
     fn report(&self, ctx: &Context) {
         let st = self.state.lock().unwrap();
         let mut by_engine: BTreeMap<_, (usize, usize)> = BTreeMap::new();
-        for engine in ctx.config.warm_pool.keys().map(|k| k.engine) {
+        for engine in ctx.env.config.warm_pool.keys().map(|k| k.engine) {
             by_engine.entry(engine).or_default();
         }
         let keys: std::collections::BTreeSet<&PoolKey> =
@@ -244,7 +244,7 @@ impl Pool {
             e.1 += st.creating.get(key).copied().unwrap_or(0);
         }
         for (engine, (ready, creating)) in by_engine {
-            ctx.metrics.pool.size(engine, ready, creating);
+            ctx.env.metrics.pool.size(engine, ready, creating);
         }
     }
 }
@@ -252,16 +252,16 @@ impl Pool {
 /// The network the pool container with `token` waits on: its own, internal
 /// like sandbox networks (or the shared network of the shared layout).
 fn network_name(ctx: &Context, token: &str) -> String {
-    match &ctx.config.network {
+    match &ctx.env.config.network {
         NetworkLayout::PerSandbox { .. } => {
-            format!("{}{token}", pool_network_prefix(&ctx.config.deployment))
+            format!("{}{token}", pool_network_prefix(&ctx.env.config.deployment))
         }
         NetworkLayout::Shared { name } => name.clone(),
     }
 }
 
 fn network_spec(ctx: &Context, name: &str) -> Option<NetworkSpec> {
-    let NetworkLayout::PerSandbox { subnets, egress } = &ctx.config.network else {
+    let NetworkLayout::PerSandbox { subnets, egress } = &ctx.env.config.network else {
         return None;
     };
     let name = name.to_owned();
@@ -269,11 +269,11 @@ fn network_spec(ctx: &Context, name: &str) -> Option<NetworkSpec> {
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
             labels::DEPLOYMENT.to_owned(),
-            ctx.config.deployment.to_string(),
+            ctx.env.config.deployment.to_string(),
         ),
         (pool::POOL.to_owned(), "1".to_owned()),
     ]);
-    if let Some(state) = ctx.state.get() {
+    if let Some(state) = ctx.env.state.get() {
         labels.insert(labels::STATE_ID.to_owned(), state.to_string());
     }
     Some(NetworkSpec {
@@ -335,7 +335,7 @@ impl Drop for Reserved<'_> {
 /// row raises its level (a gVisor sandbox under runc pools) never claims
 /// one.
 pub(crate) fn same_isolation(ctx: &Context, desired: &DesiredSandbox) -> bool {
-    desired.isolation_under(ctx.config.isolation) == ctx.config.isolation
+    desired.isolation_under(ctx.env.config.isolation) == ctx.env.config.isolation
 }
 
 /// Reserves a ready pool container for each provision of `plan` that may
@@ -354,13 +354,13 @@ pub(crate) fn reserve<'a>(
     plan: &Plan,
     adopts: bool,
 ) -> Reserved<'a> {
-    let reserved = Reserved::none(&ctx.pool);
+    let reserved = Reserved::none(&ctx.sources.pool);
     if !pools_on(ctx) {
         return reserved;
     }
-    let learned = ctx.config.warm_pool_demand;
+    let learned = ctx.env.config.warm_pool_demand;
     let fits = same_isolation(ctx, desired);
-    let at_most = pool::claims_at_most(ctx.runtime.capabilities().rejoins, adopts);
+    let at_most = pool::claims_at_most(ctx.env.runtime.capabilities().rejoins, adopts);
     for p in plan.provisions() {
         if reserved.entries.lock().unwrap().len() >= at_most {
             break;
@@ -375,11 +375,11 @@ pub(crate) fn reserve<'a>(
             seed: p.seed.clone(),
         };
         if learned.is_on() {
-            ctx.pool.ask(&key, ctx.clock.now(), learned.window);
-        } else if !ctx.config.warm_pool.contains_key(&key) {
+            ctx.sources.pool.ask(&key, ctx.env.clock.now(), learned.window);
+        } else if !ctx.env.config.warm_pool.contains_key(&key) {
             continue;
         }
-        match ctx.pool.take(&key) {
+        match ctx.sources.pool.take(&key) {
             Some(ready) => {
                 reserved
                     .entries
@@ -387,11 +387,11 @@ pub(crate) fn reserve<'a>(
                     .unwrap()
                     .insert(p.engine, (key, ready));
             }
-            None => ctx.metrics.pool.claim(p.engine, kind, None),
+            None => ctx.env.metrics.pool.claim(p.engine, kind, None),
         }
-        ctx.pool.wake.notify_one();
+        ctx.sources.pool.wake.notify_one();
     }
-    ctx.pool.report(ctx);
+    ctx.sources.pool.report(ctx);
     reserved
 }
 
@@ -402,11 +402,11 @@ pub(super) async fn observed_of(
     ctx: &Context,
     sandbox: &SandboxId,
 ) -> Result<Vec<ObservedContainer>, RuntimeError> {
-    let claims = ctx.pool.claims_of(sandbox);
+    let claims = ctx.sources.pool.claims_of(sandbox);
     if claims.is_empty() {
         return Ok(Vec::new());
     }
-    let listed = ctx.runtime.pool_containers(&ctx.config.deployment).await?;
+    let listed = ctx.env.runtime.pool_containers(&ctx.env.config.deployment).await?;
     Ok(match_claims(ctx, claims, &listed).await)
 }
 
@@ -415,17 +415,17 @@ pub(super) async fn observed_of(
 /// brought in line with what is listed. Read through
 /// [`super::containers`].
 pub(super) async fn relisted(ctx: &Context) -> Result<Relisted, RuntimeError> {
-    if !pools_on(ctx) && ctx.pool.claims.lock().unwrap().is_empty() {
+    if !pools_on(ctx) && ctx.sources.pool.claims.lock().unwrap().is_empty() {
         return Ok(Relisted::default());
     }
-    let abandoned = std::mem::take(&mut *ctx.pool.abandoned.lock().unwrap());
+    let abandoned = std::mem::take(&mut *ctx.sources.pool.abandoned.lock().unwrap());
     for id in abandoned {
         discard(ctx, &id).await;
     }
-    let listed = ctx.runtime.pool_containers(&ctx.config.deployment).await?;
+    let listed = ctx.env.runtime.pool_containers(&ctx.env.config.deployment).await?;
     {
         // A ready container that died or vanished is no longer ready.
-        let mut st = ctx.pool.state.lock().unwrap();
+        let mut st = ctx.sources.pool.state.lock().unwrap();
         for entries in st.ready.values_mut() {
             entries.retain(|r| {
                 listed
@@ -434,8 +434,8 @@ pub(super) async fn relisted(ctx: &Context) -> Result<Relisted, RuntimeError> {
             });
         }
     }
-    ctx.pool.report(ctx);
-    let claims: Vec<PoolClaim> = ctx.pool.claims.lock().unwrap().values().cloned().collect();
+    ctx.sources.pool.report(ctx);
+    let claims: Vec<PoolClaim> = ctx.sources.pool.claims.lock().unwrap().values().cloned().collect();
     Ok(Relisted {
         claimed: match_claims(ctx, claims, &listed).await,
         listed,
@@ -452,10 +452,10 @@ pub(crate) async fn remove_orphan_networks(
     networks: &[ObservedResource],
     adopted: &HashSet<&str>,
 ) -> Result<(), RuntimeError> {
-    if !matches!(ctx.config.network, NetworkLayout::PerSandbox { .. }) {
+    if !matches!(ctx.env.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(());
     }
-    let prefix = pool_network_prefix(&ctx.config.deployment);
+    let prefix = pool_network_prefix(&ctx.env.config.deployment);
     for n in networks {
         let Some(token) = n.name.strip_prefix(&prefix) else {
             continue;
@@ -464,21 +464,21 @@ pub(crate) async fn remove_orphan_networks(
             .iter()
             .any(|c| c.instance.eq_ignore_ascii_case(token))
             || adopted.contains(n.name.as_str())
-            || ctx.pool.creating_networks.lock().unwrap().contains(&n.name);
+            || ctx.sources.pool.creating_networks.lock().unwrap().contains(&n.name);
         if in_use {
             continue;
         }
-        let members = ctx.runtime.network_members(&n.name).await?;
+        let members = ctx.env.runtime.network_members(&n.name).await?;
         let alone = members.is_none_or(|m| {
             m.iter()
-                .all(|c| ctx.config.controller_container.as_deref() == Some(c.as_str()))
+                .all(|c| ctx.env.config.controller_container.as_deref() == Some(c.as_str()))
         });
         if !alone {
             continue;
         }
         match ctx
-            .runtime
-            .remove_network(&n.name, &ctx.config.deployment)
+            .env.runtime
+            .remove_network(&n.name, &ctx.env.config.deployment)
             .await
         {
             Ok(()) => {
@@ -514,9 +514,9 @@ async fn match_claims(
     let (seen, gone) = pool::claimed(&claims, listed);
     for claim in gone {
         // Removed (torn down, replaced, or by hand): the claim goes.
-        if let Ok(term) = ctx.term() {
-            match ctx.store.delete_claim(&claim.container, term).await {
-                Ok(()) => ctx.pool.forget_claim(&claim.container),
+        if let Ok(term) = ctx.env.term() {
+            match ctx.env.store.delete_claim(&claim.container, term).await {
+                Ok(()) => ctx.sources.pool.forget_claim(&claim.container),
                 Err(e) => {
                     tracing::warn!(container = %claim.container, error = %e, "could not delete the claim of a removed pool container")
                 }
@@ -531,18 +531,18 @@ async fn match_claims(
 /// containers whose password this process does not know are removed (the
 /// refill replaces them).
 pub(crate) async fn start_term(ctx: &Context) -> Result<(), ControllerError> {
-    let state = ctx.state_id().await?.to_string();
-    let claims = ctx.store.pool_claims().await?;
-    ctx.pool.index.replace(&claims);
-    *ctx.pool.claims.lock().unwrap() = claims
+    let state = ctx.env.state_id().await?.to_string();
+    let claims = ctx.env.store.pool_claims().await?;
+    ctx.sources.pool.index.replace(&claims);
+    *ctx.sources.pool.claims.lock().unwrap() = claims
         .iter()
         .map(|c| (c.container.clone(), c.clone()))
         .collect();
-    let listed = ctx.runtime.pool_containers(&ctx.config.deployment).await?;
+    let listed = ctx.env.runtime.pool_containers(&ctx.env.config.deployment).await?;
     let claimed: Vec<PoolClaim> = claims.clone();
     match_claims(ctx, claimed, &listed).await;
     let known: Vec<ContainerId> = {
-        let mut st = ctx.pool.state.lock().unwrap();
+        let mut st = ctx.sources.pool.state.lock().unwrap();
         // Creations of an earlier term were abandoned with it.
         st.creating.clear();
         for entries in st.ready.values_mut() {
@@ -561,9 +561,9 @@ pub(crate) async fn start_term(ctx: &Context) -> Result<(), ControllerError> {
             continue;
         }
         tracing::info!(container = %l.id, name = l.name, "removing an unclaimed pool container whose password this process does not know");
-        ctx.runtime.remove(&l.id, Duration::ZERO).await?;
+        ctx.env.runtime.remove(&l.id, Duration::ZERO).await?;
     }
-    ctx.pool.report(ctx);
+    ctx.sources.pool.report(ctx);
     Ok(())
 }
 
@@ -573,24 +573,24 @@ pub(crate) async fn start_term(ctx: &Context) -> Result<(), ControllerError> {
 /// sandbox's reconcile if this process knows its claim (the planner sees
 /// it as the sandbox's), else to the next relist.
 pub(crate) async fn discard(ctx: &Context, id: &ContainerId) {
-    if let Err(e) = ctx.runtime.remove(id, Duration::ZERO).await {
-        let known = ctx.pool.claims.lock().unwrap().contains_key(id);
+    if let Err(e) = ctx.env.runtime.remove(id, Duration::ZERO).await {
+        let known = ctx.sources.pool.claims.lock().unwrap().contains_key(id);
         if !known {
-            ctx.pool.abandoned.lock().unwrap().insert(id.clone());
+            ctx.sources.pool.abandoned.lock().unwrap().insert(id.clone());
         }
         tracing::warn!(container = %id, error = %e, "could not remove a pool container whose claim failed; trying again later");
         return;
     }
-    if let Ok(term) = ctx.term() {
-        if ctx.store.delete_claim(id, term).await.is_ok() {
-            ctx.pool.forget_claim(id);
+    if let Ok(term) = ctx.env.term() {
+        if ctx.env.store.delete_claim(id, term).await.is_ok() {
+            ctx.sources.pool.forget_claim(id);
         }
     }
 }
 
 /// Whether any pool is kept: configured, or learned from demand.
 fn pools_on(ctx: &Context) -> bool {
-    !ctx.config.warm_pool.is_empty() || ctx.config.warm_pool_demand.is_on()
+    !ctx.env.config.warm_pool.is_empty() || ctx.env.config.warm_pool_demand.is_on()
 }
 
 #[cfg(test)]

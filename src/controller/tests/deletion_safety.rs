@@ -92,7 +92,7 @@ async fn a_heal_that_fails_backs_off_though_its_own_removal_of_the_new_container
     reconcile(&ctx, &id("a")).await.unwrap();
     // The watcher records sandboxd's own removal of a heal's failed
     // container (a `kill` and a `destroy`) before the reconcile looks.
-    h.runtime.report_orders_to(ctx.orders.clone());
+    h.runtime.report_orders_to(ctx.env.orders.clone());
     let (container, _) = h.published(&id("a"));
     h.runtime.kill(&container, false);
     // The heal's new container never answers (a stale bridge holds its
@@ -126,7 +126,7 @@ async fn a_container_killed_from_outside_is_healed_at_once_every_time_and_not_co
         let (container, _) = h.published(&id("a"));
         h.runtime.kill_from_outside(&container);
         // The event watcher records the order before the heal looks.
-        ctx.orders
+        ctx.env.orders
             .record(&container, crate::domain::death::Order::Kill);
         assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
         assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Ready));
@@ -135,7 +135,7 @@ async fn a_container_killed_from_outside_is_healed_at_once_every_time_and_not_co
     assert_eq!(service.heals, 20);
     assert_eq!(service.password, first.password);
     assert!(
-        ctx.crash_loops.heals(&id("a"), ENGINE, 0).is_empty(),
+        ctx.heals.crash_loops.heals(&id("a"), ENGINE, 0).is_empty(),
         "orders from outside never count towards the crash loop"
     );
     // The engine then dies on its own: its first death is healed at once.

@@ -17,7 +17,7 @@ async fn another_state_databases_container_is_never_reaped_or_healed_and_a_row_w
     h.runtime
         .set_label(&container, crate::domain::labels::STATE_ID, THEIRS);
     h.store.delete_desired(&id("a"));
-    let term = ctx.fence.check().unwrap();
+    let term = ctx.env.fence.check().unwrap();
     h.store.delete_status(&id("a"), term).await.unwrap();
     h.runtime.kill(&container, false);
     h.clock.advance(chrono::Duration::hours(1));
@@ -171,22 +171,22 @@ async fn a_template_is_built_once_in_the_background_and_a_failed_build_is_retrie
     let settle = || tokio::time::sleep(Duration::from_millis(10));
     h.runtime.faults.set(RuntimeOp::TemplateJob, Fault::Fail(1));
     assert_eq!(
-        ctx.templates.lookup(&ctx, postgres, &key),
+        ctx.sources.templates.lookup(&ctx, postgres, &key),
         None,
         "a sandbox starts cold while its template is built"
     );
     settle().await;
     assert_eq!(h.runtime.template_jobs(), 0, "the first job failed");
-    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
     settle().await;
     assert_eq!(h.runtime.template_jobs(), 0, "not tried again at once");
 
     tokio::time::advance(Duration::from_secs(61)).await;
-    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
     settle().await;
     assert_eq!(h.runtime.template_jobs(), 1, "tried again after a minute");
     let mounts = ctx
-        .templates
+        .sources.templates
         .lookup(&ctx, postgres, &key)
         .expect("the template is ready");
     let volume = mounts.data;
@@ -215,8 +215,8 @@ async fn a_template_is_built_once_in_the_background_and_a_failed_build_is_retrie
     settle().await;
     assert_eq!(h.runtime.template_jobs(), 1, "built once");
 
-    ctx.templates.forget(&volume.name);
-    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    ctx.sources.templates.forget(&volume.name);
+    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
     settle().await;
     assert_eq!(
         h.runtime.template_jobs(),
@@ -244,10 +244,10 @@ async fn a_template_of_another_state_database_is_reused_and_one_of_another_deplo
             "sandboxd_templates_refused{{reason=\"{reason}\"}}"
         ))
     };
-    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
     settle().await;
     let volume = ctx
-        .templates
+        .sources.templates
         .lookup(&ctx, postgres, &key)
         .expect("built")
         .data;
@@ -257,11 +257,11 @@ async fn a_template_of_another_state_database_is_reused_and_one_of_another_deplo
     let mut theirs = h.runtime.volume_labels(&volume.name).unwrap();
     theirs.insert(crate::domain::labels::STATE_ID.into(), THEIRS.into());
     h.runtime.put_volume(&volume.name, theirs.clone());
-    ctx.templates.forget(&volume.name);
-    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    ctx.sources.templates.forget(&volume.name);
+    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
     settle().await;
     assert_eq!(
-        ctx.templates.lookup(&ctx, postgres, &key).map(|m| m.data),
+        ctx.sources.templates.lookup(&ctx, postgres, &key).map(|m| m.data),
         Some(volume.clone()),
         "served from the other identity's template"
     );
@@ -279,11 +279,11 @@ async fn a_template_of_another_state_database_is_reused_and_one_of_another_deplo
     let mut other = h.runtime.volume_labels(&volume.name).unwrap();
     other.insert(crate::domain::labels::DEPLOYMENT.into(), "other".into());
     h.runtime.put_volume(&volume.name, other.clone());
-    ctx.templates.forget(&volume.name);
-    assert_eq!(ctx.templates.lookup(&ctx, postgres, &key), None);
+    ctx.sources.templates.forget(&volume.name);
+    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
     settle().await;
     assert_eq!(
-        ctx.templates.resolve(&ctx, postgres, &key),
+        ctx.sources.templates.resolve(&ctx, postgres, &key),
         template::Resolved::Refused(Refusal::AnotherDeployment)
     );
     assert_eq!(refused("another_deployment"), 1.0);
@@ -297,11 +297,11 @@ async fn a_template_of_another_state_database_is_reused_and_one_of_another_deplo
         .unwrap();
     tokio::time::advance(Duration::from_secs(61)).await;
     assert_eq!(
-        ctx.templates.resolve(&ctx, postgres, &key),
+        ctx.sources.templates.resolve(&ctx, postgres, &key),
         template::Resolved::Refused(Refusal::AnotherDeployment),
         "still refused while its job looks again"
     );
     settle().await;
-    assert!(ctx.templates.lookup(&ctx, postgres, &key).is_some());
+    assert!(ctx.sources.templates.lookup(&ctx, postgres, &key).is_some());
     assert_eq!(refused("another_deployment"), 0.0);
 }

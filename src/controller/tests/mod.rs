@@ -112,15 +112,15 @@ impl Harness {
         let ctx = self.controller().ctx;
         let day = Duration::from_secs(86_400);
         let term = self.store.steal_lease(CONTEXT_HOLDER, day);
-        ctx.fence.grant(term, tokio::time::Instant::now() + day);
+        ctx.env.fence.grant(term, tokio::time::Instant::now() + day);
         ctx
     }
 
     /// What a relist does for the reaping breaker: one look at the fleet
     /// (a hundred sandboxes, none missing), at the injected clock's now.
     fn look(&self, ctx: &Context) {
-        ctx.breaker.look(
-            &ctx.config.breaker,
+        ctx.reaps.breaker.look(
+            &ctx.env.config.breaker,
             &Default::default(),
             100,
             &Default::default(),

@@ -26,7 +26,7 @@ async fn a_sandbox_whose_owner_container_vanished_is_released_once_the_grace_run
         panic!("a missing owner is looked at again once its grace runs out");
     };
     assert_eq!(
-        ctx.clock.now() + chrono::Duration::from_std(wait).unwrap(),
+        ctx.env.clock.now() + chrono::Duration::from_std(wait).unwrap(),
         updated + chrono::Duration::from_std(h.config.grace).unwrap()
     );
     h.clock.advance(chrono::Duration::from_std(wait).unwrap());
@@ -148,7 +148,7 @@ async fn a_persistent_sandboxs_volume_without_containers_is_kept_for_the_grace_w
     h.clock.advance(chrono::Duration::seconds(180));
     assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
     assert!(h.runtime.volume_names().is_empty());
-    assert_eq!(ctx.gone.len(), 0);
+    assert_eq!(ctx.reaps.gone.len(), 0);
 }
 
 #[tokio::test]

@@ -208,7 +208,7 @@ async fn a_deleted_row_is_reaped_only_once_the_injected_clock_passes_the_grace_w
     assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
     assert!(h.containers(&id("a")).is_empty());
     assert!(h.store.status_of(&id("a")).is_none());
-    assert_eq!(ctx.gone.len(), 0, "a sandbox fully gone is forgotten");
+    assert_eq!(ctx.reaps.gone.len(), 0, "a sandbox fully gone is forgotten");
 }
 
 #[tokio::test]
@@ -254,7 +254,7 @@ async fn a_row_that_comes_back_within_the_grace_window_starts_a_new_clock_when_d
     h.clock.advance(chrono::Duration::seconds(100));
     h.store.put_desired(row("a"));
     reconcile(&ctx, &id("a")).await.unwrap();
-    assert_eq!(ctx.gone.len(), 0, "a row that exists is not gone");
+    assert_eq!(ctx.reaps.gone.len(), 0, "a row that exists is not gone");
 
     h.clock.advance(chrono::Duration::seconds(100));
     h.store.delete_desired(&id("a"));
@@ -708,7 +708,7 @@ async fn a_failure_that_repeats_is_one_event_counted_and_a_sandbox_keeps_only_it
     for _ in 0..10 {
         let (container, _) = h.published(&id("a"));
         h.runtime.kill(&container, false);
-        ctx.crash_loops.forget(&id("a"));
+        ctx.heals.crash_loops.forget(&id("a"));
         reconcile(&ctx, &id("a")).await.unwrap();
     }
     let got = events(&h, &id("a"));
@@ -773,7 +773,7 @@ async fn a_webhook_that_hangs_gets_the_recorded_events_signed_and_never_slows_a_
     for _ in 0..2 {
         let (container, _) = h.published(&id("a"));
         h.runtime.kill(&container, false);
-        ctx.crash_loops.forget(&id("a"));
+        ctx.heals.crash_loops.forget(&id("a"));
         reconcile(&ctx, &id("a")).await.unwrap();
     }
     assert!(
