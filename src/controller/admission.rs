@@ -12,7 +12,7 @@
 //! be admitted next at once, so a waiting row is admitted within one
 //! reconcile of the release, not at the next relist.
 
-use super::{Context, ControllerError};
+use super::{ControllerError, Env};
 use crate::config::ControllerConfig;
 use crate::domain::admission::{Arrival, Ask, Decision, Ledger, Quota};
 use crate::domain::container::ObservedContainer;
@@ -70,10 +70,10 @@ impl Admission {
 
     /// Sets the admission metrics from `ledger` (only the owners whose
     /// use changed: a full resync settles every sandbox).
-    fn publish(&self, ctx: &Context, ledger: &mut Ledger) {
+    fn publish(&self, env: &Env, ledger: &mut Ledger) {
         let changed = ledger.take_changed();
         let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
-        ctx.env.metrics.quota.set(
+        env.metrics.quota.set(
             ledger.budget(),
             ledger.admitted_bytes(),
             ledger.waiting(),
@@ -89,19 +89,18 @@ impl Admission {
 /// The host's memory budget: `--memory-budget`, else the host's memory
 /// (read from Docker once) minus `--memory-reserve`; `None` when Docker
 /// does not say how much memory the host has.
-async fn budget(ctx: &Context) -> Result<Option<u64>, RuntimeError> {
-    if let Some(budget) = ctx.env.config.memory_budget {
+async fn budget(env: &Env, admission: &Admission) -> Result<Option<u64>, RuntimeError> {
+    if let Some(budget) = env.config.memory_budget {
         return Ok(Some(budget));
     }
-    let host = ctx
-        .admission
+    let host = admission
         .host
         .get_or_try_init(|| async {
-            let host = ctx.env.runtime.host_memory().await?;
+            let host = env.runtime.host_memory().await?;
             match host {
                 Some(bytes) => tracing::info!(
                     host_bytes = bytes,
-                    reserve_bytes = ctx.env.config.memory_reserve,
+                    reserve_bytes = env.config.memory_reserve,
                     "memory budget for sandboxes: the host's memory minus --memory-reserve"
                 ),
                 None => tracing::warn!(
@@ -111,7 +110,7 @@ async fn budget(ctx: &Context) -> Result<Option<u64>, RuntimeError> {
             Ok::<_, RuntimeError>(host)
         })
         .await?;
-    Ok(host.map(|h| h.saturating_sub(ctx.env.config.memory_reserve)))
+    Ok(host.map(|h| h.saturating_sub(env.config.memory_reserve)))
 }
 
 /// Asks the ledger to admit the engines `plan` creates for `desired`
@@ -120,7 +119,8 @@ async fn budget(ctx: &Context) -> Result<Option<u64>, RuntimeError> {
 /// the message for the status (the gate takes every create out of the
 /// plan: [`crate::domain::gate`]).
 pub(crate) async fn ask(
-    ctx: &Context,
+    env: &Env,
+    admission: &Admission,
     desired: &DesiredSandbox,
     plan: &Plan,
     journal: &mut Journal,
@@ -135,17 +135,16 @@ pub(crate) async fn ask(
             _ => None,
         })
         .collect();
-    let admission = &ctx.admission;
     if engines.is_empty() {
         let mut ledger = admission.ledger();
         if ledger.forget_waiter(&desired.id) {
             admission.wake(&ledger, &desired.id);
-            admission.publish(ctx, &mut ledger);
+            admission.publish(env, &mut ledger);
         }
         return Ok(gate::Admission::Go);
     }
-    let quota = ctx.env.store.owner_quota(&desired.owner).await?;
-    let budget = budget(ctx).await?;
+    let quota = env.store.owner_quota(&desired.owner).await?;
+    let budget = budget(env, admission).await?;
     admission
         .limits
         .lock()
@@ -168,16 +167,16 @@ pub(crate) async fn ask(
             // The row behind it may be the head now.
             admission.wake(&ledger, &desired.id);
         }
-        admission.publish(ctx, &mut ledger);
+        admission.publish(env, &mut ledger);
         decision
     };
     match decision {
         Decision::Admit => {
-            ctx.env.metrics.quota.decided(None);
+            env.metrics.quota.decided(None);
             Ok(gate::Admission::Go)
         }
         Decision::Wait { reason, message } => {
-            ctx.env.metrics.quota.decided(Some(reason));
+            env.metrics.quota.decided(Some(reason));
             tracing::info!(owner = %desired.owner, reason = reason.as_str(), %message, "not admitted: nothing is created");
             journal.push(Event::admission_waiting(reason, &message));
             Ok(gate::Admission::Wait(message))
@@ -187,20 +186,21 @@ pub(crate) async fn ask(
 
 /// Takes `id` off the waiting rows (it asks for nothing: its row is
 /// gone, unwanted or unreadable), waking the rows behind it.
-pub(crate) fn forget(ctx: &Context, id: &SandboxId) {
-    let admission = &ctx.admission;
+pub(crate) fn forget(env: &Env, admission: &Admission, id: &SandboxId) {
     let mut ledger = admission.ledger();
     if ledger.forget_waiter(id) {
         admission.wake(&ledger, id);
-        admission.publish(ctx, &mut ledger);
+        admission.publish(env, &mut ledger);
     }
 }
 
 /// Records what `id` holds once its reconcile is done: the engines of
 /// `observed` it did not tear down and, while its row is wanted, those it
 /// publishes credentials for. Wakes the waiting rows when room freed.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn settle(
-    ctx: &Context,
+    env: &Env,
+    admission: &Admission,
     id: &SandboxId,
     owner: &str,
     wanted: bool,
@@ -216,26 +216,26 @@ pub(crate) fn settle(
     if wanted {
         engines.extend(published);
     }
-    let admission = &ctx.admission;
     let mut ledger = admission.ledger();
     let forgot = !wanted && ledger.forget_waiter(id);
     if ledger.settle(id, owner, wanted, engines) || forgot {
         admission.wake(&ledger, id);
     }
-    admission.publish(ctx, &mut ledger);
+    admission.publish(env, &mut ledger);
 }
 
 /// What a term's first relist found: the ledger rebuilt from it (before
 /// any reconcile runs), the rows that hold nothing and are `due` waiting
 /// unjudged in arrival order.
 pub(crate) fn rebuild(
-    ctx: &Context,
+    env: &Env,
+    admission: &Admission,
     rows: &[DesiredSandbox],
     containers: &[&ObservedContainer],
     statuses: &crate::fleet_hash::HashMap<&SandboxId, &SandboxStatus>,
     due: &BTreeSet<&SandboxId>,
 ) {
-    let now = ctx.env.clock.now();
+    let now = env.clock.now();
     let mut held: BTreeMap<SandboxId, (String, bool, BTreeSet<String>)> = BTreeMap::new();
     for c in containers {
         held.entry(c.labels.sandbox.clone())
@@ -273,25 +273,28 @@ pub(crate) fn rebuild(
             ));
         }
     }
-    let admission = &ctx.admission;
     let mut ledger = admission.ledger();
     ledger.rebuild(
         held.into_iter()
             .map(|(id, (owner, wanted, engines))| (id, owner, wanted, engines)),
         unjudged,
     );
-    admission.publish(ctx, &mut ledger);
+    admission.publish(env, &mut ledger);
 }
 
 /// Marks the start of a relist's lists (see [`prune`]).
-pub(crate) fn mark(ctx: &Context) -> u64 {
-    ctx.admission.ledger().mark()
+pub(crate) fn mark(admission: &Admission) -> u64 {
+    admission.ledger().mark()
 }
 
 /// Drops what a relist that began at `mark` found no trace of.
-pub(crate) fn prune(ctx: &Context, mark: u64, seen: &crate::fleet_hash::HashSet<&SandboxId>) {
-    let admission = &ctx.admission;
+pub(crate) fn prune(
+    env: &Env,
+    admission: &Admission,
+    mark: u64,
+    seen: &crate::fleet_hash::HashSet<&SandboxId>,
+) {
     let mut ledger = admission.ledger();
     ledger.prune(mark, |id| seen.contains(id));
-    admission.publish(ctx, &mut ledger);
+    admission.publish(env, &mut ledger);
 }

@@ -8,7 +8,7 @@ use super::image::ImageError;
 use super::network::Placement;
 use super::reach::{probe_address, InContainer};
 use super::rotation::SwitchError;
-use super::Context;
+use super::Env;
 use crate::config::ControllerConfig;
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, EngineName};
@@ -276,7 +276,7 @@ pub(crate) fn published_credentials(s: &ServiceStatus) -> Credentials {
 /// `host` on the sandbox's network and `host_port` on the host.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ready_status(
-    ctx: &Context,
+    env: &Env,
     engine: &'static dyn Engine,
     p: &Provision,
     host: String,
@@ -299,7 +299,7 @@ pub(crate) fn ready_status(
         };
     ServiceStatus {
         url: engine.url(&host, port, &credentials),
-        env: engine::env_vars(engine, &ctx.env.config.env_prefix, &host, port, &credentials),
+        env: engine::env_vars(engine, &env.config.env_prefix, &host, port, &credentials),
         host,
         port,
         host_port,
@@ -308,7 +308,7 @@ pub(crate) fn ready_status(
         database: credentials.database,
         available_extensions: available,
         instance,
-        ready_at: Some(ctx.env.clock.now()),
+        ready_at: Some(env.clock.now()),
         heals: match (&p.reuse, p.reason) {
             (Some(s), ProvisionReason::Heal) => s.heals.saturating_add(1),
             (Some(s), _) => s.heals,
@@ -325,7 +325,7 @@ pub(crate) fn ready_status(
 /// the host port its engine port is published on and the features it
 /// has.
 pub(crate) async fn bring_up(
-    ctx: &Context,
+    env: &Env,
     engine: &'static dyn Engine,
     id: &ContainerId,
     name: &str,
@@ -333,9 +333,9 @@ pub(crate) async fn bring_up(
     features: &BTreeSet<String>,
     image: &str,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
-    let host_port = ctx.env.runtime.published_port(id).await?.unwrap_or(0);
+    let host_port = env.runtime.published_port(id).await?.unwrap_or(0);
     bring_up_at(
-        ctx,
+        env,
         engine,
         id,
         name,
@@ -350,7 +350,7 @@ pub(crate) async fn bring_up(
 /// [`bring_up`] of a container whose published port is known.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn bring_up_at(
-    ctx: &Context,
+    env: &Env,
     engine: &'static dyn Engine,
     id: &ContainerId,
     name: &str,
@@ -359,11 +359,11 @@ pub(crate) async fn bring_up_at(
     features: &BTreeSet<String>,
     image: &str,
 ) -> Result<(u16, Vec<String>), ProvisionError> {
-    let runtime = ctx.env.runtime.as_ref();
-    let (host, port) = probe_address(ctx, engine, id, name, host_port).await?;
+    let runtime = env.runtime.as_ref();
+    let (host, port) = probe_address(env, engine, id, name, host_port).await?;
     let exec = InContainer { runtime, id };
     let target = exec.target(&host, port, credentials);
-    let deadline = ctx.env.config.readiness_deadline(engine);
+    let deadline = env.config.readiness_deadline(engine);
     poll_ready(runtime, engine, &target, id, name, deadline).await?;
     if features.is_empty() {
         // Nothing to enable or verify: spare the engine two more logins.
@@ -387,7 +387,7 @@ pub(crate) async fn bring_up_at(
 /// and logged in to with `pool`, `claimant`'s credentials
 /// ([`Engine::claim`]), within `deadline`.
 pub(crate) async fn claim_credentials(
-    ctx: &Context,
+    env: &Env,
     engine: &'static dyn Engine,
     id: &ContainerId,
     (host, port): (String, u16),
@@ -396,7 +396,7 @@ pub(crate) async fn claim_credentials(
     deadline: Duration,
 ) -> Result<(), EngineError> {
     let exec = InContainer {
-        runtime: ctx.env.runtime.as_ref(),
+        runtime: env.runtime.as_ref(),
         id,
     };
     let target = exec.target(&host, port, pool);
@@ -414,25 +414,25 @@ pub(crate) async fn claim_credentials(
 /// (called `name`, its engine port published on `host_port`), logged in to
 /// with `credentials` ([`Engine::clients`]), within `--docker-timeout`.
 pub(crate) async fn count_clients(
-    ctx: &Context,
+    env: &Env,
     engine: &'static dyn Engine,
     id: &ContainerId,
     name: &str,
     host_port: u16,
     credentials: &Credentials,
 ) -> Result<Option<u32>, EngineError> {
-    let (host, port) = probe_address(ctx, engine, id, name, host_port)
+    let (host, port) = probe_address(env, engine, id, name, host_port)
         .await
         .map_err(|e| EngineError::Client {
             engine: engine.name(),
             reason: format!("cannot say where it answers: {e}"),
         })?;
     let exec = InContainer {
-        runtime: ctx.env.runtime.as_ref(),
+        runtime: env.runtime.as_ref(),
         id,
     };
     let target = exec.target(&host, port, credentials);
-    let deadline = ctx.env.config.docker_timeout;
+    let deadline = env.config.docker_timeout;
     tokio::time::timeout(deadline, engine.clients(&target))
         .await
         .unwrap_or_else(|_| {

@@ -6,7 +6,7 @@
 //! bounded by the runtime's deadline.
 
 use super::bring_up::published_credentials;
-use super::Context;
+use super::Env;
 use crate::domain::checkpoint::{self, CheckpointName, Outcome, Step, Work};
 use crate::domain::container::{ContainerState, ObservedContainer};
 use crate::domain::event::{Event, Journal};
@@ -78,14 +78,14 @@ pub(crate) struct Published<'a> {
 /// whether requests are left for a later look (the sandbox was not ready
 /// for them, or more were pending than one reconcile performs).
 pub(crate) async fn perform(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     status: Option<Published<'_>>,
     observed: &[ObservedContainer],
     steady: bool,
     journal: &mut Journal,
 ) -> Result<bool, StoreError> {
-    let work = ctx.env.store.checkpoint_work(&desired.id).await?;
+    let work = env.store.checkpoint_work(&desired.id).await?;
     let (steps, more) = work.batch(checkpoint::STEPS_PER_RECONCILE);
     if steps.is_empty() {
         return Ok(false);
@@ -94,7 +94,7 @@ pub(crate) async fn perform(
         Some(s) if steady && s.phase == Phase::Ready => s.services,
         Some(s) if s.phase == Phase::Failed => {
             // Not a wait worth a look every second: each request ends.
-            let Ok(term) = ctx.env.fence.check() else {
+            let Ok(term) = env.fence.check() else {
                 return Ok(false);
             };
             let why = format!(
@@ -102,14 +102,14 @@ pub(crate) async fn perform(
                 s.message
             );
             for step in steps {
-                finish(ctx, desired, &step, Err(why.clone()), term, journal).await?;
+                finish(env, desired, &step, Err(why.clone()), term, journal).await?;
             }
             return Ok(more);
         }
         _ => return Ok(true),
     };
     for step in steps {
-        let Ok(term) = ctx.env.fence.check() else {
+        let Ok(term) = env.fence.check() else {
             return Ok(true);
         };
         if step.incarnation().is_some()
@@ -117,13 +117,13 @@ pub(crate) async fn perform(
             && step.incarnation() != desired.incarnation.as_ref()
         {
             let why = "it was asked of an earlier incarnation of the row (the sandbox was released and requested again since)";
-            finish(ctx, desired, &step, Err(why.to_owned()), term, journal).await?;
+            finish(env, desired, &step, Err(why.to_owned()), term, journal).await?;
             continue;
         }
         let started = Instant::now();
         let result = match &step {
-            Step::Checkpoint { name, .. } => take(ctx, services, observed, name).await,
-            Step::Reset(r) => reset(ctx, &work, services, observed, &r.checkpoint)
+            Step::Checkpoint { name, .. } => take(env, services, observed, name).await,
+            Step::Reset(r) => reset(env, &work, services, observed, &r.checkpoint)
                 .await
                 .map(|()| (0, BTreeMap::new())),
         };
@@ -131,7 +131,7 @@ pub(crate) async fn perform(
             Step::Checkpoint { .. } => "checkpoint",
             Step::Reset(_) => "reset",
         };
-        ctx.env.metrics
+        env.metrics
             .lifecycle
             .checkpoint_done(op, result.is_ok(), started.elapsed().as_secs_f64());
         tracing::info!(
@@ -149,10 +149,10 @@ pub(crate) async fn perform(
                     }
                     Step::Reset(r) => journal.push(Event::reset(&r.checkpoint, started.elapsed())),
                 }
-                finish(ctx, desired, &step, Ok((size, instances)), term, journal).await?;
+                finish(env, desired, &step, Ok((size, instances)), term, journal).await?;
             }
             Err(e) => {
-                finish(ctx, desired, &step, Err(e), term, journal).await?;
+                finish(env, desired, &step, Err(e), term, journal).await?;
             }
         }
     }
@@ -161,7 +161,7 @@ pub(crate) async fn perform(
 
 /// Records how `step` ended, in its row and (a failure) as an event.
 async fn finish(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     step: &Step,
     result: Result<(u64, BTreeMap<String, String>), String>,
@@ -180,7 +180,7 @@ async fn finish(
                     Outcome::Failed(why)
                 }
             };
-            ctx.env.store
+            env.store
                 .finish_checkpoint(&desired.id, name, *request, &outcome, term)
                 .await
         }
@@ -192,7 +192,7 @@ async fn finish(
                     Err(why.as_str())
                 }
             };
-            ctx.env.store.finish_reset(r.request, outcome, term).await
+            env.store.finish_reset(r.request, outcome, term).await
         }
     }
 }
@@ -200,13 +200,13 @@ async fn finish(
 /// The engines of the sandbox that have checkpoints, each with its
 /// running container and login.
 fn engines<'a>(
-    ctx: &Context,
+    env: &Env,
     services: &'a Services,
     observed: &[ObservedContainer],
 ) -> Result<Vec<(&'static dyn Engine, ContainerId, &'a ServiceStatus)>, String> {
     let mut out = Vec::new();
     for (name, service) in services {
-        let Some(engine) = ctx.env.engines.lookup(name) else {
+        let Some(engine) = env.engines.lookup(name) else {
             continue;
         };
         let name_probe = CheckpointName::baseline();
@@ -240,7 +240,7 @@ fn engines<'a>(
 /// Takes checkpoint `name` of every engine: its size (all engines) and
 /// the containers that hold it.
 async fn take(
-    ctx: &Context,
+    env: &Env,
     services: &Services,
     observed: &[ObservedContainer],
     name: &str,
@@ -249,8 +249,8 @@ async fn take(
     if name.is_baseline() {
         return Err("baseline is reserved: sandboxd records it after provisioning".to_owned());
     }
-    let engines = engines(ctx, services, observed)?;
-    let runtime = ctx.env.runtime.as_ref();
+    let engines = engines(env, services, observed)?;
+    let runtime = env.runtime.as_ref();
     // Every engine is checked before any is copied: a refusal leaves no
     // half-taken checkpoint behind.
     for (engine, id, service) in &engines {
@@ -310,7 +310,7 @@ async fn take(
 
 /// Brings every engine back to checkpoint `target` (or the baseline).
 async fn reset(
-    ctx: &Context,
+    env: &Env,
     work: &Work,
     services: &Services,
     observed: &[ObservedContainer],
@@ -326,8 +326,8 @@ async fn reset(
             ))
         }
     };
-    let runtime = ctx.env.runtime.as_ref();
-    let engines = engines(ctx, services, observed)?;
+    let runtime = env.runtime.as_ref();
+    let engines = engines(env, services, observed)?;
     // A reset may hold a copy of the checkpoint next to the data it
     // replaces until it is done (Postgres does): every container must have
     // room for the whole checkpoint (all engines' size: on the safe side).

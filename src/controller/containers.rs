@@ -7,8 +7,8 @@
 //! looks for a sandbox's containers (its reconcile, a fork copying it, a
 //! relist) finds them here, so none of them misses a claimed one.
 
-use super::pool;
-use super::Context;
+use super::pool::{self, Pool};
+use super::Env;
 use crate::domain::container::ObservedContainer;
 use crate::domain::id::SandboxId;
 use crate::domain::pool::PooledContainer;
@@ -17,11 +17,12 @@ use crate::ports::runtime::RuntimeError;
 /// Every container of the sandbox `id`: those labelled with it and the
 /// warm-pool containers claimed for it.
 pub(crate) async fn of_sandbox(
-    ctx: &Context,
+    env: &Env,
+    pool: &Pool,
     id: &SandboxId,
 ) -> Result<Vec<ObservedContainer>, RuntimeError> {
-    let mut observed = ctx.env.runtime.list(&ctx.env.config.deployment, Some(id)).await?;
-    observed.extend(pool::observed_of(ctx, id).await?);
+    let mut observed = env.runtime.list(&env.config.deployment, Some(id)).await?;
+    observed.extend(pool::observed_of(env, pool, id).await?);
     Ok(observed)
 }
 
@@ -29,10 +30,11 @@ pub(crate) async fn of_sandbox(
 /// containers included), and every pool container, claimed or not (the
 /// pool's memory is brought in line with them).
 pub(crate) async fn of_every_sandbox(
-    ctx: &Context,
+    env: &Env,
+    pool: &Pool,
 ) -> Result<(Vec<ObservedContainer>, Vec<PooledContainer>), RuntimeError> {
-    let mut observed = ctx.env.runtime.list(&ctx.env.config.deployment, None).await?;
-    let pooled = pool::relisted(ctx).await?;
+    let mut observed = env.runtime.list(&env.config.deployment, None).await?;
+    let pooled = pool::relisted(env, pool).await?;
     observed.extend(pooled.claimed);
     Ok((observed, pooled.listed))
 }

@@ -10,7 +10,7 @@
 //! needs it. The copy runs as a task of its own that thaws the source and
 //! removes the helper whatever happens to its caller.
 
-use super::Context;
+use super::Env;
 use crate::domain::container::ExecOutput;
 use crate::domain::id::ContainerId;
 use crate::domain::labels;
@@ -167,7 +167,7 @@ where
 /// for a sandbox's container).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn helper(
-    ctx: &Context,
+    env: &Env,
     name: String,
     purpose: (&str, &str),
     image: &str,
@@ -182,15 +182,15 @@ pub(crate) fn helper(
             (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
             (
                 labels::DEPLOYMENT.to_owned(),
-                ctx.env.config.deployment.to_string(),
+                env.config.deployment.to_string(),
             ),
             (purpose.0.to_owned(), purpose.1.to_owned()),
         ]),
         user: engine.user().to_owned(),
-        limits: ctx.env.config.limits,
+        limits: env.config.limits,
         tmpfs: vec![Tmpfs {
             path: "/tmp".into(),
-            bytes: ctx.env.config.limits.scratch_bytes,
+            bytes: env.config.limits.scratch_bytes,
         }],
         volume: volume.clone(),
         sees: source.clone(),

@@ -23,7 +23,8 @@
 //! reconcile of the source thaws).
 
 use super::copy::{helper, size_of, snapshot, Snapshot};
-use super::Context;
+use super::start::Sources;
+use super::Env;
 use crate::domain::container::ContainerState;
 use crate::domain::fork::{self, ForkOf};
 use crate::domain::id::{ContainerId, EngineName};
@@ -150,8 +151,10 @@ impl Drop for CopyGuard {
 /// is a fork: copied from the source now, unless `p` heals (a heal starts
 /// from the copy the fork was made with, as a seeded sandbox's heal loads
 /// its seed again). `None` for a row that is not a fork.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn prepare(
-    ctx: &Context,
+    env: &Env,
+    sources: &Sources,
     desired: &DesiredSandbox,
     engine: &'static dyn Engine,
     p: &Provision,
@@ -168,14 +171,15 @@ pub(crate) async fn prepare(
     let mut volume_labels = labels.of_volume();
     volume_labels.insert(FORK_OF.to_owned(), of.sandbox.to_string());
     let volume = Volume {
-        name: fork::volume_name(&ctx.env.config.deployment, &desired.id, p.engine),
+        name: fork::volume_name(&env.config.deployment, &desired.id, p.engine),
         path: dir.to_owned(),
         labels: volume_labels,
         disk: None,
     };
     if p.reason != ProvisionReason::Heal {
         copy(
-            ctx,
+            env,
+            sources,
             desired,
             of,
             engine,
@@ -196,7 +200,8 @@ const FORK_OF: &str = "io.sandboxd.fork-of";
 /// Copies the source's data for `engine` into `volume`.
 #[allow(clippy::too_many_arguments)]
 async fn copy(
-    ctx: &Context,
+    env: &Env,
+    sources: &Sources,
     desired: &DesiredSandbox,
     of: &ForkOf,
     engine: &'static dyn Engine,
@@ -214,22 +219,22 @@ async fn copy(
         source,
     };
     // One copy at a time; frozen or not is read once this one's turn came.
-    let (source, _) = source_container(ctx, desired, of, p.engine).await?;
-    let turn = ctx.sources.forks.begin(&source).await;
-    let (now, paused) = source_container(ctx, desired, of, p.engine).await?;
+    let (source, _) = source_container(env, sources, desired, of, p.engine).await?;
+    let turn = sources.forks.begin(&source).await;
+    let (now, paused) = source_container(env, sources, desired, of, p.engine).await?;
     if now != source {
         return Err(ForkError::SourceNotServing {
             source_id,
             engine: p.engine,
         });
     }
-    let (deployment, fork) = (&ctx.env.config.deployment, &desired.id);
+    let (deployment, fork) = (&env.config.deployment, &desired.id);
     let name = format!("sandboxd-fork.{deployment}.{fork}.{}", p.engine);
     let job = Snapshot {
         source: source.clone(),
         paused,
         helper: helper(
-            ctx,
+            env,
             name,
             (FORK_HELPER, fork.as_str()),
             image,
@@ -241,7 +246,7 @@ async fn copy(
         data_path: engine.data_path(),
         env: engine.container_env(credentials, &p.features, false),
     };
-    let outcome = snapshot(ctx.env.runtime.clone(), job, turn).await;
+    let outcome = snapshot(env.runtime.clone(), job, turn).await;
     let result = match outcome.map_err(runtime_error) {
         Ok((out, _)) if out.exit_code != 0 => Err(ForkError::Copy {
             source_id: source_id.clone(),
@@ -252,20 +257,20 @@ async fn copy(
         Ok((out, frozen)) => Ok((size_of(&out.output), frozen)),
         Err(e) => Err(e),
     };
-    report(ctx, p, &source_id, &result, started.elapsed());
+    report(env, p, &source_id, &result, started.elapsed());
     result.map(|_| ())
 }
 
 /// Counts and logs a copy of `source_id`'s data that took `took`: its
 /// size and how long the source was frozen, or why it failed.
 fn report(
-    ctx: &Context,
+    env: &Env,
     p: &Provision,
     source_id: &str,
     result: &Result<(u64, Duration), ForkError>,
     took: Duration,
 ) {
-    ctx.env.metrics
+    env.metrics
         .lifecycle
         .fork_copied(p.engine, result.is_ok(), took);
     match result {
@@ -286,7 +291,8 @@ fn report(
 /// engine's own name: a rotation's candidate is not published yet) and
 /// whether it is frozen already (an idle, paused source).
 async fn source_container(
-    ctx: &Context,
+    env: &Env,
+    sources: &Sources,
     desired: &DesiredSandbox,
     of: &ForkOf,
     engine: EngineName,
@@ -294,14 +300,14 @@ async fn source_container(
     let source_id = of.sandbox.to_string();
     // Claimed from the warm pool or created for it: found the one way
     // every part of the controller finds a sandbox's containers.
-    let listed = super::containers::of_sandbox(ctx, &of.sandbox)
+    let listed = super::containers::of_sandbox(env, &sources.pool, &of.sandbox)
         .await
         .map_err(|source| ForkError::Runtime {
             source_id: source_id.clone(),
             engine,
             source,
         })?;
-    let name = container_name(&ctx.env.config.deployment, &of.sandbox, engine);
+    let name = container_name(&env.config.deployment, &of.sandbox, engine);
     let incarnation = of.incarnation.to_string();
     let found = listed.into_iter().find(|c| {
         c.name == name

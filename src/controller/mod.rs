@@ -410,7 +410,7 @@ impl Controller {
         }
         // Readiness gate: only now may anything be reaped or provisioned.
         self.readiness.set(true);
-        template::prepare(&ctx).await;
+        template::prepare(&ctx.env, &ctx.sources.templates).await;
         tracing::info!(deployment = %ctx.env.config.deployment, "initial lists loaded; controller ready");
 
         tasks.0.push(tokio::spawn(relist::relist_loop(
@@ -450,7 +450,7 @@ impl Controller {
     /// What a term needs before its initial lists: the shared network (if
     /// the layout has one) and the watches.
     async fn begin_term(&self) -> Result<Tasks, ControllerError> {
-        if let Some(shared) = network::shared_spec(&self.ctx) {
+        if let Some(shared) = network::shared_spec(&self.ctx.env) {
             self.ctx.env.runtime.ensure_network(&shared).await?;
         }
         self.watch().await
@@ -484,7 +484,7 @@ impl Controller {
             RemovedNetworks::new(
                 ctx.env.runtime.clone(),
                 ctx.env.config.deployment.clone(),
-                network::shared_spec(ctx).map(|n| n.name),
+                network::shared_spec(&ctx.env).map(|n| n.name),
             ),
             None,
             ctx.env.metrics.clone(),
@@ -509,7 +509,7 @@ impl Controller {
         shutdown: &mut std::pin::Pin<&mut (impl Future<Output = ()> + Send)>,
     ) -> bool {
         let ctx = &self.ctx;
-        while let Err(e) = pool::start_term(ctx).await {
+        while let Err(e) = pool::start_term(&ctx.env, &ctx.sources.pool).await {
             tracing::warn!(error = %e, "reading the warm pool failed; retrying");
             tokio::select! {
                 biased;

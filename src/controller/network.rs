@@ -4,7 +4,7 @@
 //! sandbox is gone.
 
 use super::name_release;
-use super::Context;
+use super::Env;
 use crate::config::{ControllerConfig, NetworkLayout};
 use crate::domain::attach::{self, AttachError};
 use crate::domain::container::ObservedContainer;
@@ -58,18 +58,18 @@ pub fn placement(
 /// The network the sandbox's engines are reachable on: the shared one, or
 /// in the per-sandbox layout its own or the warm-pool network it adopted,
 /// as its status (`recorded`) says.
-pub(crate) fn sandbox_network(ctx: &Context, id: &SandboxId, recorded: Option<&str>) -> String {
-    match &ctx.env.config.network {
+pub(crate) fn sandbox_network(env: &Env, id: &SandboxId, recorded: Option<&str>) -> String {
+    match &env.config.network {
         NetworkLayout::PerSandbox { .. } => {
-            crate::domain::network::sandbox_network(&ctx.env.config.deployment, id, recorded)
+            crate::domain::network::sandbox_network(&env.config.deployment, id, recorded)
         }
         NetworkLayout::Shared { name } => name.clone(),
     }
 }
 
 /// The shared network, created at start; `None` in the per-sandbox layout.
-pub(crate) fn shared_spec(ctx: &Context) -> Option<NetworkSpec> {
-    match &ctx.env.config.network {
+pub(crate) fn shared_spec(env: &Env) -> Option<NetworkSpec> {
+    match &env.config.network {
         NetworkLayout::PerSandbox { .. } => None,
         NetworkLayout::Shared { name } => Some(NetworkSpec {
             name: name.clone(),
@@ -102,16 +102,16 @@ pub fn sandbox_spec(config: &ControllerConfig, id: &SandboxId, name: &str) -> Op
 
 /// The network the sandbox's engines are on: its own `name` (labelled with
 /// the state database's identity once it is known) or the shared one.
-fn spec_of(ctx: &Context, id: &SandboxId, name: &str) -> Option<NetworkSpec> {
-    match sandbox_spec(&ctx.env.config, id, name) {
+fn spec_of(env: &Env, id: &SandboxId, name: &str) -> Option<NetworkSpec> {
+    match sandbox_spec(&env.config, id, name) {
         Some(mut spec) => {
-            if let Some(state) = ctx.env.state.get() {
+            if let Some(state) = env.state.get() {
                 spec.labels
                     .insert(labels::STATE_ID.to_owned(), state.to_string());
             }
             Some(spec)
         }
-        None => shared_spec(ctx),
+        None => shared_spec(env),
     }
 }
 
@@ -122,21 +122,21 @@ fn spec_of(ctx: &Context, id: &SandboxId, name: &str) -> Option<NetworkSpec> {
 /// aliases, and refreshes the host port Docker gave it anew (published
 /// ports are re-bound when a container joins a network again).
 pub(crate) async fn ensure(
-    ctx: &Context,
+    env: &Env,
     id: &SandboxId,
     network: &str,
     observed: &[ObservedContainer],
     plan: &mut Plan,
 ) -> Result<(), RuntimeError> {
-    let Some(spec) = spec_of(ctx, id, network) else {
+    let Some(spec) = spec_of(env, id, network) else {
         return Ok(());
     };
     // Engines that ran on it (or the shared network, created at start): its
     // creation now is a re-creation.
     let was_there =
-        plan.kept().next().is_some() || matches!(ctx.env.config.network, NetworkLayout::Shared { .. });
-    create(ctx, id, &spec, was_there).await?;
-    let Some(members) = ctx.env.runtime.network_members(&spec.name).await? else {
+        plan.kept().next().is_some() || matches!(env.config.network, NetworkLayout::Shared { .. });
+    create(env, id, &spec, was_there).await?;
+    let Some(members) = env.runtime.network_members(&spec.name).await? else {
         return Ok(());
     };
     for action in plan.actions.iter_mut() {
@@ -156,8 +156,8 @@ pub(crate) async fn ensure(
         // shows it exited: one that is not running is left to the heal
         // that the list's next look plans (the inspect waits until Docker
         // has finished with the exit).
-        if !ctx
-            .env.runtime
+        if !env
+            .runtime
             .inspect(&kept.id)
             .await?
             .is_some_and(|run| run.running)
@@ -165,12 +165,12 @@ pub(crate) async fn ensure(
             tracing::debug!(sandbox = %id, engine = %engine, "engine off its network is not running: left to its heal");
             continue;
         }
-        let place = placement(&ctx.env.config, id, *engine, network);
-        ctx.env.runtime
+        let place = placement(&env.config, id, *engine, network);
+        env.runtime
             .rejoin(&place.network, &kept.id, &place.aliases)
             .await?;
-        ctx.env.metrics.lifecycle.network_reconnected();
-        if let Some(port) = ctx.env.runtime.published_port(&kept.id).await? {
+        env.metrics.lifecycle.network_reconnected();
+        if let Some(port) = env.runtime.published_port(&kept.id).await? {
             status.host_port = port;
         }
         tracing::warn!(sandbox = %id, engine = %engine, network = place.network, host_port = status.host_port, "engine was off its network; put back on it under its names");
@@ -181,17 +181,17 @@ pub(crate) async fn ensure(
 /// Creates the network of `spec` unless it exists, counting a
 /// re-creation, and connects sandboxd's own container to it.
 async fn create(
-    ctx: &Context,
+    env: &Env,
     id: &SandboxId,
     spec: &NetworkSpec,
     recreating: bool,
 ) -> Result<(), RuntimeError> {
-    if ctx.env.runtime.ensure_network(spec).await? && recreating {
-        ctx.env.metrics.lifecycle.network_recreated();
+    if env.runtime.ensure_network(spec).await? && recreating {
+        env.metrics.lifecycle.network_recreated();
         tracing::warn!(sandbox = %id, network = spec.name, "the network was gone (removed or pruned out of band); created it again");
     }
-    if let Some(me) = &ctx.env.config.controller_container {
-        ctx.env.runtime.connect(&spec.name, me).await?;
+    if let Some(me) = &env.config.controller_container {
+        env.runtime.connect(&spec.name, me).await?;
     }
     Ok(())
 }
@@ -202,11 +202,11 @@ async fn create(
 /// (a heal right after `docker rm -f`) is waited for, not failed on
 /// ([`name_release`]).
 pub(crate) async fn create_and_start(
-    ctx: &Context,
+    env: &Env,
     id: &SandboxId,
     container: &ContainerSpec,
 ) -> Result<ContainerId, RuntimeError> {
-    let runtime = ctx.env.runtime.as_ref();
+    let runtime = env.runtime.as_ref();
     let create_once_released = || {
         name_release::once_released(runtime, name_release::RELEASE_WITHIN, || {
             runtime.create_and_start(container)
@@ -215,8 +215,8 @@ pub(crate) async fn create_and_start(
     match create_once_released().await {
         Err(RuntimeError::NetworkGone { network }) => {
             tracing::warn!(sandbox = %id, network, container = container.name, "network gone at create; creating it again and retrying once");
-            if let Some(spec) = spec_of(ctx, id, &container.network) {
-                create(ctx, id, &spec, true).await?;
+            if let Some(spec) = spec_of(env, id, &container.network) {
+                create(env, id, &spec, true).await?;
             }
             create_once_released().await
         }
@@ -229,21 +229,21 @@ pub(crate) async fn create_and_start(
 /// sandboxd's own). Returns one message per container that could not be
 /// attached, each telling the orchestrator nothing about what exists.
 pub(crate) async fn sync_attached(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     network: &str,
 ) -> Result<Vec<String>, RuntimeError> {
-    if !matches!(ctx.env.config.network, NetworkLayout::PerSandbox { .. }) {
+    if !matches!(env.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(if desired.attach.is_empty() {
             Vec::new()
         } else {
             vec!["attach: the shared network layout attaches nothing; connect the containers to the shared network yourself".to_owned()]
         });
     }
-    let Some(members) = ctx.env.runtime.network_members(network).await? else {
+    let Some(members) = env.runtime.network_members(network).await? else {
         return Ok(Vec::new());
     };
-    let own_prefix = container_name_prefix(&ctx.env.config.deployment, &desired.id);
+    let own_prefix = container_name_prefix(&env.config.deployment, &desired.id);
     let wanted: BTreeSet<&str> = desired.attach.iter().map(String::as_str).collect();
     let mut problems = Vec::new();
     for name in &wanted {
@@ -253,15 +253,15 @@ pub(crate) async fn sync_attached(
         if members.iter().any(|m| m == name) {
             continue;
         }
-        if let Err(e) = attach_one(ctx, desired, network, name).await? {
+        if let Err(e) = attach_one(env, desired, network, name).await? {
             problems.push(e.to_string());
         }
     }
     for member in &members {
         let ours = member.starts_with(&own_prefix)
-            || ctx.env.config.controller_container.as_deref() == Some(member.as_str());
+            || env.config.controller_container.as_deref() == Some(member.as_str());
         if !ours && !wanted.contains(member.as_str()) {
-            ctx.env.runtime.disconnect(network, member).await?;
+            env.runtime.disconnect(network, member).await?;
             tracing::info!(container = member, network, "detached");
         }
     }
@@ -275,7 +275,7 @@ pub(crate) async fn sync_attached(
 /// refused, and Docker's own errors, go to the log only: they would tell
 /// one tenant about containers that are not its.
 async fn attach_one(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     network: &str,
     name: &str,
@@ -284,7 +284,7 @@ async fn attach_one(
         name: name.to_owned(),
         owner: desired.owner.clone(),
     };
-    let found = match ctx.env.runtime.attach_candidate(name).await {
+    let found = match env.runtime.attach_candidate(name).await {
         Ok(found) => found,
         Err(e @ (RuntimeError::Connect(_) | RuntimeError::Timeout { .. })) => return Err(e),
         Err(e) => {
@@ -307,7 +307,7 @@ async fn attach_one(
             return Ok(Err(refused()));
         }
     };
-    match ctx.env.runtime.connect(network, judged.id.as_str()).await {
+    match env.runtime.connect(network, judged.id.as_str()).await {
         Ok(()) => {
             tracing::info!(sandbox = %desired.id, container = name, network, "attached");
             Ok(Ok(()))
@@ -325,11 +325,11 @@ async fn attach_one(
 
 /// Removes the sandbox's network `name` (disconnecting whatever is still
 /// on it), unless it carries another state database's identity `state`.
-pub(crate) async fn remove(ctx: &Context, name: &str, state: &StateId) -> Result<(), RuntimeError> {
-    if !matches!(ctx.env.config.network, NetworkLayout::PerSandbox { .. }) {
+pub(crate) async fn remove(env: &Env, name: &str, state: &StateId) -> Result<(), RuntimeError> {
+    if !matches!(env.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(());
     }
-    let listed = ctx.env.runtime.networks(&ctx.env.config.deployment).await?;
+    let listed = env.runtime.networks(&env.config.deployment).await?;
     if let Some(theirs) = listed
         .iter()
         .find(|n| n.name == name && !identity::resource_is_ours(n.state_id.as_deref(), state))
@@ -341,8 +341,8 @@ pub(crate) async fn remove(ctx: &Context, name: &str, state: &StateId) -> Result
         );
         return Ok(());
     }
-    ctx.env.runtime
-        .remove_network(name, &ctx.env.config.deployment)
+    env.runtime
+        .remove_network(name, &env.config.deployment)
         .await
 }
 
@@ -352,8 +352,8 @@ pub(crate) async fn remove(ctx: &Context, name: &str, state: &StateId) -> Result
 /// unreachable from the host. Each is counted; one sandboxd may not remove
 /// (no CAP_NET_ADMIN) is said and left to the operator, every relist, and
 /// nothing else stops (a relist never fails for it).
-pub(crate) async fn remove_stale_bridges(ctx: &Context) {
-    let swept = match ctx.env.runtime.remove_stale_bridges().await {
+pub(crate) async fn remove_stale_bridges(env: &Env) {
+    let swept = match env.runtime.remove_stale_bridges().await {
         Ok(swept) => swept,
         Err(e) => {
             tracing::warn!(error = %e, "could not look for stale bridges; the next relist tries again");
@@ -386,6 +386,6 @@ pub(crate) async fn remove_stale_bridges(ctx: &Context) {
                 "failed"
             }
         };
-        ctx.env.metrics.lifecycle.stale_bridge(outcome);
+        env.metrics.lifecycle.stale_bridge(outcome);
     }
 }

@@ -7,7 +7,8 @@
 //! runtime (deadline and fence layers included).
 
 use super::bring_up;
-use super::Context;
+use super::fork::Copies;
+use super::Env;
 use crate::domain::container::ObservedContainer;
 use crate::domain::event::Event;
 use crate::domain::id::{ContainerId, SandboxId};
@@ -53,7 +54,7 @@ fn asked<'a>(
 /// asked (it does not answer, or cannot count) is no evidence of use: the
 /// sandbox is as idle as its requests and touches say.
 pub(crate) async fn in_use(
-    ctx: &Context,
+    env: &Env,
     plan: &Plan,
     step: &Step,
     observed: &[ObservedContainer],
@@ -62,11 +63,11 @@ pub(crate) async fn in_use(
     let asks = asked(plan, step, observed, previous)
         .into_iter()
         .filter_map(|(c, status)| {
-            let engine = ctx.env.engines.lookup(&c.labels.engine)?;
+            let engine = env.engines.lookup(&c.labels.engine)?;
             Some(async move {
                 let credentials = engine.credentials(status.password.clone());
                 let result = bring_up::count_clients(
-                    ctx,
+                    env,
                     engine,
                     &c.id,
                     &c.name,
@@ -96,12 +97,12 @@ pub(crate) async fn in_use(
 /// Records a use of the sandbox seen at `now` (see [`in_use`]); the row's
 /// `last_used_at` afterwards.
 pub(crate) async fn record_use(
-    ctx: &Context,
+    env: &Env,
     id: &SandboxId,
     now: DateTime<Utc>,
 ) -> Result<Option<DateTime<Utc>>, crate::ports::store::StoreError> {
-    ctx.env.metrics.lifecycle.idle_in_use();
-    ctx.env.store.mark_used(id, now).await
+    env.metrics.lifecycle.idle_in_use();
+    env.store.mark_used(id, now).await
 }
 
 /// The engine names of `ids` among `observed`, for events.
@@ -121,7 +122,8 @@ fn engines_of(ids: &[ContainerId], observed: &[ObservedContainer]) -> Vec<String
 /// down is thawed so that they take the stop signal. A container frozen
 /// for a fork's copy is left to the copy, which thaws it when done.
 pub(crate) async fn thaw(
-    ctx: &Context,
+    env: &Env,
+    copies: &Copies,
     plan: &Plan,
     step: &Step,
     observed: &[ObservedContainer],
@@ -130,14 +132,14 @@ pub(crate) async fn thaw(
     let thaw: Vec<ContainerId> = step
         .thaw
         .iter()
-        .filter(|id| !ctx.sources.forks.copying(id))
+        .filter(|id| !copies.copying(id))
         .cloned()
         .collect();
     if thaw.is_empty() {
         return Ok(());
     }
     let started = Instant::now();
-    let results = join_all(thaw.iter().map(|id| ctx.env.runtime.unpause(id))).await;
+    let results = join_all(thaw.iter().map(|id| env.runtime.unpause(id))).await;
     let failed = results.into_iter().find_map(Result::err);
     if plan.wanted == Wanted::Yes {
         let engines = engines_of(&thaw, observed);
@@ -148,7 +150,7 @@ pub(crate) async fn thaw(
             error.as_deref(),
         ));
         if failed.is_none() {
-            ctx.env.metrics.lifecycle.resumed();
+            env.metrics.lifecycle.resumed();
             tracing::info!(engines = ?engines, elapsed_ms = started.elapsed().as_millis() as u64, "paused sandbox resumed: used again");
         }
     }
@@ -159,7 +161,7 @@ pub(crate) async fn thaw(
 /// paused as a whole afterwards, `Some(Err)` saying why not, `None` when
 /// the plan does not pause it.
 pub(crate) async fn freeze(
-    ctx: &Context,
+    env: &Env,
     step: &Step,
     observed: &[ObservedContainer],
     journal: &mut crate::domain::event::Journal,
@@ -170,7 +172,7 @@ pub(crate) async fn freeze(
     if step.freeze.is_empty() {
         return Some(Ok(()));
     }
-    let results = join_all(step.freeze.iter().map(|id| ctx.env.runtime.pause(id))).await;
+    let results = join_all(step.freeze.iter().map(|id| env.runtime.pause(id))).await;
     let engines = engines_of(&step.freeze, observed);
     let failed = results
         .into_iter()
@@ -179,7 +181,7 @@ pub(crate) async fn freeze(
     journal.push(Event::paused(&engines, failed.as_deref()));
     match failed {
         None => {
-            ctx.env.metrics.lifecycle.paused();
+            env.metrics.lifecycle.paused();
             tracing::info!(engines = ?engines, "idle sandbox paused");
             Some(Ok(()))
         }

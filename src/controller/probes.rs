@@ -64,7 +64,7 @@ impl Probes for ControllerProbes {
             leadership: self.leadership(&role),
             leads: matches!(role, Role::Leader(_)),
             reaping_paused: self.ctx.reaps.breaker.paused(),
-            pools: self.ctx.sources.pool.view(&self.ctx),
+            pools: self.ctx.sources.pool.view(&self.ctx.env),
         }
     }
 }

@@ -14,7 +14,7 @@ use super::recheck;
 use super::rotation::{self, Commit};
 use super::start::{self, ForSandbox, Job, Owner};
 use super::volume;
-use super::Context;
+use super::{Context, Env};
 use crate::domain::event::Origin;
 use crate::domain::id::ContainerId;
 use crate::domain::isolation::Isolation;
@@ -46,16 +46,20 @@ pub(crate) async fn provision(
     reserved: &Reserved<'_>,
 ) -> Result<Provisioned, ProvisionError> {
     let engine = ctx
-        .env.engines
+        .env
+        .engines
         .get(p.engine)
         .ok_or(ProvisionError::UnknownEngine(p.engine))?;
     count_reason(ctx, desired, p, cause);
     let started = Instant::now();
     tracing::info!("provisioning");
     let result = start_and_switch(ctx, desired, engine, p, commit, reserved).await;
-    ctx.env.metrics
-        .lifecycle
-        .provision_finished(p.engine, p.reason, result.is_ok(), started.elapsed());
+    ctx.env.metrics.lifecycle.provision_finished(
+        p.engine,
+        p.reason,
+        result.is_ok(),
+        started.elapsed(),
+    );
     match &result {
         Ok((_, origin, _)) => {
             if new_request && p.reason != ProvisionReason::Heal {
@@ -106,12 +110,19 @@ async fn start_and_switch(
     let started = start(ctx, desired, engine, p, commit.network(), reserved).await;
     match (started, &p.retire) {
         (Ok((_, status, origin, seed_file)), None) => Ok((status, origin, seed_file)),
-        (Ok((new, status, origin, seed_file)), Some(old)) => {
-            rotation::switch(ctx, commit, desired, p.engine, &new, old, status)
-                .await
-                .map(|status| (status, origin, seed_file))
-                .map_err(ProvisionError::from)
-        }
+        (Ok((new, status, origin, seed_file)), Some(old)) => rotation::switch(
+            &ctx.env,
+            &ctx.outbox.phases,
+            commit,
+            desired,
+            p.engine,
+            &new,
+            old,
+            status,
+        )
+        .await
+        .map(|status| (status, origin, seed_file))
+        .map_err(ProvisionError::from),
         (Err(e), Some(_)) => Err(ProvisionError::RotationAbandoned(Box::new(e))),
         (Err(e), None)
             if p.reason == ProvisionReason::Rotate
@@ -177,7 +188,10 @@ async fn roll_back(
         }
     };
     let note = "the rotation failed; the old credentials were restored";
-    match commit.publish(ctx, p.engine, &restored, note).await {
+    match commit
+        .publish(&ctx.env, &ctx.outbox.phases, p.engine, &restored, note)
+        .await
+    {
         Ok(()) => ProvisionError::RotationRolledBack(Box::new(failure)),
         Err(e) => ProvisionError::RollbackFailed {
             failure: Box::new(failure),
@@ -204,8 +218,12 @@ async fn start(
     network: &str,
     reserved: &Reserved<'_>,
 ) -> Result<(ContainerId, ServiceStatus, Origin, bool), ProvisionError> {
-    let image = ctx.env.config.images.image_for(engine, !p.features.is_empty());
-    make_room(ctx, desired, p, &image).await?;
+    let image = ctx
+        .env
+        .config
+        .images
+        .image_for(engine, !p.features.is_empty());
+    make_room(&ctx.env, desired, p, &image).await?;
     let credentials = match &p.reuse {
         Some(s) => published_credentials(s),
         None => engine.credentials(Secret::generate()),
@@ -213,13 +231,13 @@ async fn start(
     // A token of its own, heals included: published only once this
     // container is ready, so one a crash left half-done is never taken
     // for a published one.
-    let labels = labels_of(ctx, desired, p, new_instance());
-    let wanted = wanted(ctx, desired, p);
+    let labels = labels_of(&ctx.env, desired, p, new_instance());
+    let wanted = wanted(&ctx.env, desired, p);
     let placement = network::placement(&ctx.env.config, &desired.id, p.engine, network);
     let job = Job {
         engine,
         spec: spec_of(
-            ctx,
+            &ctx.env,
             desired,
             engine,
             p,
@@ -240,10 +258,16 @@ async fn start(
             claim: wanted.claim,
         }),
     };
-    let up = start::run(ctx, &job, &crate::domain::start::starts(wanted)).await?;
+    let up = start::run(
+        &ctx.env,
+        &ctx.sources,
+        &job,
+        &crate::domain::start::starts(wanted),
+    )
+    .await?;
     let (port, available) = (up.host_port, up.available);
     let mut status = ready_status(
-        ctx,
+        &ctx.env,
         engine,
         p,
         placement.host,
@@ -253,7 +277,7 @@ async fn start(
         labels.instance,
         &image,
     );
-    status.node = node_of(ctx, &up.id).await;
+    status.node = node_of(&ctx.env, &up.id).await;
     Ok((up.id, status, up.origin, up.source == Source::SeedFile))
 }
 
@@ -262,31 +286,31 @@ async fn start(
 /// container); then, for a replace, that the row still wants it, and
 /// removes the containers `p` replaces.
 async fn make_room(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     p: &Provision,
     image: &str,
 ) -> Result<(), ProvisionError> {
-    ships_features(ctx.env.runtime.as_ref(), p, image).await?;
-    let isolation = desired.isolation_under(ctx.env.config.isolation);
-    runtime_registered(ctx.env.runtime.as_ref(), isolation).await?;
+    ships_features(env.runtime.as_ref(), p, image).await?;
+    let isolation = desired.isolation_under(env.config.isolation);
+    runtime_registered(env.runtime.as_ref(), isolation).await?;
     if p.reason == ProvisionReason::Replace && !p.replace.is_empty() {
-        still_wanted(ctx, desired, p).await?;
+        still_wanted(env, desired, p).await?;
     }
     for id in &p.replace {
-        ctx.env.runtime.remove(id, ctx.env.config.stop_timeout).await?;
+        env.runtime.remove(id, env.config.stop_timeout).await?;
     }
     Ok(())
 }
 
 /// What the start choice weighs for `p`'s container of `desired`.
-fn wanted(ctx: &Context, desired: &DesiredSandbox, p: &Provision) -> Wanted {
+fn wanted(env: &Env, desired: &DesiredSandbox, p: &Provision) -> Wanted {
     Wanted {
         claim: claim_kind(
             p.reason,
             desired.own_data(),
             p.retire.is_some(),
-            pool::same_isolation(ctx, desired),
+            pool::same_isolation(env, desired),
         ),
         fork: desired.fork_of.is_some(),
         seeded: p.seed.is_some(),
@@ -297,13 +321,13 @@ fn wanted(ctx: &Context, desired: &DesiredSandbox, p: &Provision) -> Wanted {
 /// The labels of `p`'s new container of `desired`, with the token
 /// `instance`.
 fn labels_of(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     p: &Provision,
     instance: String,
 ) -> ContainerLabels {
     ContainerLabels {
-        deployment: ctx.env.config.deployment.clone(),
+        deployment: env.config.deployment.clone(),
         sandbox: desired.id.clone(),
         owner: desired.owner.clone(),
         engine: p.engine.as_str().to_owned(),
@@ -311,9 +335,9 @@ fn labels_of(
         features: p.features.clone(),
         instance,
         // Read by the reconcile before anything is planned.
-        state_id: ctx.env.state.get().map(ToString::to_string),
+        state_id: env.state.get().map(ToString::to_string),
         incarnation: desired.incarnation.as_ref().map(ToString::to_string),
-        isolation: desired.isolation_under(ctx.env.config.isolation),
+        isolation: desired.isolation_under(env.config.isolation),
         seed: p.seed.clone(),
     }
 }
@@ -325,7 +349,7 @@ fn labels_of(
 /// labelled with the term that made it.
 #[allow(clippy::too_many_arguments)]
 fn spec_of(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     engine: &'static dyn Engine,
     p: &Provision,
@@ -334,7 +358,7 @@ fn spec_of(
     credentials: &Credentials,
     placement: &Placement,
 ) -> ContainerSpec {
-    let config = &ctx.env.config;
+    let config = &env.config;
     let mut build = placement.clone();
     if p.retire.is_some() {
         build.container = candidate_name(&build.container, &labels.instance);
@@ -355,7 +379,7 @@ fn spec_of(
     );
     spec.host_port = p.host_port;
     spec.runtime = labels.isolation.runtime().map(str::to_owned);
-    if let Some(term) = ctx.env.fence.term() {
+    if let Some(term) = env.fence.term() {
         spec.labels
             .insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
     }
@@ -365,11 +389,11 @@ fn spec_of(
 /// Reads the row again before a replace removes the running container it
 /// was planned against ([`recheck`]).
 async fn still_wanted(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     p: &Provision,
 ) -> Result<(), ProvisionError> {
-    match recheck::since(ctx, desired).await {
+    match recheck::since(env, desired).await {
         Ok(None) => Ok(()),
         Ok(Some(changed)) => Err(ProvisionError::RowChanged(changed.as_str(), p.engine)),
         Err(e) => Err(ProvisionError::RowUnread(e, p.engine)),
@@ -426,8 +450,8 @@ async fn ships_features(
 
 /// The Swarm node the engine `id` runs on, for its status; not knowing
 /// it fails nothing (the status then does not name one).
-pub(crate) async fn node_of(ctx: &Context, id: &ContainerId) -> Option<String> {
-    match ctx.env.runtime.node_of(id).await {
+pub(crate) async fn node_of(env: &Env, id: &ContainerId) -> Option<String> {
+    match env.runtime.node_of(id).await {
         Ok(node) => node,
         Err(e) => {
             tracing::debug!(container = %id, error = %e, "the engine's node is unknown");

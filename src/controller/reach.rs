@@ -3,7 +3,7 @@
 //! client inside the container ([`InContainer`]), for the readiness
 //! probe, the feature check, a claim's new credentials and a seed's load.
 
-use super::Context;
+use super::Env;
 use crate::config::ProbeVia;
 use crate::domain::container::{ByteStream, ExecOutput, FilterOutput};
 use crate::domain::id::ContainerId;
@@ -17,14 +17,14 @@ use async_trait::async_trait;
 /// task; or the engine's own port under the name the runtime resolves on
 /// their network ([`crate::ports::runtime::Containers::probe_host`]).
 pub(crate) async fn probe_address(
-    ctx: &Context,
+    env: &Env,
     engine: &'static dyn Engine,
     id: &ContainerId,
     name: &str,
     host_port: u16,
 ) -> Result<(String, u16), RuntimeError> {
-    let runtime = ctx.env.runtime.as_ref();
-    Ok(match ctx.env.config.probe_via {
+    let runtime = env.runtime.as_ref();
+    Ok(match env.config.probe_via {
         ProbeVia::Host => match runtime.published_host(id).await? {
             Some(node) => (node, host_port),
             None => ("127.0.0.1".to_owned(), host_port),

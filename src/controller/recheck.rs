@@ -11,7 +11,7 @@
 //! window and the breaker guard what is left. The deterministic
 //! simulation found both cases (docs/simulation.md).
 
-use super::Context;
+use super::Env;
 use crate::domain::sandbox::DesiredSandbox;
 use crate::ports::store::StoreError;
 
@@ -35,11 +35,8 @@ impl Changed {
 
 /// Reads `read`'s row again: `None` when it is still the row the plan
 /// was made on (the same incarnation and generation).
-pub(crate) async fn since(
-    ctx: &Context,
-    read: &DesiredSandbox,
-) -> Result<Option<Changed>, StoreError> {
-    Ok(match ctx.env.store.fetch_desired(&read.id).await? {
+pub(crate) async fn since(env: &Env, read: &DesiredSandbox) -> Result<Option<Changed>, StoreError> {
+    Ok(match env.store.fetch_desired(&read.id).await? {
         None => Some(Changed::Deleted),
         Some(now) if now.incarnation != read.incarnation || now.generation != read.generation => {
             Some(Changed::Rewritten)

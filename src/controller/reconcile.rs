@@ -25,8 +25,8 @@
 use super::breaker::Held;
 use super::image::Availability;
 use super::rotation::{self, Commit};
-use super::Context;
 use super::{admission, checkpoint, containers, network, pool, provision, recheck, volume};
+use super::{Context, Env};
 use crate::config::NetworkLayout;
 use crate::domain::attach;
 use crate::domain::container::ObservedContainer;
@@ -187,7 +187,7 @@ async fn converge(
     }
     let acted = act(ctx, id, &seen, &mut plan, &freezing, &held, journal).await?;
     let published = publish(ctx, id, &seen, &plan, held, acted, journal).await?;
-    follow_up(ctx, &seen, &plan, published, journal).await
+    follow_up(&ctx.env, &seen, &plan, published, journal).await
 }
 
 /// What a reconcile read of one sandbox: both sides and what they are
@@ -227,7 +227,7 @@ async fn read<'c>(
 ) -> Result<Seen<'c>, ReconcileError> {
     let state = ctx.env.state_id().await?;
     let desired = ctx.env.store.fetch_desired(id).await?;
-    let observed = containers::of_sandbox(ctx, id).await?;
+    let observed = containers::of_sandbox(&ctx.env, &ctx.sources.pool, id).await?;
     let previous = ctx.env.store.fetch_status(id).await?;
     // Another state database's containers are not this one's to touch:
     // left out of the plan (relists count and report them).
@@ -239,7 +239,7 @@ async fn read<'c>(
         .as_ref()
         .and_then(|d| Some((d, d.owner_container.as_deref()?)))
     {
-        Some((d, name)) => Some(owner_state(ctx, d, name).await?),
+        Some((d, name)) => Some(owner_state(&ctx.env, d, name).await?),
         None => None,
     };
     let now = ctx.env.clock.now();
@@ -293,7 +293,7 @@ async fn decide(
     let mut freezing = pause::step(&plan, &seen.observed);
     if (plan.wanted == Wanted::Idle || !freezing.freeze.is_empty())
         && super::pause::in_use(
-            ctx,
+            &ctx.env,
             &plan,
             &freezing,
             &seen.observed,
@@ -301,7 +301,7 @@ async fn decide(
         )
         .await
     {
-        if let Some(at) = super::pause::record_use(ctx, id, seen.now).await? {
+        if let Some(at) = super::pause::record_use(&ctx.env, id, seen.now).await? {
             if let Some(d) = seen.desired.as_mut() {
                 d.last_used_at = at;
             }
@@ -331,10 +331,10 @@ async fn gate(
     journal: &mut Journal,
 ) -> Result<Gated, ReconcileError> {
     let admission = match seen.converging(&plan) {
-        Some(d) => admission::ask(ctx, d, &plan, journal).await?,
+        Some(d) => admission::ask(&ctx.env, &ctx.admission, d, &plan, journal).await?,
         None => {
             // Gone, unwanted or unreadable: it asks for nothing.
-            admission::forget(ctx, id);
+            admission::forget(&ctx.env, &ctx.admission, id);
             gate::Admission::Go
         }
     };
@@ -382,7 +382,8 @@ async fn gate(
     if let Some(d) = &seen.desired {
         for engine in &gated.held.heals_due {
             let window = ctx.env.config.crash_loop.window;
-            ctx.heals.crash_loops
+            ctx.heals
+                .crash_loops
                 .record(&d.id, *engine, d.generation, seen.now, window);
         }
     }
@@ -408,7 +409,16 @@ fn hold_reaping(
 ) -> Next {
     let owner = journal.owner.as_deref().unwrap_or_default();
     let torn_down = Default::default();
-    admission::settle(ctx, id, owner, false, &seen.observed, &torn_down, []);
+    admission::settle(
+        &ctx.env,
+        &ctx.admission,
+        id,
+        owner,
+        false,
+        &seen.observed,
+        &torn_down,
+        [],
+    );
     match reaping {
         Reaping::Unconfirmed => {
             ctx.relist_now.notify_one();
@@ -461,12 +471,26 @@ async fn act(
     let causes = &held.causes;
     // A paused sandbox in use again resumes first (the request waits for
     // it); a frozen container about to go is thawed to take its stop.
-    super::pause::thaw(ctx, plan, freezing, &seen.observed, journal).await?;
-    let teardown = teardown(ctx, seen.desired.as_ref(), plan, journal).await;
+    super::pause::thaw(
+        &ctx.env,
+        &ctx.sources.forks,
+        plan,
+        freezing,
+        &seen.observed,
+        journal,
+    )
+    .await?;
+    let teardown = teardown(&ctx.env, seen.desired.as_ref(), plan, journal).await;
     // Warm-pool containers for the provisions that may claim one, taken
     // now: a sandbox without a network yet adopts the first one's.
     let reserved = match seen.converging(plan) {
-        Some(d) => pool::reserve(ctx, d, plan, adopts_pool_network(ctx, seen, plan)),
+        Some(d) => pool::reserve(
+            &ctx.env,
+            &ctx.sources.pool,
+            d,
+            plan,
+            adopts_pool_network(&ctx.env, seen, plan),
+        ),
         None => pool::Reserved::none(&ctx.sources.pool),
     };
     let (network, commit) = place(ctx, id, seen, plan, causes, &reserved).await?;
@@ -475,7 +499,7 @@ async fn act(
         .as_ref()
         .is_some_and(|d| status::is_new_request(d, seen.previous.as_ref()));
     let mut provisioned = match seen.converging(plan) {
-        Some(_) => promote_all(ctx, id, &network, plan, journal).await,
+        Some(_) => promote_all(&ctx.env, id, &network, plan, journal).await,
         None => Vec::new(),
     };
     let mut interrupted = BTreeSet::new();
@@ -505,7 +529,7 @@ async fn act(
         provisioned.push((*engine, Err(why.clone())));
     }
     let attach = match seen.converging(plan) {
-        Some(d) => network::sync_attached(ctx, d, &network).await?,
+        Some(d) => network::sync_attached(&ctx.env, d, &network).await?,
         None => Vec::new(),
     };
     if !attach.is_empty() {
@@ -516,7 +540,7 @@ async fn act(
     }
     // Idle and asked to pause: freeze once every engine is kept.
     let paused = match seen.converging(plan) {
-        Some(_) => super::pause::freeze(ctx, freezing, &seen.observed, journal).await,
+        Some(_) => super::pause::freeze(&ctx.env, freezing, &seen.observed, journal).await,
         None => None,
     };
     // A pause waiting for a provision to finish looks again soon.
@@ -541,11 +565,11 @@ async fn act(
 /// Whether the sandbox would take a reserved pool container's network as
 /// its own: it has none recorded, keeps no container, and each sandbox
 /// has a network of its own.
-fn adopts_pool_network(ctx: &Context, seen: &Seen<'_>, plan: &Plan) -> bool {
+fn adopts_pool_network(env: &Env, seen: &Seen<'_>, plan: &Plan) -> bool {
     let recorded = seen.previous.as_ref().and_then(|p| p.network.as_deref());
     recorded.is_none()
         && plan.kept().next().is_none()
-        && matches!(ctx.env.config.network, NetworkLayout::PerSandbox { .. })
+        && matches!(env.config.network, NetworkLayout::PerSandbox { .. })
 }
 
 /// Puts the sandbox on its network (the one its status records, else a
@@ -565,29 +589,39 @@ async fn place(
     reserved: &pool::Reserved<'_>,
 ) -> Result<(String, Commit), ReconcileError> {
     let recorded = seen.previous.as_ref().and_then(|p| p.network.as_deref());
-    let adopted = adopts_pool_network(ctx, seen, plan)
+    let adopted = adopts_pool_network(&ctx.env, seen, plan)
         .then(|| reserved.network())
         .flatten();
     let network = match &adopted {
         Some(n) => n.clone(),
-        None => network::sandbox_network(ctx, id, recorded),
+        None => network::sandbox_network(&ctx.env, id, recorded),
     };
     let desired = seen.desired.as_ref();
     let failures: BTreeMap<EngineName, String> = plan
         .provisions()
         .filter(|p| p.reason == ProvisionReason::Heal)
-        .filter_map(|p| Some((p.engine, ctx.heals.crash_loops.last_heal_failure(id, p.engine)?)))
+        .filter_map(|p| {
+            Some((
+                p.engine,
+                ctx.heals.crash_loops.last_heal_failure(id, p.engine)?,
+            ))
+        })
         .collect();
     let mut update = status::while_provisioning(plan, desired, seen.previous.as_ref(), causes)
         .map(|u| status::with_last_failures(u, &failures));
     if let Some(update) = &mut update {
         update.network = Some(network.clone());
-        ctx.env.store.write_status(id, update, ctx.env.term()?).await?;
-        ctx.outbox.phases.published(id, Some(update.phase), &ctx.env.metrics);
+        ctx.env
+            .store
+            .write_status(id, update, ctx.env.term()?)
+            .await?;
+        ctx.outbox
+            .phases
+            .published(id, Some(update.phase), &ctx.env.metrics);
     }
     if let Some(d) = seen.converging(plan) {
         if adopted.is_none() {
-            network::ensure(ctx, id, &network, &seen.observed, plan).await?;
+            network::ensure(&ctx.env, id, &network, &seen.observed, plan).await?;
         } else if let Some(me) = &ctx.env.config.controller_container {
             // The adopted network exists (its pool container is on it):
             // only sandboxd's own container may need to join it.
@@ -595,7 +629,7 @@ async fn place(
         }
         if (d.persistent || d.fork_of.is_some()) && plan.provisions().next().is_some() {
             // Never mount an earlier incarnation's data (or fork copy).
-            volume::remove_superseded(ctx, d, seen.state).await?;
+            volume::remove_superseded(&ctx.env, d, seen.state).await?;
         }
     }
     let commit = Commit::new(id.clone(), network.clone(), update);
@@ -620,9 +654,9 @@ async fn clean_up(
         );
         return Ok(());
     }
-    network::remove(ctx, network, seen.state).await?;
+    network::remove(&ctx.env, network, seen.state).await?;
     if plan.wanted == Wanted::Deleted && plan.data_kept_until.is_none() {
-        volume::remove_all(ctx, id, seen.state).await?;
+        volume::remove_all(&ctx.env, id, seen.state).await?;
         ctx.reaps.gone.forget(id);
         ctx.heals.crash_loops.forget(id);
     }
@@ -695,8 +729,13 @@ async fn publish(
     }
     match &verdict.publish {
         Publish::Write(update) => {
-            ctx.env.store.write_status(id, update, ctx.env.term()?).await?;
-            ctx.outbox.phases.published(id, Some(update.phase), &ctx.env.metrics);
+            ctx.env
+                .store
+                .write_status(id, update, ctx.env.term()?)
+                .await?;
+            ctx.outbox
+                .phases
+                .published(id, Some(update.phase), &ctx.env.metrics);
         }
         Publish::Delete => {
             ctx.env.store.delete_status(id, ctx.env.term()?).await?;
@@ -721,7 +760,8 @@ async fn publish(
     let owner = journal.owner.as_deref().unwrap_or_default();
     let wanted = plan.wanted == Wanted::Yes;
     admission::settle(
-        ctx,
+        &ctx.env,
+        &ctx.admission,
         id,
         owner,
         wanted,
@@ -732,7 +772,8 @@ async fn publish(
     if let Some(d) = desired
         .filter(|_| acted.new_request && wanted && !waiting_for_images && held.admission.is_none())
     {
-        ctx.env.metrics
+        ctx.env
+            .metrics
             .lifecycle
             .generation_lag(ctx.env.seconds_since(d.updated_at));
     }
@@ -747,7 +788,7 @@ async fn publish(
 /// (`sandbox_checkpoint`, `sandbox_reset`), run once the sandbox is ready
 /// and this reconcile changed nothing, and when to look again.
 async fn follow_up(
-    ctx: &Context,
+    env: &Env,
     seen: &Seen<'_>,
     plan: &Plan,
     published: Published,
@@ -776,7 +817,7 @@ async fn follow_up(
         }),
     };
     let checkpoints_waiting = match seen.converging(plan).filter(|_| verdict.failure.is_none()) {
-        Some(d) => checkpoint::perform(ctx, d, status_now, &seen.observed, steady, journal).await?,
+        Some(d) => checkpoint::perform(env, d, status_now, &seen.observed, steady, journal).await?,
         None => false,
     };
     let checkpoint_look = checkpoints_waiting.then(|| seen.now + chrono::Duration::seconds(1));
@@ -812,7 +853,11 @@ async fn images_absent<'p>(
         let Some(engine) = ctx.env.engines.get(p.engine) else {
             continue;
         };
-        let image = ctx.env.config.images.image_for(engine, !p.features.is_empty());
+        let image = ctx
+            .env
+            .config
+            .images
+            .image_for(engine, !p.features.is_empty());
         match ctx.sources.images.need(&image, &desired.id).await {
             Availability::Go => {}
             Availability::Fetching(why) => {
@@ -913,7 +958,7 @@ async fn provision_all(
 /// before the controller stopped (the old containers went as duplicates),
 /// noting each in `journal`.
 async fn promote_all(
-    ctx: &Context,
+    env: &Env,
     id: &SandboxId,
     network: &str,
     plan: &Plan,
@@ -922,7 +967,7 @@ async fn promote_all(
     let promoted = join_all(plan.promotions().map(|(engine, container, status)| async move {
         tracing::info!(%engine, %container, "finishing the switch to a rotation's published new container");
         let result =
-            rotation::promote(ctx, id, network, engine, container, None, status.clone()).await;
+            rotation::promote(env, id, network, engine, container, None, status.clone()).await;
         (engine, result.map_err(|e| e.to_string()))
     }))
     .await;
@@ -969,11 +1014,11 @@ fn about(
 /// the same release and message), so whether a sandbox is released tells
 /// its tenant nothing of what else runs on the host.
 async fn owner_state(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     name: &str,
 ) -> Result<OwnerState, ReconcileError> {
-    let found = ctx.env.runtime.attach_candidate(name).await?;
+    let found = env.runtime.attach_candidate(name).await?;
     let owner = match attach::opted_in(name, &desired.owner, found.as_ref()) {
         Ok(owner) => owner,
         Err(refusal) => {
@@ -989,7 +1034,7 @@ async fn owner_state(
         }
     };
     // By its full id: the container judged is the container looked at.
-    Ok(match ctx.env.runtime.inspect(&owner.id).await? {
+    Ok(match env.runtime.inspect(&owner.id).await? {
         None => OwnerState::Missing,
         Some(run) if run.running => OwnerState::Running,
         Some(run) => OwnerState::Exited(run.finished_at),
@@ -1093,7 +1138,7 @@ fn heals_back_off(
 /// only if the row is still that row ([`recheck`]); otherwise it is left
 /// to the next reconcile, which the change queued.
 async fn teardown(
-    ctx: &Context,
+    env: &Env,
     desired: Option<&DesiredSandbox>,
     plan: &Plan,
     journal: &mut Journal,
@@ -1101,7 +1146,7 @@ async fn teardown(
     let mut first_error = None;
     let by_row = |t: &Teardown| desired.is_some() && t.reason != ReapReason::Duplicate;
     let changed = match desired {
-        Some(d) if plan.teardowns().any(by_row) => match recheck::since(ctx, d).await {
+        Some(d) if plan.teardowns().any(by_row) => match recheck::since(env, d).await {
             Ok(None) => None,
             Ok(Some(changed)) => Some(format!(
                 "the row was {} since it was read: the containers it no longer wanted are left to the next reconcile",
@@ -1119,9 +1164,9 @@ async fn teardown(
             first_error.get_or_insert(why.clone());
             continue;
         }
-        let result = ctx
-            .env.runtime
-            .remove(&t.container, ctx.env.config.stop_timeout)
+        let result = env
+            .runtime
+            .remove(&t.container, env.config.stop_timeout)
             .await;
         journal.push(Event::reaped(
             t,
@@ -1129,7 +1174,7 @@ async fn teardown(
         ));
         match result {
             Ok(()) => {
-                ctx.env.metrics.lifecycle.reaped(t.reason);
+                env.metrics.lifecycle.reaped(t.reason);
                 tracing::info!(
                     container = %t.container,
                     engine = t.engine.as_str(),
@@ -1138,7 +1183,7 @@ async fn teardown(
                 );
             }
             Err(e) => {
-                ctx.env.metrics.lifecycle.teardown_failed();
+                env.metrics.lifecycle.teardown_failed();
                 tracing::warn!(container = %t.container, error = %e, "teardown failed; will retry");
                 first_error.get_or_insert(e.to_string());
             }

@@ -62,7 +62,7 @@ pub(crate) async fn relist(
 ) -> Result<(), ControllerError> {
     let state = ctx.env.state_id().await?;
     // What admission changes from here on is newer than these lists.
-    let mark = super::admission::mark(ctx);
+    let mark = super::admission::mark(&ctx.admission);
     // What the breaker's look is as recent as: the lists, not the moment
     // it weighs them (the simulation found a reap approved by a look whose
     // lists predated the truncate that took the row).
@@ -77,9 +77,16 @@ pub(crate) async fn relist(
         .filter_map(|s| s.network.as_deref())
         .filter(|n| n.starts_with(&pool_prefix))
         .collect();
-    super::pool::remove_orphan_networks(ctx, &lists.pooled, &lists.networks, &adopted).await?;
+    super::pool::remove_orphan_networks(
+        &ctx.env,
+        &ctx.sources.pool,
+        &lists.pooled,
+        &lists.networks,
+        &adopted,
+    )
+    .await?;
     // After the networks this relist removed: their bridges go with them.
-    super::network::remove_stale_bridges(ctx).await;
+    super::network::remove_stale_bridges(&ctx.env).await;
     // Each sandbox's containers side by side, for the plans below.
     lists
         .containers
@@ -117,11 +124,11 @@ pub(crate) async fn relist(
             .chain(containers.iter().map(|c| &c.labels.sandbox))
             .chain(statuses.iter().map(|s| &s.id))
             .collect();
-        super::admission::prune(ctx, mark, &seen);
+        super::admission::prune(&ctx.env, &ctx.admission, mark, &seen);
     } else {
         // A term's first relist (no reconcile runs yet): the ledger is
         // what the lists show.
-        super::admission::rebuild(ctx, rows, &ours, &by_id, &due);
+        super::admission::rebuild(&ctx.env, &ctx.admission, rows, &ours, &by_id, &due);
     }
     let sandboxes = converged + due.len();
     for id in due {
@@ -132,11 +139,14 @@ pub(crate) async fn relist(
     }
     ctx.env.metrics.fleet.relist_converged(converged);
     ctx.foreign.report(state, &foreign, networks, volumes);
-    super::volume::publish_use(ctx, volumes).await;
-    super::seed::collect(ctx, rows, volumes).await;
+    super::volume::publish_use(&ctx.env, volumes).await;
+    super::seed::collect(&ctx.env, &ctx.sources.seeds, rows, volumes).await;
     ctx.env.metrics.fleet.foreign_containers(foreign.len());
     ctx.outbox.phases.relisted(statuses, &ctx.env.metrics);
-    ctx.env.metrics.fleet.containers(ctx.env.engines, containers);
+    ctx.env
+        .metrics
+        .fleet
+        .containers(ctx.env.engines, containers);
     ctx.env.metrics.fleet.relisted(drift);
     tracing::debug!(
         sandboxes,
@@ -187,7 +197,12 @@ impl Lists {
                 }
                 // Events age out here (each sandbox's are bounded as they
                 // are written); a failure costs nothing but a later try.
-                match ctx.env.store.prune_events(ctx.env.config.event_retention).await {
+                match ctx
+                    .env
+                    .store
+                    .prune_events(ctx.env.config.event_retention)
+                    .await
+                {
                     Ok(0) => {}
                     Ok(pruned) => tracing::debug!(pruned, "old events deleted"),
                     Err(e) => {
@@ -195,7 +210,12 @@ impl Lists {
                     }
                 }
                 // So do seeds no row has named for --seed-retention.
-                match ctx.env.store.prune_seeds(ctx.env.config.seed_retention).await {
+                match ctx
+                    .env
+                    .store
+                    .prune_seeds(ctx.env.config.seed_retention)
+                    .await
+                {
                     Ok(0) => {}
                     Ok(pruned) => tracing::info!(
                         pruned,
@@ -215,7 +235,8 @@ impl Lists {
                 let deployment = &ctx.env.config.deployment;
                 // Unclaimed pool containers are nobody's (never reaped,
                 // healed or counted as orphans).
-                let (containers, pooled) = super::containers::of_every_sandbox(&ctx).await?;
+                let (containers, pooled) =
+                    super::containers::of_every_sandbox(&ctx.env, &ctx.sources.pool).await?;
                 // A network whose sandbox is gone is removed by that
                 // sandbox's reconcile; so is a persistent sandbox's volume.
                 let networks = ctx.env.runtime.networks(deployment).await?;
@@ -347,7 +368,7 @@ impl<'a> Judge<'a> {
     fn judge(&self, row: &DesiredSandbox) -> Judgement {
         let status = self.statuses.get(&row.id).copied();
         let network = super::network::sandbox_network(
-            self.ctx,
+            &self.ctx.env,
             &row.id,
             status.and_then(|s| s.network.as_deref()),
         );
@@ -413,7 +434,8 @@ async fn breaker_look(
     // rise again as they are reaped, after the look that let the burst
     // go: simulation seed 19963.)
     let released: HashSet<String> = ctx
-        .env.store
+        .env
+        .store
         .released_ids(TOMBSTONES_KEPT)
         .await?
         .into_iter()
@@ -470,7 +492,8 @@ async fn breaker_look(
         }
         Change::None => {}
     }
-    ctx.env.metrics
+    ctx.env
+        .metrics
         .fleet
         .reaping(ctx.reaps.breaker.paused().is_some(), missing.len());
     Ok(())
@@ -518,11 +541,12 @@ pub(crate) async fn relist_loop(
         }
         // What the lists cannot show (a stranger connected to a sandbox's
         // network, say) is looked at by a full resync.
-        let scope = if owed == Enqueue::Fresh || resynced.elapsed() >= ctx.env.config.resync_interval {
-            Scope::Every
-        } else {
-            Scope::Unconverged
-        };
+        let scope =
+            if owed == Enqueue::Fresh || resynced.elapsed() >= ctx.env.config.resync_interval {
+                Scope::Every
+            } else {
+                Scope::Unconverged
+            };
         match relist(&ctx, &queue, &known, true, owed, scope).await {
             Ok(()) => {
                 owed = Enqueue::Hint;

@@ -27,10 +27,11 @@
 //! and features are re-created on the volume and published the same way
 //! ([`Commit::publish`]), so its data and credentials work again.
 
+use super::fleet::FleetPhases;
 use super::name_release;
 use super::network;
 use super::recheck;
-use super::Context;
+use super::Env;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use crate::domain::status::{self, StatusUpdate};
@@ -132,7 +133,8 @@ impl Commit {
     /// point of its rotation.
     pub(crate) async fn publish(
         &self,
-        ctx: &Context,
+        env: &Env,
+        phases: &FleetPhases,
         engine: EngineName,
         service: &ServiceStatus,
         note: &str,
@@ -142,18 +144,17 @@ impl Commit {
             return Err(SwitchError::NotWanted { engine });
         };
         let next = status::switching(current.clone(), engine, service.clone(), note);
-        let term = ctx.env.term().map_err(|_| SwitchError::Publish {
+        let term = env.term().map_err(|_| SwitchError::Publish {
             engine,
             source: StoreError::Fenced {
-                term: ctx.env.fence.term().unwrap_or(crate::domain::lease::Term(0)),
+                term: env.fence.term().unwrap_or(crate::domain::lease::Term(0)),
             },
         })?;
-        ctx.env.store
+        env.store
             .write_status(&self.id, &next, term)
             .await
             .map_err(|source| SwitchError::Publish { engine, source })?;
-        ctx.outbox.phases
-            .published(&self.id, Some(next.phase), &ctx.env.metrics);
+        phases.published(&self.id, Some(next.phase), &env.metrics);
         *row = Some(next);
         self.switched
             .store(true, std::sync::atomic::Ordering::Release);
@@ -186,8 +187,10 @@ impl Commit {
 /// no longer wanted the new container is removed and the old one kept;
 /// if its row changed since `desired` was read, the old one is kept.
 #[tracing::instrument(name = "switch", skip_all, fields(old = %old, new = %new))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn switch(
-    ctx: &Context,
+    env: &Env,
+    phases: &FleetPhases,
     commit: &Commit,
     desired: &DesiredSandbox,
     engine: EngineName,
@@ -196,9 +199,9 @@ pub(crate) async fn switch(
     service: ServiceStatus,
 ) -> Result<ServiceStatus, SwitchError> {
     let note = "the new container is ready; switching to it";
-    if let Err(e) = commit.publish(ctx, engine, &service, note).await {
+    if let Err(e) = commit.publish(env, phases, engine, &service, note).await {
         if matches!(e, SwitchError::NotWanted { .. }) {
-            if let Err(cleanup) = ctx.env.runtime.remove(new, std::time::Duration::ZERO).await {
+            if let Err(cleanup) = env.runtime.remove(new, std::time::Duration::ZERO).await {
                 tracing::warn!(error = %cleanup, "could not remove the unpublished new container; the next reconcile will");
             }
         }
@@ -210,7 +213,7 @@ pub(crate) async fn switch(
     // Removing the old container rests on the read this rotation was
     // planned on: read the row again first (a release or a restore while
     // the new one was built; simulation seed 220893).
-    match recheck::since(ctx, desired).await {
+    match recheck::since(env, desired).await {
         Ok(None) => {}
         Ok(Some(changed)) => {
             return Err(SwitchError::RowChanged {
@@ -221,7 +224,7 @@ pub(crate) async fn switch(
         Err(source) => return Err(SwitchError::RowUnread { engine, source }),
     }
     promote(
-        ctx,
+        env,
         &commit.id,
         &commit.network,
         engine,
@@ -238,7 +241,7 @@ pub(crate) async fn switch(
 /// published on now.
 #[tracing::instrument(name = "promote", skip_all, fields(container = %container))]
 pub(crate) async fn promote(
-    ctx: &Context,
+    env: &Env,
     id: &SandboxId,
     network: &str,
     engine: EngineName,
@@ -247,15 +250,15 @@ pub(crate) async fn promote(
     service: ServiceStatus,
 ) -> Result<ServiceStatus, SwitchError> {
     let failed = |source| SwitchError::Switch { engine, source };
-    let runtime = ctx.env.runtime.as_ref();
+    let runtime = env.runtime.as_ref();
     if let Some(old) = old {
         runtime
-            .remove(old, ctx.env.config.stop_timeout)
+            .remove(old, env.config.stop_timeout)
             .await
             .map_err(failed)?;
         tracing::info!(old = %old, "old container removed");
     }
-    let placement = network::placement(&ctx.env.config, id, engine, network);
+    let placement = network::placement(&env.config, id, engine, network);
     if !placement.aliases.is_empty() {
         runtime
             .rejoin(&placement.network, container, &placement.aliases)

@@ -16,7 +16,7 @@
 //! once nothing names or asks for them ([`collect`]).
 
 use super::reach::{probe_address, InContainer};
-use super::Context;
+use super::Env;
 use crate::domain::container::ByteStream;
 use crate::domain::id::ContainerId;
 use crate::domain::labels;
@@ -148,12 +148,12 @@ impl Seeds {
 
     /// What the state database says of `hash` (its content is fixed by
     /// the hash, so this process remembers it).
-    async fn info(&self, ctx: &Context, hash: &SeedHash) -> Result<Arc<SeedInfo>, SeedError> {
+    async fn info(&self, env: &Env, hash: &SeedHash) -> Result<Arc<SeedInfo>, SeedError> {
         if let Some(info) = self.infos.lock().unwrap().get(hash) {
             return Ok(info.clone());
         }
-        let info = ctx
-            .env.store
+        let info = env
+            .store
             .seed(hash)
             .await
             .map_err(|source| SeedError::Store {
@@ -229,16 +229,17 @@ fn chunks(store: Arc<dyn Store>, info: &SeedInfo, failed: ReadFailure) -> ByteSt
 /// Writes seed `info`'s data file into `volume` with a helper of `engine`'s
 /// `image`, one at a time per seed.
 async fn write(
-    ctx: &Context,
+    env: &Env,
+    seeds: &Seeds,
     engine: &'static dyn Engine,
     image: &str,
     info: &SeedInfo,
     volume: &Volume,
 ) -> Result<(), SeedError> {
     let hash = &info.hash;
-    let _slot = ctx.sources.seeds.slot(hash).await?;
+    let _slot = seeds.slot(hash).await?;
     let started = Instant::now();
-    let deployment = &ctx.env.config.deployment;
+    let deployment = &env.config.deployment;
     let fill = VolumeFill {
         name: format!(
             "sandboxd-seed.{deployment}.{}.{}",
@@ -257,10 +258,10 @@ async fn write(
     let failed = ReadFailure::default();
     let content = FileContent {
         len: info.size,
-        chunks: chunks(ctx.env.store.clone(), info, failed.clone()),
+        chunks: chunks(env.store.clone(), info, failed.clone()),
     };
-    let written = ctx.env.runtime.fill_volume(&fill, content).await;
-    ctx.env.metrics
+    let written = env.runtime.fill_volume(&fill, content).await;
+    env.metrics
         .lifecycle
         .seed_loaded(engine.name(), written.is_ok(), started.elapsed());
     written.map_err(|source| match failed.get() {
@@ -282,12 +283,13 @@ async fn write(
 /// seed. `None` for a seed of statements, loaded once the engine is ready
 /// ([`load`]).
 pub(crate) async fn data_file(
-    ctx: &Context,
+    env: &Env,
+    seeds: &Seeds,
     engine: &'static dyn Engine,
     image: &str,
     hash: &SeedHash,
 ) -> Result<Option<Volume>, SeedError> {
-    let info = ctx.sources.seeds.info(ctx, hash).await?;
+    let info = seeds.info(env, hash).await?;
     if !info.is_data_file() {
         return Ok(None);
     }
@@ -296,44 +298,40 @@ pub(crate) async fn data_file(
         return Ok(None);
     };
     let volume = Volume {
-        name: volume_name(ctx, engine.name().as_str(), hash),
+        name: volume_name(env, engine.name().as_str(), hash),
         path: dir.to_owned(),
-        labels: volume_labels(ctx, hash),
+        labels: volume_labels(env, hash),
         disk: None,
     };
     // Asked for now: not collected within the window, so a container
     // that mounts it finds it.
-    ctx.sources.seeds
+    seeds
         .used
         .lock()
         .unwrap()
         .insert(volume.name.clone(), Instant::now());
-    if ctx.sources.seeds.written.lock().unwrap().contains(&volume.name) {
+    if seeds.written.lock().unwrap().contains(&volume.name) {
         return Ok(Some(volume));
     }
-    let _writing = ctx.sources.seeds.writing.lock().await;
-    if ctx.sources.seeds.written.lock().unwrap().contains(&volume.name) {
+    let _writing = seeds.writing.lock().await;
+    if seeds.written.lock().unwrap().contains(&volume.name) {
         return Ok(Some(volume));
     }
-    write(ctx, engine, image, &info, &volume).await?;
+    write(env, seeds, engine, image, &info, &volume).await?;
     tracing::info!(seed = %hash, volume = %volume.name, "seed data file written");
-    ctx.sources.seeds
-        .written
-        .lock()
-        .unwrap()
-        .insert(volume.name.clone());
+    seeds.written.lock().unwrap().insert(volume.name.clone());
     Ok(Some(volume))
 }
 
 /// The labels of a volume of seed `hash` (its data file, its templates):
 /// this deployment's, and the seed's, which [`collect`] and operators
 /// find it by.
-pub(super) fn volume_labels(ctx: &Context, hash: &SeedHash) -> HashMap<String, String> {
+pub(super) fn volume_labels(env: &Env, hash: &SeedHash) -> HashMap<String, String> {
     HashMap::from([
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
             labels::DEPLOYMENT.to_owned(),
-            ctx.env.config.deployment.to_string(),
+            env.config.deployment.to_string(),
         ),
         (seed::SEED.to_owned(), hash.to_string()),
     ])
@@ -342,14 +340,14 @@ pub(super) fn volume_labels(ctx: &Context, hash: &SeedHash) -> HashMap<String, S
 /// The volume holding data-file seed `hash` of `engine`; its seeded
 /// templates add a suffix ([`super::seed_template`]). The whole hash: no
 /// two seeds share a volume, however their hashes begin.
-pub(super) fn volume_name(ctx: &Context, engine: &str, hash: &SeedHash) -> String {
-    format!("{}{engine}-{}", volume_prefix(ctx), hash.hex())
+pub(super) fn volume_name(env: &Env, engine: &str, hash: &SeedHash) -> String {
+    format!("{}{engine}-{}", volume_prefix(env), hash.hex())
 }
 
 /// How every seed volume of this deployment is called (data files and
 /// seeded templates).
-fn volume_prefix(ctx: &Context) -> String {
-    format!("{}-seed-", ctx.env.config.deployment)
+fn volume_prefix(env: &Env) -> String {
+    format!("{}-seed-", env.config.deployment)
 }
 
 /// Removes the seed volumes (data files, see [`data_file`], and seeded
@@ -361,11 +359,12 @@ fn volume_prefix(ctx: &Context) -> String {
 /// from the first relist that finds it unnamed, so a restart removes
 /// nothing at once.
 pub(crate) async fn collect(
-    ctx: &Context,
+    env: &Env,
+    seeds: &Seeds,
     rows: &[crate::domain::sandbox::DesiredSandbox],
     volumes: &[crate::ports::runtime::ObservedResource],
 ) {
-    let prefix = volume_prefix(ctx);
+    let prefix = volume_prefix(env);
     let seed_volumes: Vec<&str> = volumes
         .iter()
         .filter(|v| v.sandbox.is_none() && v.name.starts_with(&prefix))
@@ -380,13 +379,13 @@ pub(crate) async fn collect(
         .flat_map(|row| {
             row.seeds
                 .iter()
-                .map(|(engine, hash)| volume_name(ctx, engine.as_str(), hash))
+                .map(|(engine, hash)| volume_name(env, engine.as_str(), hash))
         })
         .collect();
-    let window = ctx.env.config.warm_pool_demand.window;
+    let window = env.config.warm_pool_demand.window;
     let now = Instant::now();
     let due: Vec<String> = {
-        let mut used = ctx.sources.seeds.used.lock().unwrap();
+        let mut used = seeds.used.lock().unwrap();
         seed_volumes
             .into_iter()
             .filter(|name| !named.contains(seed_volume_of(&prefix, name)))
@@ -401,18 +400,17 @@ pub(crate) async fn collect(
     }
     // No write begins while one is removed, and a removed volume is
     // written again the next time it is asked for.
-    let _writing = ctx.sources.seeds.writing.lock().await;
+    let _writing = seeds.writing.lock().await;
     for name in due {
         // Unmarked first, then checked: a [`data_file`] that marks it used
         // after this check finds it unwritten and waits for this lock.
-        let was_written = ctx.sources.seeds.written.lock().unwrap().remove(&name);
-        let kept = |ctx: &Context| {
+        let was_written = seeds.written.lock().unwrap().remove(&name);
+        let kept = || {
             if was_written {
-                ctx.sources.seeds.written.lock().unwrap().insert(name.clone());
+                seeds.written.lock().unwrap().insert(name.clone());
             }
         };
-        if ctx
-            .sources.seeds
+        if seeds
             .used
             .lock()
             .unwrap()
@@ -420,20 +418,20 @@ pub(crate) async fn collect(
             .is_some_and(|at| now < *at)
         {
             // Asked for since this relist looked.
-            kept(ctx);
+            kept();
             continue;
         }
-        match ctx
-            .env.runtime
-            .remove_volume(&name, &ctx.env.config.deployment, None)
+        match env
+            .runtime
+            .remove_volume(&name, &env.config.deployment, None)
             .await
         {
             Ok(()) => {
-                ctx.sources.seeds.used.lock().unwrap().remove(&name);
+                seeds.used.lock().unwrap().remove(&name);
                 tracing::info!(volume = %name, "removed a seed's volume no row names");
             }
             Err(e) => {
-                kept(ctx);
+                kept();
                 tracing::debug!(volume = %name, error = %e, "a seed's volume is still in use");
             }
         }
@@ -468,7 +466,8 @@ fn same_engine(info: &SeedInfo, engine: &'static dyn Engine) -> Result<(), SeedE
 /// engine port published on `host_port`), logged in with `credentials`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn load(
-    ctx: &Context,
+    env: &Env,
+    seeds: &Seeds,
     engine: &'static dyn Engine,
     id: &ContainerId,
     name: &str,
@@ -478,24 +477,24 @@ pub(crate) async fn load(
 ) -> Result<(), SeedError> {
     let started = Instant::now();
     let result = async {
-        let info = ctx.sources.seeds.info(ctx, hash).await?;
+        let info = seeds.info(env, hash).await?;
         same_engine(&info, engine)?;
-        let (host, port) = probe_address(ctx, engine, id, name, host_port)
+        let (host, port) = probe_address(env, engine, id, name, host_port)
             .await
             .map_err(|source| SeedError::Address {
                 hash: hash.clone(),
                 source,
             })?;
         let exec = InContainer {
-            runtime: ctx.env.runtime.as_ref(),
+            runtime: env.runtime.as_ref(),
             id,
         };
         let target = exec.target(&host, port, credentials);
-        let _slot = ctx.sources.seeds.slot(hash).await?;
+        let _slot = seeds.slot(hash).await?;
         let failed = ReadFailure::default();
         let content = SeedBytes {
             head: &info.head,
-            chunks: chunks(ctx.env.store.clone(), &info, failed.clone()),
+            chunks: chunks(env.store.clone(), &info, failed.clone()),
         };
         match tokio::time::timeout(APPLY_TIMEOUT, engine.seed(&target, content)).await {
             Ok(Ok(())) => Ok(()),
@@ -513,7 +512,7 @@ pub(crate) async fn load(
         }
     }
     .await;
-    ctx.env.metrics
+    env.metrics
         .lifecycle
         .seed_loaded(engine.name(), result.is_ok(), started.elapsed());
     match &result {

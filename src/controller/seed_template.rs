@@ -22,7 +22,8 @@
 //! backend (the volume would be on one node).
 
 use super::copy::{self, Snapshot};
-use super::Context;
+use super::seed::Seeds;
+use super::Env;
 use crate::domain::id::ContainerId;
 use crate::domain::seed::{self, SeedHash};
 use crate::engine::{Credentials, Engine};
@@ -46,14 +47,14 @@ pub(crate) struct Kind<'a> {
 /// The seeded template a new container of `kind` starts from, when this
 /// process has made it (marked as asked for, so it is not collected
 /// meanwhile); `None` to load the seed once the engine is ready.
-pub(crate) async fn ready(ctx: &Context, kind: &Kind<'_>) -> Option<Volume> {
-    let volume = volume(ctx, kind).await?;
-    ctx.sources.seeds
+pub(crate) async fn ready(env: &Env, seeds: &Seeds, kind: &Kind<'_>) -> Option<Volume> {
+    let volume = volume(env, kind).await?;
+    seeds
         .used
         .lock()
         .unwrap()
         .insert(volume.name.clone(), Instant::now());
-    ctx.sources.seeds
+    seeds
         .written
         .lock()
         .unwrap()
@@ -64,8 +65,8 @@ pub(crate) async fn ready(ctx: &Context, kind: &Kind<'_>) -> Option<Volume> {
 /// Forgets `volume`, a seeded template a container did not start from
 /// (damaged behind sandboxd's back): containers load the seed again until
 /// a seeded pool container copies it anew.
-pub(crate) fn forget(ctx: &Context, volume: &Volume) {
-    ctx.sources.seeds.written.lock().unwrap().remove(&volume.name);
+pub(crate) fn forget(seeds: &Seeds, volume: &Volume) {
+    seeds.written.lock().unwrap().remove(&volume.name);
 }
 
 /// Copies container `source` of `kind` (its seed just loaded, logged in
@@ -73,27 +74,28 @@ pub(crate) fn forget(ctx: &Context, volume: &Volume) {
 /// template, unless this process made that already. A copy that fails
 /// is logged and costs nothing else: the seed keeps being loaded.
 pub(crate) async fn capture(
-    ctx: &Context,
+    env: &Env,
+    seeds: &Seeds,
     kind: &Kind<'_>,
     source: &ContainerId,
     credentials: &Credentials,
 ) {
-    let Some(volume) = volume(ctx, kind).await else {
+    let Some(volume) = volume(env, kind).await else {
         return;
     };
     let Some(how) = kind.engine.fork_copy() else {
         return;
     };
-    let made = |ctx: &Context| ctx.sources.seeds.written.lock().unwrap().contains(&volume.name);
-    if made(ctx) {
+    let made = || seeds.written.lock().unwrap().contains(&volume.name);
+    if made() {
         return;
     }
     // One write at a time, and none while a collection removes volumes.
-    let _writing = ctx.sources.seeds.writing.lock().await;
-    if made(ctx) {
+    let _writing = seeds.writing.lock().await;
+    if made() {
         return;
     }
-    ctx.sources.seeds
+    seeds
         .used
         .lock()
         .unwrap()
@@ -103,7 +105,7 @@ pub(crate) async fn capture(
         source: source.clone(),
         paused: false,
         helper: copy::helper(
-            ctx,
+            env,
             format!("sandboxd-seed.{}", volume.name),
             (seed::SEED, kind.hash.as_str()),
             kind.image,
@@ -115,13 +117,13 @@ pub(crate) async fn capture(
         data_path: kind.engine.data_path(),
         env: kind.engine.container_env(credentials, kind.features, false),
     };
-    let copied = copy::snapshot(ctx.env.runtime.clone(), job, ()).await;
+    let copied = copy::snapshot(env.runtime.clone(), job, ()).await;
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let (seed, volume) = (kind.hash, &volume.name);
     let failed = "copying a seeded warm-pool container into its seed's template failed; its seed keeps being loaded into each container";
     match copied {
         Ok((out, _)) if out.exit_code == 0 => {
-            ctx.sources.seeds.written.lock().unwrap().insert(volume.clone());
+            seeds.written.lock().unwrap().insert(volume.clone());
             let bytes = copy::size_of(&out.output);
             tracing::info!(%seed, %volume, bytes, elapsed_ms, "seeded template made from a seeded warm-pool container");
         }
@@ -137,13 +139,13 @@ pub(crate) async fn capture(
 /// templates off, a runtime without copies local to its containers (a
 /// Swarm task may run on another node), an engine without a copy or a start
 /// from one, an image whose id is unknown.
-async fn volume(ctx: &Context, kind: &Kind<'_>) -> Option<Volume> {
-    if !ctx.env.config.templates || !ctx.env.runtime.capabilities().local_copies {
+async fn volume(env: &Env, kind: &Kind<'_>) -> Option<Volume> {
+    if !env.config.templates || !env.runtime.capabilities().local_copies {
         return None;
     }
     kind.engine.fork_copy()?;
     let dir = kind.engine.start_dir()?;
-    let image_id = match ctx.env.runtime.image_id(kind.image).await {
+    let image_id = match env.runtime.image_id(kind.image).await {
         Ok(id) => id?,
         Err(e) => {
             tracing::debug!(image = kind.image, error = %e, "image id unreadable; the seed is loaded");
@@ -152,12 +154,12 @@ async fn volume(ctx: &Context, kind: &Kind<'_>) -> Option<Volume> {
     };
     Some(Volume {
         name: volume_name(
-            &super::seed::volume_name(ctx, kind.engine.name().as_str(), kind.hash),
+            &super::seed::volume_name(env, kind.engine.name().as_str(), kind.hash),
             &image_id,
             kind.features,
         ),
         path: dir.to_owned(),
-        labels: super::seed::volume_labels(ctx, kind.hash),
+        labels: super::seed::volume_labels(env, kind.hash),
         disk: None,
     })
 }

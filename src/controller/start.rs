@@ -16,7 +16,7 @@
 use super::bring_up::{bring_up, ProvisionError};
 use super::pool::claim::{self, Claimant};
 use super::pool::{Pool, Reserved};
-use super::{fork, image, network, seed, seed_template, template, Context};
+use super::{fork, image, network, seed, seed_template, template, Env};
 use crate::domain::event::Origin;
 use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::labels::ContainerLabels;
@@ -120,7 +120,8 @@ enum Offer {
 /// container is counted by where it came from (a claimed one is counted
 /// as a claim, by the pool).
 pub(crate) async fn run(
-    ctx: &Context,
+    env: &Env,
+    sources: &Sources,
     job: &Job<'_>,
     starts: &[Start],
 ) -> Result<Up, ProvisionError> {
@@ -128,7 +129,7 @@ pub(crate) async fn run(
     let mut failed = None;
     for start in starts {
         let mut spec = job.spec.clone();
-        match offer(ctx, job, start.source, &mut spec).await? {
+        match offer(env, sources, job, start.source, &mut spec).await? {
             Offer::Ready(up) => return Ok(up),
             Offer::Nothing(refusal) => {
                 refused = refused.or(refusal);
@@ -136,12 +137,12 @@ pub(crate) async fn run(
             }
             Offer::Mounted => {}
         }
-        let result = create(ctx, job, &mut spec, start.load_seed).await;
+        let result = create(env, &sources.seeds, job, &mut spec, start.load_seed).await;
         let e = match result {
             Ok((id, host_port, available)) => {
                 let (source, origin) = (start.source, start::origin(start.source, refused));
                 if let Owner::Sandbox(s) = &job.owner {
-                    (ctx.env.metrics.lifecycle).container_started(s.provision.engine, origin.as_str());
+                    (env.metrics.lifecycle).container_started(s.provision.engine, origin.as_str());
                 }
                 return Ok(Up {
                     id,
@@ -157,7 +158,7 @@ pub(crate) async fn run(
         if matches!(e, ProvisionError::Interrupted(_)) {
             return Err(e);
         }
-        forget(ctx, job, start.source, &spec).await;
+        forget(env, sources, job, start.source, &spec).await;
         if !start.falls_back {
             return Err(e);
         }
@@ -170,7 +171,8 @@ pub(crate) async fn run(
 /// What `source` offers the start of `spec`: its mounts added to it, or a
 /// ready container.
 async fn offer(
-    ctx: &Context,
+    env: &Env,
+    sources: &Sources,
     job: &Job<'_>,
     source: Source,
     spec: &mut ContainerSpec,
@@ -181,22 +183,34 @@ async fn offer(
     };
     let image = spec.image.clone();
     let volume = match (source, sandbox) {
-        (Source::Pool, Some(s)) => return Ok(claim(ctx, job, s, &image).await),
+        (Source::Pool, Some(s)) => return Ok(claim(env, sources, job, s, &image).await),
         (Source::Fork, Some(s)) => {
             let (desired, p, labels) = (s.desired, s.provision, s.labels);
-            fork::prepare(ctx, desired, job.engine, p, labels, &image, job.credentials).await?
+            fork::prepare(
+                env,
+                sources,
+                desired,
+                job.engine,
+                p,
+                labels,
+                &image,
+                job.credentials,
+            )
+            .await?
         }
         (Source::Pool | Source::Fork, None) => None,
         (Source::SeedFile, _) => match job.seed {
-            Some(hash) => seed::data_file(ctx, job.engine, &image, hash).await?,
+            Some(hash) => seed::data_file(env, &sources.seeds, job.engine, &image, hash).await?,
             None => None,
         },
         (Source::SeedTemplate, _) => match seed_kind(job, &image) {
-            Some(kind) => seed_template::ready(ctx, &kind).await,
+            Some(kind) => seed_template::ready(env, &sources.seeds, &kind).await,
             None => None,
         },
         (Source::Template, _) => {
-            let refusal = template::apply_or_refusal(ctx, job.engine, job.features, spec).await;
+            let refusal =
+                template::apply_or_refusal(env, &sources.templates, job.engine, job.features, spec)
+                    .await;
             return Ok(match spec.template {
                 Some(_) => Offer::Mounted,
                 None => Offer::Nothing(refusal),
@@ -216,7 +230,13 @@ async fn offer(
 /// The ready pool container the reconcile reserved, claimed for the
 /// sandbox; nothing if there is none, the sandbox may not claim, or the
 /// claim failed.
-async fn claim(ctx: &Context, job: &Job<'_>, s: &ForSandbox<'_>, image: &str) -> Offer {
+async fn claim(
+    env: &Env,
+    sources: &Sources,
+    job: &Job<'_>,
+    s: &ForSandbox<'_>,
+    image: &str,
+) -> Offer {
     let Some(kind) = s.claim else {
         return Offer::Nothing(None);
     };
@@ -230,7 +250,7 @@ async fn claim(ctx: &Context, job: &Job<'_>, s: &ForSandbox<'_>, image: &str) ->
         network: s.network,
         kind,
     };
-    match claim::claim(ctx, &claimant, s.reserved).await {
+    match claim::claim(env, &sources.pool, &claimant, s.reserved).await {
         Some(c) => Offer::Ready(Up {
             id: c.id,
             host_port: c.host_port,
@@ -256,20 +276,27 @@ fn seed_kind<'a>(job: &'a Job<'_>, image: &'a str) -> Option<seed_template::Kind
 /// or the engine's template that does not start the engine (damaged
 /// behind sandboxd's back; under Swarm, a node its job has not reached)
 /// is made again rather than tried by the next container.
-async fn forget(ctx: &Context, job: &Job<'_>, source: Source, spec: &ContainerSpec) {
+async fn forget(env: &Env, sources: &Sources, job: &Job<'_>, source: Source, spec: &ContainerSpec) {
     match source {
         Source::SeedTemplate => {
             if let Some(copy) = &spec.start_from {
-                seed_template::forget(ctx, copy);
+                seed_template::forget(&sources.seeds, copy);
             }
         }
         Source::Template => {
             if let Some(t) = &spec.template {
-                ctx.sources.templates.forget(&t.name);
+                sources.templates.forget(&t.name);
             }
             // Forgotten, the template's job starts again now, beside the
             // next start, rather than at the next sandbox of its kind.
-            let _ = template::for_container(ctx, job.engine, &spec.image, job.features).await;
+            let _ = template::for_container(
+                env,
+                &sources.templates,
+                job.engine,
+                &spec.image,
+                job.features,
+            )
+            .await;
         }
         Source::Pool | Source::Fork | Source::SeedFile | Source::Cold => {}
     }
@@ -281,19 +308,20 @@ async fn forget(ctx: &Context, job: &Job<'_>, source: Source, spec: &ContainerSp
 /// features. A container that does not come up is removed (the next
 /// reconcile removes it if that fails).
 async fn create(
-    ctx: &Context,
+    env: &Env,
+    seeds: &seed::Seeds,
     job: &Job<'_>,
     spec: &mut ContainerSpec,
     load_seed: bool,
 ) -> Result<(ContainerId, u16, Vec<String>), ProvisionError> {
     let id = match &job.owner {
-        Owner::Sandbox(s) => on_sandbox_network(ctx, &s.desired.id, spec).await?,
-        Owner::Pool => ctx.env.runtime.create_and_start(spec).await?,
+        Owner::Sandbox(s) => on_sandbox_network(env, &s.desired.id, spec).await?,
+        Owner::Pool => env.runtime.create_and_start(spec).await?,
     };
     let name = spec.name.as_str();
     let up = async {
         let (host_port, available) = bring_up(
-            ctx,
+            env,
             job.engine,
             &id,
             name,
@@ -303,9 +331,19 @@ async fn create(
         )
         .await?;
         if let Some(hash) = job.seed.filter(|_| load_seed) {
-            seed::load(ctx, job.engine, &id, name, host_port, job.credentials, hash).await?;
+            seed::load(
+                env,
+                seeds,
+                job.engine,
+                &id,
+                name,
+                host_port,
+                job.credentials,
+                hash,
+            )
+            .await?;
             if let (Owner::Pool, Some(kind)) = (&job.owner, seed_kind(job, &spec.image)) {
-                seed_template::capture(ctx, &kind, &id, job.credentials).await;
+                seed_template::capture(env, seeds, &kind, &id, job.credentials).await;
             }
         }
         Ok::<_, ProvisionError>((host_port, available))
@@ -313,8 +351,8 @@ async fn create(
     match up.await {
         Ok((host_port, available)) => Ok((id, host_port, available)),
         Err(e) => {
-            let e = e.interrupted_if(|c| ctx.env.orders.of(c).is_some());
-            if let Err(cleanup) = ctx.env.runtime.remove(&id, Duration::ZERO).await {
+            let e = e.interrupted_if(|c| env.orders.of(c).is_some());
+            if let Err(cleanup) = env.runtime.remove(&id, Duration::ZERO).await {
                 tracing::warn!(container = name, error = %cleanup, "could not remove the failed container; the next reconcile will");
             }
             Err(e)
@@ -326,17 +364,17 @@ async fn create(
 /// port if the one it should keep is taken by now (its status publishes
 /// the new one).
 async fn on_sandbox_network(
-    ctx: &Context,
+    env: &Env,
     sandbox: &SandboxId,
     spec: &mut ContainerSpec,
 ) -> Result<ContainerId, ProvisionError> {
-    match network::create_and_start(ctx, sandbox, spec).await {
+    match network::create_and_start(env, sandbox, spec).await {
         Ok(id) => Ok(id),
         // A removal that did not end is not cured by another port.
         Err(e) if spec.host_port.is_some() && !matches!(e, RuntimeError::NameStillHeld { .. }) => {
             tracing::warn!(container = spec.name, error = %e, "could not keep the host port; using a new one");
             spec.host_port = None;
-            Ok(network::create_and_start(ctx, sandbox, spec).await?)
+            Ok(network::create_and_start(env, sandbox, spec).await?)
         }
         Err(e) => Err(e.into()),
     }

@@ -27,7 +27,7 @@
 //! per Postgres container on fuse-overlayfs; docs/architecture.md,
 //! "Density").
 
-use super::Context;
+use super::Env;
 use crate::config::ControllerConfig;
 use crate::domain::id::EngineName;
 use crate::domain::labels;
@@ -174,11 +174,11 @@ impl Templates {
     #[cfg(test)]
     pub(crate) fn lookup(
         &self,
-        ctx: &Context,
+        env: &Env,
         engine: &'static dyn Engine,
         key: &TemplateKey,
     ) -> Option<Mounts> {
-        match self.resolve(ctx, engine, key) {
+        match self.resolve(env, engine, key) {
             Resolved::Ready(mounts) => Some(mounts),
             Resolved::Cold | Resolved::Refused(_) => None,
         }
@@ -189,17 +189,17 @@ impl Templates {
     /// failed (or was refused) recently, the job starts in the background.
     pub(crate) fn resolve(
         &self,
-        ctx: &Context,
+        env: &Env,
         engine: &'static dyn Engine,
         key: &TemplateKey,
     ) -> Resolved {
         let Some(mount) = engine.template_dir() else {
             return Resolved::Cold;
         };
-        let volume = template_volume(ctx, engine, key, mount);
+        let volume = template_volume(env, engine, key, mount);
         let binaries = engine
             .binaries_dir()
-            .map(|dir| binaries_volume(ctx, key, dir));
+            .map(|dir| binaries_volume(env, key, dir));
         let mut slots = self.slots.lock().unwrap();
         match slots.get(&volume.name) {
             Some(Slot::Ready) => {
@@ -229,17 +229,17 @@ impl Templates {
             *retry_at = Instant::now() + RETRY_AFTER * 10;
         }
         drop(slots);
-        let job = template_job(ctx, engine, key, volume, binaries);
+        let job = template_job(env, engine, key, volume, binaries);
         let prefixes = Prefixes {
-            template: key.prefix(&ctx.env.config),
-            binaries: key.binaries_prefix(&ctx.env.config),
+            template: key.prefix(&env.config),
+            binaries: key.binaries_prefix(&env.config),
         };
         tokio::spawn(build(
             self.slots.clone(),
             self.jobs.clone(),
-            ctx.env.runtime.clone(),
-            ctx.env.metrics.clone(),
-            ctx.env.config.deployment.clone(),
+            env.runtime.clone(),
+            env.metrics.clone(),
+            env.config.deployment.clone(),
             prefixes,
             engine.name(),
             job,
@@ -260,12 +260,13 @@ impl Templates {
 /// Returns why the container starts cold if its template is refused (the
 /// sandbox's event says so).
 pub(crate) async fn apply_or_refusal(
-    ctx: &Context,
+    env: &Env,
+    templates: &Templates,
     engine: &'static dyn Engine,
     features: &BTreeSet<String>,
     spec: &mut ContainerSpec,
 ) -> Option<Refusal> {
-    match resolve(ctx, engine, &spec.image, features).await {
+    match resolve(env, templates, engine, &spec.image, features).await {
         Resolved::Ready(mounts) => {
             spec.template = Some(mounts.data);
             spec.binaries = mounts.binaries;
@@ -293,12 +294,13 @@ pub(crate) fn start_from(spec: &mut ContainerSpec, volume: Volume) {
 /// none, the image's id cannot be read, or the template is not ready yet
 /// (its job then starts).
 pub(crate) async fn for_container(
-    ctx: &Context,
+    env: &Env,
+    templates: &Templates,
     engine: &'static dyn Engine,
     image: &str,
     features: &BTreeSet<String>,
 ) -> Option<Mounts> {
-    match resolve(ctx, engine, image, features).await {
+    match resolve(env, templates, engine, image, features).await {
         Resolved::Ready(mounts) => Some(mounts),
         Resolved::Cold | Resolved::Refused(_) => None,
     }
@@ -306,15 +308,16 @@ pub(crate) async fn for_container(
 
 /// As [`for_container`], saying whether the template is refused.
 async fn resolve(
-    ctx: &Context,
+    env: &Env,
+    templates: &Templates,
     engine: &'static dyn Engine,
     image: &str,
     features: &BTreeSet<String>,
 ) -> Resolved {
-    if !ctx.env.config.templates || engine.template_dir().is_none() {
+    if !env.config.templates || engine.template_dir().is_none() {
         return Resolved::Cold;
     }
-    let image_id = match ctx.env.runtime.image_id(image).await {
+    let image_id = match env.runtime.image_id(image).await {
         Ok(Some(id)) => id,
         Ok(None) => return Resolved::Cold,
         Err(e) => {
@@ -328,24 +331,24 @@ async fn resolve(
         image_id,
         features: features.clone(),
     };
-    ctx.sources.templates.resolve(ctx, engine, &key)
+    templates.resolve(env, engine, &key)
 }
 
 /// Starts the jobs of the templates of every engine's plain image, so
 /// that the first sandboxes need not start cold.
-pub(crate) async fn prepare(ctx: &Context) {
-    for engine in ctx.env.engines.iter() {
-        let image = ctx.env.config.images.image_for(engine, false);
-        let _ = for_container(ctx, engine, &image, &BTreeSet::new()).await;
+pub(crate) async fn prepare(env: &Env, templates: &Templates) {
+    for engine in env.engines.iter() {
+        let image = env.config.images.image_for(engine, false);
+        let _ = for_container(env, templates, engine, &image, &BTreeSet::new()).await;
     }
 }
 
 /// The labels and mount of `key`'s binaries volume: the image's files
 /// under `dir`.
-fn binaries_volume(ctx: &Context, key: &TemplateKey, dir: &str) -> Volume {
+fn binaries_volume(env: &Env, key: &TemplateKey, dir: &str) -> Volume {
     owned_volume(
-        ctx,
-        key.binaries_name(&ctx.env.config),
+        env,
+        key.binaries_name(&env.config),
         dir,
         [
             (TEMPLATE_BINARIES.to_owned(), key.engine.to_string()),
@@ -358,15 +361,15 @@ fn binaries_volume(ctx: &Context, key: &TemplateKey, dir: &str) -> Volume {
 /// id, features, recipe), which is all a controller of this deployment on
 /// any state database needs to know to reuse it.
 fn template_volume(
-    ctx: &Context,
+    env: &Env,
     engine: &'static dyn Engine,
     key: &TemplateKey,
     mount: &str,
 ) -> Volume {
     let recipe = recipe(engine, key, mount);
     owned_volume(
-        ctx,
-        key.volume_name(&ctx.env.config, &recipe),
+        env,
+        key.volume_name(&env.config, &recipe),
         mount,
         [
             (TEMPLATE.to_owned(), key.engine.to_string()),
@@ -413,7 +416,7 @@ fn job_env_and_args(engine: &'static dyn Engine, key: &TemplateKey) -> (Vec<Stri
 /// A volume `name` mounted on `path`, labelled as this deployment's (and
 /// this state database's, once known) with `kind` on top.
 fn owned_volume<const N: usize>(
-    ctx: &Context,
+    env: &Env,
     name: String,
     path: &str,
     kind: [(String, String); N],
@@ -422,11 +425,11 @@ fn owned_volume<const N: usize>(
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
             labels::DEPLOYMENT.to_owned(),
-            ctx.env.config.deployment.to_string(),
+            env.config.deployment.to_string(),
         ),
     ]);
     labels.extend(kind);
-    if let Some(state) = ctx.env.state.get() {
+    if let Some(state) = env.state.get() {
         labels.insert(labels::STATE_ID.to_owned(), state.to_string());
     }
     Volume {
@@ -441,13 +444,13 @@ fn owned_volume<const N: usize>(
 /// The job that fills `volume` for `key`: the engine's sandbox-mode
 /// environment and arguments with `SANDBOXD_TEMPLATE=build`, no password.
 fn template_job(
-    ctx: &Context,
+    env: &Env,
     engine: &'static dyn Engine,
     key: &TemplateKey,
     volume: Volume,
     binaries: Option<Volume>,
 ) -> TemplateJob {
-    let config = &ctx.env.config;
+    let config = &env.config;
     let (env, cmd) = job_env_and_args(engine, key);
     let scratch = |path: &str| Tmpfs {
         path: path.to_owned(),

@@ -7,7 +7,7 @@
 //! Each is capped at `--persistent-size` by the file system it lives on
 //! (see `domain::volume_disk`), whose file goes with it.
 
-use super::Context;
+use super::Env;
 use crate::config::ControllerConfig;
 use crate::domain::fork;
 use crate::domain::id::SandboxId;
@@ -49,23 +49,23 @@ fn data_volume_name(
 /// sandbox's data, a fork's copy of its source's) that carry its
 /// identity, or none (created before identities).
 async fn removable(
-    ctx: &Context,
+    env: &Env,
     id: &SandboxId,
     state: &StateId,
 ) -> Result<Vec<ObservedResource>, RuntimeError> {
-    let names: Vec<String> = ctx
-        .env.engines
+    let names: Vec<String> = env
+        .engines
         .iter()
         .flat_map(|engine| {
             [
-                data_volume_name(&ctx.env.config, id, engine),
-                fork::volume_name(&ctx.env.config.deployment, id, engine.name()),
+                data_volume_name(&env.config, id, engine),
+                fork::volume_name(&env.config.deployment, id, engine.name()),
             ]
         })
         .collect();
-    Ok(ctx
-        .env.runtime
-        .volumes(&ctx.env.config.deployment)
+    Ok(env
+        .runtime
+        .volumes(&env.config.deployment)
         .await?
         .into_iter()
         .filter(|v| names.contains(&v.name))
@@ -82,16 +82,16 @@ async fn removable(
 /// Removes the data volumes of the deleted sandbox `id` (a missing one is
 /// success; another state database's is left alone).
 pub(crate) async fn remove_all(
-    ctx: &Context,
+    env: &Env,
     id: &SandboxId,
     state: &StateId,
 ) -> Result<(), RuntimeError> {
-    for volume in removable(ctx, id, state).await? {
-        ctx.env.runtime
+    for volume in removable(env, id, state).await? {
+        env.runtime
             .remove_volume(
                 &volume.name,
-                &ctx.env.config.deployment,
-                Some(&ctx.env.config.disks),
+                &env.config.deployment,
+                Some(&env.config.disks),
             )
             .await?;
     }
@@ -103,24 +103,24 @@ pub(crate) async fn remove_all(
 /// not removed), so the row's own containers never start on them. Volumes from before
 /// incarnations are the row's.
 pub(crate) async fn remove_superseded(
-    ctx: &Context,
+    env: &Env,
     desired: &DesiredSandbox,
     state: &StateId,
 ) -> Result<(), RuntimeError> {
     let Some(row) = &desired.incarnation else {
         return Ok(());
     };
-    for volume in removable(ctx, &desired.id, state).await? {
+    for volume in removable(env, &desired.id, state).await? {
         if volume
             .incarnation
             .as_deref()
             .is_some_and(|theirs| theirs != row.as_str())
         {
-            ctx.env.runtime
+            env.runtime
                 .remove_volume(
                     &volume.name,
-                    &ctx.env.config.deployment,
-                    Some(&ctx.env.config.disks),
+                    &env.config.deployment,
+                    Some(&env.config.disks),
                 )
                 .await?;
             tracing::info!(volume = %volume.name, "an earlier incarnation's data volume removed");
@@ -152,27 +152,27 @@ const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(120);
 /// listed volumes in `--persistent-disks-dir`, when sandboxd sees that
 /// directory (on the Docker host, or mounted into its container); a
 /// `stat` per volume and a listing of the directory, at each relist.
-pub(crate) async fn publish_use(ctx: &Context, volumes: &[ObservedResource]) {
-    let dir = std::path::PathBuf::from(&ctx.env.config.disks.dir);
+pub(crate) async fn publish_use(env: &Env, volumes: &[ObservedResource]) {
+    let dir = std::path::PathBuf::from(&env.config.disks.dir);
     if volumes.is_empty() && !dir.is_dir() {
         // Nothing to measure: no thread (a thread's timing would also make
         // a simulated world's order depend on the host's scheduler).
-        ctx.env.metrics.fleet.persistent_disks(0, 0, 0);
+        env.metrics.fleet.persistent_disks(0, 0, 0);
         return;
     }
     let files: Vec<String> = volumes
         .iter()
         .map(|v| volume_disk::file_name(&v.name, v.disk_key.as_deref()))
         .collect();
-    let prefix = format!("sandboxd.{}.", ctx.env.config.deployment);
+    let prefix = format!("sandboxd.{}.", env.config.deployment);
     match tokio::task::spawn_blocking(move || measure(&dir, &files, &prefix)).await {
         Ok(Some(usage)) => {
-            ctx.env.metrics
+            env.metrics
                 .fleet
                 .persistent_disks(usage.used, usage.size, usage.orphaned);
         }
         Ok(None) => {
-            tracing::debug!(dir = %ctx.env.config.disks.dir, "the disks directory is not visible here: no volume use measured");
+            tracing::debug!(dir = %env.config.disks.dir, "the disks directory is not visible here: no volume use measured");
         }
         Err(e) => tracing::warn!(error = %e, "measuring the volumes' use failed"),
     }

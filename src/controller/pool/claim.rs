@@ -7,12 +7,12 @@
 //! container's); then it is probed with the new credentials. A claim that
 //! fails removes the container: the next start serves the sandbox.
 
-use super::{PoolError, Ready, Reserved};
+use super::{Pool, PoolError, Ready, Reserved};
 use crate::config::ProbeVia;
 use crate::controller::bring_up::{bring_up_at, claim_credentials};
 use crate::controller::network::{self, Placement};
 use crate::controller::reach::probe_address;
-use crate::controller::{name_release, Context};
+use crate::controller::{name_release, Env};
 use crate::domain::id::ContainerId;
 use crate::domain::plan::Provision;
 use crate::domain::pool::{ClaimKind, PoolClaim};
@@ -60,17 +60,18 @@ pub(crate) struct Claimed {
 /// sandbox was changed, and a container a failed claim changed is
 /// removed).
 pub(crate) async fn claim(
-    ctx: &Context,
+    env: &Env,
+    pool: &Pool,
     who: &Claimant<'_>,
     reserved: &Reserved<'_>,
 ) -> Option<Claimed> {
     let engine = who.provision.engine;
     let (_, ready) = reserved.take(engine)?;
     let started = Instant::now();
-    match take_over(ctx, who, &ready).await {
+    match take_over(env, pool, who, &ready).await {
         Ok(claimed) => {
             let took = started.elapsed();
-            ctx.env.metrics.pool.claim(engine, who.kind, Some(took));
+            env.metrics.pool.claim(engine, who.kind, Some(took));
             tracing::info!(
                 container = %claimed.id,
                 kind = who.kind.as_str(),
@@ -81,9 +82,9 @@ pub(crate) async fn claim(
             Some(claimed)
         }
         Err(e) => {
-            ctx.env.metrics.pool.claim(engine, who.kind, None);
+            env.metrics.pool.claim(engine, who.kind, None);
             tracing::warn!(container = %ready.id, error = %e, "warm-pool claim failed; removing the container and starting the sandbox's otherwise");
-            super::discard(ctx, &ready.id).await;
+            super::discard(env, pool, &ready.id).await;
             None
         }
     }
@@ -91,7 +92,12 @@ pub(crate) async fn claim(
 
 /// Records the claim, moves the container into the sandbox ([`adopt`])
 /// and probes it with the new credentials.
-async fn take_over(ctx: &Context, who: &Claimant<'_>, ready: &Ready) -> Result<Claimed, PoolError> {
+async fn take_over(
+    env: &Env,
+    pool: &Pool,
+    who: &Claimant<'_>,
+    ready: &Ready,
+) -> Result<Claimed, PoolError> {
     let p = who.provision;
     let claim = PoolClaim {
         container: ready.id.clone(),
@@ -104,12 +110,12 @@ async fn take_over(ctx: &Context, who: &Claimant<'_>, ready: &Ready) -> Result<C
         instance: who.instance.to_owned(),
         seed: p.seed.clone(),
     };
-    ctx.env.store.record_claim(&claim, ctx.env.term()?).await?;
-    ctx.sources.pool.remember_claim(claim.clone());
-    let placement = network::placement(&ctx.env.config, &who.desired.id, p.engine, who.network);
-    let host_port = adopt(ctx, who, ready, &claim, &placement).await?;
+    env.store.record_claim(&claim, env.term()?).await?;
+    pool.remember_claim(claim.clone());
+    let placement = network::placement(&env.config, &who.desired.id, p.engine, who.network);
+    let host_port = adopt(env, who, ready, &claim, &placement).await?;
     let (host_port, available) = bring_up_at(
-        ctx,
+        env,
         who.engine,
         &ready.id,
         &placement.container,
@@ -132,17 +138,17 @@ async fn take_over(ctx: &Context, who: &Claimant<'_>, ready: &Ready) -> Result<C
 /// network unless it is there (adopted): the host port its engine port
 /// is published on afterwards.
 async fn adopt(
-    ctx: &Context,
+    env: &Env,
     who: &Claimant<'_>,
     ready: &Ready,
     claim: &PoolClaim,
     placement: &Placement,
 ) -> Result<u16, PoolError> {
     let id = &ready.id;
-    let address = probe_address(ctx, who.engine, id, &ready.name, ready.host_port).await?;
+    let address = probe_address(env, who.engine, id, &ready.name, ready.host_port).await?;
     let set_credentials = async {
         let (old, new) = (&ready.credentials, who.credentials);
-        claim_credentials(ctx, who.engine, id, address, old, new, CLAIM_DEADLINE)
+        claim_credentials(env, who.engine, id, address, old, new, CLAIM_DEADLINE)
             .await
             .map_err(|source| PoolError::Credentials {
                 container: id.to_string(),
@@ -154,13 +160,13 @@ async fn adopt(
         let join = async {
             if joins {
                 let (network, aliases) = (&placement.network, &placement.aliases);
-                ctx.env.runtime.rejoin(network, id, aliases).await?;
+                env.runtime.rejoin(network, id, aliases).await?;
             }
             Ok::<(), PoolError>(())
         };
-        tokio::try_join!(rename(ctx, id, claim, &placement.container), join).map(|_| ())
+        tokio::try_join!(rename(env, id, claim, &placement.container), join).map(|_| ())
     };
-    if ctx.env.config.probe_via == ProbeVia::Host && !joins {
+    if env.config.probe_via == ProbeVia::Host && !joins {
         // The credentials (over the published port) and the container's
         // name are independent: changed at once (both done before anything
         // is published).
@@ -174,7 +180,7 @@ async fn adopt(
     }
     // A container that joins a network has its ports bound again.
     Ok(if joins {
-        ctx.env.runtime.published_port(id).await?.unwrap_or(0)
+        env.runtime.published_port(id).await?.unwrap_or(0)
     } else {
         ready.host_port
     })
@@ -183,15 +189,15 @@ async fn adopt(
 /// Gives the claimed container `id` the sandbox's container `name` and
 /// the labels it would carry had it been created for the claim.
 async fn rename(
-    ctx: &Context,
+    env: &Env,
     id: &ContainerId,
     claim: &PoolClaim,
     name: &str,
 ) -> Result<(), PoolError> {
-    let state = ctx.env.state.get().map(ToString::to_string);
-    let labels = claim.labels(&ctx.env.config.deployment, state, ctx.env.config.isolation);
+    let state = env.state.get().map(ToString::to_string);
+    let labels = claim.labels(&env.config.deployment, state, env.config.isolation);
     let labels = labels.to_map();
-    let runtime = ctx.env.runtime.as_ref();
+    let runtime = env.runtime.as_ref();
     // A heal after `docker rm -f` meets the name still held by the
     // container being removed: wait for it (see `name_release`).
     name_release::once_released(runtime, name_release::RELEASE_WITHIN, || {

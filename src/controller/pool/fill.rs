@@ -8,8 +8,9 @@ use super::{network_name, network_spec, pools_on, Filled, Pool, PoolError, Ready
 use crate::config::NetworkLayout;
 use crate::controller::bring_up::{container_spec, new_instance, ProvisionError};
 use crate::controller::network::Placement;
+use crate::controller::start::Sources;
 use crate::controller::start::{self, Job, Owner};
-use crate::controller::Context;
+use crate::controller::{Context, Env};
 use crate::domain::labels;
 use crate::domain::pool::{self, PoolKey};
 use crate::domain::secret::Secret;
@@ -33,7 +34,8 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// than leaving them to be refused by the fence (what they leave behind
 /// the next leader removes, see [`super::start_term`]).
 pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domain::id::SandboxId>) {
-    if !pools_on(&ctx) {
+    let (env, sources) = (&ctx.env, &ctx.sources);
+    if !pools_on(env) {
         return;
     }
     let mut fills = tokio::task::JoinSet::new();
@@ -41,13 +43,13 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
         // Finished fills report themselves; only their slots are freed here.
         while fills.try_join_next().is_some() {}
         let busy = queue.due() > 0;
-        let targets = ctx.sources.pool.targets(&ctx);
-        shrink(&ctx, &targets).await;
-        let now = ctx.env.clock.now();
+        let targets = sources.pool.targets(env);
+        shrink(env, sources, &targets).await;
+        let now = env.clock.now();
         for (key, size) in &targets {
             let n = {
-                let mut st = ctx.sources.pool.state.lock().unwrap();
-                if Pool::backing_off(&st, key, now, &ctx.env.config.crash_loop) {
+                let mut st = sources.pool.state.lock().unwrap();
+                if Pool::backing_off(&st, key, now, &env.config.crash_loop) {
                     continue;
                 }
                 let ready = st.ready.get(key).map_or(0, Vec::len);
@@ -59,13 +61,13 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
             for _ in 0..n {
                 let ctx = ctx.clone();
                 let key = key.clone();
-                fills.spawn(async move { fill_and_record(&ctx, &key).await });
+                fills.spawn(async move { fill_and_record(&ctx.env, &ctx.sources, &key).await });
             }
         }
-        ctx.sources.pool.report(&ctx);
+        sources.pool.report(env);
         tokio::select! {
             biased;
-            () = ctx.sources.pool.wake.notified() => {}
+            () = sources.pool.wake.notified() => {}
             () = tokio::time::sleep(LOOK_EVERY) => {}
         }
         // A failing refill must not spin.
@@ -77,9 +79,9 @@ pub(crate) async fn refill_loop(ctx: Arc<Context>, queue: WorkQueue<crate::domai
 /// pool whose feature set nobody asked for within the window has size 0):
 /// they hold memory the pools that are asked for need. Their networks go
 /// at the next relist ([`super::remove_orphan_networks`]).
-async fn shrink(ctx: &Context, targets: &BTreeMap<PoolKey, usize>) {
+async fn shrink(env: &Env, sources: &Sources, targets: &BTreeMap<PoolKey, usize>) {
     let surplus: Vec<(PoolKey, Ready)> = {
-        let mut st = ctx.sources.pool.state.lock().unwrap();
+        let mut st = sources.pool.state.lock().unwrap();
         let mut surplus = Vec::new();
         for (key, ready) in st.ready.iter_mut() {
             let keep = targets.get(key).copied().unwrap_or(0);
@@ -93,7 +95,7 @@ async fn shrink(ctx: &Context, targets: &BTreeMap<PoolKey, usize>) {
         surplus
     };
     for (key, r) in surplus {
-        match ctx.env.runtime.remove(&r.id, Duration::ZERO).await {
+        match env.runtime.remove(&r.id, Duration::ZERO).await {
             Ok(()) => {
                 tracing::info!(pool = %key, container = %r.id, "removed a warm-pool container no recent request needs")
             }
@@ -103,7 +105,7 @@ async fn shrink(ctx: &Context, targets: &BTreeMap<PoolKey, usize>) {
         }
     }
     if !targets.is_empty() {
-        ctx.sources.pool.report(ctx);
+        sources.pool.report(env);
     }
 }
 
@@ -136,23 +138,23 @@ impl Drop for CreatingNetwork<'_> {
 
 /// Starts one container of `key`'s pool and records how it went: ready,
 /// or a failure the pool backs off after (a failing seed stops its pool).
-async fn fill_and_record(ctx: &Context, key: &PoolKey) {
-    let result = fill_one(ctx, key).await;
+async fn fill_and_record(env: &Env, sources: &Sources, key: &PoolKey) {
+    let result = fill_one(env, sources, key).await;
     let filled = match &result {
         Ok(_) => Filled::Ready,
         Err(e) if e.failed_seed().is_some() => Filled::SeedFailed,
         Err(_) => Filled::Failed,
     };
-    let stopped = ctx
-        .sources.pool
-        .started(key, filled, ctx.env.clock.now(), &ctx.env.config.crash_loop);
-    ctx.env.metrics.pool.start(key.engine, result.is_ok());
+    let stopped = sources
+        .pool
+        .started(key, filled, env.clock.now(), &env.config.crash_loop);
+    env.metrics.pool.start(key.engine, result.is_ok());
     if let (Err(_), Some(hash)) = (&result, &key.seed) {
         // Read again next time: a deleted seed is then
         // unknown, not a read that fails.
-        ctx.sources.seeds.forget(hash);
+        sources.seeds.forget(hash);
     }
-    let mut st = ctx.sources.pool.state.lock().unwrap();
+    let mut st = sources.pool.state.lock().unwrap();
     if let Some(c) = st.creating.get_mut(key) {
         *c = c.saturating_sub(1);
     }
@@ -166,32 +168,32 @@ async fn fill_and_record(ctx: &Context, key: &PoolKey) {
         }
     }
     drop(st);
-    ctx.sources.pool.report(ctx);
-    ctx.sources.pool.wake.notify_one();
+    sources.pool.report(env);
+    sources.pool.wake.notify_one();
 }
 
 /// Creates, starts and probes one pool container of `key`, on a pool
 /// network of its own (marked as being created meanwhile, so no relist
 /// takes it for an orphan).
-async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
-    let engine = ctx
-        .env.engines
+async fn fill_one(env: &Env, sources: &Sources, key: &PoolKey) -> Result<Ready, PoolError> {
+    let engine = env
+        .engines
         .get(key.engine)
         .ok_or(ProvisionError::UnknownEngine(key.engine))
         .map_err(Box::new)?;
-    let image = ctx
-        .env.config
+    let image = env
+        .config
         .images
         .image_for(engine, !key.features.is_empty());
     let credentials = engine.credentials(Secret::generate());
     let token = new_instance();
-    let placement = placement(ctx, key, &token.to_ascii_lowercase());
-    let creating = CreatingNetwork::mark(&ctx.sources.pool, &placement.network);
+    let placement = placement(env, key, &token.to_ascii_lowercase());
+    let creating = CreatingNetwork::mark(&sources.pool, &placement.network);
     let up = async {
-        prepare_network(ctx, &placement.network).await?;
+        prepare_network(env, &placement.network).await?;
         let job = Job {
             engine,
-            spec: spec(ctx, engine, key, &image, &credentials, token, &placement),
+            spec: spec(env, engine, key, &image, &credentials, token, &placement),
             credentials: &credentials,
             features: &key.features,
             seed: key.seed.as_ref(),
@@ -204,7 +206,7 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
             persistent: false,
         };
         let starts = crate::domain::start::starts(wanted);
-        start::run(ctx, &job, &starts)
+        start::run(env, sources, &job, &starts)
             .await
             .map_err(|e| PoolError::Provision(Box::new(e)))
     }
@@ -224,18 +226,18 @@ async fn fill_one(ctx: &Context, key: &PoolKey) -> Result<Ready, PoolError> {
 /// Where a pool container of `key` with `token` waits: on its own network
 /// under the engine's name already (the sandbox that claims it first
 /// adopts that network).
-fn placement(ctx: &Context, key: &PoolKey, token: &str) -> Placement {
+fn placement(env: &Env, key: &PoolKey, token: &str) -> Placement {
     let name = format!(
         "sandboxd-pool.{}.{}.{token}",
-        ctx.env.config.deployment, key.engine
+        env.config.deployment, key.engine
     );
-    let aliases = match ctx.env.config.network {
+    let aliases = match env.config.network {
         NetworkLayout::PerSandbox { .. } => vec![key.engine.as_str().to_owned()],
         NetworkLayout::Shared { .. } => Vec::new(),
     };
     Placement {
         container: name.clone(),
-        network: network_name(ctx, token),
+        network: network_name(env, token),
         host: name,
         aliases,
     }
@@ -244,14 +246,14 @@ fn placement(ctx: &Context, key: &PoolKey, token: &str) -> Placement {
 /// Creates the pool network `name` and, where sandboxd probes engines by
 /// name (`--probe-via network`), puts its own container on it, as on a
 /// sandbox's.
-async fn prepare_network(ctx: &Context, name: &str) -> Result<(), PoolError> {
-    if let Some(spec) = network_spec(ctx, name) {
-        ctx.env.runtime.ensure_network(&spec).await?;
+async fn prepare_network(env: &Env, name: &str) -> Result<(), PoolError> {
+    if let Some(spec) = network_spec(env, name) {
+        env.runtime.ensure_network(&spec).await?;
     }
     if let (Some(me), NetworkLayout::PerSandbox { .. }) =
-        (&ctx.env.config.controller_container, &ctx.env.config.network)
+        (&env.config.controller_container, &env.config.network)
     {
-        ctx.env.runtime.connect(name, me).await?;
+        env.runtime.connect(name, me).await?;
     }
     Ok(())
 }
@@ -259,7 +261,7 @@ async fn prepare_network(ctx: &Context, name: &str) -> Result<(), PoolError> {
 /// The container of a pool of `key`: labelled as the pool's (no sandbox),
 /// started with the pool's login.
 fn spec(
-    ctx: &Context,
+    env: &Env,
     engine: &'static dyn Engine,
     key: &PoolKey,
     image: &str,
@@ -272,7 +274,7 @@ fn spec(
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
             labels::DEPLOYMENT.to_owned(),
-            ctx.env.config.deployment.to_string(),
+            env.config.deployment.to_string(),
         ),
         (labels::ENGINE.to_owned(), key.engine.as_str().to_owned()),
         (labels::FEATURES.to_owned(), features.join(",")),
@@ -281,20 +283,20 @@ fn spec(
         // The controller's level: `container_spec` runs it under its runtime.
         (
             labels::ISOLATION.to_owned(),
-            ctx.env.config.isolation.as_str().to_owned(),
+            env.config.isolation.as_str().to_owned(),
         ),
     ]);
-    if let Some(state) = ctx.env.state.get() {
+    if let Some(state) = env.state.get() {
         labels.insert(labels::STATE_ID.to_owned(), state.to_string());
     }
     if let Some(seed) = &key.seed {
         labels.insert(crate::domain::seed::SEED.to_owned(), seed.to_string());
     }
-    if let Some(term) = ctx.env.fence.term() {
+    if let Some(term) = env.fence.term() {
         labels.insert(crate::domain::lease::TERM_LABEL.into(), term.to_string());
     }
     let mut spec = container_spec(
-        &ctx.env.config,
+        &env.config,
         engine,
         placement,
         image,

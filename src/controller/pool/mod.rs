@@ -18,7 +18,7 @@ pub(crate) mod fill;
 
 pub(crate) use self::error::PoolError;
 
-use super::{Context, ControllerError};
+use super::{ControllerError, Env};
 use crate::config::NetworkLayout;
 use crate::domain::container::{ContainerState, ObservedContainer};
 use crate::domain::crash_loop::{self, CrashLoopPolicy, HealGate};
@@ -170,17 +170,17 @@ impl Pool {
 
     /// Every pool's size now: those configured, and those learned from
     /// the requests of the window ([`demand::sizes`]).
-    fn targets(&self, ctx: &Context) -> BTreeMap<PoolKey, usize> {
-        let mut targets = ctx.env.config.warm_pool.clone();
-        let learned = &ctx.env.config.warm_pool_demand;
+    fn targets(&self, env: &Env) -> BTreeMap<PoolKey, usize> {
+        let mut targets = env.config.warm_pool.clone();
+        let learned = &env.config.warm_pool_demand;
         if learned.is_on() {
             let st = self.state.lock().unwrap();
             targets.extend(demand::sizes(
                 &st.asks,
-                ctx.env.clock.now(),
+                env.clock.now(),
                 learned.window,
                 learned.max,
-                &ctx.env.config.warm_pool,
+                &env.config.warm_pool,
             ));
         }
         targets
@@ -212,8 +212,8 @@ impl Pool {
 
     /// Each pool with a target, a ready or a starting container, for the
     /// operator page.
-    pub(crate) fn view(&self, ctx: &Context) -> Vec<crate::ports::PoolView> {
-        let targets = self.targets(ctx);
+    pub(crate) fn view(&self, env: &Env) -> Vec<crate::ports::PoolView> {
+        let targets = self.targets(env);
         let st = self.state.lock().unwrap();
         let keys: std::collections::BTreeSet<&PoolKey> = targets
             .keys()
@@ -230,10 +230,10 @@ impl Pool {
             .collect()
     }
 
-    fn report(&self, ctx: &Context) {
+    fn report(&self, env: &Env) {
         let st = self.state.lock().unwrap();
         let mut by_engine: BTreeMap<_, (usize, usize)> = BTreeMap::new();
-        for engine in ctx.env.config.warm_pool.keys().map(|k| k.engine) {
+        for engine in env.config.warm_pool.keys().map(|k| k.engine) {
             by_engine.entry(engine).or_default();
         }
         let keys: std::collections::BTreeSet<&PoolKey> =
@@ -244,24 +244,24 @@ impl Pool {
             e.1 += st.creating.get(key).copied().unwrap_or(0);
         }
         for (engine, (ready, creating)) in by_engine {
-            ctx.env.metrics.pool.size(engine, ready, creating);
+            env.metrics.pool.size(engine, ready, creating);
         }
     }
 }
 
 /// The network the pool container with `token` waits on: its own, internal
 /// like sandbox networks (or the shared network of the shared layout).
-fn network_name(ctx: &Context, token: &str) -> String {
-    match &ctx.env.config.network {
+fn network_name(env: &Env, token: &str) -> String {
+    match &env.config.network {
         NetworkLayout::PerSandbox { .. } => {
-            format!("{}{token}", pool_network_prefix(&ctx.env.config.deployment))
+            format!("{}{token}", pool_network_prefix(&env.config.deployment))
         }
         NetworkLayout::Shared { name } => name.clone(),
     }
 }
 
-fn network_spec(ctx: &Context, name: &str) -> Option<NetworkSpec> {
-    let NetworkLayout::PerSandbox { subnets, egress } = &ctx.env.config.network else {
+fn network_spec(env: &Env, name: &str) -> Option<NetworkSpec> {
+    let NetworkLayout::PerSandbox { subnets, egress } = &env.config.network else {
         return None;
     };
     let name = name.to_owned();
@@ -269,11 +269,11 @@ fn network_spec(ctx: &Context, name: &str) -> Option<NetworkSpec> {
         (labels::MANAGED_BY.to_owned(), labels::MANAGER.to_owned()),
         (
             labels::DEPLOYMENT.to_owned(),
-            ctx.env.config.deployment.to_string(),
+            env.config.deployment.to_string(),
         ),
         (pool::POOL.to_owned(), "1".to_owned()),
     ]);
-    if let Some(state) = ctx.env.state.get() {
+    if let Some(state) = env.state.get() {
         labels.insert(labels::STATE_ID.to_owned(), state.to_string());
     }
     Some(NetworkSpec {
@@ -334,8 +334,8 @@ impl Drop for Reserved<'_> {
 /// containers run under the controller's `--runtime`, so a sandbox whose
 /// row raises its level (a gVisor sandbox under runc pools) never claims
 /// one.
-pub(crate) fn same_isolation(ctx: &Context, desired: &DesiredSandbox) -> bool {
-    desired.isolation_under(ctx.env.config.isolation) == ctx.env.config.isolation
+pub(crate) fn same_isolation(env: &Env, desired: &DesiredSandbox) -> bool {
+    desired.isolation_under(env.config.isolation) == env.config.isolation
 }
 
 /// Reserves a ready pool container for each provision of `plan` that may
@@ -349,18 +349,19 @@ pub(crate) fn same_isolation(ctx: &Context, desired: &DesiredSandbox) -> bool {
 ///
 /// [`Capabilities::rejoins`]: crate::ports::runtime::Capabilities::rejoins
 pub(crate) fn reserve<'a>(
-    ctx: &'a Context,
+    env: &Env,
+    pool: &'a Pool,
     desired: &DesiredSandbox,
     plan: &Plan,
     adopts: bool,
 ) -> Reserved<'a> {
-    let reserved = Reserved::none(&ctx.sources.pool);
-    if !pools_on(ctx) {
+    let reserved = Reserved::none(pool);
+    if !pools_on(env) {
         return reserved;
     }
-    let learned = ctx.env.config.warm_pool_demand;
-    let fits = same_isolation(ctx, desired);
-    let at_most = pool::claims_at_most(ctx.env.runtime.capabilities().rejoins, adopts);
+    let learned = env.config.warm_pool_demand;
+    let fits = same_isolation(env, desired);
+    let at_most = pool::claims_at_most(env.runtime.capabilities().rejoins, adopts);
     for p in plan.provisions() {
         if reserved.entries.lock().unwrap().len() >= at_most {
             break;
@@ -375,11 +376,11 @@ pub(crate) fn reserve<'a>(
             seed: p.seed.clone(),
         };
         if learned.is_on() {
-            ctx.sources.pool.ask(&key, ctx.env.clock.now(), learned.window);
-        } else if !ctx.env.config.warm_pool.contains_key(&key) {
+            pool.ask(&key, env.clock.now(), learned.window);
+        } else if !env.config.warm_pool.contains_key(&key) {
             continue;
         }
-        match ctx.sources.pool.take(&key) {
+        match pool.take(&key) {
             Some(ready) => {
                 reserved
                     .entries
@@ -387,11 +388,11 @@ pub(crate) fn reserve<'a>(
                     .unwrap()
                     .insert(p.engine, (key, ready));
             }
-            None => ctx.env.metrics.pool.claim(p.engine, kind, None),
+            None => env.metrics.pool.claim(p.engine, kind, None),
         }
-        ctx.sources.pool.wake.notify_one();
+        pool.wake.notify_one();
     }
-    ctx.sources.pool.report(ctx);
+    pool.report(env);
     reserved
 }
 
@@ -399,33 +400,34 @@ pub(crate) fn reserve<'a>(
 /// claims whose container is gone are deleted. Read through
 /// [`super::containers`].
 pub(super) async fn observed_of(
-    ctx: &Context,
+    env: &Env,
+    pool: &Pool,
     sandbox: &SandboxId,
 ) -> Result<Vec<ObservedContainer>, RuntimeError> {
-    let claims = ctx.sources.pool.claims_of(sandbox);
+    let claims = pool.claims_of(sandbox);
     if claims.is_empty() {
         return Ok(Vec::new());
     }
-    let listed = ctx.env.runtime.pool_containers(&ctx.env.config.deployment).await?;
-    Ok(match_claims(ctx, claims, &listed).await)
+    let listed = env.runtime.pool_containers(&env.config.deployment).await?;
+    Ok(match_claims(env, pool, claims, &listed).await)
 }
 
 /// What a relist sees of the pool: every claimed pool container as the
 /// planner sees it, and every pool container. The pool's memory is
 /// brought in line with what is listed. Read through
 /// [`super::containers`].
-pub(super) async fn relisted(ctx: &Context) -> Result<Relisted, RuntimeError> {
-    if !pools_on(ctx) && ctx.sources.pool.claims.lock().unwrap().is_empty() {
+pub(super) async fn relisted(env: &Env, pool: &Pool) -> Result<Relisted, RuntimeError> {
+    if !pools_on(env) && pool.claims.lock().unwrap().is_empty() {
         return Ok(Relisted::default());
     }
-    let abandoned = std::mem::take(&mut *ctx.sources.pool.abandoned.lock().unwrap());
+    let abandoned = std::mem::take(&mut *pool.abandoned.lock().unwrap());
     for id in abandoned {
-        discard(ctx, &id).await;
+        discard(env, pool, &id).await;
     }
-    let listed = ctx.env.runtime.pool_containers(&ctx.env.config.deployment).await?;
+    let listed = env.runtime.pool_containers(&env.config.deployment).await?;
     {
         // A ready container that died or vanished is no longer ready.
-        let mut st = ctx.sources.pool.state.lock().unwrap();
+        let mut st = pool.state.lock().unwrap();
         for entries in st.ready.values_mut() {
             entries.retain(|r| {
                 listed
@@ -434,10 +436,10 @@ pub(super) async fn relisted(ctx: &Context) -> Result<Relisted, RuntimeError> {
             });
         }
     }
-    ctx.sources.pool.report(ctx);
-    let claims: Vec<PoolClaim> = ctx.sources.pool.claims.lock().unwrap().values().cloned().collect();
+    pool.report(env);
+    let claims: Vec<PoolClaim> = pool.claims.lock().unwrap().values().cloned().collect();
     Ok(Relisted {
-        claimed: match_claims(ctx, claims, &listed).await,
+        claimed: match_claims(env, pool, claims, &listed).await,
         listed,
     })
 }
@@ -447,15 +449,16 @@ pub(super) async fn relisted(ctx: &Context) -> Result<Relisted, RuntimeError> {
 /// its network (`adopted`), and that nothing is connected to any more.
 /// One that cannot be removed now is left for the next relist.
 pub(crate) async fn remove_orphan_networks(
-    ctx: &Context,
+    env: &Env,
+    pool: &Pool,
     listed: &[PooledContainer],
     networks: &[ObservedResource],
     adopted: &HashSet<&str>,
 ) -> Result<(), RuntimeError> {
-    if !matches!(ctx.env.config.network, NetworkLayout::PerSandbox { .. }) {
+    if !matches!(env.config.network, NetworkLayout::PerSandbox { .. }) {
         return Ok(());
     }
-    let prefix = pool_network_prefix(&ctx.env.config.deployment);
+    let prefix = pool_network_prefix(&env.config.deployment);
     for n in networks {
         let Some(token) = n.name.strip_prefix(&prefix) else {
             continue;
@@ -464,21 +467,21 @@ pub(crate) async fn remove_orphan_networks(
             .iter()
             .any(|c| c.instance.eq_ignore_ascii_case(token))
             || adopted.contains(n.name.as_str())
-            || ctx.sources.pool.creating_networks.lock().unwrap().contains(&n.name);
+            || pool.creating_networks.lock().unwrap().contains(&n.name);
         if in_use {
             continue;
         }
-        let members = ctx.env.runtime.network_members(&n.name).await?;
+        let members = env.runtime.network_members(&n.name).await?;
         let alone = members.is_none_or(|m| {
             m.iter()
-                .all(|c| ctx.env.config.controller_container.as_deref() == Some(c.as_str()))
+                .all(|c| env.config.controller_container.as_deref() == Some(c.as_str()))
         });
         if !alone {
             continue;
         }
-        match ctx
-            .env.runtime
-            .remove_network(&n.name, &ctx.env.config.deployment)
+        match env
+            .runtime
+            .remove_network(&n.name, &env.config.deployment)
             .await
         {
             Ok(()) => {
@@ -507,16 +510,17 @@ pub(crate) struct Relisted {
 /// The claimed containers among `listed`; the claims of containers no
 /// longer listed are deleted.
 async fn match_claims(
-    ctx: &Context,
+    env: &Env,
+    pool: &Pool,
     claims: Vec<PoolClaim>,
     listed: &[PooledContainer],
 ) -> Vec<ObservedContainer> {
     let (seen, gone) = pool::claimed(&claims, listed);
     for claim in gone {
         // Removed (torn down, replaced, or by hand): the claim goes.
-        if let Ok(term) = ctx.env.term() {
-            match ctx.env.store.delete_claim(&claim.container, term).await {
-                Ok(()) => ctx.sources.pool.forget_claim(&claim.container),
+        if let Ok(term) = env.term() {
+            match env.store.delete_claim(&claim.container, term).await {
+                Ok(()) => pool.forget_claim(&claim.container),
                 Err(e) => {
                     tracing::warn!(container = %claim.container, error = %e, "could not delete the claim of a removed pool container")
                 }
@@ -530,19 +534,19 @@ async fn match_claims(
 /// are read back (those of removed containers deleted), and unclaimed pool
 /// containers whose password this process does not know are removed (the
 /// refill replaces them).
-pub(crate) async fn start_term(ctx: &Context) -> Result<(), ControllerError> {
-    let state = ctx.env.state_id().await?.to_string();
-    let claims = ctx.env.store.pool_claims().await?;
-    ctx.sources.pool.index.replace(&claims);
-    *ctx.sources.pool.claims.lock().unwrap() = claims
+pub(crate) async fn start_term(env: &Env, pool: &Pool) -> Result<(), ControllerError> {
+    let state = env.state_id().await?.to_string();
+    let claims = env.store.pool_claims().await?;
+    pool.index.replace(&claims);
+    *pool.claims.lock().unwrap() = claims
         .iter()
         .map(|c| (c.container.clone(), c.clone()))
         .collect();
-    let listed = ctx.env.runtime.pool_containers(&ctx.env.config.deployment).await?;
+    let listed = env.runtime.pool_containers(&env.config.deployment).await?;
     let claimed: Vec<PoolClaim> = claims.clone();
-    match_claims(ctx, claimed, &listed).await;
+    match_claims(env, pool, claimed, &listed).await;
     let known: Vec<ContainerId> = {
-        let mut st = ctx.sources.pool.state.lock().unwrap();
+        let mut st = pool.state.lock().unwrap();
         // Creations of an earlier term were abandoned with it.
         st.creating.clear();
         for entries in st.ready.values_mut() {
@@ -561,9 +565,9 @@ pub(crate) async fn start_term(ctx: &Context) -> Result<(), ControllerError> {
             continue;
         }
         tracing::info!(container = %l.id, name = l.name, "removing an unclaimed pool container whose password this process does not know");
-        ctx.env.runtime.remove(&l.id, Duration::ZERO).await?;
+        env.runtime.remove(&l.id, Duration::ZERO).await?;
     }
-    ctx.sources.pool.report(ctx);
+    pool.report(env);
     Ok(())
 }
 
@@ -572,25 +576,25 @@ pub(crate) async fn start_term(ctx: &Context) -> Result<(), ControllerError> {
 /// may have committed). One that cannot be removed now is left to the
 /// sandbox's reconcile if this process knows its claim (the planner sees
 /// it as the sandbox's), else to the next relist.
-pub(crate) async fn discard(ctx: &Context, id: &ContainerId) {
-    if let Err(e) = ctx.env.runtime.remove(id, Duration::ZERO).await {
-        let known = ctx.sources.pool.claims.lock().unwrap().contains_key(id);
+pub(crate) async fn discard(env: &Env, pool: &Pool, id: &ContainerId) {
+    if let Err(e) = env.runtime.remove(id, Duration::ZERO).await {
+        let known = pool.claims.lock().unwrap().contains_key(id);
         if !known {
-            ctx.sources.pool.abandoned.lock().unwrap().insert(id.clone());
+            pool.abandoned.lock().unwrap().insert(id.clone());
         }
         tracing::warn!(container = %id, error = %e, "could not remove a pool container whose claim failed; trying again later");
         return;
     }
-    if let Ok(term) = ctx.env.term() {
-        if ctx.env.store.delete_claim(id, term).await.is_ok() {
-            ctx.sources.pool.forget_claim(id);
+    if let Ok(term) = env.term() {
+        if env.store.delete_claim(id, term).await.is_ok() {
+            pool.forget_claim(id);
         }
     }
 }
 
 /// Whether any pool is kept: configured, or learned from demand.
-fn pools_on(ctx: &Context) -> bool {
-    !ctx.env.config.warm_pool.is_empty() || ctx.env.config.warm_pool_demand.is_on()
+fn pools_on(env: &Env) -> bool {
+    !env.config.warm_pool.is_empty() || env.config.warm_pool_demand.is_on()
 }
 
 #[cfg(test)]

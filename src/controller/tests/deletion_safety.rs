@@ -12,7 +12,7 @@ async fn an_orphan_container_found_at_start_is_kept_for_the_grace_window_from_th
     reconcile(&previous, &id("a")).await.unwrap();
     let (container, _) = h.published(&id("a"));
     h.store.delete_desired(&id("a"));
-    let term = previous.fence.check().unwrap();
+    let term = previous.env.fence.check().unwrap();
     h.store.delete_status(&id("a"), term).await.unwrap();
     h.clock.advance(chrono::Duration::hours(1));
     h.step_down().await;
@@ -126,7 +126,8 @@ async fn a_container_killed_from_outside_is_healed_at_once_every_time_and_not_co
         let (container, _) = h.published(&id("a"));
         h.runtime.kill_from_outside(&container);
         // The event watcher records the order before the heal looks.
-        ctx.env.orders
+        ctx.env
+            .orders
             .record(&container, crate::domain::death::Order::Kill);
         assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
         assert_eq!(h.store.phase_of(&id("a")), Some(Phase::Ready));

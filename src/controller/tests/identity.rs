@@ -171,23 +171,24 @@ async fn a_template_is_built_once_in_the_background_and_a_failed_build_is_retrie
     let settle = || tokio::time::sleep(Duration::from_millis(10));
     h.runtime.faults.set(RuntimeOp::TemplateJob, Fault::Fail(1));
     assert_eq!(
-        ctx.sources.templates.lookup(&ctx, postgres, &key),
+        ctx.sources.templates.lookup(&ctx.env, postgres, &key),
         None,
         "a sandbox starts cold while its template is built"
     );
     settle().await;
     assert_eq!(h.runtime.template_jobs(), 0, "the first job failed");
-    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
+    assert_eq!(ctx.sources.templates.lookup(&ctx.env, postgres, &key), None);
     settle().await;
     assert_eq!(h.runtime.template_jobs(), 0, "not tried again at once");
 
     tokio::time::advance(Duration::from_secs(61)).await;
-    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
+    assert_eq!(ctx.sources.templates.lookup(&ctx.env, postgres, &key), None);
     settle().await;
     assert_eq!(h.runtime.template_jobs(), 1, "tried again after a minute");
     let mounts = ctx
-        .sources.templates
-        .lookup(&ctx, postgres, &key)
+        .sources
+        .templates
+        .lookup(&ctx.env, postgres, &key)
         .expect("the template is ready");
     let volume = mounts.data;
     assert!(
@@ -216,7 +217,7 @@ async fn a_template_is_built_once_in_the_background_and_a_failed_build_is_retrie
     assert_eq!(h.runtime.template_jobs(), 1, "built once");
 
     ctx.sources.templates.forget(&volume.name);
-    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
+    assert_eq!(ctx.sources.templates.lookup(&ctx.env, postgres, &key), None);
     settle().await;
     assert_eq!(
         h.runtime.template_jobs(),
@@ -244,11 +245,12 @@ async fn a_template_of_another_state_database_is_reused_and_one_of_another_deplo
             "sandboxd_templates_refused{{reason=\"{reason}\"}}"
         ))
     };
-    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
+    assert_eq!(ctx.sources.templates.lookup(&ctx.env, postgres, &key), None);
     settle().await;
     let volume = ctx
-        .sources.templates
-        .lookup(&ctx, postgres, &key)
+        .sources
+        .templates
+        .lookup(&ctx.env, postgres, &key)
         .expect("built")
         .data;
 
@@ -258,10 +260,13 @@ async fn a_template_of_another_state_database_is_reused_and_one_of_another_deplo
     theirs.insert(crate::domain::labels::STATE_ID.into(), THEIRS.into());
     h.runtime.put_volume(&volume.name, theirs.clone());
     ctx.sources.templates.forget(&volume.name);
-    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
+    assert_eq!(ctx.sources.templates.lookup(&ctx.env, postgres, &key), None);
     settle().await;
     assert_eq!(
-        ctx.sources.templates.lookup(&ctx, postgres, &key).map(|m| m.data),
+        ctx.sources
+            .templates
+            .lookup(&ctx.env, postgres, &key)
+            .map(|m| m.data),
         Some(volume.clone()),
         "served from the other identity's template"
     );
@@ -280,10 +285,10 @@ async fn a_template_of_another_state_database_is_reused_and_one_of_another_deplo
     other.insert(crate::domain::labels::DEPLOYMENT.into(), "other".into());
     h.runtime.put_volume(&volume.name, other.clone());
     ctx.sources.templates.forget(&volume.name);
-    assert_eq!(ctx.sources.templates.lookup(&ctx, postgres, &key), None);
+    assert_eq!(ctx.sources.templates.lookup(&ctx.env, postgres, &key), None);
     settle().await;
     assert_eq!(
-        ctx.sources.templates.resolve(&ctx, postgres, &key),
+        ctx.sources.templates.resolve(&ctx.env, postgres, &key),
         template::Resolved::Refused(Refusal::AnotherDeployment)
     );
     assert_eq!(refused("another_deployment"), 1.0);
@@ -297,11 +302,15 @@ async fn a_template_of_another_state_database_is_reused_and_one_of_another_deplo
         .unwrap();
     tokio::time::advance(Duration::from_secs(61)).await;
     assert_eq!(
-        ctx.sources.templates.resolve(&ctx, postgres, &key),
+        ctx.sources.templates.resolve(&ctx.env, postgres, &key),
         template::Resolved::Refused(Refusal::AnotherDeployment),
         "still refused while its job looks again"
     );
     settle().await;
-    assert!(ctx.sources.templates.lookup(&ctx, postgres, &key).is_some());
+    assert!(ctx
+        .sources
+        .templates
+        .lookup(&ctx.env, postgres, &key)
+        .is_some());
     assert_eq!(refused("another_deployment"), 0.0);
 }

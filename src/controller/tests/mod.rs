@@ -15,7 +15,7 @@ use crate::domain::id::{ContainerId, Deployment, EngineName};
 use crate::domain::sandbox::{DesiredSandbox, Phase};
 use crate::ports::runtime::{Containers as _, Networks as _, Volumes as _};
 use crate::testing::{FakeEngine, FakeRuntime, FakeStore, Fault, RuntimeOp, StoreOp, FAKE_ENGINES};
-use chrono::TimeZone;
+use chrono::{DateTime, TimeZone, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 
 mod admission;

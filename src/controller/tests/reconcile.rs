@@ -758,6 +758,7 @@ async fn a_webhook_that_hangs_gets_the_recorded_events_signed_and_never_slows_a_
     let (notifier, delivery) = super::webhook::channel(&config, hook.clone(), h.metrics.clone());
     Arc::get_mut(&mut ctx)
         .expect("the context is not shared yet")
+        .outbox
         .webhook = notifier;
     let sending = tokio::spawn(delivery.run());
 
