@@ -12,7 +12,8 @@
 //! be admitted next at once, so a waiting row is admitted within one
 //! reconcile of the release, not at the next relist.
 
-use super::{ControllerError, Env};
+use super::env::Env;
+use super::ControllerError;
 use crate::config::ControllerConfig;
 use crate::domain::admission::{Arrival, Ask, Decision, Ledger, Quota};
 use crate::domain::container::ObservedContainer;

@@ -4,11 +4,11 @@
 //! ([`super::provision`]) and the warm pool ([`super::pool`]) both build
 //! on it; it knows neither of them.
 
+use super::env::Env;
 use super::image::ImageError;
 use super::network::Placement;
 use super::reach::{probe_address, InContainer};
 use super::rotation::SwitchError;
-use super::Env;
 use crate::config::ControllerConfig;
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, EngineName};

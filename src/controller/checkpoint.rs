@@ -6,7 +6,7 @@
 //! bounded by the runtime's deadline.
 
 use super::bring_up::published_credentials;
-use super::Env;
+use super::env::Env;
 use crate::domain::checkpoint::{self, CheckpointName, Outcome, Step, Work};
 use crate::domain::container::{ContainerState, ObservedContainer};
 use crate::domain::event::{Event, Journal};

@@ -7,8 +7,8 @@
 //! looks for a sandbox's containers (its reconcile, a fork copying it, a
 //! relist) finds them here, so none of them misses a claimed one.
 
+use super::env::Env;
 use super::pool::{self, Pool};
-use super::Env;
 use crate::domain::container::ObservedContainer;
 use crate::domain::id::SandboxId;
 use crate::domain::pool::PooledContainer;

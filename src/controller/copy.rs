@@ -10,7 +10,7 @@
 //! needs it. The copy runs as a task of its own that thaws the source and
 //! removes the helper whatever happens to its caller.
 
-use super::Env;
+use super::env::Env;
 use crate::domain::container::ExecOutput;
 use crate::domain::id::ContainerId;
 use crate::domain::labels;

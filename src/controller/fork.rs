@@ -23,8 +23,8 @@
 //! reconcile of the source thaws).
 
 use super::copy::{helper, size_of, snapshot, Snapshot};
-use super::start::Sources;
-use super::Env;
+use super::env::Env;
+use super::pool::Pool;
 use crate::domain::container::ContainerState;
 use crate::domain::fork::{self, ForkOf};
 use crate::domain::id::{ContainerId, EngineName};
@@ -154,7 +154,8 @@ impl Drop for CopyGuard {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn prepare(
     env: &Env,
-    sources: &Sources,
+    pool: &Pool,
+    copies: &Copies,
     desired: &DesiredSandbox,
     engine: &'static dyn Engine,
     p: &Provision,
@@ -179,7 +180,8 @@ pub(crate) async fn prepare(
     if p.reason != ProvisionReason::Heal {
         copy(
             env,
-            sources,
+            pool,
+            copies,
             desired,
             of,
             engine,
@@ -201,7 +203,8 @@ const FORK_OF: &str = "io.sandboxd.fork-of";
 #[allow(clippy::too_many_arguments)]
 async fn copy(
     env: &Env,
-    sources: &Sources,
+    pool: &Pool,
+    copies: &Copies,
     desired: &DesiredSandbox,
     of: &ForkOf,
     engine: &'static dyn Engine,
@@ -219,9 +222,9 @@ async fn copy(
         source,
     };
     // One copy at a time; frozen or not is read once this one's turn came.
-    let (source, _) = source_container(env, sources, desired, of, p.engine).await?;
-    let turn = sources.forks.begin(&source).await;
-    let (now, paused) = source_container(env, sources, desired, of, p.engine).await?;
+    let (source, _) = source_container(env, pool, desired, of, p.engine).await?;
+    let turn = copies.begin(&source).await;
+    let (now, paused) = source_container(env, pool, desired, of, p.engine).await?;
     if now != source {
         return Err(ForkError::SourceNotServing {
             source_id,
@@ -292,7 +295,7 @@ fn report(
 /// whether it is frozen already (an idle, paused source).
 async fn source_container(
     env: &Env,
-    sources: &Sources,
+    pool: &Pool,
     desired: &DesiredSandbox,
     of: &ForkOf,
     engine: EngineName,
@@ -300,7 +303,7 @@ async fn source_container(
     let source_id = of.sandbox.to_string();
     // Claimed from the warm pool or created for it: found the one way
     // every part of the controller finds a sandbox's containers.
-    let listed = super::containers::of_sandbox(env, &sources.pool, &of.sandbox)
+    let listed = super::containers::of_sandbox(env, pool, &of.sandbox)
         .await
         .map_err(|source| ForkError::Runtime {
             source_id: source_id.clone(),

@@ -44,7 +44,7 @@ pub use self::rotation::SwitchError;
 
 use self::breaker::ReapBreaker;
 use self::crash_loops::CrashLoops;
-pub(crate) use self::env::Env;
+use self::env::Env;
 use self::fleet::FleetPhases;
 use self::foreign::Foreign;
 use self::gone::GoneSince;

@@ -3,8 +3,8 @@
 //! the orchestrator's containers attached to it, and its removal once the
 //! sandbox is gone.
 
+use super::env::Env;
 use super::name_release;
-use super::Env;
 use crate::config::{ControllerConfig, NetworkLayout};
 use crate::domain::attach::{self, AttachError};
 use crate::domain::container::ObservedContainer;

@@ -7,8 +7,8 @@
 //! runtime (deadline and fence layers included).
 
 use super::bring_up;
+use super::env::Env;
 use super::fork::Copies;
-use super::Env;
 use crate::domain::container::ObservedContainer;
 use crate::domain::event::Event;
 use crate::domain::id::{ContainerId, SandboxId};

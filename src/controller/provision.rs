@@ -7,6 +7,7 @@
 pub use super::bring_up::{container_spec, wait_ready, ProvisionError};
 
 use super::bring_up::{new_instance, published_credentials, ready_status};
+use super::env::Env;
 use super::image;
 use super::network::{self, Placement};
 use super::pool::{self, Reserved};
@@ -14,7 +15,7 @@ use super::recheck;
 use super::rotation::{self, Commit};
 use super::start::{self, ForSandbox, Job, Owner};
 use super::volume;
-use super::{Context, Env};
+use super::Context;
 use crate::domain::event::Origin;
 use crate::domain::id::ContainerId;
 use crate::domain::isolation::Isolation;

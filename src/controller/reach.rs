@@ -3,7 +3,7 @@
 //! client inside the container ([`InContainer`]), for the readiness
 //! probe, the feature check, a claim's new credentials and a seed's load.
 
-use super::Env;
+use super::env::Env;
 use crate::config::ProbeVia;
 use crate::domain::container::{ByteStream, ExecOutput, FilterOutput};
 use crate::domain::id::ContainerId;

@@ -11,7 +11,7 @@
 //! window and the breaker guard what is left. The deterministic
 //! simulation found both cases (docs/simulation.md).
 
-use super::Env;
+use super::env::Env;
 use crate::domain::sandbox::DesiredSandbox;
 use crate::ports::store::StoreError;
 

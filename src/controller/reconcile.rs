@@ -23,10 +23,11 @@
 //! ([`super::rotation`]), before its old container is removed.
 
 use super::breaker::Held;
+use super::env::Env;
 use super::image::Availability;
 use super::rotation::{self, Commit};
+use super::Context;
 use super::{admission, checkpoint, containers, network, pool, provision, recheck, volume};
-use super::{Context, Env};
 use crate::config::NetworkLayout;
 use crate::domain::attach;
 use crate::domain::container::ObservedContainer;

@@ -27,11 +27,11 @@
 //! and features are re-created on the volume and published the same way
 //! ([`Commit::publish`]), so its data and credentials work again.
 
+use super::env::Env;
 use super::fleet::FleetPhases;
 use super::name_release;
 use super::network;
 use super::recheck;
-use super::Env;
 use crate::domain::id::{ContainerId, EngineName, SandboxId};
 use crate::domain::sandbox::{DesiredSandbox, SandboxStatus, ServiceStatus};
 use crate::domain::status::{self, StatusUpdate};

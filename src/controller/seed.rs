@@ -15,8 +15,8 @@
 //! containers start from ([`data_file`]); a relist removes such volumes
 //! once nothing names or asks for them ([`collect`]).
 
+use super::env::Env;
 use super::reach::{probe_address, InContainer};
-use super::Env;
 use crate::domain::container::ByteStream;
 use crate::domain::id::ContainerId;
 use crate::domain::labels;

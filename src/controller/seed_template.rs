@@ -22,8 +22,8 @@
 //! backend (the volume would be on one node).
 
 use super::copy::{self, Snapshot};
+use super::env::Env;
 use super::seed::Seeds;
-use super::Env;
 use crate::domain::id::ContainerId;
 use crate::domain::seed::{self, SeedHash};
 use crate::engine::{Credentials, Engine};

@@ -14,9 +14,10 @@
 //! the order.
 
 use super::bring_up::{bring_up, ProvisionError};
+use super::env::Env;
 use super::pool::claim::{self, Claimant};
 use super::pool::{Pool, Reserved};
-use super::{fork, image, network, seed, seed_template, template, Env};
+use super::{fork, image, network, seed, seed_template, template};
 use crate::domain::event::Origin;
 use crate::domain::id::{ContainerId, SandboxId};
 use crate::domain::labels::ContainerLabels;
@@ -188,7 +189,8 @@ async fn offer(
             let (desired, p, labels) = (s.desired, s.provision, s.labels);
             fork::prepare(
                 env,
-                sources,
+                &sources.pool,
+                &sources.forks,
                 desired,
                 job.engine,
                 p,

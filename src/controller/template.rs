@@ -27,7 +27,7 @@
 //! per Postgres container on fuse-overlayfs; docs/architecture.md,
 //! "Density").
 
-use super::Env;
+use super::env::Env;
 use crate::config::ControllerConfig;
 use crate::domain::id::EngineName;
 use crate::domain::labels;

@@ -7,7 +7,7 @@
 //! Each is capped at `--persistent-size` by the file system it lives on
 //! (see `domain::volume_disk`), whose file goes with it.
 
-use super::Env;
+use super::env::Env;
 use crate::config::ControllerConfig;
 use crate::domain::fork;
 use crate::domain::id::SandboxId;

@@ -10,9 +10,10 @@
 use super::{Pool, PoolError, Ready, Reserved};
 use crate::config::ProbeVia;
 use crate::controller::bring_up::{bring_up_at, claim_credentials};
+use crate::controller::env::Env;
+use crate::controller::name_release;
 use crate::controller::network::{self, Placement};
 use crate::controller::reach::probe_address;
-use crate::controller::{name_release, Env};
 use crate::domain::id::ContainerId;
 use crate::domain::plan::Provision;
 use crate::domain::pool::{ClaimKind, PoolClaim};

@@ -7,10 +7,11 @@
 use super::{network_name, network_spec, pools_on, Filled, Pool, PoolError, Ready};
 use crate::config::NetworkLayout;
 use crate::controller::bring_up::{container_spec, new_instance, ProvisionError};
+use crate::controller::env::Env;
 use crate::controller::network::Placement;
 use crate::controller::start::Sources;
 use crate::controller::start::{self, Job, Owner};
-use crate::controller::{Context, Env};
+use crate::controller::Context;
 use crate::domain::labels;
 use crate::domain::pool::{self, PoolKey};
 use crate::domain::secret::Secret;

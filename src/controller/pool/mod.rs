@@ -18,7 +18,8 @@ pub(crate) mod fill;
 
 pub(crate) use self::error::PoolError;
 
-use super::{ControllerError, Env};
+use super::env::Env;
+use super::ControllerError;
 use crate::config::NetworkLayout;
 use crate::domain::container::{ContainerState, ObservedContainer};
 use crate::domain::crash_loop::{self, CrashLoopPolicy, HealGate};
