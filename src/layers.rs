@@ -9,7 +9,9 @@
 //!   `domain`, and no crate that does I/O.
 //! - `controller` names no adapter (`adapters`) and not the command line
 //!   (`cli`): it is handed its ports, already wrapped.
-//! - `adapters` name neither the `controller` nor the `cli`.
+//! - `adapters` name neither the `controller`, the `cli` nor the `config`:
+//!   they take plain values (or types of `ports` or their own), which the
+//!   composition root makes of the configuration.
 //! - `cli` is the composition root: no other layer names it.
 //!
 //! Test code is left out: `#[cfg(test)]` modules and items, files named
@@ -65,7 +67,7 @@ const RULES: [Rule; 4] = [
     Rule {
         layer: "adapters",
         only: None,
-        not: &["controller", "cli"],
+        not: &["controller", "cli", "config"],
         io: true,
     },
 ];

@@ -6,7 +6,6 @@
 //! never the URL's path or query.
 
 use super::webhook_tls::{WebhookTls, WebhookTlsError};
-use crate::config::{WebhookTrust, WebhookUrl};
 use crate::domain::notice::SIGNATURE_HEADER;
 use crate::ports::webhook::{WebhookError, WebhookTransport};
 use async_trait::async_trait;
@@ -14,14 +13,41 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONNECTION, CONTENT_TYPE, HOST, USER_AGENT};
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::ServerName;
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
+
+/// Where an [`HttpWebhook`] POSTs, as plain values: the composition root
+/// takes them from the validated `--webhook-url`. `Debug` shows only
+/// `shown`: the URL's path and query may hold a token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookTarget {
+    /// `https://` (TLS, the receiver's certificate verified) rather than
+    /// `http://`.
+    pub https: bool,
+    /// The host to connect to, and the name the receiver's certificate
+    /// must hold (an IPv6 address without its brackets).
+    pub host: String,
+    /// The port to connect to.
+    pub port: u16,
+    /// The request's `Host` header: the URL's authority.
+    pub authority: String,
+    /// The request's target: the URL's path and query (`/` without).
+    pub path_and_query: String,
+    /// What may be logged of the URL: `scheme://host:port/…`.
+    pub shown: String,
+}
+
+impl std::fmt::Debug for WebhookTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WebhookTarget({})", self.shown)
+    }
+}
 
 /// POSTs to one `https://` or `http://` URL.
 #[derive(Clone)]
 pub struct HttpWebhook {
-    url: WebhookUrl,
+    url: WebhookTarget,
     tls: Option<TlsConnector>,
 }
 
@@ -35,13 +61,16 @@ impl std::fmt::Debug for HttpWebhook {
 }
 
 impl HttpWebhook {
-    /// A transport to `url`; an `https://` one is verified against
-    /// `trust` and the platform's CA certificates, its TLS client built
-    /// here (without a trust every attempt fails: see
+    /// A transport to `url`; an `https://` one is verified against the
+    /// platform's CA certificates plus `extra_roots`, its TLS client built
+    /// here (without `extra_roots`, even empty, every attempt fails: see
     /// `WebhookConfig::check`).
-    pub fn new(url: WebhookUrl, trust: Option<&WebhookTrust>) -> Result<Self, WebhookTlsError> {
-        let tls = match trust.filter(|_| url.is_https()) {
-            Some(trust) => Some(TlsConnector::from(WebhookTls::new(trust)?.client_config())),
+    pub fn new(
+        url: WebhookTarget,
+        extra_roots: Option<&[CertificateDer<'static>]>,
+    ) -> Result<Self, WebhookTlsError> {
+        let tls = match extra_roots.filter(|_| url.https) {
+            Some(extra) => Some(TlsConnector::from(WebhookTls::new(extra)?.client_config())),
             None => None,
         };
         Ok(Self { url, tls })
@@ -92,27 +121,16 @@ fn handshake_failed(e: std::io::Error) -> WebhookError {
 #[async_trait]
 impl WebhookTransport for HttpWebhook {
     async fn post(&self, body: &[u8], signature: &str) -> Result<(), WebhookError> {
-        if self.url.is_https() && self.tls.is_none() {
+        if self.url.https && self.tls.is_none() {
             return Err(WebhookError::Unreachable(
                 "an https:// URL without a TLS configuration".to_owned(),
             ));
         }
-        let stream = tokio::net::TcpStream::connect((self.url.host(), self.url.port()))
+        let stream = tokio::net::TcpStream::connect((self.url.host.as_str(), self.url.port))
             .await
             .map_err(unreachable)?;
-        let target = self
-            .url
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_owned();
-        let host = self
-            .url
-            .uri()
-            .authority()
-            .map_or_else(|| self.url.host().to_owned(), |a| a.as_str().to_owned());
-        let request = hyper::Request::post(target)
-            .header(HOST, host)
+        let request = hyper::Request::post(self.url.path_and_query.as_str())
+            .header(HOST, self.url.authority.as_str())
             .header(CONTENT_TYPE, "application/json")
             .header(USER_AGENT, concat!("sandboxd/", env!("CARGO_PKG_VERSION")))
             .header(CONNECTION, "close")
@@ -121,7 +139,7 @@ impl WebhookTransport for HttpWebhook {
             .map_err(unreachable)?;
         let status = match &self.tls {
             Some(tls) => {
-                let name = ServerName::try_from(self.url.host().to_owned()).map_err(|_| {
+                let name = ServerName::try_from(self.url.host.clone()).map_err(|_| {
                     WebhookError::Unreachable(
                         "the URL's host is not a valid TLS server name".to_owned(),
                     )

@@ -1,11 +1,11 @@
 //! The TLS client of an `https://` webhook: the platform's CA certificates
 //! (`rustls-native-certs`: the system store, or `SSL_CERT_FILE` /
-//! `SSL_CERT_DIR` when set) plus the extra ones of `config::WebhookTrust`.
+//! `SSL_CERT_DIR` when set) plus the extra ones it is handed (those of
+//! `--webhook-ca-file`, read by the configuration).
 //! Built once, at start; the receiver's certificate is always verified
 //! (rustls with the `ring` provider, TLS 1.2 and 1.3), and there is no way
 //! to turn verification off.
 
-use crate::config::WebhookTrust;
 use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
 use std::fmt;
@@ -31,15 +31,15 @@ pub(crate) struct WebhookTls {
 }
 
 impl WebhookTls {
-    /// Trusts the platform's CA certificates and `trust`'s extra ones.
-    /// Platform certificates that cannot be read or parsed are skipped
-    /// (logged); an empty trust is an error.
-    pub(crate) fn new(trust: &WebhookTrust) -> Result<Self, WebhookTlsError> {
+    /// Trusts the platform's CA certificates and `extra`. Platform
+    /// certificates that cannot be read or parsed are skipped (logged); no
+    /// certificate at all is an error.
+    pub(crate) fn new(extra: &[CertificateDer<'static>]) -> Result<Self, WebhookTlsError> {
         let native = rustls_native_certs::load_native_certs();
         for error in &native.errors {
             tracing::warn!(%error, "a platform CA certificate could not be loaded for the webhook");
         }
-        Self::with_roots(native.certs, &trust.extra)
+        Self::with_roots(native.certs, extra)
     }
 
     /// Trusts `platform` and `extra` (what `new` does, with the platform's
@@ -94,8 +94,7 @@ impl fmt::Debug for WebhookTls {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapters::webhook::HttpWebhook;
-    use crate::config::WebhookUrl;
+    use crate::adapters::webhook::{HttpWebhook, WebhookTarget};
 
     fn private_ca() -> CertificateDer<'static> {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -128,21 +127,29 @@ mod tests {
 
     #[test]
     fn an_https_transport_trusts_the_platforms_cas_or_is_refused_at_start() {
-        let url = WebhookUrl::parse("https://127.0.0.1:8443/h?token=x").unwrap();
-        let platform_only = WebhookTrust::default();
+        let url = WebhookTarget {
+            https: true,
+            host: "127.0.0.1".to_owned(),
+            port: 8443,
+            authority: "127.0.0.1:8443".to_owned(),
+            path_and_query: "/h?token=x".to_owned(),
+            shown: "https://127.0.0.1:8443/…".to_owned(),
+        };
+        let platform_only: &[CertificateDer<'static>] = &[];
         // Verified against the platform's CAs (none on a bare machine: an
         // error at start, never an unverified connection).
-        match WebhookTls::new(&platform_only) {
+        match WebhookTls::new(platform_only) {
             Ok(tls) => assert!(tls.roots > 0),
             Err(e) => assert_eq!(e, WebhookTlsError::NoRoots, "{e}"),
         }
-        match HttpWebhook::new(url.clone(), Some(&platform_only)) {
-            Ok(hook) => assert!(format!("{hook:?}").contains("tls: true"), "{hook:?}"),
+        match HttpWebhook::new(url.clone(), Some(platform_only)) {
+            Ok(hook) => {
+                let shown = format!("{hook:?}");
+                assert!(shown.contains("tls: true"), "{shown}");
+                assert!(!shown.contains("token"), "{shown}");
+            }
             Err(e) => assert_eq!(e, WebhookTlsError::NoRoots, "{e}"),
         }
-        let private = WebhookTrust {
-            extra: vec![private_ca()],
-        };
-        assert!(HttpWebhook::new(url, Some(&private)).is_ok());
+        assert!(HttpWebhook::new(url, Some(&[private_ca()])).is_ok());
     }
 }

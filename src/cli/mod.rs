@@ -56,7 +56,7 @@ pub use self::error::{CliError, EXIT_FAILED, EXIT_TIMED_OUT};
 pub use self::get::{export_line, export_lines};
 pub use self::list::{ListArgs, ListOutput};
 pub use self::progress::ProgressMode;
-pub use self::run::controller;
+pub use self::run::{controller, webhook_client};
 
 use clap::CommandFactory;
 

@@ -7,10 +7,12 @@
 use super::console::{ActionToken, Console};
 use super::{CliError, RunArgs};
 use crate::adapters::deadline::BoundedStore;
-use crate::adapters::webhook::HttpWebhook;
+use crate::adapters::webhook::{HttpWebhook, WebhookTarget};
 use crate::adapters::webhook_tls::WebhookTlsError;
 use crate::adapters::{http, DockerRuntime, PgStore, SwarmRuntime};
-use crate::config::{Backend, ControllerConfig, NetworkLayout, SwarmPublish};
+use crate::config::{
+    Backend, ControllerConfig, NetworkLayout, SwarmPublish, WebhookTrust, WebhookUrl,
+};
 use crate::controller::{Controller, Elector, Fence, GuardedRuntime, Parts, RuntimeDeadlines};
 use crate::domain::clock::{Clock, SystemClock};
 use crate::domain::http_host::AllowedHosts;
@@ -62,10 +64,28 @@ fn webhook_transport(
     let Some(w) = &config.webhook else {
         return Ok(None);
     };
-    Ok(Some(Arc::new(HttpWebhook::new(
-        w.url.clone(),
-        w.tls.as_ref(),
-    )?)))
+    Ok(Some(Arc::new(webhook_client(&w.url, w.tls.as_ref())?)))
+}
+
+/// The webhook's HTTP client for `url`, an `https://` one trusting the
+/// platform's CA certificates plus `trust`'s: the configuration handed
+/// to the adapter as plain values.
+pub fn webhook_client(
+    url: &WebhookUrl,
+    trust: Option<&WebhookTrust>,
+) -> Result<HttpWebhook, WebhookTlsError> {
+    let uri = url.uri();
+    let target = WebhookTarget {
+        https: url.is_https(),
+        host: url.host().to_owned(),
+        port: url.port(),
+        authority: uri
+            .authority()
+            .map_or_else(|| url.host().to_owned(), |a| a.as_str().to_owned()),
+        path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
+        shown: url.to_string(),
+    };
+    HttpWebhook::new(target, trust.map(|t| t.extra.as_slice()))
 }
 
 /// The controller over its parts, `webhook` built by [`webhook_transport`].

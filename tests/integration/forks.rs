@@ -4,7 +4,8 @@
 //! before included), under credentials of their own, while the source
 //! keeps serving its open sessions; both diverge afterwards; a heal of the
 //! fork starts from its copy again; its copies go with it; Valkey forks
-//! too. Refusals: a source the role cannot see is not found, the owner is
+//! too; a Postgres or Redis source forks however it started (claimed from
+//! the warm pool, healed from it, rotated, cold, or a fork). Refusals: a source the role cannot see is not found, the owner is
 //! the source's, an id is taken once, a fork's services stay its
 //! source's, and a fork counts against its owner's quota like any
 //! sandbox.
@@ -301,18 +302,71 @@ async fn mark(status: &SandboxStatus, name: &str) {
     .unwrap();
 }
 
+/// The engine whose data a source forks, and how the test marks a
+/// source's data and reads a fork's.
+#[derive(Clone, Copy)]
+enum Data {
+    /// The rows of `items`.
+    Postgres,
+    /// The key `mark`.
+    Redis,
+}
+
+impl Data {
+    fn engine(self) -> &'static str {
+        match self {
+            Data::Postgres => "postgres",
+            Data::Redis => "redis",
+        }
+    }
+
+    /// A feature no pool holds: a source rotates to it, and starts cold
+    /// with it.
+    fn feature(self) -> &'static str {
+        match self {
+            Data::Postgres => "pg_trgm",
+            Data::Redis => "json",
+        }
+    }
+
+    /// Makes `name` the source's only mark.
+    async fn mark(self, status: &SandboxStatus, name: &str) {
+        match self {
+            Data::Postgres => mark(status, name).await,
+            Data::Redis => set(&mut resp(status, "redis").await, "mark", name).await,
+        }
+    }
+
+    /// The marks `status`'s sandbox holds.
+    async fn marks(self, status: &SandboxStatus) -> Vec<String> {
+        match self {
+            Data::Postgres => names(&mut connect(status).await).await,
+            Data::Redis => get(&mut resp(status, "redis").await, "mark")
+                .await
+                .into_iter()
+                .collect(),
+        }
+    }
+}
+
 /// Forks `src` (which started `how`) into `fork` and checks the fork holds
-/// the source's only row, `name`.
-async fn forks_with(client: &Client, src: &SandboxId, how: &str, fork: &SandboxId, name: &str) {
+/// the source's only mark, `name`.
+async fn forks_with(
+    client: &Client,
+    data: Data,
+    (src, how): (&SandboxId, &str),
+    fork: &SandboxId,
+    name: &str,
+) {
     let revision = client.fork(src, fork, None).await.unwrap();
     let forked = client
         .wait_ready(fork, &revision, READY)
         .await
         .unwrap_or_else(|e| panic!("a source {how} forks: {e}"));
     assert_eq!(
-        names(&mut connect(&forked).await).await,
+        data.marks(&forked).await,
         [name],
-        "the fork of a source {how} has its rows"
+        "the fork of a source {how} has its data"
     );
 }
 
@@ -336,19 +390,31 @@ async fn ready_when(
 #[tokio::test]
 async fn a_source_forks_however_it_started_claimed_from_the_pool_healed_from_it_rotated_cold_or_forked(
 ) {
+    forks_however_it_started(Data::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_redis_source_forks_however_it_started_claimed_from_the_pool_healed_from_it_rotated_cold_or_forked(
+) {
+    forks_however_it_started(Data::Redis).await;
+}
+
+/// A source of `data`'s engine forks, its data in the fork, however it
+/// started: claimed from the warm pool, healed from it, rotated, cold, or
+/// forked itself.
+async fn forks_however_it_started(data: Data) {
+    let engine = data.engine();
+    let id = |what: &str| sandbox_id(&format!("{engine}-{what}"));
     let env = TestEnv::new().await;
     let mut config = env.config();
-    config.warm_pool = sandboxd::config::warm_pools(&["postgres=1".to_owned()]).unwrap();
+    config.warm_pool = sandboxd::config::warm_pools(&[format!("{engine}=1")]).unwrap();
     let controller = env.start(config);
     let client = Client::from_pool(env.pool.clone());
     let pool_ready = || async {
+        let metric = format!("sandboxd_pool_size{{engine=\"{engine}\",state=\"ready\"}}");
         eventually("a ready pool container", READY, || async {
             let text = controller.metrics.render();
-            (common::sample(
-                &text,
-                "sandboxd_pool_size{engine=\"postgres\",state=\"ready\"}",
-            ) == Some(1.0))
-            .then_some(())
+            (common::sample(&text, &metric) == Some(1.0)).then_some(())
         })
         .await
     };
@@ -357,23 +423,24 @@ async fn a_source_forks_however_it_started_claimed_from_the_pool_healed_from_it_
     // defaults): its container carries the pool's labels, its claim says
     // whose it is.
     pool_ready().await;
-    let src = sandbox_id("fork-pooled");
+    let src = id("fork-pooled");
     let source = client
-        .provision(&src, &request(&["postgres"], &[]), READY)
+        .provision(&src, &request(&[engine], &[]), READY)
         .await
         .unwrap();
     let claimed = said(&env, &src, "claimed").await;
     assert_eq!(claimed.len(), 1, "served from the pool: {claimed:?}");
-    mark(&source, "claimed").await;
-    let first = sandbox_id("fork-of-pooled");
-    forks_with(&client, &src, "claimed from the pool", &first, "claimed").await;
+    data.mark(&source, "claimed").await;
+    let first = id("fork-of-pooled");
+    let how = (&src, "claimed from the pool");
+    forks_with(&client, data, how, &first, "claimed").await;
 
     // Healed from the pool: another pool container, claimed by the heal.
     pool_ready().await;
-    let name = format!("sandboxd.{}.{}.postgres", env.deployment, src);
+    let name = format!("sandboxd.{}.{}.{engine}", env.deployment, src);
     docker_ok(&["kill", &name]);
     let healed = ready_when(&client, &src, "the source healed", |s| {
-        s.services["postgres"].heals == 1
+        s.services[engine].heals == 1
     })
     .await;
     let heal = said(&env, &src, "healed").await;
@@ -381,20 +448,14 @@ async fn a_source_forks_however_it_started_claimed_from_the_pool_healed_from_it_
         heal.iter().any(|(_, m)| m.contains("from the warm pool")),
         "healed from the pool: {heal:?}"
     );
-    mark(&healed, "healed").await;
-    forks_with(
-        &client,
-        &src,
-        "healed from the pool",
-        &sandbox_id("fork-of-healed"),
-        "healed",
-    )
-    .await;
+    data.mark(&healed, "healed").await;
+    let how = (&src, "healed from the pool");
+    forks_with(&client, data, how, &id("fork-of-healed"), "healed").await;
 
     // Rotated: a feature the container lacks, so a new container (cold:
-    // no pool holds pg_trgm) replaced the claimed one under its name.
+    // no pool holds it) replaced the claimed one under its name.
     let grown = client
-        .apply(&src, &request(&["postgres"], &[("postgres", "pg_trgm")]))
+        .apply(&src, &request(&[engine], &[(engine, data.feature())]))
         .await
         .unwrap();
     let rotated = ready_when(&client, &src, "the source rotated", |s| {
@@ -402,43 +463,25 @@ async fn a_source_forks_however_it_started_claimed_from_the_pool_healed_from_it_
     })
     .await;
     assert_eq!(said(&env, &src, "rotated").await.len(), 1);
-    mark(&rotated, "rotated").await;
-    forks_with(
-        &client,
-        &src,
-        "rotated",
-        &sandbox_id("fork-of-rotated"),
-        "rotated",
-    )
-    .await;
+    data.mark(&rotated, "rotated").await;
+    let how = (&src, "rotated");
+    forks_with(&client, data, how, &id("fork-of-rotated"), "rotated").await;
 
     // Cold: a feature set no pool holds.
-    let cold = sandbox_id("fork-cold");
-    let cold_status = client
-        .provision(
-            &cold,
-            &request(&["postgres"], &[("postgres", "pg_trgm")]),
-            READY,
-        )
-        .await
-        .unwrap();
+    let cold = id("fork-cold");
+    let with_feature = request(&[engine], &[(engine, data.feature())]);
+    let cold_status = client.provision(&cold, &with_feature, READY).await.unwrap();
     let created = said(&env, &cold, "provisioned").await;
     assert!(
         created.iter().any(|(origin, _)| origin == "cold"),
         "{created:?}"
     );
-    mark(&cold_status, "cold").await;
-    forks_with(&client, &cold, "cold", &sandbox_id("fork-of-cold"), "cold").await;
+    data.mark(&cold_status, "cold").await;
+    forks_with(&client, data, (&cold, "cold"), &id("fork-of-cold"), "cold").await;
 
     // Forked: a fork of the first fork has what the fork was made with.
-    forks_with(
-        &client,
-        &first,
-        "forked",
-        &sandbox_id("fork-of-fork"),
-        "claimed",
-    )
-    .await;
+    let how = (&first, "forked");
+    forks_with(&client, data, how, &id("fork-of-fork"), "claimed").await;
     controller.stop().await;
 }
 

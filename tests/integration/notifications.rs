@@ -781,7 +781,7 @@ async fn answering(answers: Vec<Option<&'static str>>) -> u16 {
 
 #[tokio::test]
 async fn the_http_client_reports_success_a_refusal_a_server_error_and_a_closed_connection() {
-    use sandboxd::adapters::webhook::HttpWebhook;
+    use sandboxd::cli::webhook_client;
     use sandboxd::ports::webhook::{WebhookError, WebhookTransport};
     let port = answering(vec![
         Some("204 No Content"),
@@ -790,8 +790,8 @@ async fn the_http_client_reports_success_a_refusal_a_server_error_and_a_closed_c
         None,
     ])
     .await;
-    let hook = HttpWebhook::new(
-        WebhookUrl::parse(&format!("http://127.0.0.1:{port}/h")).unwrap(),
+    let hook = webhook_client(
+        &WebhookUrl::parse(&format!("http://127.0.0.1:{port}/h")).unwrap(),
         None,
     )
     .expect("an http:// transport");
@@ -898,7 +898,7 @@ fn https_webhook(dir: &TempDir, url: &str, ca: &std::path::Path) -> WebhookConfi
 
 #[tokio::test]
 async fn the_https_client_verifies_the_receivers_certificate_and_never_follows_a_redirect() {
-    use sandboxd::adapters::webhook::HttpWebhook;
+    use sandboxd::cli::webhook_client;
     use sandboxd::ports::webhook::{WebhookError, WebhookTransport};
     let dir = TempDir::new("https-client");
     let ca = TestCa::new("sandboxd test CA");
@@ -912,7 +912,7 @@ async fn the_https_client_verifies_the_receivers_certificate_and_never_follows_a
             &ca_file,
         );
         assert!(config.check().is_ok());
-        HttpWebhook::new(config.url.clone(), config.tls.as_ref()).expect("its TLS client")
+        webhook_client(&config.url, config.tls.as_ref()).expect("its TLS client")
     };
 
     // Trusted, and naming the address: delivered, over TLS.
