@@ -33,6 +33,7 @@ mod pool;
 mod reconcile;
 mod relist_cost;
 mod rotation;
+mod start;
 
 const ENGINE: EngineName = FakeEngine::NAME;
 

@@ -1,0 +1,118 @@
+//! The start executor (`controller::start`): the order it tries sources
+//! in, and what a failed start leaves behind.
+
+use super::*;
+
+fn with_pool(h: &mut Harness) {
+    h.config.warm_pool = BTreeMap::from([(
+        crate::domain::pool::PoolKey {
+            engine: ENGINE,
+            features: Default::default(),
+            seed: None,
+        },
+        1,
+    )]);
+}
+
+/// `sandboxd_container_starts_total` of the fake engine started `from`.
+fn starts_from(h: &Harness, from: &str) -> f64 {
+    let line = format!(
+        "sandboxd_container_starts_total{{engine=\"{}\",from=\"{from}\"}}",
+        ENGINE.as_str()
+    );
+    h.metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(&line)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Runs the pool's refill loop until its pool holds a ready container:
+/// that container's id.
+async fn fill_pool(h: &Harness, ctx: &Arc<Context>) -> ContainerId {
+    let queue = WorkQueue::new(QueueConfig::default(), h.metrics.clone());
+    let fill = tokio::spawn(crate::controller::pool::fill::refill_loop(
+        ctx.clone(),
+        queue,
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while ctx.sources.pool.view(&ctx.env).iter().all(|p| p.ready == 0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pool never filled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    fill.abort();
+    let pooled = h
+        .runtime
+        .pool_containers(&h.config.deployment)
+        .await
+        .unwrap();
+    assert_eq!(pooled.len(), 1, "one pool container: {pooled:?}");
+    pooled[0].id.clone()
+}
+
+#[tokio::test]
+async fn a_pool_claim_that_fails_gives_way_to_a_cold_start_and_its_container_is_removed() {
+    let mut h = Harness::new();
+    with_pool(&mut h);
+    let ctx = h.context();
+    let pooled = fill_pool(&h, &ctx).await;
+
+    // The claim sets the sandbox's credentials in the pool container by
+    // exec: that one call fails, the next start (cold) does not.
+    h.runtime.faults.set(RuntimeOp::Exec, Fault::Fail(1));
+    h.store.put_desired(row("a"));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+
+    let (container, _) = h.published(&id("a"));
+    assert_ne!(
+        container, pooled,
+        "the sandbox did not get the failed claim's container"
+    );
+    assert!(
+        !h.runtime.containers().contains_key(&pooled),
+        "the container a failed claim changed is removed"
+    );
+    assert_eq!(starts_from(&h, "cold"), 1.0, "counted where it came from");
+}
+
+#[tokio::test]
+async fn a_ready_pool_container_is_tried_before_a_cold_start() {
+    let mut h = Harness::new();
+    with_pool(&mut h);
+    let ctx = h.context();
+    let pooled = fill_pool(&h, &ctx).await;
+
+    h.store.put_desired(row("a"));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+
+    let status = h.store.status_of(&id("a")).expect("a status row");
+    assert_eq!(status.phase, Phase::Ready, "{}", status.message);
+    assert!(
+        h.runtime.containers().contains_key(&pooled),
+        "the pool container serves the sandbox"
+    );
+    assert_eq!(starts_from(&h, "cold"), 0.0, "nothing was created for it");
+}
+
+#[tokio::test]
+async fn the_last_start_that_fails_fails_the_provision_and_leaves_no_container() {
+    let h = Harness::new();
+    let ctx = h.context();
+    // The plain row's only start is cold: its engine never answers.
+    h.runtime.faults.set(RuntimeOp::Exec, Fault::FailAlways);
+    h.store.put_desired(row("a"));
+    assert!(reconcile(&ctx, &id("a")).await.is_err());
+    h.runtime.faults.clear(RuntimeOp::Exec);
+
+    let status = h.store.status_of(&id("a")).expect("a status row");
+    assert_ne!(status.phase, Phase::Ready);
+    assert!(
+        h.containers(&id("a")).is_empty(),
+        "the container that did not come up is removed: {:?}",
+        h.containers(&id("a"))
+    );
+    assert_eq!(starts_from(&h, "cold"), 0.0, "nothing started");
+}
