@@ -200,13 +200,21 @@ struct World {
     /// not done): they keep their name until the number of looks
     /// (`inspect`) left here runs out.
     releasing: BTreeMap<ContainerId, u32>,
-    /// Running helpers (a fork's copy), by id.
-    helpers: BTreeMap<ContainerId, Helper>,
+    /// Running helpers (a fork's copy), by id, each with when it exits
+    /// (and Docker removes it) on its own.
+    helpers: BTreeMap<ContainerId, (Helper, tokio::time::Instant)>,
     /// What a copy wrote into each volume, once one did.
     volume_data: BTreeMap<String, Copied>,
 }
 
 impl World {
+    /// Helpers past their lifetime exit and are removed, as Docker's
+    /// `--rm` does (one sandboxd lost track of does not hold its volume).
+    fn expire_helpers(&mut self) {
+        let now = tokio::time::Instant::now();
+        self.helpers.retain(|_, (_, until)| *until > now);
+    }
+
     /// The networks `c` is on: its own, unless it was cut off from it
     /// (plus any it was connected to later).
     fn networks_of(&self, c: &FakeContainer) -> Vec<String> {
@@ -1218,6 +1226,7 @@ impl Volumes for FakeRuntime {
         _disks: Option<&DiskStore>,
     ) -> Result<(), RuntimeError> {
         let mut w = self.world.lock().unwrap();
+        w.expire_helpers();
         let Some(labels) = w.volumes.get(name) else {
             return Ok(());
         };
@@ -1230,7 +1239,7 @@ impl Volumes for FakeRuntime {
         if w.containers
             .values()
             .any(|c| mounted(c.spec.volume.as_ref()) || mounted(c.spec.start_from.as_ref()))
-            || w.helpers.values().any(|h| mounted(Some(&h.volume)))
+            || w.helpers.values().any(|(h, _)| mounted(Some(&h.volume)))
         {
             return Err(injected(
                 "remove volume",
@@ -1250,6 +1259,7 @@ impl Volumes for FakeRuntime {
             .await
             .map_err(|e| injected("create", e))?;
         let mut w = self.world.lock().unwrap();
+        w.expire_helpers();
         let v = &helper.volume;
         if let Some(existing) = w.volumes.get(&v.name) {
             if !identity::may_mount(existing, &v.labels) {
@@ -1259,13 +1269,14 @@ impl Volumes for FakeRuntime {
                 )));
             }
         }
-        w.helpers.retain(|_, h| h.name != helper.name);
+        w.helpers.retain(|_, (h, _)| h.name != helper.name);
         w.volumes
             .entry(v.name.clone())
             .or_insert_with(|| v.labels.clone());
         w.next += 1;
         let id = ContainerId::new(format!("fake{:04}", w.next));
-        w.helpers.insert(id.clone(), helper.clone());
+        let until = tokio::time::Instant::now() + helper.lifetime;
+        w.helpers.insert(id.clone(), (helper.clone(), until));
         Ok(id)
     }
 
@@ -1375,7 +1386,8 @@ impl Commands for FakeRuntime {
         let mut w = self.world.lock().unwrap();
         w.execs
             .push((id.clone(), cmd.iter().map(|s| (*s).to_owned()).collect()));
-        if let Some(helper) = w.helpers.get(id).cloned() {
+        w.expire_helpers();
+        if let Some((helper, _)) = w.helpers.get(id).cloned() {
             return Ok(helper_exec(&mut w, &helper, cmd));
         }
         // A paused container runs nothing.
