@@ -332,6 +332,9 @@ async fn create(
             &spec.image,
         )
         .await?;
+        #[cfg(any(test, feature = "simulation"))]
+        let load_seed =
+            load_seed && !crate::domain::mutation::on(crate::domain::mutation::Mutation::SkipSeed);
         if let Some(hash) = job.seed.filter(|_| load_seed) {
             seed::load(
                 env,

@@ -154,10 +154,16 @@ const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(120);
 /// `stat` per volume and a listing of the directory, at each relist.
 pub(crate) async fn publish_use(env: &Env, volumes: &[ObservedResource]) {
     let dir = std::path::PathBuf::from(&env.config.disks.dir);
-    if volumes.is_empty() && !dir.is_dir() {
-        // Nothing to measure: no thread (a thread's timing would also make
-        // a simulated world's order depend on the host's scheduler).
-        env.metrics.fleet.persistent_disks(0, 0, 0);
+    if !dir.is_dir() {
+        // Nothing to measure, or nowhere to: no thread (a thread's timing
+        // would also make a simulated world's order depend on the host's
+        // scheduler, and its volumes are forks' and seeds').
+        match volumes.is_empty() {
+            true => env.metrics.fleet.persistent_disks(0, 0, 0),
+            false => {
+                tracing::debug!(dir = %env.config.disks.dir, "the disks directory is not visible here: no volume use measured")
+            }
+        }
         return;
     }
     let files: Vec<String> = volumes

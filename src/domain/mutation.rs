@@ -36,11 +36,19 @@ pub enum Mutation {
     /// A ready warm-pool container a reconcile reserves stays in the
     /// pool's memory: the next reconcile reserves (and claims) it again.
     ServeTwice,
+    /// A fork copies the container that serves its source's id now,
+    /// whatever its incarnation: a source released and requested again
+    /// gives the fork another sandbox's data.
+    ForkWrongSource,
+    /// A new container's seed is never loaded.
+    SkipSeed,
+    /// A warm pool whose starts fail never backs off.
+    NoPoolBackoff,
 }
 
 impl Mutation {
     /// Every mutation, in a fixed order.
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::SkipFence,
         Mutation::IgnoreGrace,
         Mutation::NoBreaker,
@@ -51,6 +59,9 @@ impl Mutation {
         Mutation::KeepEveryEvent,
         Mutation::ReplaceServing,
         Mutation::ServeTwice,
+        Mutation::ForkWrongSource,
+        Mutation::SkipSeed,
+        Mutation::NoPoolBackoff,
     ];
 
     /// Its name on a command line.
@@ -66,6 +77,9 @@ impl Mutation {
             Mutation::KeepEveryEvent => "keep-every-event",
             Mutation::ReplaceServing => "replace-serving",
             Mutation::ServeTwice => "serve-twice",
+            Mutation::ForkWrongSource => "fork-wrong-source",
+            Mutation::SkipSeed => "skip-seed",
+            Mutation::NoPoolBackoff => "no-pool-backoff",
         }
     }
 
@@ -82,6 +96,9 @@ impl Mutation {
             Mutation::KeepEveryEvent => "growth",
             Mutation::ReplaceServing => "reap",
             Mutation::ServeTwice => "pool",
+            Mutation::ForkWrongSource => "fork-data",
+            Mutation::SkipSeed => "seed",
+            Mutation::NoPoolBackoff => "backoff",
         }
     }
 

@@ -4,13 +4,18 @@ use crate::domain::checkpoint::CheckpointName;
 use crate::domain::container::ExecOutput;
 use crate::domain::id::EngineName;
 use crate::domain::secret::Secret;
-use crate::engine::{Credentials, Engine, EngineError, Registry, Target};
+use crate::engine::{Credentials, Engine, EngineError, ForkCopy, Registry, SeedBytes, Target};
 use async_trait::async_trait;
+use futures::StreamExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The fake engine's name.
 const NAME: EngineName = EngineName::of_engine("fakedb");
+
+/// The fake engine's copy script: the fake runtime runs `copy` in a
+/// helper by copying the data's origin into the helper's volume.
+pub(crate) const FORK_SCRIPT: &str = "fakedb-fork";
 
 /// An engine whose probe asks the container (through exec) whether it runs.
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +89,18 @@ impl Engine for FakeEngine {
     fn has_pool(&self) -> bool {
         true
     }
+    /// A fork's copy starts from here (the fake runtime carries the data's
+    /// origin through the volume).
+    fn start_dir(&self) -> Option<&'static str> {
+        Some("/start")
+    }
+    /// Its copy needs the source frozen, as Postgres's does.
+    fn fork_copy(&self) -> Option<ForkCopy> {
+        Some(ForkCopy {
+            script: FORK_SCRIPT,
+            freeze: true,
+        })
+    }
     /// Through exec (a real engine speaks its protocol): the fake runtime
     /// lets the claimant's password in where the pool's opened.
     async fn claim(&self, pool: &Target<'_>, claimant: &Credentials) -> Result<(), EngineError> {
@@ -95,6 +112,17 @@ impl Engine for FakeEngine {
             format!("FAKEDB_PASSWORD={}", claimant.password.expose()),
         ];
         run(pool, "claim", env, client).await.map(drop)
+    }
+    /// Through exec: the fake runtime records the content in the
+    /// container (one that begins with `fail` fails).
+    async fn seed(&self, target: &Target<'_>, seed: SeedBytes<'_>) -> Result<(), EngineError> {
+        let chunks: Vec<Result<bytes::Bytes, String>> = seed.chunks.collect().await;
+        let mut content = Vec::new();
+        for chunk in chunks {
+            content.extend_from_slice(&chunk.map_err(seed_failed)?);
+        }
+        let env = vec![format!("FAKEDB_SEED={}", String::from_utf8_lossy(&content))];
+        run(target, "seed", env, seed_failed).await.map(drop)
     }
     async fn clients(&self, target: &Target<'_>) -> Result<Option<u32>, EngineError> {
         let out = run(target, "clients", Vec::new(), client).await?;
@@ -150,6 +178,13 @@ async fn run(
 
 fn not_ready(reason: String) -> EngineError {
     EngineError::NotReady {
+        engine: NAME,
+        reason,
+    }
+}
+
+fn seed_failed(reason: String) -> EngineError {
+    EngineError::Seed {
         engine: NAME,
         reason,
     }

@@ -10,7 +10,7 @@ use crate::domain::labels::ContainerLabels;
 use crate::domain::pool::PooledContainer;
 use crate::ports::runtime::{
     Capabilities, Commands, ContainerAction, ContainerSpec, Containers, DiskStore, EventStream,
-    Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError,
+    Helper, Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError,
     RuntimeEvent, TemplateJob, Volumes,
 };
 use async_trait::async_trait;
@@ -68,6 +68,21 @@ pub(crate) struct FakeContainer {
     /// Networks it joined after it was created (a claimed pool container
     /// joins its sandbox's).
     pub(crate) joined: BTreeSet<String>,
+    /// The data it started from (`start_from`: a fork's copy): the origin
+    /// its volume held when it was created (empty: none); `None`: its
+    /// engine initialised its own.
+    pub(crate) started_from: Option<String>,
+    /// The seed content its data holds: loaded into it (exec `seed`), or
+    /// in the copy it started from.
+    pub(crate) seed: Option<String>,
+}
+
+/// What a copy wrote into a volume: where the data comes from (see
+/// [`FakeContainer::data_origin`]) and the seed it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Copied {
+    pub(crate) origin: String,
+    pub(crate) seed: Option<String>,
 }
 
 /// The sandbox a pool container's `labels` name (it has no sandbox label).
@@ -78,7 +93,30 @@ impl FakeContainer {
     fn event_sandbox(&self) -> Option<SandboxId> {
         (!self.pool).then(|| self.labels.sandbox.clone())
     }
+
+    /// Where its data comes from, as a copy of it records it: the sandbox
+    /// and incarnation that wrote it (`SANDBOX@INCARNATION`; a pool
+    /// container's, `pool:ID`, is whoever claimed it), then `<` and the
+    /// origin of the data it started from, if it started from a copy.
+    pub(crate) fn data_origin(&self, id: &ContainerId) -> String {
+        let own = if self.pool {
+            format!("{POOL_ORIGIN}{id}")
+        } else {
+            format!(
+                "{}@{}",
+                self.labels.sandbox,
+                self.labels.incarnation.as_deref().unwrap_or("?")
+            )
+        };
+        match &self.started_from {
+            Some(from) => format!("{own}<{from}"),
+            None => own,
+        }
+    }
 }
+
+/// How a pool container's data origin starts: its claimant wrote it.
+pub(crate) const POOL_ORIGIN: &str = "pool:";
 
 /// The labels of a new container: a sandbox's as they are, a pool's with
 /// [`POOL_SANDBOX`] for the sandbox it does not name yet.
@@ -162,9 +200,21 @@ struct World {
     /// not done): they keep their name until the number of looks
     /// (`inspect`) left here runs out.
     releasing: BTreeMap<ContainerId, u32>,
+    /// Running helpers (a fork's copy), by id, each with when it exits
+    /// (and Docker removes it) on its own.
+    helpers: BTreeMap<ContainerId, (Helper, tokio::time::Instant)>,
+    /// What a copy wrote into each volume, once one did.
+    volume_data: BTreeMap<String, Copied>,
 }
 
 impl World {
+    /// Helpers past their lifetime exit and are removed, as Docker's
+    /// `--rm` does (one sandboxd lost track of does not hold its volume).
+    fn expire_helpers(&mut self) {
+        let now = tokio::time::Instant::now();
+        self.helpers.retain(|_, (_, until)| *until > now);
+    }
+
     /// The networks `c` is on: its own, unless it was cut off from it
     /// (plus any it was connected to later).
     fn networks_of(&self, c: &FakeContainer) -> Vec<String> {
@@ -554,6 +604,66 @@ fn claim(w: &mut World, id: &ContainerId, env: &[String]) -> ExecOutput {
     }
 }
 
+/// A command in a helper: the fake engine's fork copy (`bash -c
+/// fakedb-fork sandboxd-fork copy DATA TARGET`) writes the origin of the
+/// data of the container the helper sees into the helper's volume; it
+/// fails if that container no longer runs (its PID namespace is gone).
+fn helper_exec(w: &mut World, helper: &Helper, cmd: &[&str]) -> ExecOutput {
+    let copy = matches!(cmd, ["bash", "-c", script, "sandboxd-fork", "copy", ..] if *script == super::engine::FORK_SCRIPT);
+    let source = w
+        .containers
+        .get(&helper.sees)
+        .filter(|c| c.state == ContainerState::Running);
+    match (copy, source) {
+        (true, Some(c)) => {
+            let copied = Copied {
+                origin: c.data_origin(&helper.sees),
+                seed: c.seed.clone(),
+            };
+            w.volume_data.insert(helper.volume.name.clone(), copied);
+            ExecOutput {
+                exit_code: 0,
+                output: "size=4096\n".to_owned(),
+            }
+        }
+        _ => ExecOutput {
+            exit_code: 1,
+            output: "the helper sees no running container".to_owned(),
+        },
+    }
+}
+
+/// The fake engine's seed load (exec `seed` with `FAKEDB_SEED`): a
+/// running container holds the seed afterwards, unless its content says
+/// `fail` (a seed whose statements fail).
+fn load_seed(w: &mut World, id: &ContainerId, env: &[String]) -> ExecOutput {
+    let content = env.iter().find_map(|e| e.strip_prefix("FAKEDB_SEED="));
+    let c = w
+        .containers
+        .get_mut(id)
+        .filter(|c| c.state == ContainerState::Running && !c.paused);
+    match (c, content) {
+        (Some(_), Some(content)) if content.starts_with(FAILING_SEED) => ExecOutput {
+            exit_code: 1,
+            output: "the seed's statements fail".to_owned(),
+        },
+        (Some(c), Some(content)) => {
+            c.seed = Some(content.to_owned());
+            ExecOutput {
+                exit_code: 0,
+                output: String::new(),
+            }
+        }
+        _ => ExecOutput {
+            exit_code: 1,
+            output: "not running".to_owned(),
+        },
+    }
+}
+
+/// How the content of a seed the fake engine cannot load begins.
+pub(crate) const FAILING_SEED: &str = "fail";
+
 fn emit(w: &mut World, id: &ContainerId, action: ContainerAction, sandbox: Option<SandboxId>) {
     if let (Some(orders), Some(order)) = (&w.orders, action.order()) {
         orders.record(id, order);
@@ -696,6 +806,26 @@ impl Containers for FakeRuntime {
                 }
             }
         }
+        // As the Docker adapter: data to start from must exist, made for
+        // this (its labels).
+        let started_from = match &spec.start_from {
+            Some(v) => match w.volumes.get(&v.name) {
+                Some(existing) if v.labels.iter().all(|(k, l)| existing.get(k) == Some(l)) => {
+                    Some(w.volume_data.get(&v.name).cloned().unwrap_or(Copied {
+                        origin: String::new(),
+                        seed: None,
+                    }))
+                }
+                Some(_) => {
+                    return Err(RuntimeError::Refused(format!(
+                        "volume {} exists but was not made for this",
+                        v.name
+                    )))
+                }
+                None => return Err(RuntimeError::Refused(format!("volume {} is gone", v.name))),
+            },
+            None => None,
+        };
         for id in taken {
             w.take(&id);
         }
@@ -721,6 +851,8 @@ impl Containers for FakeRuntime {
             pool,
             password: started_password(spec),
             joined: BTreeSet::new(),
+            seed: started_from.as_ref().and_then(|c| c.seed.clone()),
+            started_from: started_from.map(|c| c.origin),
         };
         let sandbox = c.event_sandbox();
         w.add(id.clone(), c);
@@ -839,6 +971,7 @@ impl Containers for FakeRuntime {
         if let Some(c) = w.take(id) {
             emit(&mut w, id, ContainerAction::Destroy, c.event_sandbox());
         }
+        w.helpers.remove(id);
         Ok(())
     }
 
@@ -1093,6 +1226,7 @@ impl Volumes for FakeRuntime {
         _disks: Option<&DiskStore>,
     ) -> Result<(), RuntimeError> {
         let mut w = self.world.lock().unwrap();
+        w.expire_helpers();
         let Some(labels) = w.volumes.get(name) else {
             return Ok(());
         };
@@ -1101,9 +1235,11 @@ impl Volumes for FakeRuntime {
                 "volume {name} is not {deployment}'s"
             )));
         }
+        let mounted = |v: Option<&crate::ports::runtime::Volume>| v.is_some_and(|v| v.name == name);
         if w.containers
             .values()
-            .any(|c| c.spec.volume.as_ref().is_some_and(|v| v.name == name))
+            .any(|c| mounted(c.spec.volume.as_ref()) || mounted(c.spec.start_from.as_ref()))
+            || w.helpers.values().any(|(h, _)| mounted(Some(&h.volume)))
         {
             return Err(injected(
                 "remove volume",
@@ -1111,7 +1247,37 @@ impl Volumes for FakeRuntime {
             ));
         }
         w.volumes.remove(name);
+        w.volume_data.remove(name);
         Ok(())
+    }
+
+    /// As the Docker adapter: the helper of the same name replaced, its
+    /// volume created if missing and refused if another's.
+    async fn start_helper(&self, helper: &Helper) -> Result<ContainerId, RuntimeError> {
+        self.faults
+            .check(RuntimeOp::Create)
+            .await
+            .map_err(|e| injected("create", e))?;
+        let mut w = self.world.lock().unwrap();
+        w.expire_helpers();
+        let v = &helper.volume;
+        if let Some(existing) = w.volumes.get(&v.name) {
+            if !identity::may_mount(existing, &v.labels) {
+                return Err(RuntimeError::Refused(format!(
+                    "volume {} exists but was not created for this sandbox",
+                    v.name
+                )));
+            }
+        }
+        w.helpers.retain(|_, (h, _)| h.name != helper.name);
+        w.volumes
+            .entry(v.name.clone())
+            .or_insert_with(|| v.labels.clone());
+        w.next += 1;
+        let id = ContainerId::new(format!("fake{:04}", w.next));
+        let until = tokio::time::Instant::now() + helper.lifetime;
+        w.helpers.insert(id.clone(), (helper.clone(), until));
+        Ok(id)
     }
 
     async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
@@ -1220,6 +1386,10 @@ impl Commands for FakeRuntime {
         let mut w = self.world.lock().unwrap();
         w.execs
             .push((id.clone(), cmd.iter().map(|s| (*s).to_owned()).collect()));
+        w.expire_helpers();
+        if let Some((helper, _)) = w.helpers.get(id).cloned() {
+            return Ok(helper_exec(&mut w, &helper, cmd));
+        }
         // A paused container runs nothing.
         let container = w
             .containers
@@ -1228,6 +1398,9 @@ impl Commands for FakeRuntime {
         let running = container.is_some();
         if cmd.first() == Some(&"claim") {
             return Ok(claim(&mut w, id, &env));
+        }
+        if cmd.first() == Some(&"seed") {
+            return Ok(load_seed(&mut w, id, &env));
         }
         if cmd.first() == Some(&"clients") {
             return Ok(match container {

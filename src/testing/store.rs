@@ -114,6 +114,16 @@ pub(crate) struct FakeStore {
     pub(crate) faults: Faults<StoreOp>,
 }
 
+/// The hash a seed of `content` is registered under.
+pub(crate) fn seed_hash(content: &[u8]) -> SeedHash {
+    use sha2::{Digest, Sha256};
+    let hex: String = Sha256::digest(content)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    SeedHash::parse(&format!("sha256:{hex}")).expect("a well-formed hash")
+}
+
 /// The identity every fake store has.
 pub(crate) const FAKE_STATE_ID: &str = "5a5a5a5a-0000-4000-8000-000000000001";
 
@@ -211,6 +221,24 @@ impl FakeStore {
         t.subscribers
             .retain(|tx| tx.unbounded_send(Ok(id.to_string())).is_ok());
         generation
+    }
+
+    /// Registers `content` as a seed of `engine` (as `sandbox_seed_put`):
+    /// its hash.
+    pub(crate) fn put_seed(&self, engine: &str, content: &[u8]) -> SeedHash {
+        let hash = seed_hash(content);
+        self.tables
+            .lock()
+            .unwrap()
+            .seeds
+            .insert(hash.clone(), (engine.to_owned(), content.to_vec()));
+        hash
+    }
+
+    /// The content of the seed `hash`, if it is registered.
+    pub(crate) fn seed_content(&self, hash: &SeedHash) -> Option<Vec<u8>> {
+        let t = self.tables.lock().unwrap();
+        t.seeds.get(hash).map(|(_, content)| content.clone())
     }
 
     /// Sets the limits of `owner` (`*`: the default).

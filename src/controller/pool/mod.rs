@@ -164,6 +164,10 @@ impl Pool {
         now: DateTime<Utc>,
         policy: &CrashLoopPolicy,
     ) -> bool {
+        #[cfg(any(test, feature = "simulation"))]
+        if crate::domain::mutation::on(crate::domain::mutation::Mutation::NoPoolBackoff) {
+            return false;
+        }
         st.failed
             .get(key)
             .is_some_and(|times| crash_loop::gate(times, now, policy) != HealGate::Now)

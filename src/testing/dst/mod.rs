@@ -28,12 +28,14 @@ use self::world::World;
 use crate::config::{ControllerConfig, PoolDemand};
 use crate::controller::Controller;
 use crate::domain::clock::Clock;
+use crate::domain::fork::ForkOf;
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::pool::PoolKey;
 use crate::domain::sandbox::DesiredSandbox;
 use crate::domain::ContainerId;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Containers as _, Networks as _};
+use crate::testing::store::seed_hash;
 use crate::testing::{FakeEngine, FAKE_ENGINES};
 use chrono::{DateTime, TimeZone, Utc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -63,6 +65,12 @@ const GRACE: Duration = Duration::from_secs(30);
 const POOL_SIZE: usize = 2;
 /// The most containers the pools learned from demand hold together.
 const LEARNED_POOLS: usize = 3;
+/// A seed the fake engine loads.
+const GOOD_SEED: &[u8] = b"insert into t values (1)";
+/// A seed the fake engine cannot load (it begins with
+/// [`crate::testing::runtime::FAILING_SEED`]); a warm pool of it is
+/// configured, so that its back-off is exercised in every world.
+const FAILING_SEED: &[u8] = b"fail: select 1/0";
 
 /// The perturbations, each on its own switch (all on by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,13 +171,21 @@ impl Failure {
 /// One thing the orchestrator, the operator or the world does.
 #[derive(Debug, Clone)]
 enum Step {
-    /// Insert or update a row (an update may grow its features).
+    /// Insert or update a row (an update may grow its features). A new
+    /// row names a seed: none (0), the good one (1) or the failing one (2).
     Put {
         sandbox: usize,
         features: u8,
+        seed: u8,
     },
     Release {
         sandbox: usize,
+    },
+    /// Fork the row `pick` lands on into the new row `sandbox`
+    /// (`sandbox_fork`).
+    Fork {
+        sandbox: usize,
+        pick: u64,
     },
     Truncate,
     Checkpoint {
@@ -234,6 +250,11 @@ fn plan(seed: u64, o: &Options) -> Vec<(Step, Duration)> {
                     0..=29 => Step::Put {
                         sandbox,
                         features: r.below(4) as u8,
+                        seed: match r.below(10) {
+                            0..=6 => 0,
+                            7..=8 => 1,
+                            _ => 2,
+                        },
                     },
                     30..=41 => Step::Release { sandbox },
                     42..=44 => Step::Checkpoint { sandbox },
@@ -265,7 +286,8 @@ fn plan(seed: u64, o: &Options) -> Vec<(Step, Duration)> {
                     77 if s.restores => Step::Restore {
                         empty: r.chance(300),
                     },
-                    78..=99 => Step::Pass,
+                    78..=80 => Step::Fork { sandbox, pick },
+                    81..=99 => Step::Pass,
                     // A perturbation switched off: draw again.
                     _ => continue,
                 };
@@ -415,8 +437,13 @@ fn row(id: SandboxId, features: u8) -> DesiredSandbox {
     crate::testing::fake_row(id, BTreeMap::from([(FakeEngine::NAME, wanted)]), at)
 }
 
+/// The simulated controllers' deployment.
+pub(crate) fn deployment() -> Deployment {
+    Deployment::parse("sim").expect("a valid deployment")
+}
+
 fn config() -> ControllerConfig {
-    let mut config = ControllerConfig::new(Deployment::parse("sim").expect("a valid deployment"));
+    let mut config = ControllerConfig::new(deployment());
     config.grace = GRACE;
     config.relist_interval = Duration::from_secs(20);
     config.concurrency = 4;
@@ -425,16 +452,31 @@ fn config() -> ControllerConfig {
     config.reconcile_timeout = Duration::from_secs(30);
     config.shutdown_grace = Duration::from_secs(5);
     config.events_per_sandbox = EVENTS_KEPT;
+    // No disks directory: measuring volumes would start a thread, whose
+    // timing the world's order would depend on.
+    config.disks.dir = "/nonexistent/sandboxd-sim-disks".to_owned();
     // Warm pools: one configured (a sandbox without features), and those
     // learned from what the workload asks for (every feature set).
-    config.warm_pool = BTreeMap::from([(
-        PoolKey {
-            engine: FakeEngine::NAME,
-            features: BTreeSet::new(),
-            seed: None,
-        },
-        POOL_SIZE,
-    )]);
+    // And one of the failing seed: its every start fails, and it must
+    // back off.
+    config.warm_pool = BTreeMap::from([
+        (
+            PoolKey {
+                engine: FakeEngine::NAME,
+                features: BTreeSet::new(),
+                seed: None,
+            },
+            POOL_SIZE,
+        ),
+        (
+            PoolKey {
+                engine: FakeEngine::NAME,
+                features: BTreeSet::new(),
+                seed: Some(seed_hash(FAILING_SEED)),
+            },
+            1,
+        ),
+    ]);
     config.warm_pool_demand = PoolDemand {
         max: LEARNED_POOLS,
         window: Duration::from_secs(120),
@@ -457,6 +499,9 @@ pub fn run(seed: u64, o: &Options) -> Outcome {
 async fn world(seed: u64, o: &Options) -> Outcome {
     let config = config();
     let world = World::new(seed, o.switches, GRACE, config.breaker);
+    for content in [GOOD_SEED, FAILING_SEED] {
+        world.store.put_seed(FakeEngine::NAME.as_str(), content);
+    }
     let mut procs = Processes {
         world: world.clone(),
         clock: Arc::new(SimClock {
@@ -564,16 +609,54 @@ async fn act(
     let fake = &world.runtime;
     let store = &world.store;
     match step {
-        Step::Put { sandbox, features } => {
+        Step::Put {
+            sandbox,
+            features,
+            seed,
+        } => {
             let id = sandbox_id(sandbox);
-            // Features only grow on an update (a shrink is a new row).
-            let had = store
-                .desired_of(&id)
+            let existing = store.desired_of(&id);
+            // A fork's features are its source's (the database refuses a
+            // change): a request of it only touches it.
+            if let Some(fork) = existing.as_ref().filter(|r| r.fork_of.is_some()) {
+                store.put_desired(fork.clone());
+                return;
+            }
+            // Features only grow on an update (a shrink is a new row); the
+            // seed is the new row's.
+            let had = existing
+                .as_ref()
                 .and_then(|r| r.features.get(&FakeEngine::NAME).cloned())
                 .unwrap_or_default();
             let bits =
                 features | u8::from(had.contains("alpha")) | (u8::from(had.contains("beta")) << 1);
-            store.put_desired(row(id.clone(), bits));
+            let mut new = row(id.clone(), bits);
+            new.seeds = match (&existing, seed) {
+                (Some(r), _) => r.seeds.clone(),
+                (None, 0) => BTreeMap::new(),
+                (None, 1) => BTreeMap::from([(FakeEngine::NAME, seed_hash(GOOD_SEED))]),
+                (None, _) => BTreeMap::from([(FakeEngine::NAME, seed_hash(FAILING_SEED))]),
+            };
+            store.put_desired(new);
+            world.row_back(&id, store.incarnation_of(&id));
+        }
+        Step::Fork { sandbox, pick } => {
+            let id = sandbox_id(sandbox);
+            let rows = store.desired_rows();
+            let Some(src) = rows.get((pick % rows.len().max(1) as u64) as usize) else {
+                return;
+            };
+            if store.desired_of(&id).is_some() {
+                return;
+            }
+            let of = src.id.clone();
+            let mut fork = row(id.clone(), 0);
+            fork.features = src.features.clone();
+            fork.fork_of = Some(ForkOf {
+                sandbox: of,
+                incarnation: src.incarnation.clone().expect("rows carry an incarnation"),
+            });
+            store.put_desired(fork);
             world.row_back(&id, store.incarnation_of(&id));
         }
         Step::Release { sandbox } => {

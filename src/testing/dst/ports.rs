@@ -356,6 +356,7 @@ impl Containers for SimRuntime {
             .change("create", &spec.name, async {
                 let id = self.fake().create_and_start(spec).await?;
                 world.created(&id, spec);
+                world.pool_started(&self.process.holder, spec);
                 Ok(id)
             })
             .await;
@@ -556,6 +557,11 @@ impl Volumes for SimRuntime {
 
     async fn run_template_job(&self, job: &TemplateJob) -> Result<(), RuntimeError> {
         self.change("template-job", &job.name, self.fake().run_template_job(job))
+            .await
+    }
+
+    async fn start_helper(&self, helper: &Helper) -> Result<ContainerId, RuntimeError> {
+        self.change("helper", &helper.name, self.fake().start_helper(helper))
             .await
     }
 }

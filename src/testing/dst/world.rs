@@ -6,12 +6,16 @@
 use super::rng::SimRng;
 use super::Switches;
 use crate::domain::container::ContainerState;
+use crate::domain::fork::ForkOf;
 use crate::domain::labels::ContainerLabels;
 use crate::domain::pool::PoolClaim;
+use crate::domain::sandbox::DesiredSandbox;
 use crate::domain::sandbox::Phase;
 use crate::domain::status::StatusUpdate;
 use crate::domain::{ContainerId, Incarnation, SandboxId};
 use crate::ports::runtime::ContainerSpec;
+use crate::testing::runtime::POOL_ORIGIN;
+use crate::testing::store::seed_hash;
 use crate::testing::{FakeContainer, FakeRuntime, FakeStore};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -103,7 +107,18 @@ struct Oracle {
     claimed: BTreeMap<ContainerId, String>,
     /// Pool containers a claim's credentials were set in.
     served: BTreeSet<ContainerId>,
+    /// When each process started containers of each pool of the failing
+    /// seed (one per feature set) lately (within [`BACKOFF_WINDOW`]).
+    failing_starts: BTreeMap<(String, String), Vec<Instant>>,
 }
+
+/// The window in which a process starts at most [`BACKOFF_STARTS`]
+/// containers of one pool of a seed that always fails: the pool backs off
+/// 2, 4, 8, 16, 32 s after the failures, so five start in the first
+/// minute.
+const BACKOFF_WINDOW: Duration = Duration::from_secs(60);
+/// See [`BACKOFF_WINDOW`] (the integration test's bound on real Docker).
+const BACKOFF_STARTS: usize = 6;
 
 /// The shared world of one seed.
 pub(crate) struct World {
@@ -614,6 +629,105 @@ impl World {
                 );
             }
         }
+        if let Some(of) = &row.fork_of {
+            self.check_fork_data(&o, holder, id, of, update);
+        }
+        self.check_seeded(&o, holder, &row, update);
+    }
+
+    /// A ready seeded sandbox's data holds its seed: each seeded engine's
+    /// container loaded it (or started from a copy of one that had).
+    fn check_seeded(&self, o: &Oracle, holder: &str, row: &DesiredSandbox, update: &StatusUpdate) {
+        for (engine, hash) in &row.seeds {
+            let Some(service) = update.services.get(engine.as_str()) else {
+                continue;
+            };
+            let Some(m) = o.made.get(&service.instance) else {
+                continue;
+            };
+            let Some(c) = self.runtime.container(&m.id) else {
+                continue;
+            };
+            let want = self
+                .store
+                .seed_content(hash)
+                .map(|b| String::from_utf8_lossy(&b).into_owned());
+            if c.seed != want {
+                self.violate(
+                    "seed",
+                    format_args!(
+                        "{holder} published {} ready with seed {hash}, but its {engine} container {} holds {:?}",
+                        row.id, m.id, c.seed
+                    ),
+                );
+            }
+        }
+    }
+
+    /// A process's create of a pool container reached the world: one of
+    /// the failing seed's pool counts towards its back-off.
+    pub(crate) fn pool_started(&self, holder: &str, spec: &ContainerSpec) {
+        let pool = spec
+            .labels
+            .get(crate::domain::pool::POOL)
+            .map(String::as_str)
+            == Some("1");
+        let failing = seed_hash(super::FAILING_SEED);
+        if !pool || spec.labels.get(crate::domain::seed::SEED) != Some(&failing.to_string()) {
+            return;
+        }
+        let now = Instant::now();
+        let mut o = self.oracle.lock().unwrap();
+        let features = spec.labels.get(crate::domain::labels::FEATURES);
+        let key = (holder.to_owned(), features.cloned().unwrap_or_default());
+        let starts = o.failing_starts.entry(key).or_default();
+        starts.retain(|t| now - *t < BACKOFF_WINDOW);
+        starts.push(now);
+        let n = starts.len();
+        drop(o);
+        if n > BACKOFF_STARTS {
+            self.violate(
+                "backoff",
+                format_args!(
+                    "{holder} started {n} containers of a pool of the failing seed (features {:?}) within {}s",
+                    features,
+                    BACKOFF_WINDOW.as_secs()
+                ),
+            );
+        }
+    }
+
+    /// A ready fork's data is a copy of its source's named incarnation:
+    /// each engine's container started from a copy whose data that
+    /// incarnation of the source wrote.
+    fn check_fork_data(
+        &self,
+        o: &Oracle,
+        holder: &str,
+        id: &SandboxId,
+        of: &ForkOf,
+        update: &StatusUpdate,
+    ) {
+        let want = format!("{}@{}", of.sandbox, of.incarnation);
+        for (engine, service) in &update.services {
+            let Some(m) = o.made.get(&service.instance) else {
+                continue;
+            };
+            let Some(c) = self.runtime.container(&m.id) else {
+                continue;
+            };
+            let from = c.started_from.as_deref().map(|origin| writer(o, origin));
+            if from.as_deref() != Some(want.as_str()) {
+                self.violate(
+                    "fork-data",
+                    format_args!(
+                        "{holder} published {id} ready, a fork of {want}, whose {engine} container {} started from {}",
+                        m.id,
+                        from.map_or("no copy".to_owned(), |f| format!("data {f} wrote")),
+                    ),
+                );
+            }
+        }
     }
 
     // --- the invariants checked after every step ---
@@ -717,11 +831,73 @@ impl World {
     /// engine, and nothing else left. `None` when converged, else why not.
     pub(crate) fn unconverged(&self) -> Option<String> {
         let claims = self.store.claims();
+        let never = self.never_ready();
         self.store.with_rows(|rows, statuses| {
-            self.runtime
-                .with_containers(|containers| unconverged(rows, statuses, containers, &claims))
+            self.runtime.with_containers(|containers| {
+                unconverged(rows, statuses, containers, &claims, &never)
+            })
         })
     }
+
+    /// The rows that may never be ready: those of the failing seed, and
+    /// forks whose source's named incarnation is gone (or can never be
+    /// ready itself). sandboxd keeps trying; the orchestrator must release
+    /// them.
+    fn never_ready(&self) -> BTreeSet<SandboxId> {
+        let rows: BTreeMap<SandboxId, DesiredSandbox> = self
+            .store
+            .desired_rows()
+            .into_iter()
+            .map(|r| (r.id.clone(), r))
+            .collect();
+        rows.values()
+            .filter(|r| !self.makeable(&rows, r, 0))
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
+    fn makeable(
+        &self,
+        rows: &BTreeMap<SandboxId, DesiredSandbox>,
+        row: &DesiredSandbox,
+        depth: usize,
+    ) -> bool {
+        let Some(of) = &row.fork_of else {
+            // A sandbox of the failing seed is never ready.
+            let failing = seed_hash(super::FAILING_SEED);
+            return !row.seeds.values().any(|h| *h == failing);
+        };
+        // Only a heal starts from the copy the fork was made with; a fork
+        // whose container went with its row and that is restored copies
+        // its source again: it needs the source.
+        depth < 32
+            && rows.get(&of.sandbox).is_some_and(|source| {
+                source.incarnation.as_ref() == Some(&of.incarnation)
+                    && self.makeable(rows, source, depth + 1)
+            })
+    }
+}
+
+/// Who wrote the data `origin` is a copy of (its head): `SANDBOX@INCARNATION`,
+/// a pool container's claimant for a pool container's.
+fn writer(o: &Oracle, origin: &str) -> String {
+    let head = origin.split('<').next().unwrap_or_default();
+    let Some(pool) = head.strip_prefix(POOL_ORIGIN) else {
+        return head.to_owned();
+    };
+    o.claimed
+        .get(&ContainerId::new(pool))
+        .and_then(|instance| o.made.get(instance))
+        .map_or_else(
+            || format!("unclaimed pool container {pool}"),
+            |m| {
+                format!(
+                    "{}@{}",
+                    m.labels.sandbox,
+                    m.labels.incarnation.as_deref().unwrap_or("?")
+                )
+            },
+        )
 }
 
 /// See [`World::unconverged`].
@@ -730,12 +906,13 @@ fn unconverged(
     statuses: &BTreeMap<SandboxId, crate::domain::sandbox::SandboxStatus>,
     containers: &BTreeMap<ContainerId, FakeContainer>,
     claims: &Claims,
+    never_ready: &BTreeSet<SandboxId>,
 ) -> Option<String> {
     let serving: Vec<(&ContainerId, &FakeContainer, Cow<'_, ContainerLabels>)> = containers
         .iter()
         .filter_map(|(id, c)| Some((id, c, serving(id, c, claims)?)))
         .collect();
-    for row in rows.values() {
+    for row in rows.values().filter(|r| !never_ready.contains(&r.id)) {
         let Some(status) = statuses.get(&row.id) else {
             return Some(format!("{} has no status", row.id));
         };
@@ -746,9 +923,10 @@ fn unconverged(
             || status.incarnation != row.incarnation
         {
             return Some(format!(
-                "{} is {:?} at generation {} of incarnation {:?} (the row is at {} of {:?})",
+                "{} is {:?} ({}) at generation {} of incarnation {:?} (the row is at {} of {:?})",
                 row.id,
                 status.phase,
+                status.message,
                 status.observed_generation,
                 status.incarnation.as_ref().map(ToString::to_string),
                 row.generation,
