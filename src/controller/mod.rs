@@ -99,8 +99,8 @@ impl Readiness {
 
 /// What every reconcile shares, split by owner: the ports and settings
 /// every step reads ([`Env`]), and each in-memory ledger with the steps
-/// that keep it. A step takes the owners it uses; only the reconcile and
-/// the relist, which run every step, take the whole.
+/// that keep it. A step takes the owners it uses; only the reconcile, the
+/// relist and provision, which run the other steps, take the whole.
 pub(crate) struct Context {
     /// The ports, engines, settings, clock, metrics, fence and the orders
     /// seen on the event stream.
