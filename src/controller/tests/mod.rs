@@ -245,3 +245,24 @@ async fn all_ready(h: &Harness, names: &[String]) {
 fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i}")).collect()
 }
+
+/// A warm pool of one container of the fake engine, no features, no seed.
+fn with_pool(h: &mut Harness) {
+    h.config.warm_pool = BTreeMap::from([(
+        crate::domain::pool::PoolKey {
+            engine: ENGINE,
+            features: Default::default(),
+            seed: None,
+        },
+        1,
+    )]);
+}
+
+/// The value of the metric line that starts with `series` (0 if absent).
+fn metric(h: &Harness, series: &str) -> f64 {
+    h.metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}

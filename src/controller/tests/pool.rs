@@ -2,27 +2,12 @@
 
 use super::*;
 
-fn with_pool(h: &mut Harness) {
-    h.config.warm_pool = BTreeMap::from([(
-        crate::domain::pool::PoolKey {
-            engine: ENGINE,
-            features: Default::default(),
-            seed: None,
-        },
-        1,
-    )]);
-}
-
 fn pool_claims(h: &Harness, result: &str, kind: &str) -> f64 {
     let line = format!(
         "sandboxd_pool_claims_total{{engine=\"{}\",kind=\"{kind}\",result=\"{result}\"}}",
         ENGINE.as_str()
     );
-    h.metrics
-        .render()
-        .lines()
-        .find_map(|l| l.strip_prefix(&line)?.trim().parse().ok())
-        .unwrap_or(0.0)
+    metric(h, &line)
 }
 
 #[tokio::test]

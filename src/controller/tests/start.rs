@@ -3,28 +3,13 @@
 
 use super::*;
 
-fn with_pool(h: &mut Harness) {
-    h.config.warm_pool = BTreeMap::from([(
-        crate::domain::pool::PoolKey {
-            engine: ENGINE,
-            features: Default::default(),
-            seed: None,
-        },
-        1,
-    )]);
-}
-
 /// `sandboxd_container_starts_total` of the fake engine started `from`.
 fn starts_from(h: &Harness, from: &str) -> f64 {
     let line = format!(
         "sandboxd_container_starts_total{{engine=\"{}\",from=\"{from}\"}}",
         ENGINE.as_str()
     );
-    h.metrics
-        .render()
-        .lines()
-        .find_map(|l| l.strip_prefix(&line)?.trim().parse().ok())
-        .unwrap_or(0.0)
+    metric(h, &line)
 }
 
 /// Runs the pool's refill loop until its pool holds a ready container:
