@@ -578,15 +578,16 @@ pub(crate) async fn start_term(env: &Env, pool: &Pool) -> Result<(), ControllerE
 
 /// Removes the pool container `id` that a claim failed to take over, and
 /// deletes its claim (recorded or not: a recording that reported failure
-/// may have committed). One that cannot be removed now is no longer the
-/// sandbox's (its claim is forgotten: the claim may have failed before the
-/// sandbox's credentials were set in it, so no reconcile may keep it and
-/// publish them) and each relist tries again.
+/// may have committed). One that cannot be removed now is left to the
+/// sandbox's reconcile if this process knows its claim (the planner sees
+/// it as the sandbox's), else to the next relist.
 pub(crate) async fn discard(env: &Env, pool: &Pool, id: &ContainerId) {
     if let Err(e) = env.runtime.remove(id, Duration::ZERO).await {
-        pool.forget_claim(id);
-        pool.abandoned.lock().unwrap().insert(id.clone());
-        tracing::warn!(container = %id, error = %e, "could not remove a pool container whose claim failed; trying again at the next relist");
+        let known = pool.claims.lock().unwrap().contains_key(id);
+        if !known {
+            pool.abandoned.lock().unwrap().insert(id.clone());
+        }
+        tracing::warn!(container = %id, error = %e, "could not remove a pool container whose claim failed; trying again later");
         return;
     }
     if let Ok(term) = env.term() {
