@@ -59,7 +59,7 @@ sim_log=$(mktemp)
 bench_log=$(mktemp)
 sim_pid=
 bench_pid=
-trap 'cleanup; for p in $sim_pid $bench_pid; do kill "$p" 2>/dev/null || true; done; rm -f "$results" "$sim_log" "$bench_log"' EXIT
+trap 'cleanup; for p in $sim_pid $bench_pid; do kill "$p" 2>/dev/null || true; kill -CONT "$p" 2>/dev/null || true; done; rm -f "$results" "$sim_log" "$bench_log"' EXIT
 # Every test binary runs even when one fails, so one run shows every failure;
 # a failed pass does not stop the next, and the script fails at the end.
 status=0
@@ -102,6 +102,12 @@ sim_beside() {
   "${idle[@]}" "$bin" "$SIM_TEST" --exact >"$sim_log" 2>&1 &
   sim_pid=$!
 }
+# Stops (STOP) or resumes (CONT) the sweep, if it still runs; its
+# threads stop with it.
+sim_hold() {
+  [ -n "$sim_pid" ] || return 0
+  kill -s "$1" "$sim_pid" 2>/dev/null || true
+}
 # The benchmark's smoke run (benches/provision.rs without --bench: one
 # short pass, no report, no timing asserted) has its own controller and
 # deployment, like any test; it runs beside the first pass, where it would
@@ -127,12 +133,18 @@ else
   run "${first[@]}" -- --test-threads="${SANDBOXD_TEST_THREADS:-3}" "${skip[@]}"
   beside_wait "$bench_pid" "$bench_log" "the benchmark's smoke run"
   bench_pid=
+  # Nothing runs beside alone:: — the sweep included: even at idle
+  # priority it made a Swarm rotation's task on the two-node Swarm miss
+  # its 30 s readiness deadline (alone::swarm_two_nodes, in two CI runs
+  # and again by hand). It is stopped for these passes and goes on after.
+  sim_hold STOP
   # The Swarm backend's tests hold one single-node Swarm together
   # (common::SingleNodeSwarm counts its holders and the last one out
   # leaves it), so they run side by side; every other alone:: test runs
   # by itself.
   run --test integration -- --test-threads=3 alone::swarm_backend::
   run --test integration -- --test-threads=1 alone:: --skip alone::swarm_backend::
+  sim_hold CONT
   beside_wait "$sim_pid" "$sim_log" "the simulation sweep"
   sim_pid=
   # Tests that need an image this machine may not have are #[ignore]d; run

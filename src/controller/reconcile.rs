@@ -612,13 +612,7 @@ async fn place(
         .map(|u| status::with_last_failures(u, &failures));
     if let Some(update) = &mut update {
         update.network = Some(network.clone());
-        ctx.env
-            .store
-            .write_status(id, update, ctx.env.term()?)
-            .await?;
-        ctx.outbox
-            .phases
-            .published(id, Some(update.phase), &ctx.env.metrics);
+        write_status(ctx, id, update).await?;
     }
     if let Some(d) = seen.converging(plan) {
         if adopted.is_none() {
@@ -729,15 +723,7 @@ async fn publish(
         }
     }
     match &verdict.publish {
-        Publish::Write(update) => {
-            ctx.env
-                .store
-                .write_status(id, update, ctx.env.term()?)
-                .await?;
-            ctx.outbox
-                .phases
-                .published(id, Some(update.phase), &ctx.env.metrics);
-        }
+        Publish::Write(update) => write_status(ctx, id, update).await?,
         Publish::Delete => {
             ctx.env.store.delete_status(id, ctx.env.term()?).await?;
             ctx.outbox.phases.published(id, None, &ctx.env.metrics);
@@ -1191,4 +1177,17 @@ async fn teardown(
         }
     }
     first_error
+}
+
+/// Writes `update` as `id`'s status in this process's term and moves the
+/// fleet's phase gauges with it (they count every write made here).
+async fn write_status(
+    ctx: &Context,
+    id: &SandboxId,
+    update: &status::StatusUpdate,
+) -> Result<(), ReconcileError> {
+    let env = &ctx.env;
+    env.store.write_status(id, update, env.term()?).await?;
+    (ctx.outbox.phases).published(id, Some(update.phase), &env.metrics);
+    Ok(())
 }

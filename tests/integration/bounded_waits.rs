@@ -175,6 +175,14 @@ async fn a_paused_engine_container_makes_its_readiness_probe_give_up_by_its_dead
         gave_up_after >= deadline && gave_up_after < deadline + Duration::from_secs(1),
         "the probe gave up {gave_up_after:?} into a {deadline:?} deadline: {message}"
     );
+    // Thawed at once: each retry frozen meanwhile would fail again and
+    // double the sandbox's backoff (0.5 s, 1 s, 2 s, …), and a slow
+    // machine could then push its next retry past the wait below.
+    pausing.store(false, Ordering::Release);
+    pauser.await.unwrap();
+    for c in env.containers(Some(&paused)).await {
+        let _ = env.docker.unpause_container(c.id.as_str()).await;
+    }
     let status = client
         .wait_ready(&other, &other_generation, Duration::from_secs(60))
         .await
@@ -187,11 +195,6 @@ async fn a_paused_engine_container_makes_its_readiness_probe_give_up_by_its_dead
     );
 
     // Thawed, the sandbox becomes ready and its credentials log in.
-    pausing.store(false, Ordering::Release);
-    pauser.await.unwrap();
-    for c in env.containers(Some(&paused)).await {
-        let _ = env.docker.unpause_container(c.id.as_str()).await;
-    }
     let status = eventually(
         "the thawed sandbox is ready",
         Duration::from_secs(120),
