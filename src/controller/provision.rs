@@ -275,7 +275,7 @@ async fn start(
         port,
         credentials,
         available,
-        labels.instance,
+        up.instance,
         &image,
     );
     status.node = node_of(&ctx.env, &up.id).await;

@@ -13,14 +13,14 @@
 //! trip over it. Sources do not call each other: only this module knows
 //! the order.
 
-use super::bring_up::{bring_up, ProvisionError};
+use super::bring_up::{bring_up, new_instance, ProvisionError};
 use super::env::Env;
-use super::pool::claim::{self, Claimant};
+use super::pool::claim::{self, Claim, Claimant};
 use super::pool::{Pool, Reserved};
 use super::{fork, image, network, seed, seed_template, template};
 use crate::domain::event::Origin;
 use crate::domain::id::{ContainerId, SandboxId};
-use crate::domain::labels::ContainerLabels;
+use crate::domain::labels::{ContainerLabels, INSTANCE};
 use crate::domain::plan::Provision;
 use crate::domain::pool::ClaimKind;
 use crate::domain::sandbox::DesiredSandbox;
@@ -101,6 +101,8 @@ pub(crate) struct Up {
     pub(crate) host_port: u16,
     /// The features it has.
     pub(crate) available: Vec<String>,
+    /// The credential-set token it carries, which its status publishes.
+    pub(crate) instance: String,
     /// The source it started from.
     pub(crate) source: Source,
     /// What it is counted and reported as.
@@ -113,6 +115,8 @@ enum Offer {
     Ready(Up),
     /// Its mounts, added to the start's spec.
     Mounted,
+    /// A ready container it tried to hand over, and failed: a claim.
+    Failed,
     /// Nothing now (and, for the engine's template, why it was refused).
     Nothing(Option<Refusal>),
 }
@@ -120,6 +124,12 @@ enum Offer {
 /// Tries `starts` in order until a container is up; a sandbox's new
 /// container is counted by where it came from (a claimed one is counted
 /// as a claim, by the pool).
+///
+/// A start that failed may leave its container behind (its removal can
+/// fail too, and a claim's rename can land after it gave up), so the
+/// next start carries a credential-set token of its own: the one left
+/// behind is never taken for the container whose status is published
+/// (simulation seed 9428).
 pub(crate) async fn run(
     env: &Env,
     sources: &Sources,
@@ -128,10 +138,19 @@ pub(crate) async fn run(
 ) -> Result<Up, ProvisionError> {
     let mut refused = None;
     let mut failed = None;
+    let mut token = None;
     for start in starts {
         let mut spec = job.spec.clone();
+        if let Some(token) = &token {
+            spec.labels
+                .insert(INSTANCE.to_owned(), String::clone(token));
+        }
         match offer(env, sources, job, start.source, &mut spec).await? {
             Offer::Ready(up) => return Ok(up),
+            Offer::Failed => {
+                token = Some(new_instance());
+                continue;
+            }
             Offer::Nothing(refusal) => {
                 refused = refused.or(refusal);
                 continue;
@@ -149,6 +168,7 @@ pub(crate) async fn run(
                     id,
                     host_port,
                     available,
+                    instance: instance_of(&spec),
                     source,
                     origin,
                 });
@@ -164,6 +184,7 @@ pub(crate) async fn run(
             return Err(e);
         }
         tracing::warn!(container = spec.name, source = ?start.source, error = %e, "the engine did not start from its source; trying the next");
+        token = Some(new_instance());
         failed = Some(e);
     }
     Err(failed.unwrap_or(ProvisionError::NothingToStart(job.engine.name())))
@@ -184,7 +205,7 @@ async fn offer(
     };
     let image = spec.image.clone();
     let volume = match (source, sandbox) {
-        (Source::Pool, Some(s)) => return Ok(claim(env, sources, job, s, &image).await),
+        (Source::Pool, Some(s)) => return Ok(claim(env, sources, job, s, spec).await),
         (Source::Fork, Some(s)) => {
             let (desired, p, labels) = (s.desired, s.provision, s.labels);
             fork::prepare(
@@ -230,38 +251,46 @@ async fn offer(
 }
 
 /// The ready pool container the reconcile reserved, claimed for the
-/// sandbox; nothing if there is none, the sandbox may not claim, or the
-/// claim failed.
+/// sandbox under `spec`'s token; nothing if there is none or the sandbox
+/// may not claim.
 async fn claim(
     env: &Env,
     sources: &Sources,
     job: &Job<'_>,
     s: &ForSandbox<'_>,
-    image: &str,
+    spec: &ContainerSpec,
 ) -> Offer {
     let Some(kind) = s.claim else {
         return Offer::Nothing(None);
     };
+    let instance = instance_of(spec);
     let claimant = Claimant {
         desired: s.desired,
         engine: job.engine,
         provision: s.provision,
         credentials: job.credentials,
-        instance: &s.labels.instance,
-        image,
+        instance: &instance,
+        image: &spec.image,
         network: s.network,
         kind,
     };
     match claim::claim(env, &sources.pool, &claimant, s.reserved).await {
-        Some(c) => Offer::Ready(Up {
+        Claim::Claimed(c) => Offer::Ready(Up {
             id: c.id,
             host_port: c.host_port,
             available: c.available,
+            instance,
             source: Source::Pool,
             origin: Origin::Pool,
         }),
-        None => Offer::Nothing(None),
+        Claim::Failed => Offer::Failed,
+        Claim::NoneReserved => Offer::Nothing(None),
     }
+}
+
+/// The credential-set token `spec`'s labels give its container.
+fn instance_of(spec: &ContainerSpec) -> String {
+    spec.labels.get(INSTANCE).cloned().unwrap_or_default()
 }
 
 /// What a seeded template of the job's container is made for.

@@ -175,14 +175,6 @@ async fn a_paused_engine_container_makes_its_readiness_probe_give_up_by_its_dead
         gave_up_after >= deadline && gave_up_after < deadline + Duration::from_secs(1),
         "the probe gave up {gave_up_after:?} into a {deadline:?} deadline: {message}"
     );
-    // Thawed at once: each retry frozen meanwhile would fail again and
-    // double the sandbox's backoff (0.5 s, 1 s, 2 s, …), and a slow
-    // machine could then push its next retry past the wait below.
-    pausing.store(false, Ordering::Release);
-    pauser.await.unwrap();
-    for c in env.containers(Some(&paused)).await {
-        let _ = env.docker.unpause_container(c.id.as_str()).await;
-    }
     let status = client
         .wait_ready(&other, &other_generation, Duration::from_secs(60))
         .await
@@ -194,17 +186,39 @@ async fn a_paused_engine_container_makes_its_readiness_probe_give_up_by_its_dead
         "the probe's own deadline ended the wait, not the reconcile's:\n{metrics}"
     );
 
-    // Thawed, the sandbox becomes ready and its credentials log in.
-    let status = eventually(
-        "the thawed sandbox is ready",
+    // Thawed, the sandbox becomes ready and its credentials log in. The
+    // controller is started again with the default deadline: 6 s is less
+    // than a cold Postgres start takes on a loaded machine (10-16 s in
+    // CI's first pass, where every retry then gave up again), and the
+    // retries frozen meanwhile have pushed the backoff out.
+    pausing.store(false, Ordering::Release);
+    pauser.await.unwrap();
+    for c in env.containers(Some(&paused)).await {
+        let _ = env.docker.unpause_container(c.id.as_str()).await;
+    }
+    controller.stop().await;
+    let controller = env.start(env.config());
+    // (What it last said is kept: a wait that times out shows it.)
+    let last = std::sync::Mutex::new(None);
+    let thawed = tokio::time::timeout(
         Duration::from_secs(120),
-        || async {
-            client.status(&paused).await.unwrap().filter(|s| {
-                s.phase == Phase::Ready && s.observed_generation >= generation.generation
-            })
-        },
+        eventually(
+            "the thawed sandbox is ready",
+            Duration::from_secs(3600),
+            || async {
+                let s = client.status(&paused).await.unwrap();
+                *last.lock().unwrap() = s.clone().map(|s| (s.phase, s.message));
+                s.filter(|s| {
+                    s.phase == Phase::Ready && s.observed_generation >= generation.generation
+                })
+            },
+        ),
     )
     .await;
+    let status = thawed.unwrap_or_else(|_| {
+        let last = last.lock().unwrap().clone();
+        panic!("the thawed sandbox is not ready after 120 s; its last status: {last:?}")
+    });
     let mut conn = sqlx::PgConnection::connect(&host_pg_url(&status.services["postgres"]))
         .await
         .expect("the published credentials log in");

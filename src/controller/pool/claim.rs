@@ -56,18 +56,33 @@ pub(crate) struct Claimed {
     pub(crate) available: Vec<String>,
 }
 
+/// What a claim came to.
+#[derive(Debug)]
+pub(crate) enum Claim {
+    /// The container is the sandbox's, ready under its credentials.
+    Claimed(Claimed),
+    /// No pool container was reserved for the engine.
+    NoneReserved,
+    /// The claim failed and its container is being removed; the removal
+    /// can fail, and what the claim asked of Docker can land after it
+    /// gave up, so the container may stay behind named and labelled as
+    /// the sandbox's, under the claim's token.
+    Failed,
+}
+
 /// Serves the claimant from the pool container `reserved` holds for its
-/// engine, if any; `None` sends it to its next start (nothing of the
-/// sandbox was changed, and a container a failed claim changed is
-/// removed).
+/// engine, if any; anything but [`Claim::Claimed`] sends it to its next
+/// start.
 pub(crate) async fn claim(
     env: &Env,
     pool: &Pool,
     who: &Claimant<'_>,
     reserved: &Reserved<'_>,
-) -> Option<Claimed> {
+) -> Claim {
     let engine = who.provision.engine;
-    let (_, ready) = reserved.take(engine)?;
+    let Some((_, ready)) = reserved.take(engine) else {
+        return Claim::NoneReserved;
+    };
     let started = Instant::now();
     match take_over(env, pool, who, &ready).await {
         Ok(claimed) => {
@@ -80,13 +95,13 @@ pub(crate) async fn claim(
                 adopted_network = ready.network == who.network,
                 "served from the warm pool"
             );
-            Some(claimed)
+            Claim::Claimed(claimed)
         }
         Err(e) => {
             env.metrics.pool.claim(engine, who.kind, None);
             tracing::warn!(container = %ready.id, error = %e, "warm-pool claim failed; removing the container and starting the sandbox's otherwise");
             super::discard(env, pool, &ready.id).await;
-            None
+            Claim::Failed
         }
     }
 }

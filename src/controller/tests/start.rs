@@ -64,6 +64,38 @@ async fn a_pool_claim_that_fails_gives_way_to_a_cold_start_and_its_container_is_
 }
 
 #[tokio::test]
+async fn a_failed_claims_container_left_behind_never_carries_the_published_token() {
+    let mut h = Harness::new();
+    with_pool(&mut h);
+    let ctx = h.context();
+    let pooled = fill_pool(&h, &ctx).await;
+
+    // The claim fails (its credentials are not set), and so does removing
+    // its container: the container stays, its claim recorded.
+    h.runtime.faults.set(RuntimeOp::Exec, Fault::Fail(1));
+    h.runtime.faults.set(RuntimeOp::Remove, Fault::Fail(1));
+    h.store.put_desired(row("a"));
+    assert_eq!(reconcile(&ctx, &id("a")).await.unwrap(), Next::Idle);
+    assert!(
+        h.runtime.containers().contains_key(&pooled),
+        "its removal failed"
+    );
+    let status = h.store.status_of(&id("a")).expect("a status row");
+    let published = &status.services[ENGINE.as_str()].instance;
+    let claimed = &h.store.claims()[&pooled].instance;
+    // Sharing the token, the leftover would pass for the published
+    // container: a heal could keep it, and publish credentials it never
+    // got (simulation seed 9428).
+    assert_ne!(
+        published, claimed,
+        "the cold start after the failed claim has a token of its own"
+    );
+
+    let (container, _) = h.published(&id("a"));
+    assert_ne!(container, pooled, "the status is the cold container's");
+}
+
+#[tokio::test]
 async fn a_ready_pool_container_is_tried_before_a_cold_start() {
     let mut h = Harness::new();
     with_pool(&mut h);
