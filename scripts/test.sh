@@ -133,10 +133,8 @@ else
   run "${first[@]}" -- --test-threads="${SANDBOXD_TEST_THREADS:-3}" "${skip[@]}"
   beside_wait "$bench_pid" "$bench_log" "the benchmark's smoke run"
   bench_pid=
-  # Nothing runs beside alone:: — the sweep included: even at idle
-  # priority it made a Swarm rotation's task on the two-node Swarm miss
-  # its 30 s readiness deadline (alone::swarm_two_nodes, in two CI runs
-  # and again by hand). It is stopped for these passes and goes on after.
+  # Nothing runs beside alone::, the sweep included: it is stopped for
+  # these passes and goes on after.
   sim_hold STOP
   # The Swarm backend's tests hold one single-node Swarm together
   # (common::SingleNodeSwarm counts its holders and the last one out
