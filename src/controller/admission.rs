@@ -15,13 +15,14 @@
 use super::env::Env;
 use super::ControllerError;
 use crate::config::ControllerConfig;
-use crate::domain::admission::{Arrival, Ask, Decision, Ledger, Quota};
+use crate::domain::admission::{Arrival, Ask, Decision, Holding, Ledger, Quota};
 use crate::domain::container::ObservedContainer;
 use crate::domain::event::{Event, Journal};
 use crate::domain::gate;
 use crate::domain::id::SandboxId;
-use crate::domain::plan::{Action, Plan, ProvisionReason};
-use crate::domain::sandbox::{DesiredSandbox, Phase, SandboxStatus};
+use crate::domain::identity::Incarnation;
+use crate::domain::plan::{self, Action, Plan, ProvisionReason, Wanted};
+use crate::domain::sandbox::{DesiredSandbox, SandboxStatus};
 use crate::ports::runtime::RuntimeError;
 use crate::sched::WorkQueue;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -158,12 +159,17 @@ pub(crate) async fn ask(
         },
         owner: desired.owner.clone(),
         engines,
+        incarnation: desired.incarnation.clone(),
     };
     let decision = {
         let mut ledger = admission.ledger();
         ledger.set_budget(budget);
         let waited = ledger.forget_waiter(&desired.id);
         let decision = ledger.admit(&ask, quota);
+        if decision == Decision::Admit {
+            let held = ledger.usage().get(&desired.owner).map(|u| u.sandboxes);
+            tracing::debug!(owner = %desired.owner, ?held, "admitted");
+        }
         if waited && decision == Decision::Admit {
             // The row behind it may be the head now.
             admission.wake(&ledger, &desired.id);
@@ -195,31 +201,57 @@ pub(crate) fn forget(env: &Env, admission: &Admission, id: &SandboxId) {
     }
 }
 
+/// Whose containers a reconcile settles: the sandbox's owner and, while
+/// its row is wanted, the row's incarnation.
+pub(crate) struct Holder<'a> {
+    pub(crate) owner: &'a str,
+    /// `Some` while the row is wanted: its incarnation.
+    pub(crate) wanted: Option<Option<&'a Incarnation>>,
+}
+
+/// Whether `c` serves `incarnation` (or may: a container from before
+/// incarnations, a row without one). A container of an earlier
+/// incarnation of the id is on its way out: it holds room on the host,
+/// not its owner's quota, so the row that came back is admitted on its
+/// own, like any new row.
+fn serves(c: &ObservedContainer, incarnation: Option<&Incarnation>) -> bool {
+    match (c.labels.incarnation.as_deref(), incarnation) {
+        (Some(label), Some(row)) => label == row.as_str(),
+        _ => true,
+    }
+}
+
 /// Records what `id` holds once its reconcile is done: the engines of
 /// `observed` it did not tear down and, while its row is wanted, those it
-/// publishes credentials for. Wakes the waiting rows when room freed.
-#[allow(clippy::too_many_arguments)]
+/// publishes credentials for, counted against the owner while the row is
+/// wanted and holds any of its own incarnation ([`serves`]). Wakes the
+/// waiting rows when room freed.
 pub(crate) fn settle(
     env: &Env,
     admission: &Admission,
     id: &SandboxId,
-    owner: &str,
-    wanted: bool,
+    holder: Holder<'_>,
     observed: &[ObservedContainer],
     torn_down: &HashSet<&crate::domain::id::ContainerId>,
     published: impl IntoIterator<Item = String>,
 ) {
-    let mut engines: BTreeSet<String> = observed
-        .iter()
-        .filter(|c| !torn_down.contains(&c.id))
-        .map(|c| c.labels.engine.clone())
-        .collect();
-    if wanted {
-        engines.extend(published);
+    let left = observed.iter().filter(|c| !torn_down.contains(&c.id));
+    let mut engines: BTreeSet<String> = left.clone().map(|c| c.labels.engine.clone()).collect();
+    let mut own: BTreeSet<String> = BTreeSet::new();
+    if let Some(incarnation) = holder.wanted {
+        own.extend(
+            left.filter(|c| serves(c, incarnation))
+                .map(|c| c.labels.engine.clone()),
+        );
+        own.extend(published);
+        engines.extend(own.iter().cloned());
     }
+    let wanted = !own.is_empty();
+    let incarnation = holder.wanted.flatten().filter(|_| wanted);
+    let owner = holder.owner;
     let mut ledger = admission.ledger();
-    let forgot = !wanted && ledger.forget_waiter(id);
-    if ledger.settle(id, owner, wanted, engines) || forgot {
+    let forgot = holder.wanted.is_none() && ledger.forget_waiter(id);
+    if ledger.settle(id, owner, wanted, incarnation, engines) || forgot {
         admission.wake(&ledger, id);
     }
     admission.publish(env, &mut ledger);
@@ -236,34 +268,46 @@ pub(crate) fn rebuild(
     statuses: &crate::fleet_hash::HashMap<&SandboxId, &SandboxStatus>,
     due: &BTreeSet<&SandboxId>,
 ) {
-    let now = env.clock.now();
-    let mut held: BTreeMap<SandboxId, (String, bool, BTreeSet<String>)> = BTreeMap::new();
+    let (now, policy) = (env.clock.now(), env.policy());
+    let mut held: BTreeMap<SandboxId, Holding> = BTreeMap::new();
+    let mut by_sandbox: BTreeMap<&SandboxId, Vec<&ObservedContainer>> = BTreeMap::new();
     for c in containers {
         held.entry(c.labels.sandbox.clone())
-            .or_insert_with(|| (c.labels.owner.clone(), false, BTreeSet::new()))
-            .2
+            .or_insert_with(|| (c.labels.owner.clone(), false, None, BTreeSet::new()))
+            .3
             .insert(c.labels.engine.clone());
+        by_sandbox.entry(&c.labels.sandbox).or_default().push(c);
     }
     let mut unjudged = Vec::new();
     for row in rows {
         let status = statuses
             .get(&row.id)
             .filter(|s| s.incarnation.is_none() || s.incarnation == row.incarnation);
-        let wanted = !row.is_expired(now) && status.is_none_or(|s| s.phase != Phase::Terminating);
+        // Wanted as a reconcile would judge it, but for its owner's
+        // container, which is not known yet: counted while in doubt, so
+        // that nothing is admitted in its room before its reconcile (a
+        // status left `terminating` by a row since restored says
+        // nothing).
+        let wanted = plan::wanted_until(Some(row), None, now, &policy).0 == Wanted::Yes;
         let entry = held
             .entry(row.id.clone())
-            .or_insert_with(|| (row.owner.clone(), wanted, BTreeSet::new()));
+            .or_insert_with(|| (row.owner.clone(), false, None, BTreeSet::new()));
         entry.0.clone_from(&row.owner);
-        entry.1 = wanted;
         if wanted {
-            let published = status.iter().flat_map(|s| s.services.keys());
-            entry.2.extend(
-                published
-                    .filter(|e| row.services.iter().any(|w| w.as_str() == e.as_str()))
-                    .cloned(),
-            );
+            let published = status
+                .iter()
+                .flat_map(|s| s.services.keys())
+                .filter(|e| row.services.iter().any(|w| w.as_str() == e.as_str()));
+            entry.3.extend(published.clone().cloned());
+            // Counted against the owner only with something of its own
+            // incarnation (see [`serves`]).
+            let own = by_sandbox
+                .get(&row.id)
+                .is_some_and(|cs| cs.iter().any(|c| serves(c, row.incarnation.as_ref())));
+            entry.1 = own || published.count() > 0;
+            entry.2 = row.incarnation.clone().filter(|_| entry.1);
         }
-        if entry.2.is_empty() && wanted && row.invalid.is_none() && due.contains(&row.id) {
+        if !entry.1 && wanted && row.invalid.is_none() && due.contains(&row.id) {
             unjudged.push((
                 Arrival {
                     at: row.created_at,
@@ -274,12 +318,13 @@ pub(crate) fn rebuild(
             ));
         }
     }
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        for (id, (owner, wanted, _, engines)) in &held {
+            tracing::debug!(sandbox = %id, %owner, wanted, ?engines, "admission: holds");
+        }
+    }
     let mut ledger = admission.ledger();
-    ledger.rebuild(
-        held.into_iter()
-            .map(|(id, (owner, wanted, engines))| (id, owner, wanted, engines)),
-        unjudged,
-    );
+    ledger.rebuild(held, unjudged);
     admission.publish(env, &mut ledger);
 }
 

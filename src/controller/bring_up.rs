@@ -13,9 +13,8 @@ use crate::config::ControllerConfig;
 use crate::domain::host_net::RouteConflict;
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::isolation::Isolation;
-use crate::domain::plan::{Provision, ProvisionReason};
 use crate::domain::sandbox::ServiceStatus;
-use crate::engine::{self, Credentials, Engine, EngineError, Target};
+use crate::engine::{Credentials, Engine, EngineError, Target};
 use crate::ports::runtime::{ContainerSpec, Containers, Runtime, RuntimeError, Tmpfs, Volume};
 use crate::ports::store::StoreError;
 use std::collections::{BTreeSet, HashMap};
@@ -269,54 +268,6 @@ pub(crate) fn published_credentials(s: &ServiceStatus) -> Credentials {
         user: s.user.clone(),
         password: s.password.clone(),
         database: s.database.clone(),
-    }
-}
-
-/// The status of a container of `engine` that is ready, reached by
-/// `host` on the sandbox's network and `host_port` on the host.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn ready_status(
-    env: &Env,
-    engine: &'static dyn Engine,
-    p: &Provision,
-    host: String,
-    host_port: u16,
-    credentials: Credentials,
-    available: Vec<String>,
-    instance: String,
-    image: &str,
-) -> ServiceStatus {
-    let port = engine.port();
-    #[cfg(any(test, feature = "simulation"))]
-    let credentials =
-        if crate::domain::mutation::on(crate::domain::mutation::Mutation::WrongPassword) {
-            Credentials {
-                password: crate::domain::secret::Secret::generate(),
-                ..credentials
-            }
-        } else {
-            credentials
-        };
-    ServiceStatus {
-        url: engine.url(&host, port, &credentials),
-        env: engine::env_vars(engine, &env.config.env_prefix, &host, port, &credentials),
-        host,
-        port,
-        host_port,
-        user: credentials.user,
-        password: credentials.password,
-        database: credentials.database,
-        available_extensions: available,
-        instance,
-        ready_at: Some(env.clock.now()),
-        heals: match (&p.reuse, p.reason) {
-            (Some(s), ProvisionReason::Heal) => s.heals.saturating_add(1),
-            (Some(s), _) => s.heals,
-            (None, _) => 0,
-        },
-        image: image.to_owned(),
-        node: None,
-        seed: p.seed.clone(),
     }
 }
 

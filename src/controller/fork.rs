@@ -25,7 +25,7 @@
 use super::copy::{helper, size_of, snapshot, Snapshot};
 use super::env::Env;
 use super::pool::Pool;
-use crate::domain::container::ContainerState;
+use crate::domain::container::{ContainerState, ExecOutput};
 use crate::domain::fork::{self, ForkOf};
 use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::isolation::Isolation;
@@ -216,11 +216,6 @@ async fn copy(
 ) -> Result<(), ForkError> {
     let source_id = of.sandbox.to_string();
     let started = Instant::now();
-    let runtime_error = |source| ForkError::Runtime {
-        source_id: source_id.clone(),
-        engine: p.engine,
-        source,
-    };
     // One copy at a time; frozen or not is read once this one's turn came.
     let (source, _) = source_container(env, pool, desired, of, p.engine).await?;
     let turn = copies.begin(&source).await;
@@ -250,18 +245,32 @@ async fn copy(
         env: engine.container_env(credentials, &p.features, false),
     };
     let outcome = snapshot(env.runtime.clone(), job, turn).await;
-    let result = match outcome.map_err(runtime_error) {
+    let result = judge(outcome, &source_id, p.engine);
+    report(env, p, &source_id, &result, started.elapsed());
+    result.map(|_| ())
+}
+
+/// What a copy of `source_id`'s `engine` came to: the bytes copied and
+/// how long the source was frozen, or why it failed.
+fn judge(
+    outcome: Result<(ExecOutput, Duration), RuntimeError>,
+    source_id: &str,
+    engine: EngineName,
+) -> Result<(u64, Duration), ForkError> {
+    match outcome {
         Ok((out, _)) if out.exit_code != 0 => Err(ForkError::Copy {
-            source_id: source_id.clone(),
-            engine: p.engine,
+            source_id: source_id.to_owned(),
+            engine,
             code: out.exit_code,
             output: crate::domain::seed::first_lines(&out.output),
         }),
         Ok((out, frozen)) => Ok((size_of(&out.output), frozen)),
-        Err(e) => Err(e),
-    };
-    report(env, p, &source_id, &result, started.elapsed());
-    result.map(|_| ())
+        Err(source) => Err(ForkError::Runtime {
+            source_id: source_id.to_owned(),
+            engine,
+            source,
+        }),
+    }
 }
 
 /// Counts and logs a copy of `source_id`'s data that took `took`: its

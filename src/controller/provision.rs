@@ -6,14 +6,14 @@
 
 pub use super::bring_up::{container_spec, wait_ready, ProvisionError};
 
-use super::bring_up::{new_instance, published_credentials, ready_status};
+use super::bring_up::{new_instance, published_credentials};
 use super::env::Env;
 use super::image;
 use super::network::{self, Placement};
 use super::pool::{self, Reserved};
 use super::recheck;
 use super::rotation::{self, Commit};
-use super::start::{self, ForSandbox, Job, Owner};
+use super::start::{self, ForSandbox, Job, Owner, Up};
 use super::volume;
 use super::Context;
 use crate::domain::event::Origin;
@@ -266,20 +266,55 @@ async fn start(
         &crate::domain::start::starts(wanted),
     )
     .await?;
-    let (port, available) = (up.host_port, up.available);
-    let mut status = ready_status(
-        &ctx.env,
-        engine,
-        p,
-        placement.host,
+    let (id, origin, seed_file) = (up.id.clone(), up.origin, up.source == Source::SeedFile);
+    let status = ready_status(&ctx.env, engine, p, placement.host, credentials, up, &image).await;
+    Ok((id, status, origin, seed_file))
+}
+
+/// The status of `up`, a container of `engine` that is ready, reached by
+/// `host` on the sandbox's network (and `up.host_port` on the host), on
+/// the node it runs on.
+async fn ready_status(
+    env: &Env,
+    engine: &'static dyn Engine,
+    p: &Provision,
+    host: String,
+    credentials: Credentials,
+    up: Up,
+    image: &str,
+) -> ServiceStatus {
+    let port = engine.port();
+    #[cfg(any(test, feature = "simulation"))]
+    let credentials =
+        if crate::domain::mutation::on(crate::domain::mutation::Mutation::WrongPassword) {
+            Credentials {
+                password: crate::domain::secret::Secret::generate(),
+                ..credentials
+            }
+        } else {
+            credentials
+        };
+    ServiceStatus {
+        url: engine.url(&host, port, &credentials),
+        env: crate::engine::env_vars(engine, &env.config.env_prefix, &host, port, &credentials),
+        host,
         port,
-        credentials,
-        available,
-        up.instance,
-        &image,
-    );
-    status.node = node_of(&ctx.env, &up.id).await;
-    Ok((up.id, status, up.origin, up.source == Source::SeedFile))
+        host_port: up.host_port,
+        user: credentials.user,
+        password: credentials.password,
+        database: credentials.database,
+        available_extensions: up.available,
+        instance: up.instance,
+        ready_at: Some(env.clock.now()),
+        heals: match (&p.reuse, p.reason) {
+            (Some(s), ProvisionReason::Heal) => s.heals.saturating_add(1),
+            (Some(s), _) => s.heals,
+            (None, _) => 0,
+        },
+        image: image.to_owned(),
+        node: node_of(env, &up.id).await,
+        seed: p.seed.clone(),
+    }
 }
 
 /// Checks, before anything is removed, that `image` and the daemon can

@@ -21,7 +21,7 @@ use crate::domain::container::ByteStream;
 use crate::domain::id::ContainerId;
 use crate::domain::labels;
 use crate::domain::seed::{self, SeedHash, SeedInfo, APPLY_TIMEOUT};
-use crate::engine::{Credentials, Engine, EngineError, SeedBytes};
+use crate::engine::{Credentials, Engine, EngineError, SeedBytes, Target};
 use crate::ports::runtime::{FileContent, RuntimeError, Volume, VolumeFill};
 use crate::ports::store::{Store, StoreError};
 use bytes::Bytes;
@@ -491,25 +491,7 @@ pub(crate) async fn load(
         };
         let target = exec.target(&host, port, credentials);
         let _slot = seeds.slot(hash).await?;
-        let failed = ReadFailure::default();
-        let content = SeedBytes {
-            head: &info.head,
-            chunks: chunks(env.store.clone(), &info, failed.clone()),
-        };
-        match tokio::time::timeout(APPLY_TIMEOUT, engine.seed(&target, content)).await {
-            Ok(Ok(())) => Ok(()),
-            // The engine saw its input end early: the state database's
-            // fault, not the seed's.
-            Ok(Err(_)) if failed.get().is_some() => Err(SeedError::Read {
-                hash: hash.clone(),
-                reason: failed.get().cloned().unwrap_or_default(),
-            }),
-            Ok(Err(source)) => Err(SeedError::Engine {
-                hash: hash.clone(),
-                source,
-            }),
-            Err(_) => Err(SeedError::Timeout { hash: hash.clone() }),
-        }
+        feed(env, engine, &target, &info).await
     }
     .await;
     env.metrics
@@ -525,6 +507,36 @@ pub(crate) async fn load(
         Err(e) => tracing::warn!(container = %id, seed = %hash, error = %e, "seed not loaded"),
     }
     result
+}
+
+/// Streams the seed `info` names from the state database into `engine`
+/// at `target`, within [`APPLY_TIMEOUT`].
+async fn feed(
+    env: &Env,
+    engine: &'static dyn Engine,
+    target: &Target<'_>,
+    info: &SeedInfo,
+) -> Result<(), SeedError> {
+    let hash = &info.hash;
+    let failed = ReadFailure::default();
+    let content = SeedBytes {
+        head: &info.head,
+        chunks: chunks(env.store.clone(), info, failed.clone()),
+    };
+    match tokio::time::timeout(APPLY_TIMEOUT, engine.seed(target, content)).await {
+        Ok(Ok(())) => Ok(()),
+        // The engine saw its input end early: the state database's
+        // fault, not the seed's.
+        Ok(Err(_)) if failed.get().is_some() => Err(SeedError::Read {
+            hash: hash.clone(),
+            reason: failed.get().cloned().unwrap_or_default(),
+        }),
+        Ok(Err(source)) => Err(SeedError::Engine {
+            hash: hash.clone(),
+            source,
+        }),
+        Err(_) => Err(SeedError::Timeout { hash: hash.clone() }),
+    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use super::env::Env;
 use super::seed::Seeds;
 use crate::domain::id::ContainerId;
 use crate::domain::seed::{self, SeedHash};
-use crate::engine::{Credentials, Engine};
+use crate::engine::{Credentials, Engine, ForkCopy};
 use crate::ports::runtime::Volume;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
@@ -101,22 +101,7 @@ pub(crate) async fn capture(
         .unwrap()
         .insert(volume.name.clone(), Instant::now());
     let started = Instant::now();
-    let job = Snapshot {
-        source: source.clone(),
-        paused: false,
-        helper: copy::helper(
-            env,
-            format!("sandboxd-seed.{}", volume.name),
-            (seed::SEED, kind.hash.as_str()),
-            kind.image,
-            kind.engine,
-            &volume,
-            source,
-        ),
-        how,
-        data_path: kind.engine.data_path(),
-        env: kind.engine.container_env(credentials, kind.features, false),
-    };
+    let job = job(env, kind, &volume, source, how, credentials);
     let copied = copy::snapshot(env.runtime.clone(), job, ()).await;
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let (seed, volume) = (kind.hash, &volume.name);
@@ -132,6 +117,34 @@ pub(crate) async fn capture(
             tracing::warn!(%seed, %volume, exit_code = out.exit_code, %output, elapsed_ms, "{failed}");
         }
         Err(e) => tracing::warn!(%seed, %volume, error = %e, elapsed_ms, "{failed}"),
+    }
+}
+
+/// The copy of `source` (a running seeded container, not frozen) into
+/// `volume`, `kind`'s seeded template.
+fn job(
+    env: &Env,
+    kind: &Kind<'_>,
+    volume: &Volume,
+    source: &ContainerId,
+    how: ForkCopy,
+    credentials: &Credentials,
+) -> Snapshot {
+    Snapshot {
+        source: source.clone(),
+        paused: false,
+        helper: copy::helper(
+            env,
+            format!("sandboxd-seed.{}", volume.name),
+            (seed::SEED, kind.hash.as_str()),
+            kind.image,
+            kind.engine,
+            volume,
+            source,
+        ),
+        how,
+        data_path: kind.engine.data_path(),
+        env: kind.engine.container_env(credentials, kind.features, false),
     }
 }
 

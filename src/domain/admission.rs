@@ -30,12 +30,16 @@
 //! * **All or nothing**: the engines a sandbox creates are admitted
 //!   together or not at all, so it is never half-provisioned.
 
-use super::id::SandboxId;
+use super::id::{Incarnation, SandboxId};
 use super::sandbox::Phase;
 use super::status::StatusUpdate;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
+
+/// What a new leader's first relist found a sandbox holding: its owner,
+/// whether its row is wanted, the incarnation it holds for, its engines.
+pub(crate) type Holding = (String, bool, Option<Incarnation>, BTreeSet<String>);
 
 /// An owner's limits (`sandbox_quotas`); `None` is unlimited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -104,6 +108,9 @@ pub struct Ask {
     pub owner: String,
     /// The engines it creates (no container and no credentials yet).
     pub engines: BTreeSet<String>,
+    /// The row's incarnation: what the sandbox holds counts as its own
+    /// only if it was held for this incarnation.
+    pub incarnation: Option<Incarnation>,
 }
 
 /// Why a row waits.
@@ -154,6 +161,10 @@ struct Held {
     owner: String,
     /// Whether its row is still wanted (counted against its owner).
     wanted: bool,
+    /// The incarnation of the row it is held for. A row deleted and
+    /// inserted again (or restored from an older copy) is a new sandbox
+    /// to admission: what the id held before is on its way out.
+    incarnation: Option<Incarnation>,
     engines: BTreeSet<String>,
     /// When the ledger last changed it (see [`Ledger::mark`]).
     seq: u64,
@@ -335,8 +346,17 @@ impl Ledger {
     /// at once (its engines are held) and leaves the waiting rows, a
     /// waiting one takes (or keeps) its place among them.
     pub fn admit(&mut self, ask: &Ask, quota: Quota) -> Decision {
+        #[cfg(any(test, feature = "simulation"))]
+        let quota = if super::mutation::on(super::mutation::Mutation::IgnoreQuota) {
+            Quota::default()
+        } else {
+            quota
+        };
         let id = &ask.arrival.id;
-        let mine = self.held.get(id).filter(|h| h.wanted);
+        let mine = self
+            .held
+            .get(id)
+            .filter(|h| h.wanted && same(h.incarnation.as_ref(), ask.incarnation.as_ref()));
         let new_sandbox = mine.is_none();
         let adding: BTreeSet<&String> = ask
             .engines
@@ -366,7 +386,12 @@ impl Ledger {
             Bytes(owner_bytes),
             of_bytes(quota.memory_bytes)
         );
-        let decision = if quota.sandboxes == Some(0) && new_sandbox {
+        let decision = if !new_sandbox && adding.is_empty() {
+            // It re-creates only what it holds (a heal, a replace): it
+            // takes no room, so nothing, not even an earlier row that
+            // waits for that room, holds it back.
+            Decision::Admit
+        } else if quota.sandboxes == Some(0) && new_sandbox {
             wait(WaitReason::Never, format!("waiting for quota: owner '{who}' may hold no sandbox (limit sandboxes=0); raise it with `sandboxd quota set`"))
         } else if let Some(limit) = quota.memory_bytes.filter(|l| own + needs > *l) {
             wait(WaitReason::Never, format!("waiting for quota: {whole} {} and the owner's whole memory limit is {} (limit memory={}); it can never fit: raise the limit with `sandboxd quota set` or ask for fewer services", Bytes(own + needs), Bytes(limit), Bytes(limit)))
@@ -421,6 +446,7 @@ impl Ledger {
                     Held {
                         owner: ask.owner.clone(),
                         wanted: true,
+                        incarnation: ask.incarnation.clone(),
                         engines,
                         seq,
                     },
@@ -478,13 +504,15 @@ impl Ledger {
 
     /// Records what `id` holds after a reconcile: `engines` (containers
     /// left and credentials published), counted against `owner` while
-    /// `wanted`; nothing held drops it. True if its owner's use or the
-    /// host's went down (waiting rows may fit now).
+    /// `wanted` (for the row's `incarnation`); nothing held drops it.
+    /// True if its owner's use or the host's went down (waiting rows may
+    /// fit now).
     pub fn settle(
         &mut self,
         id: &SandboxId,
         owner: &str,
         wanted: bool,
+        incarnation: Option<&Incarnation>,
         engines: BTreeSet<String>,
     ) -> bool {
         let seq = self.next_seq();
@@ -494,10 +522,12 @@ impl Ledger {
         });
         if engines.is_empty() {
             self.take_held(id);
-        } else if before
-            .as_ref()
-            .is_some_and(|b| b.owner == owner && b.wanted == wanted && b.engines == engines)
-        {
+        } else if before.as_ref().is_some_and(|b| {
+            b.owner == owner
+                && b.wanted == wanted
+                && b.incarnation.as_ref() == incarnation
+                && b.engines == engines
+        }) {
             // Unchanged (a converged sandbox's reconcile): only touched.
             if let Some(h) = self.held.get_mut(id) {
                 h.seq = seq;
@@ -508,6 +538,7 @@ impl Ledger {
                 Held {
                     owner: owner.to_owned(),
                     wanted,
+                    incarnation: incarnation.cloned(),
                     engines,
                     seq,
                 },
@@ -569,14 +600,15 @@ impl Ledger {
     }
 
     /// Replaces everything with what a term's first relist found: what
-    /// each sandbox holds (owner, wanted, engines), and the rows that hold
+    /// each sandbox holds (owner, wanted, for which incarnation, engines),
+    /// and the rows that hold
     /// nothing yet and will be reconciled (owner, how many engines they
     /// ask for), waiting unjudged in arrival order: room is kept for them
     /// ahead of later rows, so a later row is not admitted first because
     /// its reconcile happened to run first.
     pub(crate) fn rebuild(
         &mut self,
-        held: impl IntoIterator<Item = (SandboxId, String, bool, BTreeSet<String>)>,
+        held: impl IntoIterator<Item = (SandboxId, Holding)>,
         unjudged: impl IntoIterator<Item = (Arrival, String, usize)>,
     ) {
         let seq = self.next_seq();
@@ -586,13 +618,14 @@ impl Ledger {
         self.arrivals.clear();
         self.owners.clear();
         self.engines = 0;
-        for (id, owner, wanted, engines) in held {
+        for (id, (owner, wanted, incarnation, engines)) in held {
             if !engines.is_empty() {
                 self.put_held(
                     id,
                     Held {
                         owner,
                         wanted,
+                        incarnation,
                         engines,
                         seq,
                     },
@@ -600,7 +633,7 @@ impl Ledger {
             }
         }
         for (arrival, owner, engines) in unjudged {
-            if self.held.contains_key(&arrival.id) {
+            if self.held.get(&arrival.id).is_some_and(|h| h.wanted) {
                 continue;
             }
             let needs = engines as u64 * self.engine_bytes;
@@ -614,6 +647,15 @@ impl Ledger {
                 },
             );
         }
+    }
+}
+
+/// Whether what was held for `held` counts for `asking`: the same
+/// incarnation, or one side from before incarnations.
+fn same(held: Option<&Incarnation>, asking: Option<&Incarnation>) -> bool {
+    match (held, asking) {
+        (Some(h), Some(a)) => h == a,
+        _ => true,
     }
 }
 

@@ -44,11 +44,16 @@ pub enum Mutation {
     SkipSeed,
     /// A warm pool whose starts fail never backs off.
     NoPoolBackoff,
+    /// A sandbox that pauses when idle is paused whether it is idle or
+    /// not.
+    PauseBusy,
+    /// Admission lets every sandbox in, whatever its owner's quota.
+    IgnoreQuota,
 }
 
 impl Mutation {
     /// Every mutation, in a fixed order.
-    pub const ALL: [Mutation; 13] = [
+    pub const ALL: [Mutation; 15] = [
         Mutation::SkipFence,
         Mutation::IgnoreGrace,
         Mutation::NoBreaker,
@@ -62,6 +67,8 @@ impl Mutation {
         Mutation::ForkWrongSource,
         Mutation::SkipSeed,
         Mutation::NoPoolBackoff,
+        Mutation::PauseBusy,
+        Mutation::IgnoreQuota,
     ];
 
     /// Its name on a command line.
@@ -80,6 +87,8 @@ impl Mutation {
             Mutation::ForkWrongSource => "fork-wrong-source",
             Mutation::SkipSeed => "skip-seed",
             Mutation::NoPoolBackoff => "no-pool-backoff",
+            Mutation::PauseBusy => "pause-busy",
+            Mutation::IgnoreQuota => "ignore-quota",
         }
     }
 
@@ -99,6 +108,8 @@ impl Mutation {
             Mutation::ForkWrongSource => "fork-data",
             Mutation::SkipSeed => "seed",
             Mutation::NoPoolBackoff => "backoff",
+            Mutation::PauseBusy => "idle",
+            Mutation::IgnoreQuota => "quota",
         }
     }
 

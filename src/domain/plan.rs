@@ -401,6 +401,10 @@ pub(crate) fn wanted_until(
 /// Whether `desired` is idle at `now` and asks to be paused rather than
 /// released (see [`Plan::pause`]).
 pub(crate) fn pause_due(desired: &DesiredSandbox, now: DateTime<Utc>, policy: &Policy) -> bool {
+    #[cfg(any(test, feature = "simulation"))]
+    if super::mutation::on(super::mutation::Mutation::PauseBusy) {
+        return desired.idle_action == IdleAction::Pause && desired.invalid.is_none();
+    }
     desired.idle_action == IdleAction::Pause
         && desired.invalid.is_none()
         && desired

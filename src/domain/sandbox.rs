@@ -107,6 +107,7 @@ impl DesiredSandbox {
     }
 
     /// Whether the row is past its [`expiry`](Self::expiry) at `now`.
+    #[cfg(test)]
     pub(crate) fn is_expired(&self, now: DateTime<Utc>) -> bool {
         self.expiry().is_some_and(|t| t <= now)
     }

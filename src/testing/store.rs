@@ -223,6 +223,23 @@ impl FakeStore {
         generation
     }
 
+    /// Records a use of row `id` at `at`, as `sandbox_touch` does, and
+    /// wakes the controllers: the row's `last_used_at` before, if the row
+    /// is there.
+    pub(crate) fn touch(
+        &self,
+        id: &SandboxId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        let mut t = self.tables.lock().unwrap();
+        let row = t.desired.get_mut(id)?;
+        let before = row.last_used_at;
+        row.last_used_at = before.max(at);
+        t.subscribers
+            .retain(|tx| tx.unbounded_send(Ok(id.to_string())).is_ok());
+        Some(before)
+    }
+
     /// Registers `content` as a seed of `engine` (as `sandbox_seed_put`):
     /// its hash.
     pub(crate) fn put_seed(&self, engine: &str, content: &[u8]) -> SeedHash {
@@ -248,6 +265,16 @@ impl FakeStore {
             .unwrap()
             .quotas
             .insert(owner.to_owned(), quota);
+    }
+
+    /// The limits of `owner` (or the default's).
+    pub(crate) fn quota_of(&self, owner: &str) -> crate::domain::admission::Quota {
+        let t = self.tables.lock().unwrap();
+        t.quotas
+            .get(owner)
+            .or_else(|| t.quotas.get("*"))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Deletes a desired row (leaving a tombstone, like the trigger) and notifies.
@@ -681,12 +708,7 @@ impl Store for FakeStore {
             .check(StoreOp::Quota)
             .await
             .map_err(|e| injected("read an owner's quota", e))?;
-        let t = self.tables.lock().unwrap();
-        Ok(t.quotas
-            .get(owner)
-            .or_else(|| t.quotas.get("*"))
-            .copied()
-            .unwrap_or_default())
+        Ok(self.quota_of(owner))
     }
 
     async fn prune_events(&self, _age: Duration) -> Result<u64, StoreError> {

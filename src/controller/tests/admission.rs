@@ -231,3 +231,85 @@ async fn a_new_leader_counts_what_runs_from_its_first_relist_before_it_admits_an
     stop.send(()).unwrap();
     task.await.unwrap();
 }
+
+/// A sandbox released and requested again (a new incarnation of its id)
+/// while its old container waits out the grace window is a new sandbox:
+/// that container is on its way out and held no quota since the release,
+/// so a new leader, whose first relist finds it beside the new row,
+/// admits the row like any other, not on its strength. (The simulation
+/// found it: the `quota` invariant, seed 24.)
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_requested_again_within_its_grace_window_waits_for_the_quota_like_any_new_row() {
+    let h = Harness::new();
+    h.store.set_quota("*", quota(Some(1), None));
+    {
+        let ctx = h.context();
+        h.store.put_desired(arriving("a", 0));
+        reconcile(&ctx, &id("a")).await.unwrap();
+        h.published(&id("a"));
+        // Released: its container waits out the grace window and no
+        // longer counts against the owner, so b is admitted.
+        h.store.delete_desired(&id("a"));
+        reconcile(&ctx, &id("a")).await.unwrap();
+        h.store.put_desired(arriving("b", 1));
+        reconcile(&ctx, &id("b")).await.unwrap();
+        h.published(&id("b"));
+    }
+    assert_eq!(h.containers(&id("a")).len(), 1, "a's old container stays");
+    h.step_down().await;
+    // Requested again (a new incarnation) while the owner holds b.
+    h.store.put_desired(arriving("a", 2));
+    let (stop, task) = start(h.controller());
+    until("a is judged", || {
+        h.store.status_of(&id("a")).is_some_and(|s| {
+            s.incarnation.is_some() && matches!(s.phase, Phase::Pending | Phase::Ready)
+        })
+    })
+    .await;
+    let a = h.store.status_of(&id("a")).expect("a status");
+    assert_eq!(a.phase, Phase::Pending, "{a:?}");
+    assert!(
+        a.message
+            .starts_with("waiting for quota: owner 'test' has 1 of 1 sandboxes"),
+        "{}",
+        a.message
+    );
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+/// A row restored from an older copy while its status still says
+/// `terminating` (written when the row went) is wanted again: a new
+/// leader's first relist counts it against its owner before anything is
+/// admitted, not only once its own reconcile has run. (The simulation
+/// found it: seed 4742.)
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_counts_a_restored_row_whose_status_still_says_terminating() {
+    let h = Harness::new();
+    h.store.set_quota("*", quota(Some(1), None));
+    {
+        let ctx = h.context();
+        h.store.put_desired(arriving("zed", 0));
+        reconcile(&ctx, &id("zed")).await.unwrap();
+        h.published(&id("zed"));
+        let copy = h.store.desired_rows();
+        h.store.delete_desired(&id("zed"));
+        reconcile(&ctx, &id("zed")).await.unwrap();
+        assert_eq!(h.store.phase_of(&id("zed")), Some(Phase::Terminating));
+        h.store.restore_desired(copy);
+    }
+    h.step_down().await;
+    h.store.put_desired(arriving("ann", 1));
+    let (stop, task) = start(h.controller());
+    until("ann is judged", || {
+        h.store
+            .phase_of(&id("ann"))
+            .is_some_and(|p| matches!(p, Phase::Pending | Phase::Ready))
+    })
+    .await;
+    let ann = h.store.status_of(&id("ann")).expect("a status");
+    assert_eq!(ann.phase, Phase::Pending, "{ann:?}");
+    assert!(h.containers(&id("ann")).is_empty(), "nothing created");
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}

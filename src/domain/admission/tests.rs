@@ -23,6 +23,7 @@ fn ask(name: &str, second: u32, owner: &str, engines: &[&str]) -> Ask {
         },
         owner: owner.into(),
         engines: engines.iter().map(|e| (*e).to_owned()).collect(),
+        incarnation: None,
     }
 }
 
@@ -84,7 +85,13 @@ fn a_released_sandbox_makes_room_and_the_waiting_row_is_the_head() {
     assert!(ledger.admit(&ask("b", 2, "alice", &["postgres"]), quota) != Decision::Admit);
     assert_eq!(ledger.heads(), vec![id("b")]);
     // Released: its containers wait out the grace window, no longer the owner's.
-    assert!(ledger.settle(&id("a"), "alice", false, ["postgres".to_owned()].into()));
+    assert!(ledger.settle(
+        &id("a"),
+        "alice",
+        false,
+        None,
+        ["postgres".to_owned()].into()
+    ));
     assert_eq!(
         ledger.admit(&ask("b", 2, "alice", &["postgres"]), quota),
         Decision::Admit
@@ -92,7 +99,7 @@ fn a_released_sandbox_makes_room_and_the_waiting_row_is_the_head() {
     assert_eq!(ledger.waiting(), 0);
     // The host still counts the released one's container until it is removed.
     assert_eq!(ledger.admitted_bytes(), 2 * ENGINE);
-    assert!(ledger.settle(&id("a"), "alice", false, BTreeSet::new()));
+    assert!(ledger.settle(&id("a"), "alice", false, None, BTreeSet::new()));
     assert_eq!(ledger.admitted_bytes(), ENGINE);
 }
 
@@ -184,12 +191,39 @@ fn a_later_row_does_not_overtake_an_earlier_row_of_its_owner_that_waits() {
         message(&c)
     );
     assert_eq!(ledger.heads(), vec![id("b")]);
-    ledger.settle(&id("a"), "alice", true, BTreeSet::new());
+    ledger.settle(&id("a"), "alice", true, None, BTreeSet::new());
     assert_eq!(
         ledger.admit(&ask("b", 2, "alice", &["postgres", "redis"]), quota),
         Decision::Admit
     );
     assert_eq!(ledger.heads(), vec![id("c")]);
+}
+
+/// A sandbox that re-creates only what it holds (its container renamed
+/// or killed behind sandboxd's back) takes no room: it is admitted even
+/// behind an earlier row that waits for the room it holds, which would
+/// otherwise wait for it for ever. (The simulation found it: seed 1530.)
+#[test]
+fn a_sandbox_that_recreates_what_it_holds_is_not_held_back_by_an_earlier_waiting_row() {
+    let mut ledger = Ledger::new(ENGINE, 0, None);
+    let quota = limit(Some(1), None);
+    assert_eq!(
+        ledger.admit(&ask("late", 5, "alice", &["postgres"]), quota),
+        Decision::Admit
+    );
+    let early = ledger.admit(&ask("early", 1, "alice", &["postgres"]), quota);
+    assert_eq!(reason(&early), Some(WaitReason::Owner));
+    assert_eq!(
+        ledger.admit(&ask("late", 5, "alice", &["postgres"]), quota),
+        Decision::Admit,
+        "it holds postgres already"
+    );
+    let grows = ledger.admit(&ask("late", 5, "alice", &["postgres", "redis"]), quota);
+    assert_eq!(
+        reason(&grows),
+        Some(WaitReason::Owner),
+        "a new engine does wait behind the earlier row"
+    );
 }
 
 #[test]
@@ -284,9 +318,12 @@ fn rows_not_judged_yet_after_a_rebuild_keep_their_room_ahead_of_later_rows() {
     ledger.rebuild(
         [(
             id("a"),
-            "alice".to_owned(),
-            true,
-            BTreeSet::from(["postgres".to_owned()]),
+            (
+                "alice".to_owned(),
+                true,
+                None,
+                BTreeSet::from(["postgres".to_owned()]),
+            ),
         )],
         [
             (
@@ -503,7 +540,7 @@ fn the_running_totals_match_what_the_ledger_holds_after_any_sequence_of_changes(
             }
             2 | 3 => {
                 let set = picked.iter().map(|e| (*e).to_owned()).collect();
-                ledger.settle(&id(name), owner, next(3) > 0, set);
+                ledger.settle(&id(name), owner, next(3) > 0, None, set);
             }
             4 => {
                 ledger.forget_waiter(&id(name));

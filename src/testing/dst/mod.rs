@@ -31,7 +31,7 @@ use crate::domain::clock::Clock;
 use crate::domain::fork::ForkOf;
 use crate::domain::id::{Deployment, SandboxId};
 use crate::domain::pool::PoolKey;
-use crate::domain::sandbox::DesiredSandbox;
+use crate::domain::sandbox::{DesiredSandbox, IdleAction};
 use crate::domain::ContainerId;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Containers as _, Networks as _};
@@ -65,6 +65,14 @@ const GRACE: Duration = Duration::from_secs(30);
 const POOL_SIZE: usize = 2;
 /// The most containers the pools learned from demand hold together.
 const LEARNED_POOLS: usize = 3;
+/// How long a sandbox that pauses when idle (every fourth id) goes
+/// without a request or a touch before it is paused.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The owner of every third id, which may hold [`QUOTA`] sandboxes at
+/// once (the others' owner is unlimited).
+const CAPPED: &str = "capped";
+/// See [`CAPPED`].
+const QUOTA: u64 = 2;
 /// A seed the fake engine loads.
 const GOOD_SEED: &[u8] = b"insert into t values (1)";
 /// A seed the fake engine cannot load (it begins with
@@ -188,6 +196,11 @@ enum Step {
         pick: u64,
     },
     Truncate,
+    /// The orchestrator touches the row (`sandbox_touch`): a use, which
+    /// resumes a paused sandbox.
+    Touch {
+        sandbox: usize,
+    },
     Checkpoint {
         sandbox: usize,
     },
@@ -287,7 +300,8 @@ fn plan(seed: u64, o: &Options) -> Vec<(Step, Duration)> {
                         empty: r.chance(300),
                     },
                     78..=80 => Step::Fork { sandbox, pick },
-                    81..=99 => Step::Pass,
+                    81..=83 => Step::Touch { sandbox },
+                    84..=99 => Step::Pass,
                     // A perturbation switched off: draw again.
                     _ => continue,
                 };
@@ -296,6 +310,11 @@ fn plan(seed: u64, o: &Options) -> Vec<(Step, Duration)> {
             (step, r.millis(2_000))
         })
         .collect()
+}
+
+/// When every world begins, on the simulated wall clock.
+fn epoch() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap()
 }
 
 /// The simulated wall clock: a fixed start plus tokio's paused time.
@@ -427,14 +446,29 @@ fn sandbox_id(i: usize) -> SandboxId {
     SandboxId::parse(&format!("sim{i:03}")).expect("a valid id")
 }
 
-fn row(id: SandboxId, features: u8) -> DesiredSandbox {
-    let at = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
+/// Row `i` as a request writes it at `now` (its last use); every fourth
+/// id pauses when idle rather than being released, and every third is
+/// [`CAPPED`]'s.
+fn row(i: usize, features: u8, now: DateTime<Utc>) -> DesiredSandbox {
     let wanted: BTreeSet<String> = [("alpha", 1u8), ("beta", 2u8)]
         .into_iter()
         .filter(|(_, bit)| features & bit != 0)
         .map(|(f, _)| f.to_owned())
         .collect();
-    crate::testing::fake_row(id, BTreeMap::from([(FakeEngine::NAME, wanted)]), at)
+    let mut row = crate::testing::fake_row(
+        sandbox_id(i),
+        BTreeMap::from([(FakeEngine::NAME, wanted)]),
+        epoch(),
+    );
+    row.last_used_at = now;
+    if i % 3 == 1 {
+        row.owner = CAPPED.to_owned();
+    }
+    if i % 4 == 3 {
+        row.idle_action = IdleAction::Pause;
+        row.idle_timeout = Some(IDLE_TIMEOUT);
+    }
+    row
 }
 
 /// The simulated controllers' deployment.
@@ -502,10 +536,17 @@ async fn world(seed: u64, o: &Options) -> Outcome {
     for content in [GOOD_SEED, FAILING_SEED] {
         world.store.put_seed(FakeEngine::NAME.as_str(), content);
     }
+    world.store.set_quota(
+        CAPPED,
+        crate::domain::admission::Quota {
+            sandboxes: Some(QUOTA),
+            memory_bytes: None,
+        },
+    );
     let mut procs = Processes {
         world: world.clone(),
         clock: Arc::new(SimClock {
-            at: Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap(),
+            at: epoch(),
             start: tokio::time::Instant::now(),
         }),
         config,
@@ -619,7 +660,10 @@ async fn act(
             // A fork's features are its source's (the database refuses a
             // change): a request of it only touches it.
             if let Some(fork) = existing.as_ref().filter(|r| r.fork_of.is_some()) {
-                store.put_desired(fork.clone());
+                let mut again = fork.clone();
+                again.last_used_at = world.wall();
+                store.put_desired(again);
+                world.used(&id, Some(fork.last_used_at));
                 return;
             }
             // Features only grow on an update (a shrink is a new row); the
@@ -630,7 +674,7 @@ async fn act(
                 .unwrap_or_default();
             let bits =
                 features | u8::from(had.contains("alpha")) | (u8::from(had.contains("beta")) << 1);
-            let mut new = row(id.clone(), bits);
+            let mut new = row(sandbox, bits, world.wall());
             new.seeds = match (&existing, seed) {
                 (Some(r), _) => r.seeds.clone(),
                 (None, 0) => BTreeMap::new(),
@@ -638,7 +682,14 @@ async fn act(
                 (None, _) => BTreeMap::from([(FakeEngine::NAME, seed_hash(FAILING_SEED))]),
             };
             store.put_desired(new);
+            world.used(&id, existing.map(|r| r.last_used_at));
             world.row_back(&id, store.incarnation_of(&id));
+        }
+        Step::Touch { sandbox } => {
+            let id = sandbox_id(sandbox);
+            if let Some(before) = store.touch(&id, world.wall()) {
+                world.used(&id, Some(before));
+            }
         }
         Step::Fork { sandbox, pick } => {
             let id = sandbox_id(sandbox);
@@ -650,13 +701,16 @@ async fn act(
                 return;
             }
             let of = src.id.clone();
-            let mut fork = row(id.clone(), 0);
+            let mut fork = row(sandbox, 0, world.wall());
+            // `sandbox_fork` forks an owner's own sandboxes only.
+            fork.owner.clone_from(&src.owner);
             fork.features = src.features.clone();
             fork.fork_of = Some(ForkOf {
                 sandbox: of,
                 incarnation: src.incarnation.clone().expect("rows carry an incarnation"),
             });
             store.put_desired(fork);
+            world.used(&id, None);
             world.row_back(&id, store.incarnation_of(&id));
         }
         Step::Release { sandbox } => {

@@ -355,7 +355,7 @@ impl Containers for SimRuntime {
         let created = self
             .change("create", &spec.name, async {
                 let id = self.fake().create_and_start(spec).await?;
-                world.created(&id, spec);
+                world.created(&self.process.holder, &id, spec);
                 world.pool_started(&self.process.holder, spec);
                 Ok(id)
             })

@@ -152,6 +152,26 @@ pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
         &[],
         "credentials: a create's claim of a pool container failed and its container could not be removed; the cold start that followed carried the claim's credential token, so after the world killed the cold container the claim's late rename made the leftover pass for the published one, and the heal kept it with credentials it never got. Each start after a failed one now draws a token of its own (controller::start::run; first worlds with forks and seeds; the extra draw changes this seed's world, so controller::tests::start pins the case)",
     ),
+    (
+        28,
+        &[],
+        "quota: a sandbox requested again (a new incarnation of its id) was admitted on the strength of what the id held before (containers waiting out their grace, a status of the earlier incarnation), over its owner's quota. The ledger holds a sandbox's engines for an incarnation, and only the row's own count against its owner (domain::admission, controller::admission::serves; first worlds with quotas)",
+    ),
+    (
+        30,
+        &[],
+        "quota: the same, in another world: same fix (first worlds with quotas)",
+    ),
+    (
+        1530,
+        &[],
+        "liveness: a sandbox re-creating what it held (its container renamed behind its back) waited behind an earlier row of its owner that waited for the room it held: neither was ever admitted. A sandbox that adds no engine is admitted at once (domain::admission::Ledger::admit; first worlds with quotas)",
+    ),
+    (
+        4742,
+        &[],
+        "quota: a new leader's first relist took a row restored from an older copy for unwanted because its status still said terminating, and admitted another row in its room. The rebuild judges a row wanted as a reconcile does (plan::wanted_until; first worlds with quotas)",
+    ),
 ];
 
 /// Seeds of the current workload that still fail, each with the

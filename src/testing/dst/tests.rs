@@ -198,6 +198,14 @@ fn every_mutation_is_caught_within_the_ci_budget() {
 /// variable, replays seed 0 and checks it passes.
 #[test]
 fn replay() {
+    // SANDBOXD_SIM_LOG=sandboxd=debug prints the controllers' logs too.
+    if let Ok(filter) = std::env::var("SANDBOXD_SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .without_time()
+            .try_init();
+    }
     let seed = env_u64("SANDBOXD_SIM_SEED").unwrap_or(0);
     let o = Options {
         only: std::env::var("SANDBOXD_SIM_STEPS").ok().map(|v| {

@@ -9,14 +9,14 @@ use crate::domain::container::ContainerState;
 use crate::domain::fork::ForkOf;
 use crate::domain::labels::ContainerLabels;
 use crate::domain::pool::PoolClaim;
-use crate::domain::sandbox::DesiredSandbox;
-use crate::domain::sandbox::Phase;
+use crate::domain::sandbox::{DesiredSandbox, IdleAction, Phase};
 use crate::domain::status::StatusUpdate;
 use crate::domain::{ContainerId, Incarnation, SandboxId};
 use crate::ports::runtime::ContainerSpec;
 use crate::testing::runtime::POOL_ORIGIN;
 use crate::testing::store::seed_hash;
 use crate::testing::{FakeContainer, FakeRuntime, FakeStore};
+use chrono::{DateTime, Utc};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -110,7 +110,29 @@ struct Oracle {
     /// When each process started containers of each pool of the failing
     /// seed (one per feature set) lately (within [`BACKOFF_WINDOW`]).
     failing_starts: BTreeMap<(String, String), Vec<Instant>>,
+    /// The uses (requests, touches) of each row within [`STALE_PAUSE`]:
+    /// when, and whether the row was idle just before.
+    uses: BTreeMap<SandboxId, Vec<(Instant, bool)>>,
+    /// Since when each wanted sandbox has held a live container of its
+    /// incarnation (by sandbox and incarnation), as of the last step.
+    holding_since: BTreeMap<(SandboxId, Option<String>), Instant>,
+    /// Each (sandbox, incarnation) that was given a container: only its
+    /// first is admission's (a later one is a retry or a heal of what
+    /// was admitted then).
+    given: BTreeSet<(SandboxId, Option<String>)>,
 }
+
+/// How long a sandbox must have held its containers before it surely
+/// counts against its owner's quota: a row back with the containers it
+/// left (requested again within its grace, or restored) holds them
+/// without being admitted, and a sandbox admitted before it came back may
+/// still be creating (its creates retried, backing off) for a while.
+const SETTLED: Duration = Duration::from_secs(45);
+
+/// How long after a use a controller may still publish a pause it
+/// decided before the use: a reconcile's deadline, and a process frozen
+/// meanwhile, with room to spare. (The use wakes it to resume.)
+const STALE_PAUSE: Duration = Duration::from_secs(90);
 
 /// The window in which a process starts at most [`BACKOFF_STARTS`]
 /// containers of one pool of a seed that always fails: the pool backs off
@@ -169,6 +191,11 @@ impl World {
         self.calm.load(Ordering::SeqCst)
     }
 
+    /// The simulated wall clock (what the controllers' clock says).
+    pub(crate) fn wall(&self) -> DateTime<Utc> {
+        super::epoch() + chrono::Duration::from_std(self.elapsed()).expect("a short world")
+    }
+
     /// Simulated time since the world began.
     pub(crate) fn elapsed(&self) -> Duration {
         Instant::now() - self.start
@@ -224,6 +251,21 @@ impl World {
         };
         o.gone_at.entry(id.clone()).or_insert(gone);
         o.gone_incarnation.insert(id.clone(), incarnation);
+    }
+
+    /// Row `id` was used now (requested or touched); its last use before
+    /// was `before` (`None`: a new row).
+    pub(crate) fn used(&self, id: &SandboxId, before: Option<DateTime<Utc>>) {
+        let Some(row) = self.store.desired_of(id) else {
+            return;
+        };
+        let now = Instant::now();
+        let wall = self.wall();
+        let idle_before = before.is_some_and(|b| idle_at(&row, b).is_some_and(|t| t <= wall));
+        let mut o = self.oracle.lock().unwrap();
+        let uses = o.uses.entry(id.clone()).or_default();
+        uses.retain(|(at, _)| now - *at <= STALE_PAUSE);
+        uses.push((now, idle_before));
     }
 
     /// A row is (again) wanted.
@@ -323,10 +365,11 @@ impl World {
     }
 
     /// A controller's create reached the world.
-    pub(crate) fn created(&self, id: &ContainerId, spec: &ContainerSpec) {
+    pub(crate) fn created(&self, holder: &str, id: &ContainerId, spec: &ContainerSpec) {
         let Some(labels) = ContainerLabels::parse(&spec.labels) else {
             return;
         };
+        self.check_quota(holder, &labels.sandbox, labels.incarnation.clone(), id);
         let secrets = spec
             .stdin
             .as_ref()
@@ -379,6 +422,9 @@ impl World {
     /// A claim's credentials are about to be set in pool container `id`:
     /// no pool container is served twice.
     pub(crate) fn serving_claim(&self, holder: &str, id: &ContainerId) {
+        if let Some(claim) = self.store.claims().get(id) {
+            self.check_quota(holder, &claim.sandbox, claim.incarnation.clone(), id);
+        }
         if !self.oracle.lock().unwrap().served.insert(id.clone()) {
             self.violate(
                 "pool",
@@ -585,6 +631,9 @@ impl World {
             "{holder} status {id} {:?} gen {}",
             update.phase, update.observed_generation
         ));
+        if update.phase == Phase::Paused {
+            self.check_idle(holder, id, update);
+        }
         if update.phase != Phase::Ready {
             return;
         }
@@ -633,6 +682,101 @@ impl World {
             self.check_fork_data(&o, holder, id, of, update);
         }
         self.check_seeded(&o, holder, &row, update);
+    }
+
+    /// The first container of a sandbox's incarnation, `new`, is given
+    /// only while its owner holds fewer sandboxes than its quota allows
+    /// (counting those that have held theirs for [`SETTLED`]).
+    fn check_quota(
+        &self,
+        holder: &str,
+        sandbox: &SandboxId,
+        incarnation: Option<String>,
+        new: &ContainerId,
+    ) {
+        let first =
+            (self.oracle.lock().unwrap().given).insert((sandbox.clone(), incarnation.clone()));
+        let Some(row) = self.store.desired_of(sandbox) else {
+            return;
+        };
+        if !first || row.incarnation.as_ref().map(ToString::to_string) != incarnation {
+            return;
+        }
+        let Some(limit) = self.store.quota_of(&row.owner).sandboxes else {
+            return;
+        };
+        // Whether `id` holds a live container of its row's incarnation now
+        // (other than `new`).
+        let holds_now = |id: &SandboxId| {
+            let r = self.store.desired_of(id)?;
+            let incarnation = r.incarnation.as_ref().map(ToString::to_string);
+            let holds = self.serving_of(id).iter().any(|(c, state, l)| {
+                c != new && *state == ContainerState::Running && l.incarnation == incarnation
+            });
+            holds.then_some((r.owner, incarnation))
+        };
+        if holds_now(sandbox).is_some() {
+            return;
+        }
+        let now = Instant::now();
+        let o = self.oracle.lock().unwrap();
+        let settled: Vec<&SandboxId> = o
+            .holding_since
+            .iter()
+            .filter(|((id, _), since)| now - **since >= SETTLED && id != sandbox)
+            .filter(|((id, incarnation), _)| {
+                holds_now(id)
+                    .is_some_and(|(owner, now_of)| owner == row.owner && now_of == *incarnation)
+            })
+            .map(|((id, _), _)| id)
+            .collect();
+        if settled.len() as u64 >= limit {
+            self.violate(
+                "quota",
+                format_args!(
+                    "{holder} gave {sandbox}, a new sandbox of owner '{}', container {new} while {settled:?} held the {limit} its quota allows",
+                    row.owner
+                ),
+            );
+        }
+    }
+
+    /// A sandbox published paused was idle: past its idle timeout now, or
+    /// idle until a use so recent that the pause may have been decided
+    /// before it.
+    fn check_idle(&self, holder: &str, id: &SandboxId, update: &StatusUpdate) {
+        let Some(row) = self.store.desired_of(id) else {
+            return;
+        };
+        if row.incarnation != update.incarnation {
+            return;
+        }
+        let wall = self.wall();
+        let Some(idle) = idle_at(&row, row.last_used_at) else {
+            self.violate(
+                "idle",
+                format_args!("{holder} published {id} paused, but its row never pauses"),
+            );
+            return;
+        };
+        if idle <= wall {
+            return;
+        }
+        let now = Instant::now();
+        let o = self.oracle.lock().unwrap();
+        let raced = o.uses.get(id).is_some_and(|uses| {
+            uses.iter()
+                .any(|(at, idle_before)| *idle_before && now - *at <= STALE_PAUSE)
+        });
+        if !raced {
+            self.violate(
+                "idle",
+                format_args!(
+                    "{holder} published {id} paused at {wall}, but it was last used at {} and is idle only from {idle}",
+                    row.last_used_at
+                ),
+            );
+        }
     }
 
     /// A ready seeded sandbox's data holds its seed: each seeded engine's
@@ -735,6 +879,7 @@ impl World {
     /// Checks what must hold at every moment.
     pub(crate) fn check_step(&self) {
         let mut live: BTreeMap<(SandboxId, String), u32> = BTreeMap::new();
+        let mut holding: BTreeSet<(SandboxId, Option<String>)> = BTreeSet::new();
         {
             let o = self.oracle.lock().unwrap();
             // Only a wanted sandbox's: an unwanted one's wait for its reap
@@ -756,6 +901,9 @@ impl World {
                         continue;
                     };
                     let current = wanted.get(&l.sandbox) == Some(&l.incarnation);
+                    if current && c.state == ContainerState::Running {
+                        holding.insert((l.sandbox.clone(), l.incarnation.clone()));
+                    }
                     if current && c.state == ContainerState::Running && !o.tampered.contains(id) {
                         *live
                             .entry((l.sandbox.clone(), l.engine.clone()))
@@ -768,6 +916,10 @@ impl World {
         // that reported failure left: both must be gone within the bound.
         let now = Instant::now();
         let mut o = self.oracle.lock().unwrap();
+        o.holding_since.retain(|key, _| holding.contains(key));
+        for key in holding {
+            o.holding_since.entry(key).or_insert(now);
+        }
         o.excess_since
             .retain(|key, _| live.get(key).is_some_and(|n| *n > 1));
         for (key, n) in &live {
@@ -832,17 +984,30 @@ impl World {
     pub(crate) fn unconverged(&self) -> Option<String> {
         let claims = self.store.claims();
         let never = self.never_ready();
+        let wall = self.wall();
+        let limits: BTreeMap<String, u64> = self
+            .store
+            .desired_rows()
+            .into_iter()
+            .filter_map(|r| Some((r.owner.clone(), self.store.quota_of(&r.owner).sandboxes?)))
+            .collect();
         self.store.with_rows(|rows, statuses| {
             self.runtime.with_containers(|containers| {
-                unconverged(rows, statuses, containers, &claims, &never)
+                let world = Converged {
+                    claims: &claims,
+                    never_ready: &never,
+                    wall,
+                    limits: &limits,
+                };
+                unconverged(rows, statuses, containers, &world)
             })
         })
     }
 
     /// The rows that may never be ready: those of the failing seed, and
-    /// forks whose source's named incarnation is gone (or can never be
-    /// ready itself). sandboxd keeps trying; the orchestrator must release
-    /// them.
+    /// forks whose source's named incarnation is gone, waits for its
+    /// owner's quota or can never be ready itself. sandboxd keeps trying;
+    /// the orchestrator must release them.
     fn never_ready(&self) -> BTreeSet<SandboxId> {
         let rows: BTreeMap<SandboxId, DesiredSandbox> = self
             .store
@@ -870,12 +1035,27 @@ impl World {
         // Only a heal starts from the copy the fork was made with; a fork
         // whose container went with its row and that is restored copies
         // its source again: it needs the source.
+        let waits = |id: &SandboxId| {
+            self.store.status_of(id).is_some_and(|s| {
+                s.phase == Phase::Pending && s.message.starts_with("waiting for quota")
+            })
+        };
         depth < 32
             && rows.get(&of.sandbox).is_some_and(|source| {
                 source.incarnation.as_ref() == Some(&of.incarnation)
+                    && !waits(&source.id)
                     && self.makeable(rows, source, depth + 1)
             })
     }
+}
+
+/// When `row`, last used at `last_used`, is paused for idleness (`None`:
+/// it never is; it is released instead).
+fn idle_at(row: &DesiredSandbox, last_used: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let timeout = row
+        .idle_timeout
+        .filter(|_| row.idle_action == IdleAction::Pause)?;
+    Some(last_used + chrono::Duration::from_std(timeout).ok()?)
 }
 
 /// Who wrote the data `origin` is a copy of (its head): `SANDBOX@INCARNATION`,
@@ -900,14 +1080,36 @@ fn writer(o: &Oracle, origin: &str) -> String {
         )
 }
 
+/// What [`unconverged`] judges by beyond the tables.
+struct Converged<'a> {
+    claims: &'a Claims,
+    /// The rows that may never be ready ([`World::never_ready`]).
+    never_ready: &'a BTreeSet<SandboxId>,
+    /// The simulated wall clock now.
+    wall: DateTime<Utc>,
+    /// The sandboxes each limited owner may hold.
+    limits: &'a BTreeMap<String, u64>,
+}
+
 /// See [`World::unconverged`].
 fn unconverged(
     rows: &BTreeMap<SandboxId, crate::domain::sandbox::DesiredSandbox>,
     statuses: &BTreeMap<SandboxId, crate::domain::sandbox::SandboxStatus>,
     containers: &BTreeMap<ContainerId, FakeContainer>,
-    claims: &Claims,
-    never_ready: &BTreeSet<SandboxId>,
+    w: &Converged<'_>,
 ) -> Option<String> {
+    let (claims, never_ready, wall) = (w.claims, w.never_ready, w.wall);
+    // What each owner holds: its rows up (ready or paused) and those that
+    // may never be (admitted, and retried for ever).
+    let mut held: BTreeMap<&str, u64> = BTreeMap::new();
+    for row in rows.values() {
+        let up = statuses.get(&row.id).is_some_and(|s| {
+            matches!(s.phase, Phase::Ready | Phase::Paused) && s.incarnation == row.incarnation
+        });
+        if up || never_ready.contains(&row.id) {
+            *held.entry(row.owner.as_str()).or_default() += 1;
+        }
+    }
     let serving: Vec<(&ContainerId, &FakeContainer, Cow<'_, ContainerLabels>)> = containers
         .iter()
         .filter_map(|(id, c)| Some((id, c, serving(id, c, claims)?)))
@@ -916,7 +1118,19 @@ fn unconverged(
         let Some(status) = statuses.get(&row.id) else {
             return Some(format!("{} has no status", row.id));
         };
-        if status.phase != Phase::Ready
+        // A row of an owner that holds all its quota allows waits.
+        let full = w
+            .limits
+            .get(&row.owner)
+            .is_some_and(|l| held.get(row.owner.as_str()).copied().unwrap_or(0) >= *l);
+        if full && status.phase == Phase::Pending && status.message.starts_with("waiting for quota")
+        {
+            continue;
+        }
+        // An idle sandbox that pauses is paused, every container frozen.
+        let paused = idle_at(row, row.last_used_at).is_some_and(|t| t <= wall);
+        let phase = if paused { Phase::Paused } else { Phase::Ready };
+        if status.phase != phase
             // A restored older row has a lower generation than what
             // was observed of it: that still answers its request.
             || status.observed_generation < row.generation
@@ -934,16 +1148,33 @@ fn unconverged(
             ));
         }
         for engine in &row.services {
-            let n = serving
+            let live: Vec<&FakeContainer> = serving
                 .iter()
                 .filter(|(_, c, l)| {
                     l.sandbox == row.id
                         && l.engine == engine.as_str()
                         && c.state == ContainerState::Running
                 })
-                .count();
-            if n != 1 {
-                return Some(format!("{} has {n} live {engine} containers", row.id));
+                .map(|(_, c, _)| *c)
+                .collect();
+            if live.len() != 1 {
+                return Some(format!(
+                    "{} has {} live {engine} containers",
+                    row.id,
+                    live.len()
+                ));
+            }
+            if live[0].paused != paused {
+                return Some(format!(
+                    "{}'s {engine} container is {} although the sandbox is {}",
+                    row.id,
+                    if live[0].paused {
+                        "frozen"
+                    } else {
+                        "not frozen"
+                    },
+                    if paused { "idle" } else { "in use" },
+                ));
             }
         }
     }
