@@ -290,7 +290,11 @@ pub(crate) async fn data_file(
     hash: &SeedHash,
 ) -> Result<Option<Volume>, SeedError> {
     let info = seeds.info(env, hash).await?;
-    if !info.is_data_file() {
+    #[cfg(any(test, feature = "simulation"))]
+    if crate::domain::mutation::on(crate::domain::mutation::Mutation::IgnoreDataFile) {
+        return Ok(None);
+    }
+    if !engine.is_data_file(&info.head) {
         return Ok(None);
     }
     same_engine(&info, engine)?;
@@ -321,6 +325,14 @@ pub(crate) async fn data_file(
     tracing::info!(seed = %hash, volume = %volume.name, "seed data file written");
     seeds.written.lock().unwrap().insert(volume.name.clone());
     Ok(Some(volume))
+}
+
+/// Forgets `volume`, a seed's data file or seeded template that a
+/// container did not start from: a data file is written again by the
+/// next start; a template's containers load the seed again until a seeded
+/// pool container copies it anew.
+pub(crate) fn forget(seeds: &Seeds, volume: &Volume) {
+    seeds.written.lock().unwrap().remove(&volume.name);
 }
 
 /// The labels of a volume of seed `hash` (its data file, its templates):

@@ -62,13 +62,6 @@ pub(crate) async fn ready(env: &Env, seeds: &Seeds, kind: &Kind<'_>) -> Option<V
         .then_some(volume)
 }
 
-/// Forgets `volume`, a seeded template a container did not start from
-/// (damaged behind sandboxd's back): containers load the seed again until
-/// a seeded pool container copies it anew.
-pub(crate) fn forget(seeds: &Seeds, volume: &Volume) {
-    seeds.written.lock().unwrap().remove(&volume.name);
-}
-
 /// Copies container `source` of `kind` (its seed just loaded, logged in
 /// with `credentials`, not offered to anyone yet) into its seeded
 /// template, unless this process made that already. A copy that fails

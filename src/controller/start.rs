@@ -303,15 +303,17 @@ fn seed_kind<'a>(job: &'a Job<'_>, image: &'a str) -> Option<seed_template::Kind
     })
 }
 
-/// Forgets what `source` offered a start that failed: a seed's template
-/// or the engine's template that does not start the engine (damaged
-/// behind sandboxd's back; under Swarm, a node its job has not reached)
-/// is made again rather than tried by the next container.
+/// Forgets what `source` offered a start that failed: a seed's data
+/// file, a seed's template or the engine's template that does not start
+/// the engine (removed or damaged behind this process's back: by an
+/// operator, or by another leader's collection while this one stood by;
+/// under Swarm, a node its job has not reached) is made again rather
+/// than tried by the next container.
 async fn forget(env: &Env, sources: &Sources, job: &Job<'_>, source: Source, spec: &ContainerSpec) {
     match source {
-        Source::SeedTemplate => {
-            if let Some(copy) = &spec.start_from {
-                seed_template::forget(&sources.seeds, copy);
+        Source::SeedTemplate | Source::SeedFile => {
+            if let Some(volume) = &spec.start_from {
+                seed::forget(&sources.seeds, volume);
             }
         }
         Source::Template => {
@@ -329,7 +331,7 @@ async fn forget(env: &Env, sources: &Sources, job: &Job<'_>, source: Source, spe
             )
             .await;
         }
-        Source::Pool | Source::Fork | Source::SeedFile | Source::Cold => {}
+        Source::Pool | Source::Fork | Source::Cold => {}
     }
 }
 

@@ -49,11 +49,14 @@ pub enum Mutation {
     PauseBusy,
     /// Admission lets every sandbox in, whatever its owner's quota.
     IgnoreQuota,
+    /// A seed that is a data file is sent to the engine as statements
+    /// instead of being written into a volume the container starts from.
+    IgnoreDataFile,
 }
 
 impl Mutation {
     /// Every mutation, in a fixed order.
-    pub const ALL: [Mutation; 15] = [
+    pub const ALL: [Mutation; 16] = [
         Mutation::SkipFence,
         Mutation::IgnoreGrace,
         Mutation::NoBreaker,
@@ -69,6 +72,7 @@ impl Mutation {
         Mutation::NoPoolBackoff,
         Mutation::PauseBusy,
         Mutation::IgnoreQuota,
+        Mutation::IgnoreDataFile,
     ];
 
     /// Its name on a command line.
@@ -89,6 +93,7 @@ impl Mutation {
             Mutation::NoPoolBackoff => "no-pool-backoff",
             Mutation::PauseBusy => "pause-busy",
             Mutation::IgnoreQuota => "ignore-quota",
+            Mutation::IgnoreDataFile => "ignore-data-file",
         }
     }
 
@@ -110,6 +115,7 @@ impl Mutation {
             Mutation::NoPoolBackoff => "backoff",
             Mutation::PauseBusy => "idle",
             Mutation::IgnoreQuota => "quota",
+            Mutation::IgnoreDataFile => "liveness",
         }
     }
 

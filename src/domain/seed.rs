@@ -97,18 +97,11 @@ pub struct SeedInfo {
 /// every magic below.
 pub(crate) const HEAD_BYTES: usize = 16;
 
-impl SeedInfo {
-    /// Whether the content is a data file the engine starts from rather
-    /// than statements sent once it is ready: a Redis or Valkey RDB file
-    /// (it starts with the format's magic `REDIS` and a four-digit
-    /// version; no command is called `REDIS0…`).
-    pub(crate) fn is_data_file(&self) -> bool {
-        matches!(self.engine.as_str(), "redis" | "valkey") && is_rdb(&self.head)
-    }
-}
-
-/// Whether `bytes` start as an RDB file does.
-fn is_rdb(bytes: &[u8]) -> bool {
+/// Whether `bytes` start as an RDB file does: the format's magic `REDIS`
+/// and a four-digit version (no command is called `REDIS0…`). Redis and
+/// Valkey start from such a seed
+/// ([`Engine::is_data_file`](crate::engine::Engine::is_data_file)).
+pub(crate) fn is_rdb(bytes: &[u8]) -> bool {
     bytes.len() > 9 && bytes.starts_with(b"REDIS") && bytes[5..9].iter().all(u8::is_ascii_digit)
 }
 
@@ -332,32 +325,6 @@ pub(crate) fn first_lines(error: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn an_rdb_file_is_a_data_file_for_redis_and_valkey_only() {
-        let seed = |engine: &str, bytes: &[u8]| SeedInfo {
-            hash: SeedHash::parse(&format!("sha256:{}", "a".repeat(64))).unwrap(),
-            engine: engine.to_owned(),
-            size: bytes.len() as u64,
-            head: bytes[..bytes.len().min(HEAD_BYTES)].to_vec(),
-        };
-        let rdb = b"REDIS0012\xfa\x09redis-ver";
-        for (engine, bytes, file) in [
-            ("redis", &rdb[..], true),
-            ("valkey", &rdb[..], true),
-            ("postgres", &rdb[..], false),
-            ("redis", &b"SET k v\n"[..], false),
-            ("redis", &b"REDIS"[..], false),
-            ("redis", &b"REDISxxxx and more"[..], false),
-            ("postgres", &b"PGDMP\x01\x10\x00\x04\x08\x01\x01"[..], false),
-        ] {
-            assert_eq!(
-                seed(engine, bytes).is_data_file(),
-                file,
-                "{engine} {bytes:?}"
-            );
-        }
-    }
 
     #[test]
     fn a_pg_dump_archive_is_told_by_its_magic() {

@@ -300,6 +300,15 @@ pub trait Engine: Send + Sync + 'static {
     fn start_dir(&self) -> Option<&'static str> {
         None
     }
+    /// Whether a seed that begins with `head` (its first
+    /// [`HEAD_BYTES`](crate::domain::seed::HEAD_BYTES)) is a data file this
+    /// engine starts from, written into a volume at its
+    /// [`start_dir`](Self::start_dir), rather than statements sent to it
+    /// once it is ready.
+    fn is_data_file(&self, head: &[u8]) -> bool {
+        let _ = head;
+        false
+    }
     /// How a fork copies this engine's data (see `controller::fork`);
     /// `None`: this engine's sandboxes cannot be forked.
     fn fork_copy(&self) -> Option<ForkCopy> {

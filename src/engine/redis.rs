@@ -293,6 +293,11 @@ impl Engine for Resp {
         // The images load `dump.rdb` from there at start.
         Some("/var/lib/sandboxd/template")
     }
+    /// An RDB file: only a start can load one (the agent's user may not
+    /// `RESTORE`).
+    fn is_data_file(&self, head: &[u8]) -> bool {
+        seed::is_rdb(head)
+    }
     fn fork_copy(&self) -> Option<ForkCopy> {
         Some(ForkCopy {
             script: FORK_COPY,
@@ -478,6 +483,30 @@ impl Engine for Resp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_rdb_file_is_a_data_file_for_redis_and_valkey_only() {
+        use crate::domain::seed::HEAD_BYTES;
+        use crate::engine::{Engine, Postgres};
+        let rdb = b"REDIS0012\xfa\x09redis-ver";
+        for (engine, bytes, file) in [
+            (&REDIS as &dyn Engine, &rdb[..], true),
+            (&VALKEY, &rdb[..], true),
+            (&Postgres, &rdb[..], false),
+            (&REDIS, &b"SET k v\n"[..], false),
+            (&REDIS, &b"REDIS"[..], false),
+            (&REDIS, &b"REDISxxxx and more"[..], false),
+            (&Postgres, &b"PGDMP\x01\x10\x00\x04\x08\x01\x01"[..], false),
+        ] {
+            let head = &bytes[..bytes.len().min(HEAD_BYTES)];
+            assert_eq!(
+                engine.is_data_file(head),
+                file,
+                "{} {bytes:?}",
+                engine.name()
+            );
+        }
+    }
 
     #[test]
     fn info_clients_replies_give_the_connected_clients() {

@@ -16,6 +16,9 @@ const NAME: EngineName = EngineName::of_engine("fakedb");
 /// The fake engine's copy script: the fake runtime runs `copy` in a
 /// helper by copying the data's origin into the helper's volume.
 pub(crate) const FORK_SCRIPT: &str = "fakedb-fork";
+/// How a data-file seed of the fake engine begins (see
+/// [`Engine::is_data_file`]).
+pub(crate) const DATA_FILE: &[u8] = b"FAKEDATA";
 
 /// An engine whose probe asks the container (through exec) whether it runs.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +96,11 @@ impl Engine for FakeEngine {
     /// origin through the volume).
     fn start_dir(&self) -> Option<&'static str> {
         Some("/start")
+    }
+    /// A seed that begins with [`DATA_FILE`] is a data file, as an RDB
+    /// file is Redis's: written into a volume the container starts from.
+    fn is_data_file(&self, head: &[u8]) -> bool {
+        head.starts_with(DATA_FILE)
     }
     /// Its copy needs the source frozen, as Postgres's does.
     fn fork_copy(&self) -> Option<ForkCopy> {

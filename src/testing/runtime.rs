@@ -10,8 +10,8 @@ use crate::domain::labels::ContainerLabels;
 use crate::domain::pool::PooledContainer;
 use crate::ports::runtime::{
     Capabilities, Commands, ContainerAction, ContainerSpec, Containers, DiskStore, EventStream,
-    Helper, Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource, RuntimeError,
-    RuntimeEvent, TemplateJob, Volumes,
+    FileContent, Helper, Host, Images, NetworkSpec, NetworkStream, Networks, ObservedResource,
+    RuntimeError, RuntimeEvent, TemplateJob, VolumeFill, Volumes,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -30,6 +30,7 @@ pub(crate) enum RuntimeOp {
     ImageLabels,
     Pull,
     TemplateJob,
+    FillVolume,
     Create,
     Rename,
     PublishedPort,
@@ -635,7 +636,8 @@ fn helper_exec(w: &mut World, helper: &Helper, cmd: &[&str]) -> ExecOutput {
 
 /// The fake engine's seed load (exec `seed` with `FAKEDB_SEED`): a
 /// running container holds the seed afterwards, unless its content says
-/// `fail` (a seed whose statements fail).
+/// `fail` (a seed whose statements fail) or is a data file (only a start
+/// can load one, as Redis an RDB file).
 fn load_seed(w: &mut World, id: &ContainerId, env: &[String]) -> ExecOutput {
     let content = env.iter().find_map(|e| e.strip_prefix("FAKEDB_SEED="));
     let c = w
@@ -647,6 +649,12 @@ fn load_seed(w: &mut World, id: &ContainerId, env: &[String]) -> ExecOutput {
             exit_code: 1,
             output: "the seed's statements fail".to_owned(),
         },
+        (Some(_), Some(content)) if content.as_bytes().starts_with(super::engine::DATA_FILE) => {
+            ExecOutput {
+                exit_code: 1,
+                output: "a data file is no statements".to_owned(),
+            }
+        }
         (Some(c), Some(content)) => {
             c.seed = Some(content.to_owned());
             ExecOutput {
@@ -1318,6 +1326,62 @@ impl Volumes for FakeRuntime {
             w.volumes.insert(volume.name.clone(), volume.labels.clone());
         }
         w.template_jobs += 1;
+        Ok(())
+    }
+
+    /// As the Docker adapter: the volume is created with its labels (one
+    /// that exists must carry them) and holds the file; a container that
+    /// starts from it holds its content as its seed.
+    async fn fill_volume(
+        &self,
+        fill: &VolumeFill,
+        content: FileContent,
+    ) -> Result<(), RuntimeError> {
+        self.faults
+            .check(RuntimeOp::FillVolume)
+            .await
+            .map_err(|e| injected("fill volume", e))?;
+        let volume = &fill.volume;
+        if let Some(existing) = self.world.lock().unwrap().volumes.get(&volume.name) {
+            if !volume
+                .labels
+                .iter()
+                .all(|(k, v)| existing.get(k) == Some(v))
+            {
+                return Err(RuntimeError::Refused(format!(
+                    "volume {} exists but was not made for this",
+                    volume.name
+                )));
+            }
+        }
+        let mut bytes = Vec::new();
+        let mut chunks = content.chunks;
+        while let Some(chunk) = chunks.next().await {
+            bytes.extend_from_slice(&chunk.map_err(|e| RuntimeError::Api {
+                op: "fill volume",
+                target: volume.name.clone(),
+                source: e.to_string().into(),
+            })?);
+        }
+        if bytes.len() as u64 != content.len {
+            return Err(RuntimeError::Refused(format!(
+                "volume {}: {} of {} bytes arrived",
+                volume.name,
+                bytes.len(),
+                content.len
+            )));
+        }
+        let mut w = self.world.lock().unwrap();
+        w.volumes
+            .entry(volume.name.clone())
+            .or_insert_with(|| volume.labels.clone());
+        w.volume_data.insert(
+            volume.name.clone(),
+            Copied {
+                origin: format!("file:{}", volume.name),
+                seed: Some(String::from_utf8_lossy(&bytes).into_owned()),
+            },
+        );
         Ok(())
     }
 }

@@ -133,3 +133,43 @@ async fn the_last_start_that_fails_fails_the_provision_and_leaves_no_container()
     );
     assert_eq!(starts_from(&h, "cold"), 0.0, "nothing started");
 }
+
+/// A seed's data file removed behind this process's back (another
+/// leader's collection while this one stood by, an operator's `docker
+/// volume rm`) is written again: the start refused for the missing volume
+/// forgets it, and the next start writes it. (The simulation found it:
+/// seed 4173.)
+#[tokio::test]
+async fn a_seed_data_file_removed_behind_the_controllers_back_is_written_again() {
+    let h = Harness::new();
+    let ctx = h.context();
+    let content = b"FAKEDATA t=1";
+    let hash = h.store.put_seed(ENGINE.as_str(), content);
+    h.store.put_desired(DesiredSandbox {
+        seeds: BTreeMap::from([(ENGINE, hash)]),
+        ..row("a")
+    });
+    reconcile(&ctx, &id("a")).await.unwrap();
+    let (first, _) = h.published(&id("a"));
+    let seed_of = |c: &ContainerId| h.runtime.container(c).and_then(|c| c.seed);
+    assert_eq!(seed_of(&first).as_deref(), Some("FAKEDATA t=1"));
+    // The container goes, then its seed's volume.
+    h.runtime.remove(&first, Duration::ZERO).await.unwrap();
+    let volume = (h.runtime.volume_names().into_iter())
+        .find(|v| v.contains("-seed-"))
+        .expect("the data file's volume");
+    (h.runtime.remove_volume(&volume, &h.config.deployment, None))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        if h.store.phase_of(&id("a")) == Some(Phase::Ready) && !h.containers(&id("a")).is_empty() {
+            break;
+        }
+        let _ = reconcile(&ctx, &id("a")).await;
+        // Past the heal's back-off.
+        h.clock.advance(chrono::Duration::seconds(60));
+    }
+    let (healed, _) = h.published(&id("a"));
+    assert_ne!(healed, first);
+    assert_eq!(seed_of(&healed).as_deref(), Some("FAKEDATA t=1"));
+}

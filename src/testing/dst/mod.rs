@@ -75,6 +75,10 @@ const CAPPED: &str = "capped";
 const QUOTA: u64 = 2;
 /// A seed the fake engine loads.
 const GOOD_SEED: &[u8] = b"insert into t values (1)";
+/// A seed that is a data file (it begins with
+/// [`crate::testing::engine::DATA_FILE`]): written into a volume new
+/// containers start from, never sent as statements.
+const DATA_FILE_SEED: &[u8] = b"FAKEDATA t=1";
 /// A seed the fake engine cannot load (it begins with
 /// [`crate::testing::runtime::FAILING_SEED`]); a warm pool of it is
 /// configured, so that its back-off is exercised in every world.
@@ -180,7 +184,8 @@ impl Failure {
 #[derive(Debug, Clone)]
 enum Step {
     /// Insert or update a row (an update may grow its features). A new
-    /// row names a seed: none (0), the good one (1) or the failing one (2).
+    /// row names a seed: none (0), the good one (1), the failing one (2)
+    /// or the data file (3).
     Put {
         sandbox: usize,
         features: u8,
@@ -265,7 +270,8 @@ fn plan(seed: u64, o: &Options) -> Vec<(Step, Duration)> {
                         features: r.below(4) as u8,
                         seed: match r.below(10) {
                             0..=6 => 0,
-                            7..=8 => 1,
+                            7 => 1,
+                            8 => 3,
                             _ => 2,
                         },
                     },
@@ -533,7 +539,7 @@ pub fn run(seed: u64, o: &Options) -> Outcome {
 async fn world(seed: u64, o: &Options) -> Outcome {
     let config = config();
     let world = World::new(seed, o.switches, GRACE, config.breaker);
-    for content in [GOOD_SEED, FAILING_SEED] {
+    for content in [GOOD_SEED, FAILING_SEED, DATA_FILE_SEED] {
         world.store.put_seed(FakeEngine::NAME.as_str(), content);
     }
     world.store.set_quota(
@@ -679,6 +685,7 @@ async fn act(
                 (Some(r), _) => r.seeds.clone(),
                 (None, 0) => BTreeMap::new(),
                 (None, 1) => BTreeMap::from([(FakeEngine::NAME, seed_hash(GOOD_SEED))]),
+                (None, 3) => BTreeMap::from([(FakeEngine::NAME, seed_hash(DATA_FILE_SEED))]),
                 (None, _) => BTreeMap::from([(FakeEngine::NAME, seed_hash(FAILING_SEED))]),
             };
             store.put_desired(new);

@@ -564,6 +564,19 @@ impl Volumes for SimRuntime {
         self.change("helper", &helper.name, self.fake().start_helper(helper))
             .await
     }
+
+    async fn fill_volume(
+        &self,
+        fill: &VolumeFill,
+        content: FileContent,
+    ) -> Result<(), RuntimeError> {
+        self.change(
+            "fill-volume",
+            &fill.volume.name,
+            self.fake().fill_volume(fill, content),
+        )
+        .await
+    }
 }
 
 #[async_trait]

@@ -172,6 +172,11 @@ pub const REGRESSIONS: &[(u64, &[usize], &str)] = &[
         &[],
         "quota: a new leader's first relist took a row restored from an older copy for unwanted because its status still said terminating, and admitted another row in its room. The rebuild judges a row wanted as a reconcile does (plan::wanted_until; first worlds with quotas)",
     ),
+    (
+        4173,
+        &[],
+        "liveness: a process wrote a data-file seed's volume and remembered it; another leader's relist removed it as named by no row; leading again, the first process mounted the volume it remembered and every start was refused. A start that fails forgets the data file it started from, so the next writes it again (controller::start::forget; first worlds with data files)",
+    ),
 ];
 
 /// Seeds of the current workload that still fail, each with the

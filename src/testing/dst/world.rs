@@ -122,8 +122,9 @@ struct Oracle {
     given: BTreeSet<(SandboxId, Option<String>)>,
 }
 
-/// How long a sandbox must have held its containers before it surely
-/// counts against its owner's quota: a row back with the containers it
+/// How long a sandbox must have held its containers (and its
+/// credentials been published) before it surely counts against its
+/// owner's quota: a row back with the containers it
 /// left (requested again within its grace, or restored) holds them
 /// without being admitted, and a sandbox admitted before it came back may
 /// still be creating (its creates retried, backing off) for a while.
@@ -725,8 +726,16 @@ impl World {
             .iter()
             .filter(|((id, _), since)| now - **since >= SETTLED && id != sandbox)
             .filter(|((id, incarnation), _)| {
-                holds_now(id)
-                    .is_some_and(|(owner, now_of)| owner == row.owner && now_of == *incarnation)
+                // Up as its owner sees it: its credentials published too (a
+                // container a failed create left, not yet removed, is not
+                // a sandbox the owner has, and a list may not show it).
+                let published = self.store.status_of(id).is_some_and(|s| {
+                    s.incarnation.as_ref().map(ToString::to_string) == *incarnation
+                        && !s.services.is_empty()
+                });
+                published
+                    && holds_now(id)
+                        .is_some_and(|(owner, now_of)| owner == row.owner && now_of == *incarnation)
             })
             .map(|((id, _), _)| id)
             .collect();
