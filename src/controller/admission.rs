@@ -167,8 +167,8 @@ pub(crate) async fn ask(
         let waited = ledger.forget_waiter(&desired.id);
         let decision = ledger.admit(&ask, quota);
         if decision == Decision::Admit {
-            let held = ledger.usage().get(&desired.owner).map(|u| u.sandboxes);
-            tracing::debug!(owner = %desired.owner, ?held, "admitted");
+            let held = ledger.use_of(&desired.owner).sandboxes;
+            tracing::debug!(owner = %desired.owner, held, "admitted");
         }
         if waited && decision == Decision::Admit {
             // The row behind it may be the head now.
@@ -215,10 +215,10 @@ pub(crate) struct Holder<'a> {
 /// not its owner's quota, so the row that came back is admitted on its
 /// own, like any new row.
 fn serves(c: &ObservedContainer, incarnation: Option<&Incarnation>) -> bool {
-    match (c.labels.incarnation.as_deref(), incarnation) {
-        (Some(label), Some(row)) => label == row.as_str(),
-        _ => true,
-    }
+    Incarnation::may_match(
+        c.labels.incarnation.as_deref(),
+        incarnation.map(Incarnation::as_str),
+    )
 }
 
 /// Records what `id` holds once its reconcile is done: the engines of

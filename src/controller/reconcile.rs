@@ -737,19 +737,11 @@ async fn publish(
         // Which one failed is not known: every container still counts.
         Some(_) => std::collections::HashSet::new(),
     };
-    // Credentials published for an earlier incarnation of the id (a
-    // status left from before a restore) are not this row's.
-    let incarnation = desired.and_then(|d| d.incarnation.as_ref());
     let mut published: Vec<String> = match &verdict.publish {
         Publish::Write(update) => update.services.keys().cloned().collect(),
         Publish::Delete => Vec::new(),
         Publish::Nothing => standing
             .as_ref()
-            .filter(|p| {
-                p.incarnation.is_none()
-                    || incarnation.is_none()
-                    || p.incarnation.as_ref() == incarnation
-            })
             .map(|p| p.services.keys().cloned().collect())
             .unwrap_or_default(),
     };

@@ -247,6 +247,11 @@ impl Ledger {
         self.waiting.len()
     }
 
+    /// `owner`'s use (none if it holds and waits for nothing).
+    pub(crate) fn use_of(&self, owner: &str) -> Use {
+        self.owners.get(owner).copied().unwrap_or_default()
+    }
+
     /// Each owner's use (owners that hold or wait only).
     pub fn usage(&self) -> BTreeMap<String, Use> {
         self.owners.iter().map(|(o, u)| (o.clone(), *u)).collect()
@@ -650,13 +655,13 @@ impl Ledger {
     }
 }
 
-/// Whether what was held for `held` counts for `asking`: the same
-/// incarnation, or one side from before incarnations.
+/// Whether what was held for `held` counts for `asking`
+/// ([`Incarnation::may_match`]).
 fn same(held: Option<&Incarnation>, asking: Option<&Incarnation>) -> bool {
-    match (held, asking) {
-        (Some(h), Some(a)) => h == a,
-        _ => true,
-    }
+    Incarnation::may_match(
+        held.map(Incarnation::as_str),
+        asking.map(Incarnation::as_str),
+    )
 }
 
 /// The status of a row whose new engines wait for admission (nothing of

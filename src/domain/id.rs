@@ -258,6 +258,15 @@ impl Incarnation {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether `a` and `b` (as text: a label, a row's) may be one
+    /// incarnation: the same, or either side from before incarnations.
+    pub(crate) fn may_match(a: Option<&str>, b: Option<&str>) -> bool {
+        match (a, b) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+    }
 }
 
 impl fmt::Display for Incarnation {

@@ -116,6 +116,13 @@ impl FakeContainer {
     }
 }
 
+/// Whether a volume that exists with `existing` labels was made for what
+/// asks for it with `wanted` (it carries every one of them), as the
+/// Docker adapter judges data to start from.
+fn made_for(existing: &HashMap<String, String>, wanted: &HashMap<String, String>) -> bool {
+    wanted.iter().all(|(k, v)| existing.get(k) == Some(v))
+}
+
 /// How a pool container's data origin starts: its claimant wrote it.
 pub(crate) const POOL_ORIGIN: &str = "pool:";
 
@@ -818,7 +825,7 @@ impl Containers for FakeRuntime {
         // this (its labels).
         let started_from = match &spec.start_from {
             Some(v) => match w.volumes.get(&v.name) {
-                Some(existing) if v.labels.iter().all(|(k, l)| existing.get(k) == Some(l)) => {
+                Some(existing) if made_for(existing, &v.labels) => {
                     Some(w.volume_data.get(&v.name).cloned().unwrap_or(Copied {
                         origin: String::new(),
                         seed: None,
@@ -1343,11 +1350,7 @@ impl Volumes for FakeRuntime {
             .map_err(|e| injected("fill volume", e))?;
         let volume = &fill.volume;
         if let Some(existing) = self.world.lock().unwrap().volumes.get(&volume.name) {
-            if !volume
-                .labels
-                .iter()
-                .all(|(k, v)| existing.get(k) == Some(v))
-            {
+            if !made_for(existing, &volume.labels) {
                 return Err(RuntimeError::Refused(format!(
                     "volume {} exists but was not made for this",
                     volume.name

@@ -97,6 +97,13 @@ impl Tables {
             .is_some_and(|l| l.term == term && l.expires > Instant::now())
     }
 
+    /// Wakes every watcher of the desired rows with `payload` (a row's
+    /// id, or `*`: all of them), as the database's notification does.
+    fn notify(&mut self, payload: &str) {
+        self.subscribers
+            .retain(|tx| tx.unbounded_send(Ok(payload.to_owned())).is_ok());
+    }
+
     fn fenced(&self, term: Term) -> Result<(), StoreError> {
         if self.lease_valid(term) {
             Ok(())
@@ -218,8 +225,7 @@ impl FakeStore {
         let generation = row.generation;
         let id = row.id.clone();
         t.desired.insert(id.clone(), row);
-        t.subscribers
-            .retain(|tx| tx.unbounded_send(Ok(id.to_string())).is_ok());
+        t.notify(id.as_str());
         generation
     }
 
@@ -235,8 +241,7 @@ impl FakeStore {
         let row = t.desired.get_mut(id)?;
         let before = row.last_used_at;
         row.last_used_at = before.max(at);
-        t.subscribers
-            .retain(|tx| tx.unbounded_send(Ok(id.to_string())).is_ok());
+        t.notify(id.as_str());
         Some(before)
     }
 
@@ -282,8 +287,7 @@ impl FakeStore {
         let mut t = self.tables.lock().unwrap();
         t.desired.remove(id);
         t.released.insert(id.to_string());
-        t.subscribers
-            .retain(|tx| tx.unbounded_send(Ok(id.to_string())).is_ok());
+        t.notify(id.as_str());
     }
 
     /// The incarnation of `id`'s desired row, if there is one.
@@ -326,16 +330,14 @@ impl FakeStore {
     pub(crate) fn resume_reaping(&self) {
         let mut t = self.tables.lock().unwrap();
         t.reaping.paused = false;
-        t.subscribers
-            .retain(|tx| tx.unbounded_send(Ok("*".into())).is_ok());
+        t.notify("*");
     }
 
     /// Deletes every desired row at once, as `TRUNCATE` does.
     pub(crate) fn truncate_desired(&self) {
         let mut t = self.tables.lock().unwrap();
         t.desired.clear();
-        t.subscribers
-            .retain(|tx| tx.unbounded_send(Ok("*".into())).is_ok());
+        t.notify("*");
     }
 
     /// Whether reaping is paused.
@@ -423,8 +425,7 @@ impl FakeStore {
         t.released
             .retain(|id| !rows.iter().any(|r| r.id.as_str() == id.as_str()));
         t.desired = rows.into_iter().map(|r| (r.id.clone(), r)).collect();
-        t.subscribers
-            .retain(|tx| tx.unbounded_send(Ok("*".into())).is_ok());
+        t.notify("*");
     }
 
     /// How many status writes succeeded.
