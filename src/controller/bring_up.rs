@@ -15,7 +15,9 @@ use crate::domain::id::{ContainerId, EngineName};
 use crate::domain::isolation::Isolation;
 use crate::domain::sandbox::ServiceStatus;
 use crate::engine::{Credentials, Engine, EngineError, Target};
-use crate::ports::runtime::{ContainerSpec, Containers, Runtime, RuntimeError, Tmpfs, Volume};
+use crate::ports::runtime::{
+    Commands, ContainerSpec, Containers, Networks, RuntimeError, Tmpfs, Volume,
+};
 use crate::ports::store::StoreError;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -400,7 +402,7 @@ pub(crate) async fn count_clients(
 /// route for its address going through another interface (a bridge that
 /// outlived its network).
 async fn not_ready(
-    runtime: &dyn Runtime,
+    runtime: &(impl Networks + Containers + ?Sized),
     engine: &'static dyn Engine,
     target: &Target<'_>,
     id: &ContainerId,
@@ -431,7 +433,7 @@ async fn not_ready(
 /// the container exits, or the engine's own deadline passes (a probe that
 /// hangs, say on a paused container, is cut off at the deadline).
 pub async fn wait_ready(
-    runtime: &dyn Runtime,
+    runtime: &(impl Networks + Containers + Commands + ?Sized),
     engine: &'static dyn Engine,
     id: &ContainerId,
     name: &str,
@@ -454,7 +456,7 @@ pub async fn wait_ready(
 
 #[tracing::instrument(name = "wait_ready", skip_all, fields(attempts = tracing::field::Empty))]
 async fn poll_ready(
-    runtime: &dyn Runtime,
+    runtime: &(impl Networks + Containers + ?Sized),
     engine: &'static dyn Engine,
     target: &Target<'_>,
     id: &ContainerId,

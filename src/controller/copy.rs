@@ -15,7 +15,7 @@ use crate::domain::container::ExecOutput;
 use crate::domain::id::ContainerId;
 use crate::domain::labels;
 use crate::engine::{Engine, ForkCopy};
-use crate::ports::runtime::{Helper, Runtime, RuntimeError, Tmpfs, Volume};
+use crate::ports::runtime::{Containers, Helper, Runtime, RuntimeError, Tmpfs, Volume};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,7 +135,7 @@ async fn take(
 /// its own, is not): the copy's output and how long the source was
 /// frozen. A source frozen here is thawed whatever the copy did.
 async fn copy_from<F, Fut>(
-    runtime: &dyn Runtime,
+    runtime: &(impl Containers + ?Sized),
     source: &ContainerId,
     freeze: bool,
     exec: F,

@@ -8,7 +8,7 @@ use crate::config::ProbeVia;
 use crate::domain::container::{ByteStream, ExecOutput, FilterOutput};
 use crate::domain::id::ContainerId;
 use crate::engine::{Credentials, Engine, Exec, Target};
-use crate::ports::runtime::{Runtime, RuntimeError};
+use crate::ports::runtime::{Commands, RuntimeError};
 use async_trait::async_trait;
 
 /// Where the controller reaches the engine of the container `id` (called
@@ -33,13 +33,13 @@ pub(crate) async fn probe_address(
     })
 }
 
-/// Commands inside one container, through the runtime.
-pub(crate) struct InContainer<'a> {
-    pub(crate) runtime: &'a dyn Runtime,
+/// Commands inside one container, through the runtime's [`Commands`].
+pub(crate) struct InContainer<'a, R: Commands + ?Sized> {
+    pub(crate) runtime: &'a R,
     pub(crate) id: &'a ContainerId,
 }
 
-impl InContainer<'_> {
+impl<R: Commands + ?Sized> InContainer<'_, R> {
     /// The engine in this container, reached at `host:port` and logged in
     /// to with `credentials`.
     pub(crate) fn target<'t>(
@@ -58,7 +58,7 @@ impl InContainer<'_> {
 }
 
 #[async_trait]
-impl Exec for InContainer<'_> {
+impl<R: Commands + ?Sized> Exec for InContainer<'_, R> {
     async fn exec(&self, cmd: &[&str], env: Vec<String>) -> Result<ExecOutput, String> {
         self.runtime
             .exec(self.id, cmd, env)

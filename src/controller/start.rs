@@ -175,8 +175,9 @@ pub(crate) async fn run(
             }
             Err(e) => e,
         };
-        // A container killed from outside says nothing of its source.
-        if matches!(e, ProvisionError::Interrupted(_)) {
+        // A container killed from outside says nothing of its source; a
+        // seed that failed to load would fail from the next one too.
+        if matches!(e, ProvisionError::Interrupted(_) | ProvisionError::Seed(_)) {
             return Err(e);
         }
         forget(env, sources, job, start.source, &spec).await;

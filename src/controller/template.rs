@@ -325,6 +325,13 @@ async fn resolve(
             return Resolved::Cold;
         }
     };
+    #[cfg(any(test, feature = "simulation"))]
+    let features =
+        &if crate::domain::mutation::on(crate::domain::mutation::Mutation::TemplateAnyFeatures) {
+            BTreeSet::new()
+        } else {
+            features.clone()
+        };
     let key = TemplateKey {
         engine: engine.name(),
         image: image.to_owned(),

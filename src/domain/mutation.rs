@@ -52,11 +52,14 @@ pub enum Mutation {
     /// A seed that is a data file is sent to the engine as statements
     /// instead of being written into a volume the container starts from.
     IgnoreDataFile,
+    /// A new container mounts its image's template whatever features it
+    /// was built with.
+    TemplateAnyFeatures,
 }
 
 impl Mutation {
     /// Every mutation, in a fixed order.
-    pub const ALL: [Mutation; 16] = [
+    pub const ALL: [Mutation; 17] = [
         Mutation::SkipFence,
         Mutation::IgnoreGrace,
         Mutation::NoBreaker,
@@ -73,6 +76,7 @@ impl Mutation {
         Mutation::PauseBusy,
         Mutation::IgnoreQuota,
         Mutation::IgnoreDataFile,
+        Mutation::TemplateAnyFeatures,
     ];
 
     /// Its name on a command line.
@@ -94,6 +98,7 @@ impl Mutation {
             Mutation::PauseBusy => "pause-busy",
             Mutation::IgnoreQuota => "ignore-quota",
             Mutation::IgnoreDataFile => "ignore-data-file",
+            Mutation::TemplateAnyFeatures => "template-any-features",
         }
     }
 
@@ -116,6 +121,7 @@ impl Mutation {
             Mutation::PauseBusy => "idle",
             Mutation::IgnoreQuota => "quota",
             Mutation::IgnoreDataFile => "liveness",
+            Mutation::TemplateAnyFeatures => "template",
         }
     }
 

@@ -22,14 +22,30 @@ pub(crate) const DATA_FILE: &[u8] = b"FAKEDATA";
 
 /// An engine whose probe asks the container (through exec) whether it runs.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct FakeEngine;
+pub(crate) struct FakeEngine {
+    /// Whether it starts from a template (mounted at [`TEMPLATE_DIR`],
+    /// its binaries at [`BINARIES_DIR`]) as Postgres does.
+    templated: bool,
+}
 
-/// A registry with only [`FakeEngine`].
-pub(crate) static FAKE_ENGINES: Registry = Registry::new(&[&FakeEngine]);
+/// Where the templated fake engine's template is mounted.
+const TEMPLATE_DIR: &str = "/template";
+/// Where the templated fake engine's binaries are mounted.
+const BINARIES_DIR: &str = "/binaries";
+
+/// A registry with only [`FakeEngine::PLAIN`].
+pub(crate) static FAKE_ENGINES: Registry = Registry::new(&[&FakeEngine::PLAIN]);
+
+/// A registry with only [`FakeEngine::TEMPLATED`] (the simulation's).
+pub(crate) static TEMPLATED_FAKE_ENGINES: Registry = Registry::new(&[&FakeEngine::TEMPLATED]);
 
 impl FakeEngine {
     /// The engine's name.
     pub(crate) const NAME: EngineName = NAME;
+    /// The fake engine without templates (the controller's unit tests').
+    pub(crate) const PLAIN: FakeEngine = FakeEngine { templated: false };
+    /// The fake engine with a template and shared binaries, as Postgres.
+    pub(crate) const TEMPLATED: FakeEngine = FakeEngine { templated: true };
 }
 
 #[async_trait]
@@ -91,6 +107,12 @@ impl Engine for FakeEngine {
     }
     fn has_pool(&self) -> bool {
         true
+    }
+    fn template_dir(&self) -> Option<&'static str> {
+        self.templated.then_some(TEMPLATE_DIR)
+    }
+    fn binaries_dir(&self) -> Option<&'static str> {
+        self.templated.then_some(BINARIES_DIR)
     }
     /// A fork's copy starts from here (the fake runtime carries the data's
     /// origin through the volume).

@@ -12,7 +12,7 @@ pub mod sim;
 mod store;
 mod wiring;
 
-pub(crate) use self::engine::{FakeEngine, FAKE_ENGINES};
+pub(crate) use self::engine::{FakeEngine, FAKE_ENGINES, TEMPLATED_FAKE_ENGINES};
 pub(crate) use self::runtime::{FakeContainer, FakeRuntime, RuntimeOp};
 pub(crate) use self::store::{FakeStore, StoreOp, FAKE_STATE_ID};
 

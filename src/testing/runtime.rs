@@ -173,6 +173,9 @@ struct World {
     by_name: HashMap<String, BTreeSet<ContainerId>>,
     by_network: HashMap<String, BTreeSet<ContainerId>>,
     missing_images: BTreeSet<String>,
+    /// How often each image was built again under its reference (a new
+    /// image id, see [`FakeRuntime::rebuild_image`]).
+    rebuilds: BTreeMap<String, u32>,
     networks: BTreeMap<String, NetworkSpec>,
     volumes: BTreeMap<String, HashMap<String, String>>,
     /// Template jobs run.
@@ -216,6 +219,26 @@ struct World {
 }
 
 impl World {
+    /// The id of `image` now: a new one each time it is rebuilt. The
+    /// generation leads, so that the 12 digits a template's name keeps
+    /// of it differ between generations.
+    fn image_id(&self, image: &str) -> String {
+        let generation = self.rebuilds.get(image).copied().unwrap_or(0);
+        format!("sha256:{generation:02}fake-{image}")
+    }
+
+    /// Whether a container (whatever its state, as Docker counts) or a
+    /// helper mounts the volume `name`.
+    fn mounted(&self, name: &str) -> bool {
+        let is = |v: Option<&crate::ports::runtime::Volume>| v.is_some_and(|v| v.name == name);
+        self.containers.values().any(|c| {
+            is(c.spec.volume.as_ref())
+                || is(c.spec.start_from.as_ref())
+                || is(c.spec.template.as_ref())
+                || is(c.spec.binaries.as_ref())
+        }) || self.helpers.values().any(|(h, _)| is(Some(&h.volume)))
+    }
+
     /// Helpers past their lifetime exit and are removed, as Docker's
     /// `--rm` does (one sandboxd lost track of does not hold its volume).
     fn expire_helpers(&mut self) {
@@ -348,6 +371,43 @@ impl FakeRuntime {
             .unwrap()
             .pullable
             .insert(image.into(), after);
+    }
+
+    /// Builds `image` again under the same reference: it gets a new id
+    /// (containers that run it keep the old one).
+    pub(crate) fn rebuild_image(&self, image: &str) {
+        *self
+            .world
+            .lock()
+            .unwrap()
+            .rebuilds
+            .entry(image.into())
+            .or_default() += 1;
+    }
+
+    /// The id `image` has now, present or not.
+    pub(crate) fn image_id_now(&self, image: &str) -> String {
+        self.world.lock().unwrap().image_id(image)
+    }
+
+    /// Removes, as an operator's `docker volume rm` would, the template
+    /// (or binaries) volume `pick` lands on among those no container
+    /// mounts: its name, if there was one.
+    pub(crate) fn remove_template_from_outside(&self, pick: u64) -> Option<String> {
+        use crate::domain::template_volume::{TEMPLATE, TEMPLATE_BINARIES};
+        let mut w = self.world.lock().unwrap();
+        let unused: Vec<String> = w
+            .volumes
+            .iter()
+            .filter(|(_, l)| l.contains_key(TEMPLATE) || l.contains_key(TEMPLATE_BINARIES))
+            .map(|(name, _)| name.clone())
+            .filter(|name| !w.mounted(name))
+            .collect();
+        let name = unused
+            .get((pick % unused.len().max(1) as u64) as usize)?
+            .clone();
+        w.volumes.remove(&name);
+        Some(name)
     }
 
     /// How many template jobs succeeded.
@@ -821,6 +881,26 @@ impl Containers for FakeRuntime {
                 }
             }
         }
+        // As the Docker adapter: a template must exist, its labels proving
+        // what it holds.
+        for t in spec.template.iter().chain(&spec.binaries) {
+            use crate::domain::template_volume::{judge, Verdict};
+            match w.volumes.get(&t.name) {
+                Some(existing) if judge(existing, &t.labels) == Verdict::Reuse => {}
+                Some(_) => {
+                    return Err(RuntimeError::Refused(format!(
+                        "template volume {} exists but its labels do not prove its content",
+                        t.name
+                    )))
+                }
+                None => {
+                    return Err(RuntimeError::Refused(format!(
+                        "template volume {} is gone",
+                        t.name
+                    )))
+                }
+            }
+        }
         // As the Docker adapter: data to start from must exist, made for
         // this (its labels).
         let started_from = match &spec.start_from {
@@ -1250,12 +1330,7 @@ impl Volumes for FakeRuntime {
                 "volume {name} is not {deployment}'s"
             )));
         }
-        let mounted = |v: Option<&crate::ports::runtime::Volume>| v.is_some_and(|v| v.name == name);
-        if w.containers
-            .values()
-            .any(|c| mounted(c.spec.volume.as_ref()) || mounted(c.spec.start_from.as_ref()))
-            || w.helpers.values().any(|(h, _)| mounted(Some(&h.volume)))
-        {
+        if w.mounted(name) {
             return Err(injected(
                 "remove volume",
                 format!("volume {name} is in use"),
@@ -1317,14 +1392,7 @@ impl Volumes for FakeRuntime {
                     Verdict::Reuse => continue,
                     Verdict::Refuse(refusal) => return Err(refused(refusal)),
                     Verdict::Replace => {
-                        let mounted = w.containers.values().any(|c| {
-                            c.spec
-                                .template
-                                .iter()
-                                .chain(&c.spec.binaries)
-                                .any(|t| t.name == volume.name)
-                        });
-                        if mounted {
+                        if w.mounted(&volume.name) {
                             return Err(refused(Refusal::InUse));
                         }
                     }
@@ -1410,7 +1478,7 @@ impl Images for FakeRuntime {
             .await
             .map_err(|e| injected("inspect image", e))?;
         let w = self.world.lock().unwrap();
-        Ok((!w.missing_images.contains(image)).then(|| format!("sha256:fake-{image}")))
+        Ok((!w.missing_images.contains(image)).then(|| w.image_id(image)))
     }
 
     async fn pull(&self, image: &str) -> Result<(), RuntimeError> {

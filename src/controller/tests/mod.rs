@@ -14,7 +14,10 @@ use crate::domain::clock::ManualClock;
 use crate::domain::id::{ContainerId, Deployment, EngineName};
 use crate::domain::sandbox::{DesiredSandbox, Phase};
 use crate::ports::runtime::{Containers as _, Networks as _, Volumes as _};
-use crate::testing::{FakeEngine, FakeRuntime, FakeStore, Fault, RuntimeOp, StoreOp, FAKE_ENGINES};
+use crate::testing::{
+    FakeEngine, FakeRuntime, FakeStore, Fault, RuntimeOp, StoreOp, FAKE_ENGINES,
+    TEMPLATED_FAKE_ENGINES,
+};
 use chrono::{DateTime, TimeZone, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -80,6 +83,9 @@ struct Harness {
     clock: Arc<ManualClock>,
     metrics: Arc<Metrics>,
     config: ControllerConfig,
+    /// The engines the controller knows: the fake one, without templates
+    /// unless [`Harness::templated`].
+    engines: Registry,
 }
 
 impl Harness {
@@ -93,6 +99,15 @@ impl Harness {
             clock: Arc::new(ManualClock::new(created() + chrono::Duration::seconds(10))),
             metrics: Arc::new(Metrics::new()),
             config,
+            engines: FAKE_ENGINES,
+        }
+    }
+
+    /// A harness whose fake engine starts from a template, as Postgres.
+    fn templated() -> Self {
+        Self {
+            engines: TEMPLATED_FAKE_ENGINES,
+            ..Self::new()
         }
     }
 
@@ -100,7 +115,7 @@ impl Harness {
         Controller::with_engines(
             self.runtime.clone(),
             self.store.clone(),
-            FAKE_ENGINES,
+            self.engines,
             self.config.clone(),
             self.clock.clone(),
             self.metrics.clone(),

@@ -158,7 +158,7 @@ async fn a_rotation_to_an_image_that_lacks_the_feature_fails_without_touching_th
     h.store.put_desired(row("a"));
     reconcile(&ctx, &id("a")).await.unwrap();
     let (before, _) = h.published(&id("a"));
-    let image = h.config.images.image_for(&FakeEngine, true);
+    let image = h.config.images.image_for(&FakeEngine::PLAIN, true);
     h.runtime.label_image(
         &image,
         std::collections::HashMap::from([(

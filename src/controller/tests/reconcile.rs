@@ -78,7 +78,7 @@ async fn a_readiness_probe_that_hangs_gives_up_at_the_engines_deadline_and_leave
     h.runtime.faults.set(RuntimeOp::Exec, Fault::Hang);
     let started = tokio::time::Instant::now();
     let err = reconcile(&ctx, &id("a")).await.unwrap_err();
-    let deadline = crate::engine::Engine::readiness_deadline(&FakeEngine);
+    let deadline = crate::engine::Engine::readiness_deadline(&FakeEngine::PLAIN);
     assert_eq!(
         started.elapsed(),
         deadline,
@@ -542,7 +542,7 @@ async fn a_pull_that_hangs_holds_no_worker_while_a_sandbox_on_another_image_beco
     let mut h = Harness::new();
     h.config.concurrency = 1;
     h.config.pull_timeout = Duration::from_secs(40);
-    let image = h.config.images.image_for(&FakeEngine, true);
+    let image = h.config.images.image_for(&FakeEngine::PLAIN, true);
     h.runtime.remove_image(&image);
     h.runtime.faults.set(RuntimeOp::Pull, Fault::Hang);
     let (stop, task) = start(h.controller());

@@ -173,3 +173,47 @@ async fn a_seed_data_file_removed_behind_the_controllers_back_is_written_again()
     assert_ne!(healed, first);
     assert_eq!(seed_of(&healed).as_deref(), Some("FAKEDATA t=1"));
 }
+
+/// A seed that fails to load into an engine that came up says nothing of
+/// where the container started from: the start neither forgets the
+/// engine's template (running its job again) nor starts a second, cold
+/// container that fails the same way, so a failing seed's retries back
+/// off at the pace they promise. (The simulation found it: seed 1 of the
+/// template worlds, a failing seed's pool starting two containers a try.)
+#[tokio::test]
+async fn a_seed_that_fails_to_load_does_not_blame_the_template() {
+    let h = Harness::templated();
+    let ctx = h.context();
+    // A plain sandbox starts cold while the template's job runs.
+    h.store.put_desired(row("plain"));
+    reconcile(&ctx, &id("plain")).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while h.runtime.template_jobs() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the template was never built"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let hash = h.store.put_seed(ENGINE.as_str(), b"fail: select 1/0");
+    h.store.put_desired(DesiredSandbox {
+        seeds: BTreeMap::from([(ENGINE, hash)]),
+        ..row("seeded")
+    });
+    let seed_loads = || {
+        (h.runtime.execs().into_iter())
+            .filter(|(_, cmd)| cmd.first().map(String::as_str) == Some("seed"))
+            .count()
+    };
+    assert!(reconcile(&ctx, &id("seeded")).await.is_err());
+    assert_eq!(
+        seed_loads(),
+        1,
+        "one container a try, started from the template"
+    );
+    assert_eq!(
+        h.runtime.template_jobs(),
+        1,
+        "the template's job is not run again"
+    );
+}

@@ -16,7 +16,9 @@
 //! and declaring in [`Capabilities`] what it cannot do. The controller
 //! decides by those alone, never by which backend it runs on, and holds the
 //! whole as `Arc<dyn Runtime>` (every role's methods are at hand on it); a
-//! function that needs one role takes that role, and code that holds a
+//! function that needs some roles takes just those, as
+//! `&(impl Containers + Commands + ?Sized)` (which a `&dyn Runtime`, a
+//! concrete adapter or a fake all satisfy), and code that holds a
 //! concrete runtime imports the roles whose methods it calls.
 //!
 //! Every method may fail; none may be trusted to return promptly (the

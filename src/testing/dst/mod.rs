@@ -36,7 +36,7 @@ use crate::domain::ContainerId;
 use crate::metrics::Metrics;
 use crate::ports::runtime::{Containers as _, Networks as _};
 use crate::testing::store::seed_hash;
-use crate::testing::{FakeEngine, FAKE_ENGINES};
+use crate::testing::{FakeEngine, TEMPLATED_FAKE_ENGINES};
 use chrono::{DateTime, TimeZone, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -231,6 +231,16 @@ enum Step {
     NetworkGone {
         pick: u64,
     },
+    /// The engine's plain (`features` false) or extended image is built
+    /// again under its reference: it gets a new id.
+    ImageRebuilt {
+        features: bool,
+    },
+    /// An operator removes a template (or binaries) volume no container
+    /// mounts (`docker volume rm`).
+    TemplateGone {
+        pick: u64,
+    },
     CutEvents,
     /// A process crashes now (wherever it is), or right after its
     /// `after_calls`-th next call reached the world.
@@ -307,6 +317,10 @@ fn plan(seed: u64, o: &Options) -> Vec<(Step, Duration)> {
                     },
                     78..=80 => Step::Fork { sandbox, pick },
                     81..=83 => Step::Touch { sandbox },
+                    84 if s.out_of_band && pick % 3 == 0 => Step::ImageRebuilt {
+                        features: pick % 2 == 0,
+                    },
+                    85 if s.out_of_band => Step::TemplateGone { pick },
                     84..=99 => Step::Pass,
                     // A perturbation switched off: draw again.
                     _ => continue,
@@ -376,7 +390,7 @@ impl Processes {
         let controller = Controller::with_engines(
             runtime,
             store,
-            FAKE_ENGINES,
+            TEMPLATED_FAKE_ENGINES,
             config,
             self.clock.clone(),
             self.metrics.clone(),
@@ -787,6 +801,19 @@ async fn act(
                         .remove_network(&c.spec.network, &c.labels.deployment)
                         .await;
                 }
+            }
+        }
+        Step::ImageRebuilt { features } => {
+            world.rebuild_image(
+                &procs
+                    .config
+                    .images
+                    .image_for(&FakeEngine::TEMPLATED, features),
+            );
+        }
+        Step::TemplateGone { pick } => {
+            if let Some(name) = fake.remove_template_from_outside(pick) {
+                world.trace(format_args!("template volume {name} removed from outside"));
             }
         }
         Step::CutEvents => fake.cut_events(),

@@ -109,7 +109,7 @@ struct Oracle {
     served: BTreeSet<ContainerId>,
     /// When each process started containers of each pool of the failing
     /// seed (one per feature set) lately (within [`BACKOFF_WINDOW`]).
-    failing_starts: BTreeMap<(String, String), Vec<Instant>>,
+    failing_starts: BTreeMap<(String, String), Vec<(Instant, String)>>,
     /// The uses (requests, touches) of each row within [`STALE_PAUSE`]:
     /// when, and whether the row was idle just before.
     uses: BTreeMap<SandboxId, Vec<(Instant, bool)>>,
@@ -120,7 +120,16 @@ struct Oracle {
     /// first is admission's (a later one is a retry or a heal of what
     /// was admitted then).
     given: BTreeSet<(SandboxId, Option<String>)>,
+    /// The ids each image had before it was rebuilt, and when each
+    /// stopped being its id.
+    former_ids: BTreeMap<String, Vec<(Instant, String)>>,
 }
+
+/// How long after an image is rebuilt a container of it may still start
+/// from its former id's template: a start reads the image's id before its
+/// create lands (a reconcile's deadline, a process frozen meanwhile), and
+/// Docker runs the image the reference names when the create lands.
+const STALE_IMAGE: Duration = Duration::from_secs(90);
 
 /// How long a sandbox must have held its containers (and its
 /// credentials been published) before it surely counts against its
@@ -135,10 +144,12 @@ const SETTLED: Duration = Duration::from_secs(45);
 /// meanwhile, with room to spare. (The use wakes it to resume.)
 const STALE_PAUSE: Duration = Duration::from_secs(90);
 
-/// The window in which a process starts at most [`BACKOFF_STARTS`]
-/// containers of one pool of a seed that always fails: the pool backs off
+/// The window in which a process tries at most [`BACKOFF_STARTS`]
+/// starts of one pool of a seed that always fails: the pool backs off
 /// 2, 4, 8, 16, 32 s after the failures, so five start in the first
-/// minute.
+/// minute. A try is a container name: a try whose start from a template
+/// failed on a Docker call falls back to a cold start under the same
+/// name.
 const BACKOFF_WINDOW: Duration = Duration::from_secs(60);
 /// See [`BACKOFF_WINDOW`] (the integration test's bound on real Docker).
 const BACKOFF_STARTS: usize = 6;
@@ -365,8 +376,21 @@ impl World {
         self.oracle.lock().unwrap().tampered.insert(id.clone());
     }
 
+    /// The world built `image` again: it has a new id from now on.
+    pub(crate) fn rebuild_image(&self, image: &str) {
+        let former = self.runtime.image_id_now(image);
+        self.runtime.rebuild_image(image);
+        self.trace(format_args!("image {image} rebuilt (was {former})"));
+        let mut o = self.oracle.lock().unwrap();
+        o.former_ids
+            .entry(image.to_owned())
+            .or_default()
+            .push((Instant::now(), former));
+    }
+
     /// A controller's create reached the world.
     pub(crate) fn created(&self, holder: &str, id: &ContainerId, spec: &ContainerSpec) {
+        self.check_template(holder, id, spec);
         let Some(labels) = ContainerLabels::parse(&spec.labels) else {
             return;
         };
@@ -685,6 +709,73 @@ impl World {
         self.check_seeded(&o, holder, &row, update);
     }
 
+    /// A container started from a template (and its binaries) starts from
+    /// what was built for its engine, its features and the image it runs:
+    /// the template volume's labels say what its job built, and the world
+    /// knows the image's id (one rebuilt within [`STALE_IMAGE`] may still
+    /// be met under its former id).
+    fn check_template(&self, holder: &str, id: &ContainerId, spec: &ContainerSpec) {
+        use crate::domain::labels::{ENGINE, FEATURES};
+        use crate::domain::template_volume::{TEMPLATE, TEMPLATE_BINARIES, TEMPLATE_IMAGE};
+        let now_id = self.runtime.image_id_now(&spec.image);
+        let image_fits = |built: Option<&String>| {
+            built == Some(&now_id)
+                || self
+                    .oracle
+                    .lock()
+                    .unwrap()
+                    .former_ids
+                    .get(&spec.image)
+                    .is_some_and(|f| {
+                        f.iter().any(|(until, former)| {
+                            Some(former) == built && until.elapsed() < STALE_IMAGE
+                        })
+                    })
+        };
+        let label = |key: &str| spec.labels.get(key).map_or("", String::as_str);
+        let mounts = [
+            (&spec.template, TEMPLATE),
+            (&spec.binaries, TEMPLATE_BINARIES),
+        ];
+        for (volume, kind) in mounts {
+            let Some(v) = volume else { continue };
+            let Some(built) = self.runtime.volume_labels(&v.name) else {
+                continue;
+            };
+            let built_label = |key: &str| built.get(key).map_or("", String::as_str);
+            let wrong = if !image_fits(built.get(TEMPLATE_IMAGE)) {
+                Some(format!(
+                    "image {} (id {now_id}), the template's {}",
+                    spec.image,
+                    built_label(TEMPLATE_IMAGE)
+                ))
+            } else if built_label(kind) != label(ENGINE) {
+                Some(format!(
+                    "engine {}, the template's {}",
+                    label(ENGINE),
+                    built_label(kind)
+                ))
+            } else if kind == TEMPLATE && built_label(FEATURES) != label(FEATURES) {
+                Some(format!(
+                    "features [{}], the template's [{}]",
+                    label(FEATURES),
+                    built_label(FEATURES)
+                ))
+            } else {
+                None
+            };
+            if let Some(wrong) = wrong {
+                self.violate(
+                    "template",
+                    format_args!(
+                        "{holder} started {id} ({}) from {}, built for another: {wrong}",
+                        spec.name, v.name
+                    ),
+                );
+            }
+        }
+    }
+
     /// The first container of a sandbox's incarnation, `new`, is given
     /// only while its owner holds fewer sandboxes than its quota allows
     /// (counting those that have held theirs for [`SETTLED`]).
@@ -834,15 +925,17 @@ impl World {
         let features = spec.labels.get(crate::domain::labels::FEATURES);
         let key = (holder.to_owned(), features.cloned().unwrap_or_default());
         let starts = o.failing_starts.entry(key).or_default();
-        starts.retain(|t| now - *t < BACKOFF_WINDOW);
-        starts.push(now);
-        let n = starts.len();
+        starts.retain(|(t, _)| now - *t < BACKOFF_WINDOW);
+        starts.push((now, spec.name.clone()));
+        let n = (starts.iter().map(|(_, name)| name))
+            .collect::<BTreeSet<_>>()
+            .len();
         drop(o);
         if n > BACKOFF_STARTS {
             self.violate(
                 "backoff",
                 format_args!(
-                    "{holder} started {n} containers of a pool of the failing seed (features {:?}) within {}s",
+                    "{holder} tried {n} starts of a pool of the failing seed (features {:?}) within {}s",
                     features,
                     BACKOFF_WINDOW.as_secs()
                 ),
@@ -1015,7 +1108,8 @@ impl World {
 
     /// The rows that may never be ready: those of the failing seed, and
     /// forks whose source's named incarnation is gone, waits for its
-    /// owner's quota or can never be ready itself. sandboxd keeps trying;
+    /// owner's quota or can never be ready itself, unless they heal from
+    /// their copy (see [`World::heals_from_copy`]). sandboxd keeps trying;
     /// the orchestrator must release them.
     fn never_ready(&self) -> BTreeSet<SandboxId> {
         let rows: BTreeMap<SandboxId, DesiredSandbox> = self
@@ -1049,11 +1143,33 @@ impl World {
                 s.phase == Phase::Pending && s.message.starts_with("waiting for quota")
             })
         };
-        depth < 32
+        let source_makeable = depth < 32
             && rows.get(&of.sandbox).is_some_and(|source| {
                 source.incarnation.as_ref() == Some(&of.incarnation)
                     && !waits(&source.id)
                     && self.makeable(rows, source, depth + 1)
+            });
+        source_makeable || self.heals_from_copy(row)
+    }
+
+    /// Whether the fork `row` heals from the copy it was made with,
+    /// whatever became of its source: its credentials are published for
+    /// its incarnation (a lost container is healed, not created) and that
+    /// incarnation's copy is still there.
+    fn heals_from_copy(&self, row: &DesiredSandbox) -> bool {
+        use crate::domain::labels::{INCARNATION, SANDBOX};
+        let incarnation = row.incarnation.as_ref().map(ToString::to_string);
+        let published = self
+            .store
+            .status_of(&row.id)
+            .is_some_and(|s| s.incarnation == row.incarnation && !s.services.is_empty());
+        published
+            && self.runtime.volume_names().iter().any(|name| {
+                name.ends_with(".fork")
+                    && self.runtime.volume_labels(name).is_some_and(|l| {
+                        l.get(SANDBOX) == Some(&row.id.to_string())
+                            && l.get(INCARNATION) == incarnation.as_ref()
+                    })
             })
     }
 }
