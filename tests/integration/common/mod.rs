@@ -67,6 +67,30 @@ impl TestEnv {
         );
     }
 
+    /// Stops the state Postgres (`docker stop`: its address refuses every
+    /// connection until [`TestEnv::start_state_database`]; start it with
+    /// [`StateStorage::Restartable`] to keep its data and address).
+    pub fn stop_state_database(&self) {
+        self.state_server("stop");
+    }
+
+    /// Starts the state Postgres [`TestEnv::stop_state_database`] stopped.
+    pub fn start_state_database(&self) {
+        self.state_server("start");
+    }
+
+    fn state_server(&self, verb: &str) {
+        let out = std::process::Command::new("docker")
+            .args([verb, self.state.own_server()])
+            .output()
+            .expect("run docker");
+        assert!(
+            out.status.success(),
+            "docker {verb} the state database failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Restarts the state Postgres (`docker restart`; start it with
     /// [`StateStorage::Restartable`] to keep its data and address).
     pub fn restart_state_database(&self) {
