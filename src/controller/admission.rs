@@ -127,16 +127,7 @@ pub(crate) async fn ask(
     plan: &Plan,
     journal: &mut Journal,
 ) -> Result<gate::Admission, ControllerError> {
-    let engines: BTreeSet<String> = plan
-        .actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Provision(p) if p.reason == ProvisionReason::Create => {
-                Some(p.engine.as_str().to_owned())
-            }
-            _ => None,
-        })
-        .collect();
+    let engines = created_engines(plan);
     if engines.is_empty() {
         let mut ledger = admission.ledger();
         if ledger.forget_waiter(&desired.id) {
@@ -161,23 +152,7 @@ pub(crate) async fn ask(
         engines,
         incarnation: desired.incarnation.clone(),
     };
-    let decision = {
-        let mut ledger = admission.ledger();
-        ledger.set_budget(budget);
-        let waited = ledger.forget_waiter(&desired.id);
-        let decision = ledger.admit(&ask, quota);
-        if decision == Decision::Admit {
-            let held = ledger.use_of(&desired.owner).sandboxes;
-            tracing::debug!(owner = %desired.owner, held, "admitted");
-        }
-        if waited && decision == Decision::Admit {
-            // The row behind it may be the head now.
-            admission.wake(&ledger, &desired.id);
-        }
-        admission.publish(env, &mut ledger);
-        decision
-    };
-    match decision {
+    match decide(env, admission, &ask, quota, budget) {
         Decision::Admit => {
             env.metrics.quota.decided(None);
             Ok(gate::Admission::Go)
@@ -189,6 +164,45 @@ pub(crate) async fn ask(
             Ok(gate::Admission::Wait(message))
         }
     }
+}
+
+/// The engines `plan` creates (not heals, rotates or replaces): what a
+/// sandbox adds to its owner's use and the host's.
+fn created_engines(plan: &Plan) -> BTreeSet<String> {
+    (plan.actions.iter())
+        .filter_map(|a| match a {
+            Action::Provision(p) if p.reason == ProvisionReason::Create => {
+                Some(p.engine.as_str().to_owned())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ledger's decision on `ask` under `quota` and the host's `budget`;
+/// the row is no longer waiting unless it must wait again, and the row
+/// behind an admitted one is woken.
+fn decide(
+    env: &Env,
+    admission: &Admission,
+    ask: &Ask,
+    quota: Quota,
+    budget: Option<u64>,
+) -> Decision {
+    let mut ledger = admission.ledger();
+    ledger.set_budget(budget);
+    let waited = ledger.forget_waiter(&ask.arrival.id);
+    let decision = ledger.admit(ask, quota);
+    if decision == Decision::Admit {
+        let held = ledger.use_of(&ask.owner).sandboxes;
+        tracing::debug!(owner = %ask.owner, held, "admitted");
+    }
+    if waited && decision == Decision::Admit {
+        // The row behind it may be the head now.
+        admission.wake(&ledger, &ask.arrival.id);
+    }
+    admission.publish(env, &mut ledger);
+    decision
 }
 
 /// Takes `id` off the waiting rows (it asks for nothing: its row is
@@ -269,15 +283,7 @@ pub(crate) fn rebuild(
     due: &BTreeSet<&SandboxId>,
 ) {
     let (now, policy) = (env.clock.now(), env.policy());
-    let mut held: BTreeMap<SandboxId, Holding> = BTreeMap::new();
-    let mut by_sandbox: BTreeMap<&SandboxId, Vec<&ObservedContainer>> = BTreeMap::new();
-    for c in containers {
-        held.entry(c.labels.sandbox.clone())
-            .or_insert_with(|| (c.labels.owner.clone(), false, None, BTreeSet::new()))
-            .3
-            .insert(c.labels.engine.clone());
-        by_sandbox.entry(&c.labels.sandbox).or_default().push(c);
-    }
+    let (mut held, by_sandbox) = held_by_containers(containers);
     let mut unjudged = Vec::new();
     for row in rows {
         let status = statuses
@@ -326,6 +332,27 @@ pub(crate) fn rebuild(
     let mut ledger = admission.ledger();
     ledger.rebuild(held, unjudged);
     admission.publish(env, &mut ledger);
+}
+
+/// The containers of each sandbox.
+type BySandbox<'c> = BTreeMap<&'c SandboxId, Vec<&'c ObservedContainer>>;
+
+/// What `containers` hold on the host, by sandbox (its owner and
+/// engines; not counted against the owner until a row says it is
+/// wanted), and the containers of each sandbox.
+fn held_by_containers<'c>(
+    containers: &[&'c ObservedContainer],
+) -> (BTreeMap<SandboxId, Holding>, BySandbox<'c>) {
+    let mut held: BTreeMap<SandboxId, Holding> = BTreeMap::new();
+    let mut by_sandbox = BySandbox::new();
+    for c in containers {
+        held.entry(c.labels.sandbox.clone())
+            .or_insert_with(|| (c.labels.owner.clone(), false, None, BTreeSet::new()))
+            .3
+            .insert(c.labels.engine.clone());
+        by_sandbox.entry(&c.labels.sandbox).or_default().push(c);
+    }
+    (held, by_sandbox)
 }
 
 /// Marks the start of a relist's lists (see [`prune`]).

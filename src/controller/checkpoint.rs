@@ -112,51 +112,57 @@ pub(crate) async fn perform(
         let Ok(term) = env.fence.check() else {
             return Ok(true);
         };
-        if step.incarnation().is_some()
+        let result = if step.incarnation().is_some()
             && desired.incarnation.is_some()
             && step.incarnation() != desired.incarnation.as_ref()
         {
-            let why = "it was asked of an earlier incarnation of the row (the sandbox was released and requested again since)";
-            finish(env, desired, &step, Err(why.to_owned()), term, journal).await?;
-            continue;
-        }
-        let started = Instant::now();
-        let result = match &step {
-            Step::Checkpoint { name, .. } => take(env, services, observed, name).await,
-            Step::Reset(r) => reset(env, &work, services, observed, &r.checkpoint)
-                .await
-                .map(|()| (0, BTreeMap::new())),
+            Err("it was asked of an earlier incarnation of the row (the sandbox was released and requested again since)".to_owned())
+        } else {
+            perform_step(env, &work, services, observed, &step, journal).await
         };
-        let op = match &step {
-            Step::Checkpoint { .. } => "checkpoint",
-            Step::Reset(_) => "reset",
-        };
-        env.metrics
-            .lifecycle
-            .checkpoint_done(op, result.is_ok(), started.elapsed().as_secs_f64());
-        tracing::info!(
-            op,
-            request = step.request(),
-            ok = result.is_ok(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "checkpoint request performed"
-        );
-        match result {
-            Ok((size, instances)) => {
-                match &step {
-                    Step::Checkpoint { name, .. } => {
-                        journal.push(Event::checkpointed(name, size, started.elapsed()))
-                    }
-                    Step::Reset(r) => journal.push(Event::reset(&r.checkpoint, started.elapsed())),
-                }
-                finish(env, desired, &step, Ok((size, instances)), term, journal).await?;
-            }
-            Err(e) => {
-                finish(env, desired, &step, Err(e), term, journal).await?;
-            }
-        }
+        finish(env, desired, &step, result, term, journal).await?;
     }
     Ok(more)
+}
+
+/// Performs `step` on the sandbox's running containers, timed, counted
+/// and logged; one that succeeded is journalled (a failure is, by
+/// [`finish`]).
+async fn perform_step(
+    env: &Env,
+    work: &Work,
+    services: &Services,
+    observed: &[ObservedContainer],
+    step: &Step,
+    journal: &mut Journal,
+) -> Result<(u64, BTreeMap<String, String>), String> {
+    let started = Instant::now();
+    let (op, result) = match step {
+        Step::Checkpoint { name, .. } => ("checkpoint", take(env, services, observed, name).await),
+        Step::Reset(r) => (
+            "reset",
+            reset(env, work, services, observed, &r.checkpoint)
+                .await
+                .map(|()| (0, BTreeMap::new())),
+        ),
+    };
+    env.metrics
+        .lifecycle
+        .checkpoint_done(op, result.is_ok(), started.elapsed().as_secs_f64());
+    tracing::info!(
+        op,
+        request = step.request(),
+        ok = result.is_ok(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "checkpoint request performed"
+    );
+    if let Ok((size, _)) = &result {
+        journal.push(match step {
+            Step::Checkpoint { name, .. } => Event::checkpointed(name, *size, started.elapsed()),
+            Step::Reset(r) => Event::reset(&r.checkpoint, started.elapsed()),
+        });
+    }
+    result
 }
 
 /// Records how `step` ended, in its row and (a failure) as an event.

@@ -376,6 +376,30 @@ pub(crate) async fn collect(
     rows: &[crate::domain::sandbox::DesiredSandbox],
     volumes: &[crate::ports::runtime::ObservedResource],
 ) {
+    let now = Instant::now();
+    let due = unnamed_and_unused(env, seeds, rows, volumes, now);
+    if due.is_empty() {
+        return;
+    }
+    // No write begins while one is removed, and a removed volume is
+    // written again the next time it is asked for.
+    let _writing = seeds.writing.lock().await;
+    for name in due {
+        remove_unless_asked(env, seeds, name, now).await;
+    }
+}
+
+/// The seed volumes among `volumes` that no row of `rows` names and that
+/// nothing of this process asked for within the demand window before
+/// `now` (one not seen used is timed from the first look that finds it
+/// unnamed).
+fn unnamed_and_unused(
+    env: &Env,
+    seeds: &Seeds,
+    rows: &[crate::domain::sandbox::DesiredSandbox],
+    volumes: &[crate::ports::runtime::ObservedResource],
+    now: Instant,
+) -> Vec<String> {
     let prefix = volume_prefix(env);
     let seed_volumes: Vec<&str> = volumes
         .iter()
@@ -384,7 +408,7 @@ pub(crate) async fn collect(
         .collect();
     if seed_volumes.is_empty() {
         // Most relists: no row's names need making.
-        return;
+        return Vec::new();
     }
     let named: HashSet<String> = rows
         .iter()
@@ -395,57 +419,44 @@ pub(crate) async fn collect(
         })
         .collect();
     let window = env.config.warm_pool_demand.window;
-    let now = Instant::now();
-    let due: Vec<String> = {
-        let mut used = seeds.used.lock().unwrap();
-        seed_volumes
-            .into_iter()
-            .filter(|name| !named.contains(seed_volume_of(&prefix, name)))
-            .filter(|name| {
-                now.duration_since(*used.entry(name.to_string()).or_insert(now)) >= window
-            })
-            .map(str::to_owned)
-            .collect()
+    let mut used = seeds.used.lock().unwrap();
+    seed_volumes
+        .into_iter()
+        .filter(|name| !named.contains(seed_volume_of(&prefix, name)))
+        .filter(|name| now.duration_since(*used.entry(name.to_string()).or_insert(now)) >= window)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Removes the seed volume `name`, due at `now`, unless it was asked for
+/// since (or a container mounts it: Docker refuses).
+async fn remove_unless_asked(env: &Env, seeds: &Seeds, name: String, now: Instant) {
+    // Unmarked first, then checked: a [`data_file`] that marks it used
+    // after this check finds it unwritten and waits for the writing lock.
+    let was_written = seeds.written.lock().unwrap().remove(&name);
+    let kept = || {
+        if was_written {
+            seeds.written.lock().unwrap().insert(name.clone());
+        }
     };
-    if due.is_empty() {
+    let asked = (seeds.used.lock().unwrap().get(&name)).is_some_and(|at| now < *at);
+    if asked {
+        // Asked for since this relist looked.
+        kept();
         return;
     }
-    // No write begins while one is removed, and a removed volume is
-    // written again the next time it is asked for.
-    let _writing = seeds.writing.lock().await;
-    for name in due {
-        // Unmarked first, then checked: a [`data_file`] that marks it used
-        // after this check finds it unwritten and waits for this lock.
-        let was_written = seeds.written.lock().unwrap().remove(&name);
-        let kept = || {
-            if was_written {
-                seeds.written.lock().unwrap().insert(name.clone());
-            }
-        };
-        if seeds
-            .used
-            .lock()
-            .unwrap()
-            .get(&name)
-            .is_some_and(|at| now < *at)
-        {
-            // Asked for since this relist looked.
-            kept();
-            continue;
+    match env
+        .runtime
+        .remove_volume(&name, &env.config.deployment, None)
+        .await
+    {
+        Ok(()) => {
+            seeds.used.lock().unwrap().remove(&name);
+            tracing::info!(volume = %name, "removed a seed's volume no row names");
         }
-        match env
-            .runtime
-            .remove_volume(&name, &env.config.deployment, None)
-            .await
-        {
-            Ok(()) => {
-                seeds.used.lock().unwrap().remove(&name);
-                tracing::info!(volume = %name, "removed a seed's volume no row names");
-            }
-            Err(e) => {
-                kept();
-                tracing::debug!(volume = %name, error = %e, "a seed's volume is still in use");
-            }
+        Err(e) => {
+            kept();
+            tracing::debug!(volume = %name, error = %e, "a seed's volume is still in use");
         }
     }
 }
