@@ -207,7 +207,7 @@ impl SimRuntime {
                 },
                 || {
                     if let Some(check) = check {
-                        world.check_leader(&self.process, op, target);
+                        world.check_leader(&self.process.holder, op, target);
                         check();
                         world.trace(format_args!("{holder} {op} {target}"));
                     }
@@ -385,7 +385,7 @@ impl Containers for SimRuntime {
         let sent_while_wanted = self.world.wants(id);
         let world = self.world.clone();
         let process = self.process.clone();
-        let check = move || world.check_remove(&process, id, sent_while_wanted);
+        let check = move || world.check_remove(&process.holder, id, sent_while_wanted);
         self.call(
             "remove",
             id.as_str(),
@@ -624,7 +624,7 @@ impl Commands for SimRuntime {
                     source: "simulated failure".into(),
                 },
                 || {
-                    world.check_leader(&self.process, "exec", id.as_str());
+                    world.check_leader(&self.process.holder, "exec", id.as_str());
                     if claim {
                         world.serving_claim(holder, id);
                         world.trace(format_args!("{holder} claim {id}"));

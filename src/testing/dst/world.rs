@@ -25,8 +25,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::ports::Process;
-
 /// A row that went (when, and the credential tokens published then, each
 /// with the host port agents reach it on: a claim that failed leaves a
 /// pool container with the credential token of the container started in
@@ -475,15 +473,14 @@ impl World {
     // --- the invariants checked as changes reach the world ---
 
     /// No Docker change by a process that does not hold the lease now.
-    pub(crate) fn check_leader(&self, process: &Process, op: &str, target: &str) {
-        let holder = self.store.lease_holder_now();
-        if holder.as_deref() != Some(process.holder.as_str()) {
+    pub(crate) fn check_leader(&self, caller: &str, op: &str, target: &str) {
+        let leader = self.store.lease_holder_now();
+        if leader.as_deref() != Some(caller) {
             self.violate(
                 "leader",
                 format_args!(
-                    "{} made a docker change ({op} {target}) while the lease was {}",
-                    process.holder,
-                    holder.map_or("held by nobody".to_owned(), |h| format!("{h}'s")),
+                    "{caller} made a docker change ({op} {target}) while the lease was {}",
+                    leader.map_or("held by nobody".to_owned(), |h| format!("{h}'s")),
                 ),
             );
         }
@@ -522,12 +519,7 @@ impl World {
     /// A removal reaps nothing wanted, and nothing before its grace or
     /// past the breaker. `sent_while_wanted`: the row was there when the
     /// controller sent the removal (before the call's time in transit).
-    pub(crate) fn check_remove(
-        &self,
-        process: &Process,
-        id: &ContainerId,
-        sent_while_wanted: bool,
-    ) {
+    pub(crate) fn check_remove(&self, holder: &str, id: &ContainerId, sent_while_wanted: bool) {
         let Some(fake) = self.runtime.container(id) else {
             return;
         };
@@ -553,7 +545,7 @@ impl World {
             drop(o);
             self.trace(format_args!(
                 "{} removal of {id} of {sandbox}, sent while its row wanted another incarnation or none, landed after the row came back",
-                process.holder
+                holder
             ));
             return;
         }
@@ -585,7 +577,7 @@ impl World {
                     "reap",
                     format_args!(
                         "{} removed {id}, the only live {} container of the wanted sandbox {sandbox}, whose credentials are published",
-                        process.holder, c.labels.engine
+                        holder, c.labels.engine
                     ),
                 );
             }
@@ -600,7 +592,7 @@ impl World {
             drop(o);
             self.trace(format_args!(
                 "{} removal of {id} of {sandbox}, sent while its row was there, landed after the row went",
-                process.holder
+                holder
             ));
             return;
         }
@@ -631,7 +623,7 @@ impl World {
                 "breaker",
                 format_args!(
                     "{} reaped {id} of {sandbox}, one of the rows a truncate took, before reaping was resumed",
-                    process.holder
+                    holder
                 ),
             );
         }
@@ -641,7 +633,7 @@ impl World {
                 "grace",
                 format_args!(
                     "{} reaped {id} of {sandbox} {:.1}s after its row went (grace {}s)",
-                    process.holder,
+                    holder,
                     since.as_secs_f64(),
                     self.grace.as_secs()
                 ),
