@@ -374,15 +374,12 @@ impl FakeRuntime {
     }
 
     /// Builds `image` again under the same reference: it gets a new id
-    /// (containers that run it keep the old one).
-    pub(crate) fn rebuild_image(&self, image: &str) {
-        *self
-            .world
-            .lock()
-            .unwrap()
-            .rebuilds
-            .entry(image.into())
-            .or_default() += 1;
+    /// (containers that run it keep the old one). Returns the id it had.
+    pub(crate) fn rebuild_image(&self, image: &str) -> String {
+        let mut w = self.world.lock().unwrap();
+        let former = w.image_id(image);
+        *w.rebuilds.entry(image.into()).or_default() += 1;
+        former
     }
 
     /// The id `image` has now, present or not.

@@ -15,7 +15,7 @@ use crate::domain::{ContainerId, Incarnation, SandboxId};
 use crate::ports::runtime::ContainerSpec;
 use crate::testing::runtime::POOL_ORIGIN;
 use crate::testing::store::seed_hash;
-use crate::testing::{FakeContainer, FakeRuntime, FakeStore};
+use crate::testing::{FakeContainer, FakeEngine, FakeRuntime, FakeStore};
 use chrono::{DateTime, Utc};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -376,8 +376,7 @@ impl World {
 
     /// The world built `image` again: it has a new id from now on.
     pub(crate) fn rebuild_image(&self, image: &str) {
-        let former = self.runtime.image_id_now(image);
-        self.runtime.rebuild_image(image);
+        let former = self.runtime.rebuild_image(image);
         self.trace(format_args!("image {image} rebuilt (was {former})"));
         let mut o = self.oracle.lock().unwrap();
         o.former_ids
@@ -1155,13 +1154,12 @@ impl World {
             .store
             .status_of(&row.id)
             .is_some_and(|s| s.incarnation == row.incarnation && !s.services.is_empty());
+        let copy =
+            crate::domain::fork::volume_name(&super::deployment(), &row.id, FakeEngine::NAME);
         published
-            && self.runtime.volume_names().iter().any(|name| {
-                name.ends_with(".fork")
-                    && self.runtime.volume_labels(name).is_some_and(|l| {
-                        l.get(SANDBOX) == Some(&row.id.to_string())
-                            && l.get(INCARNATION) == incarnation.as_ref()
-                    })
+            && self.runtime.volume_labels(&copy).is_some_and(|l| {
+                l.get(SANDBOX) == Some(&row.id.to_string())
+                    && l.get(INCARNATION) == incarnation.as_ref()
             })
     }
 }
