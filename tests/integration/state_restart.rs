@@ -10,18 +10,33 @@ use bollard::query_parameters::KillContainerOptions;
 use common::{eventually, free_port, request, sandbox_id, StateStorage, TestEnv};
 use sandboxd::client::Client;
 use sandboxd::domain::container::ContainerState;
-use sandboxd::domain::{Phase, SandboxId};
+use sandboxd::domain::{Phase, SandboxId, SandboxStatus};
 use std::time::Duration;
 
 const READY: Duration = Duration::from_secs(90);
 
-async fn ready(client: &Client, id: &SandboxId) -> Option<sandboxd::domain::SandboxStatus> {
+async fn ready(client: &Client, id: &SandboxId) -> Option<SandboxStatus> {
     client
         .status(id)
         .await
         .ok()
         .flatten()
         .filter(|s| s.phase == Phase::Ready)
+}
+
+/// Waits until `id`'s redis, whose status was `before`, is ready again
+/// with one more heal, and checks it kept its credentials.
+async fn healed(client: &Client, id: &SandboxId, before: &SandboxStatus) {
+    let healed = eventually("the killed sandbox is ready again", READY, || async {
+        ready(client, id)
+            .await
+            .filter(|s| s.services["redis"].heals > before.services["redis"].heals)
+    })
+    .await;
+    assert_eq!(
+        healed.services["redis"].password, before.services["redis"].password,
+        "healed with the same credentials"
+    );
 }
 
 #[tokio::test]
@@ -55,16 +70,7 @@ async fn restarting_the_state_postgres_brings_every_sandbox_back_to_ready() {
     )
     .await;
 
-    let healed = eventually("the killed sandbox is ready again", READY, || async {
-        ready(&client, &first)
-            .await
-            .filter(|s| s.services["redis"].heals > before.services["redis"].heals)
-    })
-    .await;
-    assert_eq!(
-        healed.services["redis"].password, before.services["redis"].password,
-        "healed with the same credentials"
-    );
+    healed(&client, &first, &before).await;
     eventually("the new sandbox is ready", READY, || async {
         ready(&client, &second).await
     })
@@ -150,17 +156,8 @@ async fn a_state_database_away_for_a_minute_touches_nothing_and_heals_within_sec
         .apply(&late, &request(&["redis"], &[]))
         .await
         .unwrap();
-    let healed = eventually("the killed sandbox is healed", READY, || async {
-        ready(&client, &victim)
-            .await
-            .filter(|s| s.services["redis"].heals > before.services["redis"].heals)
-    })
-    .await;
+    healed(&client, &victim, &before).await;
     let took = back.elapsed();
-    assert_eq!(
-        healed.services["redis"].password, before.services["redis"].password,
-        "healed with the same credentials"
-    );
     assert!(
         took <= Duration::from_secs(5),
         "healed {took:?} after the database came back (at most 5 s)"
